@@ -1,0 +1,140 @@
+package core
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Stream is a backend stream (a CUstream on the cuda backend; 0 is the legacy
+// default stream). The host backend runs everything synchronously and ignores
+// streams except for numbering them.
+type Stream uintptr
+
+// Memory is a backend's handle on one piece of physical memory: a
+// CUmemGenericAllocationHandle on cuda, a memfd on host.
+type Memory uint64
+
+// Backend is the only way core touches memory. Every address is a virtual
+// address in this process; every size is a multiple of Granularity unless
+// stated otherwise. Implementations must be safe for concurrent use.
+type Backend interface {
+	// Name is "host" or "cuda".
+	Name() string
+	// DeviceCount is the number of devices (the host backend has one, device 0).
+	DeviceCount() int
+	// Granularity is the size that physical memory and mappings are
+	// multiples of on device.
+	Granularity(device int) (uintptr, error)
+	// MemoryInfo reports free and total physical memory of device.
+	MemoryInfo(device int) (free, total uint64, err error)
+
+	// Reserve reserves size bytes of address space for device (no memory).
+	Reserve(device int, size uintptr) (uintptr, error)
+	// Unreserve gives back a reserved range; nothing may be mapped in it.
+	Unreserve(device int, addr, size uintptr) error
+	// Create makes size bytes of physical memory on device, exportable.
+	Create(device int, size uintptr) (Memory, error)
+	// Release frees physical memory once it is unmapped everywhere here.
+	Release(m Memory) error
+	// Map maps m (size bytes from its start) at addr, inside a reserved
+	// range, and grants device read/write access to it.
+	Map(device int, addr, size uintptr, m Memory) error
+	// Unmap removes the mapping at [addr, addr+size).
+	Unmap(device int, addr, size uintptr) error
+	// Export returns a new file descriptor for m that the caller owns.
+	Export(m Memory) (fd int, err error)
+	// Import turns a peer's exported descriptor into local Memory. The
+	// backend takes ownership of fd whether or not it succeeds.
+	Import(device int, fd int) (Memory, error)
+
+	// Synchronize waits until all work queued on stream s is done.
+	Synchronize(device int, s Stream) error
+	// SynchronizeDevice waits until all work on device is done.
+	SynchronizeDevice(device int) error
+	// StreamWait makes later work on waiter wait for the work queued on
+	// other so far (event record on other + wait on waiter). No polling.
+	StreamWait(device int, waiter, other Stream) error
+	// Memset sets size bytes at addr to value, in stream order on s, and
+	// waits for it to finish.
+	Memset(device int, s Stream, addr uintptr, value byte, size uintptr) error
+	// Copy copies size bytes from src to dst (device or host addresses,
+	// unified addressing), in stream order on s, and waits for it.
+	Copy(device int, s Stream, dst, src uintptr, size uintptr) error
+	// WriteValue32 stores v at addr in stream order on s.
+	WriteValue32(device int, s Stream, addr uintptr, v uint32) error
+	// WaitValue32 makes s wait until the word at addr equals v. Backends
+	// that wait on the calling thread (host) give up after timeout with a
+	// *Error of code ErrTimeout; stream backends enqueue the wait.
+	WaitValue32(device int, s Stream, addr uintptr, v uint32, timeout time.Duration) error
+}
+
+// Factory opens a backend. It returns an error that says why when the
+// backend cannot run here (no driver, no device).
+type Factory func() (Backend, error)
+
+type registration struct {
+	name     string
+	priority int
+	open     Factory
+}
+
+var (
+	registryMu sync.Mutex
+	registry   []registration
+)
+
+// RegisterBackend makes a backend selectable by name. Automatic selection
+// tries backends in decreasing priority and takes the first that opens.
+// Backend packages call this from init.
+func RegisterBackend(name string, priority int, open Factory) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	registry = append(registry, registration{name, priority, open})
+	sort.SliceStable(registry, func(i, j int) bool { return registry[i].priority > registry[j].priority })
+}
+
+// OpenBackend opens the backend named by want, or when want is "" or
+// "auto", the first registered backend that opens. The returned notes say
+// why higher-priority backends were skipped.
+func OpenBackend(want string) (Backend, []string, error) {
+	registryMu.Lock()
+	regs := append([]registration(nil), registry...)
+	registryMu.Unlock()
+	var notes []string
+	for _, r := range regs {
+		if want != "" && want != "auto" && want != r.name {
+			continue
+		}
+		b, err := r.open()
+		if err == nil {
+			return b, notes, nil
+		}
+		notes = append(notes, fmt.Sprintf("%s backend unavailable: %v", r.name, err))
+		if want == r.name {
+			return nil, notes, Errorf(ErrUnavailable, "backend %q: %v", want, err)
+		}
+	}
+	if want != "" && want != "auto" {
+		return nil, notes, Errorf(ErrInvalidArgument, "SYMMEM_BACKEND=%q names no known backend (known: %s)", want, backendNames(regs))
+	}
+	return nil, notes, Errorf(ErrUnavailable, "no backend could be opened: %v", notes)
+}
+
+func backendNames(regs []registration) string {
+	s := ""
+	for i, r := range regs {
+		if i > 0 {
+			s += ", "
+		}
+		s += r.name
+	}
+	return s
+}
+
+// BackendFromEnv opens the backend that SYMMEM_BACKEND names (auto when unset).
+func BackendFromEnv() (Backend, []string, error) {
+	return OpenBackend(os.Getenv("SYMMEM_BACKEND"))
+}

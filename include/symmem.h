@@ -1,0 +1,340 @@
+/*
+ * symmem.h - the C contract of libsymmem.
+ *
+ * libsymmem is two things behind one header:
+ *
+ *   1. A caching allocator for GPU (cuda backend) or shared CPU memory (host
+ *      backend). symmem_alloc / symmem_free have exactly the signatures that
+ *      PyTorch's torch.cuda.memory.CUDAPluggableAllocator loads.
+ *   2. Symmetric memory: ranks of a group allocate buffers, rendezvous on
+ *      them, and every rank maps every peer's buffer for direct load/store,
+ *      with a signal pad per rank for barriers and point-to-point signals.
+ *
+ * Conventions, true of every function below unless its comment says otherwise:
+ *
+ *   - Functions that return symmem_result return SYMMEM_SUCCESS (0) or an
+ *     error code. Functions that return a pointer return NULL on failure.
+ *   - Every failure records a per-thread "last error": a code and a message
+ *     naming the call and what was wrong. Success does NOT clear it (as with
+ *     errno); call symmem_clear_last_error() first when a void function's
+ *     outcome matters (symmem_free).
+ *   - Every function is safe to call from any thread at any time. Calls on
+ *     one device serialise on that device's lock; calls on a handle or a
+ *     group are safe concurrently, though collective calls (rendezvous,
+ *     barrier) must be made by every rank in the same order.
+ *   - Bad input never crashes the process: it yields an error code.
+ *   - The header needs no CUDA header: struct CUstream_st is the type behind
+ *     both CUstream and cudaStream_t, so symmem_stream_t is the same type.
+ *
+ * Environment variables read when the library starts:
+ *   SYMMEM_BACKEND=auto|cuda|host   which backend to open (default auto: cuda
+ *                                   when the driver loads and a device exists)
+ *   SYMMEM_LIBCUDA=path             the CUDA driver library (default libcuda.so.1)
+ *   SYMMEM_STRICT=1                 abort with the message on an invalid or
+ *                                   double-freed pointer instead of returning
+ *   SYMMEM_TIMEOUT_MS=n             default timeout of group waits (300000)
+ *   SYMMEM_SOCKET_DIR=dir           where rendezvous sockets live
+ *                                   (default $TMPDIR/symmem-<uid>, mode 0700)
+ *   SYMMEM_ALLOW_OVERLAPPING_DEVICES=1  let several ranks of a group share a
+ *                                   device (correctness testing)
+ */
+#ifndef SYMMEM_H
+#define SYMMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SYMMEM_VERSION_MAJOR 0
+#define SYMMEM_VERSION_MINOR 1
+#define SYMMEM_VERSION_PATCH 0
+/* MAJOR*10000 + MINOR*100 + PATCH */
+#define SYMMEM_VERSION                                                          \
+  (SYMMEM_VERSION_MAJOR * 10000 + SYMMEM_VERSION_MINOR * 100 +                  \
+   SYMMEM_VERSION_PATCH)
+
+struct CUstream_st;
+/* A CUDA stream (CUstream / cudaStream_t). NULL is the legacy default stream.
+ * The host backend runs synchronously and only numbers streams. */
+typedef struct CUstream_st *symmem_stream_t;
+
+/* Result codes. The values are fixed and will never change. */
+typedef enum symmem_result {
+  SYMMEM_SUCCESS = 0,
+  SYMMEM_ERROR_INVALID_ARGUMENT = 1, /* NULL where a value is needed, bad size, rank, channel */
+  SYMMEM_ERROR_OUT_OF_MEMORY = 2,    /* the memory limit or the device said no */
+  SYMMEM_ERROR_INVALID_POINTER = 3,  /* not allocated here, or already freed */
+  SYMMEM_ERROR_INVALID_DEVICE = 4,   /* device index out of range */
+  SYMMEM_ERROR_BACKEND = 5,          /* the driver or the OS failed; the message has its words */
+  SYMMEM_ERROR_UNAVAILABLE = 6,      /* the backend or feature cannot run here */
+  SYMMEM_ERROR_TIMEOUT = 7,          /* a wait ran out of time */
+  SYMMEM_ERROR_MISMATCH = 8,         /* ranks disagree (sizes, offsets, members) */
+  SYMMEM_ERROR_PEER = 9,             /* a peer failed, died or broke the protocol */
+  SYMMEM_ERROR_PERMISSION = 10,      /* a peer of another user, or a refused operation */
+  SYMMEM_ERROR_INVALID_STATE = 11,   /* the call is not allowed now (e.g. released handle) */
+  SYMMEM_ERROR_INTERNAL = 12         /* a bug in libsymmem: please report it */
+} symmem_result;
+
+/* ---------------------------------------------------------------------------
+ * Version, errors, backend
+ * ------------------------------------------------------------------------- */
+
+/* The library's version, as SYMMEM_VERSION computes it. Compare with the
+ * header's SYMMEM_VERSION to detect a mismatched library. */
+int symmem_version(void);
+
+/* A fixed English description of code. Never NULL; the string is static.
+ * Works for unknown codes ("unknown result N"). */
+const char *symmem_strerror(symmem_result code);
+
+/* The code of the last failure on the calling thread (SYMMEM_SUCCESS if none
+ * since the thread started or since symmem_clear_last_error). */
+symmem_result symmem_last_error(void);
+
+/* The message of the last failure on the calling thread, "" if none. The
+ * library owns the string: it stays valid until the next failing call on the
+ * same thread. Never NULL. */
+const char *symmem_last_error_message(void);
+
+/* Copies the last error message into buf (capacity len, always NUL-terminated
+ * when len > 0). Returns the message length (excluding NUL), like snprintf,
+ * so a return >= len means it was truncated. buf may be NULL when len is 0. */
+size_t symmem_copy_last_error(char *buf, size_t len);
+
+/* Resets the calling thread's last error to SYMMEM_SUCCESS and "". */
+void symmem_clear_last_error(void);
+
+/* The name of the backend in use: "cuda" or "host". If no backend could be
+ * opened, returns "none" and every allocation fails with
+ * SYMMEM_ERROR_UNAVAILABLE. Static string. */
+const char *symmem_backend_name(void);
+
+/* Why backends were skipped during selection (e.g. "cuda backend unavailable:
+ * libcuda.so.1: cannot open shared object file"), one per line, "" if none.
+ * Static for the life of the process. */
+const char *symmem_backend_notes(void);
+
+/* Number of devices of the backend (the host backend has one: device 0). */
+int symmem_device_count(void);
+
+/* ---------------------------------------------------------------------------
+ * The caching allocator (PyTorch's CUDAPluggableAllocator ABI)
+ * ------------------------------------------------------------------------- */
+
+/* Allocates size bytes on device, for use in stream order on stream.
+ * Returns device memory (cuda) or shared CPU memory (host), aligned to at
+ * least 512 bytes, or NULL with the last error set:
+ *   - SYMMEM_ERROR_OUT_OF_MEMORY: size is beyond the device's memory limit
+ *     (SIZE_MAX included) or the device is full after freeing idle cache;
+ *   - SYMMEM_ERROR_INVALID_DEVICE: device < 0 or >= symmem_device_count();
+ *   - SYMMEM_ERROR_UNAVAILABLE: no backend.
+ * size 0 returns a distinct non-NULL pointer to a minimum block (512 bytes),
+ * which must be freed like any other, so that two live empty tensors never
+ * share a pointer in PyTorch's bookkeeping.
+ * Placement is a pure function of the sequence of calls: two processes making
+ * the same calls (streams numbered by first use) receive the same offsets in
+ * their heaps. Blocks freed on a stream are reused only on that stream. */
+void *symmem_alloc(size_t size, int device, symmem_stream_t stream);
+
+/* Returns ptr to the cache. ptr NULL is a no-op. size, device and stream are
+ * what the allocation was made with; size and stream are only checked against
+ * the allocation (size mismatch is reported as INVALID_ARGUMENT but the block
+ * is still freed), the recorded values are used. A pointer not allocated here,
+ * an interior pointer, or a double free changes nothing and sets the last
+ * error to SYMMEM_ERROR_INVALID_POINTER (with SYMMEM_STRICT=1: the message is
+ * printed and the process aborts). */
+void symmem_free(void *ptr, size_t size, int device, symmem_stream_t stream);
+
+/* Like symmem_alloc, but throws a C++ std::runtime_error carrying the message
+ * when the allocation fails. This is the alloc_fn to give PyTorch when
+ * libsymmem is the *global* allocator (change_current_allocator), where a NULL
+ * return would become a tensor at address 0: the exception surfaces in Python
+ * as RuntimeError. Never call it from C. Inside torch.cuda.MemPool use
+ * symmem_alloc (PyTorch treats NULL as out-of-memory there). */
+void *symmem_alloc_or_throw(size_t size, int device, symmem_stream_t stream);
+
+/* Marks that ptr (allocated here) is used on stream as well as on its
+ * allocation stream: when ptr is freed, its allocation stream is made to wait
+ * for the work queued on stream so far, before the block is reused.
+ * Signature of CUDAPluggableAllocator's record_stream_fn. */
+void symmem_record_stream(void *ptr, symmem_stream_t stream);
+
+/* CUDAPluggableAllocator's init_fn: opens the backend early. No-op after. */
+void symmem_init(int device_count);
+
+/* CUDAPluggableAllocator's reset_fn: symmem_empty_cache for every device. */
+void symmem_reset(void);
+
+/* CUDAPluggableAllocator's memory_fraction_fn: sets device's memory limit to
+ * fraction (0 < fraction <= 1) of its total memory. Bad input sets the last
+ * error. */
+void symmem_memory_fraction(double fraction, int device);
+
+/* Releases every cached segment of device that holds no allocated block,
+ * after synchronising the device so that no queued work can still use it.
+ * device -1 means every device. Physical memory goes back to the backend;
+ * the address range stays reserved. */
+symmem_result symmem_empty_cache(int device);
+
+/* Sets device's memory limit: reserved bytes (segments) never exceed it;
+ * an allocation that would first releases idle cached segments and then
+ * fails with SYMMEM_ERROR_OUT_OF_MEMORY. 0 removes the limit (the default
+ * is no limit beyond what the device has). Does not free memory already in
+ * use above the limit. */
+symmem_result symmem_set_memory_limit(int device, size_t bytes);
+
+/* Writes device's memory limit (0 = none) to *bytes. */
+symmem_result symmem_get_memory_limit(int device, size_t *bytes);
+
+/* One statistic: key uses torch.cuda.memory_stats' names, e.g.
+ * "allocated_bytes.all.current". key points to a static string. */
+typedef struct symmem_stat {
+  const char *key;
+  int64_t value;
+} symmem_stat;
+
+/* Fills out[0..capacity) with device's statistics and returns how many there
+ * are in all (call with capacity 0 to size the array); keys are always in the
+ * same order. Returns 0 with the last error set on a bad device.
+ * Keys (STAT is allocation, segment, active, allocated_bytes,
+ * reserved_bytes, active_bytes, inactive_split, inactive_split_bytes,
+ * requested_bytes; POOL is all, small_pool, large_pool):
+ *   STAT.POOL.current, .peak, .allocated, .freed
+ *   num_alloc_retries, num_ooms, num_device_alloc, num_device_free,
+ *   num_sync_all_streams, memory_limit */
+size_t symmem_stats(int device, symmem_stat *out, size_t capacity);
+
+/* Sets every .peak statistic of device to its .current value. */
+symmem_result symmem_reset_peak_stats(int device);
+
+/* Where a pointer lives. */
+typedef struct symmem_pointer_info {
+  void *block;          /* start of the allocated block holding the pointer */
+  size_t block_size;    /* the block's size in bytes (>= the requested size) */
+  size_t requested_size;/* the size asked for */
+  size_t offset;        /* pointer - block */
+  uint64_t heap_offset; /* block's offset in the device heap (symmetric) */
+  int device;
+  int reserved_;
+} symmem_pointer_info;
+
+/* Fills *info for a pointer anywhere inside a live allocation. Returns
+ * SYMMEM_ERROR_INVALID_POINTER if ptr is not inside one. */
+symmem_result symmem_pointer_get_info(const void *ptr, symmem_pointer_info *info);
+
+/* Runs the allocator's invariant checker on device (blocks tile segments,
+ * free neighbours merged, pools and statistics consistent). Returns
+ * SYMMEM_ERROR_INTERNAL with the first broken invariant in the message. */
+symmem_result symmem_validate(int device);
+
+/* ---------------------------------------------------------------------------
+ * Symmetric memory: groups, rendezvous, signal pads
+ * ------------------------------------------------------------------------- */
+
+/* A group of ranks that rendezvous together. Opaque. */
+typedef struct symmem_group symmem_group;
+/* The result of a rendezvous: every rank's buffer and signal pad, mapped
+ * here. Opaque. */
+typedef struct symmem_handle symmem_handle;
+
+/* An all-gather supplied by the caller (MPI_Allgather fits): gather
+ * bytes_per_rank bytes from every rank; recv holds world_size * bytes_per_rank
+ * bytes, rank r's at r * bytes_per_rank. Return 0 on success, anything else on
+ * failure. Called from the thread that made the collective call. */
+typedef int (*symmem_allgather_fn)(const void *send, void *recv,
+                                   size_t bytes_per_rank, void *user);
+
+/* Creates this process's member of group name (letters, digits, '.', '_',
+ * '-', at most 64 characters). Collective: all world_size ranks must call it;
+ * it returns once all have arrived. Ranks find each other through Unix sockets
+ * in SYMMEM_SOCKET_DIR (peers of another uid are refused). timeout_ms bounds
+ * every wait of the group (<= 0: SYMMEM_TIMEOUT_MS or 300000); on expiry the
+ * error names the ranks that never arrived. device is the device this rank's
+ * buffers live on. On success *out owns the group. */
+symmem_result symmem_group_create(const char *name, int rank, int world_size,
+                                  int device, int64_t timeout_ms,
+                                  symmem_group **out);
+
+/* As symmem_group_create, but small records are all-gathered through
+ * allgather (file descriptors still travel over the Unix socket channel). */
+symmem_result symmem_group_create_with_allgather(
+    const char *name, int rank, int world_size, int device, int64_t timeout_ms,
+    symmem_allgather_fn allgather, void *user, symmem_group **out);
+
+/* Leaves the group and frees it. Handles of the group stay valid until
+ * released. NULL is a no-op. */
+symmem_result symmem_group_destroy(symmem_group *group);
+
+/* The rank / world size / device of a group (-1 with the last error if group
+ * is NULL). */
+int symmem_group_rank(const symmem_group *group);
+int symmem_group_world_size(const symmem_group *group);
+int symmem_group_device(const symmem_group *group);
+
+/* Sets the size of each rank's signal pad (bytes, multiple of 4, >= 4*world)
+ * of group. Only before the group's first rendezvous. Default 64 KiB. */
+symmem_result symmem_group_set_signal_pad_size(symmem_group *group,
+                                               size_t bytes);
+
+/* Collective: every rank of group calls it with a pointer into a block of its
+ * own, allocated by symmem_alloc on the group's device by the same sequence
+ * of calls on every rank. ptr may point inside the block. Validates on every
+ * rank that block sizes, heap offsets, hosts and devices agree (a mismatch is
+ * SYMMEM_ERROR_MISMATCH naming the ranks that differ). On success *out owns a
+ * handle whose buffer pointers are the peers' blocks mapped here. A handle
+ * stays valid after the block is freed, until released. */
+symmem_result symmem_rendezvous(void *ptr, symmem_group *group,
+                                symmem_handle **out);
+
+/* Releases a handle; peers' memory is unmapped when no handle uses it. NULL
+ * is a no-op. */
+symmem_result symmem_handle_release(symmem_handle *handle);
+
+int symmem_handle_rank(const symmem_handle *handle);
+int symmem_handle_world_size(const symmem_handle *handle);
+/* The size of the block rendezvoused on (same on every rank). */
+size_t symmem_handle_buffer_size(const symmem_handle *handle);
+/* The offset of the rendezvous pointer in its block. */
+size_t symmem_handle_offset(const symmem_handle *handle);
+/* The size of each rank's signal pad. */
+size_t symmem_handle_signal_pad_size(const symmem_handle *handle);
+/* rank's block (start of block) / signal pad, mapped in this process. NULL
+ * with SYMMEM_ERROR_INVALID_ARGUMENT when rank is out of range. */
+void *symmem_handle_buffer_ptr(const symmem_handle *handle, int rank);
+void *symmem_handle_signal_pad_ptr(const symmem_handle *handle, int rank);
+/* Arrays of world_size pointers, owned by the handle: in host memory, and in
+ * device memory for kernels (on the host backend the same array). */
+void *const *symmem_handle_buffer_ptrs(const symmem_handle *handle);
+void *const *symmem_handle_signal_pad_ptrs(const symmem_handle *handle);
+void *const *symmem_handle_buffer_ptrs_dev(const symmem_handle *handle);
+void *const *symmem_handle_signal_pad_ptrs_dev(const symmem_handle *handle);
+
+/* Signals. Slot channel*world_size + sender lives in the receiver's signal
+ * pad; a channel is in [0, signal_pad_size / (4*world_size)).
+ *
+ * put_signal: waits until dst_rank's slot for us is clear, then sets it.
+ * wait_signal: waits until our slot for src_rank is set, then clears it.
+ * barrier: put_signal to every peer, then wait_signal from every peer.
+ *
+ * On the cuda backend they are enqueued on stream (cuStreamWriteValue32 /
+ * cuStreamWaitValue32), ordered with the caller's other work there, and return
+ * at once; the timeout is not enforced by the GPU. On the host backend they
+ * run on the calling thread and fail with SYMMEM_ERROR_TIMEOUT after
+ * timeout_ms (<= 0: the group's timeout). A rank or channel out of range is
+ * SYMMEM_ERROR_INVALID_ARGUMENT naming the bounds. */
+symmem_result symmem_put_signal(symmem_handle *handle, int dst_rank,
+                                int channel, symmem_stream_t stream);
+symmem_result symmem_wait_signal(symmem_handle *handle, int src_rank,
+                                 int channel, int64_t timeout_ms,
+                                 symmem_stream_t stream);
+symmem_result symmem_barrier(symmem_handle *handle, int channel,
+                             int64_t timeout_ms, symmem_stream_t stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* SYMMEM_H */
