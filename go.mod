@@ -3,7 +3,8 @@ module github.com/libsymmem/libsymmem
 go 1.26.8
 
 require (
-	github.com/mattn/go-pointer v0.0.1 // indirect
-	github.com/stretchr/testify v1.12.1 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	github.com/stretchr/testify v1.12.1
+	golang.org/x/sys v0.49.0
 )
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect

@@ -1,0 +1,69 @@
+# libsymmem: `make` builds build/libsymmem.so (no CUDA toolkit needed),
+# `make test` runs every suite on the host backend (and on the cuda backend
+# where a GPU is present), `make demo` runs the multi-rank demo.
+GO      ?= go
+CC      ?= cc
+PYTHON  ?= python3
+PREFIX  ?= /usr/local
+BUILD   := build
+ROOT    := $(abspath .)
+LIB     := $(BUILD)/libsymmem.so
+GOFILES := $(shell find core cuda export -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.map' 2>/dev/null) go.mod go.sum
+
+CTEST_SRC   := $(wildcard tests/c/test_*.c)
+CTEST_BIN   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(CTEST_SRC))
+CTEST_FLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fsanitize=address -fno-omit-frame-pointer
+LINK_LIB    := -L$(BUILD) -lsymmem -Wl,-rpath,$(ROOT)/$(BUILD) -pthread
+
+.PHONY: all build test test-go test-c test-python demo bench install clean fuzz
+
+all: build
+build: $(LIB)
+
+$(LIB): $(GOFILES)
+	@mkdir -p $(BUILD)
+	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -trimpath \
+	  -ldflags "-s -w -extldflags -Wl,--version-script=$(ROOT)/export/symmem.map" \
+	  -o $@ ./export
+	@rm -f $(BUILD)/libsymmem.h
+
+test: test-go test-c test-python
+
+test-go:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+
+$(BUILD)/tests/%: tests/c/%.c include/symmem.h tests/c/check.h $(LIB)
+	@mkdir -p $(BUILD)/tests
+	$(CC) $(CTEST_FLAGS) -Iinclude -o $@ $< $(LINK_LIB)
+
+test-c: $(CTEST_BIN)
+	@set -e; for t in $(CTEST_BIN); do echo "== $$t"; \
+	  ( [ -f tests/c/env.sh ] && . tests/c/env.sh; $$t ); done
+
+test-python: $(LIB)
+	cd python && SYMMEM_LIBRARY=$(ROOT)/$(LIB) $(PYTHON) -m pytest -q tests
+
+fuzz:
+	$(GO) test ./core -run '^$$' -fuzz FuzzAllocFree -fuzztime 60s
+
+$(BUILD)/demo: examples/demo.c include/symmem.h $(LIB)
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude -o $@ $< $(LINK_LIB)
+
+demo: $(BUILD)/demo
+	$(BUILD)/demo 4
+
+$(BUILD)/bench_alloc: bench/bench_alloc.c include/symmem.h $(LIB)
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude -o $@ bench/bench_alloc.c $(LINK_LIB)
+
+bench: $(BUILD)/bench_alloc
+	SYMMEM_BACKEND=host $(BUILD)/bench_alloc
+
+install: $(LIB)
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/libsymmem.so
+	install -m 0644 include/symmem.h $(DESTDIR)$(PREFIX)/include/symmem.h
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' symmem.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/symmem.pc
+
+clean:
+	rm -rf $(BUILD)

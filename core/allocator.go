@@ -1,0 +1,596 @@
+package core
+
+import (
+	"sort"
+	"sync"
+)
+
+// Note [How blocks are placed]
+//
+// Requests are rounded up to minBlockSize (512 B, PyTorch's alignment).
+// Requests of at most smallRequest go to the small pool, which carves them out
+// of smallSegment (2 MiB) segments; larger ones go to the large pool: up to
+// midRequest they share largeSegment (20 MiB) segments, beyond it they get a
+// segment of their own rounded up to largeRound. These are the sizes PyTorch's
+// own caching allocator uses, so a MemPool on top of us (which asks for 2 MiB,
+// 20 MiB or rounded segments) and the global-allocator path behave as users
+// of PyTorch expect.
+//
+// Within a pool of a stream the free block chosen is the best fit by
+// (size, heap offset). A block is split when the rest is worth keeping (any
+// rest in the small pool; more than smallRequest in the large pool) and merged
+// with free neighbours when freed, never across segments. New segments go to
+// the lowest heap offset where they fit.
+//
+// Every one of these decisions depends only on the sequence of calls (sizes,
+// frees, and streams numbered by first use), never on addresses, timing or
+// events: that is DESIGN invariant 2, and it is what makes two ranks that ran
+// the same program hold their buffers at the same heap offsets.
+const (
+	minBlockSize = 512
+	smallRequest = 1 << 20
+	smallSegment = 2 << 20
+	midRequest   = 10 << 20
+	largeSegment = 20 << 20
+	largeRound   = 2 << 20
+	// maxRequest bounds a request before any arithmetic on it can overflow.
+	maxRequest = uintptr(1) << 56
+)
+
+// block is a range of a segment, allocated or free.
+//
+// Invariants (Validate checks them):
+//   - the blocks of a segment, followed through next, tile it exactly:
+//     first.addr == seg.addr, b.next.addr == b.addr+b.size, and the sizes
+//     add up to seg.size; prev is the mirror of next;
+//   - no two neighbours are both free (free blocks are merged at once);
+//   - a free block is in its segment's pool's freeSet, an allocated block is
+//     in Allocator.live under its address, and never both;
+//   - heapOff == seg.heapOff + (addr - seg.addr).
+type block struct {
+	seg       *segment
+	addr      uintptr
+	size      uintptr
+	heapOff   uint64
+	requested uintptr // size asked for; meaningful while allocated
+	allocated bool
+	prev      *block // neighbour at lower address in seg, or nil
+	next      *block // neighbour at higher address in seg, or nil
+	// streams lists the streams other than seg.pools.stream recorded by
+	// RecordStream while the block was allocated.
+	streams []Stream
+
+	// freeSet links, meaningful only while the block is free.
+	left, right *block
+	prio        uint32
+}
+
+// segment is one piece of physical memory mapped at [addr, addr+size) of the
+// heap.
+//
+// Invariant: a segment belongs to one stream's pools and one pool (small or
+// large) for its whole life; nAllocated counts its allocated blocks, so it is
+// idle (releasable) exactly when nAllocated == 0.
+type segment struct {
+	id         uint64 // creation number in this allocator, never reused
+	addr       uintptr
+	size       uintptr
+	heapOff    uint64
+	mem        Memory
+	pools      *streamPools
+	small      bool
+	first      *block
+	nAllocated int
+}
+
+// streamPools holds the free blocks of one stream.
+type streamPools struct {
+	stream Stream
+	number int // order of first use: placement keys on this, not the pointer
+	small  freeSet
+	large  freeSet
+}
+
+func (sp *streamPools) pool(small bool) *freeSet {
+	if small {
+		return &sp.small
+	}
+	return &sp.large
+}
+
+// Allocator is the caching allocator of one device. It is safe for
+// concurrent use; every method takes mu.
+type Allocator struct {
+	mu     sync.Mutex
+	be     Backend
+	device int
+	gran   uintptr
+	total  uint64 // the device's physical memory, bounding any request
+	heap   heap
+
+	// live maps the address of every allocated block to it.
+	live map[uintptr]*block
+	// streams maps a stream to its pools; order lists them by first use.
+	streams map[Stream]*streamPools
+	order   []*streamPools
+	last    *streamPools // the pools of the last stream used (a fast path)
+
+	limit      uint64 // reserved bytes never exceed it; 0 = none
+	st         stats
+	nextSegID  uint64
+	allocs     uint64 // successful Alloc calls, for divergence reports
+	frees      uint64 // successful Free calls
+	spareBlock []*block
+}
+
+// NewAllocator makes the allocator of device on be. It reserves the heap's
+// first address range lazily, at the first segment.
+func NewAllocator(be Backend, device int) (*Allocator, error) {
+	if device < 0 || device >= be.DeviceCount() {
+		return nil, Errorf(ErrInvalidDevice, "device %d is out of range: the %s backend has %d device(s)", device, be.Name(), be.DeviceCount())
+	}
+	gran, err := be.Granularity(device)
+	if err != nil {
+		return nil, err
+	}
+	_, total, err := be.MemoryInfo(device)
+	if err != nil {
+		return nil, err
+	}
+	a := &Allocator{
+		be:      be,
+		device:  device,
+		gran:    gran,
+		total:   total,
+		live:    make(map[uintptr]*block),
+		streams: make(map[Stream]*streamPools),
+	}
+	a.heap.init(be, device, gran, total)
+	return a, nil
+}
+
+// Device is the device index of the allocator.
+func (a *Allocator) Device() int { return a.device }
+
+// Backend is the backend the allocator takes memory from.
+func (a *Allocator) Backend() Backend { return a.be }
+
+func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
+
+// roundRequest is the block size for a request of n bytes (0 gets the
+// minimum block so that every allocation has a distinct address).
+func roundRequest(n uintptr) uintptr {
+	if n == 0 {
+		return minBlockSize
+	}
+	return roundUp(n, minBlockSize)
+}
+
+// segmentSize is the size of a new segment for a block of size bytes.
+func (a *Allocator) segmentSize(size uintptr) uintptr {
+	var s uintptr
+	switch {
+	case size <= smallRequest:
+		s = smallSegment
+	case size < midRequest:
+		s = largeSegment
+	default:
+		s = roundUp(size, largeRound)
+	}
+	return roundUp(s, a.gran)
+}
+
+// shouldSplit says whether a free block of blockSize serving size bytes
+// leaves a rest worth keeping as a block of its own.
+func shouldSplit(small bool, blockSize, size uintptr) bool {
+	rest := blockSize - size
+	if small {
+		return rest >= minBlockSize
+	}
+	return rest > smallRequest
+}
+
+func (a *Allocator) poolsOf(s Stream) *streamPools {
+	if sp := a.last; sp != nil && sp.stream == s {
+		return sp
+	}
+	sp := a.streams[s]
+	if sp == nil {
+		sp = &streamPools{stream: s, number: len(a.order)}
+		a.streams[s] = sp
+		a.order = append(a.order, sp)
+	}
+	a.last = sp
+	return sp
+}
+
+func (a *Allocator) newBlock() *block {
+	if n := len(a.spareBlock); n > 0 {
+		b := a.spareBlock[n-1]
+		a.spareBlock = a.spareBlock[:n-1]
+		return b
+	}
+	return new(block)
+}
+
+func (a *Allocator) dropBlock(b *block) {
+	*b = block{}
+	if len(a.spareBlock) < 1024 {
+		a.spareBlock = append(a.spareBlock, b)
+	}
+}
+
+// Alloc returns the address of a block of at least size bytes for use on
+// stream s.
+func (a *Allocator) Alloc(size uintptr, s Stream) (uintptr, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if size > maxRequest || uint64(size) > a.total {
+		a.st.numOOM++
+		return 0, Errorf(ErrOutOfMemory, "%d bytes requested on device %d, which has %d bytes in all (%s backend)", size, a.device, a.total, a.be.Name())
+	}
+	rounded := roundRequest(size)
+	small := rounded <= smallRequest
+	sp := a.poolsOf(s)
+	pool := sp.pool(small)
+	b := pool.lowerBound(rounded)
+	if b == nil {
+		seg, err := a.newSegment(a.segmentSize(rounded), sp, small, rounded)
+		if err != nil {
+			return 0, err
+		}
+		b = seg.first
+	}
+	pool.remove(b)
+	if shouldSplit(small, b.size, rounded) {
+		rest := a.newBlock()
+		*rest = block{seg: b.seg, addr: b.addr + rounded, size: b.size - rounded,
+			heapOff: b.heapOff + uint64(rounded), prev: b, next: b.next}
+		if b.next != nil {
+			b.next.prev = rest
+		}
+		b.next = rest
+		b.size = rounded
+		pool.insert(rest)
+	}
+	b.allocated = true
+	b.requested = size
+	b.seg.nAllocated++
+	a.live[b.addr] = b
+	a.allocs++
+	a.st.add(statAllocation, small, 1)
+	a.st.add(statActive, small, 1)
+	a.st.add(statAllocatedBytes, small, int64(b.size))
+	a.st.add(statActiveBytes, small, int64(b.size))
+	a.st.add(statRequestedBytes, small, int64(size))
+	return b.addr, nil
+}
+
+// newSegment maps a new segment of size bytes for sp's pool. Under a memory
+// limit or when the backend runs out, it first releases idle cached segments
+// and tries once more.
+func (a *Allocator) newSegment(size uintptr, sp *streamPools, small bool, request uintptr) (*segment, error) {
+	overLimit := func() bool {
+		return a.limit != 0 && uint64(a.st.by[statReservedBytes][poolAll].current)+uint64(size) > a.limit
+	}
+	if overLimit() {
+		a.st.numAllocRetry++
+		if err := a.releaseIdle(); err != nil {
+			return nil, err
+		}
+		if overLimit() {
+			a.st.numOOM++
+			return nil, Errorf(ErrOutOfMemory, "%d bytes requested on device %d: a new %d-byte segment would exceed the memory limit of %d bytes (%d reserved, %d allocated)",
+				request, a.device, size, a.limit, a.st.by[statReservedBytes][poolAll].current, a.st.by[statAllocatedBytes][poolAll].current)
+		}
+	}
+	mem, err := a.be.Create(a.device, size)
+	if err != nil && CodeOf(err) == ErrOutOfMemory {
+		a.st.numAllocRetry++
+		if rerr := a.releaseIdle(); rerr != nil {
+			return nil, rerr
+		}
+		mem, err = a.be.Create(a.device, size)
+	}
+	if err != nil {
+		if CodeOf(err) == ErrOutOfMemory {
+			a.st.numOOM++
+			return nil, Errorf(ErrOutOfMemory, "%d bytes requested on device %d: the %s backend could not create a %d-byte segment (%d bytes reserved by libsymmem, %d allocated): %v",
+				request, a.device, a.be.Name(), size, a.st.by[statReservedBytes][poolAll].current, a.st.by[statAllocatedBytes][poolAll].current, err)
+		}
+		return nil, err
+	}
+	addr, heapOff, err := a.heap.place(size)
+	if err == nil {
+		err = a.be.Map(a.device, addr, size, mem)
+		if err != nil {
+			a.heap.remove(heapOff)
+		}
+	}
+	if err != nil {
+		_ = a.be.Release(mem)
+		return nil, err
+	}
+	a.nextSegID++
+	seg := &segment{id: a.nextSegID, addr: addr, size: size, heapOff: heapOff, mem: mem, pools: sp, small: small}
+	b := a.newBlock()
+	*b = block{seg: seg, addr: addr, size: size, heapOff: heapOff}
+	seg.first = b
+	a.heap.add(seg)
+	sp.pool(small).insert(b)
+	a.st.numDeviceAlloc++
+	a.st.add(statSegment, small, 1)
+	a.st.add(statReservedBytes, small, int64(size))
+	return seg, nil
+}
+
+// Free returns the block at ptr. size is checked against the request (0
+// skips the check); the block's own stream is used, whatever s says.
+func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b := a.live[ptr]
+	if b == nil {
+		return a.explainForeign(ptr)
+	}
+	var mismatch error
+	if size != 0 && size != b.requested {
+		mismatch = Errorf(ErrInvalidArgument, "free of %#x on device %d: size %d differs from the %d bytes allocated (the block was freed anyway)", ptr, a.device, size, b.requested)
+	}
+	seg := b.seg
+	for _, other := range b.streams {
+		if err := a.be.StreamWait(a.device, seg.pools.stream, other); err != nil {
+			return err
+		}
+	}
+	small := seg.small
+	delete(a.live, ptr)
+	a.frees++
+	a.st.add(statAllocation, small, -1)
+	a.st.add(statActive, small, -1)
+	a.st.add(statAllocatedBytes, small, -int64(b.size))
+	a.st.add(statActiveBytes, small, -int64(b.size))
+	a.st.add(statRequestedBytes, small, -int64(b.requested))
+	b.allocated = false
+	b.requested = 0
+	b.streams = b.streams[:0]
+	seg.nAllocated--
+	pool := seg.pools.pool(small)
+	if p := b.prev; p != nil && !p.allocated {
+		pool.remove(p)
+		p.size += b.size
+		p.next = b.next
+		if b.next != nil {
+			b.next.prev = p
+		}
+		a.dropBlock(b)
+		b = p
+	}
+	if n := b.next; n != nil && !n.allocated {
+		pool.remove(n)
+		b.size += n.size
+		b.next = n.next
+		if n.next != nil {
+			n.next.prev = b
+		}
+		a.dropBlock(n)
+	}
+	pool.insert(b)
+	return mismatch
+}
+
+// explainForeign says why ptr is not a live allocation.
+func (a *Allocator) explainForeign(ptr uintptr) error {
+	if seg := a.heap.segmentAt(ptr); seg != nil {
+		for b := seg.first; b != nil; b = b.next {
+			if ptr >= b.addr && ptr < b.addr+b.size {
+				if b.allocated {
+					return Errorf(ErrInvalidPointer, "%#x is inside the block at %#x (offset %d) on device %d, not its start: free the pointer symmem_alloc returned", ptr, b.addr, ptr-b.addr, a.device)
+				}
+				return Errorf(ErrInvalidPointer, "%#x on device %d is not allocated: already freed (double free?)", ptr, a.device)
+			}
+		}
+	}
+	return Errorf(ErrInvalidPointer, "%#x was not allocated by libsymmem on device %d", ptr, a.device)
+}
+
+// RecordStream notes that the block holding ptr is used on s too: before it
+// is reused, its own stream will wait for s's work queued up to its free.
+func (a *Allocator) RecordStream(ptr uintptr, s Stream) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b, err := a.lookupLocked(ptr)
+	if err != nil {
+		return err
+	}
+	if s == b.seg.pools.stream {
+		return nil
+	}
+	for _, o := range b.streams {
+		if o == s {
+			return nil
+		}
+	}
+	b.streams = append(b.streams, s)
+	return nil
+}
+
+// SegmentInfo describes a segment as peers see it.
+type SegmentInfo struct {
+	ID      uint64 // creation number, never reused in this allocator
+	Addr    uintptr
+	Size    uintptr
+	HeapOff uint64
+}
+
+// BlockInfo describes an allocated block.
+type BlockInfo struct {
+	Addr      uintptr
+	Size      uintptr
+	Requested uintptr
+	HeapOff   uint64
+	Device    int
+	Segment   SegmentInfo
+	Allocs    uint64 // the allocator's successful Alloc calls so far
+	Frees     uint64 // the allocator's successful Free calls so far
+}
+
+func (a *Allocator) lookupLocked(ptr uintptr) (*block, error) {
+	if b := a.live[ptr]; b != nil {
+		return b, nil
+	}
+	if seg := a.heap.segmentAt(ptr); seg != nil {
+		for b := seg.first; b != nil; b = b.next {
+			if ptr >= b.addr && ptr < b.addr+b.size && b.allocated {
+				return b, nil
+			}
+		}
+	}
+	return nil, a.explainForeign(ptr)
+}
+
+// Lookup describes the allocated block that holds ptr (its start or inside).
+func (a *Allocator) Lookup(ptr uintptr) (BlockInfo, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b, err := a.lookupLocked(ptr)
+	if err != nil {
+		return BlockInfo{}, err
+	}
+	s := b.seg
+	return BlockInfo{Addr: b.addr, Size: b.size, Requested: b.requested, HeapOff: b.heapOff,
+		Device: a.device, Segment: SegmentInfo{ID: s.id, Addr: s.addr, Size: s.size, HeapOff: s.heapOff},
+		Allocs: a.allocs, Frees: a.frees}, nil
+}
+
+// ExportSegment returns a new descriptor (the caller closes it) for the
+// physical memory of the segment that starts at segAddr.
+func (a *Allocator) ExportSegment(segAddr uintptr) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	seg := a.heap.segmentAt(segAddr)
+	if seg == nil || seg.addr != segAddr {
+		return -1, Errorf(ErrInvalidPointer, "%#x is not the start of a segment on device %d", segAddr, a.device)
+	}
+	return a.be.Export(seg.mem)
+}
+
+// releaseIdle releases every segment with no allocated block, after waiting
+// for all work on the device (DESIGN invariant 4). Which segments go depends
+// only on the allocator's state, never on timing.
+func (a *Allocator) releaseIdle() error {
+	var idle []*segment
+	for _, seg := range a.heap.segments {
+		if seg.nAllocated == 0 {
+			idle = append(idle, seg)
+		}
+	}
+	if len(idle) == 0 {
+		return nil
+	}
+	a.st.numSyncAll++
+	if err := a.be.SynchronizeDevice(a.device); err != nil {
+		return err
+	}
+	for _, seg := range idle {
+		if err := a.releaseSegment(seg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *Allocator) releaseSegment(seg *segment) error {
+	if err := a.be.Unmap(a.device, seg.addr, seg.size); err != nil {
+		return err
+	}
+	if err := a.be.Release(seg.mem); err != nil {
+		return err
+	}
+	seg.pools.pool(seg.small).remove(seg.first)
+	a.dropBlock(seg.first)
+	a.heap.remove(seg.heapOff)
+	a.st.numDeviceFree++
+	a.st.add(statSegment, seg.small, -1)
+	a.st.add(statReservedBytes, seg.small, -int64(seg.size))
+	return nil
+}
+
+// EmptyCache releases every segment that holds no allocated block.
+func (a *Allocator) EmptyCache() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.releaseIdle()
+}
+
+// SetLimit sets the memory limit (0 = none).
+func (a *Allocator) SetLimit(bytes uint64) {
+	a.mu.Lock()
+	a.limit = bytes
+	a.mu.Unlock()
+}
+
+// Limit is the memory limit (0 = none).
+func (a *Allocator) Limit() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.limit
+}
+
+// TotalMemory is the device's physical memory as the backend reported it.
+func (a *Allocator) TotalMemory() uint64 { return a.total }
+
+// Stats returns every statistic, in StatKeys order.
+func (a *Allocator) Stats() []Stat {
+	a.mu.Lock()
+	v := a.st.values(a.limit)
+	a.mu.Unlock()
+	out := make([]Stat, len(v))
+	for i := range v {
+		out[i] = Stat{StatKeys[i], v[i]}
+	}
+	return out
+}
+
+// StatValues writes the statistics' values, in StatKeys order, into dst
+// and returns how many there are in all.
+func (a *Allocator) StatValues(dst []int64) int {
+	a.mu.Lock()
+	v := a.st.values(a.limit)
+	a.mu.Unlock()
+	copy(dst, v)
+	return len(v)
+}
+
+// ResetPeakStats sets every peak to its current value.
+func (a *Allocator) ResetPeakStats() {
+	a.mu.Lock()
+	a.st.resetPeaks()
+	a.mu.Unlock()
+}
+
+// Counters returns the numbers of successful Alloc and Free calls.
+func (a *Allocator) Counters() (allocs, frees uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.allocs, a.frees
+}
+
+// Close releases every segment and the heap, whatever is still allocated.
+// Only for tests and process teardown.
+func (a *Allocator) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.be.SynchronizeDevice(a.device); err != nil {
+		return err
+	}
+	segs := append([]*segment(nil), a.heap.segments...)
+	sort.Slice(segs, func(i, j int) bool { return segs[i].heapOff < segs[j].heapOff })
+	for _, seg := range segs {
+		_ = a.be.Unmap(a.device, seg.addr, seg.size)
+		_ = a.be.Release(seg.mem)
+	}
+	a.heap.segments = nil
+	a.live = map[uintptr]*block{}
+	return a.heap.close()
+}

@@ -1,0 +1,239 @@
+// Package host is the backend on CPU memory: a memfd is physical memory,
+// mmap(PROT_NONE) reserves address space, mmap(MAP_FIXED|MAP_SHARED) maps a
+// memfd into it, and the memfd itself is the shareable handle that travels to
+// other processes. It is the embedded default where no GPU driver loads, and
+// symmetric shared memory for CPU processes in its own right.
+//
+// There are no streams: every operation is complete when it returns, so the
+// stream operations are no-ops or run on the calling thread.
+package host
+
+import (
+	"os"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/libsymmem/libsymmem/core"
+	"golang.org/x/sys/unix"
+)
+
+func init() {
+	core.RegisterBackend("host", 0, func() (core.Backend, error) { return New() })
+}
+
+// Backend is the host backend. It has one device, 0.
+type Backend struct {
+	page  uintptr
+	total uint64
+}
+
+// New opens the host backend.
+func New() (*Backend, error) {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return nil, core.Errorf(core.ErrBackend, "host: sysinfo: %v", err)
+	}
+	return &Backend{page: uintptr(os.Getpagesize()), total: uint64(si.Totalram) * uint64(si.Unit)}, nil
+}
+
+func (b *Backend) Name() string     { return "host" }
+func (b *Backend) DeviceCount() int { return 1 }
+
+func (b *Backend) check(device int) error {
+	if device != 0 {
+		return core.Errorf(core.ErrInvalidDevice, "host: device %d is out of range: the host backend has one device, 0", device)
+	}
+	return nil
+}
+
+// Granularity is the page size.
+func (b *Backend) Granularity(device int) (uintptr, error) { return b.page, b.check(device) }
+
+// MemoryInfo reports the machine's available and total memory.
+func (b *Backend) MemoryInfo(device int) (uint64, uint64, error) {
+	if err := b.check(device); err != nil {
+		return 0, 0, err
+	}
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 0, 0, core.Errorf(core.ErrBackend, "host: sysinfo: %v", err)
+	}
+	return (uint64(si.Freeram) + uint64(si.Bufferram)) * uint64(si.Unit), b.total, nil
+}
+
+func sysErr(call string, err error) error {
+	if err == unix.ENOMEM || err == unix.ENOSPC || err == unix.EFBIG {
+		return core.Errorf(core.ErrOutOfMemory, "host: %s: %v", call, err)
+	}
+	return core.Errorf(core.ErrBackend, "host: %s: %v", call, err)
+}
+
+// Reserve maps size bytes of inaccessible, uncommitted address space.
+func (b *Backend) Reserve(device int, size uintptr) (uintptr, error) {
+	if err := b.check(device); err != nil {
+		return 0, err
+	}
+	p, err := unix.MmapPtr(-1, 0, nil, size, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return 0, sysErr("mmap(PROT_NONE) reserving address space", err)
+	}
+	return uintptr(p), nil
+}
+
+// Unreserve unmaps the range.
+func (b *Backend) Unreserve(device int, addr, size uintptr) error {
+	if err := unix.MunmapPtr(ptrAt(addr), size); err != nil {
+		return sysErr("munmap of a reserved range", err)
+	}
+	return nil
+}
+
+// Create makes a memfd of size bytes and allocates its pages up front
+// (fallocate), so that running out of memory is an error here rather than
+// a SIGBUS at first touch.
+func (b *Backend) Create(device int, size uintptr) (core.Memory, error) {
+	if err := b.check(device); err != nil {
+		return 0, err
+	}
+	if uint64(size) > b.total {
+		return 0, core.Errorf(core.ErrOutOfMemory, "host: %d bytes is more than the machine's %d bytes of memory", size, b.total)
+	}
+	fd, err := unix.MemfdCreate("symmem-segment", unix.MFD_CLOEXEC)
+	if err != nil {
+		return 0, sysErr("memfd_create", err)
+	}
+	if err := unix.Fallocate(fd, 0, 0, int64(size)); err != nil {
+		unix.Close(fd)
+		return 0, sysErr("fallocate of a new segment", err)
+	}
+	return core.Memory(fd), nil
+}
+
+// Release closes the memfd; the pages go when the last mapping goes.
+func (b *Backend) Release(m core.Memory) error {
+	if err := unix.Close(int(m)); err != nil {
+		return sysErr("close of a segment's memfd", err)
+	}
+	return nil
+}
+
+// Map maps the memfd over [addr, addr+size), which must be reserved.
+func (b *Backend) Map(device int, addr, size uintptr, m core.Memory) error {
+	if err := b.check(device); err != nil {
+		return err
+	}
+	_, err := unix.MmapPtr(int(m), 0, ptrAt(addr), size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED)
+	if err != nil {
+		return sysErr("mmap(MAP_FIXED|MAP_SHARED) of a segment", err)
+	}
+	return nil
+}
+
+// Unmap puts an inaccessible reservation back over the range, so that it
+// stays reserved for the heap.
+func (b *Backend) Unmap(device int, addr, size uintptr) error {
+	_, err := unix.MmapPtr(-1, 0, ptrAt(addr), size, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|unix.MAP_FIXED)
+	if err != nil {
+		return sysErr("mmap(PROT_NONE) over an unmapped segment", err)
+	}
+	return nil
+}
+
+// Export duplicates the memfd (close-on-exec); the caller owns the copy.
+func (b *Backend) Export(m core.Memory) (int, error) {
+	fd, err := unix.FcntlInt(uintptr(m), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, sysErr("dup of a segment's memfd", err)
+	}
+	return fd, nil
+}
+
+// Import takes ownership of a peer's memfd.
+func (b *Backend) Import(device int, fd int) (core.Memory, error) {
+	if err := b.check(device); err != nil {
+		unix.Close(fd)
+		return 0, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return 0, sysErr("fstat of an imported descriptor", err)
+	}
+	return core.Memory(fd), nil
+}
+
+func (b *Backend) Synchronize(device int, s core.Stream) error            { return b.check(device) }
+func (b *Backend) SynchronizeDevice(device int) error                     { return b.check(device) }
+func (b *Backend) StreamWait(device int, waiter, other core.Stream) error { return b.check(device) }
+
+// Memset fills the range on the calling thread.
+func (b *Backend) Memset(device int, s core.Stream, addr uintptr, value byte, size uintptr) error {
+	if err := b.check(device); err != nil {
+		return err
+	}
+	buf := unsafe.Slice((*byte)(ptrAt(addr)), size)
+	for i := range buf {
+		buf[i] = value
+	}
+	return nil
+}
+
+// Copy copies on the calling thread.
+func (b *Backend) Copy(device int, s core.Stream, dst, src, size uintptr) error {
+	if err := b.check(device); err != nil {
+		return err
+	}
+	copy(unsafe.Slice((*byte)(ptrAt(dst)), size), unsafe.Slice((*byte)(ptrAt(src)), size))
+	return nil
+}
+
+// WriteValue32 stores v atomically (sequentially consistent).
+func (b *Backend) WriteValue32(device int, s core.Stream, addr uintptr, v uint32) error {
+	if err := b.check(device); err != nil {
+		return err
+	}
+	atomic.StoreUint32((*uint32)(ptrAt(addr)), v)
+	return nil
+}
+
+// WaitValue32 waits on the calling thread until the word equals v: it spins
+// briefly, then yields, then sleeps in growing steps up to 50 µs.
+func (b *Backend) WaitValue32(device int, s core.Stream, addr uintptr, v uint32, timeout time.Duration) error {
+	if err := b.check(device); err != nil {
+		return err
+	}
+	return WaitWord((*uint32)(ptrAt(addr)), func(x uint32) bool { return x == v }, timeout, addr, v)
+}
+
+// WaitWord waits until cond(*word) holds, failing with ErrTimeout after
+// timeout.
+func WaitWord(word *uint32, cond func(uint32) bool, timeout time.Duration, addr uintptr, v uint32) error {
+	deadline := time.Now().Add(timeout)
+	sleep := time.Microsecond
+	for i := 0; ; i++ {
+		if cond(atomic.LoadUint32(word)) {
+			return nil
+		}
+		switch {
+		case i < 200:
+		case i < 400:
+			runtime.Gosched()
+		default:
+			if time.Now().After(deadline) {
+				return core.Errorf(core.ErrTimeout, "host: the word at %#x did not become %d within %v (it holds %d)", addr, v, timeout, atomic.LoadUint32(word))
+			}
+			time.Sleep(sleep)
+			if sleep < 50*time.Microsecond {
+				sleep *= 2
+			}
+		}
+	}
+}
+
+// ptrAt turns an address of memory that Go does not manage (mmap'ed here)
+// into a pointer, without the uintptr-to-Pointer conversion vet rejects.
+func ptrAt(addr uintptr) unsafe.Pointer {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+}

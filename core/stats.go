@@ -1,0 +1,113 @@
+package core
+
+// Statistics, named as torch.cuda.memory_stats names them so that tools and
+// users who know PyTorch's allocator read ours without a dictionary.
+
+// statKind is one family of statistics (allocation counts, bytes, ...).
+type statKind int
+
+const (
+	statAllocation     statKind = iota // allocated blocks (count)
+	statSegment                        // segments (count)
+	statActive                         // active blocks (count); = allocated here
+	statAllocatedBytes                 // bytes of allocated blocks (rounded sizes)
+	statReservedBytes                  // bytes of segments
+	statActiveBytes                    // bytes of active blocks; = allocated here
+	statRequestedBytes                 // bytes asked for by callers
+	numStatKinds
+)
+
+var statKindNames = [numStatKinds]string{
+	"allocation", "segment", "active", "allocated_bytes", "reserved_bytes",
+	"active_bytes", "requested_bytes",
+}
+
+// statPool selects the aggregate ("all") or one of the two pools.
+type statPool int
+
+const (
+	poolAll statPool = iota
+	poolSmall
+	poolLarge
+	numStatPools
+)
+
+var statPoolNames = [numStatPools]string{"all", "small_pool", "large_pool"}
+
+// stat is one counter.
+// Invariant: current == allocated - freed, peak >= current, all >= 0.
+type stat struct {
+	current, peak, allocated, freed int64
+}
+
+func (s *stat) add(n int64) {
+	s.current += n
+	if n > 0 {
+		s.allocated += n
+		if s.current > s.peak {
+			s.peak = s.current
+		}
+	} else {
+		s.freed -= n
+	}
+}
+
+// stats is the allocator's set of counters, guarded by the allocator's lock.
+type stats struct {
+	by             [numStatKinds][numStatPools]stat
+	numAllocRetry  int64 // allocations that freed cached segments and tried again
+	numOOM         int64 // allocations that failed for lack of memory
+	numDeviceAlloc int64 // segments created from the backend
+	numDeviceFree  int64 // segments released to the backend
+	numSyncAll     int64 // device-wide synchronisations before releasing memory
+}
+
+// add changes kind by n in the aggregate and in the pool of the block.
+func (s *stats) add(kind statKind, small bool, n int64) {
+	s.by[kind][poolAll].add(n)
+	if small {
+		s.by[kind][poolSmall].add(n)
+	} else {
+		s.by[kind][poolLarge].add(n)
+	}
+}
+
+func (s *stats) resetPeaks() {
+	for k := range s.by {
+		for p := range s.by[k] {
+			s.by[k][p].peak = s.by[k][p].current
+		}
+	}
+}
+
+// Stat is one named statistic.
+type Stat struct {
+	Key   string
+	Value int64
+}
+
+// StatKeys lists every statistic's key in the order Stats returns them.
+var StatKeys = func() []string {
+	var keys []string
+	for k := statKind(0); k < numStatKinds; k++ {
+		for p := statPool(0); p < numStatPools; p++ {
+			base := statKindNames[k] + "." + statPoolNames[p] + "."
+			keys = append(keys, base+"current", base+"peak", base+"allocated", base+"freed")
+		}
+	}
+	return append(keys, "num_alloc_retries", "num_ooms", "num_device_alloc",
+		"num_device_free", "num_sync_all_streams", "memory_limit")
+}()
+
+// values lists the statistics in StatKeys order.
+func (s *stats) values(limit uint64) []int64 {
+	v := make([]int64, 0, len(StatKeys))
+	for k := range s.by {
+		for p := range s.by[k] {
+			st := s.by[k][p]
+			v = append(v, st.current, st.peak, st.allocated, st.freed)
+		}
+	}
+	return append(v, s.numAllocRetry, s.numOOM, s.numDeviceAlloc, s.numDeviceFree,
+		s.numSyncAll, int64(limit))
+}

@@ -1,0 +1,154 @@
+package core
+
+import "fmt"
+
+// Validate checks every invariant written next to the allocator's data:
+// blocks tile their segments, free neighbours are merged, the free sets hold
+// exactly the free blocks in order, the live map holds exactly the allocated
+// ones, the heap's segments are ordered, disjoint and inside their ranges, and
+// the statistics agree with all of it. It returns an *Error of code
+// ErrInternal that names the first broken invariant.
+func (a *Allocator) Validate() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.validateLocked(); err != nil {
+		return Errorf(ErrInternal, "allocator of device %d: invariant broken: %v", a.device, err)
+	}
+	return nil
+}
+
+func (a *Allocator) validateLocked() error {
+	var (
+		allocated, nAlloc, requested [numStatPools]int64
+		reserved, nSeg               [numStatPools]int64
+		freeBlocks                   = map[*freeSet]int{}
+	)
+	pool := func(small bool) statPool {
+		if small {
+			return poolSmall
+		}
+		return poolLarge
+	}
+	h := &a.heap
+	for i, seg := range h.segments {
+		if i > 0 {
+			prev := h.segments[i-1]
+			if prev.heapOff+uint64(prev.size) > seg.heapOff {
+				return fmt.Errorf("segments at heap offsets %d and %d overlap or are out of order", prev.heapOff, seg.heapOff)
+			}
+		}
+		inRange := false
+		for _, r := range h.ranges {
+			if seg.heapOff >= r.base && seg.heapOff+uint64(seg.size) <= r.base+uint64(r.size) {
+				inRange = seg.addr-r.addr == uintptr(seg.heapOff-r.base)
+			}
+		}
+		if !inRange {
+			return fmt.Errorf("segment %d (%#x, heap offset %d) is not where its range puts it", seg.id, seg.addr, seg.heapOff)
+		}
+		if a.streams[seg.pools.stream] != seg.pools {
+			return fmt.Errorf("segment %d belongs to pools of an unknown stream", seg.id)
+		}
+		set := seg.pools.pool(seg.small)
+		var sum uintptr
+		n := 0
+		var prev *block
+		for b := seg.first; b != nil; b = b.next {
+			if b.seg != seg || b.prev != prev {
+				return fmt.Errorf("block %#x of segment %d has broken links", b.addr, seg.id)
+			}
+			if b.addr != seg.addr+sum || b.heapOff != seg.heapOff+uint64(sum) {
+				return fmt.Errorf("block %#x of segment %d leaves a gap or overlaps (expected %#x)", b.addr, seg.id, seg.addr+sum)
+			}
+			if b.size == 0 || b.size%minBlockSize != 0 {
+				return fmt.Errorf("block %#x has size %d, not a positive multiple of %d", b.addr, b.size, minBlockSize)
+			}
+			if b.allocated {
+				if a.live[b.addr] != b {
+					return fmt.Errorf("allocated block %#x is missing from the live map", b.addr)
+				}
+				if set.contains(b) {
+					return fmt.Errorf("allocated block %#x is in a free set", b.addr)
+				}
+				n++
+				p := pool(seg.small)
+				allocated[p] += int64(b.size)
+				requested[p] += int64(b.requested)
+				nAlloc[p]++
+			} else {
+				if prev != nil && !prev.allocated {
+					return fmt.Errorf("free blocks %#x and %#x are neighbours, not merged", prev.addr, b.addr)
+				}
+				if !set.contains(b) {
+					return fmt.Errorf("free block %#x is missing from its pool", b.addr)
+				}
+				freeBlocks[set]++
+			}
+			sum += b.size
+			prev = b
+		}
+		if sum != seg.size {
+			return fmt.Errorf("blocks of segment %d add up to %d bytes, not %d", seg.id, sum, seg.size)
+		}
+		if n != seg.nAllocated {
+			return fmt.Errorf("segment %d counts %d allocated blocks but holds %d", seg.id, seg.nAllocated, n)
+		}
+		reserved[pool(seg.small)] += int64(seg.size)
+		nSeg[pool(seg.small)]++
+	}
+	for _, sp := range a.order {
+		for _, set := range []*freeSet{&sp.small, &sp.large} {
+			if set.count != freeBlocks[set] {
+				return fmt.Errorf("pool of stream %d holds %d blocks but its segments have %d free", sp.number, set.count, freeBlocks[set])
+			}
+			var last *block
+			var bad error
+			set.walk(func(b *block) bool {
+				switch {
+				case b.allocated:
+					bad = fmt.Errorf("allocated block %#x is in a free set", b.addr)
+				case b.seg.pools != sp || b.seg.pools.pool(b.seg.small) != set:
+					bad = fmt.Errorf("free block %#x is in the wrong pool", b.addr)
+				case last != nil && !lessKey(last.size, last.heapOff, b):
+					bad = fmt.Errorf("free set out of order at %#x", b.addr)
+				case b.left != nil && b.left.prio > b.prio, b.right != nil && b.right.prio > b.prio:
+					bad = fmt.Errorf("free set heap order broken at %#x", b.addr)
+				}
+				last = b
+				return bad == nil
+			})
+			if bad != nil {
+				return bad
+			}
+		}
+	}
+	if len(a.live) != int(nAlloc[poolSmall]+nAlloc[poolLarge]) {
+		return fmt.Errorf("live map has %d entries for %d allocated blocks", len(a.live), nAlloc[poolSmall]+nAlloc[poolLarge])
+	}
+	for _, p := range []statPool{poolSmall, poolLarge} {
+		allocated[poolAll] += allocated[p]
+		requested[poolAll] += requested[p]
+		nAlloc[poolAll] += nAlloc[p]
+		reserved[poolAll] += reserved[p]
+		nSeg[poolAll] += nSeg[p]
+	}
+	for p := statPool(0); p < numStatPools; p++ {
+		checks := []struct {
+			kind statKind
+			want int64
+		}{
+			{statAllocation, nAlloc[p]}, {statActive, nAlloc[p]},
+			{statAllocatedBytes, allocated[p]}, {statActiveBytes, allocated[p]},
+			{statRequestedBytes, requested[p]}, {statSegment, nSeg[p]},
+			{statReservedBytes, reserved[p]},
+		}
+		for _, c := range checks {
+			s := a.st.by[c.kind][p]
+			if s.current != c.want || s.current != s.allocated-s.freed || s.peak < s.current {
+				return fmt.Errorf("statistic %s.%s: current %d, allocated %d, freed %d, peak %d; the blocks say %d",
+					statKindNames[c.kind], statPoolNames[p], s.current, s.allocated, s.freed, s.peak, c.want)
+			}
+		}
+	}
+	return nil
+}

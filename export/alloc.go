@@ -1,0 +1,200 @@
+package main
+
+/*
+#include "internal.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/libsymmem/libsymmem/core"
+)
+
+func streamOf(s *C.struct_CUstream_st) core.Stream { return core.Stream(uintptr(unsafe.Pointer(s))) }
+
+//export symmem_alloc
+func symmem_alloc(size C.size_t, device C.int, stream *C.struct_CUstream_st) unsafe.Pointer {
+	a, err := allocatorFor(device)
+	if err == nil {
+		var p uintptr
+		if p, err = a.Alloc(uintptr(size), streamOf(stream)); err == nil {
+			return ptrAt(p)
+		}
+	}
+	setLastError(fmt.Sprintf("symmem_alloc(size=%d, device=%d)", uint64(size), int(device)), err)
+	return nil
+}
+
+//export symmem_free
+func symmem_free(ptr unsafe.Pointer, size C.size_t, device C.int, stream *C.struct_CUstream_st) {
+	if ptr == nil {
+		return
+	}
+	a, err := allocatorFor(device)
+	if err == nil {
+		if err = a.Free(uintptr(ptr), uintptr(size), streamOf(stream)); err == nil {
+			return
+		}
+	}
+	call := fmt.Sprintf("symmem_free(ptr=%p, size=%d, device=%d)", ptr, uint64(size), int(device))
+	setLastError(call, err)
+	if strict && core.CodeOf(err) == core.ErrInvalidPointer {
+		msg := call + ": " + err.Error()
+		C.symmemi_abort(cstr(msg), C.size_t(len(msg)))
+	}
+}
+
+//export symmem_record_stream
+func symmem_record_stream(ptr unsafe.Pointer, stream *C.struct_CUstream_st) {
+	rt, err := runtimeOrError()
+	if err == nil {
+		var a *core.Allocator
+		if _, a, err = rt.Lookup(uintptr(ptr)); err == nil {
+			err = a.RecordStream(uintptr(ptr), streamOf(stream))
+		}
+	}
+	setLastError(fmt.Sprintf("symmem_record_stream(ptr=%p)", ptr), err)
+}
+
+//export symmem_init
+func symmem_init(deviceCount C.int) {
+	_, err := runtimeOrError()
+	setLastError("symmem_init", err)
+}
+
+//export symmem_reset
+func symmem_reset() { symmem_empty_cache(-1) }
+
+//export symmem_memory_fraction
+func symmem_memory_fraction(fraction C.double, device C.int) {
+	call := fmt.Sprintf("symmem_memory_fraction(fraction=%g, device=%d)", float64(fraction), int(device))
+	a, err := allocatorFor(device)
+	if err != nil {
+		setLastError(call, err)
+		return
+	}
+	f := float64(fraction)
+	if math.IsNaN(f) || f <= 0 || f > 1 {
+		setLastError(call, core.Errorf(core.ErrInvalidArgument, "the fraction must be in (0, 1]"))
+		return
+	}
+	a.SetLimit(uint64(f * float64(a.TotalMemory())))
+}
+
+//export symmem_empty_cache
+func symmem_empty_cache(device C.int) C.int {
+	call := describeDevice("symmem_empty_cache", device)
+	if device == -1 {
+		rt, err := runtimeOrError()
+		if err != nil {
+			return setLastError(call, err)
+		}
+		for _, a := range rt.Allocators() {
+			if err := a.EmptyCache(); err != nil {
+				return setLastError(call, err)
+			}
+		}
+		return 0
+	}
+	a, err := allocatorFor(device)
+	if err == nil {
+		err = a.EmptyCache()
+	}
+	return setLastError(call, err)
+}
+
+//export symmem_set_memory_limit
+func symmem_set_memory_limit(device C.int, bytes C.size_t) C.int {
+	a, err := allocatorFor(device)
+	if err == nil {
+		a.SetLimit(uint64(bytes))
+	}
+	return setLastError(describeDevice("symmem_set_memory_limit", device), err)
+}
+
+//export symmem_get_memory_limit
+func symmem_get_memory_limit(device C.int, bytes *C.size_t) C.int {
+	call := describeDevice("symmem_get_memory_limit", device)
+	if bytes == nil {
+		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "bytes is NULL"))
+	}
+	a, err := allocatorFor(device)
+	if err == nil {
+		*bytes = C.size_t(a.Limit())
+	}
+	return setLastError(call, err)
+}
+
+// statKeys are the statistics' keys as C strings, made once.
+var statKeys = func() []*C.char {
+	keys := make([]*C.char, len(core.StatKeys))
+	for i, k := range core.StatKeys {
+		keys[i] = C.CString(k)
+	}
+	return keys
+}()
+
+//export symmem_stats
+func symmem_stats(device C.int, out *C.symmem_stat, capacity C.size_t) C.size_t {
+	a, err := allocatorFor(device)
+	if err != nil {
+		setLastError(describeDevice("symmem_stats", device), err)
+		return 0
+	}
+	var values [128]int64
+	n := a.StatValues(values[:])
+	if out != nil && capacity > 0 {
+		dst := unsafe.Slice(out, int(min(capacity, C.size_t(n))))
+		for i := range dst {
+			dst[i].key = statKeys[i]
+			dst[i].value = C.int64_t(values[i])
+		}
+	}
+	return C.size_t(n)
+}
+
+//export symmem_reset_peak_stats
+func symmem_reset_peak_stats(device C.int) C.int {
+	a, err := allocatorFor(device)
+	if err == nil {
+		a.ResetPeakStats()
+	}
+	return setLastError(describeDevice("symmem_reset_peak_stats", device), err)
+}
+
+//export symmem_pointer_get_info
+func symmem_pointer_get_info(ptr unsafe.Pointer, info *C.symmem_pointer_info) C.int {
+	call := fmt.Sprintf("symmem_pointer_get_info(ptr=%p)", ptr)
+	if info == nil {
+		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "info is NULL"))
+	}
+	rt, err := runtimeOrError()
+	if err != nil {
+		return setLastError(call, err)
+	}
+	b, _, err := rt.Lookup(uintptr(ptr))
+	if err != nil {
+		return setLastError(call, err)
+	}
+	*info = C.symmem_pointer_info{
+		block:          ptrAt(b.Addr),
+		block_size:     C.size_t(b.Size),
+		requested_size: C.size_t(b.Requested),
+		offset:         C.size_t(uintptr(ptr) - b.Addr),
+		heap_offset:    C.uint64_t(b.HeapOff),
+		device:         C.int(b.Device),
+	}
+	return 0
+}
+
+//export symmem_validate
+func symmem_validate(device C.int) C.int {
+	a, err := allocatorFor(device)
+	if err == nil {
+		err = a.Validate()
+	}
+	return setLastError(describeDevice("symmem_validate", device), err)
+}
