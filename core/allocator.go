@@ -109,7 +109,7 @@ type Allocator struct {
 	heap   heap
 
 	// live maps the address of every allocated block to it.
-	live map[uintptr]*block
+	live blockTable
 	// streams maps a stream to its pools; order lists them by first use.
 	streams map[Stream]*streamPools
 	order   []*streamPools
@@ -142,7 +142,6 @@ func NewAllocator(be Backend, device int) (*Allocator, error) {
 		device:  device,
 		gran:    gran,
 		total:   total,
-		live:    make(map[uintptr]*block),
 		streams: make(map[Stream]*streamPools),
 	}
 	a.heap.init(be, device, gran, total)
@@ -256,12 +255,10 @@ func (a *Allocator) Alloc(size uintptr, s Stream) (uintptr, error) {
 	b.allocated = true
 	b.requested = size
 	b.seg.nAllocated++
-	a.live[b.addr] = b
+	a.live.put(b.addr, b)
 	a.allocs++
 	a.st.add(statAllocation, small, 1)
-	a.st.add(statActive, small, 1)
 	a.st.add(statAllocatedBytes, small, int64(b.size))
-	a.st.add(statActiveBytes, small, int64(b.size))
 	a.st.add(statRequestedBytes, small, int64(size))
 	return b.addr, nil
 }
@@ -329,7 +326,7 @@ func (a *Allocator) newSegment(size uintptr, sp *streamPools, small bool, reques
 func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	b := a.live[ptr]
+	b := a.live.get(ptr)
 	if b == nil {
 		return a.explainForeign(ptr)
 	}
@@ -344,12 +341,10 @@ func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
 		}
 	}
 	small := seg.small
-	delete(a.live, ptr)
+	a.live.delete(ptr)
 	a.frees++
 	a.st.add(statAllocation, small, -1)
-	a.st.add(statActive, small, -1)
 	a.st.add(statAllocatedBytes, small, -int64(b.size))
-	a.st.add(statActiveBytes, small, -int64(b.size))
 	a.st.add(statRequestedBytes, small, -int64(b.requested))
 	b.allocated = false
 	b.requested = 0
@@ -436,7 +431,7 @@ type BlockInfo struct {
 }
 
 func (a *Allocator) lookupLocked(ptr uintptr) (*block, error) {
-	if b := a.live[ptr]; b != nil {
+	if b := a.live.get(ptr); b != nil {
 		return b, nil
 	}
 	if seg := a.heap.segmentAt(ptr); seg != nil {
@@ -591,6 +586,6 @@ func (a *Allocator) Close() error {
 		_ = a.be.Release(seg.mem)
 	}
 	a.heap.segments = nil
-	a.live = map[uintptr]*block{}
+	a.live = blockTable{}
 	return a.heap.close()
 }

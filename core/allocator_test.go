@@ -418,3 +418,28 @@ func FuzzAllocFree(f *testing.F) {
 		}
 	})
 }
+
+func TestBlockTableAgainstMap(t *testing.T) {
+	r := rand.New(rand.NewSource(3))
+	var tab core.BlockTableForTest
+	ref := map[uintptr]int{}
+	for i := 0; i < 200000; i++ {
+		addr := uintptr(r.Intn(5000)+1) * 512
+		switch r.Intn(3) {
+		case 0, 1:
+			tab.Put(addr, i)
+			ref[addr] = i
+		default:
+			tab.Delete(addr)
+			delete(ref, addr)
+		}
+		if i%1000 == 0 {
+			require.Equal(t, len(ref), tab.Len())
+			for a, v := range ref {
+				got, ok := tab.Get(a)
+				require.True(t, ok)
+				require.Equal(t, v, got)
+			}
+		}
+	}
+}

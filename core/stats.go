@@ -9,10 +9,10 @@ type statKind int
 const (
 	statAllocation     statKind = iota // allocated blocks (count)
 	statSegment                        // segments (count)
-	statActive                         // active blocks (count); = allocated here
+	statActive                         // active blocks (count): derived, = allocation
 	statAllocatedBytes                 // bytes of allocated blocks (rounded sizes)
 	statReservedBytes                  // bytes of segments
-	statActiveBytes                    // bytes of active blocks; = allocated here
+	statActiveBytes                    // bytes of active blocks: derived, = allocated_bytes
 	statRequestedBytes                 // bytes asked for by callers
 	numStatKinds
 )
@@ -102,9 +102,14 @@ var StatKeys = func() []string {
 // values lists the statistics in StatKeys order.
 func (s *stats) values(limit uint64) []int64 {
 	v := make([]int64, 0, len(StatKeys))
-	for k := range s.by {
-		for p := range s.by[k] {
-			st := s.by[k][p]
+	// Every block that is allocated is active here (no block waits on
+	// events), so the active statistics are the allocated ones, not kept twice.
+	by := s.by
+	by[statActive] = by[statAllocation]
+	by[statActiveBytes] = by[statAllocatedBytes]
+	for k := range by {
+		for p := range by[k] {
+			st := by[k][p]
 			v = append(v, st.current, st.peak, st.allocated, st.freed)
 		}
 	}

@@ -64,7 +64,7 @@ func (a *Allocator) validateLocked() error {
 				return fmt.Errorf("block %#x has size %d, not a positive multiple of %d", b.addr, b.size, minBlockSize)
 			}
 			if b.allocated {
-				if a.live[b.addr] != b {
+				if a.live.get(b.addr) != b {
 					return fmt.Errorf("allocated block %#x is missing from the live map", b.addr)
 				}
 				if set.contains(b) {
@@ -122,8 +122,8 @@ func (a *Allocator) validateLocked() error {
 			}
 		}
 	}
-	if len(a.live) != int(nAlloc[poolSmall]+nAlloc[poolLarge]) {
-		return fmt.Errorf("live map has %d entries for %d allocated blocks", len(a.live), nAlloc[poolSmall]+nAlloc[poolLarge])
+	if a.live.len() != int(nAlloc[poolSmall]+nAlloc[poolLarge]) {
+		return fmt.Errorf("live map has %d entries for %d allocated blocks", a.live.len(), nAlloc[poolSmall]+nAlloc[poolLarge])
 	}
 	for _, p := range []statPool{poolSmall, poolLarge} {
 		allocated[poolAll] += allocated[p]
@@ -137,8 +137,7 @@ func (a *Allocator) validateLocked() error {
 			kind statKind
 			want int64
 		}{
-			{statAllocation, nAlloc[p]}, {statActive, nAlloc[p]},
-			{statAllocatedBytes, allocated[p]}, {statActiveBytes, allocated[p]},
+			{statAllocation, nAlloc[p]}, {statAllocatedBytes, allocated[p]},
 			{statRequestedBytes, requested[p]}, {statSegment, nSeg[p]},
 			{statReservedBytes, reserved[p]},
 		}
