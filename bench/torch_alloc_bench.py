@@ -1,0 +1,231 @@
+"""Per-call cost of torch.empty + del under four allocators, and a small
+transformer's training speed and peak memory, native vs libsymmem.
+
+Run on a GPU machine (see README, "Measured"):
+    python3 bench/torch_alloc_bench.py --reps 5 --out bench-results
+
+Allocators compared, each in a fresh process (the global allocator can only
+be chosen before CUDA starts), interleaved rep by rep, medians reported:
+  native      PyTorch's own CUDACachingAllocator
+  symmem      libsymmem as the global allocator (change_current_allocator)
+  symmem_pool libsymmem inside torch.cuda.MemPool (PyTorch caches on top)
+  passthrough a pluggable allocator that calls cudaMalloc/cudaFree each time
+              (shared/baselines/trivial_alloc.cu, built with nvcc)
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIZES = (4096, 1 << 20, 64 << 20)
+MODES = ("native", "symmem", "symmem_pool", "passthrough")
+
+
+def lib_path():
+    return os.environ.get("SYMMEM_LIBRARY", os.path.join(ROOT, "build", "libsymmem.so"))
+
+
+def setup(mode):
+    """Installs the allocator of mode; returns a context manager for the loop."""
+    import contextlib
+    import torch
+    if mode == "native":
+        return contextlib.nullcontext()
+    if mode == "passthrough":
+        so = os.environ.get("TRIVIAL_ALLOC_SO", "/tmp/baselines/trivial_alloc.so")
+        alloc = torch.cuda.memory.CUDAPluggableAllocator(so, "raw_alloc", "raw_free")
+        torch.cuda.memory.change_current_allocator(alloc)
+        return contextlib.nullcontext()
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import symmem.torch as st
+    if mode == "symmem":
+        st.use_as_global_allocator()
+        return contextlib.nullcontext()
+    pool = st.mem_pool()
+    setup.pool = pool  # keep it alive
+    return torch.cuda.use_mem_pool(pool)
+
+
+def loop(size, n):
+    import torch
+    for _ in range(n):
+        t = torch.empty(size, dtype=torch.uint8, device="cuda")
+        del t
+
+
+def alloc_child(mode, threads):
+    import torch
+    ctx = setup(mode)
+    torch.cuda.init()
+    out = {}
+    with ctx:
+        for size in SIZES:
+            n = 20000 if size < (64 << 20) else 4000
+            if mode == "passthrough":
+                n = min(n, 1500)
+            loop(size, 200)  # warm the cache
+            torch.cuda.synchronize()
+            if threads == 1:
+                t0 = time.perf_counter()
+                loop(size, n)
+                torch.cuda.synchronize()
+                us = (time.perf_counter() - t0) / n * 1e6
+            else:
+                # Each thread runs n/threads calls; per-call time as seen by one
+                # thread (wall time / its calls), as the baselines measure it.
+                per = max(n // threads, 100)
+                barrier = threading.Barrier(threads + 1)
+
+                def work():
+                    barrier.wait()
+                    loop(size, per)
+
+                ts = [threading.Thread(target=work) for _ in range(threads)]
+                for t in ts:
+                    t.start()
+                barrier.wait()
+                t0 = time.perf_counter()
+                for t in ts:
+                    t.join()
+                torch.cuda.synchronize()
+                us = (time.perf_counter() - t0) / per * 1e6
+            out[str(size)] = us
+    print(json.dumps({"mode": mode, "threads": threads, "us": out}), flush=True)
+
+
+def train_child(mode, steps):
+    import torch
+    import torch.nn as nn
+    ctx = setup(mode)
+    torch.manual_seed(0)
+    with ctx:
+        model = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(d_model=512, nhead=8, dim_feedforward=2048, batch_first=True),
+            num_layers=6).cuda()
+        head = nn.Linear(512, 1000).cuda()
+        opt = torch.optim.AdamW(list(model.parameters()) + list(head.parameters()), lr=1e-4)
+        x = torch.randn(32, 256, 512, device="cuda")
+        y = torch.randint(0, 1000, (32, 256), device="cuda")
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.cross_entropy(head(model(x)).flatten(0, 1), y.flatten())
+            loss.backward()
+            opt.step()
+            return loss
+
+        for _ in range(10):
+            step()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        sps = steps / (time.perf_counter() - t0)
+    if mode == "native":
+        peak = torch.cuda.max_memory_reserved()
+    else:
+        import symmem
+        peak = symmem.memory_stats(0)["reserved_bytes.all.peak"]
+    print(json.dumps({"mode": mode, "steps_per_s": sps, "peak_reserved": peak}), flush=True)
+
+
+def run_child(args):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    r = subprocess.run([sys.executable, os.path.abspath(__file__)] + args, capture_output=True, text=True,
+                       timeout=600, env=env)
+    lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
+    if r.returncode != 0 or not lines:
+        raise RuntimeError(f"child {args} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--train-steps", type=int, default=60)
+    ap.add_argument("--train-reps", type=int, default=3)
+    ap.add_argument("--out", default="bench-results")
+    ap.add_argument("--child", nargs="*")
+    a = ap.parse_args()
+    if a.child:
+        kind, mode, arg = a.child
+        (alloc_child if kind == "alloc" else train_child)(mode, int(arg))
+        return
+    import torch
+    os.makedirs(a.out, exist_ok=True)
+    device = torch.cuda.get_device_name(0)
+    results = {}
+    for rep in range(a.reps):
+        for threads in (1, 8):
+            for mode in MODES:
+                r = run_child(["--child", "alloc", mode, str(threads)])
+                for size, us in r["us"].items():
+                    results.setdefault((mode, threads, int(size)), []).append(us)
+        print(f"rep {rep + 1}/{a.reps} done", file=sys.stderr, flush=True)
+    train = {}
+    for rep in range(a.train_reps):
+        for mode in ("native", "symmem"):
+            train.setdefault(mode, []).append(run_child(["--child", "train", mode, str(a.train_steps)]))
+    med = {k: statistics.median(v) for k, v in results.items()}
+    lines = [f"Device: {device}; torch {torch.__version__}; medians of {a.reps} interleaved runs, µs per torch.empty+del", ""]
+    lines.append("| allocator | threads | " + " | ".join(f"{s // 1024} KiB" if s < (1 << 20) else f"{s >> 20} MiB" for s in SIZES) + " |")
+    lines.append("|---|---|" + "---|" * len(SIZES))
+    for threads in (1, 8):
+        for mode in MODES:
+            lines.append(f"| {mode} | {threads} | " + " | ".join(f"{med[(mode, threads, s)]:.2f}" for s in SIZES) + " |")
+    lines.append("")
+    lines.append("Ratios (1 thread): symmem / native = " + ", ".join(
+        f"{med[('symmem', 1, s)] / med[('native', 1, s)]:.2f}" for s in SIZES) +
+        "; passthrough / symmem = " + ", ".join(f"{med[('passthrough', 1, s)] / med[('symmem', 1, s)]:.0f}x" for s in SIZES))
+    lines.append("")
+    lines.append(f"Training (TransformerEncoder 6x512, batch 32x256, AdamW, {a.train_steps} steps, medians of {a.train_reps}):")
+    lines.append("")
+    lines.append("| allocator | steps/s | peak reserved (MiB) |")
+    lines.append("|---|---|---|")
+    tmed = {}
+    for mode, rs in train.items():
+        sps = statistics.median(r["steps_per_s"] for r in rs)
+        peak = statistics.median(r["peak_reserved"] for r in rs)
+        tmed[mode] = (sps, peak)
+        lines.append(f"| {mode} | {sps:.2f} | {peak / 2**20:.0f} |")
+    lines.append("")
+    lines.append(f"symmem / native: throughput {tmed['symmem'][0] / tmed['native'][0]:.3f}x, "
+                 f"peak reserved {tmed['symmem'][1] / tmed['native'][1]:.3f}x")
+    text = "\n".join(lines)
+    print(text)
+    with open(os.path.join(a.out, "torch_alloc.md"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(a.out, "torch_alloc.json"), "w") as f:
+        json.dump({"device": device, "alloc": {f"{m}/{t}/{s}": v for (m, t, s), v in results.items()},
+                   "train": train}, f)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+        for ax, threads in zip(axes, (1, 8)):
+            width = 0.2
+            for i, mode in enumerate(MODES):
+                xs = [j + (i - 1.5) * width for j in range(len(SIZES))]
+                ax.bar(xs, [med[(mode, threads, s)] for s in SIZES], width, label=mode)
+            ax.set_xticks(range(len(SIZES)))
+            ax.set_xticklabels(["4 KiB", "1 MiB", "64 MiB"])
+            ax.set_yscale("log")
+            ax.set_title(f"{threads} thread(s)")
+            ax.set_ylabel("µs per torch.empty + del (log)")
+        axes[0].legend()
+        fig.suptitle(f"Per-call allocation time on {device}")
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.out, "torch_alloc.png"), dpi=110)
+    except Exception as e:  # the table is the result; the plot is a view of it
+        print(f"plot skipped: {e}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
