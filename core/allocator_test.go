@@ -2,6 +2,8 @@ package core_test
 
 import (
 	"math/rand"
+	"os"
+	"runtime"
 	"sync"
 	"testing"
 	"unsafe"
@@ -11,12 +13,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// testBackend is the backend the tests run on: the one SYMMEM_BACKEND
+// selects (auto: cuda where a GPU is, host otherwise). With
+// SYMMEM_REQUIRE_GPU=1 anything but cuda fails the test.
+func testBackend(t testing.TB) core.Backend {
+	t.Helper()
+	be, notes, err := core.BackendFromEnv()
+	require.NoError(t, err)
+	if os.Getenv("SYMMEM_REQUIRE_GPU") == "1" && be.Name() != "cuda" {
+		t.Fatalf("SYMMEM_REQUIRE_GPU=1 but the %s backend was chosen: %v", be.Name(), notes)
+	}
+	return be
+}
+
 func newAllocator(t testing.TB, be core.Backend) *core.Allocator {
 	t.Helper()
 	if be == nil {
-		hb, err := host.New()
-		require.NoError(t, err)
-		be = hb
+		be = testBackend(t)
 	}
 	a, err := core.NewAllocator(be, 0)
 	require.NoError(t, err)
@@ -35,8 +48,19 @@ func stat(t testing.TB, a *core.Allocator, key string) int64 {
 	return 0
 }
 
-func bytesAt(addr, n uintptr) []byte {
-	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr))), n)
+// poke and peek write and read n bytes of a block through the backend, so
+// that the same checks run on device memory.
+func poke(t testing.TB, a *core.Allocator, p uintptr, v byte, n uintptr) {
+	t.Helper()
+	require.NoError(t, a.Backend().Memset(a.Device(), 0, p, v, n))
+}
+
+func peek(t testing.TB, a *core.Allocator, p uintptr, n uintptr) []byte {
+	t.Helper()
+	buf := make([]byte, n)
+	require.NoError(t, a.Backend().Copy(a.Device(), 0, uintptr(unsafe.Pointer(&buf[0])), p, n))
+	runtime.KeepAlive(buf)
+	return buf
 }
 
 func TestAllocFreeRoundTrip(t *testing.T) {
@@ -44,10 +68,8 @@ func TestAllocFreeRoundTrip(t *testing.T) {
 	p, err := a.Alloc(1000, 0)
 	require.NoError(t, err)
 	require.Zero(t, p%512, "blocks are 512-byte aligned")
-	buf := bytesAt(p, 1000)
-	for i := range buf {
-		buf[i] = byte(i)
-	}
+	poke(t, a, p, 0x5a, 1000)
+	require.Equal(t, byte(0x5a), peek(t, a, p, 1000)[999])
 	require.EqualValues(t, 1024, stat(t, a, "allocated_bytes.all.current"))
 	require.EqualValues(t, 1000, stat(t, a, "requested_bytes.all.current"))
 	require.EqualValues(t, 2<<20, stat(t, a, "reserved_bytes.small_pool.current"))
@@ -254,7 +276,8 @@ func TestEmptyCacheReleasesIdleSegments(t *testing.T) {
 	require.NoError(t, a.EmptyCache())
 	require.EqualValues(t, 2<<20, stat(t, a, "reserved_bytes.all.current"))
 	require.EqualValues(t, 1, stat(t, a, "num_device_free"))
-	bytesAt(keep, 4096)[4095] = 7 // still mapped
+	poke(t, a, keep, 7, 4096) // still mapped
+	require.Equal(t, byte(7), peek(t, a, keep, 4096)[4095])
 	require.NoError(t, a.Free(keep, 0, 0))
 	require.NoError(t, a.EmptyCache())
 	require.EqualValues(t, 0, stat(t, a, "reserved_bytes.all.current"))
@@ -354,13 +377,16 @@ func TestConcurrentAllocFree(t *testing.T) {
 						t.Error(err)
 						return
 					}
-					b := bytesAt(p, 8)
-					b[0] = byte(g)
+					if err := a.Backend().Memset(a.Device(), 0, p, byte(g), 1); err != nil {
+						t.Error(err)
+						return
+					}
 					live = append(live, p)
 				} else {
 					k := r.Intn(len(live))
-					if bytesAt(live[k], 1)[0] != byte(g) {
-						t.Errorf("goroutine %d: block %#x was overwritten", g, live[k])
+					got := make([]byte, 1) // on the heap: the backend gets its address
+					if err := a.Backend().Copy(a.Device(), 0, uintptr(unsafe.Pointer(&got[0])), live[k], 1); err != nil || got[0] != byte(g) {
+						t.Errorf("goroutine %d: block %#x was overwritten (%d, %v)", g, live[k], got[0], err)
 					}
 					if err := a.Free(live[k], 0, 0); err != nil {
 						t.Error(err)
