@@ -67,3 +67,12 @@ install: $(LIB)
 
 clean:
 	rm -rf $(BUILD)
+
+# What the GPU machine (which has no Go) needs: the library and the Go test
+# binaries, built here and carried in build/ (see scripts/gpu_suite.sh).
+GO_TEST_PKGS := ./core ./core/host ./core/ipc ./core/symm ./cuda
+gpu-artifacts: $(LIB)
+	@mkdir -p $(BUILD)/gotests
+	@for p in $(GO_TEST_PKGS); do \
+	  n=$$(echo $$p | sed 's|^\./||; s|/|_|g'); \
+	  $(GO) test -race -c -o $(BUILD)/gotests/$$n.test $$p || exit 1; done

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The GPU suite, run on a machine with NVIDIA GPUs, CUDA, gcc and PyTorch but
+# no Go: the library and the Go test binaries are built beforehand on a
+# machine with Go (`make gpu-artifacts`) and carried in build/.
+#
+#   bash scripts/gpu_suite.sh [tests|bench|all]     (logs go to ${OUT:-/tmp/symmem-gpu})
+#
+# Every suite runs with SYMMEM_REQUIRE_GPU=1: a test that would skip for want
+# of a GPU fails instead. NVLink multicast stays off everywhere.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-all}
+out=${OUT:-/tmp/symmem-gpu}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export SYMMEM_REQUIRE_GPU=1 PYTHONUNBUFFERED=1
+export SYMMEM_LIBRARY=$PWD/build/libsymmem.so
+status=0
+step() { # step NAME COMMAND...: runs a command, logs it, remembers failure
+  local name=$1; shift
+  echo "=== $name: $*"
+  local t0=$SECONDS
+  if "$@" >"$out/$name.log" 2>&1; then echo "--- $name ok ($((SECONDS - t0)) s)"; else
+    echo "--- $name FAILED ($((SECONDS - t0)) s); last lines:"; status=1; fi
+  tail -n 25 "$out/$name.log"
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+nvidia-smi topo -m 2>/dev/null | head -5
+echo "libsymmem links: $(ldd build/libsymmem.so | awk '{print $1}' | tr '\n' ' ')"
+if ldd build/libsymmem.so | grep -Eq 'libcuda|libcudart'; then echo "FAIL: libsymmem links CUDA"; status=1; fi
+
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  step abi bash cuda/abicheck/run.sh
+  for t in build/gotests/*.test; do
+    [ -x "$t" ] || continue
+    step "go-$(basename "$t" .test)" "$t" -test.count=1 -test.timeout=300s
+  done
+  mkdir -p build/tests-gpu
+  ctests_ok=1
+  for src in tests/c/test_*.c; do
+    n=$(basename "$src" .c)
+    gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fsanitize=address -fno-omit-frame-pointer -Iinclude \
+      -o "build/tests-gpu/$n" "$src" -Lbuild -lsymmem -Wl,-rpath,"$PWD/build" -pthread || ctests_ok=0
+  done
+  [ $ctests_ok = 1 ] || { echo "C tests failed to build"; status=1; }
+  for t in build/tests-gpu/test_*; do
+    step "c-$(basename "$t")" bash -c "[ -f tests/c/env.sh ] && . tests/c/env.sh; $t"
+  done
+  step python python3 -m pytest -q -ra python/tests
+fi
+
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  if [ -d .baselines ]; then
+    mkdir -p /tmp/baselines
+    nvcc -O2 -shared -Xcompiler -fPIC -o /tmp/baselines/trivial_alloc.so .baselines/trivial_alloc.cu
+  fi
+  step bench-torch-alloc python3 bench/torch_alloc_bench.py --reps 5 --out "$out"
+  [ -f bench/symm_bench.py ] && step bench-symm python3 bench/symm_bench.py --out "$out"
+fi
+echo "suite status: $status"
+exit $status
