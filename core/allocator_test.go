@@ -10,6 +10,7 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/host"
+	_ "github.com/libsymmem/libsymmem/cuda" // so that auto selection can pick it on a GPU machine
 	"github.com/stretchr/testify/require"
 )
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	_ "github.com/libsymmem/libsymmem/core/host"
+	_ "github.com/libsymmem/libsymmem/cuda"
 )
 
 func main() {}

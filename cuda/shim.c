@@ -1,0 +1,389 @@
+/*
+ * shim.c - loads libcuda with dlopen and calls it through a table of function
+ * pointers. See shim.h for the rules every trampoline follows.
+ */
+#include "shim.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The published table and the library it came from. Written only by
+ * smcu_load under the Go side's lock, before any trampoline can run. */
+static smcu_table smcu;
+static void *smcu_handle;
+
+#define SMCU_STATUS(r, name) ((smcu_status){(int)(r), (name)})
+#define SMCU_OK SMCU_STATUS(SM_CUDA_SUCCESS, NULL)
+
+/* ---- loading ------------------------------------------------------------- */
+
+static void *smcu_sym(void *h, const char *name) {
+  (void)dlerror();
+  return dlsym(h, name);
+}
+
+int smcu_load(const char *path, char *err, size_t errlen) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    const char *e = dlerror();
+    snprintf(err, errlen, "%s", e != NULL ? e : "dlopen failed");
+    return SMCU_LOAD_DLOPEN;
+  }
+  if (smcu_handle != NULL) {
+    /* dlopen of a library already loaded returns the same handle and bumps
+     * its reference count; drop the extra reference either way. */
+    int same = h == smcu_handle;
+    dlclose(h);
+    if (same)
+      return SMCU_LOAD_OK;
+    snprintf(err, errlen, "a different CUDA driver library is already loaded in this process");
+    return SMCU_LOAD_OTHER;
+  }
+
+  smcu_table t;
+  memset(&t, 0, sizeof t);
+  /* memcpy rather than a cast: ISO C has no conversion from void * to a
+   * function pointer, POSIX guarantees that the bits are one. */
+#define SMCU_SET(field, name)                                                              \
+  do {                                                                                     \
+    void *p_ = smcu_sym(h, (name));                                                        \
+    memcpy(&t.field, &p_, sizeof p_);                                                      \
+  } while (0);
+#define SMCU_RESOLVE(api, symbol, params) SMCU_SET(symbol, #symbol)
+  SM_CU_FUNCTIONS(SMCU_RESOLVE, SM_CU_PREFIXED)
+#undef SMCU_RESOLVE
+
+  /* Older drivers export only the unversioned names (same signatures). */
+  if (t.cuDeviceGetUuid_v2 == NULL)
+    SMCU_SET(cuDeviceGetUuid_v2, "cuDeviceGetUuid")
+  if (t.cuStreamWriteValue32_v2 == NULL)
+    SMCU_SET(cuStreamWriteValue32_v2, "cuStreamWriteValue32")
+  if (t.cuStreamWaitValue32_v2 == NULL)
+    SMCU_SET(cuStreamWaitValue32_v2, "cuStreamWaitValue32")
+#undef SMCU_SET
+
+#define SMCU_REQUIRE(api, symbol, params)                                                   \
+  if (t.symbol == NULL) {                                                                  \
+    snprintf(err, errlen, "%s", #symbol);                                                  \
+    dlclose(h);                                                                            \
+    return SMCU_LOAD_SYMBOL;                                                               \
+  }
+  SM_CU_FUNCTIONS(SMCU_REQUIRE, SM_CU_PREFIXED)
+#undef SMCU_REQUIRE
+
+  smcu = t;
+  smcu_handle = h;
+  return SMCU_LOAD_OK;
+}
+
+const char *smcu_error_name(int res) {
+  const char *s = NULL;
+  if (smcu.cuGetErrorName == NULL || smcu.cuGetErrorName((sm_CUresult)res, &s) != SM_CUDA_SUCCESS)
+    return NULL;
+  return s;
+}
+
+const char *smcu_error_string(int res) {
+  const char *s = NULL;
+  if (smcu.cuGetErrorString == NULL ||
+      smcu.cuGetErrorString((sm_CUresult)res, &s) != SM_CUDA_SUCCESS)
+    return NULL;
+  return s;
+}
+
+/* ---- context scope --------------------------------------------------------
+ * Makes ctx current on the calling OS thread unless cuCtxGetCurrent says it
+ * already is, and remembers what to put back. Restoring matters: the CUDA
+ * runtime takes the thread's current context as its current device, so
+ * leaving device 1's context current on a PyTorch thread that is working on
+ * device 0 would send PyTorch's next kernels to the wrong GPU. When the
+ * context already matches (the common case for PyTorch, which makes the
+ * device's primary context current itself) the cost is one cuCtxGetCurrent.
+ * A failure to restore is ignored: it can only mean that the previous context
+ * was destroyed meanwhile. */
+typedef struct smcu_scope {
+  sm_CUcontext prev;
+  int switched;
+} smcu_scope;
+
+static smcu_status smcu_enter(uintptr_t ctx, smcu_scope *sc) {
+  sm_CUcontext cur = NULL;
+  sc->switched = 0;
+  sm_CUresult r = smcu.cuCtxGetCurrent(&cur);
+  if (r != SM_CUDA_SUCCESS)
+    return SMCU_STATUS(r, "cuCtxGetCurrent");
+  if (cur == (sm_CUcontext)ctx)
+    return SMCU_OK;
+  r = smcu.cuCtxSetCurrent((sm_CUcontext)ctx);
+  if (r != SM_CUDA_SUCCESS)
+    return SMCU_STATUS(r, "cuCtxSetCurrent");
+  sc->prev = cur;
+  sc->switched = 1;
+  return SMCU_OK;
+}
+
+static void smcu_leave(const smcu_scope *sc) {
+  if (sc->switched)
+    (void)smcu.cuCtxSetCurrent(sc->prev);
+}
+
+/* Runs one driver call, expr, in ctx and returns its status named name. */
+#define SMCU_IN_CTX(ctx, name, expr)                                                        \
+  do {                                                                                     \
+    smcu_scope sc_;                                                                        \
+    smcu_status st_ = smcu_enter((ctx), &sc_);                                             \
+    if (st_.res != SM_CUDA_SUCCESS)                                                        \
+      return st_;                                                                          \
+    sm_CUresult r_ = (expr);                                                               \
+    smcu_leave(&sc_);                                                                      \
+    return SMCU_STATUS(r_, (name));                                                        \
+  } while (0)
+
+static void smcu_prop(sm_CUmemAllocationProp *p, int dev, int handle_types) {
+  memset(p, 0, sizeof *p);
+  p->type = SM_CU_MEM_ALLOCATION_TYPE_PINNED;
+  p->requestedHandleTypes = (sm_CUmemAllocationHandleType)handle_types;
+  p->location.type = SM_CU_MEM_LOCATION_TYPE_DEVICE;
+  p->location.id = dev;
+}
+
+/* ---- calls without a context -------------------------------------------- */
+
+smcu_status smcu_init(void) { return SMCU_STATUS(smcu.cuInit(0), "cuInit"); }
+
+smcu_status smcu_driver_version(int *version) {
+  return SMCU_STATUS(smcu.cuDriverGetVersion(version), "cuDriverGetVersion");
+}
+
+smcu_status smcu_device_count(int *count) {
+  return SMCU_STATUS(smcu.cuDeviceGetCount(count), "cuDeviceGetCount");
+}
+
+smcu_status smcu_device_get(int ordinal, int *dev) {
+  return SMCU_STATUS(smcu.cuDeviceGet(dev, ordinal), "cuDeviceGet");
+}
+
+smcu_status smcu_device_attribute(int dev, int attr, int *value) {
+  return SMCU_STATUS(smcu.cuDeviceGetAttribute(value, (sm_CUdevice_attribute)attr, dev),
+                     "cuDeviceGetAttribute");
+}
+
+smcu_status smcu_device_name(int dev, char *buf, int len) {
+  return SMCU_STATUS(smcu.cuDeviceGetName(buf, len, dev), "cuDeviceGetName");
+}
+
+smcu_status smcu_device_uuid(int dev, unsigned char *out16) {
+  sm_CUuuid u;
+  memset(&u, 0, sizeof u);
+  sm_CUresult r = smcu.cuDeviceGetUuid_v2(&u, dev);
+  memcpy(out16, u.bytes, sizeof u.bytes);
+  return SMCU_STATUS(r, "cuDeviceGetUuid_v2");
+}
+
+smcu_status smcu_can_access_peer(int dev, int peer, int *can) {
+  return SMCU_STATUS(smcu.cuDeviceCanAccessPeer(can, dev, peer), "cuDeviceCanAccessPeer");
+}
+
+smcu_status smcu_primary_retain(int dev, uintptr_t *ctx) {
+  sm_CUcontext c = NULL;
+  sm_CUresult r = smcu.cuDevicePrimaryCtxRetain(&c, dev);
+  *ctx = (uintptr_t)c;
+  return SMCU_STATUS(r, "cuDevicePrimaryCtxRetain");
+}
+
+smcu_status smcu_primary_release(int dev) {
+  return SMCU_STATUS(smcu.cuDevicePrimaryCtxRelease_v2(dev), "cuDevicePrimaryCtxRelease_v2");
+}
+
+smcu_status smcu_current_context(uintptr_t *ctx) {
+  sm_CUcontext c = NULL;
+  sm_CUresult r = smcu.cuCtxGetCurrent(&c);
+  *ctx = (uintptr_t)c;
+  return SMCU_STATUS(r, "cuCtxGetCurrent");
+}
+
+smcu_status smcu_set_current_context(uintptr_t ctx) {
+  return SMCU_STATUS(smcu.cuCtxSetCurrent((sm_CUcontext)ctx), "cuCtxSetCurrent");
+}
+
+/* ---- calls in a context ------------------------------------------------- */
+
+smcu_status smcu_granularity(uintptr_t ctx, int dev, int handle_types, size_t *gran) {
+  sm_CUmemAllocationProp prop;
+  smcu_prop(&prop, dev, handle_types);
+  SMCU_IN_CTX(ctx, "cuMemGetAllocationGranularity",
+              smcu.cuMemGetAllocationGranularity(gran, &prop,
+                                                 SM_CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+}
+
+smcu_status smcu_mem_info(uintptr_t ctx, size_t *free_bytes, size_t *total_bytes) {
+  SMCU_IN_CTX(ctx, "cuMemGetInfo_v2", smcu.cuMemGetInfo_v2(free_bytes, total_bytes));
+}
+
+smcu_status smcu_mem_create(uintptr_t ctx, int dev, int handle_types, size_t size,
+                            unsigned long long *handle) {
+  sm_CUmemAllocationProp prop;
+  smcu_prop(&prop, dev, handle_types);
+  SMCU_IN_CTX(ctx, "cuMemCreate", smcu.cuMemCreate(handle, size, &prop, 0));
+}
+
+smcu_status smcu_mem_release(uintptr_t ctx, unsigned long long handle) {
+  SMCU_IN_CTX(ctx, "cuMemRelease", smcu.cuMemRelease(handle));
+}
+
+smcu_status smcu_reserve(uintptr_t ctx, size_t size, size_t alignment, unsigned long long *addr) {
+  SMCU_IN_CTX(ctx, "cuMemAddressReserve", smcu.cuMemAddressReserve(addr, size, alignment, 0, 0));
+}
+
+smcu_status smcu_unreserve(uintptr_t ctx, unsigned long long addr, size_t size) {
+  SMCU_IN_CTX(ctx, "cuMemAddressFree", smcu.cuMemAddressFree(addr, size));
+}
+
+smcu_status smcu_map(uintptr_t ctx, int dev, unsigned long long addr, size_t size,
+                     unsigned long long handle) {
+  smcu_scope sc;
+  smcu_status st = smcu_enter(ctx, &sc);
+  if (st.res != SM_CUDA_SUCCESS)
+    return st;
+  sm_CUresult r = smcu.cuMemMap(addr, size, 0, handle, 0);
+  if (r != SM_CUDA_SUCCESS) {
+    smcu_leave(&sc);
+    return SMCU_STATUS(r, "cuMemMap");
+  }
+  sm_CUmemAccessDesc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.location.type = SM_CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.location.id = dev;
+  desc.flags = SM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  r = smcu.cuMemSetAccess(addr, size, &desc, 1);
+  if (r != SM_CUDA_SUCCESS) {
+    (void)smcu.cuMemUnmap(addr, size); /* leave nothing half-mapped */
+    smcu_leave(&sc);
+    return SMCU_STATUS(r, "cuMemSetAccess");
+  }
+  smcu_leave(&sc);
+  return SMCU_OK;
+}
+
+smcu_status smcu_unmap(uintptr_t ctx, unsigned long long addr, size_t size) {
+  SMCU_IN_CTX(ctx, "cuMemUnmap", smcu.cuMemUnmap(addr, size));
+}
+
+smcu_status smcu_export_fd(uintptr_t ctx, unsigned long long handle, int *fd) {
+  *fd = -1;
+  SMCU_IN_CTX(ctx, "cuMemExportToShareableHandle",
+              smcu.cuMemExportToShareableHandle(fd, handle,
+                                                SM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+}
+
+smcu_status smcu_import_fd(uintptr_t ctx, int fd, unsigned long long *handle) {
+  SMCU_IN_CTX(ctx, "cuMemImportFromShareableHandle",
+              smcu.cuMemImportFromShareableHandle(handle, (void *)(intptr_t)fd,
+                                                  SM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+}
+
+smcu_status smcu_ctx_synchronize(uintptr_t ctx) {
+  SMCU_IN_CTX(ctx, "cuCtxSynchronize", smcu.cuCtxSynchronize());
+}
+
+smcu_status smcu_stream_create(uintptr_t ctx, uintptr_t *stream) {
+  sm_CUstream s = NULL;
+  smcu_scope sc;
+  smcu_status st = smcu_enter(ctx, &sc);
+  if (st.res != SM_CUDA_SUCCESS)
+    return st;
+  sm_CUresult r = smcu.cuStreamCreate(&s, SM_CU_STREAM_NON_BLOCKING);
+  smcu_leave(&sc);
+  *stream = (uintptr_t)s;
+  return SMCU_STATUS(r, "cuStreamCreate");
+}
+
+smcu_status smcu_stream_destroy(uintptr_t ctx, uintptr_t stream) {
+  SMCU_IN_CTX(ctx, "cuStreamDestroy_v2", smcu.cuStreamDestroy_v2((sm_CUstream)stream));
+}
+
+smcu_status smcu_stream_synchronize(uintptr_t ctx, uintptr_t stream) {
+  SMCU_IN_CTX(ctx, "cuStreamSynchronize", smcu.cuStreamSynchronize((sm_CUstream)stream));
+}
+
+/* Later work on waiter waits for the work queued on other so far. The event
+ * may be destroyed right after the wait is enqueued: the driver releases it
+ * once the recorded work completes. */
+smcu_status smcu_stream_wait(uintptr_t ctx, uintptr_t waiter, uintptr_t other) {
+  if (waiter == other)
+    return SMCU_OK; /* stream order already guarantees it */
+  smcu_scope sc;
+  smcu_status st = smcu_enter(ctx, &sc);
+  if (st.res != SM_CUDA_SUCCESS)
+    return st;
+  sm_CUevent ev = NULL;
+  sm_CUresult r = smcu.cuEventCreate(&ev, SM_CU_EVENT_DISABLE_TIMING);
+  if (r != SM_CUDA_SUCCESS) {
+    st = SMCU_STATUS(r, "cuEventCreate");
+    goto out;
+  }
+  r = smcu.cuEventRecord(ev, (sm_CUstream)other);
+  if (r != SM_CUDA_SUCCESS) {
+    st = SMCU_STATUS(r, "cuEventRecord");
+    (void)smcu.cuEventDestroy_v2(ev);
+    goto out;
+  }
+  r = smcu.cuStreamWaitEvent((sm_CUstream)waiter, ev, 0);
+  if (r != SM_CUDA_SUCCESS) {
+    st = SMCU_STATUS(r, "cuStreamWaitEvent");
+    (void)smcu.cuEventDestroy_v2(ev);
+    goto out;
+  }
+  r = smcu.cuEventDestroy_v2(ev);
+  if (r != SM_CUDA_SUCCESS)
+    st = SMCU_STATUS(r, "cuEventDestroy_v2");
+out:
+  smcu_leave(&sc);
+  return st;
+}
+
+/* Enqueues expr on stream, then waits for the stream. */
+static smcu_status smcu_sync_after(uintptr_t stream, sm_CUresult r, const char *name) {
+  if (r != SM_CUDA_SUCCESS)
+    return SMCU_STATUS(r, name);
+  return SMCU_STATUS(smcu.cuStreamSynchronize((sm_CUstream)stream), "cuStreamSynchronize");
+}
+
+smcu_status smcu_memset(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
+                        unsigned char value, size_t size) {
+  smcu_scope sc;
+  smcu_status st = smcu_enter(ctx, &sc);
+  if (st.res != SM_CUDA_SUCCESS)
+    return st;
+  st = smcu_sync_after(stream, smcu.cuMemsetD8Async(addr, value, size, (sm_CUstream)stream),
+                       "cuMemsetD8Async");
+  smcu_leave(&sc);
+  return st;
+}
+
+smcu_status smcu_copy(uintptr_t ctx, uintptr_t stream, unsigned long long dst,
+                      unsigned long long src, size_t size) {
+  smcu_scope sc;
+  smcu_status st = smcu_enter(ctx, &sc);
+  if (st.res != SM_CUDA_SUCCESS)
+    return st;
+  st = smcu_sync_after(stream, smcu.cuMemcpyAsync(dst, src, size, (sm_CUstream)stream),
+                       "cuMemcpyAsync");
+  smcu_leave(&sc);
+  return st;
+}
+
+smcu_status smcu_write_value32(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
+                               uint32_t value) {
+  SMCU_IN_CTX(ctx, "cuStreamWriteValue32_v2",
+              smcu.cuStreamWriteValue32_v2((sm_CUstream)stream, addr, value,
+                                           SM_CU_STREAM_WRITE_VALUE_DEFAULT));
+}
+
+smcu_status smcu_wait_value32(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
+                              uint32_t value) {
+  SMCU_IN_CTX(ctx, "cuStreamWaitValue32_v2",
+              smcu.cuStreamWaitValue32_v2((sm_CUstream)stream, addr, value,
+                                          SM_CU_STREAM_WAIT_VALUE_EQ));
+}

@@ -1,0 +1,119 @@
+package cuda
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"time"
+
+	"github.com/libsymmem/libsymmem/core"
+)
+
+// Synchronize waits for the work queued on stream s (cuStreamSynchronize).
+func (b *Backend) Synchronize(dev int, s core.Stream) error {
+	d, err := b.device(dev)
+	if err != nil {
+		return err
+	}
+	return check(C.smcu_stream_synchronize(d.ctx, C.uintptr_t(s)), dev)
+}
+
+// SynchronizeDevice waits for all work in the device's primary context
+// (cuCtxSynchronize).
+func (b *Backend) SynchronizeDevice(dev int) error {
+	d, err := b.device(dev)
+	if err != nil {
+		return err
+	}
+	return check(C.smcu_ctx_synchronize(d.ctx), dev)
+}
+
+// StreamWait makes later work on waiter wait for the work queued on other so
+// far: an event (timing disabled) recorded on other and waited for on
+// waiter, in one trampoline; the event is destroyed right after the wait is
+// enqueued, which the driver allows. waiter == other is a no-op.
+func (b *Backend) StreamWait(dev int, waiter, other core.Stream) error {
+	d, err := b.device(dev)
+	if err != nil {
+		return err
+	}
+	return check(C.smcu_stream_wait(d.ctx, C.uintptr_t(waiter), C.uintptr_t(other)), dev)
+}
+
+// Memset sets size bytes at addr to value in stream order on s
+// (cuMemsetD8Async) and waits for s.
+func (b *Backend) Memset(dev int, s core.Stream, addr uintptr, value byte, size uintptr) error {
+	d, err := b.device(dev)
+	if err != nil || size == 0 {
+		return err
+	}
+	return check(C.smcu_memset(d.ctx, C.uintptr_t(s), C.ulonglong(addr), C.uchar(value), C.size_t(size)), dev)
+}
+
+// Copy copies size bytes from src to dst in stream order on s
+// (cuMemcpyAsync; unified addressing, so either side may be device or host
+// memory) and waits for s. Host memory must not move during the call: Go
+// memory must be pinned (runtime.Pinner) by the caller.
+func (b *Backend) Copy(dev int, s core.Stream, dst, src uintptr, size uintptr) error {
+	d, err := b.device(dev)
+	if err != nil || size == 0 {
+		return err
+	}
+	return check(C.smcu_copy(d.ctx, C.uintptr_t(s), C.ulonglong(dst), C.ulonglong(src), C.size_t(size)), dev)
+}
+
+// WriteValue32 enqueues on s a store of v at addr, ordered after the work
+// before it (cuStreamWriteValue32_v2, flags 0: with a memory barrier). addr
+// may be device memory, including a peer's mapped memory.
+func (b *Backend) WriteValue32(dev int, s core.Stream, addr uintptr, v uint32) error {
+	d, err := b.device(dev)
+	if err != nil {
+		return err
+	}
+	return check(C.smcu_write_value32(d.ctx, C.uintptr_t(s), C.ulonglong(addr), C.uint32_t(v)), dev)
+}
+
+// WaitValue32 enqueues on s a wait until the 32-bit word at addr equals v
+// (cuStreamWaitValue32_v2 with CU_STREAM_WAIT_VALUE_EQ) and returns without
+// waiting. timeout is not enforced: the GPU has no timeout for the wait, so
+// s stays blocked until the value arrives; apply the timeout to the
+// host-side wait that follows (Note [streams]).
+func (b *Backend) WaitValue32(dev int, s core.Stream, addr uintptr, v uint32, timeout time.Duration) error {
+	_ = timeout
+	d, err := b.device(dev)
+	if err != nil {
+		return err
+	}
+	return check(C.smcu_wait_value32(d.ctx, C.uintptr_t(s), C.ulonglong(addr), C.uint32_t(v)), dev)
+}
+
+// NewStream creates a non-blocking stream (CU_STREAM_NON_BLOCKING: it does
+// not synchronise with the legacy default stream) in dev's primary context.
+// Not part of core.Backend: for tests, benchmarks and C programs that have
+// no stream of their own. Destroy it with DestroyStream.
+func (b *Backend) NewStream(dev int) (core.Stream, error) {
+	d, err := b.device(dev)
+	if err != nil {
+		return 0, err
+	}
+	var s C.uintptr_t
+	if err := check(C.smcu_stream_create(d.ctx, &s), dev); err != nil {
+		return 0, err
+	}
+	return core.Stream(s), nil
+}
+
+// DestroyStream destroys a stream made by NewStream (cuStreamDestroy); work
+// already queued on it still completes.
+func (b *Backend) DestroyStream(dev int, s core.Stream) error {
+	d, err := b.device(dev)
+	if err != nil {
+		return err
+	}
+	if s == 0 {
+		return core.Errorf(core.ErrInvalidArgument, "cuda: DestroyStream on device %d: the default stream cannot be destroyed", dev)
+	}
+	return check(C.smcu_stream_destroy(d.ctx, C.uintptr_t(s)), dev)
+}
