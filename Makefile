@@ -70,7 +70,7 @@ clean:
 
 # What the GPU machine (which has no Go) needs: the library and the Go test
 # binaries, built here and carried in build/ (see scripts/gpu_suite.sh).
-GO_TEST_PKGS := ./core ./core/host ./core/ipc ./core/symm ./cuda
+GO_TEST_PKGS ?= ./core ./core/host ./core/ipc ./core/symm ./cuda
 gpu-artifacts: $(LIB)
 	@mkdir -p $(BUILD)/gotests
 	@for p in $(GO_TEST_PKGS); do \

@@ -32,13 +32,16 @@ if ldd build/libsymmem.so | grep -Eq 'libcuda|libcudart'; then echo "FAIL: libsy
 
 if [ "$what" = tests ] || [ "$what" = all ]; then
   step abi bash cuda/abicheck/run.sh
+  # Each Go test binary runs in its package's folder, as go test would run it
+  # (build/gotests/core_host.test is the package core/host).
   for t in build/gotests/*.test; do
     [ -x "$t" ] || continue
-    step "go-$(basename "$t" .test)" "$t" -test.count=1 -test.timeout=300s
+    n=$(basename "$t" .test)
+    step "go-$n" bash -c "cd ${n//_//} && $PWD/$t -test.count=1 -test.timeout=300s"
   done
   mkdir -p build/tests-gpu
   ctests_ok=1
-  for src in tests/c/test_*.c; do
+  for src in ${CTESTS:-tests/c/test_*.c}; do
     n=$(basename "$src" .c)
     gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fsanitize=address -fno-omit-frame-pointer -Iinclude \
       -o "build/tests-gpu/$n" "$src" -Lbuild -lsymmem -Wl,-rpath,"$PWD/build" -pthread || ctests_ok=0
@@ -47,7 +50,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   for t in build/tests-gpu/test_*; do
     step "c-$(basename "$t")" bash -c "[ -f tests/c/env.sh ] && . tests/c/env.sh; $t"
   done
-  step python python3 -m pytest -q -ra python/tests
+  step python python3 -m pytest -q -ra ${PYTEST_ARGS:-python/tests}
 fi
 
 if [ "$what" = bench ] || [ "$what" = all ]; then
