@@ -118,7 +118,7 @@ func OpenBackend(want string) (Backend, []string, error) {
 		}
 	}
 	if want != "" && want != "auto" {
-		return nil, notes, Errorf(ErrInvalidArgument, "SYMMEM_BACKEND=%q names no known backend (known: %s)", want, backendNames(regs))
+		return nil, notes, Errorf(ErrUnavailable, "SYMMEM_BACKEND=%q names no known backend (known: %s)", want, backendNames(regs))
 	}
 	return nil, notes, Errorf(ErrUnavailable, "no backend could be opened: %v", notes)
 }

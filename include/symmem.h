@@ -200,8 +200,10 @@ typedef struct symmem_stat {
  * are in all (call with capacity 0 to size the array); keys are always in the
  * same order. Returns 0 with the last error set on a bad device.
  * Keys (STAT is allocation, segment, active, allocated_bytes,
- * reserved_bytes, active_bytes, inactive_split, inactive_split_bytes,
- * requested_bytes; POOL is all, small_pool, large_pool):
+ * reserved_bytes, active_bytes, requested_bytes; POOL is all, small_pool,
+ * large_pool). "active" equals "allocated" here: a freed block is reusable
+ * at once on its stream, so no block is inactive-but-pending as in PyTorch;
+ * inactive_split* are not kept. memory_limit is 0 when there is none:
  *   STAT.POOL.current, .peak, .allocated, .freed
  *   num_alloc_retries, num_ooms, num_device_alloc, num_device_free,
  *   num_sync_all_streams, memory_limit */
