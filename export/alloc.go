@@ -198,3 +198,35 @@ func symmem_validate(device C.int) C.int {
 	}
 	return setLastError(describeDevice("symmem_validate", device), err)
 }
+
+//export symmem_copy
+func symmem_copy(dst, src unsafe.Pointer, n C.size_t, device C.int, stream *C.struct_CUstream_st) C.int {
+	call := fmt.Sprintf("symmem_copy(dst=%p, src=%p, n=%d, device=%d)", dst, src, uint64(n), int(device))
+	if n == 0 {
+		return 0
+	}
+	if dst == nil || src == nil {
+		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "dst and src must not be NULL"))
+	}
+	a, err := allocatorFor(device)
+	if err == nil {
+		err = a.Backend().Copy(int(device), streamOf(stream), uintptr(dst), uintptr(src), uintptr(n))
+	}
+	return setLastError(call, err)
+}
+
+//export symmem_memset
+func symmem_memset(dst unsafe.Pointer, value C.int, n C.size_t, device C.int, stream *C.struct_CUstream_st) C.int {
+	call := fmt.Sprintf("symmem_memset(dst=%p, value=%d, n=%d, device=%d)", dst, int(value), uint64(n), int(device))
+	if n == 0 {
+		return 0
+	}
+	if dst == nil {
+		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "dst must not be NULL"))
+	}
+	a, err := allocatorFor(device)
+	if err == nil {
+		err = a.Backend().Memset(int(device), streamOf(stream), uintptr(dst), byte(value), uintptr(n))
+	}
+	return setLastError(call, err)
+}

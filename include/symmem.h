@@ -227,6 +227,19 @@ typedef struct symmem_pointer_info {
  * SYMMEM_ERROR_INVALID_POINTER if ptr is not inside one. */
 symmem_result symmem_pointer_get_info(const void *ptr, symmem_pointer_info *info);
 
+/* Copies n bytes from src to dst with the backend (cuMemcpyAsync on stream,
+ * then waits for it, on cuda; memcpy on host). Either side may be device
+ * memory of device (local or a peer's mapped through a handle) or host memory;
+ * this lets a C program with no CUDA runtime move data in and out of buffers.
+ * n 0 is a no-op; NULL dst or src with n > 0 is SYMMEM_ERROR_INVALID_ARGUMENT. */
+symmem_result symmem_copy(void *dst, const void *src, size_t n, int device,
+                          symmem_stream_t stream);
+
+/* Sets n bytes at dst (device memory of device, or host memory on the host
+ * backend) to value, with the backend, and waits for it. */
+symmem_result symmem_memset(void *dst, int value, size_t n, int device,
+                            symmem_stream_t stream);
+
 /* Runs the allocator's invariant checker on device (blocks tile segments,
  * free neighbours merged, pools and statistics consistent). Returns
  * SYMMEM_ERROR_INTERNAL with the first broken invariant in the message. */
