@@ -133,3 +133,14 @@ func (b *Backend) primaryContext(dev int) (uintptr, error) {
 	}
 	return uintptr(d.ctx), nil
 }
+
+// DeviceUUID is DeviceUUID(dev) as a string: the method by which code that
+// knows only the core.Backend interface (core/symm) tells GPUs apart across
+// processes.
+func (b *Backend) DeviceUUID(dev int) (string, error) {
+	u, err := DeviceUUID(dev)
+	if err != nil {
+		return "", err
+	}
+	return u.String(), nil
+}

@@ -43,14 +43,14 @@ const (
 type kind uint8
 
 const (
-	kHello   kind = 1 + iota // rank -> 0: name, world, token, pid
-	kWelcome                 // 0 -> rank: the group is complete; every rank's pid
-	kReject                  // 0 -> rank: refused (code, message; flagRetry)
-	kAbort                   // 0 -> rank: the collective failed (code, message)
-	kGather                  // rank -> 0: a record
-	kGathered                // 0 -> rank: every rank's record
-	kFDsUp                   // rank -> 0: descriptors and where each goes
-	kFDsDown                 // 0 -> rank: descriptors from every rank
+	kHello    kind = 1 + iota // rank -> 0: name, world, token, pid
+	kWelcome                  // 0 -> rank: the group is complete; every rank's pid
+	kReject                   // 0 -> rank: refused (code, message; flagRetry)
+	kAbort                    // 0 -> rank: the collective failed (code, message)
+	kGather                   // rank -> 0: a record
+	kGathered                 // 0 -> rank: every rank's record
+	kFDsUp                    // rank -> 0: descriptors and where each goes
+	kFDsDown                  // 0 -> rank: descriptors from every rank
 )
 
 func (k kind) String() string {

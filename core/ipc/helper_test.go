@@ -1,0 +1,269 @@
+package ipc
+
+// Multi-process tests: the test binary re-executes itself as each rank
+// (TestHelperRank, selected by SYMMEM_IPC_HELPER=1), and the rank prints one
+// result line that the parent parses.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/libsymmem/libsymmem/core"
+	"golang.org/x/sys/unix"
+)
+
+const resultPrefix = "SYMMEM_IPC_RESULT "
+
+type rankResult struct {
+	Rank int    `json:"rank"`
+	Code int    `json:"code"`
+	Msg  string `json:"msg"`
+	Exit int    `json:"-"`
+	Out  string `json:"-"`
+}
+
+type rankSpec struct {
+	rank int
+	env  []string
+	cred *syscall.Credential
+	bin  string // the binary to run (default os.Args[0])
+}
+
+// runRanks starts one process per spec and waits for all of them.
+func runRanks(t *testing.T, scenario, name string, world int, dir string, specs []rankSpec, extra ...string) []rankResult {
+	t.Helper()
+	type proc struct {
+		cmd *exec.Cmd
+		out *bytes.Buffer
+		r   int
+	}
+	var procs []proc
+	for _, s := range specs {
+		bin := s.bin
+		if bin == "" {
+			bin = os.Args[0]
+		}
+		cmd := exec.Command(bin, "-test.run=^TestHelperRank$", "-test.timeout=120s")
+		cmd.Env = append(os.Environ(),
+			"SYMMEM_IPC_HELPER=1",
+			"GORACE=atexit_sleep_ms=0", // the race runtime otherwise sleeps 1 s at exit
+			"SYMMEM_IPC_SCENARIO="+scenario,
+			"SYMMEM_IPC_NAME="+name,
+			"SYMMEM_IPC_RANK="+strconv.Itoa(s.rank),
+			"SYMMEM_IPC_WORLD="+strconv.Itoa(world),
+			"SYMMEM_SOCKET_DIR="+dir,
+		)
+		cmd.Env = append(cmd.Env, extra...)
+		cmd.Env = append(cmd.Env, s.env...)
+		out := &bytes.Buffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if s.cred != nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start rank %d: %v", s.rank, err)
+		}
+		procs = append(procs, proc{cmd, out, s.rank})
+	}
+	var res []rankResult
+	for _, p := range procs {
+		err := p.cmd.Wait()
+		r := rankResult{Rank: p.r, Code: -1, Out: p.out.String()}
+		if ee, ok := err.(*exec.ExitError); ok {
+			r.Exit = ee.ExitCode()
+		}
+		sc := bufio.NewScanner(strings.NewReader(p.out.String()))
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			if line, ok := strings.CutPrefix(sc.Text(), resultPrefix); ok {
+				if err := json.Unmarshal([]byte(line), &r); err != nil {
+					t.Fatalf("rank %d: bad result line %q: %v", p.r, line, err)
+				}
+			}
+		}
+		res = append(res, r)
+	}
+	return res
+}
+
+func allRanks(world int) []rankSpec {
+	s := make([]rankSpec, world)
+	for i := range s {
+		s[i].rank = i
+	}
+	return s
+}
+
+func report(rank int, err error) {
+	r := rankResult{Rank: rank, Code: int(core.CodeOf(err))}
+	if err != nil {
+		r.Msg = err.Error()
+	}
+	b, _ := json.Marshal(r)
+	fmt.Printf("\n%s%s\n", resultPrefix, b)
+}
+
+func envInt(name string) int {
+	v, _ := strconv.Atoi(os.Getenv(name))
+	return v
+}
+
+// TestHelperRank is one rank of a multi-process test; it does nothing in a
+// normal test run.
+func TestHelperRank(t *testing.T) {
+	if os.Getenv("SYMMEM_IPC_HELPER") != "1" {
+		t.Skip("helper process for the multi-process tests")
+	}
+	rank, world := envInt("SYMMEM_IPC_RANK"), envInt("SYMMEM_IPC_WORLD")
+	cfg := Config{Name: os.Getenv("SYMMEM_IPC_NAME"), Rank: rank, World: world}
+	if ms := envInt("SYMMEM_IPC_TIMEOUT_MS"); ms > 0 {
+		cfg.Timeout = time.Duration(ms) * time.Millisecond
+	}
+	err := helperScenario(os.Getenv("SYMMEM_IPC_SCENARIO"), cfg)
+	report(rank, err)
+}
+
+func helperScenario(scenario string, cfg Config) error {
+	ch, err := Open(cfg)
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	rank, world := cfg.Rank, cfg.World
+	switch scenario {
+	case "join":
+		return nil
+	case "gather":
+		for round := 0; round < 50; round++ {
+			rec := []byte(strings.Repeat(fmt.Sprintf("r%d.%d;", rank, round), rank+round%3))
+			got, err := ch.AllGather(0, rec)
+			if err != nil {
+				return err
+			}
+			for r := 0; r < world; r++ {
+				want := strings.Repeat(fmt.Sprintf("r%d.%d;", r, round), r+round%3)
+				if string(got[r]) != want {
+					return fmt.Errorf("round %d: rank %d's record is %q, want %q", round, r, got[r], want)
+				}
+			}
+		}
+		return nil
+	case "fds":
+		return helperFDs(ch, rank, world)
+	case "stall":
+		// The rank named by SYMMEM_IPC_EXIT joins, then arrives at the
+		// all-gather long after the timeout.
+		if rank == envInt("SYMMEM_IPC_EXIT") {
+			time.Sleep(3 * cfg.Timeout)
+		}
+		_, err := ch.AllGather(0, []byte("x"))
+		return err
+	case "exit-early":
+		// The rank named by SYMMEM_IPC_EXIT leaves after joining.
+		if rank == envInt("SYMMEM_IPC_EXIT") {
+			os.Exit(3)
+		}
+		_, err := ch.AllGather(0, []byte("x"))
+		return err
+	}
+	return fmt.Errorf("unknown scenario %q", scenario)
+}
+
+func newMemfd(content string) (int, error) {
+	fd, err := unix.MemfdCreate("symmem-test", unix.MFD_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	if _, err := unix.Pwrite(fd, []byte(content), 0); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+func readFD(fd int) string {
+	b := make([]byte, 256)
+	n, _ := unix.Pread(fd, b, 0)
+	if n < 0 {
+		n = 0
+	}
+	return string(b[:n])
+}
+
+// helperFDs passes a memfd with data from every rank to every rank, then
+// distinct memfds per destination.
+func helperFDs(ch *Channel, rank, world int) error {
+	fd, err := newMemfd(fmt.Sprintf("from rank %d", rank))
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	in, err := ch.AllGatherFDs(0, []int{fd})
+	if err != nil {
+		return err
+	}
+	for src := 0; src < world; src++ {
+		if src == rank {
+			if in[src] != nil {
+				return fmt.Errorf("got descriptors from ourselves")
+			}
+			continue
+		}
+		if len(in[src]) != 1 {
+			return fmt.Errorf("from rank %d: %d descriptors, want 1", src, len(in[src]))
+		}
+		if got, want := readFD(in[src][0]), fmt.Sprintf("from rank %d", src); got != want {
+			return fmt.Errorf("from rank %d: read %q, want %q", src, got, want)
+		}
+		// Writes through the received descriptor reach the sender's memory.
+		closeAll(in[src])
+	}
+	out := make([][]int, world)
+	defer func() {
+		for _, l := range out {
+			closeAll(l)
+		}
+	}()
+	for dst := 0; dst < world; dst++ {
+		if dst == rank {
+			continue
+		}
+		for k := 0; k < 2; k++ {
+			fd, err := newMemfd(fmt.Sprintf("%d->%d #%d", rank, dst, k))
+			if err != nil {
+				return err
+			}
+			out[dst] = append(out[dst], fd)
+		}
+	}
+	in, err = ch.AllToAllFDs(0, out)
+	if err != nil {
+		return err
+	}
+	for src := 0; src < world; src++ {
+		if src == rank {
+			continue
+		}
+		if len(in[src]) != 2 {
+			return fmt.Errorf("all-to-all from rank %d: %d descriptors, want 2", src, len(in[src]))
+		}
+		for k, fd := range in[src] {
+			if got, want := readFD(fd), fmt.Sprintf("%d->%d #%d", src, rank, k); got != want {
+				return fmt.Errorf("all-to-all from rank %d: read %q, want %q", src, got, want)
+			}
+		}
+		closeAll(in[src])
+	}
+	// A final all-gather so that no rank closes while others still read.
+	_, err = ch.AllGather(0, nil)
+	return err
+}

@@ -1,0 +1,273 @@
+package symm
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/ipc"
+)
+
+// DefaultSignalPadSize is the size of each rank's signal pad unless
+// SetSignalPadSize says otherwise.
+const DefaultSignalPadSize = 64 << 10
+
+// maxSignalPadSize bounds SetSignalPadSize.
+const maxSignalPadSize = 1 << 30
+
+// Options describe this process's member of a group.
+type Options struct {
+	Name   string // ipc.ValidateName
+	Rank   int
+	World  int
+	Device int // the device this rank's buffers live on
+	// Timeout bounds every wait of the group; <= 0 means SYMMEM_TIMEOUT_MS
+	// or 5 minutes.
+	Timeout time.Duration
+	// AllGather, if set, carries the group's records instead of the socket
+	// channel (descriptors still use the channel). It must gather
+	// len(send) bytes from every rank into recv, rank r's at r*len(send).
+	AllGather func(send, recv []byte) error
+	// Runtime is the allocator runtime; nil means core.Default().
+	Runtime *core.Runtime
+	// SocketDir and JobToken override the ipc defaults (tests).
+	SocketDir string
+	JobToken  string
+}
+
+// deviceUUIDer is implemented by backends that can name a device
+// independently of CUDA_VISIBLE_DEVICES numbering.
+type deviceUUIDer interface {
+	DeviceUUID(device int) (string, error)
+}
+
+// Group is this process's member of a group of ranks. Safe for concurrent
+// use; collective calls (Rendezvous) run one at a time per process and must
+// be made in the same order on every rank.
+type Group struct {
+	name    string
+	rank    int
+	world   int
+	device  int
+	timeout time.Duration
+	be      core.Backend
+	alloc   *core.Allocator
+	ch      *ipc.Channel
+	ex      ipc.Exchange
+	members []memberRecord
+
+	// coll serialises collective calls and guards the fields below.
+	coll sync.Mutex
+	// padSize is the signal pad size the first rendezvous will use; fixed
+	// once gm.pads exists.
+	padSize   uintptr
+	destroyed bool
+	gm        *groupMem
+	// exchanges counts rendezvous that passed descriptors (tests check that
+	// a rendezvous on an already mapped segment does not).
+	exchanges int
+}
+
+// New creates this process's member of a group. Collective: every rank
+// calls it; it returns when all have joined and agree on where they are
+// (one backend, one machine, distinct devices), or fails on every rank with
+// the same error within the timeout.
+func New(o Options) (*Group, error) {
+	if err := ipc.ValidateName(o.Name); err != nil {
+		return nil, err
+	}
+	if o.World < 1 || o.Rank < 0 || o.Rank >= o.World {
+		return nil, core.Errorf(core.ErrInvalidArgument, "group %q: rank %d and world size %d: need 0 <= rank < world size", o.Name, o.Rank, o.World)
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = ipc.DefaultTimeout()
+	}
+	rt := o.Runtime
+	if rt == nil {
+		var err error
+		if rt, err = core.Default(); err != nil {
+			return nil, err
+		}
+	}
+	if rt.Backend == nil {
+		return nil, core.Errorf(core.ErrUnavailable, "group %q: no backend: %s", o.Name, rt.NotesText())
+	}
+	// Arguments are checked before anything collective, so that a bad call
+	// returns at once (the peers then time out naming this rank).
+	alloc, err := rt.Allocator(o.Device)
+	if err != nil {
+		return nil, core.Errorf(core.CodeOf(err), "group %q: rank %d: %v", o.Name, o.Rank, err)
+	}
+
+	token := o.JobToken
+	var ex ipc.Exchange
+	if o.AllGather != nil {
+		fx := &ipc.FuncExchange{Rank: o.Rank, World: o.World, Fn: o.AllGather}
+		ex = fx
+		// The caller's all-gather already connects exactly this job's
+		// ranks: use it to agree on a token that no other job can present.
+		t, err := agreeToken(fx)
+		if err != nil {
+			return nil, err
+		}
+		if token == "" {
+			token = ipc.JobToken()
+		}
+		token += "/" + t
+	}
+	ch, err := ipc.Open(ipc.Config{Name: o.Name, Rank: o.Rank, World: o.World, Timeout: o.Timeout, Dir: o.SocketDir, Token: token})
+	if err != nil {
+		return nil, err
+	}
+	if ex == nil {
+		ex = ch
+	}
+	g := &Group{name: o.Name, rank: o.Rank, world: o.World, device: o.Device, timeout: o.Timeout,
+		be: rt.Backend, alloc: alloc, ch: ch, ex: ex, padSize: DefaultSignalPadSize}
+	if err := g.agreeMembers(); err != nil {
+		ch.Close()
+		return nil, err
+	}
+	gran, err := g.be.Granularity(o.Device)
+	if err != nil {
+		ch.Close()
+		return nil, err
+	}
+	g.gm = &groupMem{be: g.be, device: o.Device, gran: gran, name: o.Name, rank: o.Rank, world: o.World,
+		refs: 1, maps: map[mapKey]*peerMap{}}
+	return g, nil
+}
+
+// agreeToken all-gathers random bytes and returns rank 0's, in hex.
+func agreeToken(fx *ipc.FuncExchange) (string, error) {
+	var mine [16]byte
+	rand.Read(mine[:])
+	all, err := fx.AllGather(0, mine[:])
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(all[0]), nil
+}
+
+// agreeMembers all-gathers every rank's member record and checks that the
+// ranks can share memory: one backend, one machine (kernel), and distinct
+// devices unless SYMMEM_ALLOW_OVERLAPPING_DEVICES=1 on every rank (the host
+// backend has one device, which every rank shares by design).
+func (g *Group) agreeMembers() error {
+	hostname, bootID := hostIdentity()
+	me := memberRecord{pid: uint32(os.Getpid()), backend: g.be.Name(),
+		hostname: hostname, bootID: bootID, device: int32(g.device)}
+	if u, ok := g.be.(deviceUUIDer); ok {
+		if s, err := u.DeviceUUID(g.device); err == nil {
+			me.uuid = s
+		}
+	}
+	me.overlap = os.Getenv("SYMMEM_ALLOW_OVERLAPPING_DEVICES") == "1"
+	raw, err := g.ex.AllGather(0, me.encode())
+	if err != nil {
+		return err
+	}
+	g.members = make([]memberRecord, g.world)
+	sts := make([]status, g.world)
+	for r, b := range raw {
+		m, err := decodeMember(b)
+		if err != nil {
+			return core.Errorf(core.ErrPeer, "group %q: rank %d sent a malformed member record: %v", g.name, r, err)
+		}
+		g.members[r], sts[r] = m, m.status
+	}
+	if err := firstFailure(g.name, "group creation", sts); err != nil {
+		return err
+	}
+	ms := g.members
+	if d := byValue(g.world, func(r int) string { return ms[r].backend }); d != "" {
+		return core.Errorf(core.ErrMismatch, "group %q: the ranks use different backends (%s): set SYMMEM_BACKEND alike on every rank", g.name, d)
+	}
+	if d := byValue(g.world, func(r int) string { return ms[r].bootID + "\x00" + ms[r].hostname }); d != "" {
+		d = byValue(g.world, func(r int) string { return fmt.Sprintf("host %s (boot id %s)", ms[r].hostname, ms[r].bootID) })
+		return core.Errorf(core.ErrMismatch, "group %q: the ranks are on different machines (%s): symmetric memory needs one machine", g.name, d)
+	}
+	if ms[0].backend == "host" {
+		return nil
+	}
+	overlapOK := true
+	for _, m := range ms {
+		overlapOK = overlapOK && m.overlap
+	}
+	if overlapOK {
+		return nil
+	}
+	seen := map[string]int{}
+	for r, m := range ms {
+		what := "device " + m.uuid
+		if m.uuid == "" {
+			what = fmt.Sprintf("device %d", m.device)
+		}
+		if q, ok := seen[what]; ok {
+			return core.Errorf(core.ErrMismatch, "group %q: ranks %d and %d both use %s; each rank needs its own device (set SYMMEM_ALLOW_OVERLAPPING_DEVICES=1 on every rank to allow it for testing)", g.name, q, r, what)
+		}
+		seen[what] = r
+	}
+	return nil
+}
+
+// Name, Rank, World, Device and Timeout describe the group.
+func (g *Group) Name() string           { return g.name }
+func (g *Group) Rank() int              { return g.rank }
+func (g *Group) World() int             { return g.world }
+func (g *Group) Device() int            { return g.device }
+func (g *Group) Timeout() time.Duration { return g.timeout }
+
+// SignalPadSize is the size of each rank's signal pad (the one in use after
+// the first rendezvous, the one it will use before).
+func (g *Group) SignalPadSize() uintptr {
+	g.coll.Lock()
+	defer g.coll.Unlock()
+	return g.padSize
+}
+
+// SetSignalPadSize sets the size of each rank's signal pad: a multiple of 4,
+// at least 4*world. Only before the group's first rendezvous; every rank
+// must set the same size (the first rendezvous checks it).
+func (g *Group) SetSignalPadSize(bytes uintptr) error {
+	g.coll.Lock()
+	defer g.coll.Unlock()
+	if g.destroyed {
+		return core.Errorf(core.ErrInvalidState, "group %q is destroyed", g.name)
+	}
+	if bytes%4 != 0 || bytes < uintptr(4*g.world) || bytes > maxSignalPadSize {
+		return core.Errorf(core.ErrInvalidArgument, "group %q: a signal pad of %d bytes: it must be a multiple of 4 in [%d, %d] (4 bytes per rank and channel)", g.name, bytes, 4*g.world, maxSignalPadSize)
+	}
+	g.gm.mu.Lock()
+	made := g.gm.pads != nil
+	g.gm.mu.Unlock()
+	if made {
+		return core.Errorf(core.ErrInvalidState, "group %q: the signal pad size can only change before the group's first rendezvous", g.name)
+	}
+	g.padSize = bytes
+	return nil
+}
+
+// Destroy leaves the group: it closes the channel (not collective: peers in
+// a collective with us fail with ErrPeer). Handles of the group stay valid
+// until released; the group's memory goes with the last of them.
+// Idempotent.
+func (g *Group) Destroy() error {
+	g.coll.Lock()
+	defer g.coll.Unlock()
+	if g.destroyed {
+		return nil
+	}
+	g.destroyed = true
+	err := g.ch.Close()
+	g.gm.mu.Lock()
+	if uerr := g.gm.unrefLocked(); uerr != nil && err == nil {
+		err = uerr
+	}
+	g.gm.mu.Unlock()
+	return err
+}

@@ -1,0 +1,170 @@
+package symm
+
+import (
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/libsymmem/libsymmem/core"
+)
+
+// Handle is the result of a rendezvous: every rank's block and signal pad,
+// mapped in this process. It stays valid (peers' memory stays mapped) after
+// the local block is freed, until Release; the pointer to our own block is
+// the allocator's and follows its life. Safe for concurrent use.
+type Handle struct {
+	gm      *groupMem
+	name    string
+	rank    int
+	world   int
+	bufSize uintptr // the block's size, equal on every rank
+	offset  uintptr // the rendezvous pointer minus the block's start
+	padSize uintptr
+	timeout time.Duration
+	// bufPtrs[r] is rank r's block mapped here; padPtrs[r] its signal pad.
+	bufPtrs []uintptr
+	padPtrs []uintptr
+	// arr is a slot of gm.host holding bufPtrs then padPtrs, for C;
+	// devArr the same in device memory (arr on the host backend).
+	arr    uintptr
+	devArr uintptr
+	maps   []*peerMap // the peer mappings we hold a reference to
+
+	mu       sync.Mutex
+	released bool
+}
+
+// makeArrays fills the C-visible pointer arrays (gm.mu held).
+func (h *Handle) makeArrays() error {
+	gm := h.gm
+	slot := uintptr(2 * h.world * 8)
+	if gm.host == nil {
+		gm.host = newHostSlab(slot)
+	}
+	a, err := gm.host.alloc()
+	if err != nil {
+		return err
+	}
+	arr := unsafe.Slice((*uintptr)(ptrAt(a)), 2*h.world)
+	copy(arr, h.bufPtrs)
+	copy(arr[h.world:], h.padPtrs)
+	h.arr, h.devArr = a, a
+	if gm.be.Name() == "host" {
+		return nil
+	}
+	if gm.dev == nil {
+		gm.dev = newDeviceSlab(gm.be, gm.device, gm.gran, slot)
+	}
+	d, err := gm.dev.alloc()
+	if err == nil {
+		if err = gm.be.Copy(gm.device, 0, d, a, slot); err != nil {
+			gm.dev.release(d)
+		}
+	}
+	if err != nil {
+		gm.host.release(a)
+		return err
+	}
+	h.devArr = d
+	return nil
+}
+
+// Release drops the handle: peers' memory is unmapped when no handle uses
+// it, and the group's memory goes with its last handle once the group is
+// destroyed. A second Release is ErrInvalidState.
+func (h *Handle) Release() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released {
+		return core.Errorf(core.ErrInvalidState, "the handle of group %q is already released", h.name)
+	}
+	h.released = true
+	gm := h.gm
+	gm.mu.Lock()
+	defer gm.mu.Unlock()
+	var first error
+	keep := func(err error) {
+		if first == nil {
+			first = err
+		}
+	}
+	for _, m := range h.maps {
+		keep(gm.putMapLocked(m))
+	}
+	h.maps = nil
+	if gm.host != nil {
+		gm.host.release(h.arr)
+	}
+	if gm.dev != nil && h.devArr != h.arr {
+		gm.dev.release(h.devArr)
+	}
+	keep(gm.unrefLocked())
+	return first
+}
+
+// live fails on a released handle.
+func (h *Handle) live() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released {
+		return core.Errorf(core.ErrInvalidState, "the handle of group %q is released", h.name)
+	}
+	return nil
+}
+
+// Rank, World, BufferSize, Offset and SignalPadSize describe the handle.
+func (h *Handle) Rank() int              { return h.rank }
+func (h *Handle) World() int             { return h.world }
+func (h *Handle) BufferSize() uintptr    { return h.bufSize }
+func (h *Handle) Offset() uintptr        { return h.offset }
+func (h *Handle) SignalPadSize() uintptr { return h.padSize }
+func (h *Handle) GroupName() string      { return h.name }
+
+// Channels is the number of signal channels: padSize / (4*world).
+func (h *Handle) Channels() int { return int(h.padSize) / (4 * h.world) }
+
+func (h *Handle) checkRank(what string, r int) error {
+	if r < 0 || r >= h.world {
+		return core.Errorf(core.ErrInvalidArgument, "group %q: %s %d is out of range [0, %d)", h.name, what, r, h.world)
+	}
+	return nil
+}
+
+func (h *Handle) checkChannel(c int) error {
+	if n := h.Channels(); c < 0 || c >= n {
+		return core.Errorf(core.ErrInvalidArgument, "group %q: channel %d is out of range [0, %d) (signal pads of %d bytes, %d ranks, 4 bytes per slot)", h.name, c, n, h.padSize, h.world)
+	}
+	return nil
+}
+
+// BufferPtr is rank r's block, mapped here.
+func (h *Handle) BufferPtr(r int) (uintptr, error) {
+	if err := h.checkRank("rank", r); err != nil {
+		return 0, err
+	}
+	return h.bufPtrs[r], nil
+}
+
+// SignalPadPtr is rank r's signal pad, mapped here.
+func (h *Handle) SignalPadPtr(r int) (uintptr, error) {
+	if err := h.checkRank("rank", r); err != nil {
+		return 0, err
+	}
+	return h.padPtrs[r], nil
+}
+
+// BufferPtrs returns the addresses of the world-long arrays of block
+// pointers in host memory (valid until Release) and in device memory.
+func (h *Handle) BufferPtrs() (host, dev uintptr) { return h.arr, h.devArr }
+
+// SignalPadPtrs is BufferPtrs for the signal pads.
+func (h *Handle) SignalPadPtrs() (host, dev uintptr) {
+	off := uintptr(h.world * 8)
+	return h.arr + off, h.devArr + off
+}
+
+// Buffers returns a copy of every rank's block address.
+func (h *Handle) Buffers() []uintptr { return append([]uintptr(nil), h.bufPtrs...) }
+
+// SignalPads returns a copy of every rank's signal pad address.
+func (h *Handle) SignalPads() []uintptr { return append([]uintptr(nil), h.padPtrs...) }

@@ -1,0 +1,272 @@
+package symm
+
+import (
+	"errors"
+	"sync"
+	"unsafe"
+
+	"github.com/libsymmem/libsymmem/core"
+	"golang.org/x/sys/unix"
+)
+
+// groupMem is the memory of a group that may outlive it (Note [Lifetimes]).
+type groupMem struct {
+	be     core.Backend
+	device int
+	gran   uintptr
+	name   string
+	rank   int
+	world  int
+
+	mu sync.Mutex
+	// refs = (1 while the group is not destroyed) + (live handles). The
+	// memory is released when it reaches 0.
+	refs int
+	// maps holds the current mapping of each peer segment slot. Invariant:
+	// every entry has refs > 0 (an entry whose count drops to 0 is unmapped
+	// and removed at once, or was already replaced by a newer ID and only
+	// the handles know it).
+	maps map[mapKey]*peerMap
+	// pads is nil until the group's first rendezvous makes this rank's pad.
+	pads *pads
+	// host holds the C-visible pointer arrays of handles; dev their device
+	// copies (nil on the host backend, where the host arrays serve both).
+	host *slab
+	dev  *slab
+}
+
+// mapKey names a peer's segment slot: the segment at heapOff of peer's heap.
+type mapKey struct {
+	peer    int
+	heapOff uint64
+}
+
+// peerMap is a peer's segment imported and mapped here.
+type peerMap struct {
+	key  mapKey
+	id   uint64 // the peer's SegmentInfo.ID: which segment occupied the slot
+	addr uintptr
+	size uintptr
+	mem  core.Memory
+	// refs counts the handles (and in-flight rendezvous pins) using it;
+	// guarded by groupMem.mu.
+	refs int
+}
+
+// pads is this rank's signal pad and its mappings of every peer's pad.
+// Slot channel*world + sender lives in the receiver's pad.
+type pads struct {
+	size uintptr // bytes per rank, as requested: a multiple of 4, >= 4*world
+	phys uintptr // size rounded up to the backend granularity
+	own  core.Memory
+	// addr[r] is rank r's pad mapped here (addr[rank] is our own);
+	// mem[r] the imported memory of peer r. Both meaningful only where
+	// ready says so for peers.
+	addr []uintptr
+	mem  []core.Memory
+	// ready is true once every peer's pad is mapped (after the group's
+	// first successful rendezvous). Every rank's value is the same: the
+	// pad exchange succeeds or is undone on all ranks together.
+	ready bool
+}
+
+// ptrAt turns an address of memory that Go does not manage into a pointer
+// (without the uintptr-to-Pointer conversion that vet rejects).
+func ptrAt(addr uintptr) unsafe.Pointer {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+}
+
+func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
+
+// importMap imports a peer's descriptor (the backend owns fd from here on)
+// and maps size bytes of it in a new reserved range.
+func (gm *groupMem) importMap(fd int, size uintptr) (addr uintptr, mem core.Memory, err error) {
+	mem, err = gm.be.Import(gm.device, fd)
+	if err != nil {
+		return 0, 0, err
+	}
+	addr, err = gm.be.Reserve(gm.device, size)
+	if err != nil {
+		gm.be.Release(mem)
+		return 0, 0, err
+	}
+	if err = gm.be.Map(gm.device, addr, size, mem); err != nil {
+		gm.be.Unreserve(gm.device, addr, size)
+		gm.be.Release(mem)
+		return 0, 0, err
+	}
+	return addr, mem, nil
+}
+
+// unmapRelease undoes importMap (or a pad's create+map).
+func (gm *groupMem) unmapRelease(addr, size uintptr, mem core.Memory) error {
+	return errors.Join(gm.be.Unmap(gm.device, addr, size), gm.be.Release(mem), gm.be.Unreserve(gm.device, addr, size))
+}
+
+// sync waits for all work on the device before memory that it may use is
+// unmapped (DESIGN invariant 4). A no-op on the host backend.
+func (gm *groupMem) sync() error { return gm.be.SynchronizeDevice(gm.device) }
+
+// makePads creates, maps and zeroes this rank's pad of size bytes.
+func (gm *groupMem) makePads(size uintptr) (*pads, error) {
+	p := &pads{size: size, phys: roundUp(size, gm.gran), addr: make([]uintptr, gm.world), mem: make([]core.Memory, gm.world)}
+	own, err := gm.be.Create(gm.device, p.phys)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := gm.be.Reserve(gm.device, p.phys)
+	if err != nil {
+		gm.be.Release(own)
+		return nil, err
+	}
+	if err := gm.be.Map(gm.device, addr, p.phys, own); err != nil {
+		gm.be.Unreserve(gm.device, addr, p.phys)
+		gm.be.Release(own)
+		return nil, err
+	}
+	if err := gm.be.Memset(gm.device, 0, addr, 0, p.phys); err != nil {
+		gm.unmapRelease(addr, p.phys, own)
+		return nil, err
+	}
+	p.own = own
+	p.addr[gm.rank] = addr
+	return p, nil
+}
+
+// dropPeerPads unmaps the peers' pads (ready becomes false).
+func (gm *groupMem) dropPeerPads(p *pads) error {
+	var errs []error
+	for r := range p.addr {
+		if r != gm.rank && p.addr[r] != 0 {
+			errs = append(errs, gm.unmapRelease(p.addr[r], p.phys, p.mem[r]))
+			p.addr[r], p.mem[r] = 0, 0
+		}
+	}
+	p.ready = false
+	return errors.Join(errs...)
+}
+
+// unref drops a reference (mu held); the last one releases everything.
+func (gm *groupMem) unrefLocked() error {
+	gm.refs--
+	if gm.refs > 0 {
+		return nil
+	}
+	var errs []error
+	errs = append(errs, gm.sync())
+	for k, m := range gm.maps { // none should remain: handles hold them
+		errs = append(errs, gm.unmapRelease(m.addr, m.size, m.mem))
+		delete(gm.maps, k)
+	}
+	if p := gm.pads; p != nil {
+		errs = append(errs, gm.dropPeerPads(p))
+		errs = append(errs, gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
+		gm.pads = nil
+	}
+	if gm.host != nil {
+		errs = append(errs, gm.host.close())
+		gm.host = nil
+	}
+	if gm.dev != nil {
+		errs = append(errs, gm.dev.close())
+		gm.dev = nil
+	}
+	return errors.Join(errs...)
+}
+
+// putMapLocked drops one reference to m and unmaps it when none is left.
+func (gm *groupMem) putMapLocked(m *peerMap) error {
+	m.refs--
+	if m.refs > 0 {
+		return nil
+	}
+	if gm.maps[m.key] == m {
+		delete(gm.maps, m.key)
+	}
+	return errors.Join(gm.sync(), gm.unmapRelease(m.addr, m.size, m.mem))
+}
+
+// slab hands out fixed-size slots of memory that Go does not manage, so that
+// C may keep pointers to them (the handles' pointer arrays).
+type slab struct {
+	slot   uintptr
+	chunk  uintptr
+	get    func(size uintptr) (uintptr, error)
+	put    func(addr, size uintptr) error
+	chunks []uintptr
+	free   []uintptr
+}
+
+func newHostSlab(slot uintptr) *slab {
+	return &slab{
+		slot:  slot,
+		chunk: roundUp(max(slot, 64<<10), uintptr(unix.Getpagesize())),
+		get: func(size uintptr) (uintptr, error) {
+			p, err := unix.MmapPtr(-1, 0, nil, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+			if err != nil {
+				return 0, core.Errorf(core.ErrOutOfMemory, "mmap of %d bytes for handle pointer arrays: %v", size, err)
+			}
+			return uintptr(p), nil
+		},
+		put: func(addr, size uintptr) error { return unix.MunmapPtr(ptrAt(addr), size) },
+	}
+}
+
+// newDeviceSlab takes its chunks from the backend (device memory on cuda).
+func newDeviceSlab(be core.Backend, device int, gran, slot uintptr) *slab {
+	mems := map[uintptr]core.Memory{}
+	return &slab{
+		slot:  slot,
+		chunk: roundUp(slot, gran),
+		get: func(size uintptr) (uintptr, error) {
+			m, err := be.Create(device, size)
+			if err != nil {
+				return 0, err
+			}
+			addr, err := be.Reserve(device, size)
+			if err != nil {
+				be.Release(m)
+				return 0, err
+			}
+			if err := be.Map(device, addr, size, m); err != nil {
+				be.Unreserve(device, addr, size)
+				be.Release(m)
+				return 0, err
+			}
+			mems[addr] = m
+			return addr, nil
+		},
+		put: func(addr, size uintptr) error {
+			m := mems[addr]
+			delete(mems, addr)
+			return errors.Join(be.Unmap(device, addr, size), be.Release(m), be.Unreserve(device, addr, size))
+		},
+	}
+}
+
+func (s *slab) alloc() (uintptr, error) {
+	if len(s.free) == 0 {
+		c, err := s.get(s.chunk)
+		if err != nil {
+			return 0, err
+		}
+		s.chunks = append(s.chunks, c)
+		for a := c; a+s.slot <= c+s.chunk; a += s.slot {
+			s.free = append(s.free, a)
+		}
+	}
+	a := s.free[len(s.free)-1]
+	s.free = s.free[:len(s.free)-1]
+	return a, nil
+}
+
+func (s *slab) release(a uintptr) { s.free = append(s.free, a) }
+
+func (s *slab) close() error {
+	var errs []error
+	for _, c := range s.chunks {
+		errs = append(errs, s.put(c, s.chunk))
+	}
+	s.chunks, s.free = nil, nil
+	return errors.Join(errs...)
+}

@@ -1,0 +1,276 @@
+package symm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/libsymmem/libsymmem/core"
+)
+
+// Records are what ranks all-gather. Each starts with a version and a kind
+// byte, then a status (code, message: a rank's local failure, shared so that
+// every rank fails the same way), then the kind's fields.
+const recordVersion = 1
+
+const (
+	recMember     = 1 // at group creation: who and where this rank is
+	recRendezvous = 2 // at rendezvous: the block and what we have cached
+	recStatus     = 3 // after a descriptor exchange: did mapping succeed
+)
+
+type writer struct{ b []byte }
+
+func (w *writer) u8(v uint8)   { w.b = append(w.b, v) }
+func (w *writer) u32(v uint32) { w.b = binary.LittleEndian.AppendUint32(w.b, v) }
+func (w *writer) u64(v uint64) { w.b = binary.LittleEndian.AppendUint64(w.b, v) }
+func (w *writer) str(s string) { w.u32(uint32(len(s))); w.b = append(w.b, s...) }
+
+type reader struct {
+	b   []byte
+	err error
+}
+
+var errShort = errors.New("record too short")
+
+func (r *reader) take(n int) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n < 0 || len(r.b) < n {
+		r.err = errShort
+		return nil
+	}
+	p := r.b[:n]
+	r.b = r.b[n:]
+	return p
+}
+func (r *reader) u8() uint8 {
+	if p := r.take(1); p != nil {
+		return p[0]
+	}
+	return 0
+}
+func (r *reader) u32() uint32 {
+	if p := r.take(4); p != nil {
+		return binary.LittleEndian.Uint32(p)
+	}
+	return 0
+}
+func (r *reader) u64() uint64 {
+	if p := r.take(8); p != nil {
+		return binary.LittleEndian.Uint64(p)
+	}
+	return 0
+}
+func (r *reader) str() string { return string(r.take(int(r.u32()))) }
+
+// status is a rank's local outcome, carried in every record.
+type status struct {
+	code core.Code
+	msg  string
+}
+
+func statusOf(err error) status {
+	if err == nil {
+		return status{}
+	}
+	return status{core.CodeOf(err), err.Error()}
+}
+
+func (w *writer) header(kind uint8, st status) {
+	w.u8(recordVersion)
+	w.u8(kind)
+	w.u32(uint32(st.code))
+	w.str(st.msg)
+}
+
+func (r *reader) header(kind uint8) status {
+	if v := r.u8(); r.err == nil && v != recordVersion {
+		r.err = fmt.Errorf("record version %d, this library has %d (mixed libsymmem versions)", v, recordVersion)
+	}
+	if k := r.u8(); r.err == nil && k != kind {
+		r.err = fmt.Errorf("record kind %d where %d was expected (the ranks made collective calls in different orders)", k, kind)
+	}
+	return status{core.Code(r.u32()), r.str()}
+}
+
+// memberRecord says who and where a rank is.
+type memberRecord struct {
+	status
+	pid      uint32
+	backend  string
+	hostname string
+	bootID   string // the kernel's boot id: identifies the machine
+	device   int32
+	uuid     string // the device's UUID where the backend knows it
+	// overlap: SYMMEM_ALLOW_OVERLAPPING_DEVICES=1 is set on this rank.
+	overlap bool
+}
+
+func (m *memberRecord) encode() []byte {
+	var w writer
+	w.header(recMember, m.status)
+	w.u32(m.pid)
+	w.str(m.backend)
+	w.str(m.hostname)
+	w.str(m.bootID)
+	w.u32(uint32(m.device))
+	w.str(m.uuid)
+	if m.overlap {
+		w.u8(1)
+	} else {
+		w.u8(0)
+	}
+	return w.b
+}
+
+func decodeMember(b []byte) (m memberRecord, err error) {
+	r := reader{b: b}
+	m.status = r.header(recMember)
+	m.pid = r.u32()
+	m.backend = r.str()
+	m.hostname = r.str()
+	m.bootID = r.str()
+	m.device = int32(r.u32())
+	m.uuid = r.str()
+	m.overlap = r.u8() != 0
+	return m, r.err
+}
+
+// blockRecord describes the block a rank rendezvouses on.
+type blockRecord struct {
+	status
+	blockSize  uint64
+	requested  uint64
+	offset     uint64 // ptr - block start
+	heapOff    uint64
+	segHeapOff uint64
+	segSize    uint64
+	segID      uint64
+	allocs     uint64
+	frees      uint64
+	padSize    uint64
+	padsReady  bool
+	// held[p] is 1 + the ID of peer p's segment at segHeapOff that this
+	// rank has mapped, 0 if none (Note [What a rendezvous costs]).
+	held []uint64
+}
+
+func (b *blockRecord) encode() []byte {
+	var w writer
+	w.header(recRendezvous, b.status)
+	for _, v := range []uint64{b.blockSize, b.requested, b.offset, b.heapOff, b.segHeapOff, b.segSize, b.segID, b.allocs, b.frees, b.padSize} {
+		w.u64(v)
+	}
+	if b.padsReady {
+		w.u8(1)
+	} else {
+		w.u8(0)
+	}
+	w.u32(uint32(len(b.held)))
+	for _, v := range b.held {
+		w.u64(v)
+	}
+	return w.b
+}
+
+func decodeBlock(p []byte, world int) (b blockRecord, err error) {
+	r := reader{b: p}
+	b.status = r.header(recRendezvous)
+	for _, v := range []*uint64{&b.blockSize, &b.requested, &b.offset, &b.heapOff, &b.segHeapOff, &b.segSize, &b.segID, &b.allocs, &b.frees, &b.padSize} {
+		*v = r.u64()
+	}
+	b.padsReady = r.u8() != 0
+	n := int(r.u32())
+	if r.err == nil && n != world {
+		r.err = fmt.Errorf("record for %d ranks in a group of %d", n, world)
+	}
+	if r.err == nil {
+		b.held = make([]uint64, n)
+		for i := range b.held {
+			b.held[i] = r.u64()
+		}
+	}
+	return b, r.err
+}
+
+func encodeStatus(st status) []byte {
+	var w writer
+	w.header(recStatus, st)
+	return w.b
+}
+
+func decodeStatus(p []byte) (status, error) {
+	r := reader{b: p}
+	st := r.header(recStatus)
+	return st, r.err
+}
+
+// firstFailure returns the error of the lowest rank whose status is a
+// failure, worded the same on every rank.
+func firstFailure(group, what string, sts []status) error {
+	var failed []int
+	for r, st := range sts {
+		if st.code != core.Success {
+			failed = append(failed, r)
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	r := failed[0]
+	msg := fmt.Sprintf("group %q: %s failed on rank %d: %s", group, what, r, sts[r].msg)
+	if len(failed) > 1 {
+		msg += fmt.Sprintf(" (rank(s) %s failed too)", ranksText(failed[1:]))
+	}
+	return &core.Error{Code: sts[r].code, Msg: msg}
+}
+
+func ranksText(ranks []int) string {
+	s := make([]string, len(ranks))
+	for i, r := range ranks {
+		s[i] = fmt.Sprint(r)
+	}
+	return strings.Join(s, ", ")
+}
+
+// byValue describes how ranks split over the values val(r): "rank 0, 2: A;
+// rank 1: B". It returns "" when every rank has the same value.
+func byValue(world int, val func(r int) string) string {
+	groups := map[string][]int{}
+	var order []string
+	for r := 0; r < world; r++ {
+		v := val(r)
+		if _, ok := groups[v]; !ok {
+			order = append(order, v)
+		}
+		groups[v] = append(groups[v], r)
+	}
+	if len(order) <= 1 {
+		return ""
+	}
+	sort.SliceStable(order, func(i, j int) bool { return len(groups[order[i]]) > len(groups[order[j]]) })
+	parts := make([]string, len(order))
+	for i, v := range order {
+		word := "rank"
+		if len(groups[v]) > 1 {
+			word = "ranks"
+		}
+		parts[i] = fmt.Sprintf("%s %s: %s", word, ranksText(groups[v]), v)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// hostIdentity is this machine's name and its kernel's boot id (two
+// processes can share memory only under one kernel).
+func hostIdentity() (hostname, bootID string) {
+	hostname, _ = os.Hostname()
+	if b, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
+		bootID = strings.TrimSpace(string(b))
+	}
+	return hostname, bootID
+}

@@ -1,0 +1,315 @@
+package symm
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/libsymmem/libsymmem/core"
+	"golang.org/x/sys/unix"
+)
+
+// Rendezvous is collective: every rank of the group calls it with a pointer
+// into a block of its own, allocated on the group's device by the same
+// sequence of calls on every rank (ptr may be interior). It validates on
+// every rank that block sizes and heap offsets agree, maps every peer's
+// block (once per peer segment, see Note [What a rendezvous costs]) and the
+// peers' signal pads, and returns a handle. Every rank gets a handle or
+// every rank gets the same error (Note [Why every verdict is shared]).
+func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
+	g.coll.Lock()
+	defer g.coll.Unlock()
+	if g.destroyed {
+		return nil, core.Errorf(core.ErrInvalidState, "group %q is destroyed", g.name)
+	}
+	gm := g.gm
+	world, me := g.world, g.rank
+
+	// 1. What we have: the block, our pad, the peers' segments we hold.
+	var info core.BlockInfo
+	var localErr error
+	if g.alloc == nil {
+		localErr = core.Errorf(core.ErrInvalidDevice, "no allocator for device %d", g.device)
+	} else {
+		info, localErr = g.alloc.Lookup(ptr)
+		if localErr != nil {
+			localErr = core.Errorf(core.CodeOf(localErr), "rank %d: %v", me, localErr)
+		}
+	}
+	rec := blockRecord{held: make([]uint64, world), padSize: uint64(g.padSize)}
+	pinned := make([]*peerMap, world)
+	gm.mu.Lock()
+	if gm.pads == nil && localErr == nil {
+		if gm.pads, localErr = gm.makePads(g.padSize); localErr != nil {
+			localErr = core.Errorf(core.CodeOf(localErr), "rank %d: cannot make its signal pad of %d bytes: %v", me, g.padSize, localErr)
+		}
+	}
+	if gm.pads != nil {
+		rec.padsReady = gm.pads.ready
+	}
+	if localErr == nil {
+		for p := 0; p < world; p++ {
+			if m := gm.maps[mapKey{p, info.Segment.HeapOff}]; m != nil && p != me {
+				m.refs++ // pinned until we return (Note [Lifetimes])
+				pinned[p] = m
+				rec.held[p] = m.id + 1
+			}
+		}
+	}
+	gm.mu.Unlock()
+	defer func() {
+		gm.mu.Lock()
+		for _, m := range pinned {
+			if m != nil {
+				gm.putMapLocked(m)
+			}
+		}
+		gm.mu.Unlock()
+	}()
+	rec.status = statusOf(localErr)
+	if localErr == nil {
+		rec.blockSize, rec.requested, rec.offset = uint64(info.Size), uint64(info.Requested), uint64(ptr-info.Addr)
+		rec.heapOff, rec.segHeapOff, rec.segSize, rec.segID = info.HeapOff, info.Segment.HeapOff, uint64(info.Segment.Size), info.Segment.ID
+		rec.allocs, rec.frees = info.Allocs, info.Frees
+	}
+
+	// 2. One all-gather, and the same verdict everywhere.
+	raw, err := g.ex.AllGather(0, rec.encode())
+	if err != nil {
+		return nil, err
+	}
+	recs := make([]blockRecord, world)
+	for r := range raw {
+		if recs[r], err = decodeBlock(raw[r], world); err != nil {
+			return nil, core.Errorf(core.ErrPeer, "group %q: rendezvous: rank %d sent a malformed record: %v", g.name, r, err)
+		}
+	}
+	if err := g.verdict(recs); err != nil {
+		return nil, err
+	}
+
+	// 3. Descriptors, only where some rank lacks something.
+	needPads := !recs[0].padsReady
+	// need(r, p): rank r lacks peer p's current segment.
+	need := func(r, p int) bool { return r != p && recs[r].held[p] != recs[p].segID+1 }
+	anyNeed := needPads
+	for r := 0; r < world && !anyNeed; r++ {
+		for p := 0; p < world; p++ {
+			anyNeed = anyNeed || need(r, p)
+		}
+	}
+	fresh := make([]*peerMap, world) // segments mapped by this call
+	if anyNeed {
+		g.exchanges++
+		if err := g.exchange(info, recs, needPads, need, fresh); err != nil {
+			return nil, err
+		}
+	}
+
+	// 4. The handle.
+	gm.mu.Lock()
+	defer gm.mu.Unlock()
+	if needPads {
+		gm.pads.ready = true
+	}
+	h := &Handle{gm: gm, name: g.name, rank: me, world: world, bufSize: info.Size, offset: ptr - info.Addr,
+		padSize: gm.pads.size, timeout: g.timeout, bufPtrs: make([]uintptr, world), padPtrs: append([]uintptr(nil), gm.pads.addr...)}
+	for p := 0; p < world; p++ {
+		if p == me {
+			h.bufPtrs[p] = info.Addr
+			continue
+		}
+		m := fresh[p]
+		if m != nil {
+			// A newer segment replaces the slot's cache entry; an older
+			// mapping there lives on for the handles that use it.
+			gm.maps[m.key] = m
+		} else {
+			m = pinned[p]
+		}
+		m.refs++
+		h.maps = append(h.maps, m)
+		h.bufPtrs[p] = m.addr + uintptr(info.HeapOff-info.Segment.HeapOff)
+	}
+	if err := h.makeArrays(); err != nil {
+		for _, m := range h.maps {
+			gm.putMapLocked(m)
+		}
+		return nil, err
+	}
+	gm.refs++
+	return h, nil
+}
+
+// verdict checks the gathered records; every rank computes the same result.
+func (g *Group) verdict(recs []blockRecord) error {
+	world := g.world
+	sts := make([]status, world)
+	for r := range recs {
+		sts[r] = recs[r].status
+	}
+	if err := firstFailure(g.name, "rendezvous", sts); err != nil {
+		return err
+	}
+	if d := byValue(world, func(r int) string { return fmt.Sprintf("%d bytes", recs[r].padSize) }); d != "" {
+		return core.Errorf(core.ErrMismatch, "group %q: rendezvous: the signal pad sizes differ (%s): set the same size on every rank before the first rendezvous", g.name, d)
+	}
+	if d := byValue(world, func(r int) string { return fmt.Sprint(recs[r].padsReady) }); d != "" {
+		return core.Errorf(core.ErrInternal, "group %q: rendezvous: the ranks disagree on whether the signal pads were exchanged (%s)", g.name, d)
+	}
+	// Blocks are compared, not requests: requests that round to the same
+	// block are symmetric.
+	if d := byValue(world, func(r int) string { return fmt.Sprintf("block of %d bytes", recs[r].blockSize) }); d != "" {
+		req := make([]string, world)
+		for r := range req {
+			req[r] = fmt.Sprintf("rank %d: %d", r, recs[r].requested)
+		}
+		return core.Errorf(core.ErrMismatch, "group %q: rendezvous on blocks of different sizes: %s; every rank must pass an allocation of the same size (bytes requested: %s)",
+			g.name, d, strings.Join(req, ", "))
+	}
+	placement := func(r int) string {
+		return fmt.Sprintf("rank %d: %d allocs, %d frees", r, recs[r].allocs, recs[r].frees)
+	}
+	if d := byValue(world, func(r int) string { return fmt.Sprintf("heap offset %#x", recs[r].heapOff) }); d != "" {
+		counters := make([]string, world)
+		for r := range counters {
+			counters[r] = placement(r)
+		}
+		return core.Errorf(core.ErrMismatch, "group %q: rendezvous on blocks at different heap offsets (%s): placement diverged; every rank must make the same allocations and frees, in the same order, before a rendezvous. Allocator counters: %s",
+			g.name, d, strings.Join(counters, "; "))
+	}
+	if d := byValue(world, func(r int) string {
+		return fmt.Sprintf("segment at heap offset %#x of %d bytes", recs[r].segHeapOff, recs[r].segSize)
+	}); d != "" {
+		return core.Errorf(core.ErrMismatch, "group %q: rendezvous: the blocks lie in different segments (%s): placement diverged", g.name, d)
+	}
+	return nil
+}
+
+// exchange passes the descriptors that some rank lacks (the peers' pads on
+// the first rendezvous, and segments not yet held), maps what arrives, and
+// all-gathers the outcome. On failure every rank undoes what it mapped.
+func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool, need func(r, p int) bool, fresh []*peerMap) error {
+	gm := g.gm
+	world, me := g.world, g.rank
+	var localErr error
+	note := func(err error) {
+		if localErr == nil && err != nil {
+			localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", me, err)
+		}
+	}
+	padFD, segFD := -1, -1
+	if needPads {
+		var err error
+		padFD, err = gm.be.Export(gm.pads.own)
+		note(err)
+	}
+	sendSeg := false
+	for r := 0; r < world; r++ {
+		sendSeg = sendSeg || need(r, me)
+	}
+	if sendSeg {
+		var err error
+		segFD, err = g.alloc.ExportSegment(info.Segment.Addr)
+		note(err)
+	}
+	out := make([][]int, world)
+	for dst := 0; dst < world; dst++ {
+		if dst == me {
+			continue
+		}
+		if needPads && padFD >= 0 {
+			out[dst] = append(out[dst], padFD)
+		}
+		if need(dst, me) && segFD >= 0 {
+			out[dst] = append(out[dst], segFD)
+		}
+	}
+	in, err := g.ch.AllToAllFDs(0, out)
+	for _, fd := range []int{padFD, segFD} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		return err
+	}
+
+	// Map what arrived. The backend owns each descriptor from Import on;
+	// the ones we do not get to are closed here.
+	gm.mu.Lock()
+	p := gm.pads
+	for src := 0; src < world; src++ {
+		fds := in[src]
+		if src == me {
+			continue
+		}
+		want := 0
+		if needPads {
+			want++
+		}
+		if need(me, src) {
+			want++
+		}
+		if len(fds) != want || localErr != nil {
+			if localErr == nil {
+				note(core.Errorf(core.ErrPeer, "rank %d sent %d descriptors, %d were expected (it could not export its memory)", src, len(fds), want))
+			}
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+			continue
+		}
+		if needPads {
+			addr, mem, err := gm.importMap(fds[0], p.phys)
+			fds = fds[1:]
+			if err != nil {
+				note(fmt.Errorf("mapping rank %d's signal pad: %w", src, err))
+				for _, fd := range fds {
+					unix.Close(fd)
+				}
+				continue
+			}
+			p.addr[src], p.mem[src] = addr, mem
+		}
+		if need(me, src) {
+			size := uintptr(recs[src].segSize)
+			addr, mem, err := gm.importMap(fds[0], size)
+			if err != nil {
+				note(fmt.Errorf("mapping rank %d's segment of %d bytes: %w", src, size, err))
+				continue
+			}
+			fresh[src] = &peerMap{key: mapKey{src, info.Segment.HeapOff}, id: recs[src].segID, addr: addr, size: size, mem: mem}
+		}
+	}
+	gm.mu.Unlock()
+
+	// Everyone succeeds or everyone undoes.
+	raw, err := g.ex.AllGather(0, encodeStatus(statusOf(localErr)))
+	if err == nil {
+		sts := make([]status, world)
+		for r := range raw {
+			if sts[r], err = decodeStatus(raw[r]); err != nil {
+				err = core.Errorf(core.ErrPeer, "group %q: rendezvous: rank %d sent a malformed status: %v", g.name, r, err)
+				break
+			}
+		}
+		if err == nil {
+			err = firstFailure(g.name, "rendezvous (mapping peers' memory)", sts)
+		}
+	}
+	if err != nil {
+		gm.mu.Lock()
+		for i, m := range fresh {
+			if m != nil {
+				gm.unmapRelease(m.addr, m.size, m.mem)
+				fresh[i] = nil
+			}
+		}
+		if needPads {
+			gm.dropPeerPads(p)
+		}
+		gm.mu.Unlock()
+		return err
+	}
+	return nil
+}

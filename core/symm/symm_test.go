@@ -1,0 +1,282 @@
+package symm
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/host"
+)
+
+const resultPrefix = "SYMMEM_SYMM_RESULT "
+
+type rankResult struct {
+	Rank int    `json:"rank"`
+	Code int    `json:"code"`
+	Msg  string `json:"msg"`
+	Exit int    `json:"-"`
+	Out  string `json:"-"`
+}
+
+func envInt(name string) int {
+	v, _ := strconv.Atoi(os.Getenv(name))
+	return v
+}
+
+// TestHelperRank is one rank of a multi-process test (SYMMEM_SYMM_HELPER=1);
+// it does nothing in a normal run.
+func TestHelperRank(t *testing.T) {
+	if os.Getenv("SYMMEM_SYMM_HELPER") != "1" {
+		t.Skip("helper process for the multi-process tests")
+	}
+	rt, err := core.Default()
+	e := &rankEnv{rt: rt, rank: envInt("SYMMEM_SYMM_RANK"), world: envInt("SYMMEM_SYMM_WORLD"),
+		name: os.Getenv("SYMMEM_SYMM_NAME"), dir: os.Getenv("SYMMEM_SOCKET_DIR"),
+		timeout: time.Duration(envInt("SYMMEM_SYMM_TIMEOUT_MS")) * time.Millisecond, arg: envInt("SYMMEM_SYMM_ARG")}
+	if err == nil {
+		if rt.Backend.Name() != "host" {
+			err = fmt.Errorf("backend %q, these tests need SYMMEM_BACKEND=host", rt.Backend.Name())
+		} else {
+			err = runScenario(os.Getenv("SYMMEM_SYMM_SCENARIO"), e)
+		}
+	}
+	r := rankResult{Rank: e.rank, Code: int(core.CodeOf(err))}
+	if err != nil {
+		r.Msg = err.Error()
+	}
+	b, _ := json.Marshal(r)
+	fmt.Printf("\n%s%s\n", resultPrefix, b)
+}
+
+func sockDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "sy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return filepath.Join(d, "s")
+}
+
+// runProcs runs scenario sc with one process per rank.
+func runProcs(t *testing.T, sc string, world int, timeout time.Duration, arg int) []rankResult {
+	t.Helper()
+	dir := sockDir(t)
+	type proc struct {
+		cmd *exec.Cmd
+		out *bytes.Buffer
+	}
+	procs := make([]proc, world)
+	for r := 0; r < world; r++ {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperRank$", "-test.timeout=300s")
+		cmd.Env = append(os.Environ(), "SYMMEM_SYMM_HELPER=1", "SYMMEM_BACKEND=host", "GORACE=atexit_sleep_ms=0",
+			"SYMMEM_SYMM_SCENARIO="+sc, "SYMMEM_SYMM_NAME="+sc, "SYMMEM_SOCKET_DIR="+dir,
+			fmt.Sprintf("SYMMEM_SYMM_RANK=%d", r), fmt.Sprintf("SYMMEM_SYMM_WORLD=%d", world),
+			fmt.Sprintf("SYMMEM_SYMM_TIMEOUT_MS=%d", timeout.Milliseconds()), fmt.Sprintf("SYMMEM_SYMM_ARG=%d", arg))
+		out := &bytes.Buffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs[r] = proc{cmd, out}
+	}
+	res := make([]rankResult, world)
+	for r, p := range procs {
+		err := p.cmd.Wait()
+		res[r] = rankResult{Rank: r, Code: -1, Out: p.out.String()}
+		if ee, ok := err.(*exec.ExitError); ok {
+			res[r].Exit = ee.ExitCode()
+		}
+		sc := bufio.NewScanner(strings.NewReader(p.out.String()))
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			if line, ok := strings.CutPrefix(sc.Text(), resultPrefix); ok {
+				json.Unmarshal([]byte(line), &res[r])
+			}
+		}
+	}
+	return res
+}
+
+func allOK(t *testing.T, res []rankResult) {
+	t.Helper()
+	for _, r := range res {
+		if r.Code != 0 || r.Exit != 0 {
+			t.Fatalf("rank %d: code %d exit %d: %s\n%s", r.Rank, r.Code, r.Exit, r.Msg, r.Out)
+		}
+	}
+}
+
+func allFail(t *testing.T, res []rankResult, code core.Code, contains ...string) {
+	t.Helper()
+	for _, r := range res {
+		if core.Code(r.Code) != code {
+			t.Fatalf("rank %d: code %d (%s), want %d: %s\n%s", r.Rank, r.Code, core.Code(r.Code), code, r.Msg, r.Out)
+		}
+		for _, s := range contains {
+			if !strings.Contains(r.Msg, s) {
+				t.Fatalf("rank %d: message %q lacks %q", r.Rank, r.Msg, s)
+			}
+		}
+	}
+}
+
+// runInProcess runs scenario sc with one goroutine per rank, each with a
+// runtime (and so a heap) of its own over the host backend.
+func runInProcess(t *testing.T, sc string, world int, timeout time.Duration, arg int) []error {
+	t.Helper()
+	dir := sockDir(t)
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r := 0; r < world; r++ {
+		be, err := host.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := &rankEnv{rt: core.NewRuntime(be), rank: r, world: world, name: sc, dir: dir, timeout: timeout, arg: arg}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[e.rank] = runScenario(sc, e)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func TestProcessesWriteBarrier(t *testing.T) {
+	for _, world := range []int{2, 4, 8} {
+		t.Run(fmt.Sprint(world), func(t *testing.T) {
+			allOK(t, runProcs(t, "write", world, 60*time.Second, 0))
+		})
+	}
+}
+
+func TestProcessesPingPong(t *testing.T) {
+	allOK(t, runProcs(t, "pingpong", 4, 60*time.Second, 0))
+}
+
+func TestProcessesSubgroups(t *testing.T) {
+	allOK(t, runProcs(t, "subgroup", 4, 60*time.Second, 0))
+}
+
+func TestProcessesMismatchedSizes(t *testing.T) {
+	allFail(t, runProcs(t, "mismatch-size", 4, 30*time.Second, 0), core.ErrMismatch,
+		"blocks of different sizes", "ranks 0, 1, 2: block of 65536 bytes", "rank 3: block of 131072 bytes")
+}
+
+func TestProcessesDivergedPlacement(t *testing.T) {
+	allFail(t, runProcs(t, "diverged", 3, 30*time.Second, 0), core.ErrMismatch,
+		"different heap offsets", "placement diverged", "ranks 0, 2: heap offset 0x0", "rank 1: heap offset 0x1000",
+		"rank 0: 1 allocs, 0 frees", "rank 1: 2 allocs, 0 frees")
+}
+
+func TestProcessesBadPointer(t *testing.T) {
+	allFail(t, runProcs(t, "bad-pointer", 3, 30*time.Second, 0), core.ErrInvalidPointer, "failed on rank 1")
+}
+
+// A rank that exits after creating the group: the others fail (ErrPeer
+// naming it) within the timeout.
+func TestProcessesRankExitsBeforeRendezvous(t *testing.T) {
+	start := time.Now()
+	res := runProcs(t, "exit-before", 4, 20*time.Second, 2)
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("took %v", d)
+	}
+	for _, r := range res {
+		if r.Rank == 2 {
+			if r.Exit != 3 {
+				t.Fatalf("rank 2 exit %d", r.Exit)
+			}
+			continue
+		}
+		if c := core.Code(r.Code); (c != core.ErrPeer && c != core.ErrTimeout) || !strings.Contains(r.Msg, "rank 2") {
+			t.Fatalf("rank %d: code %d %q\n%s", r.Rank, r.Code, r.Msg, r.Out)
+		}
+	}
+}
+
+func TestProcessesBadArguments(t *testing.T) {
+	allOK(t, runProcs(t, "badargs", 2, 30*time.Second, 0))
+}
+
+func TestProcessesCallbackExchange(t *testing.T) {
+	allOK(t, runProcs(t, "callback", 3, 30*time.Second, 0))
+}
+
+func TestProcessesNoLeaks(t *testing.T) {
+	n := 1000
+	if testing.Short() {
+		n = 100
+	}
+	allOK(t, runProcs(t, "leak", 2, 60*time.Second, n))
+}
+
+// In-process runs of the same scenarios: the race detector sees every
+// rank's goroutines.
+func TestInProcess(t *testing.T) {
+	for _, sc := range []string{"write", "pingpong", "subgroup", "badargs", "callback"} {
+		t.Run(sc, func(t *testing.T) {
+			for r, err := range runInProcess(t, sc, 4, 30*time.Second, 0) {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+		})
+	}
+	t.Run("world1", func(t *testing.T) {
+		if err := runInProcess(t, "write", 1, 5*time.Second, 0)[0]; err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("diverged", func(t *testing.T) {
+		for r, err := range runInProcess(t, "diverged", 2, 30*time.Second, 0) {
+			if core.CodeOf(err) != core.ErrMismatch {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+	})
+}
+
+func TestByValue(t *testing.T) {
+	vals := []string{"a", "b", "a", "c"}
+	if got := byValue(4, func(r int) string { return vals[r] }); got != "ranks 0, 2: a; rank 1: b; rank 3: c" {
+		t.Fatal(got)
+	}
+	if got := byValue(3, func(int) string { return "x" }); got != "" {
+		t.Fatal(got)
+	}
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	b := blockRecord{status: status{core.ErrMismatch, "m"}, blockSize: 1, requested: 2, offset: 3, heapOff: 4, segHeapOff: 5,
+		segSize: 6, segID: 7, allocs: 8, frees: 9, padSize: 10, padsReady: true, held: []uint64{11, 12}}
+	got, err := decodeBlock(b.encode(), 2)
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(b) {
+		t.Fatalf("%+v %v", got, err)
+	}
+	if _, err := decodeBlock(b.encode(), 3); err == nil {
+		t.Fatal("world mismatch not caught")
+	}
+	if _, err := decodeBlock(b.encode()[:20], 2); err == nil {
+		t.Fatal("short record not caught")
+	}
+	if _, err := decodeBlock(encodeStatus(status{}), 2); err == nil {
+		t.Fatal("wrong kind not caught")
+	}
+	m := memberRecord{pid: 1, backend: "host", hostname: "h", bootID: "b", device: 3, uuid: "u", overlap: true}
+	gm, err := decodeMember(m.encode())
+	if err != nil || gm != m {
+		t.Fatalf("%+v %v", gm, err)
+	}
+}

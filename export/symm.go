@@ -1,0 +1,364 @@
+package main
+
+// The symmetric-memory section of include/symmem.h: marshalling only; the
+// logic is in core/symm.
+
+/*
+#include "internal.h"
+
+// symmem_allgather_fn, called through a trampoline (Go cannot call a C
+// function pointer). static inline: this preamble is compiled twice.
+typedef int (*symmemi_allgather_fn)(const void *send, void *recv, size_t bytes_per_rank, void *user);
+static inline int symmemi_call_allgather(void *fn, const void *send, void *recv, size_t n, void *user) {
+  return ((symmemi_allgather_fn)fn)(send, recv, n, user);
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/symm"
+)
+
+// Note [Opaque handles]
+//
+// C never sees a Go pointer. A symmem_group* or symmem_handle* is a key of
+// the objects table: tag | kind | serial<<4, with a serial that is never
+// reused, so a released or forged pointer is an unknown key (an error, not
+// a use-after-free), a group passed as a handle is caught by its kind bits,
+// and since the tag makes the value a non-canonical x86-64 address, a C
+// caller that dereferences one faults at once instead of reading memory.
+const (
+	objTag    = uintptr(0x5359) << 48
+	objGroup  = uintptr(1)
+	objHandle = uintptr(2)
+)
+
+var objects = struct {
+	sync.Mutex
+	serial uintptr
+	m      map[uintptr]any
+}{m: map[uintptr]any{}}
+
+func register(kind uintptr, obj any) uintptr {
+	objects.Lock()
+	defer objects.Unlock()
+	objects.serial++
+	key := objTag | objects.serial<<4 | kind
+	objects.m[key] = obj
+	return key
+}
+
+// lookup returns the object of key if it is of kind; with remove it also
+// takes it out of the table (so that only one caller can release it).
+func lookup(key, kind uintptr, remove bool) (any, error) {
+	what := "group"
+	if kind == objHandle {
+		what = "handle"
+	}
+	if key == 0 {
+		return nil, core.Errorf(core.ErrInvalidArgument, "the %s is NULL", what)
+	}
+	objects.Lock()
+	defer objects.Unlock()
+	obj, ok := objects.m[key]
+	if !ok || key&0xf != kind {
+		return nil, core.Errorf(core.ErrInvalidArgument, "%#x is not a live symmem_%s (never created here, already released, or another kind of object)", key, what)
+	}
+	if remove {
+		delete(objects.m, key)
+	}
+	return obj, nil
+}
+
+func groupOf(key uintptr) (*symm.Group, error) {
+	obj, err := lookup(key, objGroup, false)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*symm.Group), nil
+}
+
+func handleOf(key uintptr) (*symm.Handle, error) {
+	obj, err := lookup(key, objHandle, false)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*symm.Handle), nil
+}
+
+func millis(ms C.int64_t) time.Duration {
+	if ms <= 0 {
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+func createGroup(call string, name *C.char, rank, world, device C.int, timeoutMs C.int64_t,
+	allgather func(send, recv []byte) error, out *uintptr) C.int {
+	if out == nil {
+		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "out is NULL"))
+	}
+	*out = 0
+	if name == nil {
+		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "name is NULL"))
+	}
+	rt, err := runtimeOrError()
+	if err != nil {
+		return setLastError(call, err)
+	}
+	g, err := symm.New(symm.Options{Name: C.GoString(name), Rank: int(rank), World: int(world), Device: int(device),
+		Timeout: millis(timeoutMs), AllGather: allgather, Runtime: rt})
+	if err != nil {
+		return setLastError(call, err)
+	}
+	*out = register(objGroup, g)
+	return 0
+}
+
+func groupCall(name *C.char, rank, world, device C.int) string {
+	n := "NULL"
+	if name != nil {
+		n = fmt.Sprintf("%q", C.GoString(name))
+	}
+	return fmt.Sprintf("(name=%s, rank=%d, world_size=%d, device=%d)", n, int(rank), int(world), int(device))
+}
+
+//export symmem_group_create
+func symmem_group_create(name *C.char, rank, world, device C.int, timeoutMs C.int64_t, out *uintptr) C.int {
+	return createGroup("symmem_group_create"+groupCall(name, rank, world, device), name, rank, world, device, timeoutMs, nil, out)
+}
+
+//export symmem_group_create_with_allgather
+func symmem_group_create_with_allgather(name *C.char, rank, world, device C.int, timeoutMs C.int64_t,
+	fn unsafe.Pointer, user unsafe.Pointer, out *uintptr) C.int {
+	call := "symmem_group_create_with_allgather" + groupCall(name, rank, world, device)
+	if fn == nil {
+		if out != nil {
+			*out = 0
+		}
+		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "allgather is NULL"))
+	}
+	allgather := func(send, recv []byte) error {
+		if len(send) == 0 || len(recv) == 0 {
+			return nil
+		}
+		// Go memory for the duration of the call, as cgo allows.
+		if rc := C.symmemi_call_allgather(fn, unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0]), C.size_t(len(send)), user); rc != 0 {
+			return fmt.Errorf("symmem_allgather_fn returned %d", int(rc))
+		}
+		return nil
+	}
+	return createGroup(call, name, rank, world, device, timeoutMs, allgather, out)
+}
+
+//export symmem_group_destroy
+func symmem_group_destroy(group uintptr) C.int {
+	if group == 0 {
+		return 0
+	}
+	obj, err := lookup(group, objGroup, true)
+	if err != nil {
+		return setLastError("symmem_group_destroy", err)
+	}
+	return setLastError("symmem_group_destroy", obj.(*symm.Group).Destroy())
+}
+
+func groupInt(call string, group uintptr, f func(*symm.Group) int) C.int {
+	g, err := groupOf(group)
+	if err != nil {
+		setLastError(call, err)
+		return -1
+	}
+	return C.int(f(g))
+}
+
+//export symmem_group_rank
+func symmem_group_rank(group uintptr) C.int {
+	return groupInt("symmem_group_rank", group, (*symm.Group).Rank)
+}
+
+//export symmem_group_world_size
+func symmem_group_world_size(group uintptr) C.int {
+	return groupInt("symmem_group_world_size", group, (*symm.Group).World)
+}
+
+//export symmem_group_device
+func symmem_group_device(group uintptr) C.int {
+	return groupInt("symmem_group_device", group, (*symm.Group).Device)
+}
+
+//export symmem_group_set_signal_pad_size
+func symmem_group_set_signal_pad_size(group uintptr, bytes C.size_t) C.int {
+	call := fmt.Sprintf("symmem_group_set_signal_pad_size(bytes=%d)", uint64(bytes))
+	g, err := groupOf(group)
+	if err == nil {
+		err = g.SetSignalPadSize(uintptr(bytes))
+	}
+	return setLastError(call, err)
+}
+
+//export symmem_rendezvous
+func symmem_rendezvous(ptr unsafe.Pointer, group uintptr, out *uintptr) C.int {
+	call := fmt.Sprintf("symmem_rendezvous(ptr=%p)", ptr)
+	if out == nil {
+		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "out is NULL"))
+	}
+	*out = 0
+	g, err := groupOf(group)
+	if err != nil {
+		return setLastError(call, err)
+	}
+	h, err := g.Rendezvous(uintptr(ptr))
+	if err != nil {
+		return setLastError(call, err)
+	}
+	*out = register(objHandle, h)
+	return 0
+}
+
+//export symmem_handle_release
+func symmem_handle_release(handle uintptr) C.int {
+	if handle == 0 {
+		return 0
+	}
+	obj, err := lookup(handle, objHandle, true)
+	if err != nil {
+		return setLastError("symmem_handle_release", err)
+	}
+	return setLastError("symmem_handle_release", obj.(*symm.Handle).Release())
+}
+
+func handleInt(call string, handle uintptr, f func(*symm.Handle) int) C.int {
+	h, err := handleOf(handle)
+	if err != nil {
+		setLastError(call, err)
+		return -1
+	}
+	return C.int(f(h))
+}
+
+func handleSize(call string, handle uintptr, f func(*symm.Handle) uintptr) C.size_t {
+	h, err := handleOf(handle)
+	if err != nil {
+		setLastError(call, err)
+		return 0
+	}
+	return C.size_t(f(h))
+}
+
+//export symmem_handle_rank
+func symmem_handle_rank(handle uintptr) C.int {
+	return handleInt("symmem_handle_rank", handle, (*symm.Handle).Rank)
+}
+
+//export symmem_handle_world_size
+func symmem_handle_world_size(handle uintptr) C.int {
+	return handleInt("symmem_handle_world_size", handle, (*symm.Handle).World)
+}
+
+//export symmem_handle_buffer_size
+func symmem_handle_buffer_size(handle uintptr) C.size_t {
+	return handleSize("symmem_handle_buffer_size", handle, (*symm.Handle).BufferSize)
+}
+
+//export symmem_handle_offset
+func symmem_handle_offset(handle uintptr) C.size_t {
+	return handleSize("symmem_handle_offset", handle, (*symm.Handle).Offset)
+}
+
+//export symmem_handle_signal_pad_size
+func symmem_handle_signal_pad_size(handle uintptr) C.size_t {
+	return handleSize("symmem_handle_signal_pad_size", handle, (*symm.Handle).SignalPadSize)
+}
+
+func handlePtr(call string, handle uintptr, f func(*symm.Handle) (uintptr, error)) unsafe.Pointer {
+	h, err := handleOf(handle)
+	if err == nil {
+		var p uintptr
+		if p, err = f(h); err == nil {
+			return ptrAt(p)
+		}
+	}
+	setLastError(call, err)
+	return nil
+}
+
+//export symmem_handle_buffer_ptr
+func symmem_handle_buffer_ptr(handle uintptr, rank C.int) unsafe.Pointer {
+	return handlePtr(fmt.Sprintf("symmem_handle_buffer_ptr(rank=%d)", int(rank)), handle,
+		func(h *symm.Handle) (uintptr, error) { return h.BufferPtr(int(rank)) })
+}
+
+//export symmem_handle_signal_pad_ptr
+func symmem_handle_signal_pad_ptr(handle uintptr, rank C.int) unsafe.Pointer {
+	return handlePtr(fmt.Sprintf("symmem_handle_signal_pad_ptr(rank=%d)", int(rank)), handle,
+		func(h *symm.Handle) (uintptr, error) { return h.SignalPadPtr(int(rank)) })
+}
+
+//export symmem_handle_buffer_ptrs
+func symmem_handle_buffer_ptrs(handle uintptr) unsafe.Pointer {
+	return handlePtr("symmem_handle_buffer_ptrs", handle, func(h *symm.Handle) (uintptr, error) {
+		host, _ := h.BufferPtrs()
+		return host, nil
+	})
+}
+
+//export symmem_handle_signal_pad_ptrs
+func symmem_handle_signal_pad_ptrs(handle uintptr) unsafe.Pointer {
+	return handlePtr("symmem_handle_signal_pad_ptrs", handle, func(h *symm.Handle) (uintptr, error) {
+		host, _ := h.SignalPadPtrs()
+		return host, nil
+	})
+}
+
+//export symmem_handle_buffer_ptrs_dev
+func symmem_handle_buffer_ptrs_dev(handle uintptr) unsafe.Pointer {
+	return handlePtr("symmem_handle_buffer_ptrs_dev", handle, func(h *symm.Handle) (uintptr, error) {
+		_, dev := h.BufferPtrs()
+		return dev, nil
+	})
+}
+
+//export symmem_handle_signal_pad_ptrs_dev
+func symmem_handle_signal_pad_ptrs_dev(handle uintptr) unsafe.Pointer {
+	return handlePtr("symmem_handle_signal_pad_ptrs_dev", handle, func(h *symm.Handle) (uintptr, error) {
+		_, dev := h.SignalPadPtrs()
+		return dev, nil
+	})
+}
+
+//export symmem_put_signal
+func symmem_put_signal(handle uintptr, dst, channel C.int, stream *C.struct_CUstream_st) C.int {
+	call := fmt.Sprintf("symmem_put_signal(dst_rank=%d, channel=%d)", int(dst), int(channel))
+	h, err := handleOf(handle)
+	if err == nil {
+		err = h.PutSignal(int(dst), int(channel), streamOf(stream), 0)
+	}
+	return setLastError(call, err)
+}
+
+//export symmem_wait_signal
+func symmem_wait_signal(handle uintptr, src, channel C.int, timeoutMs C.int64_t, stream *C.struct_CUstream_st) C.int {
+	call := fmt.Sprintf("symmem_wait_signal(src_rank=%d, channel=%d)", int(src), int(channel))
+	h, err := handleOf(handle)
+	if err == nil {
+		err = h.WaitSignal(int(src), int(channel), streamOf(stream), millis(timeoutMs))
+	}
+	return setLastError(call, err)
+}
+
+//export symmem_barrier
+func symmem_barrier(handle uintptr, channel C.int, timeoutMs C.int64_t, stream *C.struct_CUstream_st) C.int {
+	call := fmt.Sprintf("symmem_barrier(channel=%d)", int(channel))
+	h, err := handleOf(handle)
+	if err == nil {
+		err = h.Barrier(int(channel), streamOf(stream), millis(timeoutMs))
+	}
+	return setLastError(call, err)
+}
