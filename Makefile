@@ -38,8 +38,8 @@ $(BUILD)/tests/%: tests/c/%.c include/symmem.h tests/c/check.h $(LIB)
 	$(CC) $(CTEST_FLAGS) -Iinclude -o $@ $< $(LINK_LIB)
 
 test-c: $(CTEST_BIN)
-	@set -e; for t in $(CTEST_BIN); do echo "== $$t"; \
-	  ( [ -f tests/c/env.sh ] && . tests/c/env.sh; $$t ); done
+	@rc=0; for t in $(CTEST_BIN); do echo "== $$t"; \
+	  ( [ -f tests/c/env.sh ] && . tests/c/env.sh; $$t ) || rc=1; done; exit $$rc
 
 test-python: $(LIB)
 	cd python && SYMMEM_LIBRARY=$(ROOT)/$(LIB) $(PYTHON) -m pytest -q tests

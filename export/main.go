@@ -74,7 +74,11 @@ func staticCString(s string) *C.char {
 	if p, ok := staticStrings.Load(s); ok {
 		return p.(*C.char)
 	}
-	p, _ := staticStrings.LoadOrStore(s, C.CString(s))
+	c := C.CString(s)
+	p, lost := staticStrings.LoadOrStore(s, c)
+	if lost { // another thread made the same string first
+		C.free(unsafe.Pointer(c))
+	}
 	return p.(*C.char)
 }
 
