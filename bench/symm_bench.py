@@ -63,7 +63,10 @@ def gpu_rank(rank, world, name, port, out):
                             device_id=torch.device("cuda", rank))
     r = {}
     # --- libsymmem
+    dist.barrier()
+    t0 = time.perf_counter()
     g = symmem.Group(name, rank, world, device=rank, timeout=120)
+    r["symmem_group_create_ms"] = ms(t0)
     buf = symmem.empty(1 << 20, device=rank)
     dist.barrier()
     t0 = time.perf_counter()
@@ -232,6 +235,7 @@ def main():
         copy_base = statistics.median(base)
         lines += [f"Two {dev} (NVLink), torch {torch.__version__}; medians of {a.reps} runs, slowest rank:", "",
                   "| figure | libsymmem | torch symmetric memory / cudaMemcpyPeer |", "|---|---|---|",
+                  f"| group creation (sockets, credentials) | {med['symmem_group_create_ms']:.2f} ms | (init_process_group, not timed) |",
                   f"| first rendezvous (1 MiB) | {med['symmem_cold_ms']:.2f} ms | {med['torch_cold_ms']:.2f} ms |",
                   f"| rendezvous again, same buffer | {med['symmem_warm_ms'] * 1e3:.0f} µs | {med['torch_warm_same_tensor_ms'] * 1e3:.0f} µs (cached handle) |",
                   f"| rendezvous of a second allocation (64 MiB) | {med['symmem_second_alloc_ms']:.2f} ms | {med['torch_second_alloc_ms']:.2f} ms |",

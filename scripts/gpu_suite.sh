@@ -50,6 +50,11 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   for t in build/tests-gpu/test_*; do
     step "c-$(basename "$t")" bash -c "[ -f tests/c/env.sh ] && . tests/c/env.sh; $t"
   done
+  gcc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude -o build/demo-gpu examples/demo.c \
+    -Lbuild -lsymmem -Wl,-rpath,"$PWD/build" && {
+    step demo-2 build/demo-gpu 2
+    step demo-4 build/demo-gpu 4
+  }
   step python python3 -m pytest -q -ra ${PYTEST_ARGS:-python/tests}
 fi
 
@@ -58,6 +63,9 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     mkdir -p /tmp/baselines
     nvcc -O2 -shared -Xcompiler -fPIC -o /tmp/baselines/trivial_alloc.so .baselines/trivial_alloc.cu
   fi
+  gcc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude -o build/bench_alloc-gpu bench/bench_alloc.c \
+    -Lbuild -lsymmem -Wl,-rpath,"$PWD/build" && step bench-alloc-host env SYMMEM_BACKEND=host build/bench_alloc-gpu
+  step bench-symm-host python3 bench/symm_bench.py --host --ranks 2 4 8 --out "$out"
   step bench-torch-alloc python3 bench/torch_alloc_bench.py --reps 5 --out "$out"
   [ -f bench/symm_bench.py ] && step bench-symm python3 bench/symm_bench.py --out "$out"
 fi
