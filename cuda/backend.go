@@ -271,7 +271,35 @@ func (b *Backend) Map(dev int, addr, size uintptr, m core.Memory) error {
 	if _, err := b.owner("Map", m); err != nil {
 		return err
 	}
-	return check(C.smcu_map(d.ctx, d.cu, C.ulonglong(addr), C.size_t(size), C.ulonglong(m)), dev)
+	access := b.accessList(d)
+	return check(C.smcu_map(d.ctx, &access[0], C.int(len(access)), C.ulonglong(addr), C.size_t(size), C.ulonglong(m)), dev)
+}
+
+// accessList is the devices a mapping on d grants read/write access to: d
+// itself, then every device that can access d's memory directly (NVLink or
+// PCIe P2P). PyTorch enables peer access for cudaMalloc memory only, and
+// VMM memory needs access set per mapping, so without the peers a copy
+// between GPUs that PyTorch runs as a peer kernel would fault. Computed once
+// per device.
+func (b *Backend) accessList(d *device) []C.int {
+	d.accessOnce.Do(func() {
+		d.access = []C.int{d.cu}
+		for peer := range b.devs {
+			if peer == d.ordinal || len(d.access) >= C.SMCU_MAX_ACCESS {
+				continue
+			}
+			// cuDevice, not b.device: granting access must not retain (and
+			// so take memory on) a peer GPU's context.
+			pcu, err := cuDevice(peer)
+			if err != nil {
+				continue
+			}
+			if ok, err := CanAccessPeer(peer, d.ordinal); err == nil && ok {
+				d.access = append(d.access, pcu)
+			}
+		}
+	})
+	return d.access
 }
 
 // Unmap removes the mapping at [addr, addr+size) (cuMemUnmap).

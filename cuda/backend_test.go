@@ -607,3 +607,22 @@ func TestBackendPeerMapping(t *testing.T) {
 	require.NoError(t, b.Synchronize(1, st))
 	assert.Equal(t, uint32(0xFEEDF00D), le32(download(t, b, 0, s0.addr, 4)), "written by device 1, read by device 0")
 }
+
+// TestBackendMappingGrantsPeerAccess: memory mapped on device 0 is usable
+// from device 1's context at the same address (PyTorch copies between GPUs
+// with peer kernels, which fault on VMM memory that grants no access).
+func TestBackendMappingGrantsPeerAccess(t *testing.T) {
+	b := requireGPU(t)
+	if b.DeviceCount() < 2 {
+		t.Skipf("needs 2 devices, have %d", b.DeviceCount())
+	}
+	if can, err := CanAccessPeer(1, 0); err != nil || !can {
+		t.Skipf("device 1 cannot access device 0's memory (%v)", err)
+	}
+	gran, err := b.Granularity(0)
+	require.NoError(t, err)
+	s0 := newSegment(t, b, 0, gran)
+	require.NoError(t, b.Memset(0, 0, s0.addr, 0x11, gran))
+	require.NoError(t, b.Memset(1, 0, s0.addr, 0x5a, gran), "device 1 writes device 0's mapping")
+	requireAll(t, download(t, b, 0, s0.addr, gran), 0x5a, "device 1's write read on device 0")
+}

@@ -37,6 +37,11 @@ type device struct {
 	ctx   C.uintptr_t // the retained primary context
 	gran  uintptr     // minimum granularity, for every handle type we may request
 
+	// access lists the devices every mapping on this device grants access
+	// to (accessList); accessOnce guards its computation.
+	accessOnce sync.Once
+	access     []C.int
+
 	fabric    atomic.Int32 // fabricUntried, fabricOn or fabricOff
 	fabricWhy atomic.Value // string: why fabric handles are off, for messages
 }

@@ -240,8 +240,8 @@ smcu_status smcu_unreserve(uintptr_t ctx, unsigned long long addr, size_t size) 
   SMCU_IN_CTX(ctx, "cuMemAddressFree", smcu.cuMemAddressFree(addr, size));
 }
 
-smcu_status smcu_map(uintptr_t ctx, int dev, unsigned long long addr, size_t size,
-                     unsigned long long handle) {
+smcu_status smcu_map(uintptr_t ctx, const int *devs, int ndevs, unsigned long long addr,
+                     size_t size, unsigned long long handle) {
   smcu_scope sc;
   smcu_status st = smcu_enter(ctx, &sc);
   if (st.res != SM_CUDA_SUCCESS)
@@ -251,12 +251,16 @@ smcu_status smcu_map(uintptr_t ctx, int dev, unsigned long long addr, size_t siz
     smcu_leave(&sc);
     return SMCU_STATUS(r, "cuMemMap");
   }
-  sm_CUmemAccessDesc desc;
-  memset(&desc, 0, sizeof desc);
-  desc.location.type = SM_CU_MEM_LOCATION_TYPE_DEVICE;
-  desc.location.id = dev;
-  desc.flags = SM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  r = smcu.cuMemSetAccess(addr, size, &desc, 1);
+  sm_CUmemAccessDesc desc[SMCU_MAX_ACCESS];
+  if (ndevs > SMCU_MAX_ACCESS)
+    ndevs = SMCU_MAX_ACCESS;
+  memset(desc, 0, sizeof desc);
+  for (int i = 0; i < ndevs; i++) {
+    desc[i].location.type = SM_CU_MEM_LOCATION_TYPE_DEVICE;
+    desc[i].location.id = devs[i];
+    desc[i].flags = SM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  }
+  r = smcu.cuMemSetAccess(addr, size, desc, (size_t)ndevs);
   if (r != SM_CUDA_SUCCESS) {
     (void)smcu.cuMemUnmap(addr, size); /* leave nothing half-mapped */
     smcu_leave(&sc);

@@ -75,8 +75,11 @@ smcu_status smcu_mem_create(uintptr_t ctx, int dev, int handle_types, size_t siz
 smcu_status smcu_mem_release(uintptr_t ctx, unsigned long long handle);
 smcu_status smcu_reserve(uintptr_t ctx, size_t size, size_t alignment, unsigned long long *addr);
 smcu_status smcu_unreserve(uintptr_t ctx, unsigned long long addr, size_t size);
-smcu_status smcu_map(uintptr_t ctx, int dev, unsigned long long addr, size_t size,
-                     unsigned long long handle);
+/* The most devices one mapping grants access to (the mapping device first,
+ * then the peers that can reach it). */
+#define SMCU_MAX_ACCESS 64
+smcu_status smcu_map(uintptr_t ctx, const int *devs, int ndevs, unsigned long long addr,
+                     size_t size, unsigned long long handle);
 smcu_status smcu_unmap(uintptr_t ctx, unsigned long long addr, size_t size);
 smcu_status smcu_export_fd(uintptr_t ctx, unsigned long long handle, int *fd);
 smcu_status smcu_import_fd(uintptr_t ctx, int fd, unsigned long long *handle);

@@ -427,10 +427,14 @@ sm_CUresult cuMemMap(sm_CUdeviceptr ptr, size_t size, size_t offset,
 
 sm_CUresult cuMemSetAccess(sm_CUdeviceptr ptr, size_t size, const sm_CUmemAccessDesc *desc, size_t count) {
   NEED_CTX;
-  if (count != 1 || desc->location.type != SM_CU_MEM_LOCATION_TYPE_DEVICE ||
-      desc->flags != SM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+  if (count == 0)
     return SM_CUDA_ERROR_INVALID_VALUE;
-  NEED_DEVICE(desc->location.id);
+  for (size_t i = 0; i < count; i++) {
+    if (desc[i].location.type != SM_CU_MEM_LOCATION_TYPE_DEVICE ||
+        desc[i].flags != SM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+      return SM_CUDA_ERROR_INVALID_VALUE;
+    NEED_DEVICE(desc[i].location.id);
+  }
   if (mprotect((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE) != 0)
     return SM_CUDA_ERROR_INVALID_VALUE;
   return SM_CUDA_SUCCESS;
