@@ -1,0 +1,274 @@
+"""Finding and loading libsymmem.so, and the ctypes prototypes of symmem.h.
+
+The library is looked for, in order, at
+
+1. ``$SYMMEM_LIBRARY`` (a path to the .so; when set it is the only place
+   tried, so that a wrong value is an error rather than a silent fallback),
+2. the package's own copy, ``symmem/libsymmem.so`` (what a wheel ships),
+3. the build folder of the repository, ``<repo>/build/libsymmem.so``.
+
+Every function of include/symmem.h is declared here with its argtypes and
+restype. A function that the loaded library lacks (an older build, or a build
+whose symmetric part has not landed yet) is replaced by a stub that raises
+:class:`symmem.UnavailableError` naming the symbol, so that the allocator can be
+used from a library that only has the allocator.
+
+Nothing here needs torch or numpy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from ctypes import (
+    CFUNCTYPE,
+    POINTER,
+    Structure,
+    c_char_p,
+    c_double,
+    c_int,
+    c_int64,
+    c_size_t,
+    c_uint64,
+    c_void_p,
+)
+from pathlib import Path
+from typing import List, Optional
+
+__all__ = [
+    "LibraryNotFoundError",
+    "SymmemStat",
+    "SymmemPointerInfo",
+    "ALLGATHER_FN",
+    "HEADER_VERSION",
+    "candidates",
+    "find_library",
+    "lib",
+    "library_path",
+    "has",
+]
+
+# The version of include/symmem.h these prototypes were written against
+# (SYMMEM_VERSION_MAJOR * 10000 + MINOR * 100 + PATCH).
+HEADER_VERSION_MAJOR = 0
+HEADER_VERSION_MINOR = 1
+HEADER_VERSION_PATCH = 0
+HEADER_VERSION = HEADER_VERSION_MAJOR * 10000 + HEADER_VERSION_MINOR * 100 + HEADER_VERSION_PATCH
+
+LIBRARY_NAME = "libsymmem.so"
+ENV_LIBRARY = "SYMMEM_LIBRARY"
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+# python/symmem/_lib.py -> python/symmem -> python -> <repo>
+_REPO_DIR = _PACKAGE_DIR.parent.parent
+
+
+class LibraryNotFoundError(ImportError):
+    """libsymmem.so could not be found or loaded; the message lists where."""
+
+
+# --------------------------------------------------------------------------
+# Structures, exactly as in symmem.h
+# --------------------------------------------------------------------------
+
+
+class SymmemStat(Structure):
+    """``struct symmem_stat { const char *key; int64_t value; }``."""
+
+    _fields_ = [("key", c_char_p), ("value", c_int64)]
+
+
+class SymmemPointerInfo(Structure):
+    """``struct symmem_pointer_info`` (see symmem.h)."""
+
+    _fields_ = [
+        ("block", c_void_p),
+        ("block_size", c_size_t),
+        ("requested_size", c_size_t),
+        ("offset", c_size_t),
+        ("heap_offset", c_uint64),
+        ("device", c_int),
+        ("reserved_", c_int),
+    ]
+
+
+# int (*symmem_allgather_fn)(const void *send, void *recv,
+#                            size_t bytes_per_rank, void *user);
+ALLGATHER_FN = CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_void_p)
+
+# Opaque handle types and the stream type are all plain pointers.
+_group_p = c_void_p
+_handle_p = c_void_p
+_stream_t = c_void_p
+_result = c_int  # enum symmem_result
+
+# name -> (restype, argtypes)
+PROTOTYPES = {
+    # Version, errors, backend
+    "symmem_version": (c_int, []),
+    "symmem_strerror": (c_char_p, [_result]),
+    "symmem_last_error": (_result, []),
+    "symmem_last_error_message": (c_char_p, []),
+    "symmem_copy_last_error": (c_size_t, [c_char_p, c_size_t]),
+    "symmem_clear_last_error": (None, []),
+    "symmem_backend_name": (c_char_p, []),
+    "symmem_backend_notes": (c_char_p, []),
+    "symmem_device_count": (c_int, []),
+    # The caching allocator
+    "symmem_alloc": (c_void_p, [c_size_t, c_int, _stream_t]),
+    "symmem_free": (None, [c_void_p, c_size_t, c_int, _stream_t]),
+    "symmem_alloc_or_throw": (c_void_p, [c_size_t, c_int, _stream_t]),
+    "symmem_record_stream": (None, [c_void_p, _stream_t]),
+    "symmem_init": (None, [c_int]),
+    "symmem_reset": (None, []),
+    "symmem_memory_fraction": (None, [c_double, c_int]),
+    "symmem_empty_cache": (_result, [c_int]),
+    "symmem_set_memory_limit": (_result, [c_int, c_size_t]),
+    "symmem_get_memory_limit": (_result, [c_int, POINTER(c_size_t)]),
+    "symmem_stats": (c_size_t, [c_int, POINTER(SymmemStat), c_size_t]),
+    "symmem_reset_peak_stats": (_result, [c_int]),
+    "symmem_pointer_get_info": (_result, [c_void_p, POINTER(SymmemPointerInfo)]),
+    "symmem_copy": (_result, [c_void_p, c_void_p, c_size_t, c_int, _stream_t]),
+    "symmem_memset": (_result, [c_void_p, c_int, c_size_t, c_int, _stream_t]),
+    "symmem_validate": (_result, [c_int]),
+    # Groups
+    "symmem_group_create": (
+        _result,
+        [c_char_p, c_int, c_int, c_int, c_int64, POINTER(_group_p)],
+    ),
+    "symmem_group_create_with_allgather": (
+        _result,
+        [c_char_p, c_int, c_int, c_int, c_int64, ALLGATHER_FN, c_void_p, POINTER(_group_p)],
+    ),
+    "symmem_group_destroy": (_result, [_group_p]),
+    "symmem_group_rank": (c_int, [_group_p]),
+    "symmem_group_world_size": (c_int, [_group_p]),
+    "symmem_group_device": (c_int, [_group_p]),
+    "symmem_group_set_signal_pad_size": (_result, [_group_p, c_size_t]),
+    # Rendezvous and handles
+    "symmem_rendezvous": (_result, [c_void_p, _group_p, POINTER(_handle_p)]),
+    "symmem_handle_release": (_result, [_handle_p]),
+    "symmem_handle_rank": (c_int, [_handle_p]),
+    "symmem_handle_world_size": (c_int, [_handle_p]),
+    "symmem_handle_buffer_size": (c_size_t, [_handle_p]),
+    "symmem_handle_offset": (c_size_t, [_handle_p]),
+    "symmem_handle_signal_pad_size": (c_size_t, [_handle_p]),
+    "symmem_handle_buffer_ptr": (c_void_p, [_handle_p, c_int]),
+    "symmem_handle_signal_pad_ptr": (c_void_p, [_handle_p, c_int]),
+    "symmem_handle_buffer_ptrs": (POINTER(c_void_p), [_handle_p]),
+    "symmem_handle_signal_pad_ptrs": (POINTER(c_void_p), [_handle_p]),
+    "symmem_handle_buffer_ptrs_dev": (c_void_p, [_handle_p]),
+    "symmem_handle_signal_pad_ptrs_dev": (c_void_p, [_handle_p]),
+    # Signals
+    "symmem_put_signal": (_result, [_handle_p, c_int, c_int, _stream_t]),
+    "symmem_wait_signal": (_result, [_handle_p, c_int, c_int, c_int64, _stream_t]),
+    "symmem_barrier": (_result, [_handle_p, c_int, c_int64, _stream_t]),
+}
+
+
+# --------------------------------------------------------------------------
+# Finding the library
+# --------------------------------------------------------------------------
+
+
+def candidates() -> List[Path]:
+    """The paths tried, in order (see the module docstring)."""
+    env = os.environ.get(ENV_LIBRARY)
+    if env:
+        return [Path(env)]
+    return [_PACKAGE_DIR / LIBRARY_NAME, _REPO_DIR / "build" / LIBRARY_NAME]
+
+
+def find_library() -> Path:
+    """The first existing candidate, or LibraryNotFoundError listing them all."""
+    tried = candidates()
+    for path in tried:
+        if path.is_file():
+            return path
+    where = "\n".join(f"  {p}" for p in tried)
+    hint = (
+        f"${ENV_LIBRARY} is set, so only it was tried"
+        if os.environ.get(ENV_LIBRARY)
+        else f"set ${ENV_LIBRARY} to its path, or build it with `make` in {_REPO_DIR}"
+    )
+    raise LibraryNotFoundError(f"libsymmem.so not found; looked at:\n{where}\n({hint})")
+
+
+class _Missing:
+    """Stands for a function the loaded library does not export."""
+
+    def __init__(self, name: str, path: Path):
+        self.name = name
+        self.path = path
+
+    def __call__(self, *args, **kwargs):
+        from .errors import Result, UnavailableError
+
+        raise UnavailableError(
+            Result.UNAVAILABLE,
+            f"{self.name}: not exported by {self.path} (the library is older than "
+            f"the package, or this part of it is not built yet)",
+        )
+
+
+class Library:
+    """The loaded CDLL with prototypes; attributes are the C functions."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            # RTLD_GLOBAL is not needed; the default mode keeps symbols local.
+            self.cdll = ctypes.CDLL(str(path))
+        except OSError as exc:
+            raise LibraryNotFoundError(f"cannot load {path}: {exc}") from exc
+        self.missing: List[str] = []
+        for name, (restype, argtypes) in PROTOTYPES.items():
+            try:
+                fn = getattr(self.cdll, name)
+            except AttributeError:
+                self.missing.append(name)
+                setattr(self, name, _Missing(name, path))
+                continue
+            fn.restype = restype
+            fn.argtypes = argtypes
+            setattr(self, name, fn)
+        if "symmem_version" not in self.missing:
+            v = self.cdll.symmem_version()
+            if v // 10000 != HEADER_VERSION_MAJOR:
+                raise LibraryNotFoundError(
+                    f"{path} is version {v}, but this package was written for "
+                    f"major version {HEADER_VERSION_MAJOR} ({HEADER_VERSION})"
+                )
+
+    def has(self, name: str) -> bool:
+        """Whether the library exports ``name``."""
+        return name in PROTOTYPES and name not in self.missing
+
+    def address(self, name: str) -> int:
+        """The address of an exported function (for torch's set_*_fn hooks)."""
+        return ctypes.cast(getattr(self.cdll, name), c_void_p).value
+
+
+_lock = threading.Lock()
+_library: Optional[Library] = None
+
+
+def lib() -> Library:
+    """The loaded library, loaded on first use (thread-safe)."""
+    global _library
+    if _library is None:
+        with _lock:
+            if _library is None:
+                _library = Library(find_library())
+    return _library
+
+
+def library_path() -> str:
+    """The path of the library in use (loads it if needed)."""
+    return str(lib().path)
+
+
+def has(name: str) -> bool:
+    """Whether the loaded library exports the function ``name``."""
+    return lib().has(name)

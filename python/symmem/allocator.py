@@ -1,0 +1,222 @@
+"""The caching allocator: alloc/free, caches, limits, statistics.
+
+Pointers are plain ints (0 is NULL); streams are ints holding a CUstream /
+cudaStream_t (0 is the legacy default stream; the host backend only numbers
+streams).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Dict, NamedTuple, Optional
+
+from . import _lib
+from .errors import Result, check, check_last_error, check_pointer, make_error
+
+__all__ = [
+    "version",
+    "version_tuple",
+    "backend_name",
+    "backend_notes",
+    "device_count",
+    "alloc",
+    "free",
+    "record_stream",
+    "empty_cache",
+    "set_memory_limit",
+    "get_memory_limit",
+    "set_memory_fraction",
+    "memory_stats",
+    "reset_peak_memory_stats",
+    "PointerInfo",
+    "pointer_info",
+    "validate",
+    "copy",
+    "memset",
+]
+
+
+_SIZE_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
+
+
+def _s(b: Optional[bytes]) -> str:
+    return b.decode("utf-8", "replace") if b else ""
+
+
+def _stream(stream) -> Optional[int]:
+    """A stream argument as the c_void_p value ctypes expects."""
+    if stream is None:
+        return None
+    # torch.cuda.Stream and friends expose the raw handle as .cuda_stream.
+    raw = getattr(stream, "cuda_stream", stream)
+    return int(raw) or None
+
+
+def version() -> int:
+    """The library's version: MAJOR*10000 + MINOR*100 + PATCH."""
+    return int(_lib.lib().symmem_version())
+
+
+def version_tuple() -> tuple:
+    """The library's version as (major, minor, patch)."""
+    v = version()
+    return (v // 10000, v // 100 % 100, v % 100)
+
+
+def backend_name() -> str:
+    """"cuda", "host", or "none" when no backend could be opened."""
+    return _s(_lib.lib().symmem_backend_name())
+
+
+def backend_notes() -> str:
+    """Why backends were skipped during selection, one per line ("" if none)."""
+    return _s(_lib.lib().symmem_backend_notes())
+
+
+def device_count() -> int:
+    """Number of devices of the backend (the host backend has one)."""
+    return int(_lib.lib().symmem_device_count())
+
+
+def alloc(size: int, device: int = 0, stream=0) -> int:
+    """Allocate size bytes on device for use on stream; returns the pointer.
+
+    Raises OutOfMemoryError, InvalidDeviceError, UnavailableError, ...
+    Size 0 returns a distinct pointer that must be freed like any other.
+    """
+    if size < 0:
+        raise make_error(Result.INVALID_ARGUMENT, f"symmem.alloc: negative size {size}")
+    if size > _SIZE_MAX:
+        raise make_error(Result.OUT_OF_MEMORY, f"symmem.alloc: {size} bytes is more than size_t can hold")
+    lib = _lib.lib()
+    return int(check_pointer(lib.symmem_alloc, size, device, _stream(stream), what="symmem_alloc"))
+
+
+def free(ptr: int, size: Optional[int] = None, device: int = 0, stream=0) -> None:
+    """Return ptr to the cache.
+
+    size, device and stream are what the allocation was made with. When size
+    is None it is looked up (symmem_pointer_get_info), so that a caller who
+    does not know it never trips the library's size check. Raises
+    InvalidPointerError for a pointer not allocated here, an interior pointer
+    or a double free. ptr 0 is a no-op.
+    """
+    if not ptr:
+        return
+    lib = _lib.lib()
+    if size is None:
+        info = _lib.SymmemPointerInfo()
+        if lib.symmem_pointer_get_info(ptr, ctypes.byref(info)) == Result.SUCCESS and info.block == ptr:
+            size = int(info.requested_size)
+        else:
+            size = 0  # the free below reports the bad pointer in its own words
+    check_last_error(lib.symmem_free, ptr, size, device, _stream(stream), what="symmem_free")
+
+
+def record_stream(ptr: int, stream) -> None:
+    """Mark that ptr is also used on stream (see symmem_record_stream)."""
+    lib = _lib.lib()
+    check_last_error(lib.symmem_record_stream, ptr, _stream(stream), what="symmem_record_stream")
+
+
+def empty_cache(device: int = -1) -> None:
+    """Release idle cached segments of device (-1: every device)."""
+    check(_lib.lib().symmem_empty_cache(device), "symmem_empty_cache")
+
+
+def set_memory_limit(device: int, nbytes: int) -> None:
+    """Cap device's reserved bytes at nbytes (0 removes the limit)."""
+    if nbytes < 0:
+        raise make_error(Result.INVALID_ARGUMENT, f"symmem.set_memory_limit: negative limit {nbytes}")
+    check(_lib.lib().symmem_set_memory_limit(device, nbytes), "symmem_set_memory_limit")
+
+
+def get_memory_limit(device: int = 0) -> int:
+    """device's memory limit in bytes (0: none)."""
+    out = ctypes.c_size_t(0)
+    check(_lib.lib().symmem_get_memory_limit(device, ctypes.byref(out)), "symmem_get_memory_limit")
+    return int(out.value)
+
+
+def set_memory_fraction(fraction: float, device: int = 0) -> None:
+    """Set device's limit to fraction (0 < fraction <= 1) of its memory."""
+    lib = _lib.lib()
+    check_last_error(lib.symmem_memory_fraction, float(fraction), device, what="symmem_memory_fraction")
+
+
+def memory_stats(device: int = 0) -> Dict[str, int]:
+    """device's statistics, keyed like torch.cuda.memory_stats.
+
+    For example "allocated_bytes.all.current", "reserved_bytes.all.peak",
+    "num_device_alloc", "memory_limit". Keys come in the library's order.
+    """
+    lib = _lib.lib()
+    lib.symmem_clear_last_error()
+    n = int(lib.symmem_stats(device, None, 0))
+    if n == 0:
+        code = int(lib.symmem_last_error())
+        if code != Result.SUCCESS:
+            check(code, "symmem_stats")
+        return {}
+    # The count cannot change between calls (keys are fixed), but be safe.
+    while True:
+        arr = (_lib.SymmemStat * n)()
+        m = int(lib.symmem_stats(device, arr, n))
+        if m <= n:
+            break
+        n = m
+    return {_s(arr[i].key): int(arr[i].value) for i in range(m)}
+
+
+def reset_peak_memory_stats(device: int = 0) -> None:
+    """Set every ``.peak`` statistic of device to its ``.current`` value."""
+    check(_lib.lib().symmem_reset_peak_stats(device), "symmem_reset_peak_stats")
+
+
+class PointerInfo(NamedTuple):
+    """Where a pointer lives (``struct symmem_pointer_info``)."""
+
+    block: int
+    block_size: int
+    requested_size: int
+    offset: int
+    heap_offset: int
+    device: int
+
+
+def pointer_info(ptr: int) -> PointerInfo:
+    """Describe a pointer anywhere inside a live allocation.
+
+    Raises InvalidPointerError if ptr is not inside one.
+    """
+    info = _lib.SymmemPointerInfo()
+    check(_lib.lib().symmem_pointer_get_info(ptr, ctypes.byref(info)), "symmem_pointer_get_info")
+    return PointerInfo(
+        block=int(info.block or 0),
+        block_size=int(info.block_size),
+        requested_size=int(info.requested_size),
+        offset=int(info.offset),
+        heap_offset=int(info.heap_offset),
+        device=int(info.device),
+    )
+
+
+def copy(dst: int, src: int, nbytes: int, device: int = 0, stream=0) -> None:
+    """Copy nbytes from address src to address dst with the backend.
+
+    Either side may be memory of device (local, or a peer's mapped through a
+    handle) or host memory; on cuda the copy is queued on stream and waited
+    for. nbytes 0 is a no-op.
+    """
+    rc = _lib.lib().symmem_copy(dst or None, src or None, nbytes, device, _stream(stream))
+    check(rc, "symmem_copy")
+
+
+def memset(dst: int, value: int, nbytes: int, device: int = 0, stream=0) -> None:
+    """Set nbytes at address dst to value (a byte) with the backend; waits."""
+    check(_lib.lib().symmem_memset(dst or None, value, nbytes, device, _stream(stream)), "symmem_memset")
+
+
+def validate(device: int = 0) -> None:
+    """Run the allocator's invariant checker; raises InternalError if broken."""
+    check(_lib.lib().symmem_validate(device), "symmem_validate")

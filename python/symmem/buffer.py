@@ -1,0 +1,225 @@
+"""Buffer: a block of libsymmem memory as a Python object.
+
+A Buffer either owns its block (``symmem.empty``: freed by ``.free()``, by
+the ``with`` block's end, or when the object is collected) or is a view that
+owns nothing (a peer's memory from ``Handle.get_buffer``; the view keeps its
+handle alive).
+
+Access:
+  * either backend: ``.read()``, ``.write(data)``, ``.fill(value)`` (through
+    symmem_copy / symmem_memset: on cuda a copy on ``.stream``, waited for);
+  * host backend: ``.memoryview()`` (writable, ``'B'`` format), the Python
+    3.12 buffer protocol (``memoryview(buf)``, ``bytes(buf)``), and
+    ``__array_interface__`` (numpy, if the caller has it);
+  * cuda backend: ``__cuda_array_interface__`` (uint8, shape ``(nbytes,)``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from typing import Any, List, Optional
+
+from . import allocator
+from .errors import Result, make_error
+
+__all__ = ["Buffer", "empty"]
+
+
+def _free_quietly(ptr: int, size: int, device: int, stream: int) -> None:
+    # Runs from a finalizer: never raise.
+    try:
+        allocator.free(ptr, size, device, stream)
+    except Exception:  # pragma: no cover - nothing sensible to do in a finalizer
+        pass
+
+
+class Buffer:
+    """nbytes of memory at ptr on device.
+
+    Attributes:
+        ptr: the address (int).
+        nbytes: the usable size in bytes.
+        device: the device index.
+        kind: "host" or "cuda": how the memory may be touched from Python.
+        owning: whether free() releases the memory.
+        stream: the allocation stream (what free() passes back).
+    """
+
+    __slots__ = ("ptr", "nbytes", "device", "kind", "owning", "stream", "_keep", "_finalizer", "_views", "__weakref__")
+
+    def __init__(
+        self,
+        ptr: int,
+        nbytes: int,
+        device: int = 0,
+        kind: Optional[str] = None,
+        *,
+        owning: bool = False,
+        stream: int = 0,
+        keep: Any = None,
+    ):
+        self.ptr = int(ptr)
+        self.nbytes = int(nbytes)
+        self.device = int(device)
+        self.kind = kind or allocator.backend_name()
+        self.owning = owning
+        self.stream = int(stream or 0)
+        self._keep = keep  # e.g. the Handle a peer view comes from
+        self._views: List[weakref.ref] = []
+        if owning:
+            # requested size = nbytes: the size check of symmem_free passes.
+            self._finalizer = weakref.finalize(self, _free_quietly, self.ptr, self.nbytes, self.device, stream)
+            # Freeing at interpreter exit gains nothing (the process's memory
+            # goes away) and may race with the library's own shutdown.
+            self._finalizer.atexit = False
+        else:
+            self._finalizer = None
+
+    # -- life ---------------------------------------------------------------
+
+    @property
+    def freed(self) -> bool:
+        """Whether an owning buffer has been freed."""
+        return self._finalizer is not None and not self._finalizer.alive
+
+    def free(self) -> None:
+        """Free the memory now (owning buffers; for views it only releases
+        the memoryviews handed out).
+
+        Memoryviews handed out by :meth:`memoryview` are released first, so
+        that they cannot be used after the free (one still exported to
+        another object, e.g. a torch tensor, cannot be released: keep such
+        tensors from outliving the buffer, or let the GC free it instead).
+        """
+        for ref in self._views:
+            mv = ref()
+            if mv is not None:
+                try:
+                    mv.release()
+                except (BufferError, ValueError):
+                    pass
+        self._views.clear()
+        if self._finalizer is not None and self._finalizer.alive:
+            self._finalizer.detach()
+            allocator.free(self.ptr, self.nbytes, self.device, self.stream)
+
+    def __enter__(self) -> "Buffer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.free()
+
+    def __repr__(self) -> str:
+        state = "freed" if self.freed else ("owning" if self.owning else "view")
+        return f"<symmem.Buffer ptr=0x{self.ptr:x} nbytes={self.nbytes} device={self.device} {self.kind} {state}>"
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def _check_live(self) -> None:
+        if self.freed:
+            raise make_error(Result.INVALID_STATE, "symmem.Buffer: used after free()")
+
+    # -- host access --------------------------------------------------------
+
+    def memoryview(self) -> memoryview:
+        """A writable byte memoryview of the memory (host backend only).
+
+        The view keeps this Buffer alive; it is released by :meth:`free`.
+        """
+        self._check_live()
+        if self.kind != "host":
+            raise make_error(
+                Result.UNAVAILABLE,
+                f"symmem.Buffer.memoryview: {self.kind} memory is not addressable from the CPU "
+                "(use __cuda_array_interface__)",
+            )
+        arr = (ctypes.c_char * self.nbytes).from_address(self.ptr)
+        arr._symmem_owner = self  # the array (and so the view) keeps us alive
+        mv = memoryview(arr).cast("B")
+        self._views.append(weakref.ref(mv))
+        return mv
+
+    def __buffer__(self, flags: int) -> memoryview:  # Python >= 3.12
+        return self.memoryview()
+
+    def __release_buffer__(self, view: memoryview) -> None:  # Python >= 3.12
+        pass
+
+    # -- copies (either backend) ---------------------------------------------
+
+    def _range(self, offset: int, nbytes: Optional[int], what: str) -> int:
+        if nbytes is None:
+            nbytes = self.nbytes - offset
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.nbytes:
+            raise make_error(
+                Result.INVALID_ARGUMENT,
+                f"symmem.Buffer.{what}: [{offset}, {offset + nbytes}) is outside the buffer's {self.nbytes} bytes",
+            )
+        return nbytes
+
+    def read(self, offset: int = 0, nbytes: Optional[int] = None) -> bytes:
+        """A copy of nbytes (default: to the end) from offset."""
+        self._check_live()
+        nbytes = self._range(offset, nbytes, "read")
+        out = ctypes.create_string_buffer(nbytes)
+        if nbytes:
+            allocator.copy(ctypes.addressof(out), self.ptr + offset, nbytes, self.device, self.stream)
+        return out.raw
+
+    def write(self, data, offset: int = 0) -> None:
+        """Copy data (bytes-like) into the buffer at offset."""
+        self._check_live()
+        data = bytes(data)
+        self._range(offset, len(data), "write")
+        if data:
+            src = ctypes.create_string_buffer(data, len(data))
+            allocator.copy(self.ptr + offset, ctypes.addressof(src), len(data), self.device, self.stream)
+
+    def fill(self, value: int, offset: int = 0, nbytes: Optional[int] = None) -> None:
+        """Set nbytes (default: to the end) from offset to the byte value."""
+        self._check_live()
+        nbytes = self._range(offset, nbytes, "fill")
+        if nbytes:
+            allocator.memset(self.ptr + offset, value, nbytes, self.device, self.stream)
+
+    def tobytes(self) -> bytes:
+        """A copy of the whole contents."""
+        return self.read()
+
+    @property
+    def __array_interface__(self) -> dict:
+        if self.kind != "host":
+            raise AttributeError("__array_interface__ is only offered for host memory")
+        self._check_live()
+        return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.ptr, False), "version": 3}
+
+    # -- cuda access --------------------------------------------------------
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        if self.kind != "cuda":
+            # AttributeError, so that hasattr() says no on the host backend.
+            raise AttributeError("__cuda_array_interface__ is only offered for cuda memory")
+        self._check_live()
+        return {
+            "shape": (self.nbytes,),
+            "typestr": "|u1",
+            "data": (self.ptr, False),
+            "version": 3,
+            "strides": None,
+            # No synchronisation: the producer (the caller) orders its work.
+            "stream": None,
+        }
+
+
+def empty(nbytes: int, device: int = 0, stream=0) -> Buffer:
+    """Allocate nbytes on device (uninitialised) and return an owning Buffer."""
+    raw_stream = allocator._stream(stream) or 0
+    ptr = allocator.alloc(nbytes, device, raw_stream)
+    try:
+        return Buffer(ptr, nbytes, device, owning=True, stream=raw_stream)
+    except BaseException:
+        allocator.free(ptr, nbytes, device, raw_stream)
+        raise

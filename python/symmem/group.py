@@ -1,0 +1,328 @@
+"""Symmetric memory: groups, rendezvous, handles and signals.
+
+Mirrors ``torch.distributed._symmetric_memory``::
+
+    with symmem.Group("job.tp", rank, world_size) as g:
+        buf = symmem.empty(1 << 20)
+        with symmem.rendezvous(buf, g) as h:
+            peer = h.get_buffer((rank + 1) % world_size)
+            ...
+            h.barrier()
+
+Timeouts are in seconds (float); None means the group's timeout. Streams are
+ints holding a CUstream (0: the legacy default stream), or objects with a
+``.cuda_stream`` attribute (torch.cuda.Stream).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import weakref
+from typing import Callable, List, Optional, Sequence, Union
+
+from . import _lib
+from .allocator import _stream, backend_name
+from .buffer import Buffer
+from .errors import Result, SymmemError, check, make_error
+
+__all__ = ["AllGather", "Group", "Handle", "rendezvous"]
+
+# A Python all-gather: takes this rank's record, returns every rank's record
+# (world_size entries, in rank order, each as long as the one sent).
+AllGather = Callable[[bytes], Sequence[bytes]]
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+def _timeout_ms(timeout: Optional[float]) -> int:
+    """Seconds -> the library's milliseconds; None/<=0 -> 0 (the default)."""
+    if timeout is None or timeout <= 0:
+        return 0
+    return max(1, int(round(timeout * 1000)))
+
+
+def _destroy_group(ptr: int) -> None:
+    try:
+        _lib.lib().symmem_group_destroy(ptr)
+    except Exception:  # pragma: no cover - finalizer
+        pass
+
+
+def _release_handle(ptr: int) -> None:
+    try:
+        _lib.lib().symmem_handle_release(ptr)
+    except Exception:  # pragma: no cover - finalizer
+        pass
+
+
+class Group:
+    """This process's member of a named group of ranks.
+
+    Creating it is collective: every rank of the group constructs a Group with
+    the same name and world size, and the constructor returns once all have
+    arrived (or raises TimeoutError naming the ranks that did not).
+
+    Args:
+        name: letters, digits, '.', '_', '-'; at most 64 characters.
+        rank, world_size: this rank and the group's size.
+        device: the device this rank's buffers live on.
+        timeout: seconds that every wait of the group may take (None: the
+            library's default, $SYMMEM_TIMEOUT_MS or 300 s).
+        allgather: optional Python all-gather used for the group's small
+            records instead of the built-in Unix-socket exchange (file
+            descriptors still travel over the socket channel). It is called
+            with this rank's bytes and must return world_size bytes objects in
+            rank order, from the thread that made the collective call.
+            Exceptions it raises fail the collective call and are chained to
+            the SymmemError raised there.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        rank: int,
+        world_size: int,
+        device: int = 0,
+        timeout: Optional[float] = 300.0,
+        allgather: Optional[AllGather] = None,
+    ):
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise make_error(
+                Result.INVALID_ARGUMENT,
+                f"symmem.Group: bad name {name!r} (letters, digits, '.', '_', '-'; 1 to 64 characters)",
+            )
+        self.name = name
+        # Known before the library confirms them, for the all-gather callback.
+        self.rank, self.world_size, self.device = int(rank), int(world_size), int(device)
+        self._ptr: Optional[int] = None
+        self._finalizer = None
+        self._allgather = allgather
+        self._callback = None
+        self._callback_error: Optional[BaseException] = None
+        lib = _lib.lib()
+        out = ctypes.c_void_p()
+        if allgather is None:
+            rc = lib.symmem_group_create(name.encode(), rank, world_size, device, _timeout_ms(timeout), ctypes.byref(out))
+        else:
+            self._callback = _lib.ALLGATHER_FN(self._run_allgather)
+            rc = lib.symmem_group_create_with_allgather(
+                name.encode(), rank, world_size, device, _timeout_ms(timeout), self._callback, None, ctypes.byref(out)
+            )
+        self._raise_if(rc, "symmem_group_create")
+        self._ptr = int(out.value)
+        self._finalizer = weakref.finalize(self, _destroy_group, self._ptr)
+        self._finalizer.atexit = False
+        self.rank = int(lib.symmem_group_rank(self._ptr))
+        self.world_size = int(lib.symmem_group_world_size(self._ptr))
+        self.device = int(lib.symmem_group_device(self._ptr))
+
+    # -- the Python all-gather ---------------------------------------------
+
+    def _run_allgather(self, send: int, recv: int, nbytes: int, user: int) -> int:
+        """The ctypes callback: never lets an exception escape into C."""
+        try:
+            data = ctypes.string_at(send, nbytes) if nbytes else b""
+            parts = list(self._allgather(data))
+            if len(parts) != self.world_size:
+                raise ValueError(f"allgather returned {len(parts)} records for a world of {self.world_size}")
+            for r, part in enumerate(parts):
+                part = bytes(part)
+                if len(part) != nbytes:
+                    raise ValueError(f"allgather: rank {r}'s record has {len(part)} bytes, expected {nbytes}")
+                if nbytes:
+                    ctypes.memmove(recv + r * nbytes, part, nbytes)
+            return 0
+        except BaseException as exc:  # noqa: BLE001 - reported through _raise_if
+            self._callback_error = exc
+            return 1
+
+    def _raise_if(self, rc: int, what: str) -> None:
+        """check(rc), chaining any exception the Python all-gather raised."""
+        cb_error, self._callback_error = self._callback_error, None
+        if rc == Result.SUCCESS:
+            return
+        try:
+            check(rc, what)
+        except SymmemError as err:
+            if cb_error is not None:
+                raise err from cb_error
+            raise
+
+    # -- use ------------------------------------------------------------------
+
+    @property
+    def ptr(self) -> int:
+        """The C ``symmem_group*`` (raises InvalidStateError once destroyed)."""
+        if self._ptr is None:
+            raise make_error(Result.INVALID_STATE, f"symmem.Group {self.name!r}: destroyed")
+        return self._ptr
+
+    def set_signal_pad_size(self, nbytes: int) -> None:
+        """Size of each rank's signal pad; only before the first rendezvous."""
+        check(_lib.lib().symmem_group_set_signal_pad_size(self.ptr, nbytes), "symmem_group_set_signal_pad_size")
+
+    def rendezvous(self, buf_or_ptr: Union[Buffer, int]) -> "Handle":
+        """Same as ``symmem.rendezvous(buf_or_ptr, self)``."""
+        return rendezvous(buf_or_ptr, self)
+
+    def destroy(self) -> None:
+        """Leave the group. Handles made from it stay valid until released."""
+        if self._finalizer is not None and self._finalizer.alive:
+            self._finalizer.detach()
+            ptr, self._ptr = self._ptr, None
+            check(_lib.lib().symmem_group_destroy(ptr), "symmem_group_destroy")
+        self._ptr = None
+
+    def __enter__(self) -> "Group":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.destroy()
+
+    def __repr__(self) -> str:
+        state = "" if self._ptr is not None else " destroyed"
+        return f"<symmem.Group {self.name!r} rank={getattr(self, 'rank', '?')}/{getattr(self, 'world_size', '?')}{state}>"
+
+
+class Handle:
+    """The result of a rendezvous: every rank's buffer and signal pad.
+
+    Attributes (fixed for the handle's life):
+        rank, world_size
+        buffer_size: the size of the block rendezvoused on (same on all ranks)
+        offset: the offset of the rendezvous pointer in its block
+        signal_pad_size: each rank's signal pad in bytes
+        buffer_ptrs, signal_pad_ptrs: lists of world_size ints, the start of
+            each rank's block / signal pad mapped in this process
+        buffer_ptrs_dev, signal_pad_ptrs_dev: addresses of the same arrays
+            for kernels (device memory on cuda, the host array on host)
+    """
+
+    def __init__(self, ptr: int, group: Optional[Group] = None):
+        self._ptr: Optional[int] = int(ptr)
+        self._group = group  # keeps a Python all-gather callback alive
+        self._finalizer = weakref.finalize(self, _release_handle, self._ptr)
+        self._finalizer.atexit = False
+        lib = _lib.lib()
+        self.rank = int(lib.symmem_handle_rank(ptr))
+        self.world_size = int(lib.symmem_handle_world_size(ptr))
+        self.buffer_size = int(lib.symmem_handle_buffer_size(ptr))
+        self.offset = int(lib.symmem_handle_offset(ptr))
+        self.signal_pad_size = int(lib.symmem_handle_signal_pad_size(ptr))
+        self.buffer_ptrs = self._ptr_list(lib.symmem_handle_buffer_ptrs(ptr))
+        self.signal_pad_ptrs = self._ptr_list(lib.symmem_handle_signal_pad_ptrs(ptr))
+        self.buffer_ptrs_dev = int(lib.symmem_handle_buffer_ptrs_dev(ptr) or 0)
+        self.signal_pad_ptrs_dev = int(lib.symmem_handle_signal_pad_ptrs_dev(ptr) or 0)
+        self.device = group.device if group is not None else 0
+        self.kind = backend_name()
+
+    def _ptr_list(self, arr) -> List[int]:
+        if not arr:
+            raise make_error(Result.INTERNAL, "symmem.Handle: the library returned no pointer array")
+        return [int(arr[r] or 0) for r in range(self.world_size)]
+
+    @property
+    def ptr(self) -> int:
+        """The C ``symmem_handle*`` (raises InvalidStateError once released)."""
+        if self._ptr is None:
+            raise make_error(Result.INVALID_STATE, "symmem.Handle: released")
+        return self._ptr
+
+    def _check_rank(self, rank: int, what: str) -> None:
+        if not 0 <= rank < self.world_size:
+            raise make_error(
+                Result.INVALID_ARGUMENT, f"symmem.Handle.{what}: rank {rank} out of range [0, {self.world_size})"
+            )
+
+    def get_buffer(self, rank: int, nbytes: Optional[int] = None, offset: int = 0) -> Buffer:
+        """A view (not owning) of rank's memory, mapped in this process.
+
+        The view starts at the peer's equivalent of the rendezvous pointer
+        (the rank's block + :attr:`offset`) plus ``offset`` bytes, and spans
+        ``nbytes`` bytes (default: to the end of the block). It keeps this
+        handle alive; it must not be used after :meth:`release`.
+        """
+        self.ptr  # raises once released
+        self._check_rank(rank, "get_buffer")
+        avail = self.buffer_size - self.offset
+        if nbytes is None:
+            nbytes = avail - offset
+        if offset < 0 or nbytes < 0 or offset + nbytes > avail:
+            raise make_error(
+                Result.INVALID_ARGUMENT,
+                f"symmem.Handle.get_buffer: [{offset}, {offset + nbytes}) is outside the {avail} bytes "
+                f"from the rendezvous pointer to the end of the block",
+            )
+        return Buffer(self.buffer_ptrs[rank] + self.offset + offset, nbytes, self.device, self.kind, keep=self)
+
+    def get_signal_pad(self, rank: int) -> Buffer:
+        """A view (not owning) of rank's signal pad."""
+        self.ptr
+        self._check_rank(rank, "get_signal_pad")
+        return Buffer(self.signal_pad_ptrs[rank], self.signal_pad_size, self.device, self.kind, keep=self)
+
+    def put_signal(self, dst_rank: int, channel: int = 0, stream=0) -> None:
+        """Wait until dst_rank's slot for us is clear, then set it."""
+        check(_lib.lib().symmem_put_signal(self.ptr, dst_rank, channel, _stream(stream)), "symmem_put_signal")
+
+    def wait_signal(self, src_rank: int, channel: int = 0, timeout: Optional[float] = None, stream=0) -> None:
+        """Wait until our slot for src_rank is set, then clear it.
+
+        On the host backend it raises TimeoutError after timeout seconds
+        (None: the group's timeout); on cuda it is enqueued on stream.
+        """
+        rc = _lib.lib().symmem_wait_signal(self.ptr, src_rank, channel, _timeout_ms(timeout), _stream(stream))
+        check(rc, "symmem_wait_signal")
+
+    def barrier(self, channel: int = 0, timeout: Optional[float] = None, stream=0) -> None:
+        """put_signal to every peer, then wait_signal from every peer."""
+        check(_lib.lib().symmem_barrier(self.ptr, channel, _timeout_ms(timeout), _stream(stream)), "symmem_barrier")
+
+    def release(self) -> None:
+        """Release the handle; peers' memory is unmapped when unused."""
+        if self._finalizer.alive:
+            self._finalizer.detach()
+            ptr, self._ptr = self._ptr, None
+            check(_lib.lib().symmem_handle_release(ptr), "symmem_handle_release")
+        self._ptr = None
+        self._group = None
+
+    def __enter__(self) -> "Handle":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "" if self._ptr is not None else " released"
+        return (
+            f"<symmem.Handle rank={self.rank}/{self.world_size} buffer_size={self.buffer_size} "
+            f"offset={self.offset}{state}>"
+        )
+
+
+def _address(buf_or_ptr) -> int:
+    if isinstance(buf_or_ptr, int):
+        return buf_or_ptr
+    ptr = getattr(buf_or_ptr, "ptr", None)
+    if isinstance(ptr, int):
+        return ptr
+    raise make_error(Result.INVALID_ARGUMENT, f"symmem.rendezvous: expected a Buffer or an int address, got {type(buf_or_ptr).__name__}")
+
+
+def rendezvous(buf_or_ptr: Union[Buffer, int], group: Group) -> Handle:
+    """Collective: exchange this rank's block with every rank of group.
+
+    buf_or_ptr is a Buffer from :func:`symmem.empty` or a pointer into a
+    block from :func:`symmem.alloc` (on the group's device, allocated by the
+    same sequence of calls on every rank). Raises MismatchError on every rank
+    when ranks disagree on sizes, offsets, hosts or devices.
+    """
+    if not isinstance(group, Group):
+        raise make_error(Result.INVALID_ARGUMENT, f"symmem.rendezvous: expected a symmem.Group, got {type(group).__name__}")
+    ptr = _address(buf_or_ptr)
+    out = ctypes.c_void_p()
+    rc = _lib.lib().symmem_rendezvous(ptr, group.ptr, ctypes.byref(out))
+    group._raise_if(rc, "symmem_rendezvous")
+    return Handle(int(out.value), group)

@@ -1,0 +1,447 @@
+"""PyTorch helpers: the allocator object, MemPool, tensors on the heap,
+rendezvous with torch.distributed groups, peer buffers as tensors.
+
+Importing this module does not import torch; each function imports it when
+called and raises RuntimeError saying what is missing (torch, or CUDA).
+
+Global allocator (every CUDA tensor of the process comes from libsymmem)::
+
+    import symmem.torch
+    symmem.torch.use_as_global_allocator()   # before any CUDA allocation
+    x = torch.randn(1024, device="cuda")
+
+Inside a MemPool (PyTorch's caching allocator on top, libsymmem per segment)::
+
+    pool = symmem.torch.mem_pool()
+    with torch.cuda.use_mem_pool(pool):
+        x = torch.empty(1 << 20, device="cuda")
+
+Symmetric tensors::
+
+    t = symmem.torch.empty(1024, dtype=torch.float32)       # device: current
+    h = symmem.torch.rendezvous(t, dist.group.WORLD)
+    peer = h.get_buffer((rank + 1) % world, (1024,), torch.float32)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import threading
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
+
+from . import _dlpack, _lib
+from . import allocator as _alloc
+from .buffer import Buffer
+from .buffer import empty as _empty_buffer
+from .exchange import KeyValueAllGather
+from .group import Group, Handle
+from .group import rendezvous as _rendezvous
+
+__all__ = [
+    "allocator",
+    "use_as_global_allocator",
+    "mem_pool_allocator",
+    "mem_pool",
+    "empty",
+    "as_tensor",
+    "rendezvous",
+    "group_for",
+    "TorchHandle",
+    "memory_stats",
+]
+
+# torch's CUDAPluggableAllocator hooks and the symmem.h functions made for them.
+_HOOKS = (
+    ("set_init_fn", "symmem_init"),
+    ("set_reset_fn", "symmem_reset"),
+    ("set_memory_fraction_fn", "symmem_memory_fraction"),
+    ("set_record_stream_fn", "symmem_record_stream"),
+)
+
+_global_allocator = None
+_groups: Dict[Tuple[str, int], Group] = {}
+_groups_lock = threading.Lock()
+
+
+# --------------------------------------------------------------------------
+# Requirements
+# --------------------------------------------------------------------------
+
+
+def _torch():
+    """import torch, or RuntimeError saying it is missing."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise RuntimeError(
+            "symmem.torch needs PyTorch, which cannot be imported here "
+            f"({exc}); install torch to use these helpers"
+        ) from exc
+    return torch
+
+
+def _torch_cuda():
+    """torch with CUDA available, and libsymmem on its cuda backend."""
+    torch = _torch()
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "symmem.torch: this needs CUDA, but torch.cuda.is_available() is False "
+            f"(torch {torch.__version__}, CUDA build {torch.version.cuda})"
+        )
+    _require_cuda_backend()
+    return torch
+
+
+def _require_cuda_backend() -> None:
+    name = _alloc.backend_name()
+    if name != "cuda":
+        notes = _alloc.backend_notes().strip()
+        raise RuntimeError(
+            f"symmem.torch: libsymmem runs on its {name!r} backend, not 'cuda', so its memory "
+            f"cannot back CUDA tensors" + (f" ({notes})" if notes else "")
+            + "; check SYMMEM_BACKEND and the CUDA driver"
+        )
+
+
+# --------------------------------------------------------------------------
+# The allocator objects
+# --------------------------------------------------------------------------
+
+
+def _pluggable(alloc_fn: str, hooks: bool):
+    torch = _torch_cuda()
+    lib = _lib.lib()
+    for name in (alloc_fn, "symmem_free"):
+        if not lib.has(name):
+            raise RuntimeError(f"symmem.torch: {lib.path} does not export {name}")
+    pluggable = torch.cuda.memory.CUDAPluggableAllocator(str(lib.path), alloc_fn, "symmem_free")
+    if hooks:
+        raw = pluggable.allocator()
+        for setter, symbol in _HOOKS:
+            set_fn = getattr(raw, setter, None)  # only what this torch exposes
+            if set_fn is not None and lib.has(symbol):
+                set_fn(lib.address(symbol))
+    return pluggable
+
+
+def allocator():
+    """A CUDAPluggableAllocator for use as torch's *global* allocator.
+
+    Its alloc function is ``symmem_alloc_or_throw``: a failure becomes a C++
+    exception that torch turns into a Python RuntimeError carrying our
+    message (a NULL would become a tensor at address 0). Its free function is
+    ``symmem_free``, and torch's init / reset (empty_cache) / memory fraction /
+    record_stream hooks are pointed at symmem_init, symmem_reset,
+    symmem_memory_fraction and symmem_record_stream where this torch exposes
+    them. Pass it to ``torch.cuda.memory.change_current_allocator`` before
+    CUDA is initialised, or use :func:`use_as_global_allocator`.
+    """
+    return _pluggable("symmem_alloc_or_throw", hooks=True)
+
+
+def use_as_global_allocator():
+    """Make libsymmem torch's CUDA allocator for this process; returns it.
+
+    Must be called before any CUDA allocation (before CUDA is initialised in
+    torch): torch cannot swap the allocator afterwards. Note that with a
+    pluggable allocator ``torch.cuda.memory_stats()`` is not available; use
+    :func:`memory_stats`.
+    """
+    global _global_allocator
+    torch = _torch_cuda()
+    if _global_allocator is not None:
+        return _global_allocator
+    if torch.cuda.is_initialized():
+        raise RuntimeError(
+            "symmem.torch.use_as_global_allocator: CUDA is already initialised in this process, "
+            "so torch's allocator can no longer be changed; call it first thing, before any "
+            "CUDA tensor or torch.cuda call that initialises CUDA"
+        )
+    a = allocator()
+    torch.cuda.memory.change_current_allocator(a)
+    _global_allocator = a
+    return a
+
+
+def mem_pool_allocator():
+    """A CUDAPluggableAllocator for ``torch.cuda.MemPool``.
+
+    Its alloc function is ``symmem_alloc``, which returns NULL on failure:
+    inside a MemPool torch's caching allocator treats NULL as out-of-memory
+    (frees cached blocks, retries, raises torch.OutOfMemoryError).
+    """
+    return _pluggable("symmem_alloc", hooks=False)
+
+
+def mem_pool(**kwargs):
+    """A ``torch.cuda.MemPool`` whose segments come from libsymmem.
+
+    Keyword arguments go to torch.cuda.MemPool (e.g. use_on_oom).
+    """
+    torch = _torch_cuda()
+    return torch.cuda.MemPool(mem_pool_allocator().allocator(), **kwargs)
+
+
+# --------------------------------------------------------------------------
+# Tensors on the heap
+# --------------------------------------------------------------------------
+
+
+def _backend_device(torch, device) -> Any:
+    """Resolve device (None/int/str/torch.device) against the backend."""
+    backend = _alloc.backend_name()
+    if device is None:
+        if backend == "cuda":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+    if isinstance(device, int):
+        device = torch.device("cuda", device) if backend == "cuda" else torch.device("cpu")
+    device = torch.device(device)
+    if device.type == "cuda":
+        _require_cuda_backend()
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    elif device.type == "cpu":
+        if backend != "host":
+            raise RuntimeError(
+                f"symmem.torch: libsymmem runs on its {backend!r} backend; CPU tensors need the host backend"
+            )
+    else:
+        raise RuntimeError(f"symmem.torch: unsupported device {device}")
+    return device
+
+
+def _symmem_device(device) -> int:
+    """The libsymmem device index of a torch device."""
+    return device.index if device.type == "cuda" else 0
+
+
+def _itemsize(torch, dtype) -> int:
+    size = getattr(dtype, "itemsize", None)
+    if size is None:  # torch < 2.1
+        size = torch.empty((), dtype=dtype).element_size()
+    return int(size)
+
+
+def as_tensor(buf: Buffer, device=None):
+    """A 1-D uint8 tensor aliasing buf's memory (buf stays alive with it).
+
+    device defaults to buf's device (``cuda:<buf.device>`` on the cuda
+    backend, cpu on the host backend).
+    """
+    torch = _torch()
+    if device is None:
+        device = torch.device("cuda", buf.device) if buf.kind == "cuda" else torch.device("cpu")
+    device = torch.device(device)
+    if device.type == "cuda":
+        cap = _dlpack.capsule(buf.ptr, buf.nbytes, _dlpack.KDL_CUDA, device.index, buf)
+    else:
+        if buf.kind != "host":
+            raise RuntimeError(f"symmem.torch.as_tensor: {buf.kind} memory cannot back a CPU tensor")
+        cap = _dlpack.capsule(buf.ptr, buf.nbytes, _dlpack.KDL_CPU, 0, buf)
+    return torch.utils.dlpack.from_dlpack(cap)
+
+
+def _shape(torch, size: Sequence) -> Tuple[int, ...]:
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        size = tuple(size[0])
+    return tuple(int(s) for s in size)
+
+
+def empty(*size, dtype=None, device=None):
+    """An uninitialised tensor on libsymmem's heap (torch.empty's shape args).
+
+    device: None (the current CUDA device on the cuda backend, cpu on the
+    host backend), an int, a string or a torch.device. The memory is freed
+    when the tensor (and every view of it) is gone. On CUDA it is allocated
+    and freed on the device's current stream.
+    """
+    torch = _torch()
+    dtype = dtype or torch.float32
+    shape = _shape(torch, size)
+    dev = _backend_device(torch, device)
+    nbytes = math.prod(shape) * _itemsize(torch, dtype)
+    if dev.type == "cuda":
+        stream = torch.cuda.current_stream(dev).cuda_stream
+        buf = _empty_buffer(nbytes, dev.index, stream)
+    else:
+        buf = _empty_buffer(nbytes, 0)
+    return as_tensor(buf, dev).view(dtype).view(shape)
+
+
+# --------------------------------------------------------------------------
+# Groups from torch.distributed
+# --------------------------------------------------------------------------
+
+
+def _process_group_store(dist, pg):
+    c10d = dist.distributed_c10d
+    getter = getattr(c10d, "_get_process_group_store", None)
+    if getter is not None:
+        return getter(pg)
+    world = getattr(c10d, "_world", None)
+    if world is not None and pg in world.pg_map:
+        return world.pg_map[pg][1]
+    return dist.PrefixStore(f"pg-{dist.get_rank()}", c10d._get_default_store())
+
+
+def _sanitize(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:40] or "pg"
+
+
+def group_for(group=None, device: int = 0, timeout: Optional[float] = 300.0) -> Group:
+    """The symmem.Group of a torch.distributed process group (collective
+    the first time for a (group, device) pair; cached afterwards).
+
+    group: a ProcessGroup, a group name, None (the default group), or a
+    symmem.Group (returned as is).
+
+    Small records go through the process group's key-value store
+    (:class:`symmem.KeyValueAllGather`), not through collectives of the group
+    itself: a store works for every backend (gloo, nccl, ...), needs no
+    device tensors, launches no kernels and no NCCL work from inside
+    libsymmem's collective calls (which would interleave with the user's
+    NCCL stream), and is reachable wherever the group is. File descriptors
+    still travel over libsymmem's Unix socket channel.
+    """
+    if isinstance(group, Group):
+        return group
+    torch = _torch()
+    dist = torch.distributed
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("symmem.torch: torch.distributed is not initialised (call init_process_group first)")
+    if group is None:
+        pg = dist.group.WORLD
+    elif isinstance(group, str):
+        pg = dist.distributed_c10d._resolve_process_group(group)
+    else:
+        pg = group
+    pg_name = dist.distributed_c10d._get_process_group_name(pg) if hasattr(
+        dist.distributed_c10d, "_get_process_group_name"
+    ) else getattr(pg, "group_name", "")
+    key = (str(pg_name), int(device))
+    with _groups_lock:
+        g = _groups.get(key)
+        if g is not None:
+            return g
+        rank, world = dist.get_rank(pg), dist.get_world_size(pg)
+        store = _process_group_store(dist, pg)
+        # A token from rank 0 keeps the socket names of two jobs on one host
+        # (both with a group "0") apart.
+        token_key = f"symmem/{_sanitize(str(pg_name))}/{device}/token"
+        if rank == 0:
+            store.set(token_key, os.urandom(6).hex())
+        token = store.get(token_key).decode()
+        name = f"t{token}-{_sanitize(str(pg_name))}-d{device}"
+        gather = KeyValueAllGather(store, rank, world, prefix=f"symmem/{name}")
+        g = Group(name, rank, world, device=device, timeout=timeout, allgather=gather)
+        _groups[key] = g
+        return g
+
+
+class TorchHandle:
+    """A symmem.Handle whose buffers are torch tensors.
+
+    Everything of :class:`symmem.Handle` is available (rank, world_size,
+    buffer_ptrs, signal_pad_ptrs, buffer_size, offset, barrier, put_signal,
+    wait_signal, release, ...). Signal calls default to torch's current CUDA
+    stream on the cuda backend.
+    """
+
+    def __init__(self, handle: Handle, device):
+        self.handle = handle
+        self.device = device
+
+    def __getattr__(self, name: str):
+        return getattr(self.handle, name)
+
+    def _stream(self, stream):
+        if stream is not None:
+            return stream
+        if self.device.type == "cuda":
+            torch = _torch()
+            return torch.cuda.current_stream(self.device).cuda_stream
+        return 0
+
+    def get_buffer(self, rank: int, sizes: Union[int, Sequence[int]] = None, dtype=None, storage_offset: int = 0):
+        """A tensor aliasing rank's memory, mapped in this process.
+
+        Like torch's SymmetricMemory.get_buffer: sizes and dtype describe the
+        tensor, storage_offset (in elements of dtype) where it starts,
+        counted from the rendezvous pointer (the peer's equivalent of the
+        tensor given to rendezvous). Without sizes: every byte from there to
+        the end of the block, as uint8.
+        """
+        torch = _torch()
+        dtype = dtype or torch.uint8
+        item = _itemsize(torch, dtype)
+        if sizes is None:
+            avail = self.handle.buffer_size - self.handle.offset - storage_offset * item
+            shape: Tuple[int, ...] = (avail // item,)
+        else:
+            shape = (int(sizes),) if isinstance(sizes, int) else tuple(int(s) for s in sizes)
+        view = self.handle.get_buffer(rank, math.prod(shape) * item, storage_offset * item)
+        return as_tensor(view, self.device).view(dtype).view(shape)
+
+    def get_signal_pad(self, rank: int, sizes=None, dtype=None):
+        """rank's signal pad as a tensor (default: int32 slots)."""
+        torch = _torch()
+        dtype = dtype or torch.int32
+        view = self.handle.get_signal_pad(rank)
+        t = as_tensor(view, self.device).view(dtype)
+        return t if sizes is None else t.view(tuple(sizes) if not isinstance(sizes, int) else (sizes,))
+
+    def put_signal(self, dst_rank: int, channel: int = 0, stream=None) -> None:
+        self.handle.put_signal(dst_rank, channel, self._stream(stream))
+
+    def wait_signal(self, src_rank: int, channel: int = 0, timeout: Optional[float] = None, stream=None) -> None:
+        self.handle.wait_signal(src_rank, channel, timeout, self._stream(stream))
+
+    def barrier(self, channel: int = 0, timeout: Optional[float] = None, stream=None) -> None:
+        self.handle.barrier(channel, timeout, self._stream(stream))
+
+    def __enter__(self) -> "TorchHandle":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.handle.release()
+
+    def __repr__(self) -> str:
+        return f"<symmem.torch.TorchHandle {self.handle!r} device={self.device}>"
+
+
+def rendezvous(tensor, group=None, timeout: Optional[float] = 300.0) -> TorchHandle:
+    """Collective: rendezvous on a tensor from :func:`empty` (or any tensor
+    whose memory lies in a libsymmem block) with every rank of group.
+
+    group: a symmem.Group, a torch.distributed ProcessGroup or group name, or
+    None for the default group (see :func:`group_for`).
+    """
+    _torch()
+    device = tensor.device
+    if device.type not in ("cuda", "cpu"):
+        raise RuntimeError(f"symmem.torch.rendezvous: unsupported device {device}")
+    g = group_for(group, _symmem_device(device), timeout)
+    h = _rendezvous(int(tensor.data_ptr()), g)
+    return TorchHandle(h, device)
+
+
+def memory_stats(device=None) -> Dict[str, int]:
+    """libsymmem's statistics for device, keyed and sorted like
+    ``torch.cuda.memory_stats`` (which a pluggable allocator lacks)."""
+    if device is None:
+        idx = 0
+        if _alloc.backend_name() == "cuda":
+            torch = _torch()
+            idx = torch.cuda.current_device()
+    elif isinstance(device, int):
+        idx = device
+    else:
+        torch = _torch()
+        dev = torch.device(device)
+        idx = dev.index if dev.type == "cuda" and dev.index is not None else (
+            torch.cuda.current_device() if dev.type == "cuda" else 0
+        )
+    return dict(sorted(_alloc.memory_stats(idx).items()))

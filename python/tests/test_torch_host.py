@@ -1,0 +1,100 @@
+"""symmem.torch with PyTorch on the host backend (CPU tensors), and
+torch.distributed rendezvous on whichever backend the run uses.
+
+Skipped, with the reason printed, where torch cannot be imported.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+import symmem
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: the torch helper tests need it")
+
+import symmem.torch as st  # noqa: E402
+
+host_only = pytest.mark.usefixtures("host_backend")
+
+
+def allocated() -> int:
+    return symmem.memory_stats(0)["allocated_bytes.all.current"]
+
+
+@host_only
+def test_empty_is_on_the_heap_and_freed_with_the_tensor(clean_device):
+    t = st.empty(4, 8, dtype=torch.float32)
+    assert t.shape == (4, 8) and t.dtype == torch.float32 and t.device.type == "cpu"
+    info = symmem.pointer_info(t.data_ptr())
+    assert info.requested_size == 4 * 8 * 4 and info.offset == 0
+    assert allocated() >= 128
+    t.fill_(3.0)
+    v = t[1:3]  # a view keeps the memory alive
+    del t
+    gc.collect()
+    assert allocated() > 0 and float(v.sum()) == 3.0 * 16
+    del v
+    gc.collect()
+    assert allocated() == 0
+
+
+@host_only
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int64", "bool", "uint8", "complex64"])
+def test_empty_dtypes_and_shapes(dtype, clean_device):
+    dt = getattr(torch, dtype)
+    for shape in [(), (0,), (5,), (2, 0, 3), (3, 7)]:
+        t = st.empty(shape, dtype=dt)
+        assert tuple(t.shape) == shape and t.dtype == dt and t.is_contiguous()
+        t2 = st.empty(*shape, dtype=dt)
+        assert tuple(t2.shape) == shape
+    del t, t2
+    gc.collect()
+    assert allocated() == 0
+
+
+@host_only
+def test_as_tensor_aliases_a_buffer(clean_device):
+    with symmem.empty(16) as buf:
+        t = st.as_tensor(buf)
+        t[:] = torch.arange(16, dtype=torch.uint8)
+        assert buf.tobytes() == bytes(range(16))
+        del t
+
+
+def test_memory_stats_are_sorted_like_torch():
+    s = st.memory_stats()
+    assert list(s) == sorted(s)
+    assert "allocated_bytes.all.current" in s
+    assert s == dict(sorted(symmem.memory_stats(0).items())) or symmem.backend_name() == "cuda"
+
+
+@host_only
+def test_cuda_helpers_say_what_is_missing():
+    for call in (st.allocator, st.use_as_global_allocator, st.mem_pool_allocator, st.mem_pool):
+        with pytest.raises(RuntimeError) as info:
+            call()
+        assert "CUDA" in str(info.value) or "cuda" in str(info.value)
+    with pytest.raises(RuntimeError):
+        st.empty(4, device="cuda")
+
+
+@pytest.mark.usefixtures("symmetric")
+@pytest.mark.parametrize("world", [2, 4])
+def test_rendezvous_with_a_process_group(world, tmp_path):
+    import _torch_workers
+    from _mp import run_ranks
+
+    results = run_ranks(_torch_workers.write_every_peer, world, str(tmp_path / "pg"), timeout=240)
+    for res in results:
+        assert res == {"rows_ok": True, "row_ok": True, "same_group": True, "on_heap": True, "world_size": world}
+
+
+@pytest.mark.usefixtures("symmetric")
+def test_rendezvous_mismatch_with_a_process_group(tmp_path):
+    import _torch_workers
+    from _mp import run_ranks
+
+    results = run_ranks(_torch_workers.mismatch, 2, str(tmp_path / "pg"), timeout=240)
+    assert [r["raised"] for r in results] == ["MismatchError", "MismatchError"]
