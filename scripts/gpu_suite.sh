@@ -11,7 +11,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
 out=${OUT:-/tmp/symmem-gpu}
-mkdir -p "$out"
+logs=/tmp/symmem-gpu-logs     # one log per step; joined into $out/suite.log at the end
+mkdir -p "$out" "$logs"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export SYMMEM_REQUIRE_GPU=1 PYTHONUNBUFFERED=1
 export SYMMEM_LIBRARY=$PWD/build/libsymmem.so
@@ -20,9 +21,9 @@ step() { # step NAME COMMAND...: runs a command, logs it, remembers failure
   local name=$1; shift
   echo "=== $name: $*"
   local t0=$SECONDS
-  if "$@" >"$out/$name.log" 2>&1; then echo "--- $name ok ($((SECONDS - t0)) s)"; else
+  if "$@" >"$logs/$name.log" 2>&1; then echo "--- $name ok ($((SECONDS - t0)) s)"; else
     echo "--- $name FAILED ($((SECONDS - t0)) s); last lines:"; status=1; fi
-  tail -n 25 "$out/$name.log"
+  tail -n 25 "$logs/$name.log"
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -55,7 +56,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     step demo-2 build/demo-gpu 2
     step demo-4 build/demo-gpu 4
   }
-  step python python3 -m pytest -q -ra ${PYTEST_ARGS:-python/tests}
+  step python python3 -m pytest -q -ra -p no:cacheprovider --timeout 240 ${PYTEST_ARGS:-python/tests}
 fi
 
 if [ "$what" = bench ] || [ "$what" = all ]; then
@@ -66,8 +67,9 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   gcc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude -o build/bench_alloc-gpu bench/bench_alloc.c \
     -Lbuild -lsymmem -Wl,-rpath,"$PWD/build" && step bench-alloc-host env SYMMEM_BACKEND=host build/bench_alloc-gpu
   step bench-symm-host python3 bench/symm_bench.py --host --ranks 2 4 8 --out "$out"
-  step bench-torch-alloc python3 bench/torch_alloc_bench.py --reps 5 --out "$out"
+  step bench-torch-alloc python3 bench/torch_alloc_bench.py --reps ${BENCH_REPS:-3} --out "$out"
   [ -f bench/symm_bench.py ] && step bench-symm python3 bench/symm_bench.py --out "$out"
 fi
+for f in "$logs"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$out/suite.log"
 echo "suite status: $status"
 exit $status

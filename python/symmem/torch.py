@@ -61,7 +61,12 @@ _HOOKS = (
 )
 
 _global_allocator = None
-_groups: Dict[Tuple[str, int], Group] = {}
+# (process group name, device) -> (the process group, its Group). The process
+# group is kept to notice a destroyed and re-created group of the same name.
+_groups: Dict[Tuple[str, int], Tuple[Any, Group]] = {}
+# process group name -> how many Groups this process made for it so far; every
+# rank makes them in the same order, so the count names them alike everywhere.
+_group_seq: Dict[str, int] = {}
 _groups_lock = threading.Lock()
 
 
@@ -284,7 +289,8 @@ def _process_group_store(dist, pg):
     world = getattr(c10d, "_world", None)
     if world is not None and pg in world.pg_map:
         return world.pg_map[pg][1]
-    return dist.PrefixStore(f"pg-{dist.get_rank()}", c10d._get_default_store())
+    # The same prefix on every rank: the ranks must see each other's keys.
+    return dist.PrefixStore(f"symmem-pg-{_sanitize(str(getattr(pg, 'group_name', '')))}", c10d._get_default_store())
 
 
 def _sanitize(name: str) -> str:
@@ -323,21 +329,26 @@ def group_for(group=None, device: int = 0, timeout: Optional[float] = 300.0) -> 
     ) else getattr(pg, "group_name", "")
     key = (str(pg_name), int(device))
     with _groups_lock:
-        g = _groups.get(key)
-        if g is not None:
-            return g
+        entry = _groups.get(key)
+        if entry is not None and entry[0] is pg:
+            return entry[1]
         rank, world = dist.get_rank(pg), dist.get_world_size(pg)
         store = _process_group_store(dist, pg)
-        # A token from rank 0 keeps the socket names of two jobs on one host
-        # (both with a group "0") apart.
-        token_key = f"symmem/{_sanitize(str(pg_name))}/{device}/token"
+        # Every rank must derive the same name, and ranks sit on different
+        # devices, so the device is not part of it. A token from rank 0 keeps
+        # the socket names of two jobs on one host (both with a group "0")
+        # apart; seq separates successive Groups of one process group name.
+        seq = _group_seq.get(str(pg_name), 0)
+        _group_seq[str(pg_name)] = seq + 1
+        pg_part = _sanitize(str(pg_name))
+        token_key = f"symmem/{pg_part}/{seq}/token"
         if rank == 0:
             store.set(token_key, os.urandom(6).hex())
         token = store.get(token_key).decode()
-        name = f"t{token}-{_sanitize(str(pg_name))}-d{device}"
+        name = f"t{token}-{pg_part}-{seq}"
         gather = KeyValueAllGather(store, rank, world, prefix=f"symmem/{name}")
         g = Group(name, rank, world, device=device, timeout=timeout, allgather=gather)
-        _groups[key] = g
+        _groups[key] = (pg, g)
         return g
 
 
