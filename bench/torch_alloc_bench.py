@@ -161,6 +161,9 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     device = torch.cuda.get_device_name(0)
     results = {}
+    # One discarded run first: the GPU's clocks and the driver warm up during
+    # the first child (it measured ~1.7x slower for every allocator alike).
+    run_child(["--child", "alloc", "native", "1"])
     for rep in range(a.reps):
         for threads in (1, 8):
             for mode in MODES:

@@ -69,6 +69,18 @@ type Backend interface {
 	// that wait on the calling thread (host) give up after timeout with a
 	// *Error of code ErrTimeout; stream backends enqueue the wait.
 	WaitValue32(device int, s Stream, addr uintptr, v uint32, timeout time.Duration) error
+	// StreamMemOps runs ops in order on s, as WaitValue32 and WriteValue32
+	// would one by one, but in one batch where the backend can (cuda:
+	// cuStreamBatchMemOp, one driver call for a whole barrier).
+	StreamMemOps(device int, s Stream, ops []MemOp, timeout time.Duration) error
+}
+
+// MemOp is one 32-bit stream memory operation: wait until the word at Addr
+// equals Value (Wait), or store Value there.
+type MemOp struct {
+	Addr  uintptr
+	Value uint32
+	Wait  bool
 }
 
 // Factory opens a backend. It returns an error that says why when the

@@ -30,6 +30,10 @@ type Backend struct {
 	// in the right context, and so that an unknown or released handle is
 	// refused before it reaches the driver.
 	owners sync.Map // core.Memory -> int
+	// imported holds the live handles that came from another process
+	// (Import): their mappings grant access to the mapping device only,
+	// since they exist for this process's use of a peer's memory.
+	imported sync.Map // core.Memory -> struct{}
 }
 
 var _ core.Backend = (*Backend)(nil)
@@ -205,6 +209,7 @@ func (b *Backend) Create(dev int, size uintptr) (core.Memory, error) {
 	if err := check(C.smcu_mem_create(d.ctx, d.cu, handlePOSIX, C.size_t(size), &h), dev); err != nil {
 		return 0, err
 	}
+	b.imported.Store(core.Memory(h), struct{}{})
 	return b.track(core.Memory(h), dev), nil
 }
 
@@ -258,6 +263,7 @@ func (b *Backend) Release(m core.Memory) error {
 		b.owners.Store(m, d.ordinal)
 		return err
 	}
+	b.imported.Delete(m)
 	return nil
 }
 
@@ -272,6 +278,9 @@ func (b *Backend) Map(dev int, addr, size uintptr, m core.Memory) error {
 		return err
 	}
 	access := b.accessList(d)
+	if _, ok := b.imported.Load(m); ok {
+		access = access[:1]
+	}
 	return check(C.smcu_map(d.ctx, &access[0], C.int(len(access)), C.ulonglong(addr), C.size_t(size), C.ulonglong(m)), dev)
 }
 

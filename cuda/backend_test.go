@@ -626,3 +626,37 @@ func TestBackendMappingGrantsPeerAccess(t *testing.T) {
 	require.NoError(t, b.Memset(1, 0, s0.addr, 0x5a, gran), "device 1 writes device 0's mapping")
 	requireAll(t, download(t, b, 0, s0.addr, gran), 0x5a, "device 1's write read on device 0")
 }
+
+// TestBackendStreamMemOpsBatch: one batch waits for a flag, then writes, in
+// array order; a batch longer than one driver call still runs in order.
+func TestBackendStreamMemOpsBatch(t *testing.T) {
+	b := requireGPU(t)
+	gran, err := b.Granularity(0)
+	require.NoError(t, err)
+	s := newSegment(t, b, 0, gran)
+	require.NoError(t, b.Memset(0, 0, s.addr, 0, 4096))
+	flag, data := s.addr, s.addr+64
+	sA, err := b.NewStream(0)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, b.DestroyStream(0, sA)) })
+	sB, err := b.NewStream(0)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, b.DestroyStream(0, sB)) })
+
+	// 300 operations (two driver calls): wait flag==1, then count data up
+	// 1..299 and hand the flag back to 0 at the end.
+	ops := []core.MemOp{{Addr: flag, Value: 1, Wait: true}}
+	for v := uint32(1); v < 299; v++ {
+		ops = append(ops, core.MemOp{Addr: data, Value: v})
+	}
+	ops = append(ops, core.MemOp{Addr: flag, Value: 0})
+	require.Len(t, ops, 300)
+	require.NoError(t, b.StreamMemOps(0, sA, ops, time.Second))
+	time.Sleep(100 * time.Millisecond)
+	assert.Equal(t, uint32(0), le32(download(t, b, 0, data, 4)), "the batch wrote before its wait was satisfied")
+	require.NoError(t, b.StreamMemOps(0, sB, []core.MemOp{{Addr: flag, Value: 1}}, time.Second))
+	within(t, 30*time.Second, "Synchronize(A)", func() error { return b.Synchronize(0, sA) })
+	got := download(t, b, 0, s.addr, 128)
+	assert.Equal(t, uint32(0), le32(got[0:]), "flag handed back by the last operation")
+	assert.Equal(t, uint32(298), le32(got[64:]), "data holds the last value written in order")
+}

@@ -140,6 +140,39 @@ typedef enum sm_CUstreamWriteValue_flags_enum {
   SM_CU_STREAM_WRITE_VALUE_DEFAULT = 0x0
 } sm_CUstreamWriteValue_flags;
 
+typedef enum sm_CUstreamBatchMemOpType_enum {
+  SM_CU_STREAM_MEM_OP_WAIT_VALUE_32 = 1,
+  SM_CU_STREAM_MEM_OP_WRITE_VALUE_32 = 2
+} sm_CUstreamBatchMemOpType;
+
+/* One operation of cuStreamBatchMemOp. Only the wait and write members are
+ * declared; pad gives the union the driver's size (48 bytes). The field names
+ * are cuda.h's, so that abi_check.c compares every offset. */
+typedef union sm_CUstreamBatchMemOpParams_union {
+  sm_CUstreamBatchMemOpType operation;
+  struct {
+    sm_CUstreamBatchMemOpType operation;
+    sm_CUdeviceptr address;
+    union {
+      sm_cuuint32_t value;
+      unsigned long long value64;
+    };
+    unsigned int flags;
+    sm_CUdeviceptr alias;
+  } waitValue;
+  struct {
+    sm_CUstreamBatchMemOpType operation;
+    sm_CUdeviceptr address;
+    union {
+      sm_cuuint32_t value;
+      unsigned long long value64;
+    };
+    unsigned int flags;
+    sm_CUdeviceptr alias;
+  } writeValue;
+  unsigned long long pad[6];
+} sm_CUstreamBatchMemOpParams;
+
 /* ---- the functions ------------------------------------------------------ */
 
 /*
@@ -223,7 +256,10 @@ typedef enum sm_CUstreamWriteValue_flags_enum {
   X(cuStreamWriteValue32, cuStreamWriteValue32_v2,                                     \
     (T(CUstream) stream, T(CUdeviceptr) addr, T(cuuint32_t) value, unsigned int flags)) \
   X(cuStreamWaitValue32, cuStreamWaitValue32_v2,                                       \
-    (T(CUstream) stream, T(CUdeviceptr) addr, T(cuuint32_t) value, unsigned int flags))
+    (T(CUstream) stream, T(CUdeviceptr) addr, T(cuuint32_t) value, unsigned int flags)) \
+  X(cuStreamBatchMemOp, cuStreamBatchMemOp_v2,                                         \
+    (T(CUstream) stream, unsigned int count, T(CUstreamBatchMemOpParams) *paramArray,  \
+     unsigned int flags))
 
 /* The type mapper for our own declarations: T(CUdevice) -> sm_CUdevice. */
 #define SM_CU_PREFIXED(name) sm_##name

@@ -385,6 +385,28 @@ smcu_status smcu_write_value32(uintptr_t ctx, uintptr_t stream, unsigned long lo
                                            SM_CU_STREAM_WRITE_VALUE_DEFAULT));
 }
 
+smcu_status smcu_batch_memops(uintptr_t ctx, uintptr_t stream, const smcu_memop *ops, int n) {
+  sm_CUstreamBatchMemOpParams params[SMCU_MAX_BATCH];
+  if (n <= 0 || n > SMCU_MAX_BATCH)
+    return SMCU_STATUS(SM_CUDA_ERROR_INVALID_VALUE, "cuStreamBatchMemOp_v2");
+  memset(params, 0, sizeof params);
+  for (int i = 0; i < n; i++) {
+    if (ops[i].wait) {
+      params[i].waitValue.operation = SM_CU_STREAM_MEM_OP_WAIT_VALUE_32;
+      params[i].waitValue.address = ops[i].addr;
+      params[i].waitValue.value = ops[i].value;
+      params[i].waitValue.flags = SM_CU_STREAM_WAIT_VALUE_EQ;
+    } else {
+      params[i].writeValue.operation = SM_CU_STREAM_MEM_OP_WRITE_VALUE_32;
+      params[i].writeValue.address = ops[i].addr;
+      params[i].writeValue.value = ops[i].value;
+      params[i].writeValue.flags = SM_CU_STREAM_WRITE_VALUE_DEFAULT;
+    }
+  }
+  SMCU_IN_CTX(ctx, "cuStreamBatchMemOp_v2",
+              smcu.cuStreamBatchMemOp_v2((sm_CUstream)stream, (unsigned int)n, params, 0));
+}
+
 smcu_status smcu_wait_value32(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
                               uint32_t value) {
   SMCU_IN_CTX(ctx, "cuStreamWaitValue32_v2",

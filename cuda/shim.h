@@ -94,6 +94,16 @@ smcu_status smcu_copy(uintptr_t ctx, uintptr_t stream, unsigned long long dst,
                       unsigned long long src, size_t size);
 smcu_status smcu_write_value32(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
                                uint32_t value);
+/* One 32-bit stream memory operation for smcu_batch_memops. */
+typedef struct smcu_memop {
+  unsigned long long addr;
+  uint32_t value;
+  int wait; /* 1: wait until *addr == value; 0: store value */
+} smcu_memop;
+/* The most operations one cuStreamBatchMemOp call takes (the driver's limit
+ * is "less than 256"). */
+#define SMCU_MAX_BATCH 255
+smcu_status smcu_batch_memops(uintptr_t ctx, uintptr_t stream, const smcu_memop *ops, int n);
 smcu_status smcu_wait_value32(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
                               uint32_t value);
 

@@ -89,6 +89,32 @@ func (b *Backend) WaitValue32(dev int, s core.Stream, addr uintptr, v uint32, ti
 	return check(C.smcu_wait_value32(d.ctx, C.uintptr_t(s), C.ulonglong(addr), C.uint32_t(v)), dev)
 }
 
+// StreamMemOps enqueues ops on s in order with cuStreamBatchMemOp_v2, up to
+// SMCU_MAX_BATCH operations per driver call; waits are CU_STREAM_WAIT_VALUE_EQ
+// and, as in WaitValue32, not bounded by timeout on the GPU.
+func (b *Backend) StreamMemOps(dev int, s core.Stream, ops []core.MemOp, timeout time.Duration) error {
+	_ = timeout
+	d, err := b.device(dev)
+	if err != nil {
+		return err
+	}
+	buf := make([]C.smcu_memop, len(ops))
+	for i, op := range ops {
+		buf[i] = C.smcu_memop{addr: C.ulonglong(op.Addr), value: C.uint32_t(op.Value)}
+		if op.Wait {
+			buf[i].wait = 1
+		}
+	}
+	for len(buf) > 0 {
+		n := min(len(buf), C.SMCU_MAX_BATCH)
+		if err := check(C.smcu_batch_memops(d.ctx, C.uintptr_t(s), &buf[0], C.int(n)), dev); err != nil {
+			return err
+		}
+		buf = buf[n:]
+	}
+	return nil
+}
+
 // NewStream creates a non-blocking stream (CU_STREAM_NON_BLOCKING: it does
 // not synchronise with the legacy default stream) in dev's primary context.
 // Not part of core.Backend: for tests, benchmarks and C programs that have

@@ -68,7 +68,8 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     -Lbuild -lsymmem -Wl,-rpath,"$PWD/build" && step bench-alloc-host env SYMMEM_BACKEND=host build/bench_alloc-gpu
   step bench-symm-host python3 bench/symm_bench.py --host --ranks 2 4 8 --out "$out"
   step bench-torch-alloc python3 bench/torch_alloc_bench.py --reps ${BENCH_REPS:-3} --out "$out"
-  [ -f bench/symm_bench.py ] && step bench-symm python3 bench/symm_bench.py --out "$out"
+  # SYMMEM_TRACE=1: each rank prints the phases of every rendezvous (in the log)
+  step bench-symm env SYMMEM_TRACE=1 python3 bench/symm_bench.py --out "$out"
 fi
 for f in "$logs"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$out/suite.log"
 echo "suite status: $status"

@@ -207,6 +207,24 @@ func (b *Backend) WaitValue32(device int, s core.Stream, addr uintptr, v uint32,
 	return WaitWord((*uint32)(ptrAt(addr)), func(x uint32) bool { return x == v }, timeout, addr, v)
 }
 
+// StreamMemOps runs the operations one by one on the calling thread; the
+// timeout bounds the whole batch.
+func (b *Backend) StreamMemOps(device int, s core.Stream, ops []core.MemOp, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for _, op := range ops {
+		var err error
+		if op.Wait {
+			err = b.WaitValue32(device, s, op.Addr, op.Value, time.Until(deadline))
+		} else {
+			err = b.WriteValue32(device, s, op.Addr, op.Value)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // WaitWord waits until cond(*word) holds, failing with ErrTimeout after
 // timeout.
 func WaitWord(word *uint32, cond func(uint32) bool, timeout time.Duration, addr uintptr, v uint32) error {

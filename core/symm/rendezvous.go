@@ -23,6 +23,8 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	}
 	gm := g.gm
 	world, me := g.world, g.rank
+	tr := startTrace("group %q rank %d rendezvous", g.name, me)
+	defer tr.done()
 
 	// 1. What we have: the block, our pad, the peers' segments we hold.
 	var info core.BlockInfo
@@ -65,6 +67,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 		}
 		gm.mu.Unlock()
 	}()
+	tr.mark("lookup+pads")
 	rec.status = statusOf(localErr)
 	if localErr == nil {
 		rec.blockSize, rec.requested, rec.offset = uint64(info.Size), uint64(info.Requested), uint64(ptr-info.Addr)
@@ -83,6 +86,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 			return nil, core.Errorf(core.ErrPeer, "group %q: rendezvous: rank %d sent a malformed record: %v", g.name, r, err)
 		}
 	}
+	tr.mark("allgather")
 	if err := g.verdict(recs); err != nil {
 		return nil, err
 	}
@@ -100,7 +104,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	fresh := make([]*peerMap, world) // segments mapped by this call
 	if anyNeed {
 		g.exchanges++
-		if err := g.exchange(info, recs, needPads, need, fresh); err != nil {
+		if err := g.exchange(info, recs, needPads, need, fresh, tr); err != nil {
 			return nil, err
 		}
 	}
@@ -130,12 +134,14 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 		h.maps = append(h.maps, m)
 		h.bufPtrs[p] = m.addr + uintptr(info.HeapOff-info.Segment.HeapOff)
 	}
+	tr.mark("exchange-status")
 	if err := h.makeArrays(); err != nil {
 		for _, m := range h.maps {
 			gm.putMapLocked(m)
 		}
 		return nil, err
 	}
+	tr.mark("handle-arrays")
 	gm.refs++
 	return h, nil
 }
@@ -188,7 +194,7 @@ func (g *Group) verdict(recs []blockRecord) error {
 // exchange passes the descriptors that some rank lacks (the peers' pads on
 // the first rendezvous, and segments not yet held), maps what arrives, and
 // all-gathers the outcome. On failure every rank undoes what it mapped.
-func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool, need func(r, p int) bool, fresh []*peerMap) error {
+func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool, need func(r, p int) bool, fresh []*peerMap, tr *phaseTrace) error {
 	gm := g.gm
 	world, me := g.world, g.rank
 	var localErr error
@@ -212,6 +218,7 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 		segFD, err = g.alloc.ExportSegment(info.Segment.Addr)
 		note(err)
 	}
+	tr.mark("export")
 	out := make([][]int, world)
 	for dst := 0; dst < world; dst++ {
 		if dst == me {
@@ -234,6 +241,7 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 		return err
 	}
 
+	tr.mark("send-fds")
 	// Map what arrived. The backend owns each descriptor from Import on;
 	// the ones we do not get to are closed here.
 	gm.mu.Lock()
@@ -282,6 +290,7 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 		}
 	}
 	gm.mu.Unlock()
+	tr.mark("import+map")
 
 	// Everyone succeeds or everyone undoes.
 	raw, err := g.ex.AllGather(0, encodeStatus(statusOf(localErr)))

@@ -40,11 +40,7 @@ func (h *Handle) onStreams() bool { return h.gm.be.Name() == "cuda" }
 // hold old.
 func (h *Handle) move(addr uintptr, old, new uint32, s core.Stream, deadline time.Time, timeout time.Duration) (timedOut bool, err error) {
 	if h.onStreams() {
-		be, dev := h.gm.be, h.gm.device
-		if err := be.WaitValue32(dev, s, addr, old, timeout); err != nil {
-			return false, err
-		}
-		return false, be.WriteValue32(dev, s, addr, new)
+		return false, h.gm.be.StreamMemOps(h.gm.device, s, moveOps(nil, addr, old, new), timeout)
 	}
 	word := (*uint32)(ptrAt(addr))
 	sleep := time.Microsecond
@@ -123,6 +119,18 @@ func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) erro
 		return err
 	}
 	timeout = h.timeoutOr(timeout)
+	if h.onStreams() {
+		// The whole barrier as one batch on the stream: every put, then
+		// every wait, in the order of the host path below.
+		ops := make([]core.MemOp, 0, 4*(h.world-1))
+		for i := 1; i < h.world; i++ {
+			ops = moveOps(ops, h.slot((h.rank+i)%h.world, h.rank, channel), 0, 1)
+		}
+		for i := 1; i < h.world; i++ {
+			ops = moveOps(ops, h.slot(h.rank, (h.rank+h.world-i)%h.world, channel), 1, 0)
+		}
+		return h.gm.be.StreamMemOps(h.gm.device, s, ops, timeout)
+	}
 	deadline := time.Now().Add(timeout)
 	// Start with the next rank so that ranks do not all hit rank 0 first.
 	for i := 1; i < h.world; i++ {
@@ -145,4 +153,12 @@ func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) erro
 			h.name, h.rank, timeout, channel, ranksText(late))
 	}
 	return nil
+}
+
+// moveOps appends to ops the stream operations that move a slot from old to
+// new: wait until it holds old, then store new. On a stream the two are not
+// one atomic step, and need not be: each slot has one writer of each value
+// (only the sender sets it, only the receiver clears it).
+func moveOps(ops []core.MemOp, addr uintptr, old, new uint32) []core.MemOp {
+	return append(ops, core.MemOp{Addr: addr, Value: old, Wait: true}, core.MemOp{Addr: addr, Value: new})
 }

@@ -111,6 +111,20 @@ static void check_types(void) {
   SIZE(CUmemAccessDesc);
   OFFSET(CUmemAccessDesc, location);
   OFFSET(CUmemAccessDesc, flags);
+
+  SIZE(CUstreamBatchMemOpParams);
+  OFFSET(CUstreamBatchMemOpParams, operation);
+  OFFSET(CUstreamBatchMemOpParams, waitValue.operation);
+  OFFSET(CUstreamBatchMemOpParams, waitValue.address);
+  OFFSET(CUstreamBatchMemOpParams, waitValue.value);
+  OFFSET(CUstreamBatchMemOpParams, waitValue.value64);
+  OFFSET(CUstreamBatchMemOpParams, waitValue.flags);
+  OFFSET(CUstreamBatchMemOpParams, waitValue.alias);
+  OFFSET(CUstreamBatchMemOpParams, writeValue.operation);
+  OFFSET(CUstreamBatchMemOpParams, writeValue.address);
+  OFFSET(CUstreamBatchMemOpParams, writeValue.value);
+  OFFSET(CUstreamBatchMemOpParams, writeValue.flags);
+  OFFSET(CUstreamBatchMemOpParams, writeValue.alias);
 }
 
 static void check_values(void) {
@@ -164,6 +178,8 @@ static void check_values(void) {
   VALUE(CU_STREAM_WAIT_VALUE_GEQ);
   VALUE(CU_STREAM_WAIT_VALUE_EQ);
   VALUE(CU_STREAM_WRITE_VALUE_DEFAULT);
+  VALUE(CU_STREAM_MEM_OP_WAIT_VALUE_32);
+  VALUE(CU_STREAM_MEM_OP_WRITE_VALUE_32);
 }
 
 static void check_functions(void) {

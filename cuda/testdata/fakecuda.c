@@ -709,3 +709,28 @@ sm_CUresult cuStreamWaitValue32_v2(sm_CUstream stream, sm_CUdeviceptr addr, sm_c
                       (struct fake_op){.kind = flags == SM_CU_STREAM_WAIT_VALUE_EQ ? OP_WAIT32_EQ : OP_WAIT32_GEQ,
                                        .dst = (void *)(uintptr_t)addr, .value = value});
 }
+
+sm_CUresult cuStreamBatchMemOp_v2(sm_CUstream stream, unsigned int count,
+                                  sm_CUstreamBatchMemOpParams *params, unsigned int flags) {
+  NEED_CTX;
+  if (count == 0 || count >= 256 || flags != 0)
+    return SM_CUDA_ERROR_INVALID_VALUE;
+  for (unsigned int i = 0; i < count; i++) {
+    sm_CUresult r;
+    switch (params[i].operation) {
+    case SM_CU_STREAM_MEM_OP_WAIT_VALUE_32:
+      r = cuStreamWaitValue32_v2(stream, params[i].waitValue.address, params[i].waitValue.value,
+                                 params[i].waitValue.flags);
+      break;
+    case SM_CU_STREAM_MEM_OP_WRITE_VALUE_32:
+      r = cuStreamWriteValue32_v2(stream, params[i].writeValue.address, params[i].writeValue.value,
+                                  params[i].writeValue.flags);
+      break;
+    default:
+      r = SM_CUDA_ERROR_INVALID_VALUE;
+    }
+    if (r != SM_CUDA_SUCCESS)
+      return r;
+  }
+  return SM_CUDA_SUCCESS;
+}
