@@ -209,7 +209,6 @@ func (b *Backend) Create(dev int, size uintptr) (core.Memory, error) {
 	if err := check(C.smcu_mem_create(d.ctx, d.cu, handlePOSIX, C.size_t(size), &h), dev); err != nil {
 		return 0, err
 	}
-	b.imported.Store(core.Memory(h), struct{}{})
 	return b.track(core.Memory(h), dev), nil
 }
 
@@ -349,5 +348,6 @@ func (b *Backend) Import(dev int, fd int) (core.Memory, error) {
 	if err := check(C.smcu_import_fd(d.ctx, C.int(fd), &h), dev); err != nil {
 		return 0, err
 	}
+	b.imported.Store(core.Memory(h), struct{}{})
 	return b.track(core.Memory(h), dev), nil
 }

@@ -660,3 +660,24 @@ func TestBackendStreamMemOpsBatch(t *testing.T) {
 	assert.Equal(t, uint32(0), le32(got[0:]), "flag handed back by the last operation")
 	assert.Equal(t, uint32(298), le32(got[64:]), "data holds the last value written in order")
 }
+
+// TestBackendOnlyImportsAreMarkedImported: memory made here grants access
+// to the peers that can reach it; only a peer's imported memory is mapped
+// for the mapping device alone.
+func TestBackendOnlyImportsAreMarkedImported(t *testing.T) {
+	b := requireGPU(t)
+	gran, err := b.Granularity(0)
+	require.NoError(t, err)
+	s := newSegment(t, b, 0, gran)
+	_, imported := b.imported.Load(s.mem)
+	require.False(t, imported, "created memory is marked imported")
+	fd, err := b.Export(s.mem)
+	require.NoError(t, err)
+	m, err := b.Import(0, fd)
+	require.NoError(t, err)
+	_, imported = b.imported.Load(m)
+	require.True(t, imported, "imported memory is not marked")
+	require.NoError(t, b.Release(m))
+	_, imported = b.imported.Load(m)
+	require.False(t, imported, "a released handle stays marked")
+}

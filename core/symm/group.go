@@ -139,6 +139,19 @@ func New(o Options) (*Group, error) {
 	}
 	g.gm = &groupMem{be: g.be, device: o.Device, gran: gran, name: o.Name, rank: o.Rank, world: o.World,
 		refs: 1, maps: map[mapKey]*peerMap{}}
+	if g.be.Name() != "host" {
+		// The device memory for handles' pointer arrays (one chunk serves
+		// many handles) is made with the group, the per-group setup, not in
+		// the first rendezvous, the per-buffer step (it took ~2 ms there on
+		// H200s). The slot size is makeArrays's.
+		g.gm.dev = newDeviceSlab(g.be, o.Device, gran, uintptr(2*g.world*8))
+		a, err := g.gm.dev.alloc()
+		if err != nil {
+			ch.Close()
+			return nil, core.Errorf(core.CodeOf(err), "group %q: rank %d: device memory for pointer arrays: %v", o.Name, o.Rank, err)
+		}
+		g.gm.dev.release(a)
+	}
 	return g, nil
 }
 
