@@ -37,6 +37,11 @@
  *                                   (default $TMPDIR/symmem-<uid>, mode 0700)
  *   SYMMEM_ALLOW_OVERLAPPING_DEVICES=1  let several ranks of a group share a
  *                                   device (correctness testing)
+ *   SYMMEM_JOB_TOKEN=s              tells apart two jobs that use the same group
+ *                                   name (default: torchrun's or Slurm's job id)
+ *   SYMMEM_HEAP_RESERVE=bytes       address space reserved per heap range
+ *                                   (default twice the device's memory)
+ *   SYMMEM_TRACE=1                  print the phases of each rendezvous to stderr
  */
 #ifndef SYMMEM_H
 #define SYMMEM_H
