@@ -1,7 +1,7 @@
 """Test setup for the symmem Python package.
 
 * Runs everything on libsymmem's host backend (SYMMEM_BACKEND=host) unless
-  SYMMEM_REQUIRE_GPU=1, so the suite runs in CI without a GPU. Tests that
+  SYMMEM_REQUIRE_GPU=1 or SYMMEM_BACKEND is set, so the suite runs in CI without a GPU. Tests that
   need the cuda backend start subprocesses with their own environment.
 * Gives the run a private socket directory (SYMMEM_SOCKET_DIR) so groups of
   parallel runs never meet.
@@ -32,7 +32,8 @@ REPO_DIR = PYTHON_DIR.parent
 REQUIRE_GPU = os.environ.get("SYMMEM_REQUIRE_GPU") == "1"
 
 if not REQUIRE_GPU:
-    os.environ["SYMMEM_BACKEND"] = "host"
+    # host unless the caller chose (make test-fakecuda runs on the fake driver)
+    os.environ.setdefault("SYMMEM_BACKEND", "host")
 if "SYMMEM_SOCKET_DIR" not in os.environ:
     _socket_dir = tempfile.mkdtemp(prefix="symmem-pytest-")
     os.environ["SYMMEM_SOCKET_DIR"] = _socket_dir

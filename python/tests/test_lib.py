@@ -187,6 +187,10 @@ def test_missing_symbol_raises_unavailable():
 def test_backend_is_host_in_ci():
     if os.environ.get("SYMMEM_REQUIRE_GPU") == "1":
         assert symmem.backend_name() == "cuda", symmem.backend_notes()
+    elif os.environ.get("SYMMEM_BACKEND") == "cuda":  # make test-fakecuda
+        assert symmem.backend_name() == "cuda", symmem.backend_notes()
+        if "fake" in os.environ.get("SYMMEM_LIBCUDA", ""):
+            assert symmem.device_count() == 2  # the fake driver's default
     else:
         assert symmem.backend_name() == "host"
         assert symmem.device_count() == 1
