@@ -353,25 +353,25 @@ func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
 	pool := seg.pools.pool(small)
 	if p := b.prev; p != nil && !p.allocated {
 		pool.remove(p)
-		p.size += b.size
-		p.next = b.next
-		if b.next != nil {
-			b.next.prev = p
-		}
-		a.dropBlock(b)
+		a.absorb(p, b)
 		b = p
 	}
 	if n := b.next; n != nil && !n.allocated {
 		pool.remove(n)
-		b.size += n.size
-		b.next = n.next
-		if n.next != nil {
-			n.next.prev = b
-		}
-		a.dropBlock(n)
+		a.absorb(b, n)
 	}
 	pool.insert(b)
 	return mismatch
+}
+
+// absorb merges r, the right neighbour of l, into l; neither is in a pool.
+func (a *Allocator) absorb(l, r *block) {
+	l.size += r.size
+	l.next = r.next
+	if r.next != nil {
+		r.next.prev = l
+	}
+	a.dropBlock(r)
 }
 
 // explainForeign says why ptr is not a live allocation.

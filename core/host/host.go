@@ -204,7 +204,7 @@ func (b *Backend) WaitValue32(device int, s core.Stream, addr uintptr, v uint32,
 	if err := b.check(device); err != nil {
 		return err
 	}
-	return WaitWord((*uint32)(ptrAt(addr)), func(x uint32) bool { return x == v }, timeout, addr, v)
+	return waitWord((*uint32)(ptrAt(addr)), v, timeout, addr)
 }
 
 // StreamMemOps runs the operations one by one on the calling thread; the
@@ -225,13 +225,13 @@ func (b *Backend) StreamMemOps(device int, s core.Stream, ops []core.MemOp, time
 	return nil
 }
 
-// WaitWord waits until cond(*word) holds, failing with ErrTimeout after
-// timeout.
-func WaitWord(word *uint32, cond func(uint32) bool, timeout time.Duration, addr uintptr, v uint32) error {
+// waitWord waits until *word == v, failing with ErrTimeout after timeout
+// (addr is word's address, for the message).
+func waitWord(word *uint32, v uint32, timeout time.Duration, addr uintptr) error {
 	deadline := time.Now().Add(timeout)
 	sleep := time.Microsecond
 	for i := 0; ; i++ {
-		if cond(atomic.LoadUint32(word)) {
+		if atomic.LoadUint32(word) == v {
 			return nil
 		}
 		switch {
