@@ -15,7 +15,7 @@ CTEST_BIN   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(CTEST_SRC))
 CTEST_FLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fsanitize=address -fno-omit-frame-pointer
 LINK_LIB    := -L$(BUILD) -lsymmem -Wl,-rpath,$(ROOT)/$(BUILD) -pthread
 
-.PHONY: all build test test-go test-c test-python test-fakecuda demo bench install clean fuzz gpu-artifacts
+.PHONY: all build test test-go test-c test-python test-fakecuda test-install demo bench install clean fuzz gpu-artifacts
 
 all: build
 build: $(LIB)
@@ -27,7 +27,7 @@ $(LIB): $(GOFILES)
 	  -o $@ ./export
 	@rm -f $(BUILD)/libsymmem.h
 
-test: test-go test-c test-python test-fakecuda
+test: test-go test-c test-python test-fakecuda test-install
 
 test-go:
 	$(GO) vet ./...
@@ -59,6 +59,16 @@ test-fakecuda: $(CTEST_BIN) $(BUILD)/demo $(FAKECUDA)
 	SYMMEM_BACKEND=cuda SYMMEM_LIBCUDA=$(ROOT)/$(FAKECUDA) $(BUILD)/demo 4 || rc=1; \
 	cd python && SYMMEM_BACKEND=cuda SYMMEM_LIBCUDA=$(ROOT)/$(FAKECUDA) SYMMEM_LIBRARY=$(ROOT)/$(LIB) \
 	  $(PYTHON) -m pytest -q tests || rc=1; exit $$rc
+
+# `make install` into a scratch prefix, then build and run a program the way
+# a user would: with pkg-config.
+test-install: $(LIB)
+	@rm -rf $(BUILD)/install-test
+	$(MAKE) --no-print-directory install PREFIX=$(ROOT)/$(BUILD)/install-test
+	printf '#include <symmem.h>\nint main(void){void*p=symmem_alloc(100,0,0);symmem_free(p,100,0,0);return p==0;}\n' > $(BUILD)/install-test/app.c
+	PKG_CONFIG_PATH=$(ROOT)/$(BUILD)/install-test/lib/pkgconfig sh -c \
+	  '$(CC) $(BUILD)/install-test/app.c $$(pkg-config --cflags --libs symmem) -o $(BUILD)/install-test/app'
+	SYMMEM_BACKEND=host $(BUILD)/install-test/app && echo "install + pkg-config: ok"
 
 fuzz:
 	$(GO) test ./core -run '^$$' -fuzz FuzzAllocFree -fuzztime 60s
