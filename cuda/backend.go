@@ -7,9 +7,11 @@ import "C"
 
 import (
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/libsymmem/libsymmem/core"
 )
@@ -34,6 +36,16 @@ type Backend struct {
 	// (Import): their mappings grant access to the mapping device only,
 	// since they exist for this process's use of a peer's memory.
 	imported sync.Map // core.Memory -> struct{}
+	// syncTimeout bounds the host-side waits for the GPU (Synchronize,
+	// SynchronizeDevice): SYMMEM_TIMEOUT_MS, 5 minutes by default.
+	syncTimeout time.Duration
+}
+
+func syncTimeoutFromEnv() time.Duration {
+	if ms, err := strconv.ParseInt(os.Getenv("SYMMEM_TIMEOUT_MS"), 10, 64); err == nil && ms > 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return 5 * time.Minute
 }
 
 var _ core.Backend = (*Backend)(nil)
@@ -65,7 +77,7 @@ func New() (*Backend, error) {
 			"cuda: the CUDA driver %q reports no devices (CUDA_VISIBLE_DEVICES=%q)",
 			path, os.Getenv("CUDA_VISIBLE_DEVICES"))
 	}
-	b := &Backend{path: path, devs: make([]*device, n)}
+	b := &Backend{path: path, devs: make([]*device, n), syncTimeout: syncTimeoutFromEnv()}
 	for i := range b.devs {
 		var cu C.int
 		if err := check(C.smcu_device_get(C.int(i), &cu), i); err != nil {

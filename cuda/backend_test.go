@@ -681,3 +681,38 @@ func TestBackendOnlyImportsAreMarkedImported(t *testing.T) {
 	_, imported = b.imported.Load(m)
 	require.False(t, imported, "a released handle stays marked")
 }
+
+// TestBackendStuckStreamTimesOut: a stream waiting for a value nobody
+// writes (a peer that died) makes Synchronize and SynchronizeDevice fail with
+// ErrTimeout after the backend's limit instead of hanging; once the value
+// arrives, the device drains and synchronises again.
+func TestBackendStuckStreamTimesOut(t *testing.T) {
+	b := requireGPU(t)
+	gran, err := b.Granularity(0)
+	require.NoError(t, err)
+	s := newSegment(t, b, 0, gran)
+	require.NoError(t, b.Memset(0, 0, s.addr, 0, 64))
+	st, err := b.NewStream(0)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, b.DestroyStream(0, st)) })
+	saved := b.syncTimeout
+	b.syncTimeout = 300 * time.Millisecond
+	defer func() { b.syncTimeout = saved }()
+
+	require.NoError(t, b.WaitValue32(0, st, s.addr, 1, time.Second))
+	start := time.Now()
+	err = b.Synchronize(0, st)
+	require.Equal(t, core.ErrTimeout, core.CodeOf(err), "%v", err)
+	require.Contains(t, err.Error(), "stuck")
+	err = b.SynchronizeDevice(0)
+	require.Equal(t, core.ErrTimeout, core.CodeOf(err), "%v", err)
+	require.Less(t, time.Since(start), 5*time.Second)
+
+	other, err := b.NewStream(0)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, b.DestroyStream(0, other)) })
+	require.NoError(t, b.WriteValue32(0, other, s.addr, 1)) // the "peer" arrives
+	b.syncTimeout = 30 * time.Second
+	require.NoError(t, b.Synchronize(0, st))
+	require.NoError(t, b.SynchronizeDevice(0))
+}

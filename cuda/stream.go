@@ -17,7 +17,9 @@ func (b *Backend) Synchronize(dev int, s core.Stream) error {
 	if err != nil {
 		return err
 	}
-	return check(C.smcu_stream_synchronize(d.ctx, C.uintptr_t(s)), dev)
+	return b.bounded(dev, "cuStreamSynchronize", func() C.smcu_status {
+		return C.smcu_stream_synchronize(d.ctx, C.uintptr_t(s))
+	})
 }
 
 // SynchronizeDevice waits for all work in the device's primary context
@@ -27,7 +29,30 @@ func (b *Backend) SynchronizeDevice(dev int) error {
 	if err != nil {
 		return err
 	}
-	return check(C.smcu_ctx_synchronize(d.ctx), dev)
+	return b.bounded(dev, "cuCtxSynchronize", func() C.smcu_status { return C.smcu_ctx_synchronize(d.ctx) })
+}
+
+// bounded runs a driver call that waits for the GPU and gives up on it after
+// b.syncTimeout with ErrTimeout, so that no host thread of the caller waits
+// forever: a stream blocked on a signal from a peer that died never drains,
+// and cuCtxSynchronize would wait for it for ever. The abandoned call goes on
+// in its own goroutine (its OS thread stays blocked in the driver); only
+// calls that touch no caller memory are run this way (not Copy or Memset,
+// whose late completion could write into memory the caller has moved on
+// from).
+func (b *Backend) bounded(dev int, what string, call func() C.smcu_status) error {
+	done := make(chan error, 1)
+	go func() { done <- check(call(), dev) }()
+	timer := time.NewTimer(b.syncTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		return core.Errorf(core.ErrTimeout,
+			"cuda: %s on device %d did not finish within %v: work queued on the device is stuck (a stream waiting for a signal from a peer that is gone?); the wait is abandoned and the device stays busy (SYMMEM_TIMEOUT_MS sets the limit)",
+			what, dev, b.syncTimeout)
+	}
 }
 
 // StreamWait makes later work on waiter wait for the work queued on other so
