@@ -257,9 +257,7 @@ func (a *Allocator) Alloc(size uintptr, s Stream) (uintptr, error) {
 	b.seg.nAllocated++
 	a.live.put(b.addr, b)
 	a.allocs++
-	a.st.add(statAllocation, small, 1)
-	a.st.add(statAllocatedBytes, small, int64(b.size))
-	a.st.add(statRequestedBytes, small, int64(size))
+	a.st.block(small, 1, int64(b.size), int64(size))
 	return b.addr, nil
 }
 
@@ -326,7 +324,7 @@ func (a *Allocator) newSegment(size uintptr, sp *streamPools, small bool, reques
 func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	b := a.live.get(ptr)
+	b := a.live.take(ptr)
 	if b == nil {
 		return a.explainForeign(ptr)
 	}
@@ -337,15 +335,13 @@ func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
 	seg := b.seg
 	for _, other := range b.streams {
 		if err := a.be.StreamWait(a.device, seg.pools.stream, other); err != nil {
+			a.live.put(ptr, b) // still allocated: the free did not happen
 			return err
 		}
 	}
 	small := seg.small
-	a.live.delete(ptr)
 	a.frees++
-	a.st.add(statAllocation, small, -1)
-	a.st.add(statAllocatedBytes, small, -int64(b.size))
-	a.st.add(statRequestedBytes, small, -int64(b.requested))
+	a.st.block(small, -1, int64(b.size), int64(b.requested))
 	b.allocated = false
 	b.requested = 0
 	b.streams = b.streams[:0]

@@ -81,18 +81,22 @@ func log2(n int) int {
 	return k
 }
 
-func (t *blockTable) delete(addr uintptr) {
-	if t.n == 0 {
-		return
+func (t *blockTable) delete(addr uintptr) { t.take(addr) }
+
+// take removes addr and returns its block, or nil if addr is not there.
+func (t *blockTable) take(addr uintptr) *block {
+	if t.n == 0 || addr == 0 {
+		return nil
 	}
 	mask := uintptr(len(t.slots) - 1)
 	i := t.home(addr)
 	for t.slots[i].addr != addr {
 		if t.slots[i].addr == 0 {
-			return
+			return nil
 		}
 		i = (i + 1) & mask
 	}
+	b := t.slots[i].b
 	// Shift later entries of the run back into the hole when their home
 	// position allows it, so that lookups never meet a false empty slot.
 	for j := (i + 1) & mask; t.slots[j].addr != 0; j = (j + 1) & mask {
@@ -104,6 +108,7 @@ func (t *blockTable) delete(addr uintptr) {
 	}
 	t.slots[i] = tableSlot{}
 	t.n--
+	return b
 }
 
 func (t *blockTable) len() int { return t.n }

@@ -72,6 +72,21 @@ func (s *stats) add(kind statKind, small bool, n int64) {
 	}
 }
 
+// block counts one block allocated (sign 1) or freed (sign -1): the hot
+// path's three updates, with the pool picked once.
+func (s *stats) block(small bool, sign, size, requested int64) {
+	p := poolLarge
+	if small {
+		p = poolSmall
+	}
+	s.by[statAllocation][poolAll].add(sign)
+	s.by[statAllocation][p].add(sign)
+	s.by[statAllocatedBytes][poolAll].add(sign * size)
+	s.by[statAllocatedBytes][p].add(sign * size)
+	s.by[statRequestedBytes][poolAll].add(sign * requested)
+	s.by[statRequestedBytes][p].add(sign * requested)
+}
+
 func (s *stats) resetPeaks() {
 	for k := range s.by {
 		for p := range s.by[k] {
