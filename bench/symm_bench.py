@@ -104,18 +104,24 @@ def gpu_rank(rank, world, name, port, out):
     th.barrier(stream=stream.cuda_stream)
     torch.cuda.synchronize()
     dist.barrier()
-    peer = (rank + 1) % world
-    src = th.get_buffer(peer, (nbytes,), torch.uint8)
+    # Every rank reads every peer's buffer at once (all-to-all; with two
+    # ranks, one peer): bandwidth per GPU is the bytes it read per second.
+    peers = [(rank + k) % world for k in range(1, world)]
+    srcs = [th.get_buffer(p, (nbytes,), torch.uint8) for p in peers]
     dst = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{rank}")
-    dst.copy_(src)
-    torch.cuda.synchronize()
-    r["symmem_peer_data_ok"] = bool((dst == peer + 1).all().item())
+    ok = True
+    for p, src in zip(peers, srcs):
+        dst.copy_(src)
+        torch.cuda.synchronize()
+        ok = ok and bool((dst == p + 1).all().item())
+    r["symmem_peer_data_ok"] = ok
     dist.barrier()
     t0 = time.perf_counter()
     for _ in range(10):
-        dst.copy_(src)
+        for src in srcs:
+            dst.copy_(src)
     torch.cuda.synchronize()
-    r["symmem_peer_copy_GBs"] = 10 * nbytes / (time.perf_counter() - t0) / 1e9
+    r["symmem_peer_copy_GBs"] = 10 * len(srcs) * nbytes / (time.perf_counter() - t0) / 1e9
     th.barrier(stream=stream.cuda_stream)
     torch.cuda.synchronize()
     # --- torch symmetric memory, same process, same GPUs
@@ -194,6 +200,7 @@ def main():
     ap.add_argument("--host", action="store_true")
     ap.add_argument("--ranks", type=int, nargs="*", default=[2, 4, 8])
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--gpus", type=int, default=0, help="ranks on the GPUs (default: every GPU)")
     ap.add_argument("--out", default="bench-results")
     ap.add_argument("--child", nargs="*")
     a = ap.parse_args()
@@ -221,26 +228,27 @@ def main():
         import torch
         n = torch.cuda.device_count()
         if n < 2:
-            raise SystemExit("symm_bench needs two GPUs (use --host for the host backend)")
+            raise SystemExit("symm_bench needs two or more GPUs (use --host for the host backend)")
         dev = torch.cuda.get_device_name(0)
         base = [peer_copy_baseline() for _ in range(a.reps)]
+        world = min(a.gpus or n, n)
         runs = []
         for rep in range(a.reps):
-            rs = spawn(2, ["gpu", f"bench-gpu-{os.getpid()}-{rep}", str(29600 + rep)], tmp)
+            rs = spawn(world, ["gpu", f"bench-gpu-{os.getpid()}-{rep}", str(29600 + rep)], tmp)
             runs.append({k: (max(r[k] for r in rs) if not isinstance(rs[0][k], bool) else all(r[k] for r in rs))
                          for k in rs[0]})
             runs[-1]["symmem_peer_copy_GBs"] = min(r["symmem_peer_copy_GBs"] for r in rs)
         med = {k: statistics.median(r[k] for r in runs) if not isinstance(runs[0][k], bool) else all(r[k] for r in runs)
                for k in runs[0]}
         copy_base = statistics.median(base)
-        lines += [f"Two {dev} (NVLink), torch {torch.__version__}; medians of {a.reps} runs, slowest rank:", "",
+        lines += [f"{world} × {dev} (NVLink), one rank per GPU, torch {torch.__version__}; medians of {a.reps} runs, slowest rank:", "",
                   "| figure | libsymmem | torch symmetric memory / cudaMemcpyPeer |", "|---|---|---|",
                   f"| group creation (sockets, credentials) | {med['symmem_group_create_ms']:.2f} ms | (init_process_group, not timed) |",
                   f"| first rendezvous (1 MiB) | {med['symmem_cold_ms']:.2f} ms | {med['torch_cold_ms']:.2f} ms |",
                   f"| rendezvous again, same buffer | {med['symmem_warm_ms'] * 1e3:.0f} µs | {med['torch_warm_same_tensor_ms'] * 1e3:.0f} µs (cached handle) |",
                   f"| rendezvous of a second allocation (64 MiB) | {med['symmem_second_alloc_ms']:.2f} ms | {med['torch_second_alloc_ms']:.2f} ms |",
-                  f"| barrier, 2 ranks | {med['symmem_barrier_us']:.1f} µs | {med['torch_barrier_us']:.1f} µs |",
-                  f"| peer copy 256 MiB, GPU1→GPU0 | {med['symmem_peer_copy_GBs']:.0f} GB/s ({med['symmem_peer_copy_GBs'] / copy_base * 100:.0f}%) | {copy_base:.0f} GB/s (cudaMemcpyPeer) |",
+                  f"| barrier, {world} ranks | {med['symmem_barrier_us']:.1f} µs | {med['torch_barrier_us']:.1f} µs |",
+                  f"| peer read 256 MiB from {'each of ' if world > 2 else ''}{world - 1} peer{'s at once' if world > 2 else ''}, per GPU (slowest) | {med['symmem_peer_copy_GBs']:.0f} GB/s ({med['symmem_peer_copy_GBs'] / copy_base * 100:.0f}% of one pair's cudaMemcpyPeer) | {copy_base:.0f} GB/s (cudaMemcpyPeer GPU1→GPU0) |",
                   f"| peer data verified | {med['symmem_peer_data_ok']} | |"]
     text = "\n".join(lines)
     print(text)

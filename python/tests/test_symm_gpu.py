@@ -10,6 +10,7 @@ stderr.
 Device layouts ("modes"):
 
     two_gpus   2 ranks on GPUs 0 and 1 (skipped on a machine with one GPU)
+    all_gpus   one rank per GPU where there are 3 or more (8 on an 8-GPU node)
     overlap2   2 ranks both on GPU 0    (SYMMEM_ALLOW_OVERLAPPING_DEVICES=1)
     overlap4   4 ranks all on GPU 0     (same)
     overlap8   8 ranks over the GPUs round-robin (same): world size 8
@@ -105,7 +106,7 @@ def gpu_probe() -> tuple:
     return n, "" if n else "torch sees no CUDA device"
 
 
-MODES = ("two_gpus", "overlap2", "overlap4", "overlap8", "pair")
+MODES = ("two_gpus", "all_gpus", "overlap2", "overlap4", "overlap8", "pair")
 
 
 def layout(mode: str) -> tuple:
@@ -123,6 +124,12 @@ def layout(mode: str) -> tuple:
         if count < 2:
             pytest.skip(f"two_gpus needs 2 GPUs, this machine has {count}")
         return [0, 1], False
+    if mode == "all_gpus":
+        # one rank per GPU on a node with more than two (world size 8 on an
+        # 8-GPU node); two_gpus covers a pair
+        if count < 3:
+            pytest.skip(f"all_gpus needs 3 or more GPUs (two_gpus covers 2), this machine has {count}")
+        return list(range(count)), False
     if mode == "overlap2":
         return [0, 0], True
     if mode == "overlap4":
@@ -278,7 +285,7 @@ def parts(recs: List[dict], via: str) -> List[dict]:
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", ["two_gpus", "overlap4", "overlap8"])
+@pytest.mark.parametrize("mode", ["two_gpus", "all_gpus", "overlap4", "overlap8"])
 def test_every_rank_writes_every_peer(mode, tmp_path):
     recs = launch("symm_every_peer.py", mode, tmp_path)
     world = len(recs)
