@@ -27,7 +27,7 @@ $(LIB): $(GOFILES)
 	  -o $@ ./export
 	@rm -f $(BUILD)/libsymmem.h
 
-test: test-go test-c test-python test-fakecuda test-install
+test: test-go test-c test-install test-fakecuda test-python
 
 test-go:
 	$(GO) vet ./...
