@@ -252,15 +252,38 @@ class Library:
 
 _lock = threading.Lock()
 _library: Optional[Library] = None
+# Set in a child forked after the library was loaded. The library runs a Go
+# runtime, whose threads do not survive fork(): a call into it from such a
+# child would hang, so it raises instead.
+_forked_child = False
+
+
+def _after_fork_in_child() -> None:
+    global _forked_child
+    _forked_child = True
+
+
+def _refuse_forked_child() -> None:
+    from .errors import Result, UnavailableError
+
+    raise UnavailableError(
+        Result.UNAVAILABLE,
+        f"process {os.getpid()} was forked after libsymmem was loaded; the library's "
+        "runtime does not survive fork(), so it cannot be used here: start processes "
+        "with the 'spawn' method (multiprocessing.get_context('spawn')) or subprocess",
+    )
 
 
 def lib() -> Library:
     """The loaded library, loaded on first use (thread-safe)."""
     global _library
+    if _forked_child:
+        _refuse_forked_child()
     if _library is None:
         with _lock:
             if _library is None:
                 _library = Library(find_library())
+                os.register_at_fork(after_in_child=_after_fork_in_child)
     return _library
 
 

@@ -195,3 +195,30 @@ def test_backend_is_host_in_ci():
         assert symmem.backend_name() == "host"
         assert symmem.device_count() == 1
     assert isinstance(symmem.backend_notes(), str)
+
+
+def test_a_forked_child_is_refused_not_hung():
+    """After fork() the library's Go runtime is gone in the child: a call
+    there must raise UnavailableError at once, naming fork, never hang."""
+    symmem.version()  # loaded in the parent
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only Python runs here, never the library
+        os.close(r)
+        try:
+            symmem.version()
+            msg = b"no error"
+        except symmem.UnavailableError as e:
+            msg = b"ok " + e.message.encode()
+        except BaseException as e:  # noqa: BLE001 - report anything else
+            msg = repr(e).encode()
+        os.write(w, msg)
+        os._exit(0)
+    os.close(w)
+    got = b""
+    while chunk := os.read(r, 4096):
+        got += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert got.startswith(b"ok "), got
+    assert b"fork" in got and b"spawn" in got, got
