@@ -295,7 +295,10 @@ int symmem_group_world_size(const symmem_group *group);
 int symmem_group_device(const symmem_group *group);
 
 /* Sets the size of each rank's signal pad (bytes, multiple of 4, >= 4*world)
- * of group. Only before the group's first rendezvous. Default 64 KiB. */
+ * of group. Only before the group's first rendezvous. Default 64 KiB: pads of
+ * that size are made and exchanged by symmem_group_create; another size set
+ * here replaces them at the first rendezvous, which fails with
+ * SYMMEM_ERROR_MISMATCH on every rank unless every rank set the same size. */
 symmem_result symmem_group_set_signal_pad_size(symmem_group *group,
                                                size_t bytes);
 

@@ -3,6 +3,7 @@ package symm
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -67,6 +68,9 @@ type Group struct {
 	padSize   uintptr
 	destroyed bool
 	gm        *groupMem
+	// rendezvoused is set by the first Rendezvous call: the pad size is
+	// fixed from then on.
+	rendezvoused bool
 	// exchanges counts rendezvous that passed descriptors (tests check that
 	// a rendezvous on an already mapped segment does not).
 	exchanges int
@@ -151,6 +155,16 @@ func New(o Options) (*Group, error) {
 			return nil, core.Errorf(core.CodeOf(err), "group %q: rank %d: device memory for pointer arrays: %v", o.Name, o.Rank, err)
 		}
 		g.gm.dev.release(a)
+	}
+	if err := g.exchangePads(); err != nil {
+		g.gm.mu.Lock()
+		if g.gm.dev != nil {
+			g.gm.dev.close()
+			g.gm.dev = nil
+		}
+		g.gm.mu.Unlock()
+		ch.Close()
+		return nil, err
 	}
 	return g, nil
 }
@@ -255,13 +269,70 @@ func (g *Group) SetSignalPadSize(bytes uintptr) error {
 	if bytes%4 != 0 || bytes < uintptr(4*g.world) || bytes > maxSignalPadSize {
 		return core.Errorf(core.ErrInvalidArgument, "group %q: a signal pad of %d bytes: it must be a multiple of 4 in [%d, %d] (4 bytes per rank and channel)", g.name, bytes, 4*g.world, maxSignalPadSize)
 	}
-	g.gm.mu.Lock()
-	made := g.gm.pads != nil
-	g.gm.mu.Unlock()
-	if made {
+	if g.rendezvoused {
 		return core.Errorf(core.ErrInvalidState, "group %q: the signal pad size can only change before the group's first rendezvous", g.name)
 	}
+	if bytes == g.padSize {
+		return nil
+	}
+	// The pads made with the group go; the first rendezvous makes and
+	// exchanges pads of the new size (and fails with ErrMismatch on every
+	// rank if the ranks did not all set the same size).
+	gm := g.gm
+	gm.mu.Lock()
+	defer gm.mu.Unlock()
+	if p := gm.pads; p != nil {
+		err := errors.Join(gm.sync(), gm.dropPeerPads(p), gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
+		gm.pads = nil
+		if err != nil {
+			return core.Errorf(core.CodeOf(err), "group %q: dropping the signal pads made with the group: %v", g.name, err)
+		}
+	}
 	g.padSize = bytes
+	return nil
+}
+
+// exchangePads makes this rank's signal pad and maps every peer's, at group
+// creation (collective). Pads belong to the group, not to a buffer, so they
+// are set up with it: the first rendezvous then exchanges only the buffer's
+// memory, like every later one.
+func (g *Group) exchangePads() error {
+	gm := g.gm
+	gm.mu.Lock()
+	p, localErr := gm.makePads(g.padSize)
+	gm.pads = p
+	gm.mu.Unlock()
+	if localErr != nil {
+		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: cannot make its signal pad of %d bytes: %v", g.rank, g.padSize, localErr)
+	}
+	// Every rank learns whether every rank has a pad before descriptors move.
+	raw, err := g.ex.AllGather(0, encodeStatus(statusOf(localErr)))
+	if err == nil {
+		sts := make([]status, g.world)
+		for r := range raw {
+			if sts[r], err = decodeStatus(raw[r]); err != nil {
+				err = core.Errorf(core.ErrPeer, "group %q: rank %d sent a malformed status: %v", g.name, r, err)
+				break
+			}
+		}
+		if err == nil {
+			err = firstFailure(g.name, "group creation (signal pads)", sts)
+		}
+	}
+	if err == nil {
+		none := func(r, p int) bool { return false } // no buffer segments here
+		err = g.exchange(core.BlockInfo{}, nil, true, none, make([]*peerMap, g.world), nil)
+	}
+	gm.mu.Lock()
+	defer gm.mu.Unlock()
+	if err != nil {
+		if p != nil {
+			gm.unmapRelease(p.addr[gm.rank], p.phys, p.own)
+		}
+		gm.pads = nil
+		return err
+	}
+	gm.pads.ready = true
 	return nil
 }
 

@@ -21,6 +21,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	if g.destroyed {
 		return nil, core.Errorf(core.ErrInvalidState, "group %q is destroyed", g.name)
 	}
+	g.rendezvoused = true
 	gm := g.gm
 	world, me := g.world, g.rank
 	tr := startTrace("group %q rank %d rendezvous", g.name, me)

@@ -79,6 +79,30 @@ func runScenario(sc string, e *rankEnv) error {
 			size = 128 << 10
 		}
 		return rendezvousOnly(e, a, size, 0)
+	case "mismatch-pad":
+		// The last rank sets another signal pad size than the others (whose
+		// pads were made and exchanged with the group): every rank must fail
+		// the first rendezvous, none may hang or map a pad of the wrong size.
+		buf, err := a.Alloc(4096, 0)
+		if err != nil {
+			return err
+		}
+		g, err := New(e.opts(e.name, e.rank, e.world))
+		if err != nil {
+			return err
+		}
+		defer g.Destroy()
+		if e.rank == e.world-1 {
+			if err := g.SetSignalPadSize(uintptr(8 * e.world)); err != nil {
+				return err
+			}
+		}
+		h, err := g.Rendezvous(buf)
+		if err == nil {
+			h.Release()
+			return fmt.Errorf("rendezvous succeeded with different signal pad sizes")
+		}
+		return err
 	case "diverged":
 		if e.rank == 1 {
 			if _, err := a.Alloc(4096, 0); err != nil {

@@ -175,6 +175,11 @@ func TestProcessesMismatchedSizes(t *testing.T) {
 		"blocks of different sizes", "ranks 0, 1, 2: block of 65536 bytes", "rank 3: block of 131072 bytes")
 }
 
+func TestProcessesMismatchedSignalPadSizes(t *testing.T) {
+	allFail(t, runProcs(t, "mismatch-pad", 3, 30*time.Second, 0), core.ErrMismatch,
+		"signal pad sizes differ", "ranks 0, 1: 65536 bytes", "rank 2: 24 bytes")
+}
+
 func TestProcessesDivergedPlacement(t *testing.T) {
 	allFail(t, runProcs(t, "diverged", 3, 30*time.Second, 0), core.ErrMismatch,
 		"different heap offsets", "placement diverged", "ranks 0, 2: heap offset 0x0", "rank 1: heap offset 0x1000",
