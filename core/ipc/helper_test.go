@@ -5,117 +5,52 @@ package ipc
 // result line that the parent parses.
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/internal/ranktest"
 	"golang.org/x/sys/unix"
 )
 
-const resultPrefix = "SYMMEM_IPC_RESULT "
+type (
+	rankResult = ranktest.Result
+	rankSpec   = ranktest.Spec
+)
 
-type rankResult struct {
-	Rank int    `json:"rank"`
-	Code int    `json:"code"`
-	Msg  string `json:"msg"`
-	Exit int    `json:"-"`
-	Out  string `json:"-"`
-}
-
-type rankSpec struct {
-	rank int
-	env  []string
-	cred *syscall.Credential
-	bin  string // the binary to run (default os.Args[0])
-}
-
-// runRanks starts one process per spec and waits for all of them.
+// runRanks starts one process per spec, each running scenario as its rank
+// of group name, and waits for all of them.
 func runRanks(t *testing.T, scenario, name string, world int, dir string, specs []rankSpec, extra ...string) []rankResult {
 	t.Helper()
-	type proc struct {
-		cmd *exec.Cmd
-		out *bytes.Buffer
-		r   int
-	}
-	var procs []proc
-	for _, s := range specs {
-		bin := s.bin
-		if bin == "" {
-			bin = os.Args[0]
-		}
-		cmd := exec.Command(bin, "-test.run=^TestHelperRank$", "-test.timeout=120s")
-		cmd.Env = append(os.Environ(),
+	for i := range specs {
+		env := []string{
 			"SYMMEM_IPC_HELPER=1",
-			"GORACE=atexit_sleep_ms=0", // the race runtime otherwise sleeps 1 s at exit
-			"SYMMEM_IPC_SCENARIO="+scenario,
-			"SYMMEM_IPC_NAME="+name,
-			"SYMMEM_IPC_RANK="+strconv.Itoa(s.rank),
-			"SYMMEM_IPC_WORLD="+strconv.Itoa(world),
-			"SYMMEM_SOCKET_DIR="+dir,
-		)
-		cmd.Env = append(cmd.Env, extra...)
-		cmd.Env = append(cmd.Env, s.env...)
-		out := &bytes.Buffer{}
-		cmd.Stdout, cmd.Stderr = out, out
-		if s.cred != nil {
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+			"SYMMEM_IPC_SCENARIO=" + scenario,
+			"SYMMEM_IPC_NAME=" + name,
+			"SYMMEM_IPC_RANK=" + strconv.Itoa(specs[i].Rank),
+			"SYMMEM_IPC_WORLD=" + strconv.Itoa(world),
+			"SYMMEM_SOCKET_DIR=" + dir,
 		}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start rank %d: %v", s.rank, err)
-		}
-		procs = append(procs, proc{cmd, out, s.rank})
+		specs[i].Env = append(append(env, extra...), specs[i].Env...)
 	}
-	var res []rankResult
-	for _, p := range procs {
-		err := p.cmd.Wait()
-		r := rankResult{Rank: p.r, Code: -1, Out: p.out.String()}
-		if ee, ok := err.(*exec.ExitError); ok {
-			r.Exit = ee.ExitCode()
-		}
-		sc := bufio.NewScanner(strings.NewReader(p.out.String()))
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			if line, ok := strings.CutPrefix(sc.Text(), resultPrefix); ok {
-				if err := json.Unmarshal([]byte(line), &r); err != nil {
-					t.Fatalf("rank %d: bad result line %q: %v", p.r, line, err)
-				}
-			}
-		}
-		res = append(res, r)
-	}
-	return res
+	return ranktest.Run(t, "TestHelperRank", specs)
 }
 
 func allRanks(world int) []rankSpec {
 	s := make([]rankSpec, world)
 	for i := range s {
-		s[i].rank = i
+		s[i].Rank = i
 	}
 	return s
 }
 
-func report(rank int, err error) {
-	r := rankResult{Rank: rank, Code: int(core.CodeOf(err))}
-	if err != nil {
-		r.Msg = err.Error()
-	}
-	b, _ := json.Marshal(r)
-	fmt.Printf("\n%s%s\n", resultPrefix, b)
-}
-
-func envInt(name string) int {
-	v, _ := strconv.Atoi(os.Getenv(name))
-	return v
-}
+var (
+	report = ranktest.Report
+	envInt = ranktest.EnvInt
+)
 
 // TestHelperRank is one rank of a multi-process test; it does nothing in a
 // normal test run.

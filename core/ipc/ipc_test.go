@@ -11,19 +11,11 @@ import (
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/internal/ranktest"
 	"golang.org/x/sys/unix"
 )
 
-func sockDir(t *testing.T) string {
-	t.Helper()
-	// Short: a Unix socket path holds 107 bytes.
-	d, err := os.MkdirTemp("", "sy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return filepath.Join(d, "s")
-}
+var sockDir = ranktest.SockDir
 
 func wantCode(t *testing.T, err error, code core.Code, contains ...string) {
 	t.Helper()
@@ -453,7 +445,7 @@ func TestProcessesFDs(t *testing.T) {
 // Ranks 1 and 3 of 4 never start: every rank that did fails with
 // ErrTimeout naming them.
 func TestProcessesTimeoutNamesMissing(t *testing.T) {
-	specs := []rankSpec{{rank: 0}, {rank: 2}}
+	specs := []rankSpec{{Rank: 0}, {Rank: 2}}
 	start := time.Now()
 	res := runRanks(t, "join", "late", 4, sockDir(t), specs, "SYMMEM_IPC_TIMEOUT_MS=1000")
 	if d := time.Since(start); d > 20*time.Second {
@@ -465,7 +457,7 @@ func TestProcessesTimeoutNamesMissing(t *testing.T) {
 		}
 	}
 	// Rank 0 itself missing: the others name it.
-	res = runRanks(t, "join", "norank0", 2, sockDir(t), []rankSpec{{rank: 1}}, "SYMMEM_IPC_TIMEOUT_MS=500")
+	res = runRanks(t, "join", "norank0", 2, sockDir(t), []rankSpec{{Rank: 1}}, "SYMMEM_IPC_TIMEOUT_MS=500")
 	if core.Code(res[0].Code) != core.ErrTimeout || !strings.Contains(res[0].Msg, "rank 0 never") {
 		t.Fatalf("code %d %q", res[0].Code, res[0].Msg)
 	}
@@ -543,7 +535,7 @@ func TestProcessesOtherUIDRefused(t *testing.T) {
 	type out struct{ res []rankResult }
 	done := make(chan out, 1)
 	go func() {
-		done <- out{runRanks(t, "join", "cred", 2, dir, []rankSpec{{rank: 0, cred: nobody, bin: bin}}, "SYMMEM_IPC_TIMEOUT_MS=2500", "HOME=/")}
+		done <- out{runRanks(t, "join", "cred", 2, dir, []rankSpec{{Rank: 0, Cred: nobody, Bin: bin}}, "SYMMEM_IPC_TIMEOUT_MS=2500", "HOME=/")}
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

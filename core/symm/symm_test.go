@@ -1,14 +1,8 @@
 package symm
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,22 +10,15 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/host"
+	"github.com/libsymmem/libsymmem/core/internal/ranktest"
 )
 
-const resultPrefix = "SYMMEM_SYMM_RESULT "
+type rankResult = ranktest.Result
 
-type rankResult struct {
-	Rank int    `json:"rank"`
-	Code int    `json:"code"`
-	Msg  string `json:"msg"`
-	Exit int    `json:"-"`
-	Out  string `json:"-"`
-}
-
-func envInt(name string) int {
-	v, _ := strconv.Atoi(os.Getenv(name))
-	return v
-}
+var (
+	envInt  = ranktest.EnvInt
+	sockDir = ranktest.SockDir
+)
 
 // TestHelperRank is one rank of a multi-process test (SYMMEM_SYMM_HELPER=1);
 // it does nothing in a normal run.
@@ -50,62 +37,21 @@ func TestHelperRank(t *testing.T) {
 			err = runScenario(os.Getenv("SYMMEM_SYMM_SCENARIO"), e)
 		}
 	}
-	r := rankResult{Rank: e.rank, Code: int(core.CodeOf(err))}
-	if err != nil {
-		r.Msg = err.Error()
-	}
-	b, _ := json.Marshal(r)
-	fmt.Printf("\n%s%s\n", resultPrefix, b)
-}
-
-func sockDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "sy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return filepath.Join(d, "s")
+	ranktest.Report(e.rank, err)
 }
 
 // runProcs runs scenario sc with one process per rank.
 func runProcs(t *testing.T, sc string, world int, timeout time.Duration, arg int) []rankResult {
 	t.Helper()
 	dir := sockDir(t)
-	type proc struct {
-		cmd *exec.Cmd
-		out *bytes.Buffer
-	}
-	procs := make([]proc, world)
-	for r := 0; r < world; r++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperRank$", "-test.timeout=300s")
-		cmd.Env = append(os.Environ(), "SYMMEM_SYMM_HELPER=1", "SYMMEM_BACKEND=host", "GORACE=atexit_sleep_ms=0",
-			"SYMMEM_SYMM_SCENARIO="+sc, "SYMMEM_SYMM_NAME="+sc, "SYMMEM_SOCKET_DIR="+dir,
+	specs := make([]ranktest.Spec, world)
+	for r := range specs {
+		specs[r] = ranktest.Spec{Rank: r, Env: []string{"SYMMEM_SYMM_HELPER=1", "SYMMEM_BACKEND=host",
+			"SYMMEM_SYMM_SCENARIO=" + sc, "SYMMEM_SYMM_NAME=" + sc, "SYMMEM_SOCKET_DIR=" + dir,
 			fmt.Sprintf("SYMMEM_SYMM_RANK=%d", r), fmt.Sprintf("SYMMEM_SYMM_WORLD=%d", world),
-			fmt.Sprintf("SYMMEM_SYMM_TIMEOUT_MS=%d", timeout.Milliseconds()), fmt.Sprintf("SYMMEM_SYMM_ARG=%d", arg))
-		out := &bytes.Buffer{}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		procs[r] = proc{cmd, out}
+			fmt.Sprintf("SYMMEM_SYMM_TIMEOUT_MS=%d", timeout.Milliseconds()), fmt.Sprintf("SYMMEM_SYMM_ARG=%d", arg)}}
 	}
-	res := make([]rankResult, world)
-	for r, p := range procs {
-		err := p.cmd.Wait()
-		res[r] = rankResult{Rank: r, Code: -1, Out: p.out.String()}
-		if ee, ok := err.(*exec.ExitError); ok {
-			res[r].Exit = ee.ExitCode()
-		}
-		sc := bufio.NewScanner(strings.NewReader(p.out.String()))
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			if line, ok := strings.CutPrefix(sc.Text(), resultPrefix); ok {
-				json.Unmarshal([]byte(line), &res[r])
-			}
-		}
-	}
-	return res
+	return ranktest.Run(t, "TestHelperRank", specs)
 }
 
 func allOK(t *testing.T, res []rankResult) {
