@@ -83,11 +83,7 @@ func runScenario(sc string, e *rankEnv) error {
 		// The last rank sets another signal pad size than the others (whose
 		// pads were made and exchanged with the group): every rank must fail
 		// the first rendezvous, none may hang or map a pad of the wrong size.
-		buf, err := a.Alloc(4096, 0)
-		if err != nil {
-			return err
-		}
-		g, err := New(e.opts(e.name, e.rank, e.world))
+		buf, g, err := join(e, a, 4096)
 		if err != nil {
 			return err
 		}
@@ -152,12 +148,19 @@ func runScenario(sc string, e *rankEnv) error {
 	return fmt.Errorf("unknown scenario %q", sc)
 }
 
-func rendezvousOnly(e *rankEnv, a *core.Allocator, size uintptr, offset uintptr) error {
+// join allocates size bytes and creates this rank's member of the world
+// group e names; the caller destroys the group.
+func join(e *rankEnv, a *core.Allocator, size uintptr) (uintptr, *Group, error) {
 	buf, err := a.Alloc(size, 0)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	g, err := New(e.opts(e.name, e.rank, e.world))
+	return buf, g, err
+}
+
+func rendezvousOnly(e *rankEnv, a *core.Allocator, size uintptr, offset uintptr) error {
+	buf, g, err := join(e, a, size)
 	if err != nil {
 		return err
 	}
@@ -170,11 +173,7 @@ func rendezvousOnly(e *rankEnv, a *core.Allocator, size uintptr, offset uintptr)
 }
 
 func scWrite(e *rankEnv, a *core.Allocator) error {
-	buf, err := a.Alloc(64<<10, 0)
-	if err != nil {
-		return err
-	}
-	g, err := New(e.opts(e.name, e.rank, e.world))
+	buf, g, err := join(e, a, 64<<10)
 	if err != nil {
 		return err
 	}
@@ -257,11 +256,7 @@ func scWrite(e *rankEnv, a *core.Allocator) error {
 // a value into its partner's block and signals, the odd rank waits, checks,
 // answers in the even rank's block and signals back.
 func scPingPong(e *rankEnv, a *core.Allocator) error {
-	buf, err := a.Alloc(4096, 0)
-	if err != nil {
-		return err
-	}
-	g, err := New(e.opts(e.name, e.rank, e.world))
+	buf, g, err := join(e, a, 4096)
 	if err != nil {
 		return err
 	}
@@ -311,11 +306,7 @@ func scPingPong(e *rankEnv, a *core.Allocator) error {
 // scSubgroup: the world group and a 2-rank subgroup (ranks 2k, 2k+1)
 // rendezvous on the same buffer; each has its own pads.
 func scSubgroup(e *rankEnv, a *core.Allocator) error {
-	buf, err := a.Alloc(64<<10, 0)
-	if err != nil {
-		return err
-	}
-	g, err := New(e.opts(e.name, e.rank, e.world))
+	buf, g, err := join(e, a, 64<<10)
 	if err != nil {
 		return err
 	}
