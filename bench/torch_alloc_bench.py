@@ -1,4 +1,4 @@
-"""Per-call cost of torch.empty + del under four allocators, and a small
+"""Per-call cost of torch.empty + del under five allocators, and a small
 transformer's training speed and peak memory, native vs libsymmem.
 
 Run on a GPU machine (see README, "Measured"):
@@ -11,6 +11,8 @@ be chosen before CUDA starts), interleaved rep by rep, medians reported:
   symmem_pool libsymmem inside torch.cuda.MemPool (PyTorch caches on top)
   passthrough a pluggable allocator that calls cudaMalloc/cudaFree each time
               (shared/baselines/trivial_alloc.cu, built with nvcc)
+  c_cache     the same file's size-keyed free list under one mutex: the
+              floor of PyTorch's pluggable path
 """
 import argparse
 import json
@@ -23,7 +25,11 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = (4096, 1 << 20, 64 << 20)
-MODES = ("native", "symmem", "symmem_pool", "passthrough")
+MODES = ["native", "symmem", "symmem_pool", "passthrough", "c_cache"]
+# A minimal Go c-shared free list (built outside the library) shows what the
+# C->Go calls alone cost under PyTorch; measured when GOFLOOR_SO names it.
+if os.environ.get("GOFLOOR_SO"):
+    MODES.append("go_cache")
 
 
 def lib_path():
@@ -36,9 +42,15 @@ def setup(mode):
     import torch
     if mode == "native":
         return contextlib.nullcontext()
-    if mode == "passthrough":
+    if mode in ("passthrough", "c_cache", "go_cache"):
+        # The peers' trivial pluggable allocators (../shared/baselines):
+        # cudaMalloc each time, and a size-keyed free list under one mutex
+        # (the floor of PyTorch's pluggable path).
         so = os.environ.get("TRIVIAL_ALLOC_SO", "/tmp/baselines/trivial_alloc.so")
-        alloc = torch.cuda.memory.CUDAPluggableAllocator(so, "raw_alloc", "raw_free")
+        fns = {"passthrough": ("raw_alloc", "raw_free"), "c_cache": ("cache_alloc", "cache_free")}.get(mode)
+        if mode == "go_cache":
+            so, fns = os.environ["GOFLOOR_SO"], ("floor_alloc", "floor_free")
+        alloc = torch.cuda.memory.CUDAPluggableAllocator(so, *fns)
         torch.cuda.memory.change_current_allocator(alloc)
         return contextlib.nullcontext()
     sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -58,44 +70,72 @@ def loop(size, n):
         del t
 
 
+def bench_cpus(threads):
+    """The CPUs a child runs on: the same ones for every allocator, so that a
+    comparison does not depend on where the scheduler put each process (runs
+    spread over the cores of a large host differed by up to ±50%)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) >= threads + 2:
+        cpus = cpus[2:2 + threads]  # leave the first cores to the system
+    return cpus[:max(threads, 1)]
+
+
 def alloc_child(mode, threads):
+    if os.environ.get("BENCH_CPUS"):
+        os.sched_setaffinity(0, {int(c) for c in os.environ["BENCH_CPUS"].split(",")})
     import torch
     ctx = setup(mode)
     torch.cuda.init()
     out = {}
     with ctx:
         for size in SIZES:
-            n = 20000 if size < (64 << 20) else 4000
-            if mode == "passthrough":
-                n = min(n, 1500)
             loop(size, 200)  # warm the cache
-            torch.cuda.synchronize()
-            if threads == 1:
-                t0 = time.perf_counter()
-                loop(size, n)
-                torch.cuda.synchronize()
-                us = (time.perf_counter() - t0) / n * 1e6
-            else:
-                # Each thread runs n/threads calls; per-call time as seen by one
-                # thread (wall time / its calls), as the baselines measure it.
-                per = max(n // threads, 100)
-                barrier = threading.Barrier(threads + 1)
-
-                def work():
-                    barrier.wait()
-                    loop(size, per)
-
-                ts = [threading.Thread(target=work) for _ in range(threads)]
-                for t in ts:
-                    t.start()
-                barrier.wait()
-                t0 = time.perf_counter()
-                for t in ts:
-                    t.join()
-                torch.cuda.synchronize()
-                us = (time.perf_counter() - t0) / per * 1e6
-            out[str(size)] = us
+        torch.cuda.synchronize()
+        # Rounds over the sizes; the median round per size is reported.
+        for _ in range(ALLOC_ROUNDS):
+            for size, us in alloc_round(mode, threads).items():
+                out.setdefault(str(size), []).append(us)
+    out = {k: statistics.median(v) for k, v in out.items()}
     print(json.dumps({"mode": mode, "threads": threads, "us": out}), flush=True)
+
+
+ALLOC_ROUNDS = 3
+
+
+def alloc_round(mode, threads):
+    """One timed loop per size: µs per torch.empty+del."""
+    import torch
+    out = {}
+    for size in SIZES:
+        n = 20000 if size < (64 << 20) else 4000
+        if mode == "passthrough":
+            n = min(n, 1500)
+        if threads == 1:
+            t0 = time.perf_counter()
+            loop(size, n)
+            torch.cuda.synchronize()
+            us = (time.perf_counter() - t0) / n * 1e6
+        else:
+            # Each thread runs n/threads calls; per-call time as seen by one
+            # thread (wall time / its calls), as the baselines measure it.
+            per = max(n // threads, 100)
+            barrier = threading.Barrier(threads + 1)
+
+            def work():
+                barrier.wait()
+                loop(size, per)
+
+            ts = [threading.Thread(target=work) for _ in range(threads)]
+            for t in ts:
+                t.start()
+            barrier.wait()
+            t0 = time.perf_counter()
+            for t in ts:
+                t.join()
+            torch.cuda.synchronize()
+            us = (time.perf_counter() - t0) / per * 1e6
+        out[size] = us
+    return out
 
 
 def train_child(mode, steps):
@@ -135,8 +175,8 @@ def train_child(mode, steps):
     print(json.dumps({"mode": mode, "steps_per_s": sps, "peak_reserved": peak}), flush=True)
 
 
-def run_child(args):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+def run_child(args, env=None):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     r = subprocess.run([sys.executable, os.path.abspath(__file__)] + args, capture_output=True, text=True,
                        timeout=600, env=env)
     lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
@@ -150,6 +190,7 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--train-steps", type=int, default=60)
     ap.add_argument("--train-reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--out", default="bench-results")
     ap.add_argument("--child", nargs="*")
     a = ap.parse_args()
@@ -165,9 +206,10 @@ def main():
     # the first child (it measured ~1.7x slower for every allocator alike).
     run_child(["--child", "alloc", "native", "1"])
     for rep in range(a.reps):
-        for threads in (1, 8):
+        for threads in a.threads:
             for mode in MODES:
-                r = run_child(["--child", "alloc", mode, str(threads)])
+                r = run_child(["--child", "alloc", mode, str(threads)],
+                              {"BENCH_CPUS": ",".join(map(str, bench_cpus(threads)))})
                 for size, us in r["us"].items():
                     results.setdefault((mode, threads, int(size)), []).append(us)
         print(f"rep {rep + 1}/{a.reps} done", file=sys.stderr, flush=True)
@@ -176,15 +218,18 @@ def main():
         for mode in ("native", "symmem"):
             train.setdefault(mode, []).append(run_child(["--child", "train", mode, str(a.train_steps)]))
     med = {k: statistics.median(v) for k, v in results.items()}
-    lines = [f"Device: {device}; torch {torch.__version__}; medians of {a.reps} interleaved runs, µs per torch.empty+del", ""]
+    lines = [f"Device: {device}; torch {torch.__version__}; µs per torch.empty+del: medians of {a.reps} interleaved runs "
+             f"(each the median of {ALLOC_ROUNDS} rounds), every allocator pinned to the same CPUs "
+             f"({', '.join(f'{t} thread(s): {bench_cpus(t)}' for t in a.threads)})", ""]
     lines.append("| allocator | threads | " + " | ".join(f"{s // 1024} KiB" if s < (1 << 20) else f"{s >> 20} MiB" for s in SIZES) + " |")
     lines.append("|---|---|" + "---|" * len(SIZES))
-    for threads in (1, 8):
+    for threads in a.threads:
         for mode in MODES:
             lines.append(f"| {mode} | {threads} | " + " | ".join(f"{med[(mode, threads, s)]:.2f}" for s in SIZES) + " |")
     lines.append("")
     lines.append("Ratios (1 thread): symmem / native = " + ", ".join(
         f"{med[('symmem', 1, s)] / med[('native', 1, s)]:.2f}" for s in SIZES) +
+        "; symmem / c_cache = " + ", ".join(f"{med[('symmem', 1, s)] / med[('c_cache', 1, s)]:.2f}" for s in SIZES) +
         "; passthrough / symmem = " + ", ".join(f"{med[('passthrough', 1, s)] / med[('symmem', 1, s)]:.0f}x" for s in SIZES))
     lines.append("")
     lines.append(f"Training (TransformerEncoder 6x512, batch 32x256, AdamW, {a.train_steps} steps, medians of {a.train_reps}):")
@@ -198,8 +243,9 @@ def main():
         tmed[mode] = (sps, peak)
         lines.append(f"| {mode} | {sps:.2f} | {peak / 2**20:.0f} |")
     lines.append("")
-    lines.append(f"symmem / native: throughput {tmed['symmem'][0] / tmed['native'][0]:.3f}x, "
-                 f"peak reserved {tmed['symmem'][1] / tmed['native'][1]:.3f}x")
+    if len(tmed) == 2:
+        lines.append(f"symmem / native: throughput {tmed['symmem'][0] / tmed['native'][0]:.3f}x, "
+                     f"peak reserved {tmed['symmem'][1] / tmed['native'][1]:.3f}x")
     text = "\n".join(lines)
     print(text)
     with open(os.path.join(a.out, "torch_alloc.md"), "w") as f:
@@ -211,11 +257,12 @@ def main():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-        for ax, threads in zip(axes, (1, 8)):
-            width = 0.2
+        fig, axes = plt.subplots(1, len(a.threads), figsize=(5.5 * len(a.threads), 4), sharey=True, squeeze=False)
+        axes = axes[0]
+        for ax, threads in zip(axes, a.threads):
+            width = 0.8 / len(MODES)
             for i, mode in enumerate(MODES):
-                xs = [j + (i - 1.5) * width for j in range(len(SIZES))]
+                xs = [j + (i - (len(MODES) - 1) / 2) * width for j in range(len(SIZES))]
                 ax.bar(xs, [med[(mode, threads, s)] for s in SIZES], width, label=mode)
             ax.set_xticks(range(len(SIZES)))
             ax.set_xticklabels(["4 KiB", "1 MiB", "64 MiB"])

@@ -75,13 +75,20 @@ type Backend interface {
 	StreamMemOps(device int, s Stream, ops []MemOp, timeout time.Duration) error
 }
 
-// MemOp is one 32-bit stream memory operation: wait until the word at Addr
-// equals Value (Wait), or store Value there.
+// MemOp is one 32-bit stream memory operation: store Value at Addr; or,
+// with Wait, wait until the word there equals Value; or, with Wait and
+// AtLeast, until the word read as a count has reached Value:
+// int32(word-Value) >= 0, which stays right when the count wraps around
+// (CU_STREAM_WAIT_VALUE_GEQ compares the same way).
 type MemOp struct {
-	Addr  uintptr
-	Value uint32
-	Wait  bool
+	Addr    uintptr
+	Value   uint32
+	Wait    bool
+	AtLeast bool
 }
+
+// Reached says whether the count word has reached v (MemOp.AtLeast).
+func Reached(word, v uint32) bool { return int32(word-v) >= 0 }
 
 // Factory opens a backend. It returns an error that says why when the
 // backend cannot run here (no driver, no device).

@@ -661,6 +661,49 @@ func TestBackendStreamMemOpsBatch(t *testing.T) {
 	assert.Equal(t, uint32(298), le32(got[64:]), "data holds the last value written in order")
 }
 
+// TestBackendStreamMemOpsAtLeast: an AtLeast wait (CU_STREAM_WAIT_VALUE_GEQ)
+// holds the stream while the count is below its value, lets it go when the
+// count reaches or passes it, and compares across wrap-around (0xFFFFFFFE
+// then 2: 2 has passed 0xFFFFFFFF).
+func TestBackendStreamMemOpsAtLeast(t *testing.T) {
+	b := requireGPU(t)
+	gran, err := b.Granularity(0)
+	require.NoError(t, err)
+	s := newSegment(t, b, 0, gran)
+	require.NoError(t, b.Memset(0, 0, s.addr, 0, 4096))
+	count, data := s.addr, s.addr+64
+	sA, err := b.NewStream(0)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, b.DestroyStream(0, sA)) })
+	sB, err := b.NewStream(0)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, b.DestroyStream(0, sB)) })
+	write := func(v uint32) {
+		require.NoError(t, b.StreamMemOps(0, sB, []core.MemOp{{Addr: count, Value: v}}, time.Second))
+		require.NoError(t, b.Synchronize(0, sB))
+	}
+	step := func(wait, mark uint32) {
+		require.NoError(t, b.StreamMemOps(0, sA, []core.MemOp{{Addr: count, Value: wait, Wait: true, AtLeast: true}, {Addr: data, Value: mark}}, time.Second))
+	}
+	data32 := func() uint32 { return le32(download(t, b, 0, data, 4)) }
+
+	write(2)
+	step(3, 1)
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, uint32(0), data32(), "a wait for 3 passed at 2")
+	write(5) // passes 3 at once: a count may run ahead of its waits
+	within(t, 30*time.Second, "Synchronize(A)", func() error { return b.Synchronize(0, sA) })
+	assert.Equal(t, uint32(1), data32())
+
+	write(0xFFFFFFFE)
+	step(0xFFFFFFFF, 2)
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, uint32(1), data32(), "a wait for 0xFFFFFFFF passed at 0xFFFFFFFE")
+	write(2)
+	within(t, 30*time.Second, "Synchronize(A)", func() error { return b.Synchronize(0, sA) })
+	assert.Equal(t, uint32(2), data32(), "2 has passed 0xFFFFFFFF (wrap-around)")
+}
+
 // TestBackendOnlyImportsAreMarkedImported: memory made here grants access
 // to the peers that can reach it; only a peer's imported memory is mapped
 // for the mapping device alone.

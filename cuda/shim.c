@@ -395,7 +395,7 @@ smcu_status smcu_batch_memops(uintptr_t ctx, uintptr_t stream, const smcu_memop 
       params[i].waitValue.operation = SM_CU_STREAM_MEM_OP_WAIT_VALUE_32;
       params[i].waitValue.address = ops[i].addr;
       params[i].waitValue.value = ops[i].value;
-      params[i].waitValue.flags = SM_CU_STREAM_WAIT_VALUE_EQ;
+      params[i].waitValue.flags = ops[i].wait == 2 ? SM_CU_STREAM_WAIT_VALUE_GEQ : SM_CU_STREAM_WAIT_VALUE_EQ;
     } else {
       params[i].writeValue.operation = SM_CU_STREAM_MEM_OP_WRITE_VALUE_32;
       params[i].writeValue.address = ops[i].addr;

@@ -98,7 +98,8 @@ smcu_status smcu_write_value32(uintptr_t ctx, uintptr_t stream, unsigned long lo
 typedef struct smcu_memop {
   unsigned long long addr;
   uint32_t value;
-  int wait; /* 1: wait until *addr == value; 0: store value */
+  int wait; /* 0: store value; 1: wait until *addr == value; 2: wait until
+               (int32_t)(*addr - value) >= 0 (CU_STREAM_WAIT_VALUE_GEQ) */
 } smcu_memop;
 /* The most operations one cuStreamBatchMemOp call takes (the driver's limit
  * is "less than 256"). */

@@ -116,7 +116,8 @@ func (b *Backend) WaitValue32(dev int, s core.Stream, addr uintptr, v uint32, ti
 
 // StreamMemOps enqueues ops on s in order with cuStreamBatchMemOp_v2, up to
 // SMCU_MAX_BATCH operations per driver call; waits are CU_STREAM_WAIT_VALUE_EQ
-// and, as in WaitValue32, not bounded by timeout on the GPU.
+// (AtLeast: CU_STREAM_WAIT_VALUE_GEQ) and, as in WaitValue32, not bounded by
+// timeout on the GPU.
 func (b *Backend) StreamMemOps(dev int, s core.Stream, ops []core.MemOp, timeout time.Duration) error {
 	_ = timeout
 	d, err := b.device(dev)
@@ -126,7 +127,10 @@ func (b *Backend) StreamMemOps(dev int, s core.Stream, ops []core.MemOp, timeout
 	buf := make([]C.smcu_memop, len(ops))
 	for i, op := range ops {
 		buf[i] = C.smcu_memop{addr: C.ulonglong(op.Addr), value: C.uint32_t(op.Value)}
-		if op.Wait {
+		switch {
+		case op.Wait && op.AtLeast:
+			buf[i].wait = 2
+		case op.Wait:
 			buf[i].wait = 1
 		}
 	}

@@ -335,30 +335,36 @@ func symmem_handle_signal_pad_ptrs_dev(handle uintptr) unsafe.Pointer {
 
 //export symmem_put_signal
 func symmem_put_signal(handle uintptr, dst, channel C.int, stream *C.struct_CUstream_st) C.int {
-	call := fmt.Sprintf("symmem_put_signal(dst_rank=%d, channel=%d)", int(dst), int(channel))
 	h, err := handleOf(handle)
 	if err == nil {
 		err = h.PutSignal(int(dst), int(channel), streamOf(stream), 0)
 	}
-	return setLastError(call, err)
+	if err == nil { // the hot path: no message to format
+		return 0
+	}
+	return setLastError(fmt.Sprintf("symmem_put_signal(dst_rank=%d, channel=%d)", int(dst), int(channel)), err)
 }
 
 //export symmem_wait_signal
 func symmem_wait_signal(handle uintptr, src, channel C.int, timeoutMs C.int64_t, stream *C.struct_CUstream_st) C.int {
-	call := fmt.Sprintf("symmem_wait_signal(src_rank=%d, channel=%d)", int(src), int(channel))
 	h, err := handleOf(handle)
 	if err == nil {
 		err = h.WaitSignal(int(src), int(channel), streamOf(stream), millis(timeoutMs))
 	}
-	return setLastError(call, err)
+	if err == nil {
+		return 0
+	}
+	return setLastError(fmt.Sprintf("symmem_wait_signal(src_rank=%d, channel=%d)", int(src), int(channel)), err)
 }
 
 //export symmem_barrier
 func symmem_barrier(handle uintptr, channel C.int, timeoutMs C.int64_t, stream *C.struct_CUstream_st) C.int {
-	call := fmt.Sprintf("symmem_barrier(channel=%d)", int(channel))
 	h, err := handleOf(handle)
 	if err == nil {
 		err = h.Barrier(int(channel), streamOf(stream), millis(timeoutMs))
 	}
-	return setLastError(call, err)
+	if err == nil {
+		return 0
+	}
+	return setLastError(fmt.Sprintf("symmem_barrier(channel=%d)", int(channel)), err)
 }

@@ -335,19 +335,34 @@ void *const *symmem_handle_signal_pad_ptrs(const symmem_handle *handle);
 void *const *symmem_handle_buffer_ptrs_dev(const symmem_handle *handle);
 void *const *symmem_handle_signal_pad_ptrs_dev(const symmem_handle *handle);
 
-/* Signals. Slot channel*world_size + sender lives in the receiver's signal
- * pad; a channel is in [0, signal_pad_size / (4*world_size)).
+/* Signals. Slot channel*world_size + sender of the receiver's signal pad is
+ * a 32-bit count: how many signals the sender has put to the receiver on that
+ * channel (modulo 2^32; only the sender writes it). A channel is in
+ * [0, signal_pad_size / (4*world_size)). Each (sender, receiver, channel) is
+ * a counting semaphore:
  *
- * put_signal: waits until dst_rank's slot for us is clear, then sets it.
- * wait_signal: waits until our slot for src_rank is set, then clears it.
+ * put_signal: adds one to our count in dst_rank's pad. Never waits for the
+ *   receiver; several signals may be in flight.
+ * wait_signal: consumes one signal: the k-th wait for src_rank on a channel
+ *   returns once src_rank's count in our pad has reached k (compared as
+ *   (int32_t)(count - k) >= 0, so wrap-around is harmless).
  * barrier: put_signal to every peer, then wait_signal from every peer.
  *
- * On the cuda backend they are enqueued on stream (cuStreamWriteValue32 /
- * cuStreamWaitValue32), ordered with the caller's other work there, and return
- * at once; the timeout is not enforced by the GPU. On the host backend they
- * run on the calling thread and fail with SYMMEM_ERROR_TIMEOUT after
- * timeout_ms (<= 0: the group's timeout). A rank or channel out of range is
- * SYMMEM_ERROR_INVALID_ARGUMENT naming the bounds. */
+ * Kernels that use the pads directly follow the same rule: a sender stores
+ * (or atomically adds to reach) its next count with release semantics; a
+ * receiver waits until the slot has reached the count it expects.
+ *
+ * On the cuda backend they are enqueued on stream (a stream write of the next
+ * count into the peer's pad, a stream wait CU_STREAM_WAIT_VALUE_GEQ on ours; a
+ * barrier is one cuStreamBatchMemOp), ordered with the caller's other work
+ * there, and return at once; the timeout is not enforced by the GPU. Puts to
+ * one (rank, channel) run in call order when they go to one stream (or to
+ * streams the caller orders). On the host backend they run on the calling
+ * thread (puts are atomic adds) and wait_signal fails with
+ * SYMMEM_ERROR_TIMEOUT after timeout_ms (<= 0: the group's timeout), consuming
+ * nothing. A rank or channel out of range is SYMMEM_ERROR_INVALID_ARGUMENT
+ * naming the bounds. After a failed signal call the counts of its channel may
+ * disagree between ranks: use another channel or group. */
 symmem_result symmem_put_signal(symmem_handle *handle, int dst_rank,
                                 int channel, symmem_stream_t stream);
 symmem_result symmem_wait_signal(symmem_handle *handle, int src_rank,

@@ -204,7 +204,7 @@ func (b *Backend) WaitValue32(device int, s core.Stream, addr uintptr, v uint32,
 	if err := b.check(device); err != nil {
 		return err
 	}
-	return waitWord((*uint32)(ptrAt(addr)), v, timeout, addr)
+	return waitWord((*uint32)(ptrAt(addr)), v, false, timeout, addr)
 }
 
 // StreamMemOps runs the operations one by one on the calling thread; the
@@ -214,7 +214,9 @@ func (b *Backend) StreamMemOps(device int, s core.Stream, ops []core.MemOp, time
 	for _, op := range ops {
 		var err error
 		if op.Wait {
-			err = b.WaitValue32(device, s, op.Addr, op.Value, time.Until(deadline))
+			if err = b.check(device); err == nil {
+				err = waitWord((*uint32)(ptrAt(op.Addr)), op.Value, op.AtLeast, time.Until(deadline), op.Addr)
+			}
 		} else {
 			err = b.WriteValue32(device, s, op.Addr, op.Value)
 		}
@@ -225,13 +227,14 @@ func (b *Backend) StreamMemOps(device int, s core.Stream, ops []core.MemOp, time
 	return nil
 }
 
-// waitWord waits until *word == v, failing with ErrTimeout after timeout
-// (addr is word's address, for the message).
-func waitWord(word *uint32, v uint32, timeout time.Duration, addr uintptr) error {
+// waitWord waits until *word == v (atLeast: until the count *word has
+// reached v, core.Reached), failing with ErrTimeout after timeout (addr is
+// word's address, for the message).
+func waitWord(word *uint32, v uint32, atLeast bool, timeout time.Duration, addr uintptr) error {
 	deadline := time.Now().Add(timeout)
 	sleep := time.Microsecond
 	for i := 0; ; i++ {
-		if atomic.LoadUint32(word) == v {
+		if w := atomic.LoadUint32(word); w == v || atLeast && core.Reached(w, v) {
 			return nil
 		}
 		switch {
@@ -240,7 +243,11 @@ func waitWord(word *uint32, v uint32, timeout time.Duration, addr uintptr) error
 			runtime.Gosched()
 		default:
 			if time.Now().After(deadline) {
-				return core.Errorf(core.ErrTimeout, "host: the word at %#x did not become %d within %v (it holds %d)", addr, v, timeout, atomic.LoadUint32(word))
+				want := "become"
+				if atLeast {
+					want = "reach"
+				}
+				return core.Errorf(core.ErrTimeout, "host: the word at %#x did not %s %d within %v (it holds %d)", addr, want, v, timeout, atomic.LoadUint32(word))
 			}
 			time.Sleep(sleep)
 			if sleep < 50*time.Microsecond {

@@ -2,6 +2,7 @@ package symm
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -29,9 +30,11 @@ type Handle struct {
 	arr    uintptr
 	devArr uintptr
 	maps   []*peerMap // the peer mappings we hold a reference to
+	// sig counts the signals of the group's pads (shared by its handles).
+	sig *signalCounts
 
-	mu       sync.Mutex
-	released bool
+	mu       sync.Mutex // serialises Release
+	released atomic.Bool
 }
 
 // makeArrays fills the C-visible pointer arrays (gm.mu held).
@@ -75,10 +78,10 @@ func (h *Handle) makeArrays() error {
 func (h *Handle) Release() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.released {
+	if h.released.Load() {
 		return core.Errorf(core.ErrInvalidState, "the handle of group %q is already released", h.name)
 	}
-	h.released = true
+	h.released.Store(true)
 	gm := h.gm
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
@@ -104,9 +107,7 @@ func (h *Handle) Release() error {
 
 // live fails on a released handle.
 func (h *Handle) live() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.released {
+	if h.released.Load() {
 		return core.Errorf(core.ErrInvalidState, "the handle of group %q is released", h.name)
 	}
 	return nil

@@ -68,6 +68,8 @@ type pads struct {
 	// first successful rendezvous). Every rank's value is the same: the
 	// pad exchange succeeds or is undone on all ranks together.
 	ready bool
+	// sig counts the signals through these pads (Note [Signals]).
+	sig *signalCounts
 }
 
 // ptrAt turns an address of memory that Go does not manage into a pointer
@@ -109,7 +111,8 @@ func (gm *groupMem) sync() error { return gm.be.SynchronizeDevice(gm.device) }
 
 // makePads creates, maps and zeroes this rank's pad of size bytes.
 func (gm *groupMem) makePads(size uintptr) (*pads, error) {
-	p := &pads{size: size, phys: roundUp(size, gm.gran), addr: make([]uintptr, gm.world), mem: make([]core.Memory, gm.world)}
+	p := &pads{size: size, phys: roundUp(size, gm.gran), addr: make([]uintptr, gm.world), mem: make([]core.Memory, gm.world),
+		sig: newSignalCounts(gm.world, int(size)/(4*gm.world))}
 	own, err := gm.be.Create(gm.device, p.phys)
 	if err != nil {
 		return nil, err

@@ -138,6 +138,8 @@ func runScenario(sc string, e *rankEnv) error {
 			h.Release()
 		}
 		return err
+	case "counts":
+		return scCounts(e, a)
 	case "badargs":
 		return scBadArgs(e, a)
 	case "leak":
@@ -301,6 +303,83 @@ func scPingPong(e *rankEnv, a *core.Allocator) error {
 		}
 	}
 	return h.Barrier(0, 0, 0)
+}
+
+// scCounts checks Note [Signals]: puts do not wait for the receiver, each
+// wait consumes one signal, a wait that times out consumes none, and every
+// slot holds exactly the number of signals its sender put.
+func scCounts(e *rankEnv, a *core.Allocator) error {
+	buf, g, err := join(e, a, 4096)
+	if err != nil {
+		return err
+	}
+	defer g.Destroy()
+	h, err := g.Rendezvous(buf)
+	if err != nil {
+		return err
+	}
+	defer h.Release()
+	me, world := e.rank, e.world
+	nxt, prev := (me+1)%world, (me+world-1)%world
+	if h.Channels() < 3 {
+		return fmt.Errorf("%d channels, want 3 or more", h.Channels())
+	}
+	start := time.Now()
+	for i := 0; i < 5; i++ { // nobody waits yet: the puts must not block
+		if err := h.PutSignal(nxt, 1, 0, 0); err != nil {
+			return err
+		}
+	}
+	if d := time.Since(start); d > time.Second {
+		return fmt.Errorf("5 puts with nobody waiting took %v", d)
+	}
+	for i := 0; i < 5; i++ {
+		if err := h.WaitSignal(prev, 1, 0, 0); err != nil {
+			return fmt.Errorf("wait %d of 5: %v", i+1, err)
+		}
+	}
+	if err := h.WaitSignal(prev, 1, 0, 30*time.Millisecond); core.CodeOf(err) != core.ErrTimeout {
+		return fmt.Errorf("a sixth wait for five puts: %v, want a timeout", err)
+	}
+	if err := h.Barrier(0, 0, 0); err != nil {
+		return err
+	}
+	// The timed-out wait gave its number back: one more put is one more wait.
+	if err := h.PutSignal(nxt, 1, 0, 0); err != nil {
+		return err
+	}
+	if err := h.WaitSignal(prev, 1, 0, 0); err != nil {
+		return fmt.Errorf("the wait after a timed-out one: %v", err)
+	}
+	for i := 0; i < 3; i++ {
+		if err := h.Barrier(0, 0, 0); err != nil {
+			return err
+		}
+	}
+	// 4 barriers on channel 0: every peer's count there is 4, ours 0; on
+	// channel 1 prev put 6 (with world 2, prev is nxt and the same holds).
+	own := unsafe.Slice((*uint32)(ptrAt(h.padPtrs[me])), 2*world)
+	for p := 0; p < world; p++ {
+		want0, want1 := uint32(4), uint32(0)
+		if p == me {
+			want0 = 0
+		}
+		if p == prev {
+			want1 = 6
+		}
+		if got := atomic.LoadUint32(&own[p]); got != want0 {
+			return fmt.Errorf("channel 0: rank %d's count in rank %d's pad is %d, want %d", p, me, got, want0)
+		}
+		if got := atomic.LoadUint32(&own[world+p]); got != want1 {
+			return fmt.Errorf("channel 1: rank %d's count in rank %d's pad is %d, want %d", p, me, got, want1)
+		}
+	}
+	if got := atomic.LoadUint32(&h.sig.seen[h.sig.index(prev, 1)]); got != 6 {
+		return fmt.Errorf("rank %d has waited for %d signals from rank %d on channel 1, want 6", me, got, prev)
+	}
+	// Nobody leaves before everyone has checked; on channel 2, so that a
+	// fast rank's puts do not change the counts a slow one is checking.
+	return h.Barrier(2, 0, 0)
 }
 
 // scSubgroup: the world group and a 2-rank subgroup (ranks 2k, 2k+1)

@@ -2,6 +2,7 @@ package symm
 
 import (
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -10,18 +11,60 @@ import (
 
 // Note [Signals]
 //
-// Slot channel*world + sender of the receiver's pad is a 32-bit word that
-// is 0 (clear) or 1 (set). Only the sender sets it (0 -> 1) and only the
-// receiver clears it (1 -> 0), so one signal is in flight per (sender,
-// receiver, channel) and none is lost: a put waits for the previous one to
-// be consumed. On the host backend both moves are compare-and-swap loops on
-// the calling thread (sequentially consistent, so stores made before a put
-// are visible after the matching wait), bounded by the timeout. On the cuda
-// backend they are stream operations (wait for the word, then write it),
-// enqueued on the caller's stream and ordered with its other work there; the
-// GPU does not enforce a timeout.
+// Slot channel*world + sender of the receiver's pad is a 32-bit count: how
+// many signals the sender has put to the receiver on that channel, modulo
+// 2^32. Only the sender writes the slot, and only upward; the receiver only
+// reads it. Each rank remembers per (peer, channel) how many signals it has
+// put (sent) and how many it has waited for (seen): its k-th wait for src on
+// a channel returns once src's count there has reached k, compared as
+// int32(count-k) >= 0 so that wrap-around does not matter. Each (sender,
+// receiver, channel) is thus a counting semaphore, as NVSHMEM's signal-add /
+// wait-until-at-least pair: a put never waits, no signal is lost, several
+// may be in flight, and each wait consumes exactly one.
+//
+// Host backend: a put is an atomic add of 1 on the slot, so puts from several
+// threads cannot lower the count; a wait takes its number k from seen with an
+// atomic add and polls the slot on the calling thread until the deadline; a
+// wait that times out gives its number back. All of it is sequentially
+// consistent, so stores made before a put are visible after the matching
+// wait.
+//
+// cuda backend: a put is a stream write of sent+1 into the peer's slot (flags
+// 0: after the stream's earlier work, with a memory barrier), a wait a stream
+// wait for seen+1 (CU_STREAM_WAIT_VALUE_GEQ) on our own pad, and a barrier
+// one cuStreamBatchMemOp of world-1 writes then world-1 waits, none of them a
+// remote poll. Numbers are taken and the operations enqueued under
+// signalCounts.mu, so they reach the driver in increasing order; they run in
+// that order when the puts to one (peer, channel) go to one stream or to
+// streams the caller orders. The GPU does not bound its waits: the host-side
+// waits that follow (stream or device synchronisation) carry the timeout.
+//
+// The counts start at 0 with the pads (zeroed when the group makes them) and
+// live as long as the group's memory; every handle of the group shares them.
+// After a failed call (a driver error, a timeout on one of several waits) the
+// counts of the channel it used may disagree between ranks: use another
+// channel or another group.
 
-// slot is the address of the word for (receiver, sender, channel).
+// signalCounts is one rank's count of the signals through its group's pads.
+type signalCounts struct {
+	channels int
+	// mu orders "take the next number, enqueue the operation" on the cuda
+	// backend and guards sent and seen there; the host backend uses atomics
+	// on seen and does not use sent.
+	mu sync.Mutex
+	// sent[peer*channels+c]: signals put to peer on channel c;
+	// seen[peer*channels+c]: signals from peer on c waited for.
+	sent []uint32
+	seen []uint32
+}
+
+func newSignalCounts(world, channels int) *signalCounts {
+	return &signalCounts{channels: channels, sent: make([]uint32, world*channels), seen: make([]uint32, world*channels)}
+}
+
+func (c *signalCounts) index(peer, channel int) int { return peer*c.channels + channel }
+
+// slot is the address of the count for (receiver, sender, channel).
 func (h *Handle) slot(receiver, sender, channel int) uintptr {
 	return h.padPtrs[receiver] + uintptr(4*(channel*h.world+sender))
 }
@@ -35,35 +78,6 @@ func (h *Handle) timeoutOr(t time.Duration) time.Duration {
 
 func (h *Handle) onStreams() bool { return h.gm.be.Name() == "cuda" }
 
-// move changes the word at addr from old to new: at once on a stream, or
-// on this thread by compare-and-swap, waiting until deadline for the word to
-// hold old.
-func (h *Handle) move(addr uintptr, old, new uint32, s core.Stream, deadline time.Time, timeout time.Duration) (timedOut bool, err error) {
-	if h.onStreams() {
-		return false, h.gm.be.StreamMemOps(h.gm.device, s, moveOps(nil, addr, old, new), timeout)
-	}
-	word := (*uint32)(ptrAt(addr))
-	sleep := time.Microsecond
-	for i := 0; ; i++ {
-		if atomic.CompareAndSwapUint32(word, old, new) {
-			return false, nil
-		}
-		switch {
-		case i < 100:
-		case i < 300:
-			runtime.Gosched()
-		default:
-			if !time.Now().Before(deadline) {
-				return true, nil
-			}
-			time.Sleep(sleep)
-			if sleep < 100*time.Microsecond {
-				sleep *= 2
-			}
-		}
-	}
-}
-
 func (h *Handle) checkSignal(peerWhat string, peer, channel int) error {
 	if err := h.live(); err != nil {
 		return err
@@ -74,42 +88,86 @@ func (h *Handle) checkSignal(peerWhat string, peer, channel int) error {
 	return h.checkChannel(channel)
 }
 
-// PutSignal sets our slot in dst's pad on channel, after waiting for dst to
-// have consumed the previous signal there. timeout <= 0 means the group's.
+// PutSignal adds one to our count in dst's pad on channel: at once on the
+// host backend, in stream order on s on cuda. It never waits for dst.
+// timeout only bounds the enqueueing (nothing waits on a put).
 func (h *Handle) PutSignal(dst, channel int, s core.Stream, timeout time.Duration) error {
 	if err := h.checkSignal("destination rank", dst, channel); err != nil {
 		return err
 	}
-	timeout = h.timeoutOr(timeout)
-	return h.put(dst, channel, s, time.Now().Add(timeout), timeout)
-}
-
-func (h *Handle) put(dst, channel int, s core.Stream, deadline time.Time, timeout time.Duration) error {
-	to, err := h.move(h.slot(dst, h.rank, channel), 0, 1, s, deadline, timeout)
-	if to {
-		return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v putting a signal to rank %d on channel %d: rank %d has not consumed the previous one (is it waiting on this channel?)",
-			h.name, h.rank, timeout, dst, channel, dst)
+	addr := h.slot(dst, h.rank, channel)
+	if !h.onStreams() {
+		atomic.AddUint32((*uint32)(ptrAt(addr)), 1)
+		return nil
 	}
-	return err
+	c := h.sig
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := c.index(dst, channel)
+	op := []core.MemOp{{Addr: addr, Value: c.sent[i] + 1}}
+	if err := h.gm.be.StreamMemOps(h.gm.device, s, op, h.timeoutOr(timeout)); err != nil {
+		return err
+	}
+	c.sent[i]++
+	return nil
 }
 
-// WaitSignal waits until src's slot in our pad is set on channel, then
-// clears it. timeout <= 0 means the group's.
+// WaitSignal consumes one signal from src on channel: it waits until src's
+// count in our pad has reached the number of waits made so far, this one
+// included. On the host backend it waits on this thread, up to timeout (<= 0:
+// the group's); on cuda it enqueues the wait on s.
 func (h *Handle) WaitSignal(src, channel int, s core.Stream, timeout time.Duration) error {
 	if err := h.checkSignal("source rank", src, channel); err != nil {
 		return err
 	}
 	timeout = h.timeoutOr(timeout)
-	return h.wait(src, channel, s, time.Now().Add(timeout), timeout)
-}
-
-func (h *Handle) wait(src, channel int, s core.Stream, deadline time.Time, timeout time.Duration) error {
-	to, err := h.move(h.slot(h.rank, src, channel), 1, 0, s, deadline, timeout)
-	if to {
+	if h.onStreams() {
+		c := h.sig
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		i := c.index(src, channel)
+		op := []core.MemOp{{Addr: h.slot(h.rank, src, channel), Value: c.seen[i] + 1, Wait: true, AtLeast: true}}
+		if err := h.gm.be.StreamMemOps(h.gm.device, s, op, timeout); err != nil {
+			return err
+		}
+		c.seen[i]++
+		return nil
+	}
+	if !h.waitHost(src, channel, time.Now().Add(timeout)) {
 		return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v waiting for rank %d's signal on channel %d",
 			h.name, h.rank, timeout, src, channel)
 	}
-	return err
+	return nil
+}
+
+// waitHost takes the next number for (src, channel) and polls src's count in
+// our pad until it reaches that number or the deadline passes; on timeout it
+// gives the number back and returns false.
+func (h *Handle) waitHost(src, channel int, deadline time.Time) bool {
+	c := h.sig
+	seen := &c.seen[c.index(src, channel)]
+	n := atomic.AddUint32(seen, 1)
+	word := (*uint32)(ptrAt(h.slot(h.rank, src, channel)))
+	sleep := time.Microsecond
+	for i := 0; ; i++ {
+		if core.Reached(atomic.LoadUint32(word), n) {
+			return true
+		}
+		switch {
+		case i < 100:
+		case i < 300:
+			runtime.Gosched()
+		default:
+			if !time.Now().Before(deadline) {
+				atomic.AddUint32(seen, ^uint32(0))
+				return false
+			}
+			time.Sleep(sleep)
+			if sleep < 100*time.Microsecond {
+				sleep *= 2
+			}
+		}
+	}
 }
 
 // Barrier puts a signal to every peer on channel, then waits for one from
@@ -119,32 +177,40 @@ func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) erro
 		return err
 	}
 	timeout = h.timeoutOr(timeout)
+	// Peers in the order next rank first, so that ranks do not all hit
+	// rank 0 first; waits in the reverse order.
 	if h.onStreams() {
-		// The whole barrier as one batch on the stream: every put, then
-		// every wait, in the order of the host path below.
-		ops := make([]core.MemOp, 0, 4*(h.world-1))
+		c := h.sig
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		ops := make([]core.MemOp, 0, 2*(h.world-1))
 		for i := 1; i < h.world; i++ {
-			ops = moveOps(ops, h.slot((h.rank+i)%h.world, h.rank, channel), 0, 1)
+			dst := (h.rank + i) % h.world
+			ops = append(ops, core.MemOp{Addr: h.slot(dst, h.rank, channel), Value: c.sent[c.index(dst, channel)] + 1})
 		}
 		for i := 1; i < h.world; i++ {
-			ops = moveOps(ops, h.slot(h.rank, (h.rank+h.world-i)%h.world, channel), 1, 0)
+			src := (h.rank + h.world - i) % h.world
+			ops = append(ops, core.MemOp{Addr: h.slot(h.rank, src, channel), Value: c.seen[c.index(src, channel)] + 1, Wait: true, AtLeast: true})
 		}
-		return h.gm.be.StreamMemOps(h.gm.device, s, ops, timeout)
-	}
-	deadline := time.Now().Add(timeout)
-	// Start with the next rank so that ranks do not all hit rank 0 first.
-	for i := 1; i < h.world; i++ {
-		if err := h.put((h.rank+i)%h.world, channel, s, deadline, timeout); err != nil {
+		if err := h.gm.be.StreamMemOps(h.gm.device, s, ops, timeout); err != nil {
 			return err
 		}
+		for p := 0; p < h.world; p++ {
+			if p != h.rank {
+				c.sent[c.index(p, channel)]++
+				c.seen[c.index(p, channel)]++
+			}
+		}
+		return nil
+	}
+	deadline := time.Now().Add(timeout)
+	for i := 1; i < h.world; i++ {
+		atomic.AddUint32((*uint32)(ptrAt(h.slot((h.rank+i)%h.world, h.rank, channel))), 1)
 	}
 	var late []int
 	for i := 1; i < h.world; i++ {
 		src := (h.rank + h.world - i) % h.world
-		if err := h.wait(src, channel, s, deadline, timeout); err != nil {
-			if core.CodeOf(err) != core.ErrTimeout {
-				return err
-			}
+		if !h.waitHost(src, channel, deadline) {
 			late = append(late, src)
 		}
 	}
@@ -153,12 +219,4 @@ func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) erro
 			h.name, h.rank, timeout, channel, ranksText(late))
 	}
 	return nil
-}
-
-// moveOps appends to ops the stream operations that move a slot from old to
-// new: wait until it holds old, then store new. On a stream the two are not
-// one atomic step, and need not be: each slot has one writer of each value
-// (only the sender sets it, only the receiver clears it).
-func moveOps(ops []core.MemOp, addr uintptr, old, new uint32) []core.MemOp {
-	return append(ops, core.MemOp{Addr: addr, Value: old, Wait: true}, core.MemOp{Addr: addr, Value: new})
 }

@@ -112,6 +112,14 @@ func TestProcessesPingPong(t *testing.T) {
 	allOK(t, runProcs(t, "pingpong", 4, 60*time.Second, 0))
 }
 
+func TestProcessesSignalCounts(t *testing.T) {
+	for _, world := range []int{2, 3} {
+		t.Run(fmt.Sprint(world), func(t *testing.T) {
+			allOK(t, runProcs(t, "counts", world, 30*time.Second, 0))
+		})
+	}
+}
+
 func TestProcessesSubgroups(t *testing.T) {
 	allOK(t, runProcs(t, "subgroup", 4, 60*time.Second, 0))
 }
@@ -176,7 +184,7 @@ func TestProcessesNoLeaks(t *testing.T) {
 // In-process runs of the same scenarios: the race detector sees every
 // rank's goroutines.
 func TestInProcess(t *testing.T) {
-	for _, sc := range []string{"write", "pingpong", "subgroup", "badargs", "callback"} {
+	for _, sc := range []string{"write", "pingpong", "counts", "subgroup", "badargs", "callback"} {
 		t.Run(sc, func(t *testing.T) {
 			for r, err := range runInProcess(t, sc, 4, 30*time.Second, 0) {
 				if err != nil {

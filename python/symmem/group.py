@@ -216,6 +216,9 @@ class Handle:
         self.signal_pad_ptrs_dev = int(lib.symmem_handle_signal_pad_ptrs_dev(ptr) or 0)
         self.device = group.device if group is not None else 0
         self.kind = backend_name()
+        self._put_signal = lib.symmem_put_signal
+        self._wait_signal = lib.symmem_wait_signal
+        self._barrier = lib.symmem_barrier
 
     def _ptr_list(self, arr) -> List[int]:
         if not arr:
@@ -262,22 +265,44 @@ class Handle:
         self._check_rank(rank, "get_signal_pad")
         return Buffer(self.signal_pad_ptrs[rank], self.signal_pad_size, self.device, self.kind, keep=self)
 
+    # put_signal, wait_signal and barrier sit in loops of their callers:
+    # they call the C functions bound at creation and format no message
+    # unless the call fails (the fork guard stays: a forked child must not
+    # enter the library).
+
     def put_signal(self, dst_rank: int, channel: int = 0, stream=0) -> None:
-        """Wait until dst_rank's slot for us is clear, then set it."""
-        check(_lib.lib().symmem_put_signal(self.ptr, dst_rank, channel, _stream(stream)), "symmem_put_signal")
+        """Add one to our signal count in dst_rank's pad on channel.
+
+        Never waits for dst_rank: signals are counted, and each
+        :meth:`wait_signal` of the receiver consumes one. On cuda it is
+        enqueued on stream, after the work queued there before it.
+        """
+        if _lib._forked_child:
+            _lib._refuse_forked_child()
+        rc = self._put_signal(self._ptr or self.ptr, dst_rank, channel, _stream(stream))
+        if rc:
+            check(rc, "symmem_put_signal")
 
     def wait_signal(self, src_rank: int, channel: int = 0, timeout: Optional[float] = None, stream=0) -> None:
-        """Wait until our slot for src_rank is set, then clear it.
+        """Consume one signal from src_rank on channel, waiting for it.
 
         On the host backend it raises TimeoutError after timeout seconds
-        (None: the group's timeout); on cuda it is enqueued on stream.
+        (None: the group's timeout); on cuda it is enqueued on stream and
+        later work on stream waits for it.
         """
-        rc = _lib.lib().symmem_wait_signal(self.ptr, src_rank, channel, _timeout_ms(timeout), _stream(stream))
-        check(rc, "symmem_wait_signal")
+        if _lib._forked_child:
+            _lib._refuse_forked_child()
+        rc = self._wait_signal(self._ptr or self.ptr, src_rank, channel, _timeout_ms(timeout), _stream(stream))
+        if rc:
+            check(rc, "symmem_wait_signal")
 
     def barrier(self, channel: int = 0, timeout: Optional[float] = None, stream=0) -> None:
         """put_signal to every peer, then wait_signal from every peer."""
-        check(_lib.lib().symmem_barrier(self.ptr, channel, _timeout_ms(timeout), _stream(stream)), "symmem_barrier")
+        if _lib._forked_child:
+            _lib._refuse_forked_child()
+        rc = self._barrier(self._ptr or self.ptr, channel, _timeout_ms(timeout), _stream(stream))
+        if rc:
+            check(rc, "symmem_barrier")
 
     def release(self) -> None:
         """Release the handle; peers' memory is unmapped when unused."""

@@ -31,7 +31,7 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 class GpuTimeout(TimeoutError):
@@ -163,6 +163,20 @@ def first_mismatch(torch, got, want) -> Optional[Dict[str, Any]]:
         "got": got.reshape(-1)[idx].item(),
         "want": want.reshape(-1)[idx].item(),
     }
+
+
+def pad_mismatches(ctx, h, me: int, world: int, counts: Dict[Tuple[int, int], int]) -> List[Dict[str, int]]:
+    """Our signal pad against Note [Signals] (core/symm/signal.go): slot
+    channel*world + sender holds how many signals sender put to us on
+    channel. counts maps (channel, sender) to that number; every other slot
+    must be 0. Returns the first mismatches (empty: the pad is exact)."""
+    torch = ctx.torch
+    pad = h.get_signal_pad(me).cpu()
+    want = torch.zeros_like(pad)
+    for (channel, sender), n in counts.items():
+        want[channel * world + sender] = n
+    bad = (pad != want).nonzero().flatten().tolist()[:5]
+    return [{"slot": i, "channel": i // world, "sender": i % world, "got": int(pad[i]), "want": int(want[i])} for i in bad]
 
 
 def guarded(ctx, part: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:

@@ -6,12 +6,13 @@ zero the own tensor, barrier, write row `rank` of every peer's (world, K)
 tensor with a torch kernel through the peer tensor get_buffer gives, barrier
 on the current stream, synchronise, check that row w of the own tensor holds
 what rank w wrote, read back through the mapping what we wrote into the next
-peer, final barrier, and check that our signal pad is clear again.
+peer, final barrier, and check that our signal pad holds the 3 barriers'
+signals from each peer and nothing else.
 """
 
 from __future__ import annotations
 
-from _symm_common import first_mismatch, guarded, run
+from _symm_common import first_mismatch, guarded, pad_mismatches, run
 
 K = 1 << 16  # floats per row (256 KiB)
 
@@ -66,7 +67,7 @@ def exchange(ctx, h, t, salt: int):
     ctx.stage(f"salt {salt}: final barrier")
     h.barrier(stream=ctx.cur())  # nobody moves on while a peer may still read
     ctx.sync(f"salt {salt}: final barrier")
-    out["pad_clear"] = int(h.get_signal_pad(rank).count_nonzero()) == 0
+    out["pad_bad"] = pad_mismatches(ctx, h, rank, world, {(0, p): 3 for p in range(world) if p != rank})
     return out
 
 

@@ -15,14 +15,16 @@ round i = 1..ROUNDS:
 
 A signal that overtook the data (queued on the wrong stream, or without the
 memory barrier) would show rank 1 a -1 or the previous round's value.
-Finally both barrier and check that their signal pads are clear.
+Finally both barrier and check that their signal pads hold exactly the
+signals counted: 2 barriers on channel 0 and ROUNDS signals on channel 1
+from the peer.
 """
 
 from __future__ import annotations
 
 import sys
 
-from _symm_common import run
+from _symm_common import pad_mismatches, run
 
 N = 1 << 20  # floats (4 MiB): the fill is many blocks, not one store
 SLEEP_CYCLES = 200_000  # ~0.1 ms
@@ -80,7 +82,8 @@ def body(ctx):
     ctx.stage("final barrier")
     h.barrier(stream=s)
     ctx.sync("final barrier", s)
-    out["pad_clear"] = int(h.get_signal_pad(rank).count_nonzero()) == 0
+    peer = 1 - rank
+    out["pad_bad"] = pad_mismatches(ctx, h, rank, 2, {(0, peer): 2, (1, peer): rounds})
     h.release()
     g.destroy()
     return out

@@ -11,13 +11,13 @@ Done twice: with symmem.Groups ("group") and with torch.distributed groups
 
 Then signals through each handle (put/wait to the subgroup partner through
 the subgroup handle, a barrier on channel 1 through the world handle), and
-each handle's own pad must be clear at the end. The two handles must have
+each handle's own pad must hold exactly the signals counted at the end. The two handles must have
 different signal pads, and both must see our own buffer at the tensor.
 """
 
 from __future__ import annotations
 
-from _symm_common import first_mismatch, guarded, run
+from _symm_common import first_mismatch, guarded, pad_mismatches, run
 
 K = 4096
 SUB = 2
@@ -92,8 +92,12 @@ def exercise(ctx, t, hw, hs, salt: int):
     hs.barrier(stream=ctx.cur())
     hw.barrier(stream=ctx.cur())
     ctx.sync(f"salt {salt}: signals and final barriers")
-    out["world_pad_clear"] = int(hw.get_signal_pad(rank).count_nonzero()) == 0
-    out["sub_pad_clear"] = int(hs.get_signal_pad(srank).count_nonzero()) == 0
+    # World handle: 3 barriers on channel 0, 1 on channel 1, from every
+    # peer. Subgroup handle: 2 barriers on channel 0 and one put on channel
+    # 1 from the partner.
+    others = [p for p in range(world) if p != rank]
+    out["world_pad_bad"] = pad_mismatches(ctx, hw, rank, world, {**{(0, p): 3 for p in others}, **{(1, p): 1 for p in others}})
+    out["sub_pad_bad"] = pad_mismatches(ctx, hs, srank, SUB, {(0, partner): 2, (1, partner): 1})
     return out
 
 
