@@ -207,6 +207,13 @@ def main():
     ap.add_argument("--child", nargs="*")
     a = ap.parse_args()
     if a.child:
+        # One CPU per rank, the same for every figure of the run (the host
+        # side of a barrier loop is a few µs; where the scheduler put a rank
+        # moved it by as much as the difference being measured).
+        cpus = sorted(os.sched_getaffinity(0))
+        rank = int(a.child[0])
+        if len(cpus) >= rank + 3:
+            os.sched_setaffinity(0, {cpus[2 + rank]})
         if a.child[2] == "host":
             host_rank(int(a.child[0]), int(a.child[1]), a.child[3], a.child[4])
         else:
@@ -243,7 +250,7 @@ def main():
         med = {k: statistics.median(r[k] for r in runs) if not isinstance(runs[0][k], bool) else all(r[k] for r in runs)
                for k in runs[0]}
         copy_base = statistics.median(base)
-        lines += [f"{world} × {dev} (NVLink), one rank per GPU, torch {torch.__version__}; medians of {a.reps} runs, slowest rank:", "",
+        lines += [f"{world} × {dev} (NVLink), one rank per GPU (each pinned to one CPU), torch {torch.__version__}; medians of {a.reps} runs, slowest rank:", "",
                   "| figure | libsymmem | torch symmetric memory / cudaMemcpyPeer |", "|---|---|---|",
                   f"| group creation (sockets, credentials) | {med['symmem_group_create_ms']:.2f} ms | (init_process_group, not timed) |",
                   f"| first rendezvous (1 MiB) | {med['symmem_cold_ms']:.2f} ms | {med['torch_cold_ms']:.2f} ms |",
