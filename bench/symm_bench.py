@@ -257,7 +257,7 @@ def main():
                   f"| rendezvous again, same buffer | {med['symmem_warm_ms'] * 1e3:.0f} µs | {med['torch_warm_same_tensor_ms'] * 1e3:.0f} µs (cached handle) |",
                   f"| rendezvous of a second allocation (64 MiB) | {med['symmem_second_alloc_ms']:.2f} ms | {med['torch_second_alloc_ms']:.2f} ms |",
                   f"| barrier, {world} ranks, 2000 in a row on a stream | {med['symmem_barrier_us']:.1f} µs | {med['torch_barrier_us']:.1f} µs |",
-                  f"| host time to queue one barrier | {med['symmem_barrier_enqueue_us']:.1f} µs | {med['torch_barrier_enqueue_us']:.1f} µs |",
+                  f"| host time per barrier call (waits when the stream's queue is full) | {med['symmem_barrier_enqueue_us']:.1f} µs | {med['torch_barrier_enqueue_us']:.1f} µs |",
                   f"| peer read 256 MiB from {'each of ' if world > 2 else ''}{world - 1} peer{'s at once' if world > 2 else ''}, per GPU (slowest) | {med['symmem_peer_copy_GBs']:.0f} GB/s ({med['symmem_peer_copy_GBs'] / copy_base * 100:.0f}% of one pair's cudaMemcpyPeer) | {copy_base:.0f} GB/s (cudaMemcpyPeer GPU1→GPU0) |",
                   f"| peer data verified | {med['symmem_peer_data_ok']} | |"]
     text = "\n".join(lines)
