@@ -299,20 +299,10 @@ func TestChildImport(t *testing.T) {
 //	B: flag=1 (only after checking that data and data2 are still 0)
 func TestBackendStreamOps(t *testing.T) {
 	b := requireGPU(t)
-	gran, err := b.Granularity(0)
-	require.NoError(t, err)
-	s := newSegment(t, b, 0, gran)
-	require.NoError(t, b.Memset(0, 0, s.addr, 0, 4096))
+	s := zeroedSegment(t, b)
 	flag, data, data2, word := s.addr, s.addr+64, s.addr+128, s.addr+192
 
-	streams := make([]core.Stream, 3)
-	for i := range streams {
-		streams[i], err = b.NewStream(0)
-		require.NoError(t, err)
-		st := streams[i]
-		t.Cleanup(func() { assert.NoError(t, b.DestroyStream(0, st)) })
-	}
-	sA, sB, sC := streams[0], streams[1], streams[2]
+	sA, sB, sC := newStream(t, b, 0), newStream(t, b, 0), newStream(t, b, 0)
 
 	require.NoError(t, b.WaitValue32(0, sA, flag, 1, time.Second))
 	require.NoError(t, b.WriteValue32(0, sA, data, 42))
@@ -627,21 +617,33 @@ func TestBackendMappingGrantsPeerAccess(t *testing.T) {
 	requireAll(t, download(t, b, 0, s0.addr, gran), 0x5a, "device 1's write read on device 0")
 }
 
-// TestBackendStreamMemOpsBatch: one batch waits for a flag, then writes, in
-// array order; a batch longer than one driver call still runs in order.
-func TestBackendStreamMemOpsBatch(t *testing.T) {
-	b := requireGPU(t)
+// newStream makes a stream on dev, destroyed when the test ends.
+func newStream(t *testing.T, b *Backend, dev int) core.Stream {
+	t.Helper()
+	s, err := b.NewStream(dev)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, b.DestroyStream(dev, s)) })
+	return s
+}
+
+// zeroedSegment is a one-granule segment on device 0 whose first 4 KiB are
+// zero.
+func zeroedSegment(t *testing.T, b *Backend) *segment {
+	t.Helper()
 	gran, err := b.Granularity(0)
 	require.NoError(t, err)
 	s := newSegment(t, b, 0, gran)
 	require.NoError(t, b.Memset(0, 0, s.addr, 0, 4096))
+	return s
+}
+
+// TestBackendStreamMemOpsBatch: one batch waits for a flag, then writes, in
+// array order; a batch longer than one driver call still runs in order.
+func TestBackendStreamMemOpsBatch(t *testing.T) {
+	b := requireGPU(t)
+	s := zeroedSegment(t, b)
 	flag, data := s.addr, s.addr+64
-	sA, err := b.NewStream(0)
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, b.DestroyStream(0, sA)) })
-	sB, err := b.NewStream(0)
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, b.DestroyStream(0, sB)) })
+	sA, sB := newStream(t, b, 0), newStream(t, b, 0)
 
 	// 300 operations (two driver calls): wait flag==1, then count data up
 	// 1..299 and hand the flag back to 0 at the end.
@@ -667,17 +669,9 @@ func TestBackendStreamMemOpsBatch(t *testing.T) {
 // then 2: 2 has passed 0xFFFFFFFF).
 func TestBackendStreamMemOpsAtLeast(t *testing.T) {
 	b := requireGPU(t)
-	gran, err := b.Granularity(0)
-	require.NoError(t, err)
-	s := newSegment(t, b, 0, gran)
-	require.NoError(t, b.Memset(0, 0, s.addr, 0, 4096))
+	s := zeroedSegment(t, b)
 	count, data := s.addr, s.addr+64
-	sA, err := b.NewStream(0)
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, b.DestroyStream(0, sA)) })
-	sB, err := b.NewStream(0)
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, b.DestroyStream(0, sB)) })
+	sA, sB := newStream(t, b, 0), newStream(t, b, 0)
 	write := func(v uint32) {
 		require.NoError(t, b.StreamMemOps(0, sB, []core.MemOp{{Addr: count, Value: v}}, time.Second))
 		require.NoError(t, b.Synchronize(0, sB))

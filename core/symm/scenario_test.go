@@ -161,6 +161,20 @@ func join(e *rankEnv, a *core.Allocator, size uintptr) (uintptr, *Group, error) 
 	return buf, g, err
 }
 
+// joinRendezvous is join plus a rendezvous on the buffer; done releases the
+// handle and destroys the group.
+func joinRendezvous(e *rankEnv, a *core.Allocator, size uintptr) (h *Handle, done func(), err error) {
+	buf, g, err := join(e, a, size)
+	if err != nil {
+		return nil, nil, err
+	}
+	if h, err = g.Rendezvous(buf); err != nil {
+		g.Destroy()
+		return nil, nil, err
+	}
+	return h, func() { h.Release(); g.Destroy() }, nil
+}
+
 func rendezvousOnly(e *rankEnv, a *core.Allocator, size uintptr, offset uintptr) error {
 	buf, g, err := join(e, a, size)
 	if err != nil {
@@ -258,22 +272,18 @@ func scWrite(e *rankEnv, a *core.Allocator) error {
 // a value into its partner's block and signals, the odd rank waits, checks,
 // answers in the even rank's block and signals back.
 func scPingPong(e *rankEnv, a *core.Allocator) error {
-	buf, g, err := join(e, a, 4096)
+	h, done, err := joinRendezvous(e, a, 4096)
 	if err != nil {
 		return err
 	}
-	defer g.Destroy()
-	h, err := g.Rendezvous(buf)
-	if err != nil {
-		return err
-	}
-	defer h.Release()
+	defer done()
 	me := e.rank
 	peer := me ^ 1
 	if peer >= e.world {
 		return h.Barrier(0, 0, 0)
 	}
-	mine := words(buf, 1)
+	own, _ := h.BufferPtr(me)
+	mine := words(own, 1)
 	theirs, _ := h.BufferPtr(peer)
 	tw := words(theirs, 1)
 	ch := me / 2 % h.Channels()
@@ -309,16 +319,11 @@ func scPingPong(e *rankEnv, a *core.Allocator) error {
 // wait consumes one signal, a wait that times out consumes none, and every
 // slot holds exactly the number of signals its sender put.
 func scCounts(e *rankEnv, a *core.Allocator) error {
-	buf, g, err := join(e, a, 4096)
+	h, done, err := joinRendezvous(e, a, 4096)
 	if err != nil {
 		return err
 	}
-	defer g.Destroy()
-	h, err := g.Rendezvous(buf)
-	if err != nil {
-		return err
-	}
-	defer h.Release()
+	defer done()
 	me, world := e.rank, e.world
 	nxt, prev := (me+1)%world, (me+world-1)%world
 	if h.Channels() < 3 {
