@@ -34,10 +34,11 @@ import (
 // wait for seen+1 (CU_STREAM_WAIT_VALUE_GEQ) on our own pad, and a barrier
 // world-1 writes then world-1 waits, none of them a remote poll. The barrier
 // enqueues the writes with one cuStreamBatchMemOp and the waits with another:
-// on two H200 a barrier took 4.3-4.4 µs of GPU time that way and 4.6-4.9 µs
+// on two H200 a barrier took 4.0-4.4 µs of GPU time that way and 4.6-5.2 µs
 // as one batch of both (the 0/1 protocol this replaced, with a remote poll
-// and a clear per peer, 7.9-9.6 µs); a batch of more than one operation costs
-// the GPU more than one of a single operation. Numbers are taken and the operations enqueued under
+// and a clear per peer, 7.9-9.8 µs; bench/stream_signal_bench.cu); a batch of
+// more than one operation costs the GPU more than one of a single operation.
+// Numbers are taken and the operations enqueued under
 // signalCounts.mu, so they reach the driver in increasing order; they run in
 // that order when the puts to one (peer, channel) go to one stream or to
 // streams the caller orders. The GPU does not bound its waits: the host-side
