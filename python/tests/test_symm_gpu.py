@@ -334,13 +334,20 @@ def test_signals_carry_data_in_stream_order(mode, rounds, tmp_path):
         assert not rec["result"]["pad_bad"], f"{where(rec)}: signal pad counts wrong at the end: {rec['result']['pad_bad']}"
 
 
-def test_subgroups_share_a_buffer_with_the_world(tmp_path):
-    recs = launch("symm_subgroups.py", "overlap4", tmp_path)
+@pytest.mark.parametrize(
+    "mode,sub", [("overlap4", 2), ("overlap8", 2), ("overlap8", 4), ("all_gpus", 2), ("all_gpus", 4)]
+)
+def test_subgroups_share_a_buffer_with_the_world(tmp_path, mode, sub):
+    devices, _ = layout(mode)
+    if len(devices) % sub or sub >= len(devices):
+        pytest.skip(f"subgroups of {sub} need a world size that is a larger multiple of {sub} ({len(devices)} ranks)")
+    recs = launch("symm_subgroups.py", mode, tmp_path, str(sub))
+    world = len(recs)
     for via in ("group", "dist"):
         for rec, r in zip(recs, parts(recs, via)):
             at, rank = where(rec, via), rec["rank"]
-            assert (r["world_rank"], r["world_size"]) == (rank, 4), (at, r)
-            assert (r["sub_rank"], r["sub_size"]) == (rank % 2, 2), (at, r)
+            assert (r["world_rank"], r["world_size"]) == (rank, world), (at, r)
+            assert (r["sub_rank"], r["sub_size"]) == (rank % sub, sub), (at, r)
             assert r["own_ptr_world"] and r["own_ptr_sub"], (at, r)
             assert r["pads_differ"], f"{at}: the world and subgroup handles share signal pads"
             assert r["world_pads_distinct"] and r["sub_pads_distinct"], (at, r)

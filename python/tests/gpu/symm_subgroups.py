@@ -1,17 +1,21 @@
-"""One symmetric tensor, rendezvoused in the world group and in a subgroup
-(4 ranks: subgroups {0, 1} and {2, 3}).
+"""One symmetric tensor, rendezvoused in the world group and in subgroups of
+SUB consecutive ranks ({0..SUB-1}, {SUB..2*SUB-1}, ...).
+
+usage: symm_subgroups.py [SUB]    (default 2; the world size must be a multiple)
 
 Done twice: with symmem.Groups ("group") and with torch.distributed groups
-(WORLD and dist.new_group; "dist"). The tensor has world + 2 rows:
+(WORLD and dist.new_group; "dist"). The tensor has world + SUB rows:
 
-  rows 4, 5: written through the subgroup handle (row 4 + subgroup rank),
-             checked after a barrier of the subgroup handle alone;
-  rows 0..3: written through the world handle (row = world rank), checked
-             after a barrier of the world handle.
+  rows world..world+SUB-1: written through the subgroup handle (row world +
+             subgroup rank), checked after a barrier of the subgroup handle
+             alone;
+  rows 0..world-1: written through the world handle (row = world rank),
+             checked after a barrier of the world handle.
 
-Then signals through each handle (put/wait to the subgroup partner through
-the subgroup handle, a barrier on channel 1 through the world handle), and
-each handle's own pad must hold exactly the signals counted at the end. The two handles must have
+Then signals through each handle (put/wait to the subgroup partner, the rank
+whose subgroup rank differs in the last bit, through the subgroup handle, a
+barrier on channel 1 through the world handle), and each handle's own pad
+must hold exactly the signals counted at the end. The two handles must have
 different signal pads, and both must see our own buffer at the tensor.
 """
 
@@ -19,8 +23,10 @@ from __future__ import annotations
 
 from _symm_common import first_mismatch, guarded, pad_mismatches, run
 
+import sys
+
 K = 4096
-SUB = 2
+SUB = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 
 
 def value(kind: int, writer: int, owner: int, salt: int) -> int:
@@ -84,7 +90,7 @@ def exercise(ctx, t, hw, hs, salt: int):
     )
 
     # Signals through each handle.
-    partner = 1 - srank
+    partner = srank ^ 1
     ctx.stage(f"salt {salt}: signals")
     hs.put_signal(partner, channel=1, stream=ctx.cur())
     hs.wait_signal(partner, channel=1, stream=ctx.cur())
@@ -93,11 +99,12 @@ def exercise(ctx, t, hw, hs, salt: int):
     hw.barrier(stream=ctx.cur())
     ctx.sync(f"salt {salt}: signals and final barriers")
     # World handle: 3 barriers on channel 0, 1 on channel 1, from every
-    # peer. Subgroup handle: 2 barriers on channel 0 and one put on channel
-    # 1 from the partner.
+    # peer. Subgroup handle: 2 barriers on channel 0 from every member and
+    # one put on channel 1 from the partner.
     others = [p for p in range(world) if p != rank]
+    members = [p for p in range(SUB) if p != srank]
     out["world_pad_bad"] = pad_mismatches(ctx, hw, rank, world, {**{(0, p): 3 for p in others}, **{(1, p): 1 for p in others}})
-    out["sub_pad_bad"] = pad_mismatches(ctx, hs, srank, SUB, {(0, partner): 2, (1, partner): 1})
+    out["sub_pad_bad"] = pad_mismatches(ctx, hs, srank, SUB, {**{(0, p): 2 for p in members}, (1, partner): 1})
     return out
 
 
@@ -106,8 +113,8 @@ def body(ctx):
     import symmem.torch as st
 
     rank, world = ctx.rank, ctx.world
-    if world != 4:
-        raise ValueError(f"symm_subgroups.py needs 4 ranks, got {world}")
+    if SUB < 2 or SUB % 2 or world % SUB:
+        raise ValueError(f"symm_subgroups.py: subgroups of {SUB} need an even SUB dividing the world size ({world})")
     res = {}
 
     gw = ctx.group("w")
