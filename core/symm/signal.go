@@ -100,20 +100,10 @@ func (h *Handle) PutSignal(dst, channel int, s core.Stream, timeout time.Duratio
 	if err := h.checkSignal("destination rank", dst, channel); err != nil {
 		return err
 	}
-	addr := h.slot(dst, h.rank, channel)
-	if !h.onStreams() {
-		atomic.AddUint32((*uint32)(ptrAt(addr)), 1)
-		return nil
+	if h.onStreams() {
+		return h.streamSignals(s, h.timeoutOr(timeout), channel, []int{dst}, nil)
 	}
-	c := h.sig
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	i := c.index(dst, channel)
-	op := []core.MemOp{{Addr: addr, Value: c.sent[i] + 1}}
-	if err := h.gm.be.StreamMemOps(h.gm.device, s, op, h.timeoutOr(timeout)); err != nil {
-		return err
-	}
-	c.sent[i]++
+	h.putHost(dst, channel)
 	return nil
 }
 
@@ -127,22 +117,53 @@ func (h *Handle) WaitSignal(src, channel int, s core.Stream, timeout time.Durati
 	}
 	timeout = h.timeoutOr(timeout)
 	if h.onStreams() {
-		c := h.sig
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		i := c.index(src, channel)
-		op := []core.MemOp{{Addr: h.slot(h.rank, src, channel), Value: c.seen[i] + 1, Wait: true, AtLeast: true}}
-		if err := h.gm.be.StreamMemOps(h.gm.device, s, op, timeout); err != nil {
-			return err
-		}
-		c.seen[i]++
-		return nil
+		return h.streamSignals(s, timeout, channel, nil, []int{src})
 	}
 	if !h.waitHost(src, channel, time.Now().Add(timeout)) {
 		return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v waiting for rank %d's signal on channel %d",
 			h.name, h.rank, timeout, src, channel)
 	}
 	return nil
+}
+
+// streamSignals enqueues on s, under the counts' lock, a put to each rank of
+// dsts (one driver call), then a wait for each rank of srcs (another), on
+// channel, and counts each batch once it is enqueued (Note [Signals]: one
+// batch holding both ran slower on the GPU).
+func (h *Handle) streamSignals(s core.Stream, timeout time.Duration, channel int, dsts, srcs []int) error {
+	c := h.sig
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ops := make([]core.MemOp, len(dsts)+len(srcs))
+	puts, waits := ops[:len(dsts)], ops[len(dsts):]
+	for i, dst := range dsts {
+		puts[i] = core.MemOp{Addr: h.slot(dst, h.rank, channel), Value: c.sent[c.index(dst, channel)] + 1}
+	}
+	for i, src := range srcs {
+		waits[i] = core.MemOp{Addr: h.slot(h.rank, src, channel), Value: c.seen[c.index(src, channel)] + 1, Wait: true, AtLeast: true}
+	}
+	if len(puts) > 0 {
+		if err := h.gm.be.StreamMemOps(h.gm.device, s, puts, timeout); err != nil {
+			return err
+		}
+		for _, dst := range dsts {
+			c.sent[c.index(dst, channel)]++
+		}
+	}
+	if len(waits) > 0 {
+		if err := h.gm.be.StreamMemOps(h.gm.device, s, waits, timeout); err != nil {
+			return err
+		}
+		for _, src := range srcs {
+			c.seen[c.index(src, channel)]++
+		}
+	}
+	return nil
+}
+
+// putHost adds one to our count in dst's pad on channel (host backend).
+func (h *Handle) putHost(dst, channel int) {
+	atomic.AddUint32((*uint32)(ptrAt(h.slot(dst, h.rank, channel))), 1)
 }
 
 // waitHost takes the next number for (src, channel) and polls src's count in
@@ -182,43 +203,21 @@ func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) erro
 		return err
 	}
 	timeout = h.timeoutOr(timeout)
-	// Peers in the order next rank first, so that ranks do not all hit
-	// rank 0 first; waits in the reverse order.
+	// Puts to the next rank first, so that ranks do not all hit rank 0
+	// first; waits in the reverse order.
+	dsts, srcs := make([]int, h.world-1), make([]int, h.world-1)
+	for i := 1; i < h.world; i++ {
+		dsts[i-1], srcs[i-1] = (h.rank+i)%h.world, (h.rank+h.world-i)%h.world
+	}
 	if h.onStreams() {
-		c := h.sig
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		// The puts in one driver call and the waits in another (Note
-		// [Signals]: one batch holding both ran slower on the GPU).
-		ops := make([]core.MemOp, 2*(h.world-1))
-		puts, waits := ops[:h.world-1], ops[h.world-1:]
-		for i := 1; i < h.world; i++ {
-			dst := (h.rank + i) % h.world
-			puts[i-1] = core.MemOp{Addr: h.slot(dst, h.rank, channel), Value: c.sent[c.index(dst, channel)] + 1}
-			src := (h.rank + h.world - i) % h.world
-			waits[i-1] = core.MemOp{Addr: h.slot(h.rank, src, channel), Value: c.seen[c.index(src, channel)] + 1, Wait: true, AtLeast: true}
-		}
-		if err := h.gm.be.StreamMemOps(h.gm.device, s, puts, timeout); err != nil {
-			return err
-		}
-		for i := 1; i < h.world; i++ {
-			c.sent[c.index((h.rank+i)%h.world, channel)]++
-		}
-		if err := h.gm.be.StreamMemOps(h.gm.device, s, waits, timeout); err != nil {
-			return err
-		}
-		for i := 1; i < h.world; i++ {
-			c.seen[c.index((h.rank+h.world-i)%h.world, channel)]++
-		}
-		return nil
+		return h.streamSignals(s, timeout, channel, dsts, srcs)
 	}
 	deadline := time.Now().Add(timeout)
-	for i := 1; i < h.world; i++ {
-		atomic.AddUint32((*uint32)(ptrAt(h.slot((h.rank+i)%h.world, h.rank, channel))), 1)
+	for _, dst := range dsts {
+		h.putHost(dst, channel)
 	}
 	var late []int
-	for i := 1; i < h.world; i++ {
-		src := (h.rank + h.world - i) % h.world
+	for _, src := range srcs {
 		if !h.waitHost(src, channel, deadline) {
 			late = append(late, src)
 		}
