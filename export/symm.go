@@ -368,3 +368,55 @@ func symmem_barrier(handle uintptr, channel C.int, timeoutMs C.int64_t, stream *
 	}
 	return setLastError(fmt.Sprintf("symmem_barrier(channel=%d)", int(channel)), err)
 }
+
+func collective(call string, handle uintptr, a symm.CollArgs) C.int {
+	h, err := handleOf(handle)
+	if err == nil {
+		err = h.Collective(a)
+	}
+	if err == nil {
+		return 0
+	}
+	return setLastError(fmt.Sprintf("%s(dtype=%d, op=%d, count=%d, algo=%d, channel=%d)", call, int32(a.DType), int32(a.Op), uint64(a.Count), int32(a.Algo), a.Channel), err)
+}
+
+//export symmem_all_reduce
+func symmem_all_reduce(handle uintptr, dtype, op C.int, count C.size_t, out unsafe.Pointer, stream *C.struct_CUstream_st) C.int {
+	return collective("symmem_all_reduce", handle, symm.CollArgs{Kind: core.AllReduce, DType: core.DType(dtype), Op: core.ReduceOp(op),
+		Count: uintptr(count), Out: uintptr(out), Stream: streamOf(stream)})
+}
+
+//export symmem_all_gather
+func symmem_all_gather(handle uintptr, dtype C.int, count C.size_t, out unsafe.Pointer, stream *C.struct_CUstream_st) C.int {
+	return collective("symmem_all_gather", handle, symm.CollArgs{Kind: core.AllGather, DType: core.DType(dtype),
+		Count: uintptr(count), Out: uintptr(out), Stream: streamOf(stream)})
+}
+
+//export symmem_reduce_scatter
+func symmem_reduce_scatter(handle uintptr, dtype, op C.int, count C.size_t, out unsafe.Pointer, stream *C.struct_CUstream_st) C.int {
+	return collective("symmem_reduce_scatter", handle, symm.CollArgs{Kind: core.ReduceScatter, DType: core.DType(dtype), Op: core.ReduceOp(op),
+		Count: uintptr(count), Out: uintptr(out), Stream: streamOf(stream)})
+}
+
+//export symmem_collective
+func symmem_collective(handle uintptr, coll, dtype, op C.int, count C.size_t, out unsafe.Pointer, algo, channel C.int, stream *C.struct_CUstream_st) C.int {
+	return collective("symmem_collective", handle, symm.CollArgs{Kind: core.CollKind(coll), DType: core.DType(dtype), Op: core.ReduceOp(op),
+		Algo: core.Algo(algo), Count: uintptr(count), Out: uintptr(out), Channel: int(channel), Stream: streamOf(stream)})
+}
+
+//export symmem_handle_device_error
+func symmem_handle_device_error(handle uintptr, flag *C.uint32_t) C.int {
+	if flag == nil {
+		return setLastError("symmem_handle_device_error", core.Errorf(core.ErrInvalidArgument, "flag is NULL"))
+	}
+	*flag = 0
+	h, err := handleOf(handle)
+	if err == nil {
+		var v uint32
+		if v, err = h.DeviceError(); err == nil {
+			*flag = C.uint32_t(v)
+			return 0
+		}
+	}
+	return setLastError("symmem_handle_device_error", err)
+}

@@ -30,6 +30,7 @@ from ctypes import (
     c_int,
     c_int64,
     c_size_t,
+    c_uint32,
     c_uint64,
     c_void_p,
 )
@@ -164,6 +165,15 @@ PROTOTYPES = {
     "symmem_put_signal": (_result, [_handle_p, c_int, c_int, _stream_t]),
     "symmem_wait_signal": (_result, [_handle_p, c_int, c_int, c_int64, _stream_t]),
     "symmem_barrier": (_result, [_handle_p, c_int, c_int64, _stream_t]),
+    # Collectives
+    "symmem_all_reduce": (_result, [_handle_p, c_int, c_int, c_size_t, c_void_p, _stream_t]),
+    "symmem_all_gather": (_result, [_handle_p, c_int, c_size_t, c_void_p, _stream_t]),
+    "symmem_reduce_scatter": (_result, [_handle_p, c_int, c_int, c_size_t, c_void_p, _stream_t]),
+    "symmem_collective": (
+        _result,
+        [_handle_p, c_int, c_int, c_int, c_size_t, c_void_p, c_int, c_int, _stream_t],
+    ),
+    "symmem_handle_device_error": (_result, [_handle_p, POINTER(c_uint32)]),
 }
 
 
