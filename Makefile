@@ -8,7 +8,7 @@ PREFIX  ?= /usr/local
 BUILD   := build
 ROOT    := $(abspath .)
 LIB     := $(BUILD)/libsymmem.so
-GOFILES := $(shell find core cuda export -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.map' 2>/dev/null) go.mod go.sum
+GOFILES := $(shell find core cuda export -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.map' 2>/dev/null) include/embed.go include/symmem_device.cuh go.mod go.sum
 
 CTEST_SRC   := $(wildcard tests/c/test_*.c)
 CTEST_BIN   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(CTEST_SRC))
@@ -89,6 +89,7 @@ install: $(LIB)
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/libsymmem.so
 	install -m 0644 include/symmem.h $(DESTDIR)$(PREFIX)/include/symmem.h
+	install -m 0644 include/symmem_device.cuh $(DESTDIR)$(PREFIX)/include/symmem_device.cuh
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' symmem.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/symmem.pc
 
 clean:

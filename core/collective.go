@@ -142,3 +142,21 @@ type CollectiveLauncher interface {
 type CPUAddressable interface {
 	CPUAddressable() bool
 }
+
+// KernelInfo says how a backend got its collectives' kernels for a device.
+type KernelInfo struct {
+	Arch      int     // compute capability, major*10 + minor (90 on H100/H200)
+	Compiler  string  // "NVRTC 12.9 (/path/libnvrtc.so.12)"
+	FromCache bool    // the image came from the disk cache
+	CompileMs float64 // NVRTC's compile time (0 when from the cache)
+	LoadMs    float64 // reading the cache file (if any) and cuModuleLoadData
+	CachePath string  // the cache file ("" when the cache is off)
+	Note      string  // why the cache was off or rebuilt, if it was
+}
+
+// KernelLoader is implemented by backends that compile and load kernels
+// (cuda): LoadKernels does it for device now (once per process and
+// device; later calls return the first call's info).
+type KernelLoader interface {
+	LoadKernels(device int) (KernelInfo, error)
+}

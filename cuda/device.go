@@ -42,6 +42,11 @@ type device struct {
 	accessOnce sync.Once
 	access     []C.int
 
+	// kern is the device's collectives module, loaded at first use under
+	// kernMu (kernels.go).
+	kernMu sync.Mutex
+	kern   *kernelModule
+
 	fabric    atomic.Int32 // fabricUntried, fabricOn or fabricOff
 	fabricWhy atomic.Value // string: why fabric handles are off, for messages
 }

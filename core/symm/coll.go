@@ -25,7 +25,7 @@ import (
 //	word 0                  the error flag: 0, or the first failed wait of a
 //	                        kernel: 0x80000000 | peer<<16 | set
 //	words 1..15             reserved (zero)
-//	set s, s in [0, 256)    2*world words at 16 + s*2*world:
+//	set s, s in [0, 512)    2*world words at 16 + s*2*world:
 //	                        arrivals[w]: how many times rank w has arrived at
 //	                                     this set's barrier in our pad (only w
 //	                                     adds to it, atomically, with release)
@@ -33,10 +33,10 @@ import (
 //	                                     (only we write it); seen[rank] is the
 //	                                     set's grid-barrier counter instead
 //
-// Sets [0, 128) are the library's: collective channel c (in
+// Sets [0, 256) are the library's: collective channel c (in
 // [0, CollChannels)), kernel block b (in [0, collMaxBlocks)) uses set
-// c*collMaxBlocks + b. Sets [128, 256) are users' device barriers
-// (symmem_dev_barrier_* of the device header take a set in [0, 128)).
+// c*collMaxBlocks + b. Sets [256, 512) are users' device barriers
+// (symmem_dev_barrier_* of the device header take a set in [0, 256)).
 //
 // A barrier on set s: add 1 to arrivals[me] of s in every peer's region,
 // then for each peer p wait until arrivals[p] in ours has reached seen[p]+1
@@ -48,13 +48,13 @@ import (
 // results are then undefined); the host backend returns ErrTimeout.
 const (
 	devRegionHeaderWords = 16
-	devSets              = 256
+	devSets              = 512
 	// CollChannels is the number of collective channels: collectives that
 	// may run at once on one group (on different streams) need different
 	// channels.
 	CollChannels = 4
 	// collMaxBlocks is the most kernel blocks of one collective.
-	collMaxBlocks = 32
+	collMaxBlocks = 64
 )
 
 // deviceRegionBytes is the size of the library's region of a pad.
