@@ -420,3 +420,44 @@ func symmem_handle_device_error(handle uintptr, flag *C.uint32_t) C.int {
 	}
 	return setLastError("symmem_handle_device_error", err)
 }
+
+// cstrcpy copies s into the C buffer dst of n bytes, cut and NUL-terminated.
+func cstrcpy(dst *C.char, n int, s string) {
+	b := unsafe.Slice((*byte)(unsafe.Pointer(dst)), n)
+	k := copy(b[:n-1], s)
+	b[k] = 0
+}
+
+//export symmem_collectives_load
+func symmem_collectives_load(device C.int, info *C.symmem_kernel_info) C.int {
+	call := fmt.Sprintf("symmem_collectives_load(device=%d)", int(device))
+	if info != nil {
+		*info = C.symmem_kernel_info{}
+	}
+	rt, err := runtimeOrError()
+	if err != nil {
+		return setLastError(call, err)
+	}
+	if d := int(device); d < 0 || d >= rt.Backend.DeviceCount() {
+		return setLastError(call, core.Errorf(core.ErrInvalidDevice, "device %d does not exist (%d devices)", d, rt.Backend.DeviceCount()))
+	}
+	kl, ok := rt.Backend.(core.KernelLoader)
+	if !ok {
+		return 0
+	}
+	ki, err := kl.LoadKernels(int(device))
+	if err != nil {
+		return setLastError(call, err)
+	}
+	if info != nil {
+		info.arch = C.int(ki.Arch)
+		if ki.FromCache {
+			info.from_cache = 1
+		}
+		info.compile_ms = C.double(ki.CompileMs)
+		info.load_ms = C.double(ki.LoadMs)
+		cstrcpy(&info.compiler[0], len(info.compiler), ki.Compiler)
+		cstrcpy(&info.cache_path[0], len(info.cache_path), ki.CachePath)
+	}
+	return 0
+}

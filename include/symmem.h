@@ -486,6 +486,29 @@ symmem_result symmem_collective(symmem_handle *handle, symmem_coll coll,
 symmem_result symmem_handle_device_error(const symmem_handle *handle,
                                          uint32_t *flag);
 
+/* How the collectives' kernels were obtained for a device. */
+typedef struct symmem_kernel_info {
+  int arch;          /* compute capability, major*10 + minor (90: H100/H200) */
+  int from_cache;    /* 1: the image came from the disk cache */
+  double compile_ms; /* NVRTC's compile time (0 when from the cache) */
+  double load_ms;    /* reading the cache file and cuModuleLoadData */
+  char compiler[256];   /* "NVRTC 13.0 (/path/libnvrtc.so.13)" */
+  char cache_path[512]; /* the cache file, "" when the cache is off */
+} symmem_kernel_info;
+
+/* Compiles (or reads from the cache) and loads the collectives' kernels for
+ * device now rather than at the first collective (which does the same), and
+ * fills *info (may be NULL). Later calls return the first call's info. The
+ * kernels are compiled with NVRTC for the device's architecture and cached in
+ * $SYMMEM_CACHE_DIR/kernels or the user's cache directory
+ * (~/.cache/libsymmem/kernels), keyed by source hash, architecture and NVRTC
+ * version; a cache file whose checksum fails is rebuilt. The host backend has
+ * nothing to compile: success with a zeroed info. SYMMEM_ERROR_UNAVAILABLE
+ * without NVRTC (the message names what to install); SYMMEM_ERROR_BACKEND
+ * when compiling or loading fails (the message holds NVRTC's log).
+ * Thread-safe. */
+symmem_result symmem_collectives_load(int device, symmem_kernel_info *info);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

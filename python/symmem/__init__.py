@@ -64,11 +64,13 @@ from .errors import (
     strerror,
 )
 from .exchange import KeyValueAllGather
+from ._coll import collectives_load
 from .group import Group, Handle, rendezvous
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "collectives_load",
     "HEADER_VERSION",
     "LibraryNotFoundError",
     "library_path",

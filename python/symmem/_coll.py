@@ -73,3 +73,24 @@ def address(out, what: str) -> Optional[int]:
     if callable(data_ptr):
         return int(data_ptr())
     raise make_error(Result.INVALID_ARGUMENT, f"{what}: out must be None, an int address or a Buffer, got {type(out).__name__}")
+
+
+def collectives_load(device: int = 0) -> dict:
+    """Compile (or read from the disk cache) and load the collectives'
+    kernels for device now; returns how: arch, from_cache, compile_ms,
+    load_ms, compiler, cache_path (all zero/empty on the host backend)."""
+    import ctypes
+
+    from . import _lib
+    from .errors import check
+
+    info = _lib.SymmemKernelInfo()
+    check(_lib.lib().symmem_collectives_load(int(device), ctypes.byref(info)), "symmem_collectives_load")
+    return {
+        "arch": info.arch,
+        "from_cache": bool(info.from_cache),
+        "compile_ms": info.compile_ms,
+        "load_ms": info.load_ms,
+        "compiler": info.compiler.decode(errors="replace"),
+        "cache_path": info.cache_path.decode(errors="replace"),
+    }

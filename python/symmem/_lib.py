@@ -94,6 +94,19 @@ class SymmemPointerInfo(Structure):
     ]
 
 
+class SymmemKernelInfo(Structure):
+    """``struct symmem_kernel_info`` (see symmem.h)."""
+
+    _fields_ = [
+        ("arch", c_int),
+        ("from_cache", c_int),
+        ("compile_ms", c_double),
+        ("load_ms", c_double),
+        ("compiler", ctypes.c_char * 256),
+        ("cache_path", ctypes.c_char * 512),
+    ]
+
+
 # int (*symmem_allgather_fn)(const void *send, void *recv,
 #                            size_t bytes_per_rank, void *user);
 ALLGATHER_FN = CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_void_p)
@@ -174,6 +187,7 @@ PROTOTYPES = {
         [_handle_p, c_int, c_int, c_int, c_size_t, c_void_p, c_int, c_int, _stream_t],
     ),
     "symmem_handle_device_error": (_result, [_handle_p, POINTER(c_uint32)]),
+    "symmem_collectives_load": (_result, [c_int, POINTER(SymmemKernelInfo)]),
 }
 
 
