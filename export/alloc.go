@@ -156,8 +156,14 @@ func symmemgo_stats(device C.int, out *C.symmem_stat, capacity C.size_t) (result
 		setLastError(describeDevice("symmem_stats", device), err)
 		return 0
 	}
-	var values [128]int64
-	n := a.StatValues(values[:])
+	// As many values as there are keys (no fixed-size copy: the table grows
+	// with the statistics); at most capacity of them are copied out.
+	values := make([]int64, len(statKeys))
+	n := a.StatValues(values)
+	if n > len(statKeys) { // a key was added without its C string: a bug
+		setLastError(describeDevice("symmem_stats", device), core.Errorf(core.ErrInternal, "%d statistics but %d keys", n, len(statKeys)))
+		return 0
+	}
 	if out != nil && capacity > 0 {
 		dst := unsafe.Slice(out, int(min(capacity, C.size_t(n))))
 		for i := range dst {

@@ -213,9 +213,11 @@ typedef struct symmem_stat {
   int64_t value;
 } symmem_stat;
 
-/* Fills out[0..capacity) with device's statistics and returns how many there
- * are in all (call with capacity 0 to size the array); keys are always in the
- * same order. Returns 0 with the last error set on a bad device.
+/* Fills out[0..min(capacity, count)) with device's statistics and returns
+ * count, how many there are in all (call with capacity 0 to size the array;
+ * a capacity below count copies the first capacity of them, a larger one
+ * leaves the rest of out untouched); keys are always in the same order, and
+ * later versions only add keys at the end. Returns 0 with the last error set on a bad device.
  * Keys (STAT is allocation, segment, active, allocated_bytes,
  * reserved_bytes, active_bytes, requested_bytes; POOL is all, small_pool,
  * large_pool). "active" equals "allocated" here: a freed block is reusable
