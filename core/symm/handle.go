@@ -52,7 +52,7 @@ func (h *Handle) makeArrays() error {
 	copy(arr, h.bufPtrs)
 	copy(arr[h.world:], h.padPtrs)
 	h.arr, h.devArr = a, a
-	if gm.be.Name() == "host" {
+	if !gm.be.Capabilities().DevicePointerArrays {
 		return nil
 	}
 	if gm.dev == nil {
