@@ -282,7 +282,9 @@ func (g *Group) SetSignalPadSize(bytes uintptr) error {
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
 	if p := gm.pads; p != nil {
-		err := errors.Join(gm.sync(), gm.dropPeerPads(p), gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
+		err := gm.syncThen("the signal pads made with the group", func() error {
+			return errors.Join(gm.dropPeerPads(p), gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
+		})
 		gm.pads = nil
 		if err != nil {
 			return core.Errorf(core.CodeOf(err), "group %q: dropping the signal pads made with the group: %v", g.name, err)
@@ -340,7 +342,14 @@ func (g *Group) exchangePads() error {
 // a collective with us fail with ErrPeer). Handles of the group stay valid
 // until released; the group's memory goes with the last of them.
 // Idempotent.
+//
+// A collective in flight on another thread (a rendezvous) is cancelled
+// first: it fails at once with ErrInvalidState rather than waiting out its
+// timeout (Note [Calls in flight]). With a caller-supplied all-gather
+// (Options.AllGather) the call inside it cannot be cancelled: Destroy then
+// waits for it to return.
 func (g *Group) Destroy() error {
+	g.ch.Cancel()
 	g.coll.Lock()
 	defer g.coll.Unlock()
 	if g.destroyed {
