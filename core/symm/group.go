@@ -68,8 +68,9 @@ type Group struct {
 	padSize   uintptr
 	destroyed bool
 	gm        *groupMem
-	// rendezvoused is set by the first Rendezvous call: the pad size is
-	// fixed from then on.
+	// rendezvoused is set by the first successful Rendezvous: the pad size
+	// is fixed from then on (a failed one, e.g. on a pad-size mismatch,
+	// leaves it open to be corrected).
 	rendezvoused bool
 	// exchanges counts rendezvous that passed descriptors (tests check that
 	// a rendezvous on an already mapped segment does not).
@@ -323,7 +324,7 @@ func (g *Group) exchangePads() error {
 	}
 	if err == nil {
 		none := func(r, p int) bool { return false } // no buffer segments here
-		err = g.exchange(core.BlockInfo{}, nil, true, none, make([]*peerMap, g.world), nil)
+		err = g.exchange(core.BlockInfo{}, nil, true, none, make([]*peerMap, g.world), nil, nil)
 	}
 	gm.mu.Lock()
 	defer gm.mu.Unlock()

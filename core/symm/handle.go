@@ -36,8 +36,12 @@ type Handle struct {
 	life *lifetime
 }
 
-// makeArrays fills the C-visible pointer arrays (gm.mu held).
-func (h *Handle) makeArrays() error {
+// allocArrays takes the handle's slots for the C-visible pointer arrays
+// (gm.mu held): host memory, and device memory where the backend's kernels
+// need it. Taken before the rendezvous's shared verdict, so that a rank
+// that cannot get them fails every rank (Note [Why every verdict is
+// shared]).
+func (h *Handle) allocArrays() error {
 	gm := h.gm
 	slot := uintptr(2 * h.world * 8)
 	if gm.host == nil {
@@ -47,9 +51,6 @@ func (h *Handle) makeArrays() error {
 	if err != nil {
 		return err
 	}
-	arr := unsafe.Slice((*uintptr)(ptrAt(a)), 2*h.world)
-	copy(arr, h.bufPtrs)
-	copy(arr[h.world:], h.padPtrs)
 	h.arr, h.devArr = a, a
 	if !gm.be.Capabilities().DevicePointerArrays {
 		return nil
@@ -58,17 +59,37 @@ func (h *Handle) makeArrays() error {
 		gm.dev = newDeviceSlab(gm.be, gm.device, gm.gran, slot)
 	}
 	d, err := gm.dev.alloc()
-	if err == nil {
-		if err = gm.be.Copy(gm.device, 0, d, a, slot); err != nil {
-			gm.dev.release(d)
-		}
-	}
 	if err != nil {
 		gm.host.release(a)
+		h.arr, h.devArr = 0, 0
 		return err
 	}
 	h.devArr = d
 	return nil
+}
+
+// fillArrays writes bufPtrs and padPtrs into the arrays (and copies them to
+// the device copy), gm.mu held.
+func (h *Handle) fillArrays() error {
+	arr := unsafe.Slice((*uintptr)(ptrAt(h.arr)), 2*h.world)
+	copy(arr, h.bufPtrs)
+	copy(arr[h.world:], h.padPtrs)
+	if h.devArr == h.arr {
+		return nil
+	}
+	return h.gm.be.Copy(h.gm.device, 0, h.devArr, h.arr, uintptr(2*h.world*8))
+}
+
+// freeArrays gives the slots back (gm.mu held).
+func (h *Handle) freeArrays() {
+	gm := h.gm
+	if gm.host != nil && h.arr != 0 {
+		gm.host.release(h.arr)
+	}
+	if gm.dev != nil && h.devArr != h.arr && h.devArr != 0 {
+		gm.dev.release(h.devArr)
+	}
+	h.arr, h.devArr = 0, 0
 }
 
 // Release drops the handle: peers' memory is unmapped when no handle uses
@@ -99,12 +120,7 @@ func (h *Handle) Release() error {
 		keep(gm.putMapLocked(m))
 	}
 	h.maps = nil
-	if gm.host != nil {
-		gm.host.release(h.arr)
-	}
-	if gm.dev != nil && h.devArr != h.arr {
-		gm.dev.release(h.devArr)
-	}
+	h.freeArrays()
 	keep(gm.unrefLocked())
 	return first
 }
