@@ -25,17 +25,26 @@ func init() {
 
 // Backend is the host backend. It has one device, 0.
 type Backend struct {
-	page  uintptr
+	page uintptr
+	// total is the device's size: the machine's RAM, or the memory cgroup's
+	// limit where that is smaller (Note [Memory of a container]).
 	total uint64
+	cg    cgroupFS
 }
 
 // New opens the host backend.
-func New() (*Backend, error) {
+func New() (*Backend, error) { return newBackend(cgroupFS{}) }
+
+func newBackend(cg cgroupFS) (*Backend, error) {
 	var si unix.Sysinfo_t
 	if err := unix.Sysinfo(&si); err != nil {
 		return nil, core.Errorf(core.ErrBackend, "host: sysinfo: %v", err)
 	}
-	return &Backend{page: uintptr(os.Getpagesize()), total: uint64(si.Totalram) * uint64(si.Unit)}, nil
+	b := &Backend{page: uintptr(os.Getpagesize()), total: uint64(si.Totalram) * uint64(si.Unit), cg: cg}
+	if l := cg.memoryLimit(); l.limit != 0 && l.limit < b.total {
+		b.total = l.limit
+	}
+	return b, nil
 }
 
 func (b *Backend) Name() string     { return "host" }
@@ -60,7 +69,11 @@ func (b *Backend) MemoryInfo(device int) (uint64, uint64, error) {
 	if err := unix.Sysinfo(&si); err != nil {
 		return 0, 0, core.Errorf(core.ErrBackend, "host: sysinfo: %v", err)
 	}
-	return (uint64(si.Freeram) + uint64(si.Bufferram)) * uint64(si.Unit), b.total, nil
+	free := (uint64(si.Freeram) + uint64(si.Bufferram)) * uint64(si.Unit)
+	if l := b.cg.memoryLimit(); l.limit != 0 {
+		free = min(free, l.limit-min(l.usage, l.limit))
+	}
+	return free, b.total, nil
 }
 
 func sysErr(call string, err error) error {
@@ -98,7 +111,11 @@ func (b *Backend) Create(device int, size uintptr) (core.Memory, error) {
 		return 0, err
 	}
 	if uint64(size) > b.total {
-		return 0, core.Errorf(core.ErrOutOfMemory, "host: %d bytes is more than the machine's %d bytes of memory", size, b.total)
+		return 0, core.Errorf(core.ErrOutOfMemory, "host: %d bytes is more than the %d bytes of memory this process may use (the machine's RAM or its memory cgroup's limit)", size, b.total)
+	}
+	if l := b.cg.memoryLimit(); l.limit != 0 && uint64(size)+cgroupHeadroom > l.limit-min(l.usage, l.limit) {
+		return 0, core.Errorf(core.ErrOutOfMemory, "host: %d bytes do not fit in the memory cgroup (%s is %d bytes, %d are in use, %d are kept free for the process): the kernel would kill the process rather than fail",
+			size, l.file, l.limit, l.usage, cgroupHeadroom)
 	}
 	fd, err := unix.MemfdCreate("symmem-segment", unix.MFD_CLOEXEC)
 	if err != nil {
