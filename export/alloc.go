@@ -81,7 +81,12 @@ func symmem_memory_fraction(fraction C.double, device C.int) {
 		setLastError(call, core.Errorf(core.ErrInvalidArgument, "the fraction must be in (0, 1]"))
 		return
 	}
-	a.SetLimit(uint64(f * float64(a.TotalMemory())))
+	limit := uint64(f * float64(a.TotalMemory()))
+	if limit == 0 { // 0 would mean "no limit": the opposite of what was asked
+		setLastError(call, core.Errorf(core.ErrInvalidArgument, "the fraction %g of the device's %d bytes rounds to 0 bytes", f, a.TotalMemory()))
+		return
+	}
+	a.SetLimit(limit)
 }
 
 //export symmem_empty_cache

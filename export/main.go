@@ -85,8 +85,24 @@ func staticCString(s string) *C.char {
 //export symmem_version
 func symmem_version() C.int { return C.int(core.Version) }
 
+// codeStrings are symmem_strerror's answers: one C string per known code,
+// made once, and one for every unknown code (no string is made per call, so
+// a caller looping over codes cannot grow the process).
+var codeStrings, unknownCodeString = func() ([]*C.char, *C.char) {
+	s := make([]*C.char, core.NumCodes)
+	for c := range s {
+		s[c] = C.CString(core.Code(c).String())
+	}
+	return s, C.CString("unknown result code")
+}()
+
 //export symmem_strerror
-func symmem_strerror(code C.int) *C.char { return staticCString(core.Code(code).String()) }
+func symmem_strerror(code C.int) *C.char {
+	if code >= 0 && int(code) < len(codeStrings) {
+		return codeStrings[code]
+	}
+	return unknownCodeString
+}
 
 //export symmem_backend_name
 func symmem_backend_name() *C.char {

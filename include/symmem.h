@@ -92,7 +92,8 @@ typedef enum symmem_result {
 int symmem_version(void);
 
 /* A fixed English description of code. Never NULL; the string is static.
- * Works for unknown codes ("unknown result N"). */
+ * Works for unknown codes: every unknown code gets the same static string,
+ * "unknown result code" (nothing is allocated per code). */
 const char *symmem_strerror(symmem_result code);
 
 /* The code of the last failure on the calling thread (SYMMEM_SUCCESS if none
@@ -174,8 +175,10 @@ void symmem_init(int device_count);
 void symmem_reset(void);
 
 /* CUDAPluggableAllocator's memory_fraction_fn: sets device's memory limit to
- * fraction (0 < fraction <= 1) of its total memory. Bad input sets the last
- * error. */
+ * fraction (0 < fraction <= 1) of its total memory. Bad input (NaN, <= 0,
+ * > 1, or a fraction so small that it rounds to 0 bytes, which would mean
+ * "no limit") sets the last error to SYMMEM_ERROR_INVALID_ARGUMENT and leaves
+ * the limit unchanged. */
 void symmem_memory_fraction(double fraction, int device);
 
 /* Releases every cached segment of device that holds no allocated block,

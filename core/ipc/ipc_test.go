@@ -51,6 +51,13 @@ func TestDefaultTimeout(t *testing.T) {
 	if d := DefaultTimeout(); d != DefaultTimeoutValue {
 		t.Fatal(d)
 	}
+	// Huge values saturate instead of wrapping to under a millisecond.
+	for _, s := range []string{"18446744073709551615", "9223372036854775807", "9223372036854775"} {
+		t.Setenv("SYMMEM_TIMEOUT_MS", s)
+		if d := DefaultTimeout(); d < 290*365*24*time.Hour {
+			t.Fatalf("SYMMEM_TIMEOUT_MS=%s gave %v", s, d)
+		}
+	}
 }
 
 func TestSocketDirChecks(t *testing.T) {
