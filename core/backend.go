@@ -75,6 +75,17 @@ type Backend interface {
 	StreamMemOps(device int, s Stream, ops []MemOp, timeout time.Duration) error
 }
 
+// ImportedSizer is implemented by backends that can tell how many bytes an
+// imported piece of memory really has (host: fstat of the memfd). Peers are
+// not trusted: before mapping a peer's memory for the size it announced,
+// core checks it against this, so that a short memfd is refused instead of
+// faulting (SIGBUS) at the first touch past its end. Backends without it
+// must refuse a mapping larger than the memory themselves (the CUDA
+// driver's cuMemMap does).
+type ImportedSizer interface {
+	ImportedSize(m Memory) (uint64, error)
+}
+
 // MemOp is one 32-bit stream memory operation: store Value at Addr; or,
 // with Wait, wait until the word there equals Value; or, with Wait and
 // AtLeast, until the word read as a count has reached Value:

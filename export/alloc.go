@@ -215,6 +215,9 @@ func symmem_copy(dst, src unsafe.Pointer, n C.size_t, device C.int, stream *C.st
 	}
 	a, err := allocatorFor(device)
 	if err == nil {
+		err = checkRanges(uintptr(n), uintptr(dst), "dst", uintptr(src), "src")
+	}
+	if err == nil {
 		err = a.Backend().Copy(int(device), streamOf(stream), uintptr(dst), uintptr(src), uintptr(n))
 	}
 	return setLastError(call, err)
@@ -231,7 +234,26 @@ func symmem_memset(dst unsafe.Pointer, value C.int, n C.size_t, device C.int, st
 	}
 	a, err := allocatorFor(device)
 	if err == nil {
+		err = checkRanges(uintptr(n), uintptr(dst), "dst")
+	}
+	if err == nil {
 		err = a.Backend().Memset(int(device), streamOf(stream), uintptr(dst), byte(value), uintptr(n))
 	}
 	return setLastError(call, err)
+}
+
+// checkRanges checks n bytes at each pointer (ptr, name pairs) that the
+// library knows against the bounds of what it points into (Note [Wild
+// pointers] in core).
+func checkRanges(n uintptr, ptrsAndNames ...any) error {
+	rt, err := runtimeOrError()
+	if err != nil {
+		return err
+	}
+	for i := 0; i+1 < len(ptrsAndNames); i += 2 {
+		if _, err := rt.CheckRange(ptrsAndNames[i].(uintptr), n, ptrsAndNames[i+1].(string)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
