@@ -192,7 +192,13 @@ func (c *Config) normalize() error {
 }
 
 func (c *Config) sockPath() string { return filepath.Join(c.Dir, c.Name+".sock") }
-func (c *Config) lockPath() string { return filepath.Join(c.Dir, c.Name+".lock") }
+// lockPath is the one lock file of the socket directory, shared by every
+// group name (a file per name would stay behind for every name ever used).
+func (c *Config) lockPath() string { return filepath.Join(c.Dir, dirLockName) }
+
+// dirLockName is the socket directory's lock file. No group's socket can
+// have this name: sockets end in ".sock".
+const dirLockName = "symmem-dir.lock"
 
 // grace is how much longer than rank 0 the other ranks wait for rank 0's
 // verdict (Note [Deadlines]).
