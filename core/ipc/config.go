@@ -192,6 +192,7 @@ func (c *Config) normalize() error {
 }
 
 func (c *Config) sockPath() string { return filepath.Join(c.Dir, c.Name+".sock") }
+
 // lockPath is the one lock file of the socket directory, shared by every
 // group name (a file per name would stay behind for every name ever used).
 func (c *Config) lockPath() string { return filepath.Join(c.Dir, dirLockName) }

@@ -66,6 +66,7 @@ func (r *reader) u64() uint64 {
 	}
 	return 0
 }
+
 // maxRecordString bounds every string in a record (messages, names): a
 // peer cannot make us keep or print more.
 const maxRecordString = 64 << 10
