@@ -1,8 +1,6 @@
 package symm
 
 import (
-	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -33,8 +31,9 @@ type Handle struct {
 	// sig counts the signals of the group's pads (shared by its handles).
 	sig *signalCounts
 
-	mu       sync.Mutex // serialises Release
-	released atomic.Bool
+	// life counts the calls in flight that touch the pads, so that Release
+	// never unmaps under them (Note [Calls in flight]).
+	life *lifetime
 }
 
 // makeArrays fills the C-visible pointer arrays (gm.mu held).
@@ -52,7 +51,7 @@ func (h *Handle) makeArrays() error {
 	copy(arr, h.bufPtrs)
 	copy(arr[h.world:], h.padPtrs)
 	h.arr, h.devArr = a, a
-	if gm.be.Name() == "host" {
+	if !gm.be.Capabilities().DevicePointerArrays {
 		return nil
 	}
 	if gm.dev == nil {
@@ -74,14 +73,19 @@ func (h *Handle) makeArrays() error {
 
 // Release drops the handle: peers' memory is unmapped when no handle uses
 // it, and the group's memory goes with its last handle once the group is
-// destroyed. A second Release is ErrInvalidState.
+// destroyed. Calls in flight on the handle on other threads are made to
+// return first (Note [Calls in flight]): a host-side wait gives up with
+// ErrInvalidState, and Release waits for them up to the group's timeout; if
+// some are still in flight then, the handle's memory is left mapped
+// (leaked) and the error says so. A second Release is ErrInvalidState.
 func (h *Handle) Release() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.released.Load() {
+	if !h.life.close() {
 		return core.Errorf(core.ErrInvalidState, "the handle of group %q is already released", h.name)
 	}
-	h.released.Store(true)
+	if n := h.life.drain(h.timeout); n > 0 {
+		return core.Errorf(core.ErrTimeout, "group %q: rank %d released a handle while %d call(s) on it were still in flight after %v; its memory is left mapped (deliberately leaked) so that they cannot fault",
+			h.name, h.rank, n, h.timeout)
+	}
 	gm := h.gm
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
@@ -105,12 +109,17 @@ func (h *Handle) Release() error {
 	return first
 }
 
-// live fails on a released handle.
-func (h *Handle) live() error {
-	if h.released.Load() {
-		return core.Errorf(core.ErrInvalidState, "the handle of group %q is released", h.name)
+// enter admits a call that touches the handle's memory (the caller defers
+// h.life.leave()), or fails on a released handle.
+func (h *Handle) enter() error {
+	if !h.life.enter() {
+		return h.releasedErr()
 	}
 	return nil
+}
+
+func (h *Handle) releasedErr() error {
+	return core.Errorf(core.ErrInvalidState, "the handle of group %q is released", h.name)
 }
 
 // Rank, World, BufferSize, Offset and SignalPadSize describe the handle.

@@ -116,7 +116,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	if needPads {
 		gm.pads.ready = true
 	}
-	h := &Handle{gm: gm, name: g.name, rank: me, world: world, bufSize: info.Size, offset: ptr - info.Addr,
+	h := &Handle{gm: gm, life: newLifetime(), name: g.name, rank: me, world: world, bufSize: info.Size, offset: ptr - info.Addr,
 		padSize: gm.pads.size, sig: gm.pads.sig, timeout: g.timeout, bufPtrs: make([]uintptr, world), padPtrs: append([]uintptr(nil), gm.pads.addr...)}
 	for p := 0; p < world; p++ {
 		if p == me {
