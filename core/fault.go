@@ -3,8 +3,10 @@ package core
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -72,6 +74,12 @@ func GuardedAccess(what string, f func()) (err error) {
 		if p := recover(); p != nil {
 			if fault, ok := p.(interface{ Addr() uintptr }); ok {
 				err = Errorf(ErrInvalidArgument, "%s faulted at address %#x: the pointer does not point to memory this process may access there", what, fault.Addr())
+				return
+			}
+			// Faults in the first page (near NULL) arrive as a nil
+			// dereference, without an address.
+			if re, ok := p.(runtime.Error); ok && strings.Contains(re.Error(), "invalid memory address") {
+				err = Errorf(ErrInvalidArgument, "%s faulted (%v): a pointer is near NULL", what, re)
 				return
 			}
 			panic(p)
