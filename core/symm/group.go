@@ -243,6 +243,14 @@ func (g *Group) agreeMembers() error {
 	return nil
 }
 
+// who names rank r and its process: "rank 1 (pid 4242)".
+func (g *Group) who(r int) string {
+	if r >= 0 && r < len(g.members) && g.members[r].pid != 0 {
+		return fmt.Sprintf("rank %d (pid %d)", r, g.members[r].pid)
+	}
+	return fmt.Sprintf("rank %d", r)
+}
+
 // Name, Rank, World, Device and Timeout describe the group.
 func (g *Group) Name() string           { return g.name }
 func (g *Group) Rank() int              { return g.rank }
