@@ -47,6 +47,16 @@ def host_rank(rank, world, name, out):
         for _ in range(n):
             h.barrier(timeout=60)
         r["barrier_us"] = ms(t0) / n * 1e3
+        # Group creation: ranks line up on the first group's barrier, then
+        # make (and destroy) a new group of another name.
+        create = []
+        for i in range(20):
+            h.barrier(timeout=60)
+            t0 = time.perf_counter()
+            g2 = symmem.Group(f"{name}-g{i}", rank, world, timeout=60)
+            create.append(ms(t0))
+            g2.destroy()
+        r["create_ms"] = statistics.median(create)
         h.release()
         buf.free()
     with open(out, "w") as f:
@@ -224,15 +234,19 @@ def main():
     tmp = tempfile.mkdtemp()
     lines = []
     if a.host:
-        lines += [f"Host backend ({os.cpu_count()} CPUs), medians of {a.reps} runs, slowest rank:", "",
-                  "| ranks | cold rendezvous (ms) | warm rendezvous (µs) | barrier (µs) |", "|---|---|---|---|"]
+        lines += [f"Host backend ({os.cpu_count()} CPUs), medians of {a.reps} runs, slowest rank; records through the shared-memory "
+                  "control page (page) or the sockets (SYMMEM_SHM_EXCHANGE=0):", "",
+                  "| ranks | records | group creation (ms) | cold rendezvous (ms) | warm rendezvous (µs) | barrier (µs) |",
+                  "|---|---|---|---|---|---|"]
         for world in a.ranks:
-            runs = []
-            for rep in range(a.reps):
-                rs = spawn(world, ["host", f"bench-host-{os.getpid()}-{world}-{rep}"], tmp, {"SYMMEM_BACKEND": "host"})
-                runs.append({k: max(r[k] for r in rs) for k in rs[0]})
-            med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-            lines.append(f"| {world} | {med['cold_ms']:.2f} | {med['warm_ms'] * 1e3:.0f} | {med['barrier_us']:.1f} |")
+            for mode, flag in (("page", "1"), ("sockets", "0")):
+                runs = []
+                for rep in range(a.reps):
+                    rs = spawn(world, ["host", f"bench-host-{os.getpid()}-{world}-{mode}-{rep}"], tmp,
+                               {"SYMMEM_BACKEND": "host", "SYMMEM_SHM_EXCHANGE": flag})
+                    runs.append({k: max(r[k] for r in rs) for k in rs[0]})
+                med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+                lines.append(f"| {world} | {mode} | {med['create_ms']:.2f} | {med['cold_ms']:.2f} | {med['warm_ms'] * 1e3:.0f} | {med['barrier_us']:.1f} |")
     else:
         import torch
         n = torch.cuda.device_count()

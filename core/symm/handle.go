@@ -1,6 +1,7 @@
 package symm
 
 import (
+	"encoding/binary"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,7 @@ type Handle struct {
 	// devArr the same in device memory (arr on the host backend).
 	arr    uintptr
 	devArr uintptr
+	arrays *ptrArrays // what arr and devArr belong to
 	maps   []*peerMap // the peer mappings we hold a reference to
 	// sig counts the signals of the group's pads (shared by its handles).
 	sig *signalCounts
@@ -37,9 +39,33 @@ type Handle struct {
 	released atomic.Bool
 }
 
-// makeArrays fills the C-visible pointer arrays (gm.mu held).
+// ptrArrays is one slot of the C-visible pointer arrays (every rank's block
+// pointer, then every rank's pad pointer) in host memory and its device
+// copy. Handles with the same pointers share one (Note [Shared pointer
+// arrays]); refs counts them, guarded by groupMem.mu.
+type ptrArrays struct {
+	key       string
+	host, dev uintptr
+	refs      int
+}
+
+// Note [Shared pointer arrays]
+//
+// A rendezvous again on the same buffer gets the same pointers. Copying
+// them to device memory again is a synchronous host-to-device copy, the
+// largest part of a warm rendezvous after the all-gather, so handles whose
+// pointers are equal share one pair of arrays: the first makes it, the
+// last release frees it. The arrays are read-only to users (symmem.h).
+
+// makeArrays gives h the C-visible pointer arrays (gm.mu held).
 func (h *Handle) makeArrays() error {
 	gm := h.gm
+	key := arraysKey(h.bufPtrs, h.padPtrs)
+	if a := gm.arrays[key]; a != nil {
+		a.refs++
+		h.arrays, h.arr, h.devArr = a, a.host, a.dev
+		return nil
+	}
 	slot := uintptr(2 * h.world * 8)
 	if gm.host == nil {
 		gm.host = newHostSlab(slot)
@@ -51,25 +77,55 @@ func (h *Handle) makeArrays() error {
 	arr := unsafe.Slice((*uintptr)(ptrAt(a)), 2*h.world)
 	copy(arr, h.bufPtrs)
 	copy(arr[h.world:], h.padPtrs)
-	h.arr, h.devArr = a, a
-	if gm.be.Name() == "host" {
-		return nil
+	pa := &ptrArrays{key: key, host: a, dev: a, refs: 1}
+	if gm.dev != nil { // made with the group where device arrays are needed
+		d, err := gm.dev.alloc()
+		if err == nil {
+			if err = gm.be.Copy(gm.device, 0, d, a, slot); err != nil {
+				gm.dev.release(d)
+			}
+		}
+		if err != nil {
+			gm.host.release(a)
+			return err
+		}
+		pa.dev = d
 	}
-	if gm.dev == nil {
-		gm.dev = newDeviceSlab(gm.be, gm.device, gm.gran, slot)
+	if gm.arrays == nil {
+		gm.arrays = map[string]*ptrArrays{}
 	}
-	d, err := gm.dev.alloc()
-	if err == nil {
-		if err = gm.be.Copy(gm.device, 0, d, a, slot); err != nil {
-			gm.dev.release(d)
+	gm.arrays[key] = pa
+	h.arrays, h.arr, h.devArr = pa, pa.host, pa.dev
+	return nil
+}
+
+// putArrays drops h's reference to its arrays (gm.mu held).
+func (h *Handle) putArrays() {
+	gm, a := h.gm, h.arrays
+	if a == nil {
+		return
+	}
+	h.arrays = nil
+	if a.refs--; a.refs > 0 {
+		return
+	}
+	delete(gm.arrays, a.key)
+	if gm.host != nil {
+		gm.host.release(a.host)
+	}
+	if gm.dev != nil && a.dev != a.host {
+		gm.dev.release(a.dev)
+	}
+}
+
+func arraysKey(bufs, pads []uintptr) string {
+	b := make([]byte, 0, 8*(len(bufs)+len(pads)))
+	for _, l := range [][]uintptr{bufs, pads} {
+		for _, p := range l {
+			b = binary.LittleEndian.AppendUint64(b, uint64(p))
 		}
 	}
-	if err != nil {
-		gm.host.release(a)
-		return err
-	}
-	h.devArr = d
-	return nil
+	return string(b)
 }
 
 // Release drops the handle: peers' memory is unmapped when no handle uses
@@ -95,12 +151,7 @@ func (h *Handle) Release() error {
 		keep(gm.putMapLocked(m))
 	}
 	h.maps = nil
-	if gm.host != nil {
-		gm.host.release(h.arr)
-	}
-	if gm.dev != nil && h.devArr != h.arr {
-		gm.dev.release(h.devArr)
-	}
+	h.putArrays()
 	keep(gm.unrefLocked())
 	return first
 }

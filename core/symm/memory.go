@@ -33,6 +33,9 @@ type groupMem struct {
 	// copies (nil on the host backend, where the host arrays serve both).
 	host *slab
 	dev  *slab
+	// arrays are the live pointer arrays by content (Note [Shared pointer
+	// arrays]); every entry has refs > 0.
+	arrays map[string]*ptrArrays
 }
 
 // mapKey names a peer's segment slot: the segment at heapOff of peer's heap.

@@ -108,6 +108,17 @@ func TestProcessesWriteBarrier(t *testing.T) {
 	}
 }
 
+// The same with the records through the sockets (SYMMEM_SHM_EXCHANGE=0),
+// the path that every rendezvous took before the control page.
+func TestProcessesWriteBarrierSockets(t *testing.T) {
+	t.Setenv("SYMMEM_SHM_EXCHANGE", "0")
+	for _, world := range []int{2, 4} {
+		t.Run(fmt.Sprint(world), func(t *testing.T) {
+			allOK(t, runProcs(t, "write", world, 60*time.Second, 0))
+		})
+	}
+}
+
 func TestProcessesPingPong(t *testing.T) {
 	allOK(t, runProcs(t, "pingpong", 4, 60*time.Second, 0))
 }
