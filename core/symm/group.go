@@ -159,7 +159,7 @@ func New(o Options) (*Group, error) {
 	}
 	g.gm = &groupMem{be: g.be, device: o.Device, gran: gran, name: o.Name, rank: o.Rank, world: o.World,
 		refs: 1, maps: map[mapKey]*peerMap{}}
-	if g.be.Name() != "host" {
+	if g.be.Capabilities().DevicePointerArrays {
 		// The device memory for handles' pointer arrays (one chunk serves
 		// many handles) is made with the group, the per-group setup, not in
 		// the first rendezvous, the per-buffer step (it took ~2 ms there on
@@ -248,7 +248,7 @@ func (g *Group) agreeMembers() error {
 		d = byValue(g.world, func(r int) string { return fmt.Sprintf("host %s (boot id %s)", ms[r].hostname, ms[r].bootID) })
 		return core.Errorf(core.ErrMismatch, "group %q: the ranks are on different machines (%s): symmetric memory needs one machine", g.name, d)
 	}
-	if ms[0].backend == "host" {
+	if g.be.Capabilities().SharedDevice { // every rank has the same backend by now
 		return nil
 	}
 	overlapOK := true

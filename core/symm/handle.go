@@ -78,7 +78,10 @@ func (h *Handle) makeArrays() error {
 	copy(arr, h.bufPtrs)
 	copy(arr[h.world:], h.padPtrs)
 	pa := &ptrArrays{key: key, host: a, dev: a, refs: 1}
-	if gm.dev != nil { // made with the group where device arrays are needed
+	if gm.be.Capabilities().DevicePointerArrays {
+		if gm.dev == nil {
+			gm.dev = newDeviceSlab(gm.be, gm.device, gm.gran, slot)
+		}
 		d, err := gm.dev.alloc()
 		if err == nil {
 			if err = gm.be.Copy(gm.device, 0, d, a, slot); err != nil {

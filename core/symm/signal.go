@@ -81,7 +81,7 @@ func (h *Handle) timeoutOr(t time.Duration) time.Duration {
 	return t
 }
 
-func (h *Handle) onStreams() bool { return h.gm.be.Name() == "cuda" }
+func (h *Handle) onStreams() bool { return h.gm.be.Capabilities().StreamSignals }
 
 func (h *Handle) checkSignal(peerWhat string, peer, channel int) error {
 	if err := h.live(); err != nil {
