@@ -87,6 +87,11 @@ type ShmExchange struct {
 	// not available: then kill(pid, 0) decides).
 	pidfds []int
 	spin   time.Duration
+	// cancelled is set by Cancel; genWord is the address of the page's
+	// futex word, for Cancel's wake-up (a system call on an address is
+	// harmless even after the page is unmapped).
+	cancelled atomic.Bool
+	genWord   uintptr
 
 	mu sync.Mutex // serialises collective calls; guards the fields below
 	// page is the mapping (nil once closed); size its length.
@@ -113,6 +118,7 @@ func NewShmExchange(ch *Channel) (*ShmExchange, error) {
 	if world == 1 {
 		x.page = make([]byte, size) // no peers: private memory does
 		x.initHeader()
+		x.genWord = uintptr(unsafe.Pointer(x.gen()))
 		return x, nil
 	}
 	var localErr error
@@ -181,6 +187,7 @@ func NewShmExchange(ch *Channel) (*ShmExchange, error) {
 		x.release()
 		return nil, err
 	}
+	x.genWord = uintptr(unsafe.Pointer(x.gen()))
 	return x, nil
 }
 
@@ -409,11 +416,20 @@ func (x *ShmExchange) waitAll(n uint64, deadline time.Time, timeout time.Duratio
 		if x.arrived(n) {
 			return nil
 		}
-		if i&63 == 0 && !time.Now().Before(spinUntil) {
+		if i&63 == 0 && (x.cancelled.Load() || !time.Now().Before(spinUntil)) {
 			break
 		}
 	}
 	for {
+		// Arrival first: a rank that leaves right after the round it
+		// completed must not fail the peers still reading that round.
+		if x.arrived(n) {
+			return nil
+		}
+		if x.cancelled.Load() {
+			x.abort(core.Errorf(core.ErrPeer, "group %q: %s left the group (destroyed or closed) during all-gather #%d", x.name, x.who(x.rank), n))
+			return core.Errorf(core.ErrInvalidState, "group %q: rank %d left the group (destroyed or closed on another thread) during all-gather #%d", x.name, x.rank, n)
+		}
 		if err := x.abortErr(); err != nil {
 			return err
 		}
@@ -439,13 +455,10 @@ func (x *ShmExchange) waitAll(n uint64, deadline time.Time, timeout time.Duratio
 		// they read the count: no lost wake-up).
 		x.sleepers().Add(1)
 		g := x.gen().Load()
-		if !x.arrived(n) && x.abortReady().Load() == 0 {
+		if !x.arrived(n) && x.abortReady().Load() == 0 && !x.cancelled.Load() {
 			futexWait(x.gen(), g, left)
 		}
 		x.sleepers().Add(^uint32(0))
-		if x.arrived(n) {
-			return nil
-		}
 	}
 }
 
@@ -501,11 +514,31 @@ func (x *ShmExchange) abortErr() error {
 	return &core.Error{Code: code, Msg: string(x.page[shmHeader : shmHeader+l])}
 }
 
-// Close unmaps the page. Not collective (peers in a call with us fail by
-// timeout or, once this process exits, as a dead peer). Idempotent.
+// Cancel makes an all-gather in flight on another thread return at once
+// with ErrInvalidState (and its peers with ErrPeer naming this rank), and
+// every later one fail. For Group.Destroy. Safe at any time.
+func (x *ShmExchange) Cancel() {
+	x.cancelled.Store(true)
+	if x.genWord != 0 {
+		futexWake((*atomic.Uint32)(ptrAt(x.genWord)))
+	}
+}
+
+// ptrAt turns an address of memory that Go does not manage into a pointer.
+func ptrAt(addr uintptr) unsafe.Pointer {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+}
+
+// Close leaves the group: it cancels an all-gather in flight, marks the page
+// so that every peer's collective from now on fails with ErrPeer naming this
+// rank (as a closed socket does), and unmaps it. Not collective. Idempotent.
 func (x *ShmExchange) Close() error {
+	x.Cancel()
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if x.page != nil && x.world > 1 && x.abortReady().Load() == 0 {
+		x.abort(core.Errorf(core.ErrPeer, "group %q: %s left the group (destroyed or closed)", x.name, x.who(x.rank)))
+	}
 	x.release()
 	if x.broken == nil {
 		x.broken = core.Errorf(core.ErrInvalidState, "group %q: the control page is closed", x.name)

@@ -163,8 +163,27 @@ func TestShmExchangeInProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	xs[1].Close()
+	// Rank 0 waits for a round that the others never join; Cancel from
+	// another goroutine ends it at once, and the others then learn that
+	// rank 0 left.
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { _, err := xs[0].AllGather(time.Minute, []byte("alone")); done <- err }()
+	time.Sleep(100 * time.Millisecond)
+	xs[0].Cancel()
+	select {
+	case err := <-done:
+		wantCode(t, err, core.ErrInvalidState, "left the group")
+	case <-time.After(5 * time.Second):
+		t.Fatal("Cancel did not end the all-gather")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("took %v", d)
+	}
 	_, err := xs[1].AllGather(0, nil)
+	wantCode(t, err, core.ErrPeer, "rank 0 (pid")
+	xs[2].Close()
+	_, err = xs[2].AllGather(0, nil)
 	wantCode(t, err, core.ErrInvalidState, "closed")
 	for _, x := range xs {
 		x.Close()

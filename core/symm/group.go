@@ -69,8 +69,9 @@ type Group struct {
 	padSize   uintptr
 	destroyed bool
 	gm        *groupMem
-	// rendezvoused is set by the first Rendezvous call: the pad size is
-	// fixed from then on.
+	// rendezvoused is set by the first successful Rendezvous: the pad size
+	// is fixed from then on (a failed one, e.g. on a pad-size mismatch,
+	// leaves it open to be corrected).
 	rendezvoused bool
 	// exchanges counts rendezvous that passed descriptors (tests check that
 	// a rendezvous on an already mapped segment does not).
@@ -312,7 +313,9 @@ func (g *Group) SetSignalPadSize(bytes uintptr) error {
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
 	if p := gm.pads; p != nil {
-		err := errors.Join(gm.sync(), gm.dropPeerPads(p), gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
+		err := gm.syncThen("the signal pads made with the group", func() error {
+			return errors.Join(gm.dropPeerPads(p), gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
+		})
 		gm.pads = nil
 		if err != nil {
 			return core.Errorf(core.CodeOf(err), "group %q: dropping the signal pads made with the group: %v", g.name, err)
@@ -353,7 +356,7 @@ func (g *Group) exchangePads(tr *phaseTrace) error {
 	if err == nil {
 		none := func(r, p int) bool { return false } // no buffer segments here
 		tr.mark("pad-status")
-		err = g.exchange(core.BlockInfo{}, nil, true, none, make([]*peerMap, g.world), tr)
+		err = g.exchange(core.BlockInfo{}, nil, true, none, make([]*peerMap, g.world), nil, tr)
 	}
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
@@ -372,7 +375,17 @@ func (g *Group) exchangePads(tr *phaseTrace) error {
 // a collective with us fail with ErrPeer). Handles of the group stay valid
 // until released; the group's memory goes with the last of them.
 // Idempotent.
+//
+// A collective in flight on another thread (a rendezvous) is cancelled
+// first: it fails at once with ErrInvalidState rather than waiting out its
+// timeout (Note [Calls in flight]). With a caller-supplied all-gather
+// (Options.AllGather) the call inside it cannot be cancelled: Destroy then
+// waits for it to return.
 func (g *Group) Destroy() error {
+	g.ch.Cancel()
+	if g.shm != nil {
+		g.shm.Cancel()
+	}
 	g.coll.Lock()
 	defer g.coll.Unlock()
 	if g.destroyed {
