@@ -278,7 +278,7 @@ def main():
                 runs = []
                 for rep in range(a.reps):
                     rs = spawn(world, ["host", f"bench-host-{os.getpid()}-{world}-{mode}-{rep}"], tmp,
-                               {"SYMMEM_BACKEND": "host", "SYMMEM_SHM_EXCHANGE": flag})
+                               {"SYMMEM_BACKEND": "host", "SYMMEM_SHM_EXCHANGE": flag, "SYMMEM_BARRIER": "linear"})
                     runs.append({k: max(r[k] for r in rs) for k in rs[0]})
                 med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
                 lines.append(f"| {world} | {mode} | {med['create_ms']:.2f} | {med['cold_ms']:.2f} | {med['warm_ms'] * 1e3:.0f} | {med['barrier_us']:.1f} |")
@@ -314,21 +314,21 @@ def main():
         # beside the control page, at one rank per GPU and at the extra world
         # sizes asked for (ranks share GPUs round-robin there).
         lines += ["", "libsymmem alone (gloo for the line-up barriers), medians of the slowest rank:", "",
-                  "| ranks on GPUs | records | group creation, another group (ms) | rendezvous again (µs) | barrier (µs) |",
+                  "| ranks on GPUs | records, barrier | group creation, another group (ms) | rendezvous again (µs) | barrier (µs) |",
                   "|---|---|---|---|---|"]
         port = 29700
         for w in sorted(set([world] + [x for x in a.world_sizes if x != world])):
-            for mode, flag in (("page", "1"), ("sockets", "0")):
+            for mode, flag, barrier in (("page", "1", "linear"), ("sockets", "0", "linear"), ("page", "1", "dissemination")):
                 runs = []
                 for rep in range(a.reps):
                     port += 1
-                    env = {"SYMMEM_SHM_EXCHANGE": flag}
+                    env = {"SYMMEM_SHM_EXCHANGE": flag, "SYMMEM_BARRIER": barrier}
                     if w > n:
                         env["SYMMEM_ALLOW_OVERLAPPING_DEVICES"] = "1"
                     rs = spawn(w, ["gpu", f"bench-only-{os.getpid()}-{w}-{mode}-{rep}", str(port), "only"], tmp, env)
                     runs.append({k: max(r[k] for r in rs) for k in rs[0]})
                 m = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-                lines.append(f"| {w} on {min(w, n)} | {mode} | {m['symmem_group_again_ms']:.2f} | {m['symmem_warm_ms'] * 1e3:.0f} | {m['symmem_barrier_us']:.1f} |")
+                lines.append(f"| {w} on {min(w, n)} | {mode}, {barrier} | {m['symmem_group_again_ms']:.2f} | {m['symmem_warm_ms'] * 1e3:.0f} | {m['symmem_barrier_us']:.1f} |")
     text = "\n".join(lines)
     print(text)
     with open(os.path.join(a.out, "symm_bench_host.md" if a.host else "symm_bench.md"), "w") as f:
