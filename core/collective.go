@@ -137,12 +137,6 @@ type CollectiveLauncher interface {
 	LaunchCollective(device int, s Stream, c *Collective) error
 }
 
-// CPUAddressable is implemented by backends whose memory the calling thread
-// can load and store (host): collectives then run on the calling thread.
-type CPUAddressable interface {
-	CPUAddressable() bool
-}
-
 // KernelInfo says how a backend got its collectives' kernels for a device.
 type KernelInfo struct {
 	Arch      int     // compute capability, major*10 + minor (90 on H100/H200)

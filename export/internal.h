@@ -7,15 +7,6 @@
 #include <stdlib.h>
 #include "symmem.h"
 
-typedef struct symmem_kernel_info {
-  int arch;
-  int from_cache;
-  double compile_ms;
-  double load_ms;
-  char compiler[256];
-  char cache_path[512];
-} symmem_kernel_info;
-
 /* errors.c: the per-thread last error. */
 void symmemi_set_error(int code, const char *msg, size_t len);
 void symmemi_abort(const char *msg, size_t len);

@@ -399,32 +399,37 @@ func collective(call string, handle uintptr, a symm.CollArgs) C.int {
 	return setLastError(fmt.Sprintf("%s(dtype=%d, op=%d, count=%d, algo=%d, channel=%d)", call, int32(a.DType), int32(a.Op), uint64(a.Count), int32(a.Algo), a.Channel), err)
 }
 
-//export symmem_all_reduce
-func symmem_all_reduce(handle uintptr, dtype, op C.int, count C.size_t, out unsafe.Pointer, stream *C.struct_CUstream_st) C.int {
+//export symmemgo_all_reduce
+func symmemgo_all_reduce(handle uintptr, dtype, op C.int, count C.size_t, out unsafe.Pointer, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_all_reduce", &result, C.int(core.ErrInternal))
 	return collective("symmem_all_reduce", handle, symm.CollArgs{Kind: core.AllReduce, DType: core.DType(dtype), Op: core.ReduceOp(op),
 		Count: uintptr(count), Out: uintptr(out), Stream: streamOf(stream)})
 }
 
-//export symmem_all_gather
-func symmem_all_gather(handle uintptr, dtype C.int, count C.size_t, out unsafe.Pointer, stream *C.struct_CUstream_st) C.int {
+//export symmemgo_all_gather
+func symmemgo_all_gather(handle uintptr, dtype C.int, count C.size_t, out unsafe.Pointer, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_all_gather", &result, C.int(core.ErrInternal))
 	return collective("symmem_all_gather", handle, symm.CollArgs{Kind: core.AllGather, DType: core.DType(dtype),
 		Count: uintptr(count), Out: uintptr(out), Stream: streamOf(stream)})
 }
 
-//export symmem_reduce_scatter
-func symmem_reduce_scatter(handle uintptr, dtype, op C.int, count C.size_t, out unsafe.Pointer, stream *C.struct_CUstream_st) C.int {
+//export symmemgo_reduce_scatter
+func symmemgo_reduce_scatter(handle uintptr, dtype, op C.int, count C.size_t, out unsafe.Pointer, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_reduce_scatter", &result, C.int(core.ErrInternal))
 	return collective("symmem_reduce_scatter", handle, symm.CollArgs{Kind: core.ReduceScatter, DType: core.DType(dtype), Op: core.ReduceOp(op),
 		Count: uintptr(count), Out: uintptr(out), Stream: streamOf(stream)})
 }
 
-//export symmem_collective
-func symmem_collective(handle uintptr, coll, dtype, op C.int, count C.size_t, out unsafe.Pointer, algo, channel C.int, stream *C.struct_CUstream_st) C.int {
+//export symmemgo_collective
+func symmemgo_collective(handle uintptr, coll, dtype, op C.int, count C.size_t, out unsafe.Pointer, algo, channel C.int, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_collective", &result, C.int(core.ErrInternal))
 	return collective("symmem_collective", handle, symm.CollArgs{Kind: core.CollKind(coll), DType: core.DType(dtype), Op: core.ReduceOp(op),
 		Algo: core.Algo(algo), Count: uintptr(count), Out: uintptr(out), Channel: int(channel), Stream: streamOf(stream)})
 }
 
-//export symmem_handle_device_error
-func symmem_handle_device_error(handle uintptr, flag *C.uint32_t) C.int {
+//export symmemgo_handle_device_error
+func symmemgo_handle_device_error(handle uintptr, flag *C.uint32_t) (result C.int) {
+	defer recoverCall("symmem_handle_device_error", &result, C.int(core.ErrInternal))
 	if flag == nil {
 		return setLastError("symmem_handle_device_error", core.Errorf(core.ErrInvalidArgument, "flag is NULL"))
 	}
@@ -447,8 +452,9 @@ func cstrcpy(dst *C.char, n int, s string) {
 	b[k] = 0
 }
 
-//export symmem_collectives_load
-func symmem_collectives_load(device C.int, info *C.symmem_kernel_info) C.int {
+//export symmemgo_collectives_load
+func symmemgo_collectives_load(device C.int, info *C.symmem_kernel_info) (result C.int) {
+	defer recoverCall("symmem_collectives_load", &result, C.int(core.ErrInternal))
 	call := fmt.Sprintf("symmem_collectives_load(device=%d)", int(device))
 	if info != nil {
 		*info = C.symmem_kernel_info{}

@@ -300,7 +300,3 @@ func waitWord(word *uint32, v uint32, atLeast bool, timeout time.Duration, addr 
 func ptrAt(addr uintptr) unsafe.Pointer {
 	return *(*unsafe.Pointer)(unsafe.Pointer(&addr))
 }
-
-// CPUAddressable: the calling thread loads and stores every mapping, so
-// collectives run on it (core.CPUAddressable).
-func (b *Backend) CPUAddressable() bool { return true }

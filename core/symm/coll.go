@@ -1,6 +1,7 @@
 package symm
 
 import (
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -122,6 +123,10 @@ type CollArgs struct {
 // launches kernels, on this thread where its memory is CPU-addressable.
 // On any error nothing ran.
 func (h *Handle) Collective(a CollArgs) error {
+	if err := h.enter(); err != nil {
+		return err
+	}
+	defer h.life.leave()
 	c, err := h.plan(a)
 	if err != nil || c == nil {
 		return err
@@ -130,13 +135,13 @@ func (h *Handle) Collective(a CollArgs) error {
 	if l, ok := be.(core.CollectiveLauncher); ok {
 		return l.LaunchCollective(h.gm.device, a.Stream, c)
 	}
-	if ca, ok := be.(core.CPUAddressable); ok && ca.CPUAddressable() {
+	if !be.Capabilities().StreamSignals { // ordinary CPU memory
 		mu := &h.gm.pads.coll[c.Channel]
 		mu.Lock()
 		defer mu.Unlock()
 		return h.runHost(c)
 	}
-	return core.Errorf(core.ErrUnavailable, "group %q: the backend runs no collectives (neither kernels nor CPU-addressable memory)", h.name)
+	return core.Errorf(core.ErrUnavailable, "group %q: the backend runs no collectives (it launches no kernels and its memory is not the CPU's)", h.name)
 }
 
 func overlap(a, an, b, bn uintptr) bool { return a < b+bn && b < a+an }
@@ -144,9 +149,6 @@ func overlap(a, an, b, bn uintptr) bool { return a < b+bn && b < a+an }
 // plan validates a and resolves it into a core.Collective (nil: count 0,
 // nothing to do).
 func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
-	if err := h.live(); err != nil {
-		return nil, err
-	}
 	what := a.Kind.String()
 	bad := func(format string, args ...any) (*core.Collective, error) {
 		return nil, core.Errorf(core.ErrInvalidArgument, "group %q: %s: "+format, append([]any{h.name, what}, args...)...)
@@ -220,12 +222,8 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 	} else if algo == core.AlgoTwoShot && outOff < 0 {
 		return bad("two-shot stores into every rank's out, so out must lie inside the rendezvoused block (out %#x is outside [%#x, +%d))", out, base, h.bufSize)
 	}
-	bufs, _ := h.BufferPtrs()
-	pads, _ := h.SignalPadPtrs()
-	if _, ok := h.gm.be.(core.CollectiveLauncher); ok {
-		_, bufs = h.BufferPtrs()
-		_, pads = h.SignalPadPtrs()
-	}
+	_, bufs := h.BufferPtrs() // device arrays (the host ones on the host backend)
+	_, pads := h.SignalPadPtrs()
 	return &core.Collective{Kind: a.Kind, DType: a.DType, Op: a.Op, Algo: algo, Count: a.Count, Rank: h.rank, World: h.world,
 		Buffers: bufs, Pads: pads, PadSize: h.padSize, InOffset: h.offset, Out: out, OutOffset: outOff,
 		Channel: a.Channel, TimeoutNs: uint64(h.timeout.Nanoseconds())}, nil
@@ -234,11 +232,12 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 // DeviceError is word 0 of this rank's device region: 0, or what the first
 // kernel wait that gave up recorded (Note [Pad partition]).
 func (h *Handle) DeviceError() (uint32, error) {
-	if err := h.live(); err != nil {
+	if err := h.enter(); err != nil {
 		return 0, err
 	}
+	defer h.life.leave()
 	addr := h.padPtrs[h.rank] + h.padSize
-	if ca, ok := h.gm.be.(core.CPUAddressable); ok && ca.CPUAddressable() {
+	if !h.gm.be.Capabilities().StreamSignals {
 		return atomic.LoadUint32((*uint32)(ptrAt(addr))), nil
 	}
 	v := make([]uint32, 1)
@@ -267,6 +266,11 @@ func (h *Handle) hostBarrier(set int, deadline time.Time) error {
 			case k < 400:
 				runtime.Gosched()
 			default:
+				select {
+				case <-h.life.closing:
+					return h.releasedDuring(fmt.Sprintf("a collective's barrier (device set %d)", set))
+				default:
+				}
 				if !time.Now().Before(deadline) {
 					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, 0x80000000|uint32(p)<<16|uint32(set))
 					return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v in a collective's barrier (device set %d): rank %d never arrived",
