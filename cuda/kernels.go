@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -31,8 +32,8 @@ import (
 //
 //  1. loads NVRTC (LoadNVRTC) and reads the device's compute capability;
 //  2. computes the key: SHA-256 of the source, the header, the options and
-//     NVRTC's version; the cache file is
-//     <cache>/kernels/collectives-<key>-sm_<arch>.cubin, where <cache> is
+//     NVRTC's version; kernel k's cache file is
+//     <cache>/kernels/collectives-<key>-<k>-sm_<arch>.cubin, where <cache> is
 //     $SYMMEM_CACHE_DIR or the user's cache directory (os.UserCacheDir:
 //     $XDG_CACHE_HOME or ~/.cache) + /libsymmem;
 //  3. reads the file and trusts it only if it starts with cacheMagic and
@@ -41,7 +42,10 @@ import (
 //     in the same folder, renamed over the name, so ranks that compile at
 //     once each write a whole file and readers never see a partial one (a
 //     corrupt or truncated file is rebuilt and replaced, never loaded);
-//  4. loads the image with cuModuleLoadData and looks the kernels up.
+//     The five kernels (one per dtype for all-reduce and reduce-scatter,
+//     all-gather) are five programs (SYMMEM_COLL_ONLY=k) compiled at once
+//     on five threads, so the first use waits for the longest of them;
+//  4. loads each image with cuModuleLoadData and looks its kernel up.
 //
 // A cache that cannot be written (read-only home) only costs a compile per
 // process: the reason goes in KernelInfo.Note. The module stays loaded for
@@ -63,12 +67,14 @@ const (
 	collParamSize = 88  // sizeof(symmem_coll_params), checked by static_assert there
 )
 
-// kernelModule is one device's loaded collectives.
+// kernelModule is one device's loaded collectives: one module per kernel
+// (compiled as separate programs, at once: Note [Kernels compiled at run
+// time]).
 type kernelModule struct {
-	module C.uintptr_t
-	fns    [len(kernelNames)]C.uintptr_t
-	sms    int
-	info   core.KernelInfo
+	modules [len(kernelNames)]C.uintptr_t
+	fns     [len(kernelNames)]C.uintptr_t
+	sms     int
+	info    core.KernelInfo
 }
 
 // compileOptions are NVRTC's options for arch (major*10+minor).
@@ -76,11 +82,12 @@ func compileOptions(arch int) []string {
 	return []string{fmt.Sprintf("--gpu-architecture=sm_%d", arch), "--std=c++17", "-DSYMMEM_NVRTC=1"}
 }
 
-// CompileCollectives compiles the embedded collectives for arch with nv (the
-// whole build of step 3, without the cache).
-func CompileCollectives(nv *NVRTC, arch int) ([]byte, error) {
+// CompileKernel compiles kernel k of the embedded collectives (kernelNames[k]
+// alone, SYMMEM_COLL_ONLY=k) for arch with nv: step 3 without the cache.
+func CompileKernel(nv *NVRTC, arch, k int) ([]byte, error) {
 	img, _, err := nv.Compile("collectives.cu", collectivesSource,
-		[]Header{{Name: "symmem_device.cuh", Source: include.DeviceHeader}}, compileOptions(arch))
+		[]Header{{Name: "symmem_device.cuh", Source: include.DeviceHeader}},
+		append(compileOptions(arch), fmt.Sprintf("-DSYMMEM_COLL_ONLY=%d", k)))
 	return img, err
 }
 
@@ -181,6 +188,50 @@ func cachedImage(dir, name string, compile func() ([]byte, error)) (img []byte, 
 	return img, info, nil
 }
 
+// buildImages is steps 2 and 3 for every kernel: the images for arch from
+// the cache in dir ("" : no cache), compiled where missing or corrupt.
+func buildImages(nv *NVRTC, arch int, dir string) (imgs [len(kernelNames)][]byte, info core.KernelInfo, err error) {
+	key := cacheKey(collectivesSource, include.DeviceHeader, strings.Join(compileOptions(arch), " "),
+		fmt.Sprintf("nvrtc %d.%d", nv.Major, nv.Minor))
+	// The five programs at once: NVRTC is thread-safe, and the first use
+	// then takes about the longest compile rather than their sum.
+	var infos [len(kernelNames)]core.KernelInfo
+	var errs [len(kernelNames)]error
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for k := range kernelNames {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			imgs[k], infos[k], errs[k] = cachedImage(dir, fmt.Sprintf("collectives-%s-%d-sm_%d.cubin", key, k, arch),
+				func() ([]byte, error) { return CompileKernel(nv, arch, k) })
+		}()
+	}
+	wg.Wait()
+	wall := ms(time.Since(t0))
+	info = core.KernelInfo{Arch: arch, Compiler: nv.String(), FromCache: true, CachePath: dir}
+	var notes []string
+	for k := range kernelNames {
+		if errs[k] != nil {
+			return imgs, info, core.Errorf(core.CodeOf(errs[k]), "building the collectives' kernel %s: %v", kernelNames[k], errs[k])
+		}
+		info.FromCache = info.FromCache && infos[k].FromCache
+		if infos[k].Note != "" {
+			notes = append(notes, infos[k].Note)
+		}
+		if infos[k].CachePath == "" {
+			info.CachePath = "" // not (all) cached
+		}
+	}
+	if info.FromCache {
+		info.LoadMs = wall
+	} else {
+		info.CompileMs = wall
+	}
+	info.Note = strings.Join(notes, "; ")
+	return imgs, info, nil
+}
+
 func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 
 // kernels returns device d's module, loading it at first use.
@@ -212,28 +263,30 @@ func (b *Backend) kernels(dev int) (*kernelModule, error) {
 		return nil, err
 	}
 	dir, why := cacheDir()
-	name := fmt.Sprintf("collectives-%s-sm_%d.cubin", cacheKey(collectivesSource, include.DeviceHeader,
-		strings.Join(compileOptions(arch), " "), fmt.Sprintf("nvrtc %d.%d", nv.Major, nv.Minor)), arch)
-	img, info, err := cachedImage(dir, name, func() ([]byte, error) { return CompileCollectives(nv, arch) })
+	imgs, info, err := buildImages(nv, arch, dir)
 	if err != nil {
-		return nil, core.Errorf(core.CodeOf(err), "cuda: device %d: building the collectives' kernels: %v", dev, err)
+		return nil, core.Errorf(core.CodeOf(err), "cuda: device %d: %v", dev, err)
 	}
 	if why != "" {
 		info.Note = strings.TrimPrefix(info.Note+"; "+why, "; ")
 	}
-	info.Arch, info.Compiler = arch, nv.String()
 	m := &kernelModule{sms: sms}
 	t0 := time.Now()
-	if err := check(C.smcu_module_load(d.ctx, unsafe.Pointer(&img[0]), &m.module), dev); err != nil {
-		return nil, core.Errorf(core.CodeOf(err), "%v (the collectives' image for sm_%d from %s)", err, arch, nv)
-	}
-	for i, n := range kernelNames {
-		cn := C.CString(n)
-		err := check(C.smcu_module_function(d.ctx, m.module, cn, &m.fns[i]), dev)
-		C.free(unsafe.Pointer(cn))
+	for k, n := range kernelNames {
+		err := check(C.smcu_module_load(d.ctx, unsafe.Pointer(&imgs[k][0]), &m.modules[k]), dev)
+		if err == nil {
+			cn := C.CString(n)
+			err = check(C.smcu_module_function(d.ctx, m.modules[k], cn, &m.fns[k]), dev)
+			C.free(unsafe.Pointer(cn))
+			if err != nil {
+				C.smcu_module_unload(d.ctx, m.modules[k])
+			}
+		}
 		if err != nil {
-			C.smcu_module_unload(d.ctx, m.module)
-			return nil, core.Errorf(core.CodeOf(err), "%v (kernel %s)", err, n)
+			for j := 0; j < k; j++ {
+				C.smcu_module_unload(d.ctx, m.modules[j])
+			}
+			return nil, core.Errorf(core.CodeOf(err), "%v (kernel %s for sm_%d from %s)", err, n, arch, nv)
 		}
 	}
 	info.LoadMs += ms(time.Since(t0))

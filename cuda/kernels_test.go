@@ -27,25 +27,10 @@ func nvrtcOrSkip(t *testing.T) *NVRTC {
 	return nv
 }
 
-// The embedded kernels compile with the library's own NVRTC path, for
-// Hopper (sm_90), with no GPU needed.
-func TestCollectivesCompile(t *testing.T) {
+// A user's kernel on the device header compiles with NVRTC (no GPU needed;
+// the library's own kernels: TestBuildImages).
+func TestDeviceHeaderCompiles(t *testing.T) {
 	nv := nvrtcOrSkip(t)
-	for _, arch := range []int{90} {
-		img, err := CompileCollectives(nv, arch)
-		if err != nil {
-			t.Fatalf("sm_%d: %v", arch, err)
-		}
-		if !bytes.HasPrefix(img, []byte("\x7fELF")) {
-			t.Fatalf("sm_%d: the image is not a cubin (ELF): % x", arch, img[:min(8, len(img))])
-		}
-		for _, k := range kernelNames {
-			if !bytes.Contains(img, []byte(k)) {
-				t.Errorf("sm_%d: kernel %s missing from the image", arch, k)
-			}
-		}
-		t.Logf("%s: sm_%d cubin of %d bytes", nv, arch, len(img))
-	}
 	// A user kernel that includes only the device header compiles too,
 	// and uses every part of it.
 	src := `#include "symmem_device.cuh"
@@ -59,6 +44,48 @@ extern "C" __global__ void user(symmem_device_view v, int u, char *dst) {
 }`
 	if _, log, err := nv.Compile("user.cu", src, []Header{{Name: "symmem_device.cuh", Source: deviceHeaderForTest()}}, compileOptions(90)); err != nil {
 		t.Fatalf("a user kernel on the device header: %v\n%s", err, log)
+	}
+}
+
+// The embedded kernels compile with the library's own NVRTC path for
+// Hopper (sm_90) with no GPU needed: at once into an empty cache, each image
+// a cubin with its kernel alone; read back from the cache the second time;
+// a corrupt file rebuilt.
+func TestBuildImages(t *testing.T) {
+	nv := nvrtcOrSkip(t)
+	dir := t.TempDir()
+	first, info, err := buildImages(nv, 90, dir)
+	if err != nil || info.FromCache || info.CompileMs <= 0 || info.CachePath != dir || info.Arch != 90 {
+		t.Fatalf("first use: %v %+v", err, info)
+	}
+	t.Logf("first use: compile %.0f ms (5 programs at once)", info.CompileMs)
+	for k, img := range first {
+		if !bytes.HasPrefix(img, []byte("\x7fELF")) {
+			t.Fatalf("%s: the image is not a cubin (ELF): % x", kernelNames[k], img[:min(8, len(img))])
+		}
+		for j, other := range kernelNames {
+			if got := bytes.Contains(img, []byte(other+"\x00")); got != (j == k) {
+				t.Errorf("the image of %s holds %s: %v", kernelNames[k], other, got)
+			}
+		}
+	}
+	again, info, err := buildImages(nv, 90, dir)
+	if err != nil || !info.FromCache || info.CompileMs != 0 {
+		t.Fatalf("cached: %v %+v", err, info)
+	}
+	t.Logf("cached: read %.2f ms", info.LoadMs)
+	for k := range first {
+		if !bytes.Equal(first[k], again[k]) {
+			t.Fatalf("kernel %d: the cached image differs", k)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.cubin"))
+	if len(files) != len(kernelNames) {
+		t.Fatalf("cache files: %v", files)
+	}
+	os.WriteFile(files[2], []byte("SYMMEMK1 garbage"), 0o600)
+	if _, info, err = buildImages(nv, 90, dir); err != nil || info.FromCache || !strings.Contains(info.Note, "rebuilt") {
+		t.Fatalf("corrupt file: %v %+v", err, info)
 	}
 }
 

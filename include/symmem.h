@@ -534,7 +534,7 @@ typedef struct symmem_kernel_info {
   double compile_ms; /* NVRTC's compile time (0 when from the cache) */
   double load_ms;    /* reading the cache file and cuModuleLoadData */
   char compiler[256];   /* "NVRTC 13.0 (/path/libnvrtc.so.13)" */
-  char cache_path[512]; /* the cache file, "" when the cache is off */
+  char cache_path[512]; /* the cache folder, "" when the cache is off */
 } symmem_kernel_info;
 
 /* Compiles (or reads from the cache) and loads the collectives' kernels for

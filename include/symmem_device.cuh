@@ -172,19 +172,12 @@ struct __align__(16) symmem_vec16 {
 
 /* Loads 16 bytes (a plain load: order it with a barrier or an acquire). */
 static __device__ __forceinline__ symmem_vec16 symmem_dev_load16(const void *ptr) {
-  symmem_vec16 v;
-  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
-               : "l"(ptr)
-               : "memory");
-  return v;
+  return *(const symmem_vec16 *)ptr;
 }
 
 /* Stores 16 bytes (a plain store: publish it with a barrier or a release). */
 static __device__ __forceinline__ void symmem_dev_store16(void *ptr, symmem_vec16 v) {
-  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.w[0]), "r"(v.w[1]), "r"(v.w[2]),
-               "r"(v.w[3])
-               : "memory");
+  *(symmem_vec16 *)ptr = v;
 }
 
 /* ---- the view ------------------------------------------------------------ */
@@ -228,8 +221,20 @@ static __device__ __forceinline__ void symmem_dev_copy(void *dst, const void *sr
   unsigned long long nvec = (n - head) / 16;
   for (unsigned long long i = tid; i < head; i += nthreads)
     d[i] = s[i];
-  for (unsigned long long i = tid; i < nvec; i += nthreads)
-    symmem_dev_store16(d + head + 16 * i, symmem_dev_load16(s + head + 16 * i));
+  /* Four 16-byte loads in flight per thread before their stores. */
+  char *dv = d + head;
+  const char *sv = s + head;
+  for (unsigned long long i = tid; i < nvec; i += 4 * nthreads) {
+    symmem_vec16 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+      if (i + u * nthreads < nvec)
+        v[u] = symmem_dev_load16(sv + 16 * (i + u * nthreads));
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+      if (i + u * nthreads < nvec)
+        symmem_dev_store16(dv + 16 * (i + u * nthreads), v[u]);
+  }
   for (unsigned long long i = head + 16 * nvec + tid; i < n; i += nthreads)
     d[i] = s[i];
 }

@@ -29,6 +29,8 @@ static_assert(sizeof(symmem_device_view) == 40, "symmem_device_view layout");
 static_assert(sizeof(symmem_coll_params) == 88, "symmem_coll_params layout");
 
 #define SYMMEM_COLL_THREADS 512
+/* Vectors per thread in flight in the reduction loops. */
+#define SYMMEM_COLL_UNROLL 4
 
 /* Element traits: E elements per 16-byte vector, acc_t the accumulator. */
 template <int DT> struct symmem_elem;
@@ -212,10 +214,48 @@ template <int DT> static __device__ __forceinline__ void symmem_coll_reduce(cons
     }
     return;
   }
-  for (unsigned long long i = tid; i < pl.items; i += nthreads) {
+  /* Whole vectors, SYMMEM_COLL_UNROLL per thread at a time: every rank's
+   * loads of the batch are in flight together before the stores. */
+  typedef typename T::acc_t A;
+  const unsigned long long nfull = pl.vec ? pl.n / T::E : 0;
+  for (unsigned long long i0 = tid; i0 < nfull; i0 += SYMMEM_COLL_UNROLL * nthreads) {
+    A acc[SYMMEM_COLL_UNROLL][T::E];
+    symmem_vec16 x[SYMMEM_COLL_UNROLL];
+    for (int q = 0; q < v.world; q++) {
+      const char *src = symmem_dev_ptr(v, q, pl.src);
+#pragma unroll
+      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+        if (i0 + u * nthreads < nfull)
+          x[u] = symmem_dev_load16(src + 16 * (i0 + u * nthreads));
+#pragma unroll
+      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+#pragma unroll
+        for (int k = 0; k < T::E; k++)
+          acc[u][k] = q == 0 ? T::get(x[u], k) : symmem_reduce(p.op, acc[u][k], T::get(x[u], k));
+    }
+#pragma unroll
+    for (int u = 0; u < SYMMEM_COLL_UNROLL; u++) {
+      unsigned long long i = i0 + u * nthreads;
+      if (i >= nfull)
+        break;
+#pragma unroll
+      for (int k = 0; k < T::E; k++)
+        T::put(x[u], k, acc[u][k]);
+      if (two_shot) {
+        /* Slice me of every rank's out: only this rank reads or writes it. */
+        for (int q = 0; q < v.world; q++) {
+          int dst = (v.rank + q) % v.world;
+          symmem_dev_store16(symmem_dev_ptr(v, dst, (unsigned long long)p.out_offset + pl.lo * T::SIZE) + 16 * i, x[u]);
+        }
+      } else {
+        symmem_dev_store16(p.out + 16 * i, x[u]);
+      }
+    }
+  }
+  /* The tail (vector path) or every element (unaligned path). */
+  for (unsigned long long i = nfull + tid; i < pl.items; i += nthreads) {
     int m = symmem_reduce_item<DT>(p, pl, i, r, tail);
     if (two_shot) {
-      /* Slice me of every rank's out: only this rank reads or writes it. */
       for (int q = 0; q < v.world; q++) {
         int dst = (v.rank + q) % v.world;
         symmem_store_item<DT>(symmem_dev_ptr(v, dst, (unsigned long long)p.out_offset + pl.lo * T::SIZE), pl, i, m,
@@ -228,21 +268,32 @@ template <int DT> static __device__ __forceinline__ void symmem_coll_reduce(cons
   symmem_dev_barrier_block_set(v, set);
 }
 
+/* SYMMEM_COLL_ONLY=k builds kernel k alone (cuda/kernels.go compiles the
+ * five as separate programs, at once); without it, all of them. */
+#if !defined(SYMMEM_COLL_ONLY) || SYMMEM_COLL_ONLY == 0
 extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_coll_float32(symmem_coll_params p) {
   symmem_coll_reduce<0>(p);
 }
+#endif
+#if !defined(SYMMEM_COLL_ONLY) || SYMMEM_COLL_ONLY == 1
 extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_coll_float16(symmem_coll_params p) {
   symmem_coll_reduce<1>(p);
 }
+#endif
+#if !defined(SYMMEM_COLL_ONLY) || SYMMEM_COLL_ONLY == 2
 extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_coll_bfloat16(symmem_coll_params p) {
   symmem_coll_reduce<2>(p);
 }
+#endif
+#if !defined(SYMMEM_COLL_ONLY) || SYMMEM_COLL_ONLY == 3
 extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_coll_int32(symmem_coll_params p) {
   symmem_coll_reduce<3>(p);
 }
+#endif
 
 /* All-gather: count is bytes here. Rank q's input goes to out + q*count;
  * in place (out + rank*count is our input) our own part is not copied. */
+#if !defined(SYMMEM_COLL_ONLY) || SYMMEM_COLL_ONLY == 4
 extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gather(symmem_coll_params p) {
   const symmem_device_view &v = p.view;
   const int set = p.set_base + blockIdx.x;
@@ -259,3 +310,4 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gat
   }
   symmem_dev_barrier_block_set(v, set);
 }
+#endif
