@@ -67,6 +67,14 @@
  *   SYMMEM_HEAP_RESERVE=bytes       address space reserved per heap range
  *                                   (default twice the device's memory)
  *   SYMMEM_TRACE=1                  print the phases of each rendezvous to stderr
+ *   SYMMEM_LIBNVRTC=path            NVRTC, which compiles the collectives' kernels
+ *                                   (default: a copy already loaded,
+ *                                   libnvrtc.so.13/.12, PyTorch's nvidia-* wheels,
+ *                                   the CUDA toolkit)
+ *   SYMMEM_CACHE_DIR=dir            the kernels' disk cache is dir/kernels
+ *                                   (default ~/.cache/libsymmem/kernels)
+ *   SYMMEM_ONE_SHOT_MAX_BYTES=n     the largest all-reduce SYMMEM_ALGO_AUTO runs
+ *                                   one-shot (default 262144)
  */
 #ifndef SYMMEM_H
 #define SYMMEM_H
