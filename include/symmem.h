@@ -367,7 +367,10 @@ size_t symmem_handle_signal_pad_size(const symmem_handle *handle);
 void *symmem_handle_buffer_ptr(const symmem_handle *handle, int rank);
 void *symmem_handle_signal_pad_ptr(const symmem_handle *handle, int rank);
 /* Arrays of world_size pointers, owned by the handle: in host memory, and in
- * device memory for kernels (on the host backend the same array). */
+ * device memory for kernels (on the host backend the same array). Read-only:
+ * handles of one group whose pointers are equal (a rendezvous again on the
+ * same buffer) share the arrays, which live until the last of them is
+ * released. */
 void *const *symmem_handle_buffer_ptrs(const symmem_handle *handle);
 void *const *symmem_handle_signal_pad_ptrs(const symmem_handle *handle);
 void *const *symmem_handle_buffer_ptrs_dev(const symmem_handle *handle);

@@ -94,6 +94,8 @@ func helperScenario(scenario string, cfg Config) error {
 		return nil
 	case "fds":
 		return helperFDs(ch, rank, world)
+	case "shm-gather", "shm-stall", "shm-exit-early":
+		return helperShm(scenario, ch, cfg)
 	case "stall":
 		// The rank named by SYMMEM_IPC_EXIT joins, then arrives at the
 		// all-gather long after the timeout.

@@ -222,3 +222,66 @@ func TestLifetimeCounts(t *testing.T) {
 		t.Fatalf("%d in flight after both left", n)
 	}
 }
+
+func init() {
+	moreScenarios["mismatch-offset"] = func(e *rankEnv, a *core.Allocator) error {
+		off := uintptr(0)
+		if e.rank == 1 {
+			off = 64
+		}
+		return rendezvousOnly(e, a, 4096, off)
+	}
+	moreScenarios["pad-retry"] = scPadRetry
+}
+
+// scPadRetry: the last rank sets another signal pad size; the first
+// rendezvous fails on every rank with ErrMismatch; the rank sets the
+// default back and the second rendezvous succeeds everywhere (the failed
+// one did not fix the pad size for good).
+func scPadRetry(e *rankEnv, a *core.Allocator) error {
+	buf, g, err := join(e, a, 4096)
+	if err != nil {
+		return err
+	}
+	defer g.Destroy()
+	odd := e.rank == e.world-1
+	if odd {
+		if err := g.SetSignalPadSize(uintptr(8 * e.world)); err != nil {
+			return err
+		}
+	}
+	h, err := g.Rendezvous(buf)
+	if err := expectCode("first rendezvous with different pad sizes", err, core.ErrMismatch, "signal pad sizes differ"); err != nil {
+		if h != nil {
+			h.Release()
+		}
+		return err
+	}
+	if odd {
+		if err := g.SetSignalPadSize(DefaultSignalPadSize); err != nil {
+			return fmt.Errorf("setting the pad size back after a failed rendezvous: %v", err)
+		}
+	}
+	if h, err = g.Rendezvous(buf); err != nil {
+		return fmt.Errorf("second rendezvous, pad sizes agreed: %v", err)
+	}
+	defer h.Release()
+	if h.SignalPadSize() != DefaultSignalPadSize {
+		return fmt.Errorf("pad size %d", h.SignalPadSize())
+	}
+	return writeAll(h, 0)
+}
+
+func TestProcessesMismatchedOffsets(t *testing.T) {
+	allFail(t, runProcs(t, "mismatch-offset", 3, 30*time.Second, 0), core.ErrMismatch,
+		"different offsets in their blocks", "ranks 0, 2: offset 0", "rank 1: offset 64")
+}
+
+func TestPadSizeMismatchDoesNotPoisonTheGroup(t *testing.T) {
+	allOK(t, runProcs(t, "pad-retry", 3, 30*time.Second, 0))
+	for r, err := range runInProcess(t, "pad-retry", 2, 30*time.Second, 0) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}

@@ -34,6 +34,9 @@ type groupMem struct {
 	// copies (nil on the host backend, where the host arrays serve both).
 	host *slab
 	dev  *slab
+	// arrays are the live pointer arrays by content (Note [Shared pointer
+	// arrays]); every entry has refs > 0.
+	arrays map[string]*ptrArrays
 	// leaked counts the times memory was left mapped because the device
 	// synchronisation before unmapping it failed (syncThen).
 	leaked int
