@@ -152,3 +152,35 @@ func (r *Runtime) CheckRange(ptr, n uintptr, what string) (known bool, err error
 	}
 	return false, nil
 }
+
+// Note [Sealed memfds]
+//
+// A memfd that a peer sends is checked for its size before it is mapped
+// (ImportedSizer), but the peer keeps its own descriptor and could shrink
+// the file afterwards: every later access past the new end would be SIGBUS
+// here. So memfds the library shares are sealed (F_SEAL_SHRINK, F_SEAL_GROW,
+// F_SEAL_SEAL) once they have their size, and an imported memfd that is not
+// sealed against shrinking is refused like a short one.
+
+// SealSize makes fd's size final (Note [Sealed memfds]); fd must come from
+// memfd_create with MFD_ALLOW_SEALING.
+func SealSize(fd int) error {
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		return Errorf(ErrBackend, "sealing a memfd (F_ADD_SEALS): %s", DescribeErrno(err))
+	}
+	return nil
+}
+
+// PeerMemfdSize is the size of a memfd a peer sent, or ErrPeer if the peer
+// could still shrink it (Note [Sealed memfds]).
+func PeerMemfdSize(fd int) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, Errorf(ErrBackend, "fstat of a received descriptor: %s", DescribeErrno(err))
+	}
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
+		return uint64(st.Size), Errorf(ErrPeer, "the memory (%d bytes) is not sealed against shrinking (F_SEAL_SHRINK), so its sender could cut it under our mapping", st.Size)
+	}
+	return uint64(st.Size), nil
+}

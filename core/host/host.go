@@ -144,13 +144,17 @@ func (b *Backend) Create(device int, size uintptr) (core.Memory, error) {
 		return 0, core.Errorf(core.ErrOutOfMemory, "host: %d bytes do not fit in the memory cgroup (%s is %d bytes, %d are in use, %d are kept free for the process): the kernel would kill the process rather than fail",
 			size, l.file, l.limit, l.usage, cgroupHeadroom)
 	}
-	fd, err := unix.MemfdCreate("symmem-segment", unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate("symmem-segment", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return 0, sysErr("memfd_create", err)
 	}
 	if err := unix.Fallocate(fd, 0, 0, int64(size)); err != nil {
 		unix.Close(fd)
 		return 0, sysErr("fallocate of a new segment", err)
+	}
+	if err := core.SealSize(fd); err != nil { // Note [Sealed memfds]
+		unix.Close(fd)
+		return 0, err
 	}
 	return core.Memory(fd), nil
 }
@@ -208,14 +212,9 @@ func (b *Backend) Import(device int, fd int) (core.Memory, error) {
 	return core.Memory(fd), nil
 }
 
-// ImportedSize is the size of a memfd (core.ImportedSizer).
-func (b *Backend) ImportedSize(m core.Memory) (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(m), &st); err != nil {
-		return 0, sysErr("fstat of an imported descriptor", err)
-	}
-	return uint64(st.Size), nil
-}
+// ImportedSize is the size of a peer's memfd (core.ImportedSizer); one the
+// peer could still shrink is refused (Note [Sealed memfds] in core).
+func (b *Backend) ImportedSize(m core.Memory) (uint64, error) { return core.PeerMemfdSize(int(m)) }
 
 func (b *Backend) SynchronizeDevice(device int) error                     { return b.check(device) }
 func (b *Backend) StreamWait(device int, waiter, other core.Stream) error { return b.check(device) }

@@ -21,6 +21,9 @@ type lyingBackend struct {
 	mu      sync.Mutex
 	exports int
 	lieFrom int // the first export that lies (0: the pad at group creation)
+	// unsealed: the lie is the right size but not sealed against
+	// shrinking (the peer could cut it after we mapped it).
+	unsealed bool
 }
 
 func (b *lyingBackend) Export(m core.Memory) (int, error) {
@@ -36,7 +39,9 @@ func (b *lyingBackend) Export(m core.Memory) (int, error) {
 		return -1, err
 	}
 	short := int64(0)
-	if n > 0 {
+	if b.unsealed {
+		short = st.Size
+	} else if n > 0 {
 		short = st.Size / 2
 	}
 	fd, err := unix.MemfdCreate("liar", unix.MFD_CLOEXEC)
@@ -51,10 +56,15 @@ func (b *lyingBackend) Export(m core.Memory) (int, error) {
 // its end); every rank fails with PEER naming the liar and its pid.
 func TestLyingPeerIsRefused(t *testing.T) {
 	for _, c := range []struct {
-		name    string
-		lieFrom int
-		what    string
-	}{{"pad", 0, "signal pad arrived as memory of 0 bytes"}, {"segment", 1, "segment at heap offset 0x0 arrived as memory of"}} {
+		name     string
+		lieFrom  int
+		unsealed bool
+		what     string
+	}{
+		{"pad", 0, false, "signal pad arrived as memory of 0 bytes"},
+		{"segment", 1, false, "segment at heap offset 0x0 arrived as memory of"},
+		{"unsealed", 1, true, "segment at heap offset 0x0: the memory (2097152 bytes) is not sealed against shrinking"},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := sockDir(t)
 			errs := make([]error, 2)
@@ -64,7 +74,7 @@ func TestLyingPeerIsRefused(t *testing.T) {
 				require.NoError(t, err)
 				var be core.Backend = hb
 				if r == 1 {
-					be = &lyingBackend{Backend: hb, lieFrom: c.lieFrom}
+					be = &lyingBackend{Backend: hb, lieFrom: c.lieFrom, unsealed: c.unsealed}
 				}
 				e := &rankEnv{rt: core.NewRuntime(be), rank: r, world: 2, name: "liar-" + c.name, dir: dir, timeout: 10 * time.Second}
 				wg.Add(1)
