@@ -104,3 +104,55 @@ func TestLyingPeerIsRefused(t *testing.T) {
 		})
 	}
 }
+
+func init() { moreScenarios["fd-starved-member"] = scFDStarvedMember }
+
+// scFDStarvedMember: rank 1 has one descriptor to spare when the peers'
+// segments arrive (its own export takes it), so the kernel drops what
+// arrives (MSG_CTRUNC). Rank 1 must say it ran out, and every other rank
+// must be told that rank 1 failed and why, at once, not time out.
+func scFDStarvedMember(e *rankEnv, a *core.Allocator) error {
+	buf, g, err := join(e, a, 1<<20)
+	if err != nil {
+		return err
+	}
+	defer g.Destroy()
+	if e.rank == 1 {
+		var saved unix.Rlimit
+		unix.Getrlimit(unix.RLIMIT_NOFILE, &saved)
+		ents, _ := os.ReadDir("/proc/self/fd")
+		top := 0
+		for _, d := range ents {
+			var fd int
+			fmt.Sscan(d.Name(), &fd)
+			top = max(top, fd+1)
+		}
+		for fd := 0; fd < top; fd++ { // fill the holes: exactly 1 spare
+			if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+				if nfd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+					defer unix.Close(nfd)
+				}
+			}
+		}
+		lim := saved
+		lim.Cur = uint64(top + 1)
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			return err
+		}
+		defer unix.Setrlimit(unix.RLIMIT_NOFILE, &saved)
+	}
+	h, err := g.Rendezvous(buf)
+	if err == nil {
+		h.Release()
+	}
+	return err
+}
+
+func TestProcessesMemberOutOfDescriptors(t *testing.T) {
+	start := time.Now()
+	res := runProcs(t, "fd-starved-member", 3, 20*time.Second, 0)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %v: the ranks waited for the timeout", d)
+	}
+	allFail(t, res, core.ErrBackend, "rank 1 (pid", "ran out of file descriptors", "EMFILE")
+}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/ipc"
 	"golang.org/x/sys/unix"
 )
 
@@ -302,8 +303,17 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 			unix.Close(fd)
 		}
 	}
+	var fdErr error
 	if err != nil {
-		return err
+		if g.rank == 0 || !ipc.IsLocalShortage(err) {
+			return err // rank 0 has told every rank (or every rank saw it)
+		}
+		// This rank alone ran out of descriptors receiving: the others
+		// succeeded and wait in the verdict below. Join it with the
+		// failure, so that every rank is told which rank failed and why.
+		fdErr = err
+		note(err)
+		in = make([][]int, world)
 	}
 
 	tr.mark("send-fds")
@@ -362,6 +372,9 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 
 	// Everyone succeeds or everyone undoes.
 	raw, err := g.ex.AllGather(0, encodeStatus(statusOf(localErr)))
+	if err != nil && fdErr != nil {
+		err = fdErr // the verdict could not be shared (records on the broken channel): ours is the cause
+	}
 	if err == nil {
 		sts := make([]status, world)
 		for r := range raw {
