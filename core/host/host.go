@@ -31,6 +31,8 @@ type Backend struct {
 	// limit where that is smaller (Note [Memory of a container]).
 	total uint64
 	cg    cgroupFS
+	// cgDirs are the memory cgroups whose limits apply (resolved once).
+	cgDirs []limitDir
 }
 
 // New opens the host backend.
@@ -41,8 +43,8 @@ func newBackend(cg cgroupFS) (*Backend, error) {
 	if err := unix.Sysinfo(&si); err != nil {
 		return nil, core.Errorf(core.ErrBackend, "host: sysinfo: %v", err)
 	}
-	b := &Backend{page: uintptr(os.Getpagesize()), total: uint64(si.Totalram) * uint64(si.Unit), cg: cg}
-	if l := cg.memoryLimit(); l.limit != 0 && l.limit < b.total {
+	b := &Backend{page: uintptr(os.Getpagesize()), total: uint64(si.Totalram) * uint64(si.Unit), cg: cg, cgDirs: cg.limitDirs()}
+	if l := cg.limitOf(b.cgDirs); l.limit != 0 && l.limit < b.total {
 		b.total = l.limit
 	}
 	return b, nil
@@ -77,7 +79,7 @@ func (b *Backend) MemoryInfo(device int) (uint64, uint64, error) {
 		return 0, 0, core.Errorf(core.ErrBackend, "host: sysinfo: %v", err)
 	}
 	free := (uint64(si.Freeram) + uint64(si.Bufferram)) * uint64(si.Unit)
-	if l := b.cg.memoryLimit(); l.limit != 0 {
+	if l := b.cg.limitOf(b.cgDirs); l.limit != 0 {
 		free = min(free, l.limit-min(l.usage, l.limit))
 	}
 	return free, b.total, nil
@@ -140,7 +142,7 @@ func (b *Backend) Create(device int, size uintptr) (core.Memory, error) {
 	if uint64(size) > b.total {
 		return 0, core.Errorf(core.ErrOutOfMemory, "host: %d bytes is more than the %d bytes of memory this process may use (the machine's RAM or its memory cgroup's limit)", size, b.total)
 	}
-	if l := b.cg.memoryLimit(); l.limit != 0 && uint64(size)+cgroupHeadroom > l.limit-min(l.usage, l.limit) {
+	if l := b.cg.limitOf(b.cgDirs); l.limit != 0 && uint64(size)+cgroupHeadroom > l.limit-min(l.usage, l.limit) {
 		return 0, core.Errorf(core.ErrOutOfMemory, "host: %d bytes do not fit in the memory cgroup (%s is %d bytes, %d are in use, %d are kept free for the process): the kernel would kill the process rather than fail",
 			size, l.file, l.limit, l.usage, cgroupHeadroom)
 	}
