@@ -74,6 +74,9 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 		rec.blockSize, rec.requested, rec.offset = uint64(info.Size), uint64(info.Requested), uint64(ptr-info.Addr)
 		rec.heapOff, rec.segHeapOff, rec.segSize, rec.segID = info.HeapOff, info.Segment.HeapOff, uint64(info.Segment.Size), info.Segment.ID
 		rec.allocs, rec.frees = info.Allocs, info.Frees
+		if g.wins != nil {
+			rec.winHeld = g.wins.held(info.Segment.HeapOff, info.Segment.ID)
+		}
 	}
 
 	// 2. One all-gather, and the same verdict everywhere.
@@ -92,7 +95,18 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 		return nil, err
 	}
 
-	// 3. Descriptors, only where some rank lacks something.
+	// 3. The segment as an NCCL window (Note [NCCL groups]), before anything
+	// is mapped, so that a failure here leaves nothing to undo.
+	var win uintptr
+	if g.wins != nil {
+		var err error
+		if win, err = g.registerWindow(info, recs); err != nil {
+			return nil, err
+		}
+		tr.mark("nccl-window")
+	}
+
+	// 4. Descriptors, only where some rank lacks something.
 	needPads := !recs[0].padsReady
 	// need(r, p): rank r lacks peer p's current segment.
 	need := func(r, p int) bool { return r != p && recs[r].held[p] != recs[p].segID+1 }
@@ -110,7 +124,27 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 		}
 	}
 
-	// 4. The handle.
+	// 5. The handle.
+	h, err := g.makeHandle(ptr, info, needPads, fresh, pinned, tr)
+	if err != nil {
+		return nil, err
+	}
+	if win != 0 {
+		h.window, h.windowOffset = win, ptr-info.Segment.Addr
+		if err := g.checkPeerPointers(h, win, info.Addr-info.Segment.Addr); err != nil {
+			h.Release()
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// makeHandle builds the handle of a rendezvous whose peers' segments are
+// mapped (fresh: by this call; pinned: before); needPads: the peers' pads
+// were mapped by this call.
+func (g *Group) makeHandle(ptr uintptr, info core.BlockInfo, needPads bool, fresh, pinned []*peerMap, tr *phaseTrace) (*Handle, error) {
+	gm := g.gm
+	world, me := g.world, g.rank
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
 	if needPads {
