@@ -5,6 +5,19 @@
 
 #include <string.h>
 
+#include "shim.h"
+
+/* Returns expr, evaluated with ctx current (see nccl.h). */
+#define SMNC_IN_CTX(ctx, expr)                                                               \
+  do {                                                                                       \
+    uintptr_t prev_ = 0;                                                                     \
+    int switched_ = (ctx) != 0 && smcu_scope_enter((ctx), &prev_);                           \
+    int r_ = (expr);                                                                         \
+    if (switched_)                                                                           \
+      smcu_scope_leave(prev_);                                                               \
+    return r_;                                                                               \
+  } while (0)
+
 /* Written once by smnc_install under the Go side's lock, before any
  * trampoline can run. */
 static smnc_table smnc;
@@ -45,13 +58,13 @@ int smnc_comm_cu_device(uintptr_t comm, int *device) {
   return smnc.ncclCommCuDevice((sm_ncclComm_t)comm, device);
 }
 
-int smnc_all_gather(uintptr_t comm, uintptr_t stream, unsigned long long send,
+int smnc_all_gather(uintptr_t ctx, uintptr_t comm, uintptr_t stream, unsigned long long send,
                     unsigned long long recv, size_t bytes) {
-  return smnc.ncclAllGather((const void *)(uintptr_t)send, (void *)(uintptr_t)recv, bytes,
-                            SM_NCCL_UINT8, (sm_ncclComm_t)comm, (sm_cudaStream_t)stream);
+  SMNC_IN_CTX(ctx, smnc.ncclAllGather((const void *)(uintptr_t)send, (void *)(uintptr_t)recv, bytes,
+                                      SM_NCCL_UINT8, (sm_ncclComm_t)comm, (sm_cudaStream_t)stream));
 }
 
-int smnc_window_register(uintptr_t comm, unsigned long long addr, size_t size, uintptr_t *win) {
+static int smnc_register(uintptr_t comm, unsigned long long addr, size_t size, uintptr_t *win) {
   sm_ncclWindow_t w = NULL;
   int r = smnc.ncclCommWindowRegister((sm_ncclComm_t)comm, (void *)(uintptr_t)addr, size, &w,
                                       SM_NCCL_WIN_COLL_SYMMETRIC);
@@ -59,13 +72,21 @@ int smnc_window_register(uintptr_t comm, unsigned long long addr, size_t size, u
   return r;
 }
 
-int smnc_window_deregister(uintptr_t comm, uintptr_t win) {
-  return smnc.ncclCommWindowDeregister((sm_ncclComm_t)comm, (sm_ncclWindow_t)win);
+int smnc_window_register(uintptr_t ctx, uintptr_t comm, unsigned long long addr, size_t size, uintptr_t *win) {
+  SMNC_IN_CTX(ctx, smnc_register(comm, addr, size, win));
 }
 
-int smnc_peer_pointer(uintptr_t win, size_t offset, int peer, unsigned long long *ptr) {
+int smnc_window_deregister(uintptr_t ctx, uintptr_t comm, uintptr_t win) {
+  SMNC_IN_CTX(ctx, smnc.ncclCommWindowDeregister((sm_ncclComm_t)comm, (sm_ncclWindow_t)win));
+}
+
+static int smnc_peer(uintptr_t win, size_t offset, int peer, unsigned long long *ptr) {
   void *p = NULL;
   int r = smnc.ncclGetPeerDevicePointer((sm_ncclWindow_t)win, offset, peer, &p);
   *ptr = (unsigned long long)(uintptr_t)p;
   return r;
+}
+
+int smnc_peer_pointer(uintptr_t ctx, uintptr_t win, size_t offset, int peer, unsigned long long *ptr) {
+  SMNC_IN_CTX(ctx, smnc_peer(win, offset, peer, ptr));
 }

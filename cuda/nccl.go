@@ -3,6 +3,7 @@ package cuda
 /*
 #include <stdlib.h>
 #include "nccl.h"
+#include "shim.h"
 
 // Calls ncclGetVersion through a bare pointer: the version decides which
 // symbols the table needs, so it is asked before the table is resolved.
@@ -118,6 +119,11 @@ type NCCLComm struct {
 	ptr                 uintptr
 	rank, world, device int
 	info                NCCLInfo
+	// ctx is the device's primary context, made current around NCCL calls
+	// (they run on whatever OS thread a goroutine is on); 0 when the driver
+	// is not loaded (the host backend with the NCCL stand-in). One
+	// reference, retained by OpenNCCLComm, is kept for the process's life.
+	ctx C.uintptr_t
 }
 
 // OpenNCCLComm loads NCCL (LoadNCCL) and reads ptr's rank, size and device.
@@ -143,6 +149,15 @@ func OpenNCCLComm(ptr uintptr) (*NCCLComm, error) {
 		return nil, c.fail("ncclCommCuDevice", r)
 	}
 	c.device = int(v)
+	if driverReady.Load() {
+		cu, err := cuDevice(c.device)
+		if err != nil {
+			return nil, core.Errorf(core.CodeOf(err), "nccl: the communicator's device %d: %v", c.device, err)
+		}
+		if err := check(C.smcu_primary_retain(cu, &c.ctx), c.device); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -199,7 +214,7 @@ func (c *NCCLComm) Describe() string {
 // AllGather enqueues ncclAllGather of bytesPerRank bytes per rank from
 // send into recv (device memory) on stream.
 func (c *NCCLComm) AllGather(stream core.Stream, send, recv, bytesPerRank uintptr) error {
-	if r := C.smnc_all_gather(C.uintptr_t(c.ptr), C.uintptr_t(stream), C.ulonglong(send), C.ulonglong(recv), C.size_t(bytesPerRank)); r != 0 {
+	if r := C.smnc_all_gather(c.ctx, C.uintptr_t(c.ptr), C.uintptr_t(stream), C.ulonglong(send), C.ulonglong(recv), C.size_t(bytesPerRank)); r != 0 {
 		return c.fail("ncclAllGather", r)
 	}
 	return nil
@@ -209,7 +224,7 @@ func (c *NCCLComm) AllGather(stream core.Stream, send, recv, bytesPerRank uintpt
 // (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC). Collective.
 func (c *NCCLComm) RegisterWindow(addr, size uintptr) (uintptr, error) {
 	var w C.uintptr_t
-	if r := C.smnc_window_register(C.uintptr_t(c.ptr), C.ulonglong(addr), C.size_t(size), &w); r != 0 {
+	if r := C.smnc_window_register(c.ctx, C.uintptr_t(c.ptr), C.ulonglong(addr), C.size_t(size), &w); r != 0 {
 		return 0, c.fail(fmt.Sprintf("ncclCommWindowRegister(%#x, %d bytes, NCCL_WIN_COLL_SYMMETRIC)", addr, size), r)
 	}
 	if w == 0 {
@@ -220,7 +235,7 @@ func (c *NCCLComm) RegisterWindow(addr, size uintptr) (uintptr, error) {
 
 // DeregisterWindow undoes RegisterWindow.
 func (c *NCCLComm) DeregisterWindow(win uintptr) error {
-	if r := C.smnc_window_deregister(C.uintptr_t(c.ptr), C.uintptr_t(win)); r != 0 {
+	if r := C.smnc_window_deregister(c.ctx, C.uintptr_t(c.ptr), C.uintptr_t(win)); r != 0 {
 		return c.fail("ncclCommWindowDeregister", r)
 	}
 	return nil
@@ -234,7 +249,7 @@ func (c *NCCLComm) PeerPointer(win, offset uintptr, peer int) (ptr uintptr, ok b
 		return 0, false, nil
 	}
 	var p C.ulonglong
-	if r := C.smnc_peer_pointer(C.uintptr_t(win), C.size_t(offset), C.int(peer), &p); r != 0 {
+	if r := C.smnc_peer_pointer(c.ctx, C.uintptr_t(win), C.size_t(offset), C.int(peer), &p); r != 0 {
 		return 0, true, c.fail("ncclGetPeerDevicePointer", r)
 	}
 	return uintptr(p), true, nil

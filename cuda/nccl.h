@@ -60,17 +60,20 @@ void smnc_install(const void *ptrs);
 /* Whether the optional ncclGetPeerDevicePointer is there (NCCL >= 2.29). */
 int smnc_has_peer_pointer(void);
 
-/* Trampolines; each returns an ncclResult_t. */
+/* Trampolines; each returns an ncclResult_t. Those taking ctx make that
+ * CUDA context (the device's primary context; 0: none, no driver loaded)
+ * current around the call, as shim.h's trampolines do: the Go side calls
+ * them from whatever OS thread its goroutine runs on. */
 int smnc_get_version(int *version);
 const char *smnc_error_string(int res);
 const char *smnc_last_error(uintptr_t comm);
 int smnc_comm_user_rank(uintptr_t comm, int *rank);
 int smnc_comm_count(uintptr_t comm, int *count);
 int smnc_comm_cu_device(uintptr_t comm, int *device);
-int smnc_all_gather(uintptr_t comm, uintptr_t stream, unsigned long long send,
+int smnc_all_gather(uintptr_t ctx, uintptr_t comm, uintptr_t stream, unsigned long long send,
                     unsigned long long recv, size_t bytes);
-int smnc_window_register(uintptr_t comm, unsigned long long addr, size_t size, uintptr_t *win);
-int smnc_window_deregister(uintptr_t comm, uintptr_t win);
-int smnc_peer_pointer(uintptr_t win, size_t offset, int peer, unsigned long long *ptr);
+int smnc_window_register(uintptr_t ctx, uintptr_t comm, unsigned long long addr, size_t size, uintptr_t *win);
+int smnc_window_deregister(uintptr_t ctx, uintptr_t comm, uintptr_t win);
+int smnc_peer_pointer(uintptr_t ctx, uintptr_t win, size_t offset, int peer, unsigned long long *ptr);
 
 #endif /* SYMMEM_CUDA_NCCL_H */
