@@ -10,6 +10,10 @@ ROOT    := $(abspath .)
 LIB     := $(BUILD)/libsymmem.so
 GOFILES := $(shell find core cuda export -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.map' 2>/dev/null) go.mod go.sum
 
+# NCCL's stand-ins (rules below), needed by the C and Python suites.
+FAKENCCL    := $(BUILD)/libnccl_fake.so
+FAKENCCL228 := $(BUILD)/libnccl_fake_228.so
+
 CTEST_SRC   := $(wildcard tests/c/test_*.c)
 CTEST_BIN   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(CTEST_SRC))
 CTEST_FLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fsanitize=address -fno-omit-frame-pointer
@@ -64,8 +68,6 @@ test-fakecuda: $(CTEST_BIN) $(BUILD)/demo $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228)
 # (tests/c/test_nccl.c, python/tests/test_nccl_host.py): NCCL 2.29 with host
 # peer pointers, and 2.28.9 without them. The soname is NCCL's, so that the
 # run-time loader finds a copy already loaded the way it finds torch's.
-FAKENCCL    := $(BUILD)/libnccl_fake.so
-FAKENCCL228 := $(BUILD)/libnccl_fake_228.so
 $(FAKENCCL): cuda/testdata/fakenccl.c
 	@mkdir -p $(BUILD)
 	$(CC) -shared -fPIC -O1 -Wall -Wextra -Werror -Wl,-soname,libnccl.so.2 -o $@ $< -lpthread
@@ -115,3 +117,4 @@ gpu-artifacts: $(LIB) $(FAKENCCL) $(FAKENCCL228)
 	@for p in $(GO_TEST_PKGS); do \
 	  n=$$(echo $$p | sed 's|^\./||; s|/|_|g'); \
 	  $(GO) test -race -c -o $(BUILD)/gotests/$$n.test $$p || exit 1; done
+	$(GO) build -buildmode=c-shared -o $(BUILD)/libgofloor.so ./bench/gofloor

@@ -20,8 +20,9 @@ import (
 // symmemNCCLNoWindows is SYMMEM_NCCL_NO_WINDOWS of symmem.h.
 const symmemNCCLNoWindows = 1
 
-//export symmem_group_create_nccl
-func symmem_group_create_nccl(comm unsafe.Pointer, name *C.char, timeoutMs C.int64_t, flags C.uint, out *uintptr) C.int {
+//export symmemgo_group_create_nccl
+func symmemgo_group_create_nccl(comm unsafe.Pointer, name *C.char, timeoutMs C.int64_t, flags C.uint, out *uintptr) (result C.int) {
+	defer recoverCall("symmem_group_create_nccl", &result, C.int(core.ErrInternal))
 	n := "NULL"
 	if name != nil {
 		n = fmt.Sprintf("%q", C.GoString(name))
@@ -54,20 +55,21 @@ func symmem_group_create_nccl(comm unsafe.Pointer, name *C.char, timeoutMs C.int
 	return 0
 }
 
-//export symmem_nccl_version
-func symmem_nccl_version() C.int {
+//export symmemgo_nccl_version
+func symmemgo_nccl_version() (result C.int) {
+	defer recoverCall("symmem_nccl_version", &result, 0)
 	info, err := cuda.LoadNCCL()
 	if err != nil {
 		setLastError("symmem_nccl_version", err)
 		return 0
 	}
-	setLastError("symmem_nccl_version", nil)
 	return C.int(info.Version)
 }
 
-//export symmem_handle_nccl_window
-func symmem_handle_nccl_window(handle uintptr, window *unsafe.Pointer, offset *C.size_t) C.int {
+//export symmemgo_handle_nccl_window
+func symmemgo_handle_nccl_window(handle uintptr, window *unsafe.Pointer, offset *C.size_t) (result C.int) {
 	const call = "symmem_handle_nccl_window"
+	defer recoverCall(call, &result, C.int(core.ErrInternal))
 	h, err := handleOf(handle)
 	if err != nil {
 		return setLastError(call, err)
@@ -87,9 +89,10 @@ func symmem_handle_nccl_window(handle uintptr, window *unsafe.Pointer, offset *C
 	return 0
 }
 
-//export symmem_group_nccl_window_counts
-func symmem_group_nccl_window_counts(group uintptr, registered, deregistered, live *C.int64_t) C.int {
+//export symmemgo_group_nccl_window_counts
+func symmemgo_group_nccl_window_counts(group uintptr, registered, deregistered, live *C.int64_t) (result C.int) {
 	const call = "symmem_group_nccl_window_counts"
+	defer recoverCall(call, &result, C.int(core.ErrInternal))
 	g, err := groupOf(group)
 	if err != nil {
 		return setLastError(call, err)

@@ -78,6 +78,17 @@ type Communicator interface {
 type streamMaker interface {
 	NewStream(device int) (core.Stream, error)
 	DestroyStream(device int, s core.Stream) error
+	Synchronize(device int, s core.Stream) error
+}
+
+// syncStream waits for the work on the gatherer's stream: the stream alone
+// where the backend makes streams, else the device (the host backend's
+// work is done when its calls return).
+func (cg *commGather) syncStream() error {
+	if cg.sm != nil {
+		return cg.sm.Synchronize(cg.dev, cg.stream)
+	}
+	return cg.be.SynchronizeDevice(cg.dev)
 }
 
 // commGather all-gathers a group's records through a Communicator.
@@ -170,7 +181,7 @@ func (cg *commGather) freeBuffers() error {
 	if cg.size == 0 {
 		return nil
 	}
-	err := errors.Join(cg.be.Synchronize(cg.dev, cg.stream), cg.be.Unmap(cg.dev, cg.dbuf, cg.size),
+	err := errors.Join(cg.syncStream(), cg.be.Unmap(cg.dev, cg.dbuf, cg.size),
 		cg.be.Release(cg.dmem), cg.be.Unreserve(cg.dev, cg.dbuf, cg.size), unix.MunmapPtr(ptrAt(cg.hbuf), cg.size))
 	cg.size = 0
 	return err
@@ -204,7 +215,7 @@ func (cg *commGather) allGather(send, recv []byte) error {
 		if err := cg.comm.AllGather(cg.stream, cg.dbuf, cg.dbuf+n, n); err != nil {
 			return err
 		}
-		return cg.be.Synchronize(cg.dev, cg.stream)
+		return cg.syncStream()
 	})
 	if err != nil {
 		return err

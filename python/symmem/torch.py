@@ -333,7 +333,7 @@ def _nccl_comm_ptr(torch, pg, backend, device: int) -> int:
 def group_for(
     group=None,
     device: int = 0,
-    timeout: Optional[float] = 300.0,
+    timeout: Optional[float] = None,
     nccl: Optional[bool] = None,
     nccl_windows: bool = True,
 ) -> Group:
@@ -489,7 +489,7 @@ class TorchHandle:
 def rendezvous(
     tensor,
     group=None,
-    timeout: Optional[float] = 300.0,
+    timeout: Optional[float] = None,
     *,
     nccl: Optional[bool] = None,
     nccl_windows: bool = True,
