@@ -68,8 +68,8 @@ func symmemgo_nccl_version() (result C.int) {
 
 //export symmemgo_handle_nccl_window
 func symmemgo_handle_nccl_window(handle uintptr, window *unsafe.Pointer, offset *C.size_t) (result C.int) {
+	defer recoverCall("symmem_handle_nccl_window", &result, C.int(core.ErrInternal))
 	const call = "symmem_handle_nccl_window"
-	defer recoverCall(call, &result, C.int(core.ErrInternal))
 	h, err := handleOf(handle)
 	if err != nil {
 		return setLastError(call, err)
@@ -91,8 +91,8 @@ func symmemgo_handle_nccl_window(handle uintptr, window *unsafe.Pointer, offset 
 
 //export symmemgo_group_nccl_window_counts
 func symmemgo_group_nccl_window_counts(group uintptr, registered, deregistered, live *C.int64_t) (result C.int) {
+	defer recoverCall("symmem_group_nccl_window_counts", &result, C.int(core.ErrInternal))
 	const call = "symmem_group_nccl_window_counts"
-	defer recoverCall(call, &result, C.int(core.ErrInternal))
 	g, err := groupOf(group)
 	if err != nil {
 		return setLastError(call, err)
