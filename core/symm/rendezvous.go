@@ -115,6 +115,9 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 		rec.blockSize, rec.requested, rec.offset = uint64(info.Size), uint64(info.Requested), uint64(ptr-info.Addr)
 		rec.heapOff, rec.segHeapOff, rec.segSize, rec.segID = info.HeapOff, info.Segment.HeapOff, uint64(info.Segment.Size), info.Segment.ID
 		rec.allocs, rec.frees = info.Allocs, info.Frees
+		if g.wins != nil {
+			rec.winHeld = g.wins.held(info.Segment.HeapOff, info.Segment.ID)
+		}
 	}
 
 	// 2. One all-gather, and the same verdict everywhere.
@@ -132,6 +135,16 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	if err := g.verdict(recs); err != nil {
 		g.dropStalePeerPads(recs)
 		return nil, err
+	}
+
+	// 2b. The segment as an NCCL window (Note [NCCL groups]), before
+	// anything is mapped, so that a failure here leaves nothing to undo.
+	var win uintptr
+	if g.wins != nil {
+		if win, err = g.registerWindow(info, recs); err != nil {
+			return nil, err
+		}
+		tr.mark("nccl-window")
 	}
 
 	// 3. Descriptors, only where some rank lacks something; the exchange
@@ -155,7 +168,6 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 
 	// 4. The handle: nothing here can fail, so every rank succeeds.
 	gm.mu.Lock()
-	defer gm.mu.Unlock()
 	if needPads {
 		gm.pads.ready = true
 	}
@@ -179,6 +191,18 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	gm.refs++
 	g.rendezvoused = true // only now: a failed rendezvous leaves the pad size open
 	succeeded = true
+	gm.mu.Unlock()
+
+	// 5. NCCL's view of the peers' windows (NCCL >= 2.29): a collective
+	// check whose failure releases the handle on every rank.
+	if win != 0 {
+		h.window, h.windowOffset = win, ptr-info.Segment.Addr
+		if err := g.checkPeerPointers(h, win, info.Addr-info.Segment.Addr); err != nil {
+			h.Release()
+			return nil, err
+		}
+		tr.mark("nccl-peer-check")
+	}
 	return h, nil
 }
 
