@@ -35,4 +35,3 @@ func TestDescriptorShortage(t *testing.T) {
 		}
 	}
 }
-
