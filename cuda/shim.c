@@ -82,6 +82,16 @@ static void smcu_leave(const smcu_scope *sc) {
     (void)smcu.cuCtxSetCurrent(sc->prev);
 }
 
+int smcu_scope_enter(uintptr_t ctx, uintptr_t *prev) {
+  smcu_scope sc;
+  if (smcu.cuCtxGetCurrent == NULL || smcu_enter(ctx, &sc).res != SM_CUDA_SUCCESS || !sc.switched)
+    return 0;
+  *prev = (uintptr_t)sc.prev;
+  return 1;
+}
+
+void smcu_scope_leave(uintptr_t prev) { (void)smcu.cuCtxSetCurrent((sm_CUcontext)prev); }
+
 /* Runs one driver call, expr, in ctx and returns its status named name. */
 #define SMCU_IN_CTX(ctx, name, expr)                                                        \
   do {                                                                                     \

@@ -48,6 +48,13 @@ void smcu_install(const void *ptrs);
 const char *smcu_error_name(int res);
 const char *smcu_error_string(int res);
 
+/* For the package's other C code (nccl.c): makes ctx current on the calling
+ * thread unless it already is; returns 1 and the previous context in *prev
+ * when it switched (then smcu_scope_leave(prev) puts it back), 0 otherwise
+ * (also when no driver is loaded). */
+int smcu_scope_enter(uintptr_t ctx, uintptr_t *prev);
+void smcu_scope_leave(uintptr_t prev);
+
 /* Calls that need no context. */
 smcu_status smcu_init(void);
 smcu_status smcu_driver_version(int *version);

@@ -65,12 +65,13 @@ from .errors import (
 )
 from .exchange import KeyValueAllGather
 from ._coll import collectives_load
-from .group import Group, Handle, rendezvous
+from .group import Group, Handle, nccl_version, rendezvous
 
 __version__ = "0.1.0"
 
 __all__ = [
     "collectives_load",
+    "nccl_version",
     "HEADER_VERSION",
     "LibraryNotFoundError",
     "library_path",
