@@ -104,9 +104,26 @@ func (gm *groupMem) importMap(fd int, size uintptr) (addr uintptr, mem core.Memo
 	return addr, mem, nil
 }
 
-// unmapRelease undoes importMap (or a pad's create+map).
+// unmapRelease undoes importMap (or a pad's create+map). If Unmap fails,
+// the memory stays mapped and reserved (still valid to touch); once it is
+// unmapped, a failed Release or Unreserve leaks the handle or the address
+// range, and the error says so.
 func (gm *groupMem) unmapRelease(addr, size uintptr, mem core.Memory) error {
-	return errors.Join(gm.be.Unmap(gm.device, addr, size), gm.be.Release(mem), gm.be.Unreserve(gm.device, addr, size))
+	return unmapRelease(gm.be, gm.device, addr, size, mem)
+}
+
+func unmapRelease(be core.Backend, device int, addr, size uintptr, mem core.Memory) error {
+	if err := be.Unmap(device, addr, size); err != nil {
+		return core.Errorf(core.CodeOf(err), "%d bytes at %#x left mapped (leaked): %v", size, addr, err)
+	}
+	var errs []error
+	if err := be.Release(mem); err != nil {
+		errs = append(errs, core.Errorf(core.CodeOf(err), "%d bytes unmapped from %#x, but their memory could not be released (leaked): %v", size, addr, err))
+	}
+	if err := be.Unreserve(device, addr, size); err != nil {
+		errs = append(errs, core.Errorf(core.CodeOf(err), "the address range %#x (%d bytes) could not be given back (leaked): %v", addr, size, err))
+	}
+	return errors.Join(errs...)
 }
 
 // sync waits for all work on the device before memory that it may use is
@@ -263,7 +280,7 @@ func newDeviceSlab(be core.Backend, device int, gran, slot uintptr) *slab {
 		put: func(addr, size uintptr) error {
 			m := mems[addr]
 			delete(mems, addr)
-			return errors.Join(be.Unmap(device, addr, size), be.Release(m), be.Unreserve(device, addr, size))
+			return unmapRelease(be, device, addr, size, m)
 		},
 	}
 }
