@@ -62,7 +62,11 @@ type flight struct {
 // Memset, whose late completion could write into memory the caller has
 // moved on from).
 func (b *Backend) bounded(dev int, key flightKey, call func() C.smcu_status) error {
-	timer := time.NewTimer(b.syncTimeout)
+	return b.boundedFor(dev, key, b.syncTimeout, call)
+}
+
+func (b *Backend) boundedFor(dev int, key flightKey, timeout time.Duration, call func() C.smcu_status) error {
+	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	waitedForOther := false
 	for {
@@ -96,10 +100,68 @@ func (b *Backend) bounded(dev int, key flightKey, call func() C.smcu_status) err
 			}
 			return core.Errorf(core.ErrTimeout,
 				"cuda: %s on device %d did not finish within %v: work queued on the device is stuck (a stream waiting for a signal from a peer that is gone?); the wait is abandoned and the device stays busy%s (SYMMEM_TIMEOUT_MS sets the limit)",
-				key.what, dev, b.syncTimeout, still)
+				key.what, dev, timeout, still)
 		}
 	}
 }
+
+// ownStream is dev's stream for the library's own bounded work, made on
+// first use: non-blocking, so work stuck on the caller's streams (or the
+// legacy default stream) does not hold it up.
+func (b *Backend) ownStream(d *device) (C.uintptr_t, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ownStream == 0 {
+		var s C.uintptr_t
+		if err := check(C.smcu_stream_create(d.ctx, &s), d.ordinal); err != nil {
+			return 0, err
+		}
+		d.ownStream = s
+	}
+	return d.ownStream, nil
+}
+
+// MemsetWithin is core.BoundedMemOps: Memset on the library's own stream,
+// waiting for it up to timeout (Note [Bounded waits]). After ErrTimeout the
+// memset may still run: the caller must not free the memory.
+func (b *Backend) MemsetWithin(dev int, addr uintptr, value byte, size uintptr, timeout time.Duration) error {
+	d, err := b.device(dev)
+	if err != nil || size == 0 {
+		return err
+	}
+	s, err := b.ownStream(d)
+	if err != nil {
+		return err
+	}
+	if err := check(C.smcu_memset_async(d.ctx, s, C.ulonglong(addr), C.uchar(value), C.size_t(size)), dev); err != nil {
+		return err
+	}
+	return b.boundedFor(dev, flightKey{dev, "cuStreamSynchronize", core.Stream(s)}, timeout, func() C.smcu_status {
+		return C.smcu_stream_synchronize(d.ctx, s)
+	})
+}
+
+// CopyWithin is core.BoundedMemOps: Copy on the library's own stream,
+// waiting for it up to timeout. After ErrTimeout the copy may still run:
+// the caller must not free either side.
+func (b *Backend) CopyWithin(dev int, dst, src, size uintptr, timeout time.Duration) error {
+	d, err := b.device(dev)
+	if err != nil || size == 0 {
+		return err
+	}
+	s, err := b.ownStream(d)
+	if err != nil {
+		return err
+	}
+	if err := check(C.smcu_copy_async(d.ctx, s, C.ulonglong(dst), C.ulonglong(src), C.size_t(size)), dev); err != nil {
+		return err
+	}
+	return b.boundedFor(dev, flightKey{dev, "cuStreamSynchronize", core.Stream(s)}, timeout, func() C.smcu_status {
+		return C.smcu_stream_synchronize(d.ctx, s)
+	})
+}
+
+var _ core.BoundedMemOps = (*Backend)(nil)
 
 // StreamWait makes later work on waiter wait for the work queued on other so
 // far: an event (timing disabled) recorded on other and waited for on

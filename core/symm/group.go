@@ -145,7 +145,7 @@ func New(o Options) (*Group, error) {
 		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: the backend's granularity: %v", o.Rank, localErr)
 	}
 	g.gm = &groupMem{be: g.be, device: o.Device, gran: gran, name: o.Name, rank: o.Rank, world: o.World,
-		refs: 1, maps: map[mapKey]*peerMap{}}
+		timeout: o.Timeout, refs: 1, maps: map[mapKey]*peerMap{}}
 	if localErr == nil && g.be.Capabilities().DevicePointerArrays {
 		// The device memory for handles' pointer arrays (one chunk serves
 		// many handles) is made with the group, the per-group setup, not in

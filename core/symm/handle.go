@@ -77,7 +77,11 @@ func (h *Handle) fillArrays() error {
 	if h.devArr == h.arr {
 		return nil
 	}
-	return h.gm.be.Copy(h.gm.device, 0, h.devArr, h.arr, uintptr(2*h.world*8))
+	err := h.gm.copyOut(h.devArr, h.arr, uintptr(2*h.world*8))
+	if core.CodeOf(err) == core.ErrTimeout { // the copy may still land
+		h.gm.dev.tainted = true
+	}
+	return err
 }
 
 // freeArrays gives the slots back (gm.mu held).

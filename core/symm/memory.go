@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
@@ -12,12 +13,13 @@ import (
 
 // groupMem is the memory of a group that may outlive it (Note [Lifetimes]).
 type groupMem struct {
-	be     core.Backend
-	device int
-	gran   uintptr
-	name   string
-	rank   int
-	world  int
+	be      core.Backend
+	device  int
+	gran    uintptr
+	name    string
+	rank    int
+	world   int
+	timeout time.Duration // the group's: bounds memsets and copies (memsetZero, copyOut)
 
 	mu sync.Mutex
 	// refs = (1 while the group is not destroyed) + (live handles). The
@@ -143,6 +145,24 @@ func (gm *groupMem) syncThen(what string, unmap func() error) error {
 	return unmap()
 }
 
+// memsetZero zeroes our memory at addr, bounded by the group's timeout where
+// the backend waits for a device (core.BoundedMemOps). On ErrTimeout the
+// memset may still run: the caller must leak the memory.
+func (gm *groupMem) memsetZero(addr, size uintptr) error {
+	if b, ok := gm.be.(core.BoundedMemOps); ok {
+		return b.MemsetWithin(gm.device, addr, 0, size, gm.timeout)
+	}
+	return gm.be.Memset(gm.device, 0, addr, 0, size)
+}
+
+// copyOut copies size bytes from src to dst, bounded like memsetZero.
+func (gm *groupMem) copyOut(dst, src, size uintptr) error {
+	if b, ok := gm.be.(core.BoundedMemOps); ok {
+		return b.CopyWithin(gm.device, dst, src, size, gm.timeout)
+	}
+	return gm.be.Copy(gm.device, 0, dst, src, size)
+}
+
 // makePads creates, maps and zeroes this rank's pad of size bytes.
 func (gm *groupMem) makePads(size uintptr) (*pads, error) {
 	p := &pads{size: size, phys: roundUp(size, gm.gran), addr: make([]uintptr, gm.world), mem: make([]core.Memory, gm.world),
@@ -161,7 +181,11 @@ func (gm *groupMem) makePads(size uintptr) (*pads, error) {
 		gm.be.Release(own)
 		return nil, err
 	}
-	if err := gm.be.Memset(gm.device, 0, addr, 0, p.phys); err != nil {
+	if err := gm.memsetZero(addr, p.phys); err != nil {
+		if core.CodeOf(err) == core.ErrTimeout { // it may still write there
+			gm.leaked++
+			return nil, core.Errorf(core.ErrTimeout, "zeroing the pad: %v; the pad is left mapped (deliberately leaked)", err)
+		}
 		gm.unmapRelease(addr, p.phys, own)
 		return nil, err
 	}
@@ -236,6 +260,9 @@ type slab struct {
 	put    func(addr, size uintptr) error
 	chunks []uintptr
 	free   []uintptr
+	// tainted: a copy into a slot timed out and may still land, so the
+	// chunks are never unmapped (close leaks them, and says so).
+	tainted bool
 }
 
 func newHostSlab(slot uintptr) *slab {
@@ -304,6 +331,11 @@ func (s *slab) alloc() (uintptr, error) {
 func (s *slab) release(a uintptr) { s.free = append(s.free, a) }
 
 func (s *slab) close() error {
+	if s.tainted {
+		n := len(s.chunks)
+		s.chunks, s.free = nil, nil
+		return core.Errorf(core.ErrTimeout, "%d chunk(s) of pointer arrays left mapped (deliberately leaked): a copy into them timed out and may still run", n)
+	}
 	var errs []error
 	for _, c := range s.chunks {
 		errs = append(errs, s.put(c, s.chunk))
