@@ -7,7 +7,6 @@ import "C"
 
 import (
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -45,12 +44,7 @@ type Backend struct {
 	flights   map[flightKey]*flight
 }
 
-func syncTimeoutFromEnv() time.Duration {
-	if ms, err := strconv.ParseInt(os.Getenv("SYMMEM_TIMEOUT_MS"), 10, 64); err == nil && ms > 0 {
-		return time.Duration(ms) * time.Millisecond
-	}
-	return 5 * time.Minute
-}
+func syncTimeoutFromEnv() time.Duration { return core.DefaultTimeout() }
 
 var _ core.Backend = (*Backend)(nil)
 
