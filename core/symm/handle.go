@@ -172,6 +172,7 @@ func (h *Handle) Release() error {
 	gm := h.gm
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
+	defer gm.syncBatch()()
 	var first error
 	keep := func(err error) {
 		if first == nil {

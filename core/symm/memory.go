@@ -39,6 +39,9 @@ type groupMem struct {
 	// arrays are the live pointer arrays by content (Note [Shared pointer
 	// arrays]); every entry has refs > 0.
 	arrays map[string]*ptrArrays
+	// batch, while set (syncBatch), makes every syncThen of one release share
+	// one device synchronisation and its result.
+	batch *syncResult
 	// leaked counts the times memory was left mapped because the device
 	// synchronisation before unmapping it failed (syncThen).
 	leaked int
@@ -150,12 +153,35 @@ func unmapRelease(be core.Backend, device int, addr, size uintptr, mem core.Memo
 // unmapped (DESIGN invariant 4). A no-op on the host backend.
 func (gm *groupMem) sync() error { return gm.be.SynchronizeDevice(gm.device) }
 
+type syncResult struct {
+	done bool
+	err  error
+}
+
+// syncBatch starts a release that may unmap several things (mu held): they
+// share one device synchronisation (one per peer mapping took as many
+// synchronisations, and as many timeouts on a stuck device). The caller
+// defers the returned function.
+func (gm *groupMem) syncBatch() func() {
+	gm.batch = &syncResult{}
+	return func() { gm.batch = nil }
+}
+
 // syncThen runs unmap once the device is synchronised. When the
 // synchronisation fails or times out (a peer died with a stream waiting for
 // its signal: the GPU may still read or write this memory), nothing is
 // unmapped: what is deliberately leaked, and the error says so.
 func (gm *groupMem) syncThen(what string, unmap func() error) error {
-	if err := gm.sync(); err != nil {
+	var err error
+	if gm.batch != nil { // one synchronisation serves the whole release
+		if !gm.batch.done {
+			gm.batch.err, gm.batch.done = gm.sync(), true
+		}
+		err = gm.batch.err
+	} else {
+		err = gm.sync()
+	}
+	if err != nil {
 		gm.leaked++
 		return core.Errorf(core.CodeOf(err), "group %q: rank %d: %s left mapped (deliberately leaked): the device synchronisation before unmapping failed, so the GPU may still use it: %v",
 			gm.name, gm.rank, what, err)
