@@ -63,13 +63,13 @@ func Open() (core.Backend, error) {
 	return b, nil
 }
 
-// New loads the driver (LibraryPath), initialises it and counts devices. It
+// New loads the driver (Note [Libraries loaded at run time]), initialises it and counts devices. It
 // fails with core.ErrUnavailable, saying why, when the library cannot be
 // loaded, lacks a function, cuInit fails, or there is no device. Devices are
 // set up lazily, on first use.
 func New() (*Backend, error) {
-	path := LibraryPath()
-	if err := loadDriver(path); err != nil {
+	path, err := loadDriver()
+	if err != nil {
 		return nil, err
 	}
 	var n C.int

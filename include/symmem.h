@@ -452,6 +452,96 @@ symmem_result symmem_wait_signal(symmem_handle *handle, int src_rank,
 symmem_result symmem_barrier(symmem_handle *handle, int channel,
                              int64_t timeout_ms, symmem_stream_t stream);
 
+/* ---------------------------------------------------------------------------
+ * Groups over an NCCL communicator, NCCL symmetric windows
+ *
+ * NCCL is never linked: it is loaded at run time the first time one of these
+ * functions needs it (a process that never calls them never loads it): the
+ * NCCL already loaded in the process (PyTorch loads one), else the path in
+ * SYMMEM_LIBNCCL, else libnccl.so.2 through the dynamic linker, in the
+ * nvidia-nccl wheel's folder (site-packages/nvidia/nccl/lib) and in the CUDA
+ * toolkit. NCCL 2.28 or newer is needed (window registration); with 2.29 or
+ * newer each rendezvous also checks NCCL's host peer pointers. A missing or
+ * too old NCCL is SYMMEM_ERROR_UNAVAILABLE, saying what was found and what is
+ * needed. NCCL errors carry NCCL's own text (ncclGetErrorString and
+ * ncclGetLastError).
+ *
+ * Example (one rank; comm made by ncclCommInitRank or taken from PyTorch's
+ * ProcessGroupNCCL, on the device this rank's buffers live on):
+ *
+ *     symmem_group *g;
+ *     if (symmem_group_create_nccl(comm, "tp", 60000, 0, &g) != SYMMEM_SUCCESS)
+ *       fprintf(stderr, "%s\n", symmem_last_error_message());
+ *     void *buf = symmem_alloc(bytes, symmem_group_device(g), stream);
+ *     symmem_handle *h;
+ *     symmem_rendezvous(buf, g, &h);           // registers the window
+ *     ncclAllReduce(buf, buf, n, ncclBfloat16, ncclSum, comm, stream);
+ *                                              // NCCL's symmetric path
+ *     ...
+ *     symmem_handle_release(h);
+ *     symmem_free(buf, bytes, symmem_group_device(g), stream);
+ *     symmem_group_destroy(g);                 // before ncclCommDestroy
+ * ------------------------------------------------------------------------- */
+
+/* Flags of symmem_group_create_nccl. */
+#define SYMMEM_NCCL_NO_WINDOWS 1u /* rendezvous registers no NCCL window */
+
+/* Creates this process's member of group name over nccl_comm, an ncclComm_t
+ * that the caller owns and keeps alive until symmem_group_destroy returns
+ * (libsymmem never destroys or aborts it). Collective over the communicator:
+ * every rank calls it. Rank, world size and device are the communicator's
+ * (ncclCommUserRank, ncclCommCount, ncclCommCuDevice). The group's small
+ * records are all-gathered with ncclAllGather on a private stream through a
+ * small device staging buffer; file descriptors still travel over the Unix
+ * socket channel (one node). timeout_ms bounds every wait (<= 0:
+ * SYMMEM_TIMEOUT_MS or 300000): when an NCCL collective does not finish in
+ * time (a dead or absent rank) the call fails with SYMMEM_ERROR_TIMEOUT, the
+ * group can no longer be used (destroy it), and the communicator is left to
+ * its owner, who should abort it (ncclCommAbort).
+ *
+ * Unless flags has SYMMEM_NCCL_NO_WINDOWS, every symmem_rendezvous on the
+ * group registers the segment holding the buffer (whole segments: cuMem
+ * memory with POSIX-fd handles, granularity-aligned) as an NCCL symmetric
+ * window (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC), collectively,
+ * once per (segment, group); later rendezvous on the same segment make no
+ * NCCL call. NCCL collectives on buffers in registered segments then take
+ * NCCL's symmetric-memory path. A window is deregistered before its segment's
+ * memory is released (symmem_empty_cache, out-of-memory retries) or when the
+ * group is destroyed, whichever comes first, and never twice. The group makes
+ * its first NCCL calls (all-gathers) before any registration, which avoids
+ * pytorch issue 188567 (registration as the first NCCL operation on a
+ * communicator fails).
+ *
+ * Returns SYMMEM_ERROR_INVALID_ARGUMENT (NULL comm, name or out, unknown
+ * flags), SYMMEM_ERROR_UNAVAILABLE (no usable NCCL), SYMMEM_ERROR_TIMEOUT,
+ * SYMMEM_ERROR_MISMATCH, or an NCCL failure with NCCL's text. On success *out
+ * owns the group. Thread safety: as symmem_group_create. */
+symmem_result symmem_group_create_nccl(void *nccl_comm, const char *name,
+                                       int64_t timeout_ms, unsigned flags,
+                                       symmem_group **out);
+
+/* Loads NCCL (see above) and returns its version as ncclGetVersion reports
+ * it (22809 for 2.28.9), or 0 with the last error SYMMEM_ERROR_UNAVAILABLE
+ * saying what was found and what is needed. Thread-safe. */
+int symmem_nccl_version(void);
+
+/* The NCCL window (an ncclWindow_t) holding handle's buffer on this rank and
+ * the rendezvous pointer's offset in it, for NCCL calls that take windows.
+ * The window is owned by the group; it stays valid while the buffer is
+ * allocated and the group lives. SYMMEM_ERROR_UNAVAILABLE (and *window =
+ * NULL) when the handle's group is not over a communicator or was created
+ * with SYMMEM_NCCL_NO_WINDOWS. offset may be NULL. Thread-safe. */
+symmem_result symmem_handle_nccl_window(const symmem_handle *handle,
+                                        void **window, size_t *offset);
+
+/* How many windows group has registered and deregistered so far and how
+ * many it holds now (each pointer may be NULL); all 0 for a group without
+ * windows. For tests and monitoring. Thread-safe. */
+symmem_result symmem_group_nccl_window_counts(const symmem_group *group,
+                                              int64_t *registered,
+                                              int64_t *deregistered,
+                                              int64_t *live);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

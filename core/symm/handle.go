@@ -35,6 +35,11 @@ type Handle struct {
 	// sig counts the signals of the group's pads (shared by its handles).
 	sig *signalCounts
 
+	// window is our segment's NCCL window on groups over a communicator
+	// (0 otherwise), windowOffset the rendezvous pointer's offset in it.
+	// Valid while the block is allocated (the window goes with the segment).
+	window, windowOffset uintptr
+
 	// life counts the calls in flight that touch the pads, so that Release
 	// never unmaps under them (Note [Calls in flight]).
 	life *lifetime
@@ -257,3 +262,8 @@ func (h *Handle) Buffers() []uintptr { return append([]uintptr(nil), h.bufPtrs..
 
 // SignalPads returns a copy of every rank's signal pad address.
 func (h *Handle) SignalPads() []uintptr { return append([]uintptr(nil), h.padPtrs...) }
+
+// Window is the NCCL window (an ncclWindow_t) that holds the buffer, and
+// the rendezvous pointer's offset in it; 0, 0 when the group has no
+// communicator or windows are off. Valid while the buffer is allocated.
+func (h *Handle) Window() (win, offset uintptr) { return h.window, h.windowOffset }

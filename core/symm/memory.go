@@ -104,8 +104,10 @@ func (gm *groupMem) importMap(fd int, size uintptr, what string) (addr uintptr, 
 	}
 	if sizer, ok := gm.be.(core.ImportedSizer); ok {
 		got, err := sizer.ImportedSize(mem)
-		if err == nil && got < uint64(size) {
+		if got < uint64(size) {
 			err = core.Errorf(core.ErrPeer, "%s arrived as memory of %d bytes, %d were announced: refusing to map it (the peer is broken or lying)", what, got, size)
+		} else if err != nil {
+			err = core.Errorf(core.CodeOf(err), "%s: %v: refusing to map it", what, err)
 		}
 		if err != nil {
 			gm.be.Release(mem)

@@ -182,7 +182,8 @@ struct CUctx_st {
   int refs;
 };
 static struct CUctx_st fake_ctx[FAKE_MAX_DEVICES];
-static __thread sm_CUcontext fake_current;
+/* initial-exec: see export/errors.c (LeakSanitizer and dynamic TLS). */
+static __thread __attribute__((tls_model("initial-exec"))) sm_CUcontext fake_current;
 
 #define NEED_CTX                                                                           \
   NEED_INIT;                                                                               \

@@ -64,11 +64,12 @@ from .errors import (
     strerror,
 )
 from .exchange import KeyValueAllGather
-from .group import Group, Handle, rendezvous
+from .group import Group, Handle, nccl_version, rendezvous
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "nccl_version",
     "HEADER_VERSION",
     "LibraryNotFoundError",
     "library_path",
