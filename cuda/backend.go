@@ -38,6 +38,10 @@ type Backend struct {
 	// syncTimeout bounds the host-side waits for the GPU (Synchronize,
 	// SynchronizeDevice): SYMMEM_TIMEOUT_MS, 5 minutes by default.
 	syncTimeout time.Duration
+	// flights holds the synchronisation calls in the driver, one per key
+	// (Note [Bounded waits]); guarded by flightsMu.
+	flightsMu sync.Mutex
+	flights   map[flightKey]*flight
 }
 
 func syncTimeoutFromEnv() time.Duration { return core.DefaultTimeout() }

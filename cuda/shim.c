@@ -342,6 +342,16 @@ smcu_status smcu_copy(uintptr_t ctx, uintptr_t stream, unsigned long long dst,
   return st;
 }
 
+smcu_status smcu_memset_async(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
+                              unsigned char value, size_t size) {
+  SMCU_IN_CTX(ctx, "cuMemsetD8Async", smcu.cuMemsetD8Async(addr, value, size, (sm_CUstream)stream));
+}
+
+smcu_status smcu_copy_async(uintptr_t ctx, uintptr_t stream, unsigned long long dst,
+                            unsigned long long src, size_t size) {
+  SMCU_IN_CTX(ctx, "cuMemcpyAsync", smcu.cuMemcpyAsync(dst, src, size, (sm_CUstream)stream));
+}
+
 smcu_status smcu_write_value32(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
                                uint32_t value) {
   SMCU_IN_CTX(ctx, "cuStreamWriteValue32_v2",

@@ -94,6 +94,11 @@ smcu_status smcu_memset(uintptr_t ctx, uintptr_t stream, unsigned long long addr
                         unsigned char value, size_t size);
 smcu_status smcu_copy(uintptr_t ctx, uintptr_t stream, unsigned long long dst,
                       unsigned long long src, size_t size);
+/* The same, enqueued only (the caller waits for the stream, bounded). */
+smcu_status smcu_memset_async(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
+                              unsigned char value, size_t size);
+smcu_status smcu_copy_async(uintptr_t ctx, uintptr_t stream, unsigned long long dst,
+                            unsigned long long src, size_t size);
 smcu_status smcu_write_value32(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
                                uint32_t value);
 /* One 32-bit stream memory operation for smcu_batch_memops. */

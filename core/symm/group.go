@@ -196,28 +196,30 @@ func newGroup(o Options, rt *core.Runtime, alloc *core.Allocator) (*Group, error
 		return nil, err
 	}
 	tr.mark("members")
-	gran, err := g.be.Granularity(o.Device)
-	if err != nil {
-		g.closeChannels()
-		return nil, err
+	// What fails here fails on this rank only; it is carried into the pad
+	// exchange's all-gathered status, so that every rank returns the same
+	// verdict (Note [Why every verdict is shared]).
+	gran, localErr := g.be.Granularity(o.Device)
+	if localErr != nil {
+		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: the backend's granularity: %v", o.Rank, localErr)
 	}
 	g.gm = &groupMem{be: g.be, device: o.Device, gran: gran, name: o.Name, rank: o.Rank, world: o.World,
-		refs: 1, maps: map[mapKey]*peerMap{}}
-	if g.be.Capabilities().DevicePointerArrays {
+		timeout: o.Timeout, refs: 1, maps: map[mapKey]*peerMap{}}
+	if localErr == nil && g.be.Capabilities().DevicePointerArrays {
 		// The device memory for handles' pointer arrays (one chunk serves
 		// many handles) is made with the group, the per-group setup, not in
 		// the first rendezvous, the per-buffer step (it took ~2 ms there on
-		// H200s). The slot size is makeArrays's.
+		// H200s). The slot size is allocArrays's.
 		g.gm.dev = newDeviceSlab(g.be, o.Device, gran, uintptr(2*g.world*8))
 		a, err := g.gm.dev.alloc()
 		if err != nil {
-			g.closeChannels()
-			return nil, core.Errorf(core.CodeOf(err), "group %q: rank %d: device memory for pointer arrays: %v", o.Name, o.Rank, err)
+			localErr = core.Errorf(core.CodeOf(err), "rank %d: device memory for pointer arrays: %v", o.Rank, err)
+		} else {
+			g.gm.dev.release(a)
 		}
-		g.gm.dev.release(a)
 	}
 	tr.mark("pointer-arrays")
-	if err := g.exchangePads(tr); err != nil {
+	if err := g.exchangePads(localErr, tr); err != nil {
 		g.gm.mu.Lock()
 		if g.gm.dev != nil {
 			g.gm.dev.close()
@@ -380,15 +382,21 @@ func (g *Group) SetSignalPadSize(bytes uintptr) error {
 // creation (collective). Pads belong to the group, not to a buffer, so they
 // are set up with it: the first rendezvous then exchanges only the buffer's
 // memory, like every later one.
-func (g *Group) exchangePads(tr *phaseTrace) error {
+//
+// localErr is a failure of this rank's earlier setup: the rank then makes no
+// pad and tells every rank, which all fail with it.
+func (g *Group) exchangePads(localErr error, tr *phaseTrace) error {
 	gm := g.gm
-	gm.mu.Lock()
-	p, localErr := gm.makePads(g.padSize)
-	gm.pads = p
-	gm.mu.Unlock()
-	tr.mark("make-pad")
-	if localErr != nil {
-		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: cannot make its signal pad of %d bytes: %v", g.rank, g.padSize, localErr)
+	var p *pads
+	if localErr == nil {
+		gm.mu.Lock()
+		p, localErr = gm.makePads(g.padSize)
+		gm.pads = p
+		gm.mu.Unlock()
+		tr.mark("make-pad")
+		if localErr != nil {
+			localErr = core.Errorf(core.CodeOf(localErr), "rank %d: cannot make its signal pad of %d bytes: %v", g.rank, g.padSize, localErr)
+		}
 	}
 	// Every rank learns whether every rank has a pad before descriptors move.
 	raw, err := g.ex.AllGather(0, encodeStatus(statusOf(localErr)))

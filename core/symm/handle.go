@@ -112,7 +112,10 @@ func (h *Handle) fillArrays() error {
 	copy(arr, h.bufPtrs)
 	copy(arr[h.world:], h.padPtrs)
 	if h.devArr != h.arr {
-		if err := gm.be.Copy(gm.device, 0, h.devArr, h.arr, uintptr(2*h.world*8)); err != nil {
+		if err := gm.copyOut(h.devArr, h.arr, uintptr(2*h.world*8)); err != nil {
+			if core.CodeOf(err) == core.ErrTimeout { // the copy may still land
+				gm.dev.tainted = true
+			}
 			return err
 		}
 	}
@@ -174,6 +177,7 @@ func (h *Handle) Release() error {
 	gm := h.gm
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
+	defer gm.syncBatch()()
 	var first error
 	keep := func(err error) {
 		if first == nil {
