@@ -91,9 +91,12 @@ def rank_main(rank, world, port, max_mib, out_path):
             dist.barrier()
             torch.cuda.synchronize()
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record(stream)
-            graph.replay()
-            b.record(stream)
+            # replay() runs on the current stream: make that the stream
+            # the events are recorded on.
+            with torch.cuda.stream(stream):
+                a.record(stream)
+                graph.replay()
+                b.record(stream)
             b.synchronize()
             times.append(a.elapsed_time(b) * 1e3 / ITERS)
         del graph
