@@ -19,7 +19,10 @@ package ipc
 //     which needs every rank to have published n+1, which a rank does only
 //     after it finished reading round n;
 //   - waiting spins for a short while (a warm rendezvous's ranks arrive
-//     within microseconds of each other), then sleeps on a futex (the page
+//     within microseconds of each other), yielding the CPU every few
+//     checks (on an oversubscribed machine a pure spin held the CPU that
+//     the awaited rank needed: 209 µs against 66 µs without spinning, on 2
+//     CPUs shared by ~17 runnable threads), then sleeps on a futex (the page
 //     is MAP_SHARED, so a process-shared futex) woken by publishers that see
 //     a sleeper; every sleep is bounded so that the deadline and dead peers
 //     (a pidfd per peer, taken at creation, so pid reuse cannot fool it) are
@@ -416,8 +419,13 @@ func (x *ShmExchange) waitAll(n uint64, deadline time.Time, timeout time.Duratio
 		if x.arrived(n) {
 			return nil
 		}
-		if i&63 == 0 && (x.cancelled.Load() || !time.Now().Before(spinUntil)) {
-			break
+		if i&15 == 15 {
+			// Give the CPU away now and then: on a machine with more
+			// runnable threads than CPUs the rank we wait for may need it.
+			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			if x.cancelled.Load() || !time.Now().Before(spinUntil) {
+				break
+			}
 		}
 	}
 	for {
