@@ -120,42 +120,51 @@ func NewShmExchange(ch *Channel) (*ShmExchange, error) {
 	size := x.pageSize()
 	if world == 1 {
 		x.page = make([]byte, size) // no peers: private memory does
-		x.initHeader()
+		initHeader(x.page, world, x.slot)
 		x.genWord = uintptr(unsafe.Pointer(x.gen()))
 		return x, nil
 	}
 	var localErr error
 	fd := -1
-	if me == 0 {
-		fd, localErr = x.createPage(size)
-	}
-	out := make([][]int, world)
-	if fd >= 0 {
-		for r := 1; r < world; r++ {
-			out[r] = []int{fd}
+	if ch.cfg.ControlPage {
+		// It came with the welcome (made by rank 0 at the join).
+		fd, localErr = ch.takeControlPage()
+	} else {
+		if me == 0 {
+			fd, localErr = makeControlPage(x.name, world)
+		}
+		out := make([][]int, world)
+		if fd >= 0 {
+			for r := 1; r < world; r++ {
+				out[r] = []int{fd}
+			}
+		}
+		in, err := ch.AllToAllFDs(0, out)
+		if err != nil {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			return nil, err
+		}
+		if me != 0 {
+			if len(in[0]) == 1 {
+				fd, in[0] = in[0][0], nil
+			} else {
+				localErr = core.Errorf(core.ErrPeer, "group %q: rank 0 sent %d descriptors for the control page, 1 was expected (it could not make it)", x.name, len(in[0]))
+			}
+			for _, l := range in {
+				closeAll(l)
+			}
 		}
 	}
-	in, err := ch.AllToAllFDs(0, out)
 	if fd >= 0 {
+		if localErr == nil {
+			x.page, localErr = mapPage(fd, size)
+		}
 		unix.Close(fd) // the mapping stays
 	}
-	if err != nil {
-		x.release()
-		return nil, err
-	}
-	if me != 0 {
-		switch {
-		case len(in[0]) != 1:
-			localErr = core.Errorf(core.ErrPeer, "group %q: rank 0 sent %d descriptors for the control page, 1 was expected (it could not make it)", x.name, len(in[0]))
-		default:
-			x.page, localErr = mapPage(in[0][0], size)
-		}
-		for _, l := range in {
-			closeAll(l)
-		}
-		if localErr == nil {
-			localErr = x.checkHeader()
-		}
+	if localErr == nil {
+		localErr = x.checkHeader()
 	}
 	if localErr == nil {
 		localErr = x.openPidfds()
@@ -221,26 +230,32 @@ func shmSpin(world int) time.Duration {
 
 func (x *ShmExchange) rankStride() int { return shmRankHeader + 2*(8+x.slot) }
 
-func (x *ShmExchange) pageSize() int {
-	return shmHeader + shmAbortMsg + x.world*x.rankStride()
+func (x *ShmExchange) pageSize() int { return controlPageSize(x.world, x.slot) }
+
+func controlPageSize(world, slot int) int {
+	return shmHeader + shmAbortMsg + world*(shmRankHeader+2*(8+slot))
 }
 
-func (x *ShmExchange) createPage(size int) (int, error) {
+// makeControlPage creates a group's control page of world ranks (rank 0
+// does), with its header written; the caller owns the descriptor.
+func makeControlPage(name string, world int) (int, error) {
+	slot := shmSlotSize(world)
+	size := controlPageSize(world, slot)
 	fd, err := unix.MemfdCreate("symmem-control", unix.MFD_CLOEXEC)
 	if err != nil {
-		return -1, core.Errorf(core.ErrBackend, "group %q: memfd_create for the control page: %v", x.name, err)
+		return -1, core.Errorf(core.ErrBackend, "group %q: memfd_create for the control page: %v", name, err)
 	}
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		unix.Close(fd)
-		return -1, core.Errorf(core.ErrOutOfMemory, "group %q: a control page of %d bytes: %v", x.name, size, err)
+		return -1, core.Errorf(core.ErrOutOfMemory, "group %q: a control page of %d bytes: %v", name, size, err)
 	}
 	p, err := mapPage(fd, size)
 	if err != nil {
 		unix.Close(fd)
 		return -1, err
 	}
-	x.page = p
-	x.initHeader()
+	initHeader(p, world, slot)
+	unix.Munmap(p)
 	return fd, nil
 }
 
@@ -259,10 +274,10 @@ func mapPage(fd, size int) ([]byte, error) {
 	return p, nil
 }
 
-func (x *ShmExchange) initHeader() {
-	binary.LittleEndian.PutUint32(x.page[0:], shmMagic)
-	binary.LittleEndian.PutUint32(x.page[4:], uint32(x.world))
-	binary.LittleEndian.PutUint32(x.page[8:], uint32(x.slot))
+func initHeader(page []byte, world, slot int) {
+	binary.LittleEndian.PutUint32(page[0:], shmMagic)
+	binary.LittleEndian.PutUint32(page[4:], uint32(world))
+	binary.LittleEndian.PutUint32(page[8:], uint32(slot))
 }
 
 func (x *ShmExchange) checkHeader() error {

@@ -127,7 +127,8 @@ func New(o Options) (*Group, error) {
 		}
 		token += "/" + t
 	}
-	ch, err := ipc.Open(ipc.Config{Name: o.Name, Rank: o.Rank, World: o.World, Timeout: o.Timeout, Dir: o.SocketDir, Token: token})
+	ch, err := ipc.Open(ipc.Config{Name: o.Name, Rank: o.Rank, World: o.World, Timeout: o.Timeout, Dir: o.SocketDir, Token: token,
+		ControlPage: ex == nil && useShmExchange()})
 	if err != nil {
 		return nil, err
 	}
