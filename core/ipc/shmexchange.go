@@ -18,6 +18,8 @@ package ipc
 //     Two slots suffice: a rank writes slot n%2 again only in round n+2,
 //     which needs every rank to have published n+1, which a rank does only
 //     after it finished reading round n;
+//   - the rank that completes a round (or aborts one) bumps the futex word
+//     and wakes the sleepers; the others only store their round number;
 //   - waiting spins for a short while (a warm rendezvous's ranks arrive
 //     within microseconds of each other), yielding the CPU every few
 //     checks (on an oversubscribed machine a pure spin held the CPU that
@@ -392,9 +394,17 @@ func (x *ShmExchange) AllGather(timeout time.Duration, rec []byte) ([][]byte, er
 	return out, nil
 }
 
-// publish makes round n visible and wakes sleepers.
+// publish makes round n visible; the rank that completes the round (sees
+// every rank arrived after its own store) wakes the sleepers, once: waking
+// them at every arrival made each sleeper run world-1 times per round, a
+// thundering herd that cost more than the round on an oversubscribed
+// machine. Two ranks storing at once may both see the round complete and
+// both wake: harmless.
 func (x *ShmExchange) publish(n uint64) {
 	x.published(x.rank).Store(n)
+	if !x.arrived(n) {
+		return
+	}
 	x.gen().Add(1)
 	if x.sleepers().Load() != 0 {
 		futexWake(x.gen())
@@ -474,8 +484,9 @@ func (x *ShmExchange) waitAll(n uint64, deadline time.Time, timeout time.Duratio
 			left = shmCheckEvery
 		}
 		// Sleep unless something changed since we looked (the sleeper
-		// count is raised before gen is read, publishers bump gen before
-		// they read the count: no lost wake-up).
+		// count is raised before gen is read and the round checked; the
+		// completing publisher stores its round, then bumps gen, then reads
+		// the count: no lost wake-up).
 		x.sleepers().Add(1)
 		g := x.gen().Load()
 		if !x.arrived(n) && x.abortReady().Load() == 0 && !x.cancelled.Load() {
