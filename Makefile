@@ -8,7 +8,11 @@ PREFIX  ?= /usr/local
 BUILD   := build
 ROOT    := $(abspath .)
 LIB     := $(BUILD)/libsymmem.so
-GOFILES := $(shell find core cuda export -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.map' 2>/dev/null) go.mod go.sum
+GOFILES := $(shell find core cuda export -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.map' 2>/dev/null) include/embed.go include/symmem_device.cuh go.mod go.sum
+
+# NCCL's stand-ins (rules below), needed by the C and Python suites.
+FAKENCCL    := $(BUILD)/libnccl_fake.so
+FAKENCCL228 := $(BUILD)/libnccl_fake_228.so
 
 CTEST_SRC   := $(wildcard tests/c/test_*.c)
 CTEST_BIN   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(CTEST_SRC))
@@ -37,11 +41,11 @@ $(BUILD)/tests/%: tests/c/%.c include/symmem.h tests/c/check.h $(LIB)
 	@mkdir -p $(BUILD)/tests
 	$(CC) $(CTEST_FLAGS) -Iinclude -o $@ $< $(LINK_LIB)
 
-test-c: $(CTEST_BIN)
+test-c: $(CTEST_BIN) $(FAKENCCL) $(FAKENCCL228)
 	@rc=0; for t in $(CTEST_BIN); do echo "== $$t"; \
 	  ( [ -f tests/c/env.sh ] && . tests/c/env.sh; $$t ) || rc=1; done; exit $$rc
 
-test-python: $(LIB)
+test-python: $(LIB) $(FAKENCCL) $(FAKENCCL228)
 	cd python && SYMMEM_LIBRARY=$(ROOT)/$(LIB) $(PYTHON) -m pytest -q tests
 
 # The cuda backend's code paths without a GPU: the C and Python suites and the
@@ -52,13 +56,24 @@ $(FAKECUDA): cuda/testdata/fakecuda.c cuda/driver.h
 	@mkdir -p $(BUILD)
 	$(CC) -shared -fPIC -O1 -Icuda -o $@ $< -lpthread
 
-test-fakecuda: $(CTEST_BIN) $(BUILD)/demo $(FAKECUDA)
+test-fakecuda: $(CTEST_BIN) $(BUILD)/demo $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228)
 	@rc=0; for t in $(CTEST_BIN); do echo "== $$t (fake cuda)"; \
 	  ( [ -f tests/c/env.sh ] && . tests/c/env.sh; \
 	    SYMMEM_BACKEND=cuda SYMMEM_LIBCUDA=$(ROOT)/$(FAKECUDA) $$t ) || rc=1; done; \
 	SYMMEM_BACKEND=cuda SYMMEM_LIBCUDA=$(ROOT)/$(FAKECUDA) $(BUILD)/demo 4 || rc=1; \
 	cd python && SYMMEM_BACKEND=cuda SYMMEM_LIBCUDA=$(ROOT)/$(FAKECUDA) SYMMEM_LIBRARY=$(ROOT)/$(LIB) \
 	  $(PYTHON) -m pytest -q tests || rc=1; exit $$rc
+
+# NCCL's stand-in (cuda/testdata/fakenccl.c) for the NCCL path without a GPU
+# (tests/c/test_nccl.c, python/tests/test_nccl_host.py): NCCL 2.29 with host
+# peer pointers, and 2.28.9 without them. The soname is NCCL's, so that the
+# run-time loader finds a copy already loaded the way it finds torch's.
+$(FAKENCCL): cuda/testdata/fakenccl.c
+	@mkdir -p $(BUILD)
+	$(CC) -shared -fPIC -O1 -Wall -Wextra -Werror -Wl,-soname,libnccl.so.2 -o $@ $< -lpthread
+$(FAKENCCL228): cuda/testdata/fakenccl.c
+	@mkdir -p $(BUILD)
+	$(CC) -shared -fPIC -O1 -Wall -Wextra -Werror -DFAKENCCL_NO_PEER_POINTER -Wl,-soname,libnccl.so.2 -o $@ $< -lpthread
 
 # `make install` into a scratch prefix, then build and run a program the way
 # a user would: with pkg-config.
@@ -89,6 +104,7 @@ install: $(LIB)
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/libsymmem.so
 	install -m 0644 include/symmem.h $(DESTDIR)$(PREFIX)/include/symmem.h
+	install -m 0644 include/symmem_device.cuh $(DESTDIR)$(PREFIX)/include/symmem_device.cuh
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' symmem.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/symmem.pc
 
 clean:
@@ -97,7 +113,7 @@ clean:
 # What the GPU machine (which has no Go) needs: the library and the Go test
 # binaries, built here and carried in build/ (see scripts/gpu_suite.sh).
 GO_TEST_PKGS ?= ./core ./core/host ./core/ipc ./core/symm ./cuda
-gpu-artifacts: $(LIB)
+gpu-artifacts: $(LIB) $(FAKENCCL) $(FAKENCCL228)
 	@mkdir -p $(BUILD)/gotests
 	@for p in $(GO_TEST_PKGS); do \
 	  n=$$(echo $$p | sed 's|^\./||; s|/|_|g'); \

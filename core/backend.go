@@ -74,6 +74,17 @@ type Backend interface {
 	StreamMemOps(device int, s Stream, ops []MemOp, timeout time.Duration) error
 }
 
+// ImportedSizer is implemented by backends that can tell how many bytes an
+// imported piece of memory really has (host: fstat of the memfd). Peers are
+// not trusted: before mapping a peer's memory for the size it announced,
+// core checks it against this, so that a short memfd is refused instead of
+// faulting (SIGBUS) at the first touch past its end. Backends without it
+// must refuse a mapping larger than the memory themselves (the CUDA
+// driver's cuMemMap does).
+type ImportedSizer interface {
+	ImportedSize(m Memory) (uint64, error)
+}
+
 // Capabilities are the differences between backends that core acts on
 // (DESIGN "Capabilities, not names").
 type Capabilities struct {
@@ -90,6 +101,17 @@ type Capabilities struct {
 	// design (host memory), so ranks of a group need not have distinct
 	// devices.
 	SharedDevice bool
+}
+
+// BoundedMemOps is implemented by backends whose Memset and Copy wait for a
+// device that may be stuck (cuda: a stream blocked on a peer that died).
+// These variants run on a stream of the library's own and give up after
+// timeout with ErrTimeout; the operation may still complete later, so after
+// a timeout the caller must not free the memory it writes (leak it, and
+// say so). Backends that run on the calling thread (host) need not have it.
+type BoundedMemOps interface {
+	MemsetWithin(device int, addr uintptr, value byte, size uintptr, timeout time.Duration) error
+	CopyWithin(device int, dst, src, size uintptr, timeout time.Duration) error
 }
 
 // MemOp is one 32-bit stream memory operation: store Value at Addr; or,

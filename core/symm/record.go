@@ -66,7 +66,18 @@ func (r *reader) u64() uint64 {
 	}
 	return 0
 }
-func (r *reader) str() string { return string(r.take(int(r.u32()))) }
+
+// maxRecordString bounds every string in a record (messages, names): a
+// peer cannot make us keep or print more.
+const maxRecordString = 64 << 10
+
+func (r *reader) str() string {
+	n := r.u32()
+	if r.err == nil && n > maxRecordString {
+		r.err = fmt.Errorf("a string of %d bytes in a record (at most %d)", n, maxRecordString)
+	}
+	return string(r.take(int(n)))
+}
 
 // status is a rank's local outcome, carried in every record.
 type status struct {
@@ -158,6 +169,9 @@ type blockRecord struct {
 	// held[p] is 1 + the ID of peer p's segment at segHeapOff that this
 	// rank has mapped, 0 if none (Note [What a rendezvous costs]).
 	held []uint64
+	// winHeld is 1 + the segment ID of the NCCL window this rank holds for
+	// its segment at segHeapOff, 0 if none (Note [NCCL groups]).
+	winHeld uint64
 }
 
 func (b *blockRecord) encode() []byte {
@@ -175,6 +189,7 @@ func (b *blockRecord) encode() []byte {
 	for _, v := range b.held {
 		w.u64(v)
 	}
+	w.u64(b.winHeld)
 	return w.b
 }
 
@@ -195,6 +210,7 @@ func decodeBlock(p []byte, world int) (b blockRecord, err error) {
 			b.held[i] = r.u64()
 		}
 	}
+	b.winHeld = r.u64()
 	return b, r.err
 }
 

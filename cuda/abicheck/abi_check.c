@@ -79,6 +79,8 @@ static void check_types(void) {
   SIZE(CUcontext);
   SIZE(CUstream);
   SIZE(CUevent);
+  SIZE(CUmodule);
+  SIZE(CUfunction);
   SIZE(CUuuid);
   OFFSET(CUuuid, bytes);
   SIZE(CUresult);
@@ -139,6 +141,7 @@ static void check_values(void) {
   VALUE(CUDA_ERROR_NOT_PERMITTED);
   VALUE(CUDA_ERROR_NOT_SUPPORTED);
 
+  VALUE(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
   VALUE(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID);
   VALUE(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID);
   VALUE(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING);

@@ -64,11 +64,14 @@ from .errors import (
     strerror,
 )
 from .exchange import KeyValueAllGather
-from .group import Group, Handle, rendezvous
+from ._coll import collectives_load
+from .group import Group, Handle, nccl_version, rendezvous
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "collectives_load",
+    "nccl_version",
     "HEADER_VERSION",
     "LibraryNotFoundError",
     "library_path",

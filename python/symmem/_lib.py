@@ -30,6 +30,8 @@ from ctypes import (
     c_int,
     c_int64,
     c_size_t,
+    c_uint,
+    c_uint32,
     c_uint64,
     c_void_p,
 )
@@ -90,6 +92,19 @@ class SymmemPointerInfo(Structure):
         ("heap_offset", c_uint64),
         ("device", c_int),
         ("reserved_", c_int),
+    ]
+
+
+class SymmemKernelInfo(Structure):
+    """``struct symmem_kernel_info`` (see symmem.h)."""
+
+    _fields_ = [
+        ("arch", c_int),
+        ("from_cache", c_int),
+        ("compile_ms", c_double),
+        ("load_ms", c_double),
+        ("compiler", ctypes.c_char * 256),
+        ("cache_path", ctypes.c_char * 512),
     ]
 
 
@@ -160,10 +175,28 @@ PROTOTYPES = {
     "symmem_handle_signal_pad_ptrs": (POINTER(c_void_p), [_handle_p]),
     "symmem_handle_buffer_ptrs_dev": (c_void_p, [_handle_p]),
     "symmem_handle_signal_pad_ptrs_dev": (c_void_p, [_handle_p]),
+    # Groups over an NCCL communicator
+    "symmem_group_create_nccl": (_result, [c_void_p, c_char_p, c_int64, c_uint, POINTER(_group_p)]),
+    "symmem_nccl_version": (c_int, []),
+    "symmem_handle_nccl_window": (_result, [_handle_p, POINTER(c_void_p), POINTER(c_size_t)]),
+    "symmem_group_nccl_window_counts": (
+        _result,
+        [_group_p, POINTER(c_int64), POINTER(c_int64), POINTER(c_int64)],
+    ),
     # Signals
     "symmem_put_signal": (_result, [_handle_p, c_int, c_int, _stream_t]),
     "symmem_wait_signal": (_result, [_handle_p, c_int, c_int, c_int64, _stream_t]),
     "symmem_barrier": (_result, [_handle_p, c_int, c_int64, _stream_t]),
+    # Collectives
+    "symmem_all_reduce": (_result, [_handle_p, c_int, c_int, c_size_t, c_void_p, _stream_t]),
+    "symmem_all_gather": (_result, [_handle_p, c_int, c_size_t, c_void_p, _stream_t]),
+    "symmem_reduce_scatter": (_result, [_handle_p, c_int, c_int, c_size_t, c_void_p, _stream_t]),
+    "symmem_collective": (
+        _result,
+        [_handle_p, c_int, c_int, c_int, c_size_t, c_void_p, c_int, c_int, _stream_t],
+    ),
+    "symmem_handle_device_error": (_result, [_handle_p, POINTER(c_uint32)]),
+    "symmem_collectives_load": (_result, [c_int, POINTER(SymmemKernelInfo)]),
 }
 
 
