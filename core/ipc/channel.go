@@ -39,6 +39,11 @@ type Channel struct {
 	conns []*conn
 	// pids[r] is rank r's process id, as rank 0 saw it at SO_PEERCRED.
 	pids []int32
+	// controlFD is the control page that came with the welcome (made, on
+	// rank 0) when cfg.ControlPage, until NewShmExchange takes it; -1 if
+	// none, with controlErr saying why on rank 0.
+	controlFD  int
+	controlErr error
 
 	// cancelled is set by Cancel: a collective that fails from then on
 	// reports the cancellation, not the closed sockets it sees.
@@ -58,7 +63,7 @@ func Open(cfg Config) (*Channel, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, err
 	}
-	ch := &Channel{cfg: cfg, uid: uint32(os.Getuid()), conns: make([]*conn, cfg.World), pids: make([]int32, cfg.World)}
+	ch := &Channel{cfg: cfg, uid: uint32(os.Getuid()), conns: make([]*conn, cfg.World), pids: make([]int32, cfg.World), controlFD: -1}
 	ch.pids[cfg.Rank] = int32(os.Getpid())
 	if cfg.World == 1 {
 		return ch, nil
@@ -72,6 +77,10 @@ func Open(cfg Config) (*Channel, error) {
 	}
 	if err != nil {
 		ch.closeConns()
+		if ch.controlFD >= 0 {
+			unix.Close(ch.controlFD)
+			ch.controlFD = -1
+		}
 		return nil, err
 	}
 	return ch, nil
@@ -82,6 +91,22 @@ func (ch *Channel) Name() string           { return ch.cfg.Name }
 func (ch *Channel) Rank() int              { return ch.cfg.Rank }
 func (ch *Channel) World() int             { return ch.cfg.World }
 func (ch *Channel) Timeout() time.Duration { return ch.cfg.Timeout }
+
+// takeControlPage hands the control page that came with the welcome to the
+// caller (who closes it), or returns -1 and why not.
+func (ch *Channel) takeControlPage() (int, error) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	fd := ch.controlFD
+	ch.controlFD = -1
+	if fd < 0 {
+		if ch.controlErr != nil {
+			return -1, ch.controlErr
+		}
+		return -1, core.Errorf(core.ErrPeer, "group %q: rank 0 sent no control page with its welcome (it could not make it, or the group was opened without one)", ch.cfg.Name)
+	}
+	return fd, nil
+}
 
 // Pids returns every rank's process id.
 func (ch *Channel) Pids() []int32 { return append([]int32(nil), ch.pids...) }
@@ -111,6 +136,10 @@ func (ch *Channel) Close() error {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	ch.closeConns()
+	if ch.controlFD >= 0 {
+		unix.Close(ch.controlFD)
+		ch.controlFD = -1
+	}
 	if ch.broken == nil {
 		ch.broken = core.Errorf(core.ErrInvalidState, "group %q: the channel is closed", ch.cfg.Name)
 	}
@@ -499,9 +528,17 @@ func (ch *Channel) openRoot(deadline time.Time) (err error) {
 	for _, p := range ch.pids {
 		e.u32(uint32(p))
 	}
+	var page []int
+	if ch.cfg.ControlPage {
+		// The control page rides on the welcome: no round trip of its own.
+		ch.controlFD, ch.controlErr = makeControlPage(ch.cfg.Name, ch.cfg.World)
+		if ch.controlFD >= 0 {
+			page = []int{ch.controlFD}
+		}
+	}
 	for r := 1; r < ch.cfg.World; r++ {
 		c := ch.conns[r]
-		if serr := c.send(header{kind: kWelcome, rank: int32(r)}, e.b, nil, time.Now().Add(grace(ch.cfg.Timeout))); serr != nil {
+		if serr := c.send(header{kind: kWelcome, rank: int32(r)}, e.b, page, time.Now().Add(grace(ch.cfg.Timeout))); serr != nil {
 			return core.Errorf(core.ErrPeer, "group %q: cannot welcome %s: %v", ch.cfg.Name, ch.who(r), serr)
 		}
 	}
@@ -625,6 +662,9 @@ func (ch *Channel) openMember(start, deadline time.Time) error {
 			last = fmt.Sprintf("pid %d closed the connection before welcoming us (%v)", c.pid, err)
 			sleepBackoffMax(&backoff, deadline, joinBackoffMax)
 			continue
+		}
+		if f.kind == kWelcome && ch.cfg.ControlPage && len(f.fds) == 1 {
+			ch.controlFD, f.fds = f.fds[0], nil
 		}
 		f.closeFDs()
 		switch f.kind {

@@ -149,6 +149,10 @@ type Config struct {
 	Dir string
 	// Token is the job token; "" means JobToken(). All ranks must agree.
 	Token string
+	// ControlPage: rank 0 makes the group's shared-memory control page and
+	// passes it with the welcome, for NewShmExchange (Note [Shared-memory
+	// control page]). All ranks must agree.
+	ControlPage bool
 }
 
 // maxSockPath is the longest path a sockaddr_un holds (108 with its NUL).

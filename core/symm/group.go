@@ -170,7 +170,8 @@ func newGroup(o Options, rt *core.Runtime, alloc *core.Allocator) (*Group, error
 		}
 		token += "/" + t
 	}
-	ch, err := ipc.Open(ipc.Config{Name: o.Name, Rank: o.Rank, World: o.World, Timeout: o.Timeout, Dir: o.SocketDir, Token: token})
+	ch, err := ipc.Open(ipc.Config{Name: o.Name, Rank: o.Rank, World: o.World, Timeout: o.Timeout, Dir: o.SocketDir, Token: token,
+		ControlPage: ex == nil && useShmExchange()})
 	if err != nil {
 		return nil, err
 	}
