@@ -7,7 +7,6 @@ import "C"
 
 import (
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -42,10 +41,7 @@ type Backend struct {
 }
 
 func syncTimeoutFromEnv() time.Duration {
-	if ms, err := strconv.ParseInt(os.Getenv("SYMMEM_TIMEOUT_MS"), 10, 64); err == nil && ms > 0 {
-		return time.Duration(ms) * time.Millisecond
-	}
-	return 5 * time.Minute
+	return core.Current().Duration("SYMMEM_TIMEOUT_MS", 5*time.Minute)
 }
 
 var _ core.Backend = (*Backend)(nil)

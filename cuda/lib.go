@@ -9,7 +9,6 @@ package cuda
 import "C"
 
 import (
-	"os"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -29,10 +28,7 @@ const DefaultLibrary = "libcuda.so.1"
 // LibraryPath is the driver library Open loads: $SYMMEM_LIBCUDA, else
 // DefaultLibrary (found through the dynamic linker's search path).
 func LibraryPath() string {
-	if p := os.Getenv(EnvLibrary); p != "" {
-		return p
-	}
-	return DefaultLibrary
+	return core.Current().Text(EnvLibrary, DefaultLibrary)
 }
 
 // The driver is loaded at most once per process; libMu serialises loading

@@ -11,7 +11,6 @@ import "C"
 
 import (
 	"fmt"
-	"os"
 	"sync"
 	"unsafe"
 
@@ -22,7 +21,7 @@ import (
 
 func main() {}
 
-var strict = os.Getenv("SYMMEM_STRICT") == "1"
+var strict = core.Current().Bool("SYMMEM_STRICT", false)
 
 // runtimeOrError returns the process runtime, or the reason there is none.
 func runtimeOrError() (*core.Runtime, error) { return core.Default() }

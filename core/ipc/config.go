@@ -34,7 +34,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
@@ -70,12 +69,7 @@ func ValidateName(name string) error {
 // DefaultTimeout is SYMMEM_TIMEOUT_MS when it is a positive integer, else
 // DefaultTimeoutValue.
 func DefaultTimeout() time.Duration {
-	if s := os.Getenv("SYMMEM_TIMEOUT_MS"); s != "" {
-		if ms, err := strconv.ParseInt(s, 10, 64); err == nil && ms > 0 {
-			return time.Duration(ms) * time.Millisecond
-		}
-	}
-	return DefaultTimeoutValue
+	return core.Current().Duration("SYMMEM_TIMEOUT_MS", DefaultTimeoutValue)
 }
 
 // JobToken identifies the job a rank belongs to, so that two jobs that use
@@ -84,7 +78,7 @@ func DefaultTimeout() time.Duration {
 // TORCHELASTIC_RUN_ID, Slurm's job and step), else "". Ranks of one group
 // must agree on it; rank 0 rejects a rank whose token differs.
 func JobToken() string {
-	if s := os.Getenv("SYMMEM_JOB_TOKEN"); s != "" {
+	if s := core.Current().Text("SYMMEM_JOB_TOKEN", ""); s != "" {
 		return s
 	}
 	if s := os.Getenv("TORCHELASTIC_RUN_ID"); s != "" {
@@ -102,7 +96,7 @@ func JobToken() string {
 // owner, with any group/other permission bit, or as something other than a
 // directory.
 func SocketDir() (string, error) {
-	dir := os.Getenv("SYMMEM_SOCKET_DIR")
+	dir := core.Current().Text("SYMMEM_SOCKET_DIR", "")
 	if dir == "" {
 		tmp := os.Getenv("TMPDIR")
 		if tmp == "" {

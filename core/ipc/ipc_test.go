@@ -43,20 +43,33 @@ func TestValidateName(t *testing.T) {
 }
 
 func TestDefaultTimeout(t *testing.T) {
+	t.Cleanup(func() { core.ReloadSettings() })
 	t.Setenv("SYMMEM_TIMEOUT_MS", "1234")
+	core.ReloadSettings()
 	if d := DefaultTimeout(); d != 1234*time.Millisecond {
 		t.Fatal(d)
 	}
+	t.Setenv("SYMMEM_TIMEOUT_MS", "2s")
+	if d := core.ReloadSettings().Duration("SYMMEM_TIMEOUT_MS", 0); d != 2*time.Second {
+		t.Fatal(d)
+	}
+	// An unreadable value is reported, and the default stands meanwhile.
 	t.Setenv("SYMMEM_TIMEOUT_MS", "nope")
+	st := core.ReloadSettings()
 	if d := DefaultTimeout(); d != DefaultTimeoutValue {
 		t.Fatal(d)
+	}
+	if st.Err() == nil || !strings.Contains(st.Err().Error(), "SYMMEM_TIMEOUT_MS") {
+		t.Fatalf("unreadable SYMMEM_TIMEOUT_MS not reported: %v", st.Err())
 	}
 }
 
 func TestSocketDirChecks(t *testing.T) {
 	base := t.TempDir()
 	d := filepath.Join(base, "sock")
+	t.Cleanup(func() { core.ReloadSettings() })
 	t.Setenv("SYMMEM_SOCKET_DIR", d)
+	core.ReloadSettings()
 	got, err := SocketDir()
 	if err != nil || got != d {
 		t.Fatalf("%q %v", got, err)
@@ -79,6 +92,7 @@ func TestSocketDirChecks(t *testing.T) {
 	// Default: $TMPDIR/symmem-<uid>.
 	t.Setenv("SYMMEM_SOCKET_DIR", "")
 	t.Setenv("TMPDIR", base)
+	core.ReloadSettings()
 	got, err = SocketDir()
 	if err != nil || got != filepath.Join(base, fmt.Sprintf("symmem-%d", os.Getuid())) {
 		t.Fatalf("%q %v", got, err)

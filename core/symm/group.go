@@ -193,7 +193,7 @@ func (g *Group) agreeMembers() error {
 			me.uuid = s
 		}
 	}
-	me.overlap = os.Getenv("SYMMEM_ALLOW_OVERLAPPING_DEVICES") == "1"
+	me.overlap = core.Current().Bool("SYMMEM_ALLOW_OVERLAPPING_DEVICES", false)
 	raw, err := g.ex.AllGather(0, me.encode())
 	if err != nil {
 		return err
