@@ -241,6 +241,7 @@ func (a *Allocator) Alloc(size uintptr, s Stream) (uintptr, error) {
 		b = seg.first
 	}
 	pool.remove(b)
+	a.st.inactiveSplit(b, -1)
 	if shouldSplit(small, b.size, rounded) {
 		rest := a.newBlock()
 		*rest = block{seg: b.seg, addr: b.addr + rounded, size: b.size - rounded,
@@ -251,6 +252,7 @@ func (a *Allocator) Alloc(size uintptr, s Stream) (uintptr, error) {
 		b.next = rest
 		b.size = rounded
 		pool.insert(rest)
+		a.st.inactiveSplit(rest, 1)
 	}
 	b.allocated = true
 	b.requested = size
@@ -349,14 +351,17 @@ func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
 	pool := seg.pools.pool(small)
 	if p := b.prev; p != nil && !p.allocated {
 		pool.remove(p)
+		a.st.inactiveSplit(p, -1)
 		a.absorb(p, b)
 		b = p
 	}
 	if n := b.next; n != nil && !n.allocated {
 		pool.remove(n)
+		a.st.inactiveSplit(n, -1)
 		a.absorb(b, n)
 	}
 	pool.insert(b)
+	a.st.inactiveSplit(b, 1)
 	return mismatch
 }
 

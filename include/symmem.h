@@ -204,14 +204,20 @@ typedef struct symmem_stat {
 /* Fills out[0..capacity) with device's statistics and returns how many there
  * are in all (call with capacity 0 to size the array); keys are always in the
  * same order. Returns 0 with the last error set on a bad device.
- * Keys (STAT is allocation, segment, active, allocated_bytes,
- * reserved_bytes, active_bytes, requested_bytes; POOL is all, small_pool,
- * large_pool). "active" equals "allocated" here: a freed block is reusable
- * at once on its stream, so no block is inactive-but-pending as in PyTorch;
- * inactive_split* are not kept. memory_limit is 0 when there is none:
+ * Keys, every key of torch.cuda.memory_stats() with the same meaning (STAT is
+ * allocation, segment, active, allocated_bytes, reserved_bytes, active_bytes,
+ * requested_bytes, inactive_split, inactive_split_bytes; POOL is all,
+ * small_pool, large_pool). "active" equals "allocated" here: a freed block is
+ * reusable at once on its stream, so no block is inactive-but-pending as in
+ * PyTorch. inactive_split counts free blocks of segments that hold other
+ * blocks too (fragmentation that symmem_empty_cache cannot release). There
+ * is no max_split_size option, as in PyTorch's default: max_split_size is -1
+ * and oversize_* are 0. memory_limit is 0 when there is none:
  *   STAT.POOL.current, .peak, .allocated, .freed
  *   num_alloc_retries, num_ooms, num_device_alloc, num_device_free,
- *   num_sync_all_streams, memory_limit */
+ *   num_sync_all_streams, memory_limit,
+ *   oversize_allocations.current/.peak/.allocated/.freed,
+ *   oversize_segments.current/.peak/.allocated/.freed, max_split_size */
 size_t symmem_stats(int device, symmem_stat *out, size_t capacity);
 
 /* Sets every .peak statistic of device to its .current value. */
