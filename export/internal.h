@@ -26,4 +26,7 @@ typedef struct symmem_pointer_info {
 /* errors.c: the per-thread last error. */
 void symmemi_set_error(int code, const char *msg, size_t len);
 void symmemi_abort(const char *msg, size_t len);
+
+/* selfpath.c: the path of libsymmem.so as loaded (dladdr). */
+const char *symmemi_self_path(void);
 #endif

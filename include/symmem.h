@@ -125,6 +125,22 @@ const char *symmem_backend_notes(void);
 /* Number of devices of the backend (the host backend has one: device 0). */
 int symmem_device_count(void);
 
+/* The diagnostic report, as a JSON object: the library's version and path;
+ * the backend, why it was chosen, and backend_notes; each device (name,
+ * memory); the CUDA driver's version, each GPU (name, memory, compute
+ * capability, UUID, VMM / POSIX-fd / fabric / multicast support, queried
+ * with cuDeviceGetAttribute and never used) and each ordered pair of GPUs
+ * (peer access, native atomics, the link inferred from them); optional
+ * libraries (NCCL, NVRTC: found or not, version, path; "not built yet" where
+ * the library has no loader for one); the socket directory, its owner and
+ * mode; every SYMMEM_* variable set, how it was read and any error. Keys are
+ * only ever added. Writes at most len bytes into buf (NUL-terminated when
+ * len > 0) and returns the report's length without the NUL, like snprintf:
+ * call with (NULL, 0) to size the buffer. The report is made anew at each
+ * call (it may load the CUDA driver). Returns 0 with the last error set on
+ * an internal failure. python -m symmem and symmem-info print it. */
+size_t symmem_info_json(char *buf, size_t len);
+
 /* ---------------------------------------------------------------------------
  * The caching allocator (PyTorch's CUDAPluggableAllocator ABI)
  * ------------------------------------------------------------------------- */
