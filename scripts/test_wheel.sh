@@ -57,4 +57,17 @@ except symmem.LibraryNotFoundError as e:
     print('not found: the error lists what was tried:'); print(msg)
 else:
     raise SystemExit('expected LibraryNotFoundError')"
+# The build's own message when Go is missing or too old.
+cd "$root"
+printf '#!/bin/sh\necho go1.10\n' > "$t/oldgo"; chmod +x "$t/oldgo"
+for go in /nonexistent/go "$t/oldgo"; do
+  GO=$go python3 -c "
+import sys; sys.path.insert(0, 'buildsys'); import symmem_build
+try:
+    symmem_build._check_toolchain()
+except symmem_build.BuildError as e:
+    assert 'needs Go >=' in str(e), e; print('GO=$go:', e)
+else:
+    raise SystemExit('expected BuildError for GO=$go')"
+done
 echo "1 passed, 0 failed"
