@@ -1,6 +1,7 @@
 package symm
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -175,6 +176,7 @@ func (h *Handle) waitHost(src, channel int, deadline time.Time) bool {
 	n := atomic.AddUint32(seen, 1)
 	word := (*uint32)(ptrAt(h.slot(h.rank, src, channel)))
 	sleep := time.Microsecond
+	var rep *core.WaitReport // made when the wait becomes long (not on the fast path)
 	for i := 0; ; i++ {
 		if core.Reached(atomic.LoadUint32(word), n) {
 			return true
@@ -188,6 +190,10 @@ func (h *Handle) waitHost(src, channel int, deadline time.Time) bool {
 				atomic.AddUint32(seen, ^uint32(0))
 				return false
 			}
+			if i == 300 {
+				rep = core.StartWait(h.name, h.rank, fmt.Sprintf("signal %d on channel %d", n, channel), deadline)
+			}
+			rep.Tick(func() string { return fmt.Sprintf("rank %d", src) })
 			time.Sleep(sleep)
 			if sleep < 100*time.Microsecond {
 				sleep *= 2
