@@ -59,6 +59,9 @@ type block struct {
 	// streams lists the streams other than seg.pools.stream recorded by
 	// RecordStream while the block was allocated.
 	streams []Stream
+	// ctx is the context number of the allocation (Note [Heap snapshots
+	// and allocation history]); 0 when none was attached.
+	ctx uint64
 
 	// freeSet links, meaningful only while the block is free.
 	left, right *block
@@ -121,6 +124,7 @@ type Allocator struct {
 	allocs     uint64 // successful Alloc calls, for divergence reports
 	frees      uint64 // successful Free calls
 	spareBlock []*block
+	hist       *history // nil unless recording (Note [Heap snapshots and allocation history])
 }
 
 // NewAllocator makes the allocator of device on be. It reserves the heap's
@@ -145,6 +149,9 @@ func NewAllocator(be Backend, device int) (*Allocator, error) {
 		streams: make(map[Stream]*streamPools),
 	}
 	a.heap.init(be, device, gran, total)
+	if n := historyMax.Load(); n > 0 {
+		a.hist = &history{max: int(n)}
+	}
 	return a, nil
 }
 
@@ -260,6 +267,9 @@ func (a *Allocator) Alloc(size uintptr, s Stream) (uintptr, error) {
 	a.live.put(b.addr, b)
 	a.allocs++
 	a.st.block(small, 1, int64(b.size), int64(size))
+	if a.hist != nil {
+		a.record("alloc", b.addr, size, s)
+	}
 	return b.addr, nil
 }
 
@@ -316,6 +326,9 @@ func (a *Allocator) newSegment(size uintptr, sp *streamPools, small bool, reques
 	a.heap.add(seg)
 	sp.pool(small).insert(b)
 	a.st.numDeviceAlloc++
+	if a.hist != nil {
+		a.record("segment_alloc", addr, size, sp.stream)
+	}
 	a.st.add(statSegment, small, 1)
 	a.st.add(statReservedBytes, small, int64(size))
 	return seg, nil
@@ -344,6 +357,13 @@ func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
 	small := seg.small
 	a.frees++
 	a.st.block(small, -1, int64(b.size), int64(b.requested))
+	if a.hist != nil {
+		// Freed blocks are reusable at once on their stream (the waits on
+		// other streams are enqueued above), so the request completes now.
+		a.record("free_requested", b.addr, b.requested, seg.pools.stream)
+		a.record("free_completed", b.addr, b.requested, seg.pools.stream)
+	}
+	b.ctx = 0
 	b.allocated = false
 	b.requested = 0
 	b.streams = b.streams[:0]
@@ -507,6 +527,9 @@ func (a *Allocator) releaseSegment(seg *segment) error {
 	a.dropBlock(seg.first)
 	a.heap.remove(seg.heapOff)
 	a.st.numDeviceFree++
+	if a.hist != nil {
+		a.record("segment_free", seg.addr, seg.size, seg.pools.stream)
+	}
 	a.st.add(statSegment, seg.small, -1)
 	a.st.add(statReservedBytes, seg.small, -int64(seg.size))
 	return nil

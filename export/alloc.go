@@ -21,6 +21,7 @@ func symmem_alloc(size C.size_t, device C.int, stream *C.struct_CUstream_st) uns
 	if err == nil {
 		var p uintptr
 		if p, err = a.Alloc(uintptr(size), streamOf(stream)); err == nil {
+			attachContext(a, p)
 			return ptrAt(p)
 		}
 	}

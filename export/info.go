@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/ipc"
@@ -138,14 +137,5 @@ func symmem_info_json(buf *C.char, length C.size_t) C.size_t {
 		setLastError("symmem_info_json", core.Errorf(core.ErrInternal, "%v", err))
 		return 0
 	}
-	if buf != nil && length > 0 {
-		n := len(b)
-		if n > int(length)-1 {
-			n = int(length) - 1
-		}
-		dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(length))
-		copy(dst, b[:n])
-		dst[n] = 0
-	}
-	return C.size_t(len(b))
+	return copyOut(b, buf, length)
 }

@@ -23,6 +23,9 @@ typedef struct symmem_pointer_info {
   int reserved_;
 } symmem_pointer_info;
 
+/* symmem.h's context hook type (snapshot.go). */
+typedef uint64_t (*symmem_context_fn)(void *user);
+
 /* errors.c: the per-thread last error. */
 void symmemi_set_error(int code, const char *msg, size_t len);
 void symmemi_abort(const char *msg, size_t len);

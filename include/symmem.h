@@ -236,6 +236,47 @@ typedef struct symmem_stat {
  *   oversize_segments.current/.peak/.allocated/.freed, max_split_size */
 size_t symmem_stats(int device, symmem_stat *out, size_t capacity);
 
+/* Heap snapshots and allocation history, in the shape of PyTorch's memory
+ * snapshots (symmem.torch.memory_snapshot builds torch's dict from them).
+ *
+ * symmem_memory_snapshot_json writes a JSON object
+ *   {"segments": [{"device", "address", "total_size", "allocated_size",
+ *                  "active_size", "requested_size", "stream",
+ *                  "segment_type": "small"|"large",
+ *                  "blocks": [{"address", "size", "requested_size",
+ *                              "state": "active_allocated"|"inactive",
+ *                              "context"}]}],
+ *    "device_traces": [[{"action", "addr", "size", "stream", "time_us",
+ *                        "context"}] per device],
+ *    "recording": bool}
+ * covering every device's allocator: segments in address order, their
+ * blocks tiling them in address order. "action" is alloc, free_requested,
+ * free_completed (a free completes at once), segment_alloc or segment_free;
+ * "size" is the bytes asked for (blocks) or the segment's size. "context" is
+ * the number the context hook returned for the allocation (0: none). Writes
+ * at most len bytes into buf (NUL-terminated when len > 0) and returns the
+ * document's length, like snprintf; the heap may change between two calls,
+ * so retry with a larger buffer while the result is >= len. Returns 0 with
+ * the last error set when there is no backend. Thread-safe; each device's
+ * part is consistent (taken under its lock). */
+size_t symmem_memory_snapshot_json(char *buf, size_t len);
+
+/* Starts recording the allocation history of every device (max_entries > 0:
+ * a ring of the last max_entries events per device, cleared now) or stops it
+ * (0). Off by default; recording costs one event per call. Returns
+ * SYMMEM_ERROR_INVALID_ARGUMENT above 2^26 entries. */
+symmem_result symmem_record_history(size_t max_entries);
+
+/* A context hook: called after each successful symmem_alloc while recording
+ * is on, on the allocating thread, with no lock of the library held; returns
+ * a number naming the caller's context (e.g. an interned stack trace; 0:
+ * none), which snapshots report with the block and its alloc event. */
+typedef uint64_t (*symmem_context_fn)(void *user);
+
+/* Installs fn (NULL removes it) with user passed back to it. The hook must
+ * not call into libsymmem's allocator. Returns SYMMEM_SUCCESS. */
+symmem_result symmem_set_context_hook(symmem_context_fn fn, void *user);
+
 /* Sets every .peak statistic of device to its .current value. */
 symmem_result symmem_reset_peak_stats(int device);
 

@@ -123,6 +123,9 @@ PROTOTYPES = {
     "symmem_backend_notes": (c_char_p, []),
     "symmem_device_count": (c_int, []),
     "symmem_info_json": (c_size_t, [c_void_p, c_size_t]),
+    "symmem_memory_snapshot_json": (c_size_t, [c_void_p, c_size_t]),
+    "symmem_record_history": (_result, [c_size_t]),
+    "symmem_set_context_hook": (_result, [c_void_p, c_void_p]),
     # The caching allocator
     "symmem_alloc": (c_void_p, [c_size_t, c_int, _stream_t]),
     "symmem_free": (None, [c_void_p, c_size_t, c_int, _stream_t]),
