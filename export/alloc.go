@@ -133,7 +133,7 @@ func symmem_get_memory_limit(device C.int, bytes *C.size_t) C.int {
 var statKeys = func() []*C.char {
 	keys := make([]*C.char, len(core.StatKeys))
 	for i, k := range core.StatKeys {
-		keys[i] = C.CString(k)
+		keys[i] = keptCString(k)
 	}
 	return keys
 }()

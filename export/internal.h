@@ -30,6 +30,10 @@ typedef uint64_t (*symmem_context_fn)(void *user);
 void symmemi_set_error(int code, const char *msg, size_t len);
 void symmemi_abort(const char *msg, size_t len);
 
+/* keep.c: a NUL-terminated copy of s[0..n) kept for the life of the process
+ * (Note [Strings kept for the life of the process]). */
+const char *symmemi_keep_string(const char *s, size_t n);
+
 /* selfpath.c: the path of libsymmem.so as loaded (dladdr). */
 const char *symmemi_self_path(void);
 #endif

@@ -73,12 +73,23 @@ func staticCString(s string) *C.char {
 	if p, ok := staticStrings.Load(s); ok {
 		return p.(*C.char)
 	}
-	c := C.CString(s)
-	p, lost := staticStrings.LoadOrStore(s, c)
-	if lost { // another thread made the same string first
-		C.free(unsafe.Pointer(c))
+	staticMu.Lock()
+	defer staticMu.Unlock()
+	if p, ok := staticStrings.Load(s); ok { // another thread made it meanwhile
+		return p.(*C.char)
 	}
-	return p.(*C.char)
+	c := keptCString(s)
+	staticStrings.Store(s, c)
+	return c
+}
+
+// staticMu serialises the making of static strings (each is made once).
+var staticMu sync.Mutex
+
+// keptCString is a C copy of s that lives as long as the process, held from
+// C (Note [Strings kept for the life of the process] in keep.c).
+func keptCString(s string) *C.char {
+	return C.symmemi_keep_string(cstr(s), C.size_t(len(s)))
 }
 
 //export symmem_version
