@@ -42,12 +42,15 @@ const (
 	kindSize                       // bytes, with K/M/G/T suffixes
 	kindMillis                     // a duration, plain numbers in milliseconds
 	kindSeconds                    // a duration, plain numbers in seconds
+	kindMicros                     // a duration, plain numbers in microseconds
 	kindBackend                    // "auto" or a registered backend's name
+	kindChoice                     // one of settingSpec.choices
 )
 
 var kindNames = map[settingKind]string{
 	kindText: "text", kindBool: "boolean", kindSize: "size",
-	kindMillis: "duration (ms)", kindSeconds: "duration (s)", kindBackend: "backend name",
+	kindMillis: "duration (ms)", kindSeconds: "duration (s)", kindMicros: "duration (us)",
+	kindBackend: "backend name", kindChoice: "choice",
 }
 
 // settingSpec describes one variable. positive: zero is refused (a timeout
@@ -56,7 +59,8 @@ type settingSpec struct {
 	name     string
 	kind     settingKind
 	positive bool
-	reader   string // who reads it, when not the library itself ("python")
+	reader   string   // who reads it, when not the library itself ("python")
+	choices  []string // kindChoice: the values allowed
 	doc      string
 }
 
@@ -74,6 +78,9 @@ var settingSpecs = []settingSpec{
 	{name: "SYMMEM_HEAP_RESERVE", kind: kindSize, positive: true, doc: "address space reserved per heap range"},
 	{name: "SYMMEM_TRACE", kind: kindBool, doc: "print the phases of each rendezvous to stderr"},
 	{name: "SYMMEM_WAIT_REPORT_S", kind: kindSeconds, doc: "interval of progress lines while a rank waits (0: off)"},
+	{name: "SYMMEM_SHM_EXCHANGE", kind: kindBool, doc: "records through the shared-memory control page (off: the sockets)"},
+	{name: "SYMMEM_BARRIER", kind: kindChoice, choices: []string{"linear", "dissemination"}, doc: "the host and stream barrier's algorithm"},
+	{name: "SYMMEM_SHM_SPIN_US", kind: kindMicros, doc: "how long a control-page waiter spins before it sleeps"},
 }
 
 // Setting is one SYMMEM_* variable found in the environment and how it was
@@ -182,10 +189,22 @@ func (s *Setting) read(spec settingSpec) {
 				err = fmt.Errorf("must be more than 0 bytes")
 			}
 		}
-	case kindMillis, kindSeconds:
+	case kindChoice:
+		s.Reading = strconv.Quote(s.Raw)
+		ok := false
+		for _, c := range spec.choices {
+			ok = ok || s.Raw == c
+		}
+		if !ok {
+			err = fmt.Errorf("not one of %s", strings.Join(spec.choices, ", "))
+		}
+	case kindMillis, kindSeconds, kindMicros:
 		unit := time.Millisecond
-		if spec.kind == kindSeconds {
+		switch spec.kind {
+		case kindSeconds:
 			unit = time.Second
+		case kindMicros:
+			unit = time.Microsecond
 		}
 		if s.d, err = ParseDuration(s.Raw, unit); err == nil {
 			s.Reading = s.d.String()
@@ -300,8 +319,11 @@ func ParseDuration(s string, unit time.Duration) (time.Duration, error) {
 }
 
 func unitName(unit time.Duration) string {
-	if unit == time.Second {
+	switch unit {
+	case time.Second:
 		return "seconds"
+	case time.Microsecond:
+		return "microseconds"
 	}
 	return "milliseconds"
 }
@@ -314,18 +336,6 @@ func SaturatingDuration(n float64, unit time.Duration) time.Duration {
 		return time.Duration(math.MaxInt64)
 	}
 	return time.Duration(v)
-}
-
-// MillisDuration is ms milliseconds as a Duration, saturating (see
-// SaturatingDuration); negative values give 0.
-func MillisDuration(ms int64) time.Duration {
-	if ms <= 0 {
-		return 0
-	}
-	if ms > math.MaxInt64/int64(time.Millisecond) {
-		return time.Duration(math.MaxInt64)
-	}
-	return time.Duration(ms) * time.Millisecond
 }
 
 // lookup returns the readable setting name, if set; it panics on a name
@@ -367,7 +377,7 @@ func (st *Settings) Size(name string, def uint64) uint64 {
 
 // Duration is the duration setting name, or def.
 func (st *Settings) Duration(name string, def time.Duration) time.Duration {
-	if s := st.lookup(name, kindMillis, kindSeconds); s != nil {
+	if s := st.lookup(name, kindMillis, kindSeconds, kindMicros); s != nil {
 		return s.d
 	}
 	return def
@@ -375,7 +385,7 @@ func (st *Settings) Duration(name string, def time.Duration) time.Duration {
 
 // Text is the text setting name, or def.
 func (st *Settings) Text(name string, def string) string {
-	if s := st.lookup(name, kindText, kindBackend); s != nil {
+	if s := st.lookup(name, kindText, kindBackend, kindChoice); s != nil {
 		return s.Raw
 	}
 	return def

@@ -54,7 +54,7 @@ func TestParseDuration(t *testing.T) {
 	d, err = ParseDuration("99999999999999999999", time.Millisecond)
 	require.NoError(t, err)
 	assert.Equal(t, time.Duration(math.MaxInt64), d)
-	assert.Equal(t, time.Duration(math.MaxInt64), MillisDuration(math.MaxInt64))
+	assert.Equal(t, Forever, Millis(math.MaxInt64))
 	for _, bad := range []string{"-5", "soon", "-2s"} {
 		_, err := ParseDuration(bad, time.Millisecond)
 		assert.Error(t, err, bad)
@@ -77,13 +77,14 @@ func TestSettingsReadLoudly(t *testing.T) {
 	assert.Equal(t, "1073741824 bytes", st.All()[0].Reading)
 
 	bad := ParseSettings([]string{"SYMMEM_HEAP_RESERVE=lots", "SYMMEM_STRICT=perhaps",
-		"SYMMEM_TIMEOUT_MS=0", "SYMMEM_TIMOUT_MS=5"})
+		"SYMMEM_TIMEOUT_MS=0", "SYMMEM_TIMOUT_MS=5", "SYMMEM_BARRIER=tree"})
 	assert.Equal(t, uint64(7), bad.Size("SYMMEM_HEAP_RESERVE", 7), "unreadable: default")
 	require.Error(t, bad.Err())
 	assert.Equal(t, ErrInvalidArgument, CodeOf(bad.Err()))
 	notes := strings.Join(bad.Notes(), "\n")
 	for _, want := range []string{`SYMMEM_HEAP_RESERVE="lots"`, `SYMMEM_STRICT="perhaps"`,
-		`SYMMEM_TIMEOUT_MS="0"`, "must be more than 0", "did you mean SYMMEM_TIMEOUT_MS?"} {
+		`SYMMEM_TIMEOUT_MS="0"`, "must be more than 0", "did you mean SYMMEM_TIMEOUT_MS?",
+		`SYMMEM_BARRIER="tree"`, "not one of linear, dissemination"} {
 		assert.Contains(t, notes, want)
 	}
 }
@@ -106,7 +107,7 @@ func TestEverySpecReadable(t *testing.T) {
 			st.Bool(s.name, false)
 		case kindSize:
 			st.Size(s.name, 0)
-		case kindMillis, kindSeconds:
+		case kindMillis, kindSeconds, kindMicros:
 			st.Duration(s.name, 0)
 		default:
 			st.Text(s.name, "")

@@ -108,16 +108,22 @@ type Stat struct {
 }
 
 // StatKeys lists every statistic's key in the order Stats returns them.
+// Keys are only ever added at the end (symmem.h), so the kinds added later
+// (inactive_split*) come after the counters of the first version.
 var StatKeys = func() []string {
 	var keys []string
-	for k := statKind(0); k < numStatKinds; k++ {
-		for p := statPool(0); p < numStatPools; p++ {
-			base := statKindNames[k] + "." + statPoolNames[p] + "."
-			keys = append(keys, base+"current", base+"peak", base+"allocated", base+"freed")
+	kinds := func(from, to statKind) {
+		for k := from; k < to; k++ {
+			for p := statPool(0); p < numStatPools; p++ {
+				base := statKindNames[k] + "." + statPoolNames[p] + "."
+				keys = append(keys, base+"current", base+"peak", base+"allocated", base+"freed")
+			}
 		}
 	}
+	kinds(0, statInactiveSplit)
 	keys = append(keys, "num_alloc_retries", "num_ooms", "num_device_alloc",
 		"num_device_free", "num_sync_all_streams", "memory_limit")
+	kinds(statInactiveSplit, numStatKinds)
 	for _, k := range []string{"oversize_allocations", "oversize_segments"} {
 		keys = append(keys, k+".current", k+".peak", k+".allocated", k+".freed")
 	}
@@ -141,14 +147,18 @@ func (s *stats) values(limit uint64) []int64 {
 	by := s.by
 	by[statActive] = by[statAllocation]
 	by[statActiveBytes] = by[statAllocatedBytes]
-	for k := range by {
-		for p := range by[k] {
-			st := by[k][p]
-			v = append(v, st.current, st.peak, st.allocated, st.freed)
+	kinds := func(from, to statKind) {
+		for k := from; k < to; k++ {
+			for p := range by[k] {
+				st := by[k][p]
+				v = append(v, st.current, st.peak, st.allocated, st.freed)
+			}
 		}
 	}
+	kinds(0, statInactiveSplit)
 	v = append(v, s.numAllocRetry, s.numOOM, s.numDeviceAlloc, s.numDeviceFree,
 		s.numSyncAll, int64(limit))
+	kinds(statInactiveSplit, numStatKinds)
 	v = append(v, 0, 0, 0, 0, 0, 0, 0, 0) // oversize_*: see the Note above
 	return append(v, -1)                  // max_split_size: no limit
 }

@@ -47,6 +47,9 @@ func (a *Allocator) validateLocked() error {
 		if !inRange {
 			return fmt.Errorf("segment %d (%#x, heap offset %d) is not where its range puts it", seg.id, seg.addr, seg.heapOff)
 		}
+		if seg.unmapped {
+			return fmt.Errorf("segment %d (%#x, heap offset %d) is unmapped but still in the heap: its blocks would fault", seg.id, seg.addr, seg.heapOff)
+		}
 		if a.streams[seg.pools.stream] != seg.pools {
 			return fmt.Errorf("segment %d belongs to pools of an unknown stream", seg.id)
 		}

@@ -130,8 +130,9 @@ func buildInfo() infoReport {
 	return r
 }
 
-//export symmem_info_json
-func symmem_info_json(buf *C.char, length C.size_t) C.size_t {
+//export symmemgo_info_json
+func symmemgo_info_json(buf *C.char, length C.size_t) (result C.size_t) {
+	defer recoverCall("symmem_info_json", &result, 0)
 	b, err := json.MarshalIndent(buildInfo(), "", "  ")
 	if err != nil {
 		setLastError("symmem_info_json", core.Errorf(core.ErrInternal, "%v", err))

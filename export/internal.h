@@ -1,30 +1,11 @@
 /* Declarations shared by the export package's Go and C files. Not public:
- * include/symmem.h is the contract; these mirror its types exactly. */
+ * include/symmem.h is the contract (its types are the ones used here). */
 #ifndef SYMMEM_EXPORT_INTERNAL_H
 #define SYMMEM_EXPORT_INTERNAL_H
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
-
-struct CUstream_st;
-
-typedef struct symmem_stat {
-  const char *key;
-  int64_t value;
-} symmem_stat;
-
-typedef struct symmem_pointer_info {
-  void *block;
-  size_t block_size;
-  size_t requested_size;
-  size_t offset;
-  uint64_t heap_offset;
-  int device;
-  int reserved_;
-} symmem_pointer_info;
-
-/* symmem.h's context hook type (snapshot.go). */
-typedef uint64_t (*symmem_context_fn)(void *user);
+#include "symmem.h"
 
 /* errors.c: the per-thread last error. */
 void symmemi_set_error(int code, const char *msg, size_t len);

@@ -23,8 +23,9 @@ var (
 	hookUser unsafe.Pointer
 )
 
-//export symmem_set_context_hook
-func symmem_set_context_hook(fn C.symmem_context_fn, user unsafe.Pointer) C.int {
+//export symmemgo_set_context_hook
+func symmemgo_set_context_hook(fn C.symmem_context_fn, user unsafe.Pointer) (result C.symmem_result) {
+	defer recoverCall("symmem_set_context_hook", &result, C.SYMMEM_ERROR_INTERNAL)
 	hookMu.Lock()
 	hookFn, hookUser = fn, user
 	hookMu.Unlock()
@@ -49,15 +50,16 @@ func attachContext(a *core.Allocator, p uintptr) {
 	}
 }
 
-//export symmem_record_history
-func symmem_record_history(maxEntries C.size_t) C.int {
+//export symmemgo_record_history
+func symmemgo_record_history(maxEntries C.size_t) (result C.symmem_result) {
+	defer recoverCall("symmem_record_history", &result, C.SYMMEM_ERROR_INTERNAL)
 	rt, err := runtimeOrError()
 	if err != nil {
-		return setLastError("symmem_record_history", err)
+		return C.symmem_result(setLastError("symmem_record_history", err))
 	}
 	n := int(maxEntries)
 	if maxEntries > 1<<26 {
-		return setLastError("symmem_record_history", core.Errorf(core.ErrInvalidArgument, "max_entries %d is above the limit of %d", uint64(maxEntries), 1<<26))
+		return C.symmem_result(setLastError("symmem_record_history", core.Errorf(core.ErrInvalidArgument, "max_entries %d is above the limit of %d", uint64(maxEntries), 1<<26)))
 	}
 	rt.SetHistory(n)
 	return 0
@@ -134,8 +136,9 @@ func buildSnapshot() (snapshotDoc, error) {
 	return doc, nil
 }
 
-//export symmem_memory_snapshot_json
-func symmem_memory_snapshot_json(buf *C.char, length C.size_t) C.size_t {
+//export symmemgo_memory_snapshot_json
+func symmemgo_memory_snapshot_json(buf *C.char, length C.size_t) (result C.size_t) {
+	defer recoverCall("symmem_memory_snapshot_json", &result, 0)
 	doc, err := buildSnapshot()
 	if err != nil {
 		setLastError("symmem_memory_snapshot_json", err)

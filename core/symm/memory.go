@@ -2,6 +2,7 @@ package symm
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"unsafe"
 
@@ -33,6 +34,12 @@ type groupMem struct {
 	// copies (nil on the host backend, where the host arrays serve both).
 	host *slab
 	dev  *slab
+	// arrays are the live pointer arrays by content (Note [Shared pointer
+	// arrays]); every entry has refs > 0.
+	arrays map[string]*ptrArrays
+	// leaked counts the times memory was left mapped because the device
+	// synchronisation before unmapping it failed (syncThen).
+	leaked int
 }
 
 // mapKey names a peer's segment slot: the segment at heapOff of peer's heap.
@@ -81,11 +88,24 @@ func ptrAt(addr uintptr) unsafe.Pointer {
 func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
 
 // importMap imports a peer's descriptor (the backend owns fd from here on)
-// and maps size bytes of it in a new reserved range.
-func (gm *groupMem) importMap(fd int, size uintptr) (addr uintptr, mem core.Memory, err error) {
+// and maps size bytes of it in a new reserved range. what names the memory
+// and its owner ("rank 1 (pid 42)'s signal pad") in messages. The peer is
+// not trusted: memory smaller than size is refused with ErrPeer where the
+// backend can tell (core.ImportedSizer).
+func (gm *groupMem) importMap(fd int, size uintptr, what string) (addr uintptr, mem core.Memory, err error) {
 	mem, err = gm.be.Import(gm.device, fd)
 	if err != nil {
 		return 0, 0, err
+	}
+	if sizer, ok := gm.be.(core.ImportedSizer); ok {
+		got, err := sizer.ImportedSize(mem)
+		if err == nil && got < uint64(size) {
+			err = core.Errorf(core.ErrPeer, "%s arrived as memory of %d bytes, %d were announced: refusing to map it (the peer is broken or lying)", what, got, size)
+		}
+		if err != nil {
+			gm.be.Release(mem)
+			return 0, 0, err
+		}
 	}
 	addr, err = gm.be.Reserve(gm.device, size)
 	if err != nil {
@@ -97,17 +117,32 @@ func (gm *groupMem) importMap(fd int, size uintptr) (addr uintptr, mem core.Memo
 		gm.be.Release(mem)
 		return 0, 0, err
 	}
+	core.RegisterRange(addr, size, what)
 	return addr, mem, nil
 }
 
 // unmapRelease undoes importMap (or a pad's create+map).
 func (gm *groupMem) unmapRelease(addr, size uintptr, mem core.Memory) error {
+	core.UnregisterRange(addr)
 	return errors.Join(gm.be.Unmap(gm.device, addr, size), gm.be.Release(mem), gm.be.Unreserve(gm.device, addr, size))
 }
 
 // sync waits for all work on the device before memory that it may use is
 // unmapped (DESIGN invariant 4). A no-op on the host backend.
 func (gm *groupMem) sync() error { return gm.be.SynchronizeDevice(gm.device) }
+
+// syncThen runs unmap once the device is synchronised. When the
+// synchronisation fails or times out (a peer died with a stream waiting for
+// its signal: the GPU may still read or write this memory), nothing is
+// unmapped: what is deliberately leaked, and the error says so.
+func (gm *groupMem) syncThen(what string, unmap func() error) error {
+	if err := gm.sync(); err != nil {
+		gm.leaked++
+		return core.Errorf(core.CodeOf(err), "group %q: rank %d: %s left mapped (deliberately leaked): the device synchronisation before unmapping failed, so the GPU may still use it: %v",
+			gm.name, gm.rank, what, err)
+	}
+	return unmap()
+}
 
 // makePads creates, maps and zeroes this rank's pad of size bytes.
 func (gm *groupMem) makePads(size uintptr) (*pads, error) {
@@ -133,6 +168,7 @@ func (gm *groupMem) makePads(size uintptr) (*pads, error) {
 	}
 	p.own = own
 	p.addr[gm.rank] = addr
+	core.RegisterRange(addr, p.phys, "this rank's signal pad")
 	return p, nil
 }
 
@@ -149,35 +185,38 @@ func (gm *groupMem) dropPeerPads(p *pads) error {
 	return errors.Join(errs...)
 }
 
-// unref drops a reference (mu held); the last one releases everything.
+// unref drops a reference (mu held); the last one releases everything,
+// once the device is synchronised (or leaks it all if that fails).
 func (gm *groupMem) unrefLocked() error {
 	gm.refs--
 	if gm.refs > 0 {
 		return nil
 	}
-	var errs []error
-	errs = append(errs, gm.sync())
-	for k, m := range gm.maps { // none should remain: handles hold them
-		errs = append(errs, gm.unmapRelease(m.addr, m.size, m.mem))
-		delete(gm.maps, k)
-	}
-	if p := gm.pads; p != nil {
-		errs = append(errs, gm.dropPeerPads(p))
-		errs = append(errs, gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
-		gm.pads = nil
-	}
-	if gm.host != nil {
-		errs = append(errs, gm.host.close())
-		gm.host = nil
-	}
-	if gm.dev != nil {
-		errs = append(errs, gm.dev.close())
-		gm.dev = nil
-	}
-	return errors.Join(errs...)
+	return gm.syncThen("the group's memory (signal pads, peer mappings, pointer arrays)", func() error {
+		var errs []error
+		for k, m := range gm.maps { // none should remain: handles hold them
+			errs = append(errs, gm.unmapRelease(m.addr, m.size, m.mem))
+			delete(gm.maps, k)
+		}
+		if p := gm.pads; p != nil {
+			errs = append(errs, gm.dropPeerPads(p))
+			errs = append(errs, gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
+			gm.pads = nil
+		}
+		if gm.host != nil {
+			errs = append(errs, gm.host.close())
+			gm.host = nil
+		}
+		if gm.dev != nil {
+			errs = append(errs, gm.dev.close())
+			gm.dev = nil
+		}
+		return errors.Join(errs...)
+	})
 }
 
-// putMapLocked drops one reference to m and unmaps it when none is left.
+// putMapLocked drops one reference to m and unmaps it when none is left
+// (after synchronising the device; leaked if that fails).
 func (gm *groupMem) putMapLocked(m *peerMap) error {
 	m.refs--
 	if m.refs > 0 {
@@ -186,7 +225,8 @@ func (gm *groupMem) putMapLocked(m *peerMap) error {
 	if gm.maps[m.key] == m {
 		delete(gm.maps, m.key)
 	}
-	return errors.Join(gm.sync(), gm.unmapRelease(m.addr, m.size, m.mem))
+	return gm.syncThen(fmt.Sprintf("rank %d's segment at heap offset %#x (%d bytes, mapped at %#x)", m.key.peer, m.key.heapOff, m.size, m.addr),
+		func() error { return gm.unmapRelease(m.addr, m.size, m.mem) })
 }
 
 // slab hands out fixed-size slots of memory that Go does not manage, so that

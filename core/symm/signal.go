@@ -82,16 +82,22 @@ func (h *Handle) timeoutOr(t time.Duration) time.Duration {
 	return t
 }
 
-func (h *Handle) onStreams() bool { return h.gm.be.Name() == "cuda" }
+func (h *Handle) onStreams() bool { return h.gm.be.Capabilities().StreamSignals }
 
+// checkSignal admits a signal call (the caller defers h.life.leave() when
+// it returns nil) and checks its arguments.
 func (h *Handle) checkSignal(peerWhat string, peer, channel int) error {
-	if err := h.live(); err != nil {
+	if err := h.enter(); err != nil {
 		return err
 	}
-	if err := h.checkRank(peerWhat, peer); err != nil {
-		return err
+	err := h.checkRank(peerWhat, peer)
+	if err == nil {
+		err = h.checkChannel(channel)
 	}
-	return h.checkChannel(channel)
+	if err != nil {
+		h.life.leave()
+	}
+	return err
 }
 
 // PutSignal adds one to our count in dst's pad on channel: at once on the
@@ -101,6 +107,7 @@ func (h *Handle) PutSignal(dst, channel int, s core.Stream, timeout time.Duratio
 	if err := h.checkSignal("destination rank", dst, channel); err != nil {
 		return err
 	}
+	defer h.life.leave()
 	if h.onStreams() {
 		return h.streamSignals(s, h.timeoutOr(timeout), channel, []int{dst}, nil)
 	}
@@ -116,11 +123,15 @@ func (h *Handle) WaitSignal(src, channel int, s core.Stream, timeout time.Durati
 	if err := h.checkSignal("source rank", src, channel); err != nil {
 		return err
 	}
+	defer h.life.leave()
 	timeout = h.timeoutOr(timeout)
 	if h.onStreams() {
 		return h.streamSignals(s, timeout, channel, nil, []int{src})
 	}
-	if !h.waitHost(src, channel, time.Now().Add(timeout)) {
+	switch h.waitHost(src, channel, time.Now().Add(timeout)) {
+	case waitReleased:
+		return h.releasedDuring(fmt.Sprintf("a wait for rank %d's signal on channel %d", src, channel))
+	case waitTimedOut:
 		return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v waiting for rank %d's signal on channel %d",
 			h.name, h.rank, timeout, src, channel)
 	}
@@ -167,10 +178,19 @@ func (h *Handle) putHost(dst, channel int) {
 	atomic.AddUint32((*uint32)(ptrAt(h.slot(dst, h.rank, channel))), 1)
 }
 
+// waitOutcome is how a host-side wait ended.
+type waitOutcome int
+
+const (
+	waitReached  waitOutcome = iota
+	waitTimedOut             // the deadline passed
+	waitReleased             // the handle was released meanwhile (Note [Calls in flight])
+)
+
 // waitHost takes the next number for (src, channel) and polls src's count in
-// our pad until it reaches that number or the deadline passes; on timeout it
-// gives the number back and returns false.
-func (h *Handle) waitHost(src, channel int, deadline time.Time) bool {
+// our pad until it reaches that number, the deadline passes or the handle is
+// released; unless reached, it gives the number back.
+func (h *Handle) waitHost(src, channel int, deadline time.Time) waitOutcome {
 	c := h.sig
 	seen := &c.seen[c.index(src, channel)]
 	n := atomic.AddUint32(seen, 1)
@@ -179,16 +199,22 @@ func (h *Handle) waitHost(src, channel int, deadline time.Time) bool {
 	var rep *core.WaitReport // made when the wait becomes long (not on the fast path)
 	for i := 0; ; i++ {
 		if core.Reached(atomic.LoadUint32(word), n) {
-			return true
+			return waitReached
 		}
 		switch {
 		case i < 100:
 		case i < 300:
 			runtime.Gosched()
 		default:
+			select {
+			case <-h.life.closing:
+				atomic.AddUint32(seen, ^uint32(0))
+				return waitReleased
+			default:
+			}
 			if !time.Now().Before(deadline) {
 				atomic.AddUint32(seen, ^uint32(0))
-				return false
+				return waitTimedOut
 			}
 			if i == 300 {
 				rep = core.StartWait(h.name, h.rank, fmt.Sprintf("signal %d on channel %d", n, channel), deadline)
@@ -202,29 +228,92 @@ func (h *Handle) waitHost(src, channel int, deadline time.Time) bool {
 	}
 }
 
-// Barrier puts a signal to every peer on channel, then waits for one from
-// every peer. timeout <= 0 means the group's; it bounds the whole barrier.
+// releasedDuring is the error of a wait cut short by Release.
+func (h *Handle) releasedDuring(what string) error {
+	return core.Errorf(core.ErrInvalidState, "group %q: rank %d: the handle was released on another thread during %s", h.name, h.rank, what)
+}
+
+// Note [Barrier at more ranks]
+//
+// The linear barrier is world-1 puts then world-1 waits. On the GPU each
+// stream memory operation costs the stream's front end about 2 µs whatever
+// the peer (2 H200: 4.6 µs at 2 ranks; 4 H200: 8.9 µs at 4, against 6.6 µs
+// for torch's one-kernel barrier), so it grows linearly with the world.
+// The dissemination barrier (Hensgen, Finkel and Manber) takes
+// ceil(log2(world)) rounds; in round k each rank puts to rank+2^k and waits
+// for rank-2^k: 2 operations per round, 4 at 4 ranks instead of 6, 6 at 8
+// instead of 14, but each round waits for the previous one (one peer's
+// latency per round instead of one for all). The distances 2^k are distinct
+// modulo world, so each (sender, receiver) pair carries at most one signal
+// per barrier and the counting semaphores of Note [Signals] keep successive
+// barriers apart. Which is faster where is measured, not assumed:
+// SYMMEM_BARRIER=linear|dissemination selects it (every rank alike; the
+// default is linear), and bench/symm_bench.py reports both at each world
+// size it runs. (CUDA 13.1 adds atomic-add stream operations: a barrier of
+// world-1 remote adds and a single wait, not available on the 13.0 driver
+// of the machines measured so far.)
+
+// barrierDissemination selects the dissemination barrier (read once).
+var barrierDissemination = core.Current().Text("SYMMEM_BARRIER", "linear") == "dissemination"
+
+// barrierRounds returns the (dst, src) pairs of each step of a barrier:
+// one step of every peer (linear) or one per dissemination round.
+func (h *Handle) barrierRounds() (dsts, srcs [][]int) {
+	if !barrierDissemination || h.world <= 2 {
+		d, s := make([]int, h.world-1), make([]int, h.world-1)
+		// Puts to the next rank first, so that ranks do not all hit rank 0
+		// first; waits in the reverse order.
+		for i := 1; i < h.world; i++ {
+			d[i-1], s[i-1] = (h.rank+i)%h.world, (h.rank+h.world-i)%h.world
+		}
+		return [][]int{d}, [][]int{s}
+	}
+	for dist := 1; dist < h.world; dist *= 2 {
+		dsts = append(dsts, []int{(h.rank + dist) % h.world})
+		srcs = append(srcs, []int{(h.rank + h.world - dist%h.world) % h.world})
+	}
+	return dsts, srcs
+}
+
+// Barrier returns (or, on a stream, lets the stream go on) once every rank
+// has entered it: a signal to every peer on channel and one from every
+// peer, directly or through the dissemination rounds (Note [Barrier at more
+// ranks]). timeout <= 0 means the group's; it bounds the whole barrier.
 func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) error {
 	if err := h.checkSignal("rank", h.rank, channel); err != nil {
 		return err
 	}
+	defer h.life.leave()
 	timeout = h.timeoutOr(timeout)
-	// Puts to the next rank first, so that ranks do not all hit rank 0
-	// first; waits in the reverse order.
-	dsts, srcs := make([]int, h.world-1), make([]int, h.world-1)
-	for i := 1; i < h.world; i++ {
-		dsts[i-1], srcs[i-1] = (h.rank+i)%h.world, (h.rank+h.world-i)%h.world
-	}
+	steps, froms := h.barrierRounds()
 	if h.onStreams() {
-		return h.streamSignals(s, timeout, channel, dsts, srcs)
+		for i := range steps {
+			if err := h.streamSignals(s, timeout, channel, steps[i], froms[i]); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	deadline := time.Now().Add(timeout)
+	for i := range steps {
+		if err := h.hostStep(channel, steps[i], froms[i], deadline, timeout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hostStep puts to every rank of dsts, then waits for every rank of srcs.
+func (h *Handle) hostStep(channel int, dsts, srcs []int, deadline time.Time, timeout time.Duration) error {
 	for _, dst := range dsts {
 		h.putHost(dst, channel)
 	}
 	var late []int
 	for _, src := range srcs {
-		if !h.waitHost(src, channel, deadline) {
+		switch h.waitHost(src, channel, deadline) {
+		case waitReleased:
+			return h.releasedDuring(fmt.Sprintf("a barrier on channel %d", channel))
+		case waitTimedOut:
 			late = append(late, src)
 		}
 	}
