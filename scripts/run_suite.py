@@ -7,7 +7,9 @@ written to build/results/NAME.tsv for scripts/summary.py's table.
     run_suite.py NAME KIND -- COMMAND...
 
 KIND says how to count and what to show: go (go test -v), pytest (pytest -q
--rs), c (the C tests' check.h lines), plain (exit status only).
+-rs), c (the C tests' check.h lines, "N passed, M failed" and "skip"), plain
+(everything shown; counted from "N passed, M failed" lines, else by the exit
+status alone).
 """
 import os
 import re
@@ -46,7 +48,7 @@ def count(kind: str, lines):
                         s += int(n)
                     else:
                         f += int(n)
-    elif kind == "c":
+    elif kind in ("c", "plain"):
         for l in lines:
             m = re.search(r"(\d+) passed, (\d+) failed", l)
             if m:

@@ -29,7 +29,8 @@ assert "site-packages" in pkg, pkg
 assert os.path.exists(os.path.join(pkg, "py.typed"))
 print("fresh venv: import symmem; symmem.alloc(64) ok, library", lib)
 PY
-"$py" -m symmem --no-self-test | head -3
+"$py" -m symmem --no-self-test > "$t/info.txt"
+head -3 "$t/info.txt"
 # The wheel's tag is a platform tag, not py3-none-any.
 "$py" - <<'PY'
 import glob, os, symmem
