@@ -13,12 +13,16 @@ status alone).
 """
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 import time
 
 HEARTBEAT_S = 10.0
+# A suite still running after this long is killed and counted as failed, so
+# that a hang shows as a row of the table, not as a make that never ends.
+SUITE_TIMEOUT_S = float(os.environ.get("SUITE_TIMEOUT_S", "900"))
 
 
 def shown(kind: str, line: str) -> bool:
@@ -76,17 +80,29 @@ def main() -> int:
             print(f"[{name}] {msg}", flush=True)
             last[0] = time.monotonic()
 
+    timed_out = threading.Event()
+    procs = []
+
     def beat() -> None:
         while not done.wait(1.0):
             now = time.monotonic()
             if now - last[0] >= HEARTBEAT_S:
                 say(f"... running, {now - start:.0f} s (log: {log_path})")
+            if now - start > SUITE_TIMEOUT_S and procs and not timed_out.is_set():
+                timed_out.set()
+                say(f"TIMED OUT after {SUITE_TIMEOUT_S:.0f} s (SUITE_TIMEOUT_S): killing it")
+                try:
+                    os.killpg(procs[0].pid, signal.SIGKILL)
+                except OSError:
+                    pass
 
     say("start: " + " ".join(cmd))
     threading.Thread(target=beat, daemon=True).start()
     lines = []
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                                start_new_session=True)
+        procs.append(proc)
         for line in proc.stdout:
             log.write(line)
             line = line.rstrip("\n")
@@ -97,6 +113,8 @@ def main() -> int:
     done.set()
     secs = time.monotonic() - start
     p, f, s = count(kind, lines)
+    if kind == "plain" and rc == 0 and p + f == 0:
+        p = 1  # a plain suite that printed no counts: its exit status is its one result
     if rc != 0 and f == 0:
         f = 1  # a failure the counts did not see (build error, crash)
         if kind == "c" or kind == "go":

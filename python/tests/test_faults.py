@@ -33,7 +33,7 @@ def test_timeout_conversion_saturates():
         _timeout_ms(float("nan"))
 
 
-def test_huge_timeouts_do_not_wrap(symmetric):
+def test_huge_timeouts_do_not_wrap(host_backend, symmetric):
     # A wrapped timeout would be under a millisecond: the wait below, which
     # a thread satisfies 200 ms later, would time out.
     import threading
