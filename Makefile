@@ -64,9 +64,10 @@ RUN    := $(PYTHON) scripts/run_suite.py
 
 test: ## every suite (what CI runs), ending with a table
 	@rm -rf $(BUILD)/results
-	@$(MAKE) --no-print-directory $(LIB) $(CTEST_BIN) $(FAKECUDA) $(BUILD)/demo $(BUILD)/symmem-info
+	@$(RUN) build plain -- $(MAKE) --no-print-directory $(LIB) $(CTEST_BIN) $(FAKECUDA) $(BUILD)/demo \
+	  $(BUILD)/symmem-info || true
 	@$(MAKE) --no-print-directory -k -j2 $(addprefix suite-,$(SUITES)) || true
-	@$(PYTHON) scripts/summary.py $(SUITES)
+	@$(PYTHON) scripts/summary.py build $(SUITES)
 
 suite-go: $(LIB)
 	@$(RUN) go go -- sh -c '$(GO) vet ./... && $(GO) test -race -count=1 -v ./...'
