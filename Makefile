@@ -17,6 +17,10 @@ LIBSO   := $(BUILD)/$(SONAME)
 LIB     := $(BUILD)/libsymmem.so
 GOFILES := $(shell find core cuda export -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.map' 2>/dev/null) go.mod go.sum
 
+# NCCL's stand-ins (rules below), needed by the C and Python suites.
+FAKENCCL    := $(BUILD)/libnccl_fake.so
+FAKENCCL228 := $(BUILD)/libnccl_fake_228.so
+
 CTEST_SRC   := $(wildcard tests/c/test_*.c)
 CTEST_BIN   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(CTEST_SRC))
 CTEST_FLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fsanitize=address -fno-omit-frame-pointer
@@ -65,28 +69,28 @@ RUN    := $(PYTHON) scripts/run_suite.py
 test: ## every suite (what CI runs), ending with a table
 	@rm -rf $(BUILD)/results
 	@$(RUN) build plain -- $(MAKE) --no-print-directory $(LIB) $(CTEST_BIN) $(FAKECUDA) $(BUILD)/demo \
-	  $(BUILD)/symmem-info || true
+	  $(BUILD)/symmem-info $(FAKENCCL) $(FAKENCCL228) || true
 	@$(MAKE) --no-print-directory -k -j2 $(addprefix suite-,$(SUITES)) || true
 	@$(PYTHON) scripts/summary.py build $(SUITES)
 
 suite-go: $(LIB)
 	@$(RUN) go go -- sh -c '$(GO) vet ./... && $(GO) test -race -count=1 -v ./...'
 
-suite-c: $(CTEST_BIN)
+suite-c: $(CTEST_BIN) $(FAKENCCL) $(FAKENCCL228)
 	@$(RUN) c c -- sh -c 'rc=0; for t in $(CTEST_BIN); do echo "== $$t"; \
 	  ( . tests/c/env.sh; $$t ) || rc=1; done; exit $$rc'
 
-suite-c-fakecuda: $(CTEST_BIN) $(FAKECUDA)
+suite-c-fakecuda: $(CTEST_BIN) $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228)
 	@$(RUN) c-fakecuda c -- sh -c 'rc=0; for t in $(CTEST_BIN); do echo "== $$t (fake cuda)"; \
 	  ( . tests/c/env.sh; $(FAKE_ENV) $$t ) || rc=1; done; exit $$rc'
 
 suite-demo-fakecuda: $(BUILD)/demo $(FAKECUDA)
 	@$(RUN) demo-fakecuda plain -- sh -c '$(FAKE_ENV) $(BUILD)/demo 4'
 
-suite-python: $(LIB)
+suite-python: $(LIB) $(FAKENCCL) $(FAKENCCL228)
 	@$(RUN) python pytest -- sh -c 'cd python && SYMMEM_LIBRARY=$(ROOT)/$(LIB) $(PYTHON) -m pytest -q -rs tests'
 
-suite-python-fakecuda: $(LIB) $(FAKECUDA)
+suite-python-fakecuda: $(LIB) $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228)
 	@$(RUN) python-fakecuda pytest -- sh -c 'cd python && $(FAKE_ENV) SYMMEM_LIBRARY=$(ROOT)/$(LIB) \
 	  $(PYTHON) -m pytest -q -rs tests'
 
@@ -116,6 +120,17 @@ $(BUILD)/tests/%: tests/c/%.c include/symmem.h tests/c/check.h $(LIB)
 $(FAKECUDA): cuda/testdata/fakecuda.c cuda/driver.h
 	@mkdir -p $(BUILD)
 	$(CC) -shared -fPIC -O1 -Icuda -o $@ $< -lpthread
+
+# NCCL's stand-in (cuda/testdata/fakenccl.c) for the NCCL path without a GPU
+# (tests/c/test_nccl.c, python/tests/test_nccl_host.py): NCCL 2.29 with host
+# peer pointers, and 2.28.9 without them. The soname is NCCL's, so that the
+# run-time loader finds a copy already loaded the way it finds torch's.
+$(FAKENCCL): cuda/testdata/fakenccl.c
+	@mkdir -p $(BUILD)
+	$(CC) -shared -fPIC -O1 -Wall -Wextra -Werror -Wl,-soname,libnccl.so.2 -o $@ $< -lpthread
+$(FAKENCCL228): cuda/testdata/fakenccl.c
+	@mkdir -p $(BUILD)
+	$(CC) -shared -fPIC -O1 -Wall -Wextra -Werror -DFAKENCCL_NO_PEER_POINTER -Wl,-soname,libnccl.so.2 -o $@ $< -lpthread
 
 fuzz: ## fuzz the allocator for 60 s
 	$(GO) test ./core -run '^$$' -fuzz FuzzAllocFree -fuzztime 60s
@@ -168,7 +183,7 @@ clean: ## remove build/ and dist/
 # What the GPU machine (which has no Go) needs: the library and the Go test
 # binaries, built here and carried in build/ (see scripts/gpu_suite.sh).
 GO_TEST_PKGS ?= ./core ./core/host ./core/ipc ./core/symm ./cuda
-gpu-artifacts: $(LIB) ## the library and Go test binaries for scripts/gpu_suite.sh
+gpu-artifacts: $(LIB) $(FAKENCCL) $(FAKENCCL228) ## the library and Go test binaries for scripts/gpu_suite.sh
 	@mkdir -p $(BUILD)/gotests
 	@for p in $(GO_TEST_PKGS); do \
 	  n=$$(echo $$p | sed 's|^\./||; s|/|_|g'); \

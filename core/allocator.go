@@ -132,6 +132,53 @@ type Allocator struct {
 	// leakedSegments counts segments unmapped whose physical memory the
 	// backend failed to release.
 	leakedSegments int
+
+	// hooks run before a segment is released (AddReleaseHook); guarded by
+	// hookMu, taken after mu.
+	hookMu   sync.Mutex
+	hooks    map[uint64]ReleaseHook
+	nextHook uint64
+}
+
+// ReleaseHook is told about a segment before its memory is unmapped and
+// released, once the device has been synchronised: what others registered
+// on it (NCCL windows) must be undone there. An error keeps the segment
+// (its memory is not released; the release fails with that error).
+type ReleaseHook func(seg SegmentInfo) error
+
+// AddReleaseHook adds h; the returned function removes it.
+func (a *Allocator) AddReleaseHook(h ReleaseHook) (remove func()) {
+	a.hookMu.Lock()
+	defer a.hookMu.Unlock()
+	if a.hooks == nil {
+		a.hooks = map[uint64]ReleaseHook{}
+	}
+	a.nextHook++
+	id := a.nextHook
+	a.hooks[id] = h
+	return func() {
+		a.hookMu.Lock()
+		delete(a.hooks, id)
+		a.hookMu.Unlock()
+	}
+}
+
+// runReleaseHooks tells every hook that seg goes (mu held).
+func (a *Allocator) runReleaseHooks(seg *segment) error {
+	a.hookMu.Lock()
+	hooks := make([]ReleaseHook, 0, len(a.hooks))
+	for _, h := range a.hooks {
+		hooks = append(hooks, h)
+	}
+	a.hookMu.Unlock()
+	info := SegmentInfo{ID: seg.id, Addr: seg.addr, Size: seg.size, HeapOff: seg.heapOff}
+	var first error
+	for _, h := range hooks {
+		if err := h(info); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // NewAllocator makes the allocator of device on be. It reserves the heap's
@@ -528,6 +575,9 @@ func (a *Allocator) releaseIdle() error {
 // its addresses no longer hold memory, and handing them out would fault. A
 // failed Release then leaks the physical memory, and the error says so.
 func (a *Allocator) releaseSegment(seg *segment) error {
+	if err := a.runReleaseHooks(seg); err != nil {
+		return err
+	}
 	if err := a.be.Unmap(a.device, seg.addr, seg.size); err != nil {
 		return err
 	}
@@ -621,6 +671,7 @@ func (a *Allocator) Close() error {
 	segs := append([]*segment(nil), a.heap.segments...)
 	sort.Slice(segs, func(i, j int) bool { return segs[i].heapOff < segs[j].heapOff })
 	for _, seg := range segs {
+		_ = a.runReleaseHooks(seg)
 		_ = a.be.Unmap(a.device, seg.addr, seg.size)
 		_ = a.be.Release(seg.mem)
 	}

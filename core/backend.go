@@ -102,6 +102,17 @@ type Capabilities struct {
 	SharedDevice bool
 }
 
+// BoundedMemOps is implemented by backends whose Memset and Copy wait for a
+// device that may be stuck (cuda: a stream blocked on a peer that died).
+// These variants run on a stream of the library's own and give up after
+// timeout with ErrTimeout; the operation may still complete later, so after
+// a timeout the caller must not free the memory it writes (leak it, and
+// say so). Backends that run on the calling thread (host) need not have it.
+type BoundedMemOps interface {
+	MemsetWithin(device int, addr uintptr, value byte, size uintptr, timeout time.Duration) error
+	CopyWithin(device int, dst, src, size uintptr, timeout time.Duration) error
+}
+
 // MemOp is one 32-bit stream memory operation: store Value at Addr; or,
 // with Wait, wait until the word there equals Value; or, with Wait and
 // AtLeast, until the word read as a count has reached Value:

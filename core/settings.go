@@ -69,6 +69,8 @@ type settingSpec struct {
 var settingSpecs = []settingSpec{
 	{name: "SYMMEM_BACKEND", kind: kindBackend, doc: "which backend to open: auto, cuda or host"},
 	{name: "SYMMEM_LIBCUDA", kind: kindText, doc: "path of the CUDA driver library"},
+	{name: "SYMMEM_LIBNCCL", kind: kindText, doc: "path of the NCCL library"},
+	{name: "SYMMEM_LIBNVRTC", kind: kindText, doc: "path of the NVRTC library"},
 	{name: "SYMMEM_LIBRARY", kind: kindText, reader: "python", doc: "path of libsymmem.so for the Python package"},
 	{name: "SYMMEM_STRICT", kind: kindBool, doc: "abort on an invalid or double-freed pointer"},
 	{name: "SYMMEM_TIMEOUT_MS", kind: kindMillis, positive: true, doc: "default timeout of group waits"},

@@ -60,7 +60,7 @@ func TestPackageQueriesFailWithoutDriver(t *testing.T) {
 func gpuLoaded() bool {
 	libMu.Lock()
 	defer libMu.Unlock()
-	return loadedPath != ""
+	return driver != nil
 }
 
 func containsAny(list []string, sub string) bool {

@@ -1,5 +1,5 @@
 /*
- * shim.h - the C side of the cuda backend: the driver loader and the small
+ * shim.h - the C side of the cuda backend: the driver's function table and the small
  * trampolines that Go calls through cgo.
  *
  * Rules the trampolines follow (see doc.go, Note [contexts]):
@@ -35,23 +35,25 @@ typedef struct smcu_table {
 #undef SMCU_FIELD
 } smcu_table;
 
-/* smcu_load results. */
-enum {
-  SMCU_LOAD_OK = 0,
-  SMCU_LOAD_DLOPEN = 1,  /* dlopen failed; err holds dlerror() */
-  SMCU_LOAD_SYMBOL = 2,  /* a function is missing; err holds its name */
-  SMCU_LOAD_OTHER = 3    /* a different driver library is already loaded */
-};
+/* The symbol names of smcu_table's fields, in order, and their number. */
+extern const char *const smcu_symbol_names[];
+extern const int smcu_symbol_count;
 
-/* Loads the driver at path (dlopen RTLD_NOW|RTLD_LOCAL) and resolves every
- * function of SM_CU_FUNCTIONS. Not thread-safe: the Go side holds a lock.
- * Loading again with a path that names the library already loaded is a no-op;
- * the table is published only when every symbol resolved. */
-int smcu_load(const char *path, char *err, size_t errlen);
+/* Publishes a resolved table: ptrs holds smcu_symbol_count function
+ * pointers in smcu_symbol_names order (dynlib.go's Library.Resolve fills
+ * it). Called once, under the Go side's lock, before any trampoline runs. */
+void smcu_install(const void *ptrs);
 
 /* cuGetErrorName / cuGetErrorString, or NULL when unknown or not loaded. */
 const char *smcu_error_name(int res);
 const char *smcu_error_string(int res);
+
+/* For the package's other C code (nccl.c): makes ctx current on the calling
+ * thread unless it already is; returns 1 and the previous context in *prev
+ * when it switched (then smcu_scope_leave(prev) puts it back), 0 otherwise
+ * (also when no driver is loaded). */
+int smcu_scope_enter(uintptr_t ctx, uintptr_t *prev);
+void smcu_scope_leave(uintptr_t prev);
 
 /* Calls that need no context. */
 smcu_status smcu_init(void);
@@ -94,6 +96,11 @@ smcu_status smcu_memset(uintptr_t ctx, uintptr_t stream, unsigned long long addr
                         unsigned char value, size_t size);
 smcu_status smcu_copy(uintptr_t ctx, uintptr_t stream, unsigned long long dst,
                       unsigned long long src, size_t size);
+/* The same, enqueued only (the caller waits for the stream, bounded). */
+smcu_status smcu_memset_async(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
+                              unsigned char value, size_t size);
+smcu_status smcu_copy_async(uintptr_t ctx, uintptr_t stream, unsigned long long dst,
+                            unsigned long long src, size_t size);
 smcu_status smcu_write_value32(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
                                uint32_t value);
 /* One 32-bit stream memory operation for smcu_batch_memops. */

@@ -90,6 +90,16 @@ SYMMEM_FRONT(void *const *, handle_buffer_ptrs, NULL, (const symmem_handle *hand
 SYMMEM_FRONT(void *const *, handle_signal_pad_ptrs, NULL, (const symmem_handle *handle), (handle))
 SYMMEM_FRONT(void *const *, handle_buffer_ptrs_dev, NULL, (const symmem_handle *handle), (handle))
 SYMMEM_FRONT(void *const *, handle_signal_pad_ptrs_dev, NULL, (const symmem_handle *handle), (handle))
+// Groups over an NCCL communicator.
+SYMMEM_FRONT(symmem_result, group_create_nccl, OUT_NULL_THEN(out, UNAVAILABLE),
+             (void *nccl_comm, const char *name, int64_t timeout_ms, unsigned flags, symmem_group **out),
+             (nccl_comm, name, timeout_ms, flags, out))
+SYMMEM_FRONT(int, nccl_version, 0, (void), ())
+SYMMEM_FRONT(symmem_result, handle_nccl_window, UNAVAILABLE,
+             (const symmem_handle *handle, void **window, size_t *offset), (handle, window, offset))
+SYMMEM_FRONT(symmem_result, group_nccl_window_counts, UNAVAILABLE,
+             (const symmem_group *group, int64_t *registered, int64_t *deregistered, int64_t *live),
+             (group, registered, deregistered, live))
 SYMMEM_FRONT(symmem_result, put_signal, UNAVAILABLE,
              (symmem_handle *handle, int dst_rank, int channel, symmem_stream_t stream), (handle, dst_rank, channel, stream))
 SYMMEM_FRONT(symmem_result, wait_signal, UNAVAILABLE,

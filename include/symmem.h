@@ -19,9 +19,31 @@
  *     errno); call symmem_clear_last_error() first when a void function's
  *     outcome matters (symmem_free).
  *   - Every function is safe to call from any thread at any time. Calls on
- *     one device serialise on that device's lock; calls on a handle or a
- *     group are safe concurrently, though collective calls (rendezvous,
- *     barrier) must be made by every rank in the same order.
+ *     one device serialise on that device's lock (symmem_empty_cache holds
+ *     it through its device synchronisation, bounded by SYMMEM_TIMEOUT_MS);
+ *     calls on a handle or a group are safe concurrently, though collective
+ *     calls (group creation, rendezvous, barrier) must be made by every rank
+ *     in the same order, and one process runs one collective of a group at a
+ *     time (a second waits for the first).
+ *   - Releasing while other threads use an object is safe and defined: a
+ *     handle or group released or destroyed on one thread makes the calls in
+ *     flight on it on other threads return promptly with
+ *     SYMMEM_ERROR_INVALID_STATE naming the release (a host-side wait or a
+ *     rendezvous waiting for peers is cut short, not left to its timeout),
+ *     and every later call on it fails the same way (the pointer is then an
+ *     unknown object: never a crash, SYMMEM_ERROR_INVALID_ARGUMENT). Memory
+ *     is unmapped only after the calls in flight have returned; if one does
+ *     not return within the group's timeout (a driver call stuck), the
+ *     memory is left mapped and the release says so.
+ *   - Nothing is unmapped while the GPU may still use it: memory is unmapped
+ *     after a device synchronisation. When that synchronisation fails or
+ *     times out (typically: a peer died while a stream waits for its signal),
+ *     the memory is deliberately leaked, left mapped, and the call's error
+ *     (SYMMEM_ERROR_TIMEOUT or _BACKEND) says "left mapped (deliberately
+ *     leaked)". Likewise, memory whose unmap succeeded but whose release
+ *     failed is leaked (never reused) and the error says so. A synchronisation
+ *     that timed out stays abandoned in the driver; later ones wait for it
+ *     (one blocked thread per device and kind, not one per timeout).
  *   - Bad input never crashes the process: it yields an error code. A bug
  *     of the library that shows as a Go panic is caught at the function's
  *     boundary: the function returns its failure value with
@@ -226,7 +248,13 @@ void symmem_memory_fraction(double fraction, int device);
 /* Releases every cached segment of device that holds no allocated block,
  * after synchronising the device so that no queued work can still use it.
  * device -1 means every device. Physical memory goes back to the backend;
- * the address range stays reserved. */
+ * the address range stays reserved. Live handles are not affected: a
+ * segment that peers mapped through a rendezvous stays mapped in their
+ * processes until their handles are released (the physical memory returns
+ * only then), and a block that holds a live allocation is never released.
+ * If the synchronisation fails, nothing is released (SYMMEM_ERROR_TIMEOUT
+ * or _BACKEND); if a segment is unmapped but its memory cannot be released,
+ * it leaves the cache anyway (leaked, said in the error). */
 symmem_result symmem_empty_cache(int device);
 
 /* Sets device's memory limit: reserved bytes (segments) never exceed it;
@@ -387,8 +415,12 @@ symmem_result symmem_group_create_with_allgather(
     const char *name, int rank, int world_size, int device, int64_t timeout_ms,
     symmem_allgather_fn allgather, void *user, symmem_group **out);
 
-/* Leaves the group and frees it. Handles of the group stay valid until
- * released. NULL is a no-op. */
+/* Leaves the group and frees it (not collective: peers in a collective with
+ * this rank fail with SYMMEM_ERROR_PEER naming it). Handles of the group stay
+ * valid until released; the group's memory goes with the last of them. A
+ * rendezvous of this group in flight on another thread returns at once with
+ * SYMMEM_ERROR_INVALID_STATE (with a caller-supplied allgather, destroy waits
+ * for the callback in progress to return). NULL is a no-op. */
 symmem_result symmem_group_destroy(symmem_group *group);
 
 /* The rank / world size / device of a group (-1 with the last error if group
@@ -408,15 +440,23 @@ symmem_result symmem_group_set_signal_pad_size(symmem_group *group,
 /* Collective: every rank of group calls it with a pointer into a block of its
  * own, allocated by symmem_alloc on the group's device by the same sequence
  * of calls on every rank. ptr may point inside the block. Validates on every
- * rank that block sizes, heap offsets, hosts and devices agree (a mismatch is
+ * rank that block sizes, heap offsets, the pointer's offset in its block,
+ * hosts and devices agree (a mismatch is
  * SYMMEM_ERROR_MISMATCH naming the ranks that differ). On success *out owns a
  * handle whose buffer pointers are the peers' blocks mapped here. A handle
  * stays valid after the block is freed, until released. */
 symmem_result symmem_rendezvous(void *ptr, symmem_group *group,
                                 symmem_handle **out);
 
-/* Releases a handle; peers' memory is unmapped when no handle uses it. NULL
- * is a no-op. */
+/* Releases a handle; peers' memory is unmapped when no handle uses it, after
+ * a device synchronisation (if that fails, it is left mapped and the error
+ * says so). Signal calls on the handle in flight on other threads return
+ * first (a host-side wait gives up with SYMMEM_ERROR_INVALID_STATE); release
+ * waits for them up to the group's timeout, then leaves the memory mapped
+ * and fails with SYMMEM_ERROR_TIMEOUT. Pointers obtained from the handle
+ * (buffer and pad pointers, pointer arrays) must not be used afterwards.
+ * A second release is SYMMEM_ERROR_INVALID_ARGUMENT (an unknown handle).
+ * NULL is a no-op. */
 symmem_result symmem_handle_release(symmem_handle *handle);
 
 int symmem_handle_rank(const symmem_handle *handle);
@@ -476,6 +516,96 @@ symmem_result symmem_wait_signal(symmem_handle *handle, int src_rank,
                                  symmem_stream_t stream);
 symmem_result symmem_barrier(symmem_handle *handle, int channel,
                              int64_t timeout_ms, symmem_stream_t stream);
+
+/* ---------------------------------------------------------------------------
+ * Groups over an NCCL communicator, NCCL symmetric windows
+ *
+ * NCCL is never linked: it is loaded at run time the first time one of these
+ * functions needs it (a process that never calls them never loads it): the
+ * NCCL already loaded in the process (PyTorch loads one), else the path in
+ * SYMMEM_LIBNCCL, else libnccl.so.2 through the dynamic linker, in the
+ * nvidia-nccl wheel's folder (site-packages/nvidia/nccl/lib) and in the CUDA
+ * toolkit. NCCL 2.28 or newer is needed (window registration); with 2.29 or
+ * newer each rendezvous also checks NCCL's host peer pointers. A missing or
+ * too old NCCL is SYMMEM_ERROR_UNAVAILABLE, saying what was found and what is
+ * needed. NCCL errors carry NCCL's own text (ncclGetErrorString and
+ * ncclGetLastError).
+ *
+ * Example (one rank; comm made by ncclCommInitRank or taken from PyTorch's
+ * ProcessGroupNCCL, on the device this rank's buffers live on):
+ *
+ *     symmem_group *g;
+ *     if (symmem_group_create_nccl(comm, "tp", 60000, 0, &g) != SYMMEM_SUCCESS)
+ *       fprintf(stderr, "%s\n", symmem_last_error_message());
+ *     void *buf = symmem_alloc(bytes, symmem_group_device(g), stream);
+ *     symmem_handle *h;
+ *     symmem_rendezvous(buf, g, &h);           // registers the window
+ *     ncclAllReduce(buf, buf, n, ncclBfloat16, ncclSum, comm, stream);
+ *                                              // NCCL's symmetric path
+ *     ...
+ *     symmem_handle_release(h);
+ *     symmem_free(buf, bytes, symmem_group_device(g), stream);
+ *     symmem_group_destroy(g);                 // before ncclCommDestroy
+ * ------------------------------------------------------------------------- */
+
+/* Flags of symmem_group_create_nccl. */
+#define SYMMEM_NCCL_NO_WINDOWS 1u /* rendezvous registers no NCCL window */
+
+/* Creates this process's member of group name over nccl_comm, an ncclComm_t
+ * that the caller owns and keeps alive until symmem_group_destroy returns
+ * (libsymmem never destroys or aborts it). Collective over the communicator:
+ * every rank calls it. Rank, world size and device are the communicator's
+ * (ncclCommUserRank, ncclCommCount, ncclCommCuDevice). The group's small
+ * records are all-gathered with ncclAllGather on a private stream through a
+ * small device staging buffer; file descriptors still travel over the Unix
+ * socket channel (one node). timeout_ms bounds every wait (<= 0:
+ * SYMMEM_TIMEOUT_MS or 300000): when an NCCL collective does not finish in
+ * time (a dead or absent rank) the call fails with SYMMEM_ERROR_TIMEOUT, the
+ * group can no longer be used (destroy it), and the communicator is left to
+ * its owner, who should abort it (ncclCommAbort).
+ *
+ * Unless flags has SYMMEM_NCCL_NO_WINDOWS, every symmem_rendezvous on the
+ * group registers the segment holding the buffer (whole segments: cuMem
+ * memory with POSIX-fd handles, granularity-aligned) as an NCCL symmetric
+ * window (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC), collectively,
+ * once per (segment, group); later rendezvous on the same segment make no
+ * NCCL call. NCCL collectives on buffers in registered segments then take
+ * NCCL's symmetric-memory path. A window is deregistered before its segment's
+ * memory is released (symmem_empty_cache, out-of-memory retries) or when the
+ * group is destroyed, whichever comes first, and never twice. The group makes
+ * its first NCCL calls (all-gathers) before any registration, which avoids
+ * pytorch issue 188567 (registration as the first NCCL operation on a
+ * communicator fails).
+ *
+ * Returns SYMMEM_ERROR_INVALID_ARGUMENT (NULL comm, name or out, unknown
+ * flags), SYMMEM_ERROR_UNAVAILABLE (no usable NCCL), SYMMEM_ERROR_TIMEOUT,
+ * SYMMEM_ERROR_MISMATCH, or an NCCL failure with NCCL's text. On success *out
+ * owns the group. Thread safety: as symmem_group_create. */
+symmem_result symmem_group_create_nccl(void *nccl_comm, const char *name,
+                                       int64_t timeout_ms, unsigned flags,
+                                       symmem_group **out);
+
+/* Loads NCCL (see above) and returns its version as ncclGetVersion reports
+ * it (22809 for 2.28.9), or 0 with the last error SYMMEM_ERROR_UNAVAILABLE
+ * saying what was found and what is needed. Thread-safe. */
+int symmem_nccl_version(void);
+
+/* The NCCL window (an ncclWindow_t) holding handle's buffer on this rank and
+ * the rendezvous pointer's offset in it, for NCCL calls that take windows.
+ * The window is owned by the group; it stays valid while the buffer is
+ * allocated and the group lives. SYMMEM_ERROR_UNAVAILABLE (and *window =
+ * NULL) when the handle's group is not over a communicator or was created
+ * with SYMMEM_NCCL_NO_WINDOWS. offset may be NULL. Thread-safe. */
+symmem_result symmem_handle_nccl_window(const symmem_handle *handle,
+                                        void **window, size_t *offset);
+
+/* How many windows group has registered and deregistered so far and how
+ * many it holds now (each pointer may be NULL); all 0 for a group without
+ * windows. For tests and monitoring. Thread-safe. */
+symmem_result symmem_group_nccl_window_counts(const symmem_group *group,
+                                              int64_t *registered,
+                                              int64_t *deregistered,
+                                              int64_t *live);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -819,8 +819,24 @@ func (ch *Channel) missingConns() string {
 func (ch *Channel) outOfFDs(k kind, from int, err error) error {
 	var rl unix.Rlimit
 	unix.Getrlimit(unix.RLIMIT_NOFILE, &rl)
-	return core.Errorf(core.ErrBackend, "group %q: %s ran out of file descriptors receiving %s's descriptors in %s (EMFILE: its limit RLIMIT_NOFILE is %d; raise it with ulimit -n): %v",
-		ch.cfg.Name, ch.who(ch.cfg.Rank), ch.who(from), ch.opName(k), rl.Cur, err)
+	return &localShortage{core.Errorf(core.ErrBackend, "group %q: %s ran out of file descriptors receiving %s's descriptors in %s (EMFILE: its limit RLIMIT_NOFILE is %d; raise it with ulimit -n): %v",
+		ch.cfg.Name, ch.who(ch.cfg.Rank), ch.who(from), ch.opName(k), rl.Cur, err)}
+}
+
+// localShortage is a failure of this rank alone for want of a resource
+// (descriptors): the peers did nothing wrong and may not know.
+type localShortage struct{ err *core.Error }
+
+func (e *localShortage) Error() string { return e.err.Msg }
+func (e *localShortage) Unwrap() error { return e.err }
+
+// IsLocalShortage says whether err is this rank running out of a resource
+// in a collective of the channel. On a rank other than 0 the others have
+// not heard of it (only rank 0's failures are sent to everyone), so the
+// caller should pass it on through its next shared verdict.
+func IsLocalShortage(err error) bool {
+	var e *localShortage
+	return errors.As(err, &e)
 }
 
 func (ch *Channel) timeoutErr(k kind, timeout time.Duration, missing []int) error {

@@ -220,13 +220,17 @@ func (x *ShmExchange) pageSize() int {
 }
 
 func (x *ShmExchange) createPage(size int) (int, error) {
-	fd, err := unix.MemfdCreate("symmem-control", unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate("symmem-control", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
-		return -1, core.Errorf(core.ErrBackend, "group %q: memfd_create for the control page: %v", x.name, err)
+		return -1, core.Errorf(core.ErrBackend, "group %q: memfd_create for the control page: %s", x.name, core.DescribeErrno(err))
 	}
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		unix.Close(fd)
 		return -1, core.Errorf(core.ErrOutOfMemory, "group %q: a control page of %d bytes: %v", x.name, size, err)
+	}
+	if err := core.SealSize(fd); err != nil { // Note [Sealed memfds]
+		unix.Close(fd)
+		return -1, err
 	}
 	p, err := mapPage(fd, size)
 	if err != nil {
@@ -239,16 +243,22 @@ func (x *ShmExchange) createPage(size int) (int, error) {
 }
 
 func mapPage(fd, size int) ([]byte, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, core.Errorf(core.ErrBackend, "fstat of the control page: %v", err)
+	got, err := core.PeerMemfdSize(fd)
+	if err == nil && got != uint64(size) {
+		err = core.Errorf(core.ErrPeer, "the control page has %d bytes, %d were expected", got, size)
 	}
-	if st.Size != int64(size) {
-		return nil, core.Errorf(core.ErrPeer, "the control page has %d bytes, %d were expected", st.Size, size)
+	if err != nil {
+		return nil, core.Errorf(core.CodeOf(err), "the control page: %v", err)
 	}
 	p, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, core.Errorf(core.ErrOutOfMemory, "mmap of the control page (%d bytes): %v", size, err)
+	}
+	// A forked child must not share the group's protocol state (Note [Fork]
+	// in core/host).
+	if err := unix.Madvise(p, unix.MADV_DONTFORK); err != nil {
+		unix.Munmap(p)
+		return nil, core.Errorf(core.ErrBackend, "madvise(MADV_DONTFORK) of the control page: %v", err)
 	}
 	return p, nil
 }

@@ -200,11 +200,8 @@ struct CUctx_st {
   int refs;
 };
 static struct CUctx_st fake_ctx[FAKE_MAX_DEVICES];
-/* initial-exec: no __tls_get_addr, so no dynamic TLS block for this
- * dlopen'ed library. With one, gcc 12's LeakSanitizer read a bogus DTLS
- * range of tens of GiB per thread at exit and probed it page by page: 30 s
- * per process of the multi-rank C tests (0.3 s without leak checking). */
-static __thread sm_CUcontext fake_current __attribute__((tls_model("initial-exec")));
+/* initial-exec: see export/errors.c (LeakSanitizer and dynamic TLS). */
+static __thread __attribute__((tls_model("initial-exec"))) sm_CUcontext fake_current;
 
 #define NEED_CTX                                                                           \
   NEED_INIT;                                                                               \

@@ -66,10 +66,11 @@ from .errors import (
     strerror,
 )
 from .exchange import KeyValueAllGather
-from .group import Group, Handle, rendezvous
+from .group import Group, Handle, nccl_version, rendezvous
 
 
 __all__ = [
+    "nccl_version",
     "HEADER_VERSION",
     "LibraryNotFoundError",
     "library_path",

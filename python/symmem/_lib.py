@@ -35,6 +35,7 @@ from ctypes import (
     c_int,
     c_int64,
     c_size_t,
+    c_uint,
     c_uint64,
     c_void_p,
 )
@@ -171,6 +172,14 @@ PROTOTYPES = {
     "symmem_handle_signal_pad_ptrs": (POINTER(c_void_p), [_handle_p]),
     "symmem_handle_buffer_ptrs_dev": (c_void_p, [_handle_p]),
     "symmem_handle_signal_pad_ptrs_dev": (c_void_p, [_handle_p]),
+    # Groups over an NCCL communicator
+    "symmem_group_create_nccl": (_result, [c_void_p, c_char_p, c_int64, c_uint, POINTER(_group_p)]),
+    "symmem_nccl_version": (c_int, []),
+    "symmem_handle_nccl_window": (_result, [_handle_p, POINTER(c_void_p), POINTER(c_size_t)]),
+    "symmem_group_nccl_window_counts": (
+        _result,
+        [_group_p, POINTER(c_int64), POINTER(c_int64), POINTER(c_int64)],
+    ),
     # Signals
     "symmem_put_signal": (_result, [_handle_p, c_int, c_int, _stream_t]),
     "symmem_wait_signal": (_result, [_handle_p, c_int, c_int, c_int64, _stream_t]),

@@ -67,7 +67,7 @@ _HOOKS = (
 _global_allocator = None
 # (process group name, device) -> (the process group, its Group). The process
 # group is kept to notice a destroyed and re-created group of the same name.
-_groups: Dict[Tuple[str, int], Tuple[Any, Group]] = {}
+_groups: Dict[Tuple[str, int, str], Tuple[Any, Group]] = {}
 # process group name -> how many Groups this process made for it so far; every
 # rank makes them in the same order, so the count names them alike everywhere.
 _group_seq: Dict[str, int] = {}
@@ -301,20 +301,70 @@ def _sanitize(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:40] or "pg"
 
 
-def group_for(group=None, device: int = 0, timeout: Optional[float] = None) -> Group:
+def _nccl_backend(torch, pg):
+    """pg's ProcessGroupNCCL (the backend for CUDA tensors), or None."""
+    try:
+        backend = pg._get_backend(torch.device("cuda"))
+    except Exception:  # no CUDA backend in this group
+        return None
+    return backend if hasattr(backend, "_comm_ptr") else None
+
+
+def _nccl_comm_ptr(torch, pg, backend, device: int) -> int:
+    """The ncclComm_t that pg's NCCL backend uses on device.
+
+    ProcessGroupNCCL makes its communicator lazily, at the first collective,
+    unless the process group was created with device_id= (eager init): a
+    communicator that does not exist yet is a clear error, not a hang."""
+    try:
+        with torch.cuda.device(device):
+            ptr = int(backend._comm_ptr())
+    except Exception as exc:  # torch says "not found"/"not initialized"
+        ptr, cause = 0, exc
+    else:
+        cause = None
+    if ptr == 0:
+        msg = (
+            f"symmem.torch: the NCCL communicator of process group {getattr(pg, 'group_name', pg)!r} does not "
+            f"exist yet on cuda:{device}. Create it eagerly with "
+            f"torch.distributed.init_process_group('nccl', device_id=torch.device('cuda', {device})) "
+            f"(or run one collective on the group first), or pass nccl=False to use the group's store"
+        )
+        raise RuntimeError(msg) from cause
+    return ptr
+
+
+def group_for(
+    group=None,
+    device: int = 0,
+    timeout: Optional[float] = None,
+    nccl: Optional[bool] = None,
+    nccl_windows: bool = True,
+) -> Group:
     """The symmem.Group of a torch.distributed process group (collective
-    the first time for a (group, device) pair; cached afterwards).
+    the first time for a (group, device, kind) triple; cached afterwards).
 
     group: a ProcessGroup, a group name, None (the default group), or a
     symmem.Group (returned as is).
 
-    Small records go through the process group's key-value store
-    (:class:`symmem.KeyValueAllGather`), not through collectives of the group
-    itself: a store works for every backend (gloo, nccl, ...), needs no
-    device tensors, launches no kernels and no NCCL work from inside
-    libsymmem's collective calls (which would interleave with the user's
-    NCCL stream), and is reachable wherever the group is. File descriptors
-    still travel over libsymmem's Unix socket channel.
+    With an NCCL process group (nccl=None, the default, picks it when the
+    group has an NCCL backend and libsymmem runs on the cuda backend;
+    nccl=True requires it), the group lives on the process group's own
+    communicator (ProcessGroupNCCL's ``_comm_ptr()``; the process group must
+    have been created with ``device_id=``, or have run a collective, so that
+    the communicator exists): records are all-gathered through NCCL and,
+    with nccl_windows (the default), every rendezvous registers the tensor's
+    segment as an NCCL symmetric window (NCCL_WIN_COLL_SYMMETRIC), once per
+    segment, so NCCL collectives on the tensor take NCCL's symmetric path.
+    nccl_windows=False registers no window. The group's all-gathers run
+    before any registration, so registration is never the first NCCL
+    operation on the communicator (pytorch issue 188567).
+
+    Otherwise (nccl=False, or a gloo group) small records go through the
+    process group's key-value store (:class:`symmem.KeyValueAllGather`): a
+    store works for every backend, needs no device tensors and launches no
+    NCCL work. File descriptors always travel over libsymmem's Unix socket
+    channel.
     """
     if isinstance(group, Group):
         return group
@@ -331,7 +381,16 @@ def group_for(group=None, device: int = 0, timeout: Optional[float] = None) -> G
     pg_name = dist.distributed_c10d._get_process_group_name(pg) if hasattr(
         dist.distributed_c10d, "_get_process_group_name"
     ) else getattr(pg, "group_name", "")
-    key = (str(pg_name), int(device))
+    backend = None
+    if nccl is not False:
+        backend = _nccl_backend(torch, pg) if _alloc.backend_name() == "cuda" else None
+        if backend is None and nccl:
+            raise RuntimeError(
+                f"symmem.torch: nccl=True, but process group {pg_name!r} has no NCCL backend "
+                f"or libsymmem runs on its {_alloc.backend_name()!r} backend"
+            )
+    kind = "store" if backend is None else ("nccl" if nccl_windows else "nccl-nowin")
+    key = (str(pg_name), int(device), kind)
     with _groups_lock:
         entry = _groups.get(key)
         if entry is not None and entry[0] is pg:
@@ -350,8 +409,12 @@ def group_for(group=None, device: int = 0, timeout: Optional[float] = None) -> G
             store.set(token_key, os.urandom(6).hex())
         token = store.get(token_key).decode()
         name = f"t{token}-{pg_part}-{seq}"
-        gather = KeyValueAllGather(store, rank, world, prefix=f"symmem/{name}")
-        g = Group(name, rank, world, device=device, timeout=timeout, allgather=gather)
+        if backend is not None:
+            comm = _nccl_comm_ptr(torch, pg, backend, device)
+            g = Group.from_nccl(comm, name, timeout=timeout, windows=nccl_windows)
+        else:
+            gather = KeyValueAllGather(store, rank, world, prefix=f"symmem/{name}")
+            g = Group(name, rank, world, device=device, timeout=timeout, allgather=gather)
         _groups[key] = (pg, g)
         return g
 
@@ -427,18 +490,33 @@ class TorchHandle:
         return f"<symmem.torch.TorchHandle {self.handle!r} device={self.device}>"
 
 
-def rendezvous(tensor, group=None, timeout: Optional[float] = None) -> TorchHandle:
+def rendezvous(
+    tensor,
+    group=None,
+    timeout: Optional[float] = None,
+    *,
+    nccl: Optional[bool] = None,
+    nccl_windows: bool = True,
+) -> TorchHandle:
     """Collective: rendezvous on a tensor from :func:`empty` (or any tensor
     whose memory lies in a libsymmem block) with every rank of group.
 
     group: a symmem.Group, a torch.distributed ProcessGroup or group name, or
-    None for the default group (see :func:`group_for`).
+    None for the default group (see :func:`group_for`). With an NCCL process
+    group the rendezvous runs over its communicator and registers the
+    tensor's segment as an NCCL symmetric window (nccl_windows=False: no
+    window; nccl=False: the store-based group, no NCCL at all)::
+
+        dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
+        t = symmem.torch.empty(n, dtype=torch.bfloat16)
+        h = symmem.torch.rendezvous(t)      # window registered
+        dist.all_reduce(t)                  # NCCL's symmetric kernels
     """
     _torch()
     device = tensor.device
     if device.type not in ("cuda", "cpu"):
         raise RuntimeError(f"symmem.torch.rendezvous: unsupported device {device}")
-    g = group_for(group, _symmem_device(device), timeout)
+    g = group_for(group, _symmem_device(device), timeout, nccl=nccl, nccl_windows=nccl_windows)
     h = _rendezvous(int(tensor.data_ptr()), g)
     return TorchHandle(h, device)
 
