@@ -5,7 +5,11 @@ package cuda
 */
 import "C"
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/libsymmem/libsymmem/core"
+)
 
 // What the diagnostic (symmem_info_json, python -m symmem, symmem-info)
 // shows about the driver and its devices. Everything here is a query:
@@ -130,4 +134,17 @@ func Report() DriverReport {
 		}
 	}
 	return r
+}
+
+// The diagnostic's "nccl" section (Note [Diagnostic sections] in core):
+// asking loads NCCL, as the diagnostic is asked for explicitly.
+func init() {
+	core.RegisterInfo("nccl", func() any {
+		info, err := LoadNCCL()
+		if err != nil {
+			return map[string]any{"found": false, "error": err.Error(), "variable": EnvNCCL}
+		}
+		return map[string]any{"found": true, "version": info.VersionText(), "path": info.Path, "found_by": info.How,
+			"peer_pointers": info.PeerPointers}
+	})
 }

@@ -166,7 +166,8 @@ def format_text(rep: Dict[str, Any]) -> str:
     L.append("libraries:")
     for name, v in sorted(rep.get("libraries", {}).items()):
         if isinstance(v, dict):
-            desc = ", ".join(f"{k} {val}" for k, val in v.items())
+            keys = sorted(v, key=lambda k: (k != "found", k))
+            desc = ", ".join(f"{k} {v[k]}" for k in keys)
         else:
             desc = str(v)
         L.append(f"  {name}: {desc}")
