@@ -134,6 +134,12 @@ func ReloadSettings() *Settings {
 	return settingsCur
 }
 
+// IsSetting says whether name is one of the settings (settingSpecs).
+func IsSetting(name string) bool {
+	_, ok := specOf(name)
+	return ok
+}
+
 func specOf(name string) (settingSpec, bool) {
 	for _, s := range settingSpecs {
 		if s.name == name {

@@ -76,10 +76,11 @@ type candidate struct {
 	path, how string
 }
 
-// env reads a variable: SYMMEM_* ones through core's settings (read once,
-// Note [Settings]), others from the environment. Tests replace it.
+// env reads a variable: the settings through core (read once, Note
+// [Settings]), others (tests' own names, VIRTUAL_ENV, ...) from the
+// environment. Tests replace it.
 var env = func(name string) string {
-	if strings.HasPrefix(name, "SYMMEM_") {
+	if core.IsSetting(name) {
 		return core.Current().Text(name, "")
 	}
 	return os.Getenv(name)
