@@ -15,7 +15,7 @@ SONAME  := libsymmem.so.$(SOMAJOR)
 # the GPU machine's, keep it). `make install` makes the usual symbolic links.
 LIBSO   := $(BUILD)/$(SONAME)
 LIB     := $(BUILD)/libsymmem.so
-GOFILES := $(shell find core cuda export -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.map' 2>/dev/null) go.mod go.sum
+GOFILES := $(shell find core cuda export -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.map' 2>/dev/null) include/embed.go include/symmem_device.cuh go.mod go.sum
 
 # NCCL's stand-ins (rules below), needed by the C and Python suites.
 FAKENCCL    := $(BUILD)/libnccl_fake.so
@@ -157,7 +157,7 @@ wheel: $(LIB) ## a platform wheel of the Python package with the library inside,
 # ---------------------------------------------------------------------------
 LIBDIR   = $(DESTDIR)$(PREFIX)/lib
 INSTALLED = $(PREFIX)/lib/libsymmem.so.$(VERSION) $(PREFIX)/lib/$(SONAME) $(PREFIX)/lib/libsymmem.so \
-  $(PREFIX)/include/symmem.h $(PREFIX)/lib/pkgconfig/symmem.pc $(PREFIX)/bin/symmem-info \
+  $(PREFIX)/include/symmem.h $(PREFIX)/include/symmem_device.cuh $(PREFIX)/lib/pkgconfig/symmem.pc $(PREFIX)/bin/symmem-info \
   $(PREFIX)/lib/cmake/symmem/symmemConfig.cmake $(PREFIX)/lib/cmake/symmem/symmemConfigVersion.cmake
 
 install: $(LIB) $(BUILD)/symmem-info ## install into PREFIX (default /usr/local; DESTDIR honoured)
@@ -166,6 +166,7 @@ install: $(LIB) $(BUILD)/symmem-info ## install into PREFIX (default /usr/local;
 	ln -sf libsymmem.so.$(VERSION) $(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(LIBDIR)/libsymmem.so
 	install -m 0644 include/symmem.h $(DESTDIR)$(PREFIX)/include/symmem.h
+	install -m 0644 include/symmem_device.cuh $(DESTDIR)$(PREFIX)/include/symmem_device.cuh
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' symmem.pc.in > $(LIBDIR)/pkgconfig/symmem.pc
 	sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@SONAME@|$(SONAME)|g' cmake/symmemConfig.cmake.in > $(LIBDIR)/cmake/symmem/symmemConfig.cmake
 	sed -e 's|@VERSION@|$(VERSION)|g' cmake/symmemConfigVersion.cmake.in > $(LIBDIR)/cmake/symmem/symmemConfigVersion.cmake

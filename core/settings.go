@@ -83,6 +83,11 @@ var settingSpecs = []settingSpec{
 	{name: "SYMMEM_SHM_EXCHANGE", kind: kindBool, doc: "records through the shared-memory control page (off: the sockets)"},
 	{name: "SYMMEM_BARRIER", kind: kindChoice, choices: []string{"linear", "dissemination"}, doc: "the host and stream barrier's algorithm"},
 	{name: "SYMMEM_SHM_SPIN_US", kind: kindMicros, doc: "how long a control-page waiter spins before it sleeps"},
+	// Read by the test suites, not the library (listed so that they are not
+	// reported as unknown).
+	{name: "SYMMEM_REQUIRE_GPU", kind: kindBool, reader: "tests", doc: "GPU tests fail instead of skipping"},
+	{name: "SYMMEM_REQUIRE_NVRTC", kind: kindBool, reader: "tests", doc: "NVRTC tests fail instead of skipping"},
+	{name: "SYMMEM_PARTIAL_LIBRARY", kind: kindBool, reader: "tests", doc: "symmetric tests skip on an allocator-only library"},
 }
 
 // Setting is one SYMMEM_* variable found in the environment and how it was

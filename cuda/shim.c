@@ -397,3 +397,41 @@ smcu_status smcu_wait_value32(uintptr_t ctx, uintptr_t stream, unsigned long lon
               smcu.cuStreamWaitValue32_v2((sm_CUstream)stream, addr, value,
                                           SM_CU_STREAM_WAIT_VALUE_EQ));
 }
+
+/* ---- kernels -------------------------------------------------------------- */
+
+smcu_status smcu_module_load(uintptr_t ctx, const void *image, uintptr_t *module) {
+  sm_CUmodule m = NULL;
+  smcu_scope sc;
+  smcu_status st = smcu_enter(ctx, &sc);
+  if (st.res != SM_CUDA_SUCCESS)
+    return st;
+  sm_CUresult r = smcu.cuModuleLoadData(&m, image);
+  smcu_leave(&sc);
+  *module = (uintptr_t)m;
+  return SMCU_STATUS(r, "cuModuleLoadData");
+}
+
+smcu_status smcu_module_unload(uintptr_t ctx, uintptr_t module) {
+  SMCU_IN_CTX(ctx, "cuModuleUnload", smcu.cuModuleUnload((sm_CUmodule)module));
+}
+
+smcu_status smcu_module_function(uintptr_t ctx, uintptr_t module, const char *name, uintptr_t *fn) {
+  sm_CUfunction f = NULL;
+  smcu_scope sc;
+  smcu_status st = smcu_enter(ctx, &sc);
+  if (st.res != SM_CUDA_SUCCESS)
+    return st;
+  sm_CUresult r = smcu.cuModuleGetFunction(&f, (sm_CUmodule)module, name);
+  smcu_leave(&sc);
+  *fn = (uintptr_t)f;
+  return SMCU_STATUS(r, "cuModuleGetFunction");
+}
+
+smcu_status smcu_launch(uintptr_t ctx, uintptr_t fn, unsigned grid, unsigned block, uintptr_t stream,
+                        void *params) {
+  void *args[1] = {params};
+  SMCU_IN_CTX(ctx, "cuLaunchKernel",
+              smcu.cuLaunchKernel((sm_CUfunction)fn, grid, 1, 1, block, 1, 1, 0, (sm_CUstream)stream, args,
+                                  NULL));
+}

@@ -117,4 +117,14 @@ smcu_status smcu_batch_memops(uintptr_t ctx, uintptr_t stream, const smcu_memop 
 smcu_status smcu_wait_value32(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
                               uint32_t value);
 
+/* Kernels (cuda/kernels.go). Modules and functions cross as integers. */
+smcu_status smcu_module_load(uintptr_t ctx, const void *image, uintptr_t *module);
+smcu_status smcu_module_unload(uintptr_t ctx, uintptr_t module);
+smcu_status smcu_module_function(uintptr_t ctx, uintptr_t module, const char *name, uintptr_t *fn);
+/* Launches fn (grid x 1 x 1 blocks of block x 1 x 1 threads) on stream with
+ * one kernel parameter: params_size bytes at params (copied by the driver
+ * at launch, so params may be freed when this returns). */
+smcu_status smcu_launch(uintptr_t ctx, uintptr_t fn, unsigned grid, unsigned block, uintptr_t stream,
+                        void *params);
+
 #endif /* SYMMEM_CUDA_SHIM_H */

@@ -89,6 +89,14 @@
  *   SYMMEM_HEAP_RESERVE=bytes       address space reserved per heap range
  *                                   (default twice the device's memory)
  *   SYMMEM_TRACE=1                  print the phases of each rendezvous to stderr
+ *   SYMMEM_LIBNVRTC=path            NVRTC, which compiles the collectives' kernels
+ *                                   (default: a copy already loaded,
+ *                                   libnvrtc.so.13/.12, PyTorch's nvidia-* wheels,
+ *                                   the CUDA toolkit)
+ *   SYMMEM_CACHE_DIR=dir            the kernels' disk cache is dir/kernels
+ *                                   (default ~/.cache/libsymmem/kernels)
+ *   SYMMEM_ONE_SHOT_MAX_BYTES=n     the largest all-reduce SYMMEM_ALGO_AUTO runs
+ *                                   one-shot (default 262144)
  */
 #ifndef SYMMEM_H
 #define SYMMEM_H
@@ -516,6 +524,144 @@ symmem_result symmem_wait_signal(symmem_handle *handle, int src_rank,
                                  symmem_stream_t stream);
 symmem_result symmem_barrier(symmem_handle *handle, int channel,
                              int64_t timeout_ms, symmem_stream_t stream);
+
+/* ---------------------------------------------------------------------------
+ * Collectives on symmetric memory
+ *
+ * Every rank of the handle's group calls the same collective with the same
+ * dtype, op, count and algorithm, in the same order. The input is count
+ * elements at the handle's rendezvous pointer of every rank (the block plus
+ * symmem_handle_offset); out is this rank's output (any memory of the device,
+ * or the same block). W = world size, r = this rank:
+ *
+ *   all_reduce      writes count elements to out (NULL: in place, out = the
+ *                   input): the reduction over ranks, in rank order 0..W-1,
+ *                   accumulated in fp32 for bf16/fp16 and rounded once to
+ *                   nearest even (the same on every rank and every run), int32
+ *                   wrapping.
+ *   all_gather      writes W*count elements to out, rank p's input at p*count.
+ *                   In place when out + r*count elements is the input.
+ *   reduce_scatter  count must be a multiple of W; writes count/W elements to
+ *                   out: the reduction of slice r (elements [r*count/W,
+ *                   (r+1)*count/W)). In place when out is slice r of the input.
+ *
+ * All-reduce runs one-shot (every rank reads every rank's whole input) or
+ * two-shot (rank r reduces slice r and stores it into every rank's out: out
+ * must then lie inside the rendezvoused block, at the same offset on every
+ * rank; in place qualifies). SYMMEM_ALGO_AUTO picks one-shot up to 256 KiB of
+ * input (SYMMEM_ONE_SHOT_MAX_BYTES overrides) or when out is outside the
+ * block, two-shot above.
+ *
+ * cuda backend: one kernel, compiled at first use with NVRTC (found as
+ * SYMMEM_LIBNVRTC, PyTorch's nvidia-cuda-nvrtc wheel or the CUDA toolkit) and
+ * cached on disk (README, "Collectives"), enqueued on stream and returning at once; capturable
+ * in CUDA graphs; it waits for its peers on the GPU with the counting
+ * barriers of include/symmem_device.cuh, bounded by the group's timeout (a
+ * wait that gives up records the flag symmem_handle_device_error reads).
+ * Collectives that may run at once on one group (different streams) need
+ * different channels (symmem_collective); the library's collectives never
+ * touch the signal channels of symmem_put_signal / symmem_wait_signal.
+ * host backend: they run on the calling thread and return when done
+ * (SYMMEM_ERROR_TIMEOUT after the group's timeout, naming the missing rank).
+ *
+ * Errors, with nothing enqueued: SYMMEM_ERROR_INVALID_ARGUMENT for an unknown
+ * dtype, op, algorithm or channel, count past the buffer (count*size >
+ * buffer_size - offset), a count that reduce_scatter cannot split, an input or
+ * out not 16-byte aligned, out NULL (all_gather, reduce_scatter), out
+ * overlapping the input other than in place, two-shot with out outside the
+ * block; SYMMEM_ERROR_INVALID_STATE for a released handle;
+ * SYMMEM_ERROR_UNAVAILABLE when NVRTC cannot be found (the message names what
+ * to install). count 0 does nothing. Thread safety: calls on different
+ * channels may run at once; calls on one channel must be ordered (one
+ * stream, or streams the caller orders). */
+
+/* Element types. Fixed values. */
+typedef enum symmem_dtype {
+  SYMMEM_FLOAT32 = 0,
+  SYMMEM_FLOAT16 = 1,
+  SYMMEM_BFLOAT16 = 2,
+  SYMMEM_INT32 = 3
+} symmem_dtype;
+
+/* Reductions. Fixed values. max/min follow fmaxf/fminf (a NaN operand
+ * yields the other). */
+typedef enum symmem_op {
+  SYMMEM_SUM = 0,
+  SYMMEM_MAX = 1,
+  SYMMEM_MIN = 2
+} symmem_op;
+
+/* Which collective symmem_collective runs. Fixed values. */
+typedef enum symmem_coll {
+  SYMMEM_ALL_REDUCE = 0,
+  SYMMEM_ALL_GATHER = 1,
+  SYMMEM_REDUCE_SCATTER = 2
+} symmem_coll;
+
+/* All-reduce algorithms. Fixed values. */
+typedef enum symmem_algo {
+  SYMMEM_ALGO_AUTO = 0,
+  SYMMEM_ALGO_ONE_SHOT = 1,
+  SYMMEM_ALGO_TWO_SHOT = 2
+} symmem_algo;
+
+/* The number of collective channels (symmem_collective's channel is in
+ * [0, SYMMEM_COLL_CHANNELS)). */
+#define SYMMEM_COLL_CHANNELS 4
+
+/* all_reduce on channel 0 with SYMMEM_ALGO_AUTO. out NULL: in place. */
+symmem_result symmem_all_reduce(symmem_handle *handle, symmem_dtype dtype,
+                                symmem_op op, size_t count, void *out,
+                                symmem_stream_t stream);
+/* all_gather on channel 0: count elements of each rank's input, W*count to
+ * out. */
+symmem_result symmem_all_gather(symmem_handle *handle, symmem_dtype dtype,
+                                size_t count, void *out,
+                                symmem_stream_t stream);
+/* reduce_scatter on channel 0: count elements of each rank's input (a
+ * multiple of W), count/W to out. */
+symmem_result symmem_reduce_scatter(symmem_handle *handle, symmem_dtype dtype,
+                                    symmem_op op, size_t count, void *out,
+                                    symmem_stream_t stream);
+/* Any of the three with every choice: algo (all_reduce only; others take
+ * SYMMEM_ALGO_AUTO) and channel in [0, SYMMEM_COLL_CHANNELS). op is ignored
+ * by all_gather. */
+symmem_result symmem_collective(symmem_handle *handle, symmem_coll coll,
+                                symmem_dtype dtype, symmem_op op, size_t count,
+                                void *out, symmem_algo algo, int channel,
+                                symmem_stream_t stream);
+
+/* Reads this rank's device error flag (the library's part of its signal pad,
+ * include/symmem_device.cuh): 0 while every kernel wait succeeded, else
+ * 0x80000000 | peer << 16 | set of the first wait that gave up (the kernel's
+ * results are then undefined; use another group). On cuda a copy from the
+ * device, ordered after nothing: synchronise the collectives' streams first to
+ * see what their kernels recorded. */
+symmem_result symmem_handle_device_error(const symmem_handle *handle,
+                                         uint32_t *flag);
+
+/* How the collectives' kernels were obtained for a device. */
+typedef struct symmem_kernel_info {
+  int arch;          /* compute capability, major*10 + minor (90: H100/H200) */
+  int from_cache;    /* 1: the image came from the disk cache */
+  double compile_ms; /* NVRTC's compile time (0 when from the cache) */
+  double load_ms;    /* reading the cache file and cuModuleLoadData */
+  char compiler[256];   /* "NVRTC 13.0 (/path/libnvrtc.so.13)" */
+  char cache_path[512]; /* the cache folder, "" when the cache is off */
+} symmem_kernel_info;
+
+/* Compiles (or reads from the cache) and loads the collectives' kernels for
+ * device now rather than at the first collective (which does the same), and
+ * fills *info (may be NULL). Later calls return the first call's info. The
+ * kernels are compiled with NVRTC for the device's architecture and cached in
+ * $SYMMEM_CACHE_DIR/kernels or the user's cache directory
+ * (~/.cache/libsymmem/kernels), keyed by source hash, architecture and NVRTC
+ * version; a cache file whose checksum fails is rebuilt. The host backend has
+ * nothing to compile: success with a zeroed info. SYMMEM_ERROR_UNAVAILABLE
+ * without NVRTC (the message names what to install); SYMMEM_ERROR_BACKEND
+ * when compiling or loading fails (the message holds NVRTC's log).
+ * Thread-safe. */
+symmem_result symmem_collectives_load(int device, symmem_kernel_info *info);
 
 /* ---------------------------------------------------------------------------
  * Groups over an NCCL communicator, NCCL symmetric windows

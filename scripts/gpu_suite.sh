@@ -87,6 +87,9 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   fi
   # SYMMEM_TRACE=1: each rank prints the phases of every rendezvous (in the log)
   step bench-symm env SYMMEM_TRACE=1 python3 bench/symm_bench.py --out "$out"
+  if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+    step bench-coll python3 bench/coll_bench.py --world 2 --out "$out"
+  fi
 fi
 for f in "$logs"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$out/suite.log"
 echo "suite status: $status"

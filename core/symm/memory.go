@@ -69,7 +69,9 @@ type peerMap struct {
 // Slot channel*world + sender lives in the receiver's pad.
 type pads struct {
 	size uintptr // bytes per rank, as requested: a multiple of 4, >= 4*world
-	phys uintptr // size rounded up to the backend granularity
+	// phys is size plus the library's device region (Note [Pad partition]),
+	// rounded up to the backend granularity.
+	phys uintptr
 	own  core.Memory
 	// addr[r] is rank r's pad mapped here (addr[rank] is our own);
 	// mem[r] the imported memory of peer r. Both meaningful only where
@@ -82,6 +84,9 @@ type pads struct {
 	ready bool
 	// sig counts the signals through these pads (Note [Signals]).
 	sig *signalCounts
+	// coll serialises the host backend's collectives per collective channel
+	// (each channel's device sets take one barrier at a time).
+	coll [CollChannels]sync.Mutex
 }
 
 // ptrAt turns an address of memory that Go does not manage into a pointer
@@ -211,7 +216,7 @@ func (gm *groupMem) copyOut(dst, src, size uintptr) error {
 
 // makePads creates, maps and zeroes this rank's pad of size bytes.
 func (gm *groupMem) makePads(size uintptr) (*pads, error) {
-	p := &pads{size: size, phys: roundUp(size, gm.gran), addr: make([]uintptr, gm.world), mem: make([]core.Memory, gm.world),
+	p := &pads{size: size, phys: roundUp(size+deviceRegionBytes(gm.world), gm.gran), addr: make([]uintptr, gm.world), mem: make([]core.Memory, gm.world),
 		sig: newSignalCounts(gm.world, int(size)/(4*gm.world))}
 	own, err := gm.be.Create(gm.device, p.phys)
 	if err != nil {

@@ -753,3 +753,32 @@ sm_CUresult cuStreamBatchMemOp_v2(sm_CUstream stream, unsigned int count,
   }
   return SM_CUDA_SUCCESS;
 }
+
+/* Kernels cannot run here: module loading and launches are refused as a
+ * driver without the feature would refuse them. */
+sm_CUresult cuModuleLoadData(sm_CUmodule *module, const void *image) {
+  (void)image;
+  NEED_CTX;
+  *module = NULL;
+  return SM_CUDA_ERROR_NOT_SUPPORTED;
+}
+
+sm_CUresult cuModuleUnload(sm_CUmodule hmod) {
+  (void)hmod;
+  return SM_CUDA_ERROR_INVALID_VALUE;
+}
+
+sm_CUresult cuModuleGetFunction(sm_CUfunction *hfunc, sm_CUmodule hmod, const char *name) {
+  (void)hmod;
+  (void)name;
+  *hfunc = NULL;
+  return SM_CUDA_ERROR_INVALID_VALUE;
+}
+
+sm_CUresult cuLaunchKernel(sm_CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                           unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                           unsigned int sharedMemBytes, sm_CUstream hStream, void **kernelParams, void **extra) {
+  (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY, (void)blockDimZ;
+  (void)sharedMemBytes, (void)hStream, (void)kernelParams, (void)extra;
+  return SM_CUDA_ERROR_NOT_SUPPORTED;
+}

@@ -66,10 +66,12 @@ from .errors import (
     strerror,
 )
 from .exchange import KeyValueAllGather
+from ._coll import collectives_load
 from .group import Group, Handle, nccl_version, rendezvous
 
 
 __all__ = [
+    "collectives_load",
     "nccl_version",
     "HEADER_VERSION",
     "LibraryNotFoundError",

@@ -36,6 +36,7 @@ from ctypes import (
     c_int64,
     c_size_t,
     c_uint,
+    c_uint32,
     c_uint64,
     c_void_p,
 )
@@ -98,6 +99,19 @@ class SymmemPointerInfo(Structure):
         ("heap_offset", c_uint64),
         ("device", c_int),
         ("reserved_", c_int),
+    ]
+
+
+class SymmemKernelInfo(Structure):
+    """``struct symmem_kernel_info`` (see symmem.h)."""
+
+    _fields_ = [
+        ("arch", c_int),
+        ("from_cache", c_int),
+        ("compile_ms", c_double),
+        ("load_ms", c_double),
+        ("compiler", ctypes.c_char * 256),
+        ("cache_path", ctypes.c_char * 512),
     ]
 
 
@@ -184,6 +198,16 @@ PROTOTYPES = {
     "symmem_put_signal": (_result, [_handle_p, c_int, c_int, _stream_t]),
     "symmem_wait_signal": (_result, [_handle_p, c_int, c_int, c_int64, _stream_t]),
     "symmem_barrier": (_result, [_handle_p, c_int, c_int64, _stream_t]),
+    # Collectives
+    "symmem_all_reduce": (_result, [_handle_p, c_int, c_int, c_size_t, c_void_p, _stream_t]),
+    "symmem_all_gather": (_result, [_handle_p, c_int, c_size_t, c_void_p, _stream_t]),
+    "symmem_reduce_scatter": (_result, [_handle_p, c_int, c_int, c_size_t, c_void_p, _stream_t]),
+    "symmem_collective": (
+        _result,
+        [_handle_p, c_int, c_int, c_int, c_size_t, c_void_p, c_int, c_int, _stream_t],
+    ),
+    "symmem_handle_device_error": (_result, [_handle_p, POINTER(c_uint32)]),
+    "symmem_collectives_load": (_result, [c_int, POINTER(SymmemKernelInfo)]),
 }
 
 

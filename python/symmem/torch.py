@@ -29,6 +29,7 @@ import math
 import os
 import re
 import threading
+import weakref
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from . import _dlpack, _lib
@@ -54,6 +55,9 @@ __all__ = [
     "memory_snapshot",
     "record_memory_history",
     "dump_snapshot",
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
 ]
 
 # torch's CUDAPluggableAllocator hooks and the symmem.h functions made for them.
@@ -538,3 +542,89 @@ def memory_stats(device=None) -> Dict[str, int]:
             torch.cuda.current_device() if dev.type == "cuda" else 0
         )
     return dict(sorted(_alloc.memory_stats(idx).items()))
+
+
+# --------------------------------------------------------------------------
+# Collectives on tensors (names and semantics of torch.ops.symm_mem and
+# torch.distributed: all_reduce in place, all_gather_into_tensor,
+# reduce_scatter_tensor)
+# --------------------------------------------------------------------------
+
+# (id of the symmem Group, data_ptr, nbytes) -> TorchHandle of a tensor that
+# a collective rendezvoused on; dropped (and released) when the tensor dies.
+_coll_handles: Dict[Tuple[int, int, int], TorchHandle] = {}
+
+
+def _drop_coll_handle(key) -> None:
+    h = _coll_handles.pop(key, None)
+    if h is not None:
+        try:
+            h.release()
+        except Exception:  # noqa: BLE001 - at tensor death, nothing to report to
+            pass
+
+
+def _coll_handle(tensor, group) -> TorchHandle:
+    """The handle of tensor in group: a rendezvous (collective) at the first
+    collective on the tensor, reused while the tensor lives."""
+    if not tensor.is_contiguous():
+        raise ValueError("symmem.torch collectives need a contiguous tensor")
+    g = group_for(group, _symmem_device(tensor.device))
+    key = (id(g), int(tensor.data_ptr()), tensor.numel() * tensor.element_size())
+    h = _coll_handles.get(key)
+    if h is None:
+        h = rendezvous(tensor, g)
+        _coll_handles[key] = h
+        weakref.finalize(tensor, _drop_coll_handle, key)
+    return h
+
+
+def _current_stream(tensor) -> int:
+    if tensor.device.type == "cuda":
+        return _torch().cuda.current_stream(tensor.device).cuda_stream
+    return 0
+
+
+def all_reduce(tensor, op: str = "sum", group=None, out=None, algo: Optional[str] = None):
+    """Reduce tensor (from :func:`empty`) over every rank of group, on the
+    current stream; in place unless out is given. Returns the result tensor.
+    The first call on a tensor rendezvouses on it (collective).
+    algo: None/"auto", "one_shot", "two_shot" (torch.ops.symm_mem's
+    one_shot_all_reduce / two_shot_all_reduce_)."""
+    h = _coll_handle(tensor, group)
+    h.handle.all_reduce(tensor.dtype, op, tensor.numel(), None if out is None else out, _current_stream(tensor), algo=algo)
+    return tensor if out is None else out
+
+
+def all_gather(tensor, group=None, out=None):
+    """Gather every rank's tensor into out (default: a new tensor of
+    world_size * tensor.shape[0] rows), rank order, like
+    torch.distributed.all_gather_into_tensor. Returns out."""
+    h = _coll_handle(tensor, group)
+    w = h.handle.world_size
+    if out is None:
+        torch = _torch()
+        shape = (w * tensor.shape[0],) + tuple(tensor.shape[1:]) if tensor.dim() else (w,)
+        out = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
+    h.handle.all_gather(tensor.dtype, tensor.numel(), out, _current_stream(tensor))
+    return out
+
+
+def reduce_scatter(tensor, op: str = "sum", group=None, out=None):
+    """Reduce tensor over every rank and keep this rank's slice (numel /
+    world_size elements; rows [rank * n / w, (rank + 1) * n / w) when
+    shape[0] divides), like torch.distributed.reduce_scatter_tensor.
+    Returns out (default: a new tensor)."""
+    h = _coll_handle(tensor, group)
+    w = h.handle.world_size
+    if tensor.numel() % w:
+        raise ValueError(f"symmem.torch.reduce_scatter: {tensor.numel()} elements do not split over {w} ranks")
+    if out is None:
+        torch = _torch()
+        if tensor.dim() and tensor.shape[0] % w == 0:
+            shape = (tensor.shape[0] // w,) + tuple(tensor.shape[1:])
+        else:
+            shape = (tensor.numel() // w,)
+        out = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
+    h.handle.reduce_scatter(tensor.dtype, op, tensor.numel(), out, _current_stream(tensor))
+    return out
