@@ -136,8 +136,8 @@ func Report() DriverReport {
 	return r
 }
 
-// The diagnostic's "nccl" section (Note [Diagnostic sections] in core):
-// asking loads NCCL, as the diagnostic is asked for explicitly.
+// The diagnostic's "nccl" and "nvrtc" sections (Note [Diagnostic sections]
+// in core): asking loads them, as the diagnostic is asked for explicitly.
 func init() {
 	core.RegisterInfo("nccl", func() any {
 		info, err := LoadNCCL()
@@ -146,5 +146,13 @@ func init() {
 		}
 		return map[string]any{"found": true, "version": info.VersionText(), "path": info.Path, "found_by": info.How,
 			"peer_pointers": info.PeerPointers}
+	})
+	core.RegisterInfo("nvrtc", func() any {
+		nv, err := LoadNVRTC()
+		if err != nil {
+			return map[string]any{"found": false, "error": err.Error(), "variable": EnvNVRTC}
+		}
+		return map[string]any{"found": true, "version": fmt.Sprintf("%d.%d", nv.Major, nv.Minor), "path": nv.Lib.Path,
+			"found_by": nv.Lib.How}
 	})
 }
