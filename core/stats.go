@@ -14,12 +14,13 @@ const (
 	statReservedBytes                  // bytes of segments
 	statActiveBytes                    // bytes of active blocks: derived, = allocated_bytes
 	statRequestedBytes                 // bytes asked for by callers
+	statPausedBytes                    // bytes of segments whose memory Pause released
 	numStatKinds
 )
 
 var statKindNames = [numStatKinds]string{
 	"allocation", "segment", "active", "allocated_bytes", "reserved_bytes",
-	"active_bytes", "requested_bytes",
+	"active_bytes", "requested_bytes", "paused_bytes",
 }
 
 // statPool selects the aggregate ("all") or one of the two pools.

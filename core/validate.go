@@ -20,7 +20,7 @@ func (a *Allocator) Validate() error {
 func (a *Allocator) validateLocked() error {
 	var (
 		allocated, nAlloc, requested [numStatPools]int64
-		reserved, nSeg               [numStatPools]int64
+		reserved, nSeg, paused       [numStatPools]int64
 		freeBlocks                   = map[*freeSet]int{}
 	)
 	pool := func(small bool) statPool {
@@ -46,7 +46,7 @@ func (a *Allocator) validateLocked() error {
 		if !inRange {
 			return fmt.Errorf("segment %d (%#x, heap offset %d) is not where its range puts it", seg.id, seg.addr, seg.heapOff)
 		}
-		if a.streams[seg.pools.stream] != seg.pools {
+		if a.streams[poolKey{seg.pools.tag.id, seg.pools.stream}] != seg.pools || a.tags[seg.pools.tag.id] != seg.pools.tag {
 			return fmt.Errorf("segment %d belongs to pools of an unknown stream", seg.id)
 		}
 		set := seg.pools.pool(seg.small)
@@ -93,7 +93,14 @@ func (a *Allocator) validateLocked() error {
 		if n != seg.nAllocated {
 			return fmt.Errorf("segment %d counts %d allocated blocks but holds %d", seg.id, seg.nAllocated, n)
 		}
-		reserved[pool(seg.small)] += int64(seg.size)
+		if seg.paused {
+			if seg.pools.tag.id == 0 {
+				return fmt.Errorf("untagged segment %d is paused", seg.id)
+			}
+			paused[pool(seg.small)] += int64(seg.size)
+		} else {
+			reserved[pool(seg.small)] += int64(seg.size)
+		}
 		nSeg[pool(seg.small)]++
 	}
 	for _, sp := range a.order {
@@ -130,6 +137,7 @@ func (a *Allocator) validateLocked() error {
 		requested[poolAll] += requested[p]
 		nAlloc[poolAll] += nAlloc[p]
 		reserved[poolAll] += reserved[p]
+		paused[poolAll] += paused[p]
 		nSeg[poolAll] += nSeg[p]
 	}
 	for p := statPool(0); p < numStatPools; p++ {
@@ -139,7 +147,7 @@ func (a *Allocator) validateLocked() error {
 		}{
 			{statAllocation, nAlloc[p]}, {statAllocatedBytes, allocated[p]},
 			{statRequestedBytes, requested[p]}, {statSegment, nSeg[p]},
-			{statReservedBytes, reserved[p]},
+			{statReservedBytes, reserved[p]}, {statPausedBytes, paused[p]},
 		}
 		for _, c := range checks {
 			s := a.st.by[c.kind][p]
