@@ -51,6 +51,9 @@ type peerMap struct {
 	// refs counts the handles (and in-flight rendezvous pins) using it;
 	// guarded by groupMem.mu.
 	refs int
+	// paused: a collective pause unmapped and released mem (0 now); addr
+	// stays reserved so that handles' pointers stay valid (pause.go).
+	paused bool
 }
 
 // pads is this rank's signal pad and its mappings of every peer's pad.
@@ -158,7 +161,7 @@ func (gm *groupMem) unrefLocked() error {
 	var errs []error
 	errs = append(errs, gm.sync())
 	for k, m := range gm.maps { // none should remain: handles hold them
-		errs = append(errs, gm.unmapRelease(m.addr, m.size, m.mem))
+		errs = append(errs, gm.dropPeerMap(m))
 		delete(gm.maps, k)
 	}
 	if p := gm.pads; p != nil {
@@ -186,7 +189,7 @@ func (gm *groupMem) putMapLocked(m *peerMap) error {
 	if gm.maps[m.key] == m {
 		delete(gm.maps, m.key)
 	}
-	return errors.Join(gm.sync(), gm.unmapRelease(m.addr, m.size, m.mem))
+	return errors.Join(gm.sync(), gm.dropPeerMap(m))
 }
 
 // slab hands out fixed-size slots of memory that Go does not manage, so that

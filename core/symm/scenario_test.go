@@ -147,6 +147,9 @@ func runScenario(sc string, e *rankEnv) error {
 	case "callback":
 		return scCallback(e, a)
 	}
+	if f, ok := pauseScenarios[sc]; ok {
+		return f(e, a)
+	}
 	return fmt.Errorf("unknown scenario %q", sc)
 }
 
