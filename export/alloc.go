@@ -20,7 +20,7 @@ func symmem_alloc(size C.size_t, device C.int, stream *C.struct_CUstream_st) uns
 	a, err := allocatorFor(device)
 	if err == nil {
 		var p uintptr
-		if p, err = a.Alloc(uintptr(size), streamOf(stream)); err == nil {
+		if p, err = a.AllocTagged(uintptr(size), streamOf(stream), currentTag()); err == nil {
 			return ptrAt(p)
 		}
 	}

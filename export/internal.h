@@ -26,4 +26,9 @@ typedef struct symmem_pointer_info {
 /* errors.c: the per-thread last error. */
 void symmemi_set_error(int code, const char *msg, size_t len);
 void symmemi_abort(const char *msg, size_t len);
+
+/* region.c: the per-thread stack of open regions (tag numbers). */
+int symmemi_region_push(int tag); /* new depth, -1 when full */
+int symmemi_region_pop(void);     /* the tag closed, -1 when none is open */
+int symmemi_region_tag(void);     /* the innermost tag, 0 when none */
 #endif
