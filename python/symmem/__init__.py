@@ -65,10 +65,16 @@ from .errors import (
 )
 from .exchange import KeyValueAllGather
 from .group import Group, Handle, rendezvous
+from .tags import REGION_BACKUP, pause, region, resume
 
 __version__ = "0.1.0"
 
 __all__ = [
+    # tags and pause
+    "REGION_BACKUP",
+    "pause",
+    "region",
+    "resume",
     "HEADER_VERSION",
     "LibraryNotFoundError",
     "library_path",

@@ -30,6 +30,7 @@ from ctypes import (
     c_int,
     c_int64,
     c_size_t,
+    c_uint,
     c_uint64,
     c_void_p,
 )
@@ -164,6 +165,13 @@ PROTOTYPES = {
     "symmem_put_signal": (_result, [_handle_p, c_int, c_int, _stream_t]),
     "symmem_wait_signal": (_result, [_handle_p, c_int, c_int, c_int64, _stream_t]),
     "symmem_barrier": (_result, [_handle_p, c_int, c_int64, _stream_t]),
+    # Tags and pause
+    "symmem_region_begin": (_result, [c_char_p, c_uint]),
+    "symmem_region_end": (_result, []),
+    "symmem_pause": (_result, [c_char_p]),
+    "symmem_resume": (_result, [c_char_p]),
+    "symmem_pause_group": (_result, [_group_p, c_char_p]),
+    "symmem_resume_group": (_result, [_group_p, c_char_p]),
 }
 
 

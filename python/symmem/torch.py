@@ -32,6 +32,7 @@ import threading
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from . import _dlpack, _lib
+from . import tags as _pause
 from . import allocator as _alloc
 from .buffer import Buffer
 from .buffer import empty as _empty_buffer
@@ -40,6 +41,9 @@ from .group import Group, Handle
 from .group import rendezvous as _rendezvous
 
 __all__ = [
+    "region",
+    "pause",
+    "resume",
     "allocator",
     "use_as_global_allocator",
     "mem_pool_allocator",
@@ -456,3 +460,31 @@ def memory_stats(device=None) -> Dict[str, int]:
             torch.cuda.current_device() if dev.type == "cuda" else 0
         )
     return dict(sorted(_alloc.memory_stats(idx).items()))
+
+
+# --------------------------------------------------------------------------
+# Tags and pause (symmem.pause): the same calls, with torch's groups
+# --------------------------------------------------------------------------
+
+region = _pause.region
+
+
+def _pause_group(group, device):
+    if group is None:
+        return None
+    return group_for(group, device=device)
+
+
+def pause(tag: Optional[str] = None, group=None, device: int = 0) -> None:
+    """symmem.pause: release ``tag``'s memory (None: every tag) at the same
+    addresses. Tensors, and CUDA graphs that captured them, stay valid but
+    must not be used until :func:`resume`. ``group``: a ProcessGroup, a group
+    name or a symmem.Group (see :func:`group_for`; the rendezvous' group):
+    collective on its ranks."""
+    _pause.pause(tag, group=_pause_group(group, device))
+
+
+def resume(tag: Optional[str] = None, group=None, device: int = 0) -> None:
+    """symmem.resume: take ``tag``'s memory back at the same addresses
+    (contents restored with backup, zero without)."""
+    _pause.resume(tag, group=_pause_group(group, device))
