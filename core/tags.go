@@ -444,13 +444,13 @@ func (a *Allocator) TagNames() (live, paused []string) {
 // copies with their devices (pinned memory on cuda). Backups use it where it
 // exists, and anonymous memory otherwise.
 type HostMemory interface {
-	AllocHost(size uintptr) (uintptr, error)
-	FreeHost(addr, size uintptr) error
+	AllocHost(device int, size uintptr) (uintptr, error)
+	FreeHost(device int, addr, size uintptr) error
 }
 
 func (a *Allocator) allocHost(size uintptr) (uintptr, error) {
 	if h, ok := a.be.(HostMemory); ok {
-		return h.AllocHost(size)
+		return h.AllocHost(a.device, size)
 	}
 	p, err := unix.MmapPtr(-1, 0, nil, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
@@ -465,7 +465,7 @@ func (a *Allocator) dropBackup(seg *segment) {
 		return
 	}
 	if h, ok := a.be.(HostMemory); ok {
-		_ = h.FreeHost(seg.backup, seg.size)
+		_ = h.FreeHost(a.device, seg.backup, seg.size)
 	} else {
 		_ = unix.MunmapPtr(ptrAt(seg.backup), seg.size)
 	}

@@ -35,7 +35,9 @@ def collective_pause(rank: int, world: int, name: str, nbytes: int, cycles: int)
     dev = device_of(rank)
     tag = f"tag-{name}"
     out: Dict = {"drops": [], "same_ptrs": [], "data_ok": [], "paused_bytes": []}
-    cuda = symmem.backend_name() == "cuda"
+    # A real GPU: free device memory as the driver reports it; the host
+    # backend and the fake driver (memfd memory): the process's RssShmem.
+    cuda = symmem.backend_name() == "cuda" and "fake" not in os.environ.get("SYMMEM_LIBCUDA", "")
     with symmem.Group(name, rank, world, device=dev, timeout=TIMEOUT) as g:
         with symmem.region(tag, backup=True):
             buf = symmem.empty(nbytes, dev)
