@@ -68,6 +68,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     -Lbuild -lsymmem -Wl,-rpath,"$PWD/build" && step bench-alloc-host env SYMMEM_BACKEND=host build/bench_alloc-gpu
   step bench-symm-host python3 bench/symm_bench.py --host --ranks 2 4 8 --out "$out"
   step bench-torch-alloc python3 bench/torch_alloc_bench.py --reps ${BENCH_REPS:-3} --out "$out"
+  step bench-pause python3 bench/pause_bench.py --gib 4 --reps ${BENCH_REPS:-3} --out "$out"
   if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
     nvcc -O2 -arch=sm_90 -o build/stream_signal_bench bench/stream_signal_bench.cu -lcuda &&
       step bench-stream-signals build/stream_signal_bench
