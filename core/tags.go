@@ -119,10 +119,11 @@ func tagInfoOf(id TagID) (tagInfo, bool) {
 
 // tagState is a tag on one device.
 //
-// Invariant: paused is true from a successful Pause to a successful Resume;
-// while it is, every segment of the tag is paused (a pause that fails after
-// releasing some segments leaves the tag paused so that Resume takes them
-// back) and no block of the tag can be allocated.
+// Invariants (Validate checks the first): a segment is paused only while
+// its tag is (the untagged memory, tags[0], never is); paused is true from a
+// successful Pause to a successful Resume, and while it is no block of the
+// tag can be allocated. A pause that fails after releasing some segments
+// leaves the tag paused, so that Resume takes those back.
 type tagState struct {
 	id     TagID
 	name   string

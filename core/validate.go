@@ -94,8 +94,8 @@ func (a *Allocator) validateLocked() error {
 			return fmt.Errorf("segment %d counts %d allocated blocks but holds %d", seg.id, seg.nAllocated, n)
 		}
 		if seg.paused {
-			if seg.pools.tag.id == 0 {
-				return fmt.Errorf("untagged segment %d is paused", seg.id)
+			if !seg.pools.tag.paused {
+				return fmt.Errorf("segment %d is paused but its tag %q is live (untagged memory is never paused)", seg.id, seg.pools.tag.name)
 			}
 			paused[pool(seg.small)] += int64(seg.size)
 		} else {

@@ -25,6 +25,8 @@ Symmetric tensors::
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 import os
 import re
@@ -42,6 +44,7 @@ from .group import rendezvous as _rendezvous
 
 __all__ = [
     "region",
+    "tagged_pool",
     "pause",
     "resume",
     "allocator",
@@ -467,6 +470,26 @@ def memory_stats(device=None) -> Dict[str, int]:
 # --------------------------------------------------------------------------
 
 region = _pause.region
+
+
+_tag_pools: dict = {}
+
+
+@contextlib.contextmanager
+def tagged_pool(tag: str, backup: bool = False, **pool_kwargs):
+    """Allocate inside a ``torch.cuda.MemPool`` of libsymmem that holds tag
+    ``tag`` only: ``with symmem.torch.tagged_pool("weights", backup=True):``
+    opens the tag's pool (one per tag, made on first use and kept; keyword
+    arguments go to it then) and a region of the tag on this thread, and
+    yields the pool. torch caches freed blocks inside the pool, so a tag's
+    blocks never serve another tag, and pause/resume act on the whole pool.
+    """
+    torch = _torch_cuda()
+    pool = _tag_pools.get(tag)
+    if pool is None:
+        pool = _tag_pools[tag] = mem_pool(**pool_kwargs)
+    with torch.cuda.use_mem_pool(pool), region(tag, backup=backup):
+        yield pool
 
 
 def _pause_group(group, device):

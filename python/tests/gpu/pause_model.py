@@ -16,7 +16,6 @@ Usage: pause_model.py global|mempool
 
 from __future__ import annotations
 
-import contextlib
 import sys
 
 from _common import install_symmem, result
@@ -34,15 +33,11 @@ def main(mode: str) -> None:
 
     torch.manual_seed(0)
     dev = torch.device("cuda", 0)
-    pools = {}
 
     def tagged(tag, backup):
-        stack = contextlib.ExitStack()
         if mode == "mempool":
-            pools[tag] = st.mem_pool()
-            stack.enter_context(torch.cuda.use_mem_pool(pools[tag]))
-        stack.enter_context(st.region(tag, backup=backup))
-        return stack
+            return st.tagged_pool(tag, backup=backup)  # a MemPool per tag
+        return st.region(tag, backup=backup)
 
     with tagged("model-weights", True):
         model = torch.nn.Sequential(
