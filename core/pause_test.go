@@ -92,7 +92,7 @@ func TestTaggedPlacementIsAFunctionOfTheCalls(t *testing.T) {
 func TestPauseResumeKeepsBackupOver100Cycles(t *testing.T) {
 	a := newAllocator(t, nil)
 	name, id := tag(t, "weights", true)
-	sizes := []uintptr{1000, 300 << 10, 3 << 20, 25 << 20}
+	sizes := []uintptr{1000, 300 << 10, 11 << 20}
 	ptrs := make([]uintptr, len(sizes))
 	for i, n := range sizes {
 		p, err := a.AllocTagged(n, 0, id)
