@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"sort"
 	"sync"
 )
@@ -92,6 +93,9 @@ type segment struct {
 	// backup is the host copy made by Pause when the tag asked for one
 	// (size bytes, kept for the next cycle; 0 = none yet).
 	backup uintptr
+	// unmapped is set once the backend has unmapped the segment; from then
+	// on it must be in no pool and not in the heap (Validate checks it).
+	unmapped bool
 }
 
 // streamPools holds the free blocks of one (tag, stream): a tag's blocks
@@ -143,6 +147,9 @@ type Allocator struct {
 	// tags[id] is the state of tag id here, made at its first allocation
 	// on this device (nil before); tags[0] is the untagged memory.
 	tags []*tagState
+	// leakedSegments counts segments unmapped whose physical memory the
+	// backend failed to release.
+	leakedSegments int
 }
 
 // NewAllocator makes the allocator of device on be. It reserves the heap's
@@ -536,21 +543,24 @@ func (a *Allocator) releaseIdle() error {
 	if err := a.be.SynchronizeDevice(a.device); err != nil {
 		return err
 	}
+	var errs []error
 	for _, seg := range idle {
-		if err := a.releaseSegment(seg); err != nil {
-			return err
-		}
+		errs = append(errs, a.releaseSegment(seg))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
+// releaseSegment unmaps and releases an idle segment. If Unmap fails, the
+// segment stays mapped and in the pool (still usable). Once Unmap has
+// succeeded the segment leaves the pool and the heap whatever Release says:
+// its addresses no longer hold memory, and handing them out would fault. A
+// failed Release then leaks the physical memory, and the error says so.
 func (a *Allocator) releaseSegment(seg *segment) error {
 	if err := a.be.Unmap(a.device, seg.addr, seg.size); err != nil {
 		return err
 	}
-	if err := a.be.Release(seg.mem); err != nil {
-		return err
-	}
+	seg.unmapped = true
+	relErr := a.be.Release(seg.mem)
 	a.dropBackup(seg)
 	seg.pools.pool(seg.small).remove(seg.first)
 	a.dropBlock(seg.first)
@@ -558,6 +568,11 @@ func (a *Allocator) releaseSegment(seg *segment) error {
 	a.st.numDeviceFree++
 	a.st.add(statSegment, seg.small, -1)
 	a.st.add(statReservedBytes, seg.small, -int64(seg.size))
+	if relErr != nil {
+		a.leakedSegments++
+		return Errorf(CodeOf(relErr), "device %d: segment %d (%d bytes at heap offset %#x) was unmapped and left the cache, but its physical memory could not be released (leaked): %v",
+			a.device, seg.id, seg.size, seg.heapOff, relErr)
+	}
 	return nil
 }
 

@@ -21,8 +21,12 @@ type Memory uint64
 // address in this process; every size is a multiple of Granularity unless
 // stated otherwise. Implementations must be safe for concurrent use.
 type Backend interface {
-	// Name is "host" or "cuda".
+	// Name names the backend for people ("host", "cuda"): messages, notes,
+	// and the check that every rank of a group runs the same backend. Code
+	// never decides by it: differences are Capabilities.
 	Name() string
+	// Capabilities says what the backend's memory and operations can do.
+	Capabilities() Capabilities
 	// DeviceCount is the number of devices (the host backend has one, device 0).
 	DeviceCount() int
 	// Granularity is the size that physical memory and mappings are
@@ -50,8 +54,6 @@ type Backend interface {
 	// backend takes ownership of fd whether or not it succeeds.
 	Import(device int, fd int) (Memory, error)
 
-	// Synchronize waits until all work queued on stream s is done.
-	Synchronize(device int, s Stream) error
 	// SynchronizeDevice waits until all work on device is done.
 	SynchronizeDevice(device int) error
 	// StreamWait makes later work on waiter wait for the work queued on
@@ -63,16 +65,31 @@ type Backend interface {
 	// Copy copies size bytes from src to dst (device or host addresses,
 	// unified addressing), in stream order on s, and waits for it.
 	Copy(device int, s Stream, dst, src uintptr, size uintptr) error
-	// WriteValue32 stores v at addr in stream order on s.
-	WriteValue32(device int, s Stream, addr uintptr, v uint32) error
-	// WaitValue32 makes s wait until the word at addr equals v. Backends
-	// that wait on the calling thread (host) give up after timeout with a
-	// *Error of code ErrTimeout; stream backends enqueue the wait.
-	WaitValue32(device int, s Stream, addr uintptr, v uint32, timeout time.Duration) error
-	// StreamMemOps runs ops in order on s, as WaitValue32 and WriteValue32
-	// would one by one, but in one batch where the backend can (cuda:
-	// cuStreamBatchMemOp, one driver call for a whole barrier).
+	// StreamMemOps runs ops in order on s (32-bit stores and waits), in one
+	// batch where the backend can (cuda: cuStreamBatchMemOp, one driver call
+	// for a whole barrier). Backends whose Capabilities say StreamSignals
+	// enqueue the operations and return (the GPU does not bound the waits);
+	// the others run them on the calling thread and give up on a wait after
+	// timeout with a *Error of code ErrTimeout.
 	StreamMemOps(device int, s Stream, ops []MemOp, timeout time.Duration) error
+}
+
+// Capabilities are the differences between backends that core acts on
+// (DESIGN "Capabilities, not names").
+type Capabilities struct {
+	// StreamSignals: StreamMemOps enqueues on a stream and returns; the
+	// operations run later, in stream order (cuda). Otherwise the mapped
+	// memory is ordinary CPU memory and signals run on the calling thread,
+	// with atomics (host).
+	StreamSignals bool
+	// DevicePointerArrays: kernels cannot read host memory, so the pointer
+	// arrays of a symmetric handle need a copy in device memory (cuda). The
+	// host arrays serve both otherwise.
+	DevicePointerArrays bool
+	// SharedDevice: every process of the machine uses the same device by
+	// design (host memory), so ranks of a group need not have distinct
+	// devices.
+	SharedDevice bool
 }
 
 // MemOp is one 32-bit stream memory operation: store Value at Addr; or,

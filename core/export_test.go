@@ -14,3 +14,11 @@ func (x *BlockTableForTest) Get(addr uintptr) (int, bool) {
 	}
 	return int(b.size), true
 }
+
+// MarkFirstSegmentUnmappedForTest puts the allocator in the state that
+// Validate must catch: a segment whose mapping is gone, still in the heap.
+func (a *Allocator) MarkFirstSegmentUnmappedForTest() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.heap.segments[0].unmapped = true
+}

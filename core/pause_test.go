@@ -6,18 +6,18 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/internal/faultbe"
 	"github.com/stretchr/testify/require"
 )
 
 // tag registers a tag unique to the test (tags live for the process).
 func tag(t *testing.T, base string, backup bool) (string, core.TagID) {
 	t.Helper()
-	name := fmt.Sprintf("%s-%s", base, strings.ReplaceAll(t.Name(), "/", "."))
+	name := fmt.Sprintf("%s-%s", base, strings.NewReplacer("/", ".", "#", "_").Replace(t.Name()))
 	id, err := core.RegisterTag(name, backup)
 	require.NoError(t, err)
 	return name, id
@@ -258,40 +258,8 @@ func TestResumeOverTheLimitRollsBackAndRetries(t *testing.T) {
 	require.NoError(t, a.Free(other, 0, 0))
 }
 
-// failingBackend fails Create after okCreates successful calls, as a device
-// that runs out of memory in the middle of a resume.
-type failingBackend struct {
-	core.Backend
-	okCreates atomic.Int64
-	created   atomic.Int64
-	released  atomic.Int64
-	mapped    atomic.Int64
-	unmapped  atomic.Int64
-}
-
-func (f *failingBackend) Create(device int, size uintptr) (core.Memory, error) {
-	if f.okCreates.Add(-1) < 0 {
-		return 0, core.Errorf(core.ErrOutOfMemory, "injected: out of memory")
-	}
-	f.created.Add(1)
-	return f.Backend.Create(device, size)
-}
-func (f *failingBackend) Release(m core.Memory) error {
-	f.released.Add(1)
-	return f.Backend.Release(m)
-}
-func (f *failingBackend) Map(device int, addr, size uintptr, m core.Memory) error {
-	f.mapped.Add(1)
-	return f.Backend.Map(device, addr, size, m)
-}
-func (f *failingBackend) Unmap(device int, addr, size uintptr) error {
-	f.unmapped.Add(1)
-	return f.Backend.Unmap(device, addr, size)
-}
-
 func TestResumeThatRunsOutHalfwayUnmapsWhatItMapped(t *testing.T) {
-	fb := &failingBackend{Backend: testBackend(t)}
-	fb.okCreates.Store(1 << 30)
+	fb := faultbe.New(testBackend(t))
 	a := newAllocator(t, fb)
 	name, id := tag(t, "w", true)
 	var ptrs []uintptr
@@ -303,21 +271,96 @@ func TestResumeThatRunsOutHalfwayUnmapsWhatItMapped(t *testing.T) {
 	}
 	_, err := a.Pause(name, core.PauseOptions{})
 	require.NoError(t, err)
-	fb.okCreates.Store(2) // the third segment fails
-	c0, r0, m0, u0 := fb.created.Load(), fb.released.Load(), fb.mapped.Load(), fb.unmapped.Load()
+	// The third segment fails, and so does the retry after releasing idle
+	// segments.
+	fb.Add(faultbe.Rule{Method: "Create", Nth: 3, Code: core.ErrOutOfMemory})
+	fb.Add(faultbe.Rule{Method: "Create", Nth: 4, Code: core.ErrOutOfMemory})
+	c0, r0, m0, u0 := fb.Count("Create"), fb.Count("Release"), fb.Count("Map"), fb.Count("Unmap")
 	_, err = a.Resume(name)
 	require.Equal(t, core.ErrOutOfMemory, core.CodeOf(err))
 	require.Contains(t, err.Error(), name)
 	require.Contains(t, err.Error(), fmt.Sprint(3*(22<<20)))
-	require.Equal(t, fb.created.Load()-c0, fb.released.Load()-r0, "every segment created by the failed resume was released")
-	require.Equal(t, fb.mapped.Load()-m0, fb.unmapped.Load()-u0, "and unmapped")
+	created := fb.Count("Create") - c0 - len(fb.Injected())
+	require.Equal(t, created, fb.Count("Release")-r0, "every segment created by the failed resume was released")
+	require.Equal(t, fb.Count("Map")-m0, fb.Count("Unmap")-u0, "and unmapped")
 	require.EqualValues(t, 3*(22<<20), stat(t, a, "paused_bytes.all.current"))
 	require.NoError(t, a.Validate())
-	fb.okCreates.Store(1 << 30)
+	fb.Clear()
 	_, err = a.Resume(name)
 	require.NoError(t, err)
 	for i, p := range ptrs {
-		require.Equal(t, byte(i+1), peek(t, a, p, 22<<20)[0])
+		require.Equal(t, byte(i+1), peek(t, a, p, 1)[0])
+	}
+}
+
+// TestPauseUnderInjectedFaults fails, in turn, each of the first calls of
+// every backend method that a pause and a resume make, and checks what they
+// promise: an error with the injected fault's message, a clean validator,
+// and, once the fault is gone, a resume (or a pause and a resume) that brings
+// the contents back at the same addresses.
+func TestPauseUnderInjectedFaults(t *testing.T) {
+	workload := func(t *testing.T, a *core.Allocator, name string) {
+		_, err := a.Pause(name, core.PauseOptions{})
+		if err != nil {
+			require.True(t, faultbe.IsInjected(err), "an error that is not the injected fault: %v", err)
+		}
+		require.NoError(t, a.Validate())
+		if _, paused := a.TagNames(); len(paused) == 0 {
+			return // the pause failed before releasing anything
+		}
+		if _, err := a.Resume(name); err != nil {
+			require.True(t, faultbe.IsInjected(err), "an error that is not the injected fault: %v", err)
+		}
+		require.NoError(t, a.Validate())
+	}
+	// Two tags: one with backup (its blocks must come back), one without
+	// (zeroed on resume: the Memset path); the workload acts on both ("").
+	setup := func(t *testing.T, fb *faultbe.Backend) (*core.Allocator, string, []uintptr) {
+		a := newAllocator(t, fb)
+		_, id := tag(t, "f", true)
+		_, kv := tag(t, "kv", false)
+		var ptrs []uintptr
+		for i, n := range []uintptr{4096, 22 << 20} {
+			p, err := a.AllocTagged(n, 0, id)
+			require.NoError(t, err)
+			poke(t, a, p, byte(0x30+i), n)
+			ptrs = append(ptrs, p)
+		}
+		_, err := a.AllocTagged(8192, 0, kv)
+		require.NoError(t, err)
+		return a, "", ptrs
+	}
+	dry := faultbe.New(testBackend(t))
+	a, name, _ := setup(t, dry)
+	before := map[string]int{}
+	for _, m := range faultbe.Methods {
+		before[m] = dry.Count(m)
+	}
+	workload(t, a, name)
+	for _, method := range faultbe.Methods {
+		for n := 1; n <= min(2, dry.Count(method)-before[method]); n++ {
+			t.Run(fmt.Sprintf("%s#%d", method, n), func(t *testing.T) {
+				fb := faultbe.New(testBackend(t))
+				a, name, ptrs := setup(t, fb)
+				fb.FailNth(method, n)
+				workload(t, a, name)
+				require.NotEmpty(t, fb.Injected(), "the fault was never reached")
+				fb.Clear()
+				_, err := a.Resume(name) // every paused tag, if any
+				require.NoError(t, err)
+				for i, p := range ptrs {
+					info, err := a.Lookup(p)
+					require.NoError(t, err)
+					require.Equal(t, p, info.Addr)
+					require.Equal(t, byte(0x30+i), peek(t, a, p, 1)[0], "block %d after a fault in %s#%d", i, method, n)
+				}
+				_, err = a.Pause(name, core.PauseOptions{})
+				require.NoError(t, err)
+				_, err = a.Resume(name)
+				require.NoError(t, err)
+				require.NoError(t, a.Validate())
+			})
+		}
 	}
 }
 

@@ -300,7 +300,7 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 		if err := a.be.Release(seg.mem); err != nil {
 			// Unmapped but not released: mark it paused anyway (the
 			// handle is lost to us), so that nothing uses it again.
-			err = Errorf(CodeOf(err), "pausing tag %q on device %d: releasing the segment at %#x: %v", seg.pools.tag.name, a.device, seg.addr, err)
+			err = Errorf(CodeOf(err), "pausing tag %q on device %d: the segment at %#x was unmapped but its physical memory could not be released (leaked; the segment counts as paused): %v", seg.pools.tag.name, a.device, seg.addr, err)
 			a.markPaused(seg)
 			return released + uint64(seg.size), err
 		}

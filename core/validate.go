@@ -46,6 +46,9 @@ func (a *Allocator) validateLocked() error {
 		if !inRange {
 			return fmt.Errorf("segment %d (%#x, heap offset %d) is not where its range puts it", seg.id, seg.addr, seg.heapOff)
 		}
+		if seg.unmapped {
+			return fmt.Errorf("segment %d (%#x, heap offset %d) is unmapped but still in the heap: its blocks would fault", seg.id, seg.addr, seg.heapOff)
+		}
 		if a.streams[poolKey{seg.pools.tag.id, seg.pools.stream}] != seg.pools || a.tags[seg.pools.tag.id] != seg.pools.tag {
 			return fmt.Errorf("segment %d belongs to pools of an unknown stream", seg.id)
 		}

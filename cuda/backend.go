@@ -50,6 +50,12 @@ func syncTimeoutFromEnv() time.Duration {
 
 var _ core.Backend = (*Backend)(nil)
 
+// Capabilities: signals are stream operations, kernels need the pointer
+// arrays in device memory, and each rank has a device of its own.
+func (b *Backend) Capabilities() core.Capabilities {
+	return core.Capabilities{StreamSignals: true, DevicePointerArrays: true}
+}
+
 // Open is the core.Factory of the cuda backend: New as a core.Backend.
 func Open() (core.Backend, error) {
 	b, err := New()

@@ -15,8 +15,9 @@ import (
 
 func streamOf(s *C.struct_CUstream_st) core.Stream { return core.Stream(uintptr(unsafe.Pointer(s))) }
 
-//export symmem_alloc
-func symmem_alloc(size C.size_t, device C.int, stream *C.struct_CUstream_st) unsafe.Pointer {
+//export symmemgo_alloc
+func symmemgo_alloc(size C.size_t, device C.int, stream *C.struct_CUstream_st) (result unsafe.Pointer) {
+	defer recoverCall("symmem_alloc", &result, nil)
 	a, err := allocatorFor(device)
 	if err == nil {
 		var p uintptr
@@ -28,8 +29,9 @@ func symmem_alloc(size C.size_t, device C.int, stream *C.struct_CUstream_st) uns
 	return nil
 }
 
-//export symmem_free
-func symmem_free(ptr unsafe.Pointer, size C.size_t, device C.int, stream *C.struct_CUstream_st) {
+//export symmemgo_free
+func symmemgo_free(ptr unsafe.Pointer, size C.size_t, device C.int, stream *C.struct_CUstream_st) {
+	defer recoverVoid("symmem_free")
 	if ptr == nil {
 		return
 	}
@@ -47,8 +49,9 @@ func symmem_free(ptr unsafe.Pointer, size C.size_t, device C.int, stream *C.stru
 	}
 }
 
-//export symmem_record_stream
-func symmem_record_stream(ptr unsafe.Pointer, stream *C.struct_CUstream_st) {
+//export symmemgo_record_stream
+func symmemgo_record_stream(ptr unsafe.Pointer, stream *C.struct_CUstream_st) {
+	defer recoverVoid("symmem_record_stream")
 	rt, err := runtimeOrError()
 	if err == nil {
 		var a *core.Allocator
@@ -59,17 +62,22 @@ func symmem_record_stream(ptr unsafe.Pointer, stream *C.struct_CUstream_st) {
 	setLastError(fmt.Sprintf("symmem_record_stream(ptr=%p)", ptr), err)
 }
 
-//export symmem_init
-func symmem_init(deviceCount C.int) {
+//export symmemgo_init
+func symmemgo_init(deviceCount C.int) {
+	defer recoverVoid("symmem_init")
 	_, err := runtimeOrError()
 	setLastError("symmem_init", err)
 }
 
-//export symmem_reset
-func symmem_reset() { symmem_empty_cache(-1) }
+//export symmemgo_reset
+func symmemgo_reset() {
+	defer recoverVoid("symmem_reset")
+	symmemgo_empty_cache(-1)
+}
 
-//export symmem_memory_fraction
-func symmem_memory_fraction(fraction C.double, device C.int) {
+//export symmemgo_memory_fraction
+func symmemgo_memory_fraction(fraction C.double, device C.int) {
+	defer recoverVoid("symmem_memory_fraction")
 	call := fmt.Sprintf("symmem_memory_fraction(fraction=%g, device=%d)", float64(fraction), int(device))
 	a, err := allocatorFor(device)
 	if err != nil {
@@ -84,8 +92,9 @@ func symmem_memory_fraction(fraction C.double, device C.int) {
 	a.SetLimit(uint64(f * float64(a.TotalMemory())))
 }
 
-//export symmem_empty_cache
-func symmem_empty_cache(device C.int) C.int {
+//export symmemgo_empty_cache
+func symmemgo_empty_cache(device C.int) (result C.int) {
+	defer recoverCall("symmem_empty_cache", &result, C.int(core.ErrInternal))
 	call := describeDevice("symmem_empty_cache", device)
 	if device == -1 {
 		rt, err := runtimeOrError()
@@ -106,8 +115,9 @@ func symmem_empty_cache(device C.int) C.int {
 	return setLastError(call, err)
 }
 
-//export symmem_set_memory_limit
-func symmem_set_memory_limit(device C.int, bytes C.size_t) C.int {
+//export symmemgo_set_memory_limit
+func symmemgo_set_memory_limit(device C.int, bytes C.size_t) (result C.int) {
+	defer recoverCall("symmem_set_memory_limit", &result, C.int(core.ErrInternal))
 	a, err := allocatorFor(device)
 	if err == nil {
 		a.SetLimit(uint64(bytes))
@@ -115,8 +125,9 @@ func symmem_set_memory_limit(device C.int, bytes C.size_t) C.int {
 	return setLastError(describeDevice("symmem_set_memory_limit", device), err)
 }
 
-//export symmem_get_memory_limit
-func symmem_get_memory_limit(device C.int, bytes *C.size_t) C.int {
+//export symmemgo_get_memory_limit
+func symmemgo_get_memory_limit(device C.int, bytes *C.size_t) (result C.int) {
+	defer recoverCall("symmem_get_memory_limit", &result, C.int(core.ErrInternal))
 	call := describeDevice("symmem_get_memory_limit", device)
 	if bytes == nil {
 		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "bytes is NULL"))
@@ -137,15 +148,22 @@ var statKeys = func() []*C.char {
 	return keys
 }()
 
-//export symmem_stats
-func symmem_stats(device C.int, out *C.symmem_stat, capacity C.size_t) C.size_t {
+//export symmemgo_stats
+func symmemgo_stats(device C.int, out *C.symmem_stat, capacity C.size_t) (result C.size_t) {
+	defer recoverCall("symmem_stats", &result, 0)
 	a, err := allocatorFor(device)
 	if err != nil {
 		setLastError(describeDevice("symmem_stats", device), err)
 		return 0
 	}
-	var values [128]int64
-	n := a.StatValues(values[:])
+	// As many values as there are keys (no fixed-size copy: the table grows
+	// with the statistics); at most capacity of them are copied out.
+	values := make([]int64, len(statKeys))
+	n := a.StatValues(values)
+	if n > len(statKeys) { // a key was added without its C string: a bug
+		setLastError(describeDevice("symmem_stats", device), core.Errorf(core.ErrInternal, "%d statistics but %d keys", n, len(statKeys)))
+		return 0
+	}
 	if out != nil && capacity > 0 {
 		dst := unsafe.Slice(out, int(min(capacity, C.size_t(n))))
 		for i := range dst {
@@ -156,8 +174,9 @@ func symmem_stats(device C.int, out *C.symmem_stat, capacity C.size_t) C.size_t 
 	return C.size_t(n)
 }
 
-//export symmem_reset_peak_stats
-func symmem_reset_peak_stats(device C.int) C.int {
+//export symmemgo_reset_peak_stats
+func symmemgo_reset_peak_stats(device C.int) (result C.int) {
+	defer recoverCall("symmem_reset_peak_stats", &result, C.int(core.ErrInternal))
 	a, err := allocatorFor(device)
 	if err == nil {
 		a.ResetPeakStats()
@@ -165,8 +184,9 @@ func symmem_reset_peak_stats(device C.int) C.int {
 	return setLastError(describeDevice("symmem_reset_peak_stats", device), err)
 }
 
-//export symmem_pointer_get_info
-func symmem_pointer_get_info(ptr unsafe.Pointer, info *C.symmem_pointer_info) C.int {
+//export symmemgo_pointer_get_info
+func symmemgo_pointer_get_info(ptr unsafe.Pointer, info *C.symmem_pointer_info) (result C.int) {
+	defer recoverCall("symmem_pointer_get_info", &result, C.int(core.ErrInternal))
 	call := fmt.Sprintf("symmem_pointer_get_info(ptr=%p)", ptr)
 	if info == nil {
 		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "info is NULL"))
@@ -190,8 +210,9 @@ func symmem_pointer_get_info(ptr unsafe.Pointer, info *C.symmem_pointer_info) C.
 	return 0
 }
 
-//export symmem_validate
-func symmem_validate(device C.int) C.int {
+//export symmemgo_validate
+func symmemgo_validate(device C.int) (result C.int) {
+	defer recoverCall("symmem_validate", &result, C.int(core.ErrInternal))
 	a, err := allocatorFor(device)
 	if err == nil {
 		err = a.Validate()
@@ -199,8 +220,9 @@ func symmem_validate(device C.int) C.int {
 	return setLastError(describeDevice("symmem_validate", device), err)
 }
 
-//export symmem_copy
-func symmem_copy(dst, src unsafe.Pointer, n C.size_t, device C.int, stream *C.struct_CUstream_st) C.int {
+//export symmemgo_copy
+func symmemgo_copy(dst, src unsafe.Pointer, n C.size_t, device C.int, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_copy", &result, C.int(core.ErrInternal))
 	call := fmt.Sprintf("symmem_copy(dst=%p, src=%p, n=%d, device=%d)", dst, src, uint64(n), int(device))
 	if n == 0 {
 		return 0
@@ -215,8 +237,9 @@ func symmem_copy(dst, src unsafe.Pointer, n C.size_t, device C.int, stream *C.st
 	return setLastError(call, err)
 }
 
-//export symmem_memset
-func symmem_memset(dst unsafe.Pointer, value C.int, n C.size_t, device C.int, stream *C.struct_CUstream_st) C.int {
+//export symmemgo_memset
+func symmemgo_memset(dst unsafe.Pointer, value C.int, n C.size_t, device C.int, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_memset", &result, C.int(core.ErrInternal))
 	call := fmt.Sprintf("symmem_memset(dst=%p, value=%d, n=%d, device=%d)", dst, int(value), uint64(n), int(device))
 	if n == 0 {
 		return 0

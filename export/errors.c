@@ -22,7 +22,7 @@ __attribute__((visibility("hidden"))) void symmemi_abort(const char *msg, size_t
   abort();
 }
 
-int symmem_last_error(void) { return last_code; }
+symmem_result symmem_last_error(void) { return (symmem_result)last_code; }
 
 const char *symmem_last_error_message(void) { return last_msg; }
 

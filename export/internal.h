@@ -1,33 +1,17 @@
 /* Declarations shared by the export package's Go and C files. Not public:
- * include/symmem.h is the contract; these mirror its types exactly. */
+ * include/symmem.h is the contract (its types are the ones used here). */
 #ifndef SYMMEM_EXPORT_INTERNAL_H
 #define SYMMEM_EXPORT_INTERNAL_H
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
-
-struct CUstream_st;
-
-typedef struct symmem_stat {
-  const char *key;
-  int64_t value;
-} symmem_stat;
-
-typedef struct symmem_pointer_info {
-  void *block;
-  size_t block_size;
-  size_t requested_size;
-  size_t offset;
-  uint64_t heap_offset;
-  int device;
-  int reserved_;
-} symmem_pointer_info;
+#include "symmem.h"
 
 /* errors.c: the per-thread last error. */
 void symmemi_set_error(int code, const char *msg, size_t len);
 void symmemi_abort(const char *msg, size_t len);
 
-/* region.c: the per-thread stack of open regions (tag numbers). */
+/* pause.c: the per-thread stack of open regions (tag numbers). */
 int symmemi_region_push(int tag); /* new depth, -1 when full */
 int symmemi_region_pop(void);     /* the tag closed, -1 when none is open */
 int symmemi_region_tag(void);     /* the innermost tag, 0 when none */

@@ -5,6 +5,7 @@
 package main
 
 /*
+#cgo CFLAGS: -I${SRCDIR}/../include
 #include "internal.h"
 */
 import "C"
@@ -12,6 +13,9 @@ import "C"
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -49,6 +53,64 @@ func setLastError(call string, err error) C.int {
 	return C.int(code)
 }
 
+// Note [The guard]
+//
+// A Go panic that escaped an exported function would kill the host process
+// (a PyTorch job). Every symmemgo_ function therefore starts with a deferred
+// recoverCall (or recoverVoid): a panic on the calling thread becomes
+// SYMMEM_ERROR_INTERNAL, with the panic's text and where it happened as the
+// last error, and the function returns its failure value. With
+// SYMMEM_STRICT=1 the process aborts with that message instead (a bug found
+// loudly in testing). What no guard can catch: a panic on another goroutine,
+// and faults the Go runtime treats as fatal (a wild pointer dereferenced
+// outside runtime/debug.SetPanicOnFault).
+
+// recoverCall is the guard of a function with a result: deferred first
+// thing, it sets *result to fail when the function panics. (recover works
+// here because the deferred call is to recoverCall itself.)
+func recoverCall[T any](call string, result *T, fail T) {
+	if r := recover(); r != nil {
+		*result = fail
+		reportPanic(call, r)
+	}
+}
+
+// recoverVoid is the guard of a function without a result.
+func recoverVoid(call string) {
+	if r := recover(); r != nil {
+		reportPanic(call, r)
+	}
+}
+
+// reportPanic records a recovered panic as the calling thread's last error
+// (SYMMEM_ERROR_INTERNAL), naming the function that panicked, and aborts in
+// strict mode.
+func reportPanic(call string, r any) {
+	where := ""
+	pcs := make([]uintptr, 16)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
+	for {
+		f, more := frames.Next()
+		// The first frame outside the runtime is where the panic happened.
+		if !strings.HasPrefix(f.Function, "runtime.") && f.Function != "" {
+			where = fmt.Sprintf(" in %s (%s:%d)", f.Function, filepath.Base(f.File), f.Line)
+			break
+		}
+		if !more {
+			break
+		}
+	}
+	msg := fmt.Sprintf("%s: internal error, please report it: Go panic%s: %v", call, where, r)
+	C.symmemi_set_error(C.int(core.ErrInternal), cstr(msg), C.size_t(len(msg)))
+	if strict {
+		C.symmemi_abort(cstr(msg), C.size_t(len(msg)))
+	}
+}
+
+// internalErrorText is what functions returning a static string return
+// when they panic.
+func internalErrorText() *C.char { return staticCString("internal error (see the last error)") }
+
 // cstr points C at the bytes of s (not NUL-terminated) for the duration of a
 // call that copies them.
 func cstr(s string) *C.char {
@@ -82,14 +144,21 @@ func staticCString(s string) *C.char {
 	return p.(*C.char)
 }
 
-//export symmem_version
-func symmem_version() C.int { return C.int(core.Version) }
+//export symmemgo_version
+func symmemgo_version() (result C.int) {
+	defer recoverCall("symmem_version", &result, C.int(core.Version))
+	return C.int(core.Version)
+}
 
-//export symmem_strerror
-func symmem_strerror(code C.int) *C.char { return staticCString(core.Code(code).String()) }
+//export symmemgo_strerror
+func symmemgo_strerror(code C.int) (result *C.char) {
+	defer recoverCall("symmem_strerror", &result, internalErrorText())
+	return staticCString(core.Code(code).String())
+}
 
-//export symmem_backend_name
-func symmem_backend_name() *C.char {
+//export symmemgo_backend_name
+func symmemgo_backend_name() (result *C.char) {
+	defer recoverCall("symmem_backend_name", &result, internalErrorText())
 	rt, _ := core.Default()
 	if rt.Backend == nil {
 		return staticCString("none")
@@ -97,14 +166,16 @@ func symmem_backend_name() *C.char {
 	return staticCString(rt.Backend.Name())
 }
 
-//export symmem_backend_notes
-func symmem_backend_notes() *C.char {
+//export symmemgo_backend_notes
+func symmemgo_backend_notes() (result *C.char) {
+	defer recoverCall("symmem_backend_notes", &result, internalErrorText())
 	rt, _ := core.Default()
 	return staticCString(rt.NotesText())
 }
 
-//export symmem_device_count
-func symmem_device_count() C.int {
+//export symmemgo_device_count
+func symmemgo_device_count() (result C.int) {
+	defer recoverCall("symmem_device_count", &result, 0)
 	rt, err := core.Default()
 	if err != nil {
 		setLastError("symmem_device_count", err)

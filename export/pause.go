@@ -49,8 +49,9 @@ func describeTag(call string, tag *C.char) string {
 	return fmt.Sprintf("%s(tag=%q)", call, C.GoString(tag))
 }
 
-//export symmem_region_begin
-func symmem_region_begin(tag *C.char, flags C.uint) C.int {
+//export symmemgo_region_begin
+func symmemgo_region_begin(tag *C.char, flags C.uint) (result C.int) {
+	defer recoverCall("symmem_region_begin", &result, C.int(core.ErrInternal))
 	call := describeTag("symmem_region_begin", tag)
 	if tag == nil {
 		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "tag is NULL"))
@@ -69,8 +70,9 @@ func symmem_region_begin(tag *C.char, flags C.uint) C.int {
 	return 0
 }
 
-//export symmem_region_end
-func symmem_region_end() C.int {
+//export symmemgo_region_end
+func symmemgo_region_end() (result C.int) {
+	defer recoverCall("symmem_region_end", &result, C.int(core.ErrInternal))
 	if C.symmemi_region_pop() < 0 {
 		return setLastError("symmem_region_end", core.Errorf(core.ErrInvalidState, "no region is open on this thread"))
 	}
@@ -107,8 +109,9 @@ func checkTagKnown(tag string) error {
 	return nil
 }
 
-//export symmem_pause
-func symmem_pause(tag *C.char) C.int {
+//export symmemgo_pause
+func symmemgo_pause(tag *C.char) (result C.int) {
+	defer recoverCall("symmem_pause", &result, C.int(core.ErrInternal))
 	t := goTag(tag)
 	err := checkTagKnown(t)
 	if err == nil {
@@ -120,8 +123,9 @@ func symmem_pause(tag *C.char) C.int {
 	return setLastError(describeTag("symmem_pause", tag), err)
 }
 
-//export symmem_resume
-func symmem_resume(tag *C.char) C.int {
+//export symmemgo_resume
+func symmemgo_resume(tag *C.char) (result C.int) {
+	defer recoverCall("symmem_resume", &result, C.int(core.ErrInternal))
 	t := goTag(tag)
 	err := checkTagKnown(t)
 	if err == nil {
@@ -133,13 +137,15 @@ func symmem_resume(tag *C.char) C.int {
 	return setLastError(describeTag("symmem_resume", tag), err)
 }
 
-//export symmem_pause_group
-func symmem_pause_group(group uintptr, tag *C.char) C.int {
+//export symmemgo_pause_group
+func symmemgo_pause_group(group uintptr, tag *C.char) (result C.int) {
+	defer recoverCall("symmem_pause_group", &result, C.int(core.ErrInternal))
 	return groupTagCall("symmem_pause_group", group, tag, (*symm.Group).Pause)
 }
 
-//export symmem_resume_group
-func symmem_resume_group(group uintptr, tag *C.char) C.int {
+//export symmemgo_resume_group
+func symmemgo_resume_group(group uintptr, tag *C.char) (result C.int) {
+	defer recoverCall("symmem_resume_group", &result, C.int(core.ErrInternal))
 	return groupTagCall("symmem_resume_group", group, tag, (*symm.Group).Resume)
 }
 

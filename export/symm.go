@@ -129,14 +129,16 @@ func groupCall(name *C.char, rank, world, device C.int) string {
 	return fmt.Sprintf("(name=%s, rank=%d, world_size=%d, device=%d)", n, int(rank), int(world), int(device))
 }
 
-//export symmem_group_create
-func symmem_group_create(name *C.char, rank, world, device C.int, timeoutMs C.int64_t, out *uintptr) C.int {
+//export symmemgo_group_create
+func symmemgo_group_create(name *C.char, rank, world, device C.int, timeoutMs C.int64_t, out *uintptr) (result C.int) {
+	defer recoverCall("symmem_group_create", &result, C.int(core.ErrInternal))
 	return createGroup("symmem_group_create"+groupCall(name, rank, world, device), name, rank, world, device, timeoutMs, nil, out)
 }
 
-//export symmem_group_create_with_allgather
-func symmem_group_create_with_allgather(name *C.char, rank, world, device C.int, timeoutMs C.int64_t,
-	fn unsafe.Pointer, user unsafe.Pointer, out *uintptr) C.int {
+//export symmemgo_group_create_with_allgather
+func symmemgo_group_create_with_allgather(name *C.char, rank, world, device C.int, timeoutMs C.int64_t,
+	fn unsafe.Pointer, user unsafe.Pointer, out *uintptr) (result C.int) {
+	defer recoverCall("symmem_group_create_with_allgather", &result, C.int(core.ErrInternal))
 	call := "symmem_group_create_with_allgather" + groupCall(name, rank, world, device)
 	if fn == nil {
 		if out != nil {
@@ -157,8 +159,9 @@ func symmem_group_create_with_allgather(name *C.char, rank, world, device C.int,
 	return createGroup(call, name, rank, world, device, timeoutMs, allgather, out)
 }
 
-//export symmem_group_destroy
-func symmem_group_destroy(group uintptr) C.int {
+//export symmemgo_group_destroy
+func symmemgo_group_destroy(group uintptr) (result C.int) {
+	defer recoverCall("symmem_group_destroy", &result, C.int(core.ErrInternal))
 	if group == 0 {
 		return 0
 	}
@@ -178,23 +181,27 @@ func groupInt(call string, group uintptr, f func(*symm.Group) int) C.int {
 	return C.int(f(g))
 }
 
-//export symmem_group_rank
-func symmem_group_rank(group uintptr) C.int {
+//export symmemgo_group_rank
+func symmemgo_group_rank(group uintptr) (result C.int) {
+	defer recoverCall("symmem_group_rank", &result, -1)
 	return groupInt("symmem_group_rank", group, (*symm.Group).Rank)
 }
 
-//export symmem_group_world_size
-func symmem_group_world_size(group uintptr) C.int {
+//export symmemgo_group_world_size
+func symmemgo_group_world_size(group uintptr) (result C.int) {
+	defer recoverCall("symmem_group_world_size", &result, -1)
 	return groupInt("symmem_group_world_size", group, (*symm.Group).World)
 }
 
-//export symmem_group_device
-func symmem_group_device(group uintptr) C.int {
+//export symmemgo_group_device
+func symmemgo_group_device(group uintptr) (result C.int) {
+	defer recoverCall("symmem_group_device", &result, -1)
 	return groupInt("symmem_group_device", group, (*symm.Group).Device)
 }
 
-//export symmem_group_set_signal_pad_size
-func symmem_group_set_signal_pad_size(group uintptr, bytes C.size_t) C.int {
+//export symmemgo_group_set_signal_pad_size
+func symmemgo_group_set_signal_pad_size(group uintptr, bytes C.size_t) (result C.int) {
+	defer recoverCall("symmem_group_set_signal_pad_size", &result, C.int(core.ErrInternal))
 	call := fmt.Sprintf("symmem_group_set_signal_pad_size(bytes=%d)", uint64(bytes))
 	g, err := groupOf(group)
 	if err == nil {
@@ -203,8 +210,9 @@ func symmem_group_set_signal_pad_size(group uintptr, bytes C.size_t) C.int {
 	return setLastError(call, err)
 }
 
-//export symmem_rendezvous
-func symmem_rendezvous(ptr unsafe.Pointer, group uintptr, out *uintptr) C.int {
+//export symmemgo_rendezvous
+func symmemgo_rendezvous(ptr unsafe.Pointer, group uintptr, out *uintptr) (result C.int) {
+	defer recoverCall("symmem_rendezvous", &result, C.int(core.ErrInternal))
 	call := fmt.Sprintf("symmem_rendezvous(ptr=%p)", ptr)
 	if out == nil {
 		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "out is NULL"))
@@ -222,8 +230,9 @@ func symmem_rendezvous(ptr unsafe.Pointer, group uintptr, out *uintptr) C.int {
 	return 0
 }
 
-//export symmem_handle_release
-func symmem_handle_release(handle uintptr) C.int {
+//export symmemgo_handle_release
+func symmemgo_handle_release(handle uintptr) (result C.int) {
+	defer recoverCall("symmem_handle_release", &result, C.int(core.ErrInternal))
 	if handle == 0 {
 		return 0
 	}
@@ -252,28 +261,33 @@ func handleSize(call string, handle uintptr, f func(*symm.Handle) uintptr) C.siz
 	return C.size_t(f(h))
 }
 
-//export symmem_handle_rank
-func symmem_handle_rank(handle uintptr) C.int {
+//export symmemgo_handle_rank
+func symmemgo_handle_rank(handle uintptr) (result C.int) {
+	defer recoverCall("symmem_handle_rank", &result, -1)
 	return handleInt("symmem_handle_rank", handle, (*symm.Handle).Rank)
 }
 
-//export symmem_handle_world_size
-func symmem_handle_world_size(handle uintptr) C.int {
+//export symmemgo_handle_world_size
+func symmemgo_handle_world_size(handle uintptr) (result C.int) {
+	defer recoverCall("symmem_handle_world_size", &result, -1)
 	return handleInt("symmem_handle_world_size", handle, (*symm.Handle).World)
 }
 
-//export symmem_handle_buffer_size
-func symmem_handle_buffer_size(handle uintptr) C.size_t {
+//export symmemgo_handle_buffer_size
+func symmemgo_handle_buffer_size(handle uintptr) (result C.size_t) {
+	defer recoverCall("symmem_handle_buffer_size", &result, 0)
 	return handleSize("symmem_handle_buffer_size", handle, (*symm.Handle).BufferSize)
 }
 
-//export symmem_handle_offset
-func symmem_handle_offset(handle uintptr) C.size_t {
+//export symmemgo_handle_offset
+func symmemgo_handle_offset(handle uintptr) (result C.size_t) {
+	defer recoverCall("symmem_handle_offset", &result, 0)
 	return handleSize("symmem_handle_offset", handle, (*symm.Handle).Offset)
 }
 
-//export symmem_handle_signal_pad_size
-func symmem_handle_signal_pad_size(handle uintptr) C.size_t {
+//export symmemgo_handle_signal_pad_size
+func symmemgo_handle_signal_pad_size(handle uintptr) (result C.size_t) {
+	defer recoverCall("symmem_handle_signal_pad_size", &result, 0)
 	return handleSize("symmem_handle_signal_pad_size", handle, (*symm.Handle).SignalPadSize)
 }
 
@@ -289,52 +303,59 @@ func handlePtr(call string, handle uintptr, f func(*symm.Handle) (uintptr, error
 	return nil
 }
 
-//export symmem_handle_buffer_ptr
-func symmem_handle_buffer_ptr(handle uintptr, rank C.int) unsafe.Pointer {
+//export symmemgo_handle_buffer_ptr
+func symmemgo_handle_buffer_ptr(handle uintptr, rank C.int) (result unsafe.Pointer) {
+	defer recoverCall("symmem_handle_buffer_ptr", &result, nil)
 	return handlePtr(fmt.Sprintf("symmem_handle_buffer_ptr(rank=%d)", int(rank)), handle,
 		func(h *symm.Handle) (uintptr, error) { return h.BufferPtr(int(rank)) })
 }
 
-//export symmem_handle_signal_pad_ptr
-func symmem_handle_signal_pad_ptr(handle uintptr, rank C.int) unsafe.Pointer {
+//export symmemgo_handle_signal_pad_ptr
+func symmemgo_handle_signal_pad_ptr(handle uintptr, rank C.int) (result unsafe.Pointer) {
+	defer recoverCall("symmem_handle_signal_pad_ptr", &result, nil)
 	return handlePtr(fmt.Sprintf("symmem_handle_signal_pad_ptr(rank=%d)", int(rank)), handle,
 		func(h *symm.Handle) (uintptr, error) { return h.SignalPadPtr(int(rank)) })
 }
 
-//export symmem_handle_buffer_ptrs
-func symmem_handle_buffer_ptrs(handle uintptr) unsafe.Pointer {
+//export symmemgo_handle_buffer_ptrs
+func symmemgo_handle_buffer_ptrs(handle uintptr) (result unsafe.Pointer) {
+	defer recoverCall("symmem_handle_buffer_ptrs", &result, nil)
 	return handlePtr("symmem_handle_buffer_ptrs", handle, func(h *symm.Handle) (uintptr, error) {
 		host, _ := h.BufferPtrs()
 		return host, nil
 	})
 }
 
-//export symmem_handle_signal_pad_ptrs
-func symmem_handle_signal_pad_ptrs(handle uintptr) unsafe.Pointer {
+//export symmemgo_handle_signal_pad_ptrs
+func symmemgo_handle_signal_pad_ptrs(handle uintptr) (result unsafe.Pointer) {
+	defer recoverCall("symmem_handle_signal_pad_ptrs", &result, nil)
 	return handlePtr("symmem_handle_signal_pad_ptrs", handle, func(h *symm.Handle) (uintptr, error) {
 		host, _ := h.SignalPadPtrs()
 		return host, nil
 	})
 }
 
-//export symmem_handle_buffer_ptrs_dev
-func symmem_handle_buffer_ptrs_dev(handle uintptr) unsafe.Pointer {
+//export symmemgo_handle_buffer_ptrs_dev
+func symmemgo_handle_buffer_ptrs_dev(handle uintptr) (result unsafe.Pointer) {
+	defer recoverCall("symmem_handle_buffer_ptrs_dev", &result, nil)
 	return handlePtr("symmem_handle_buffer_ptrs_dev", handle, func(h *symm.Handle) (uintptr, error) {
 		_, dev := h.BufferPtrs()
 		return dev, nil
 	})
 }
 
-//export symmem_handle_signal_pad_ptrs_dev
-func symmem_handle_signal_pad_ptrs_dev(handle uintptr) unsafe.Pointer {
+//export symmemgo_handle_signal_pad_ptrs_dev
+func symmemgo_handle_signal_pad_ptrs_dev(handle uintptr) (result unsafe.Pointer) {
+	defer recoverCall("symmem_handle_signal_pad_ptrs_dev", &result, nil)
 	return handlePtr("symmem_handle_signal_pad_ptrs_dev", handle, func(h *symm.Handle) (uintptr, error) {
 		_, dev := h.SignalPadPtrs()
 		return dev, nil
 	})
 }
 
-//export symmem_put_signal
-func symmem_put_signal(handle uintptr, dst, channel C.int, stream *C.struct_CUstream_st) C.int {
+//export symmemgo_put_signal
+func symmemgo_put_signal(handle uintptr, dst, channel C.int, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_put_signal", &result, C.int(core.ErrInternal))
 	h, err := handleOf(handle)
 	if err == nil {
 		err = h.PutSignal(int(dst), int(channel), streamOf(stream), 0)
@@ -345,8 +366,9 @@ func symmem_put_signal(handle uintptr, dst, channel C.int, stream *C.struct_CUst
 	return setLastError(fmt.Sprintf("symmem_put_signal(dst_rank=%d, channel=%d)", int(dst), int(channel)), err)
 }
 
-//export symmem_wait_signal
-func symmem_wait_signal(handle uintptr, src, channel C.int, timeoutMs C.int64_t, stream *C.struct_CUstream_st) C.int {
+//export symmemgo_wait_signal
+func symmemgo_wait_signal(handle uintptr, src, channel C.int, timeoutMs C.int64_t, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_wait_signal", &result, C.int(core.ErrInternal))
 	h, err := handleOf(handle)
 	if err == nil {
 		err = h.WaitSignal(int(src), int(channel), streamOf(stream), millis(timeoutMs))
@@ -357,8 +379,9 @@ func symmem_wait_signal(handle uintptr, src, channel C.int, timeoutMs C.int64_t,
 	return setLastError(fmt.Sprintf("symmem_wait_signal(src_rank=%d, channel=%d)", int(src), int(channel)), err)
 }
 
-//export symmem_barrier
-func symmem_barrier(handle uintptr, channel C.int, timeoutMs C.int64_t, stream *C.struct_CUstream_st) C.int {
+//export symmemgo_barrier
+func symmemgo_barrier(handle uintptr, channel C.int, timeoutMs C.int64_t, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_barrier", &result, C.int(core.ErrInternal))
 	h, err := handleOf(handle)
 	if err == nil {
 		err = h.Barrier(int(channel), streamOf(stream), millis(timeoutMs))

@@ -22,7 +22,19 @@
  *     one device serialise on that device's lock; calls on a handle or a
  *     group are safe concurrently, though collective calls (rendezvous,
  *     barrier) must be made by every rank in the same order.
- *   - Bad input never crashes the process: it yields an error code.
+ *   - Bad input never crashes the process: it yields an error code. A bug
+ *     of the library that shows as a Go panic is caught at the function's
+ *     boundary: the function returns its failure value with
+ *     SYMMEM_ERROR_INTERNAL and the panic's text as the last error
+ *     (SYMMEM_STRICT=1: the process aborts with that message instead).
+ *   - fork(): a process made by fork() without exec after the library was
+ *     loaded cannot use it (the library's threads and locks do not survive
+ *     fork). In such a child every function below except the last-error
+ *     functions returns its failure value at once (NULL, -1, 0, "none" from
+ *     symmem_backend_name, SYMMEM_VERSION from symmem_version, out-parameters
+ *     set to NULL) with SYMMEM_ERROR_UNAVAILABLE naming fork, without waiting
+ *     on any lock; nothing is allocated or freed. Start worker processes with
+ *     exec (posix_spawn, or Python multiprocessing's "spawn"/"forkserver").
  *   - The header needs no CUDA header: struct CUstream_st is the type behind
  *     both CUstream and cudaStream_t, so symmem_stream_t is the same type.
  *
@@ -201,9 +213,11 @@ typedef struct symmem_stat {
   int64_t value;
 } symmem_stat;
 
-/* Fills out[0..capacity) with device's statistics and returns how many there
- * are in all (call with capacity 0 to size the array); keys are always in the
- * same order. Returns 0 with the last error set on a bad device.
+/* Fills out[0..min(capacity, count)) with device's statistics and returns
+ * count, how many there are in all (call with capacity 0 to size the array;
+ * a capacity below count copies the first capacity of them, a larger one
+ * leaves the rest of out untouched); keys are always in the same order, and
+ * later versions only add keys at the end. Returns 0 with the last error set on a bad device.
  * Keys (STAT is allocation, segment, active, allocated_bytes,
  * reserved_bytes, active_bytes, requested_bytes, paused_bytes; POOL is all,
  * small_pool, large_pool). paused_bytes counts segments whose physical

@@ -41,6 +41,12 @@ func New() (*Backend, error) {
 func (b *Backend) Name() string     { return "host" }
 func (b *Backend) DeviceCount() int { return 1 }
 
+// Capabilities: CPU memory, read by kernels and threads alike, and one
+// device that every process shares.
+func (b *Backend) Capabilities() core.Capabilities {
+	return core.Capabilities{SharedDevice: true}
+}
+
 func (b *Backend) check(device int) error {
 	if device != 0 {
 		return core.Errorf(core.ErrInvalidDevice, "host: device %d is out of range: the host backend has one device, 0", device)
@@ -164,7 +170,6 @@ func (b *Backend) Import(device int, fd int) (core.Memory, error) {
 	return core.Memory(fd), nil
 }
 
-func (b *Backend) Synchronize(device int, s core.Stream) error            { return b.check(device) }
 func (b *Backend) SynchronizeDevice(device int) error                     { return b.check(device) }
 func (b *Backend) StreamWait(device int, waiter, other core.Stream) error { return b.check(device) }
 
@@ -189,38 +194,20 @@ func (b *Backend) Copy(device int, s core.Stream, dst, src, size uintptr) error 
 	return nil
 }
 
-// WriteValue32 stores v atomically (sequentially consistent).
-func (b *Backend) WriteValue32(device int, s core.Stream, addr uintptr, v uint32) error {
-	if err := b.check(device); err != nil {
-		return err
-	}
-	atomic.StoreUint32((*uint32)(ptrAt(addr)), v)
-	return nil
-}
-
-// WaitValue32 waits on the calling thread until the word equals v: it spins
-// briefly, then yields, then sleeps in growing steps up to 50 µs.
-func (b *Backend) WaitValue32(device int, s core.Stream, addr uintptr, v uint32, timeout time.Duration) error {
-	if err := b.check(device); err != nil {
-		return err
-	}
-	return waitWord((*uint32)(ptrAt(addr)), v, false, timeout, addr)
-}
-
-// StreamMemOps runs the operations one by one on the calling thread; the
-// timeout bounds the whole batch.
+// StreamMemOps runs the operations one by one on the calling thread: a store
+// is atomic (sequentially consistent); a wait spins briefly, then yields,
+// then sleeps in growing steps up to 50 µs. The timeout bounds the batch.
 func (b *Backend) StreamMemOps(device int, s core.Stream, ops []core.MemOp, timeout time.Duration) error {
+	if err := b.check(device); err != nil {
+		return err
+	}
 	deadline := time.Now().Add(timeout)
 	for _, op := range ops {
-		var err error
-		if op.Wait {
-			if err = b.check(device); err == nil {
-				err = waitWord((*uint32)(ptrAt(op.Addr)), op.Value, op.AtLeast, time.Until(deadline), op.Addr)
-			}
-		} else {
-			err = b.WriteValue32(device, s, op.Addr, op.Value)
+		if !op.Wait {
+			atomic.StoreUint32((*uint32)(ptrAt(op.Addr)), op.Value)
+			continue
 		}
-		if err != nil {
+		if err := waitWord((*uint32)(ptrAt(op.Addr)), op.Value, op.AtLeast, time.Until(deadline), op.Addr); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
@@ -38,6 +39,15 @@ type Channel struct {
 	conns []*conn
 	// pids[r] is rank r's process id, as rank 0 saw it at SO_PEERCRED.
 	pids []int32
+
+	// cancelled is set by Cancel: a collective that fails from then on
+	// reports the cancellation, not the closed sockets it sees.
+	cancelled atomic.Bool
+	// shutMu orders Cancel's shutdown of the sockets with their closing
+	// (closeConns), so that a descriptor number is never shut down after
+	// it was closed and reused. Cancel does not take mu, which a collective
+	// in flight holds.
+	shutMu sync.Mutex
 }
 
 // Open creates this process's member of the group that cfg names. It is
@@ -76,9 +86,28 @@ func (ch *Channel) Timeout() time.Duration { return ch.cfg.Timeout }
 // Pids returns every rank's process id.
 func (ch *Channel) Pids() []int32 { return append([]int32(nil), ch.pids...) }
 
+// Cancel makes a collective in flight on another thread fail at once with
+// ErrInvalidState, instead of waiting out its timeout, and every later one
+// fail too: it shuts this rank's sockets down (peers see the rank leave, as
+// with Close) without waiting for the collective lock. Idempotent; Close
+// still has to be called to free the descriptors.
+func (ch *Channel) Cancel() {
+	ch.cancelled.Store(true)
+	ch.shutMu.Lock()
+	defer ch.shutMu.Unlock()
+	for _, c := range ch.conns {
+		if c != nil && c.fd >= 0 {
+			unix.Shutdown(c.fd, unix.SHUT_RDWR)
+		}
+	}
+}
+
 // Close leaves the group: it closes this rank's connections (peers in a
 // collective with us then fail with ErrPeer). Not collective. Idempotent.
+// A collective in flight on another thread is cancelled first (Cancel), so
+// Close never waits for it to time out.
 func (ch *Channel) Close() error {
+	ch.Cancel()
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	ch.closeConns()
@@ -89,6 +118,8 @@ func (ch *Channel) Close() error {
 }
 
 func (ch *Channel) closeConns() {
+	ch.shutMu.Lock()
+	defer ch.shutMu.Unlock()
 	for i, c := range ch.conns {
 		c.close()
 		ch.conns[i] = nil
@@ -589,6 +620,9 @@ func (ch *Channel) begin() error {
 // fail records err as the channel's failure; on rank 0 it also tells every
 // connected rank (Note [Deadlines]). It returns err.
 func (ch *Channel) fail(err error) error {
+	if ch.cancelled.Load() {
+		err = core.Errorf(core.ErrInvalidState, "group %q: rank %d left the group (destroyed or closed on another thread) during collective #%d (%v)", ch.cfg.Name, ch.cfg.Rank, ch.seq, err)
+	}
 	if ch.broken == nil {
 		ch.broken = err
 	}

@@ -68,8 +68,9 @@ type Group struct {
 	padSize   uintptr
 	destroyed bool
 	gm        *groupMem
-	// rendezvoused is set by the first Rendezvous call: the pad size is
-	// fixed from then on.
+	// rendezvoused is set by the first successful Rendezvous: the pad size
+	// is fixed from then on (a failed one, e.g. on a pad-size mismatch,
+	// leaves it open to be corrected).
 	rendezvoused bool
 	// exchanges counts rendezvous that passed descriptors (tests check that
 	// a rendezvous on an already mapped segment does not).
@@ -143,7 +144,7 @@ func New(o Options) (*Group, error) {
 	}
 	g.gm = &groupMem{be: g.be, device: o.Device, gran: gran, name: o.Name, rank: o.Rank, world: o.World,
 		refs: 1, maps: map[mapKey]*peerMap{}}
-	if g.be.Name() != "host" {
+	if g.be.Capabilities().DevicePointerArrays {
 		// The device memory for handles' pointer arrays (one chunk serves
 		// many handles) is made with the group, the per-group setup, not in
 		// the first rendezvous, the per-buffer step (it took ~2 ms there on
@@ -218,7 +219,7 @@ func (g *Group) agreeMembers() error {
 		d = byValue(g.world, func(r int) string { return fmt.Sprintf("host %s (boot id %s)", ms[r].hostname, ms[r].bootID) })
 		return core.Errorf(core.ErrMismatch, "group %q: the ranks are on different machines (%s): symmetric memory needs one machine", g.name, d)
 	}
-	if ms[0].backend == "host" {
+	if g.be.Capabilities().SharedDevice { // every rank has the same backend by now
 		return nil
 	}
 	overlapOK := true
@@ -282,7 +283,9 @@ func (g *Group) SetSignalPadSize(bytes uintptr) error {
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
 	if p := gm.pads; p != nil {
-		err := errors.Join(gm.sync(), gm.dropPeerPads(p), gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
+		err := gm.syncThen("the signal pads made with the group", func() error {
+			return errors.Join(gm.dropPeerPads(p), gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
+		})
 		gm.pads = nil
 		if err != nil {
 			return core.Errorf(core.CodeOf(err), "group %q: dropping the signal pads made with the group: %v", g.name, err)
@@ -321,7 +324,7 @@ func (g *Group) exchangePads() error {
 	}
 	if err == nil {
 		none := func(r, p int) bool { return false } // no buffer segments here
-		err = g.exchange(core.BlockInfo{}, nil, true, none, make([]*peerMap, g.world), nil)
+		err = g.exchange(core.BlockInfo{}, nil, true, none, make([]*peerMap, g.world), nil, nil)
 	}
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
@@ -340,7 +343,14 @@ func (g *Group) exchangePads() error {
 // a collective with us fail with ErrPeer). Handles of the group stay valid
 // until released; the group's memory goes with the last of them.
 // Idempotent.
+//
+// A collective in flight on another thread (a rendezvous) is cancelled
+// first: it fails at once with ErrInvalidState rather than waiting out its
+// timeout (Note [Calls in flight]). With a caller-supplied all-gather
+// (Options.AllGather) the call inside it cannot be cancelled: Destroy then
+// waits for it to return.
 func (g *Group) Destroy() error {
+	g.ch.Cancel()
 	g.coll.Lock()
 	defer g.coll.Unlock()
 	if g.destroyed {

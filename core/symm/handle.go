@@ -1,8 +1,6 @@
 package symm
 
 import (
-	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -33,12 +31,17 @@ type Handle struct {
 	// sig counts the signals of the group's pads (shared by its handles).
 	sig *signalCounts
 
-	mu       sync.Mutex // serialises Release
-	released atomic.Bool
+	// life counts the calls in flight that touch the pads, so that Release
+	// never unmaps under them (Note [Calls in flight]).
+	life *lifetime
 }
 
-// makeArrays fills the C-visible pointer arrays (gm.mu held).
-func (h *Handle) makeArrays() error {
+// allocArrays takes the handle's slots for the C-visible pointer arrays
+// (gm.mu held): host memory, and device memory where the backend's kernels
+// need it. Taken before the rendezvous's shared verdict, so that a rank
+// that cannot get them fails every rank (Note [Why every verdict is
+// shared]).
+func (h *Handle) allocArrays() error {
 	gm := h.gm
 	slot := uintptr(2 * h.world * 8)
 	if gm.host == nil {
@@ -48,40 +51,62 @@ func (h *Handle) makeArrays() error {
 	if err != nil {
 		return err
 	}
-	arr := unsafe.Slice((*uintptr)(ptrAt(a)), 2*h.world)
-	copy(arr, h.bufPtrs)
-	copy(arr[h.world:], h.padPtrs)
 	h.arr, h.devArr = a, a
-	if gm.be.Name() == "host" {
+	if !gm.be.Capabilities().DevicePointerArrays {
 		return nil
 	}
 	if gm.dev == nil {
 		gm.dev = newDeviceSlab(gm.be, gm.device, gm.gran, slot)
 	}
 	d, err := gm.dev.alloc()
-	if err == nil {
-		if err = gm.be.Copy(gm.device, 0, d, a, slot); err != nil {
-			gm.dev.release(d)
-		}
-	}
 	if err != nil {
 		gm.host.release(a)
+		h.arr, h.devArr = 0, 0
 		return err
 	}
 	h.devArr = d
 	return nil
 }
 
+// fillArrays writes bufPtrs and padPtrs into the arrays (and copies them to
+// the device copy), gm.mu held.
+func (h *Handle) fillArrays() error {
+	arr := unsafe.Slice((*uintptr)(ptrAt(h.arr)), 2*h.world)
+	copy(arr, h.bufPtrs)
+	copy(arr[h.world:], h.padPtrs)
+	if h.devArr == h.arr {
+		return nil
+	}
+	return h.gm.be.Copy(h.gm.device, 0, h.devArr, h.arr, uintptr(2*h.world*8))
+}
+
+// freeArrays gives the slots back (gm.mu held).
+func (h *Handle) freeArrays() {
+	gm := h.gm
+	if gm.host != nil && h.arr != 0 {
+		gm.host.release(h.arr)
+	}
+	if gm.dev != nil && h.devArr != h.arr && h.devArr != 0 {
+		gm.dev.release(h.devArr)
+	}
+	h.arr, h.devArr = 0, 0
+}
+
 // Release drops the handle: peers' memory is unmapped when no handle uses
 // it, and the group's memory goes with its last handle once the group is
-// destroyed. A second Release is ErrInvalidState.
+// destroyed. Calls in flight on the handle on other threads are made to
+// return first (Note [Calls in flight]): a host-side wait gives up with
+// ErrInvalidState, and Release waits for them up to the group's timeout; if
+// some are still in flight then, the handle's memory is left mapped
+// (leaked) and the error says so. A second Release is ErrInvalidState.
 func (h *Handle) Release() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.released.Load() {
+	if !h.life.close() {
 		return core.Errorf(core.ErrInvalidState, "the handle of group %q is already released", h.name)
 	}
-	h.released.Store(true)
+	if n := h.life.drain(h.timeout); n > 0 {
+		return core.Errorf(core.ErrTimeout, "group %q: rank %d released a handle while %d call(s) on it were still in flight after %v; its memory is left mapped (deliberately leaked) so that they cannot fault",
+			h.name, h.rank, n, h.timeout)
+	}
 	gm := h.gm
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
@@ -95,22 +120,22 @@ func (h *Handle) Release() error {
 		keep(gm.putMapLocked(m))
 	}
 	h.maps = nil
-	if gm.host != nil {
-		gm.host.release(h.arr)
-	}
-	if gm.dev != nil && h.devArr != h.arr {
-		gm.dev.release(h.devArr)
-	}
+	h.freeArrays()
 	keep(gm.unrefLocked())
 	return first
 }
 
-// live fails on a released handle.
-func (h *Handle) live() error {
-	if h.released.Load() {
-		return core.Errorf(core.ErrInvalidState, "the handle of group %q is released", h.name)
+// enter admits a call that touches the handle's memory (the caller defers
+// h.life.leave()), or fails on a released handle.
+func (h *Handle) enter() error {
+	if !h.life.enter() {
+		return h.releasedErr()
 	}
 	return nil
+}
+
+func (h *Handle) releasedErr() error {
+	return core.Errorf(core.ErrInvalidState, "the handle of group %q is released", h.name)
 }
 
 // Rank, World, BufferSize, Offset and SignalPadSize describe the handle.

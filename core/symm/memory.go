@@ -2,6 +2,7 @@ package symm
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"unsafe"
 
@@ -33,6 +34,9 @@ type groupMem struct {
 	// copies (nil on the host backend, where the host arrays serve both).
 	host *slab
 	dev  *slab
+	// leaked counts the times memory was left mapped because the device
+	// synchronisation before unmapping it failed (syncThen).
+	leaked int
 }
 
 // mapKey names a peer's segment slot: the segment at heapOff of peer's heap.
@@ -112,6 +116,19 @@ func (gm *groupMem) unmapRelease(addr, size uintptr, mem core.Memory) error {
 // unmapped (DESIGN invariant 4). A no-op on the host backend.
 func (gm *groupMem) sync() error { return gm.be.SynchronizeDevice(gm.device) }
 
+// syncThen runs unmap once the device is synchronised. When the
+// synchronisation fails or times out (a peer died with a stream waiting for
+// its signal: the GPU may still read or write this memory), nothing is
+// unmapped: what is deliberately leaked, and the error says so.
+func (gm *groupMem) syncThen(what string, unmap func() error) error {
+	if err := gm.sync(); err != nil {
+		gm.leaked++
+		return core.Errorf(core.CodeOf(err), "group %q: rank %d: %s left mapped (deliberately leaked): the device synchronisation before unmapping failed, so the GPU may still use it: %v",
+			gm.name, gm.rank, what, err)
+	}
+	return unmap()
+}
+
 // makePads creates, maps and zeroes this rank's pad of size bytes.
 func (gm *groupMem) makePads(size uintptr) (*pads, error) {
 	p := &pads{size: size, phys: roundUp(size, gm.gran), addr: make([]uintptr, gm.world), mem: make([]core.Memory, gm.world),
@@ -152,35 +169,38 @@ func (gm *groupMem) dropPeerPads(p *pads) error {
 	return errors.Join(errs...)
 }
 
-// unref drops a reference (mu held); the last one releases everything.
+// unref drops a reference (mu held); the last one releases everything,
+// once the device is synchronised (or leaks it all if that fails).
 func (gm *groupMem) unrefLocked() error {
 	gm.refs--
 	if gm.refs > 0 {
 		return nil
 	}
-	var errs []error
-	errs = append(errs, gm.sync())
-	for k, m := range gm.maps { // none should remain: handles hold them
-		errs = append(errs, gm.dropPeerMap(m))
-		delete(gm.maps, k)
-	}
-	if p := gm.pads; p != nil {
-		errs = append(errs, gm.dropPeerPads(p))
-		errs = append(errs, gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
-		gm.pads = nil
-	}
-	if gm.host != nil {
-		errs = append(errs, gm.host.close())
-		gm.host = nil
-	}
-	if gm.dev != nil {
-		errs = append(errs, gm.dev.close())
-		gm.dev = nil
-	}
-	return errors.Join(errs...)
+	return gm.syncThen("the group's memory (signal pads, peer mappings, pointer arrays)", func() error {
+		var errs []error
+		for k, m := range gm.maps { // none should remain: handles hold them
+			errs = append(errs, gm.dropPeerMap(m))
+			delete(gm.maps, k)
+		}
+		if p := gm.pads; p != nil {
+			errs = append(errs, gm.dropPeerPads(p))
+			errs = append(errs, gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
+			gm.pads = nil
+		}
+		if gm.host != nil {
+			errs = append(errs, gm.host.close())
+			gm.host = nil
+		}
+		if gm.dev != nil {
+			errs = append(errs, gm.dev.close())
+			gm.dev = nil
+		}
+		return errors.Join(errs...)
+	})
 }
 
-// putMapLocked drops one reference to m and unmaps it when none is left.
+// putMapLocked drops one reference to m and unmaps it when none is left
+// (after synchronising the device; leaked if that fails).
 func (gm *groupMem) putMapLocked(m *peerMap) error {
 	m.refs--
 	if m.refs > 0 {
@@ -189,7 +209,8 @@ func (gm *groupMem) putMapLocked(m *peerMap) error {
 	if gm.maps[m.key] == m {
 		delete(gm.maps, m.key)
 	}
-	return errors.Join(gm.sync(), gm.dropPeerMap(m))
+	return gm.syncThen(fmt.Sprintf("rank %d's segment at heap offset %#x (%d bytes, mapped at %#x)", m.key.peer, m.key.heapOff, m.size, m.addr),
+		func() error { return gm.dropPeerMap(m) })
 }
 
 // slab hands out fixed-size slots of memory that Go does not manage, so that

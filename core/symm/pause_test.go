@@ -13,11 +13,11 @@ import (
 	"github.com/libsymmem/libsymmem/core"
 )
 
-// The collective pause scenarios (runScenario finds them here).
-var pauseScenarios = map[string]func(e *rankEnv, a *core.Allocator) error{
-	"pause":        scPause,
-	"pause-dies":   scPauseDies,
-	"pause-errors": scPauseErrors,
+// The collective pause scenarios (runScenario finds them in moreScenarios).
+func init() {
+	moreScenarios["pause"] = scPause
+	moreScenarios["pause-dies"] = scPauseDies
+	moreScenarios["pause-errors"] = scPauseErrors
 }
 
 // pauseBlock is the size of the tagged buffer: its 2 MiB segment is what a

@@ -21,13 +21,14 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	if g.destroyed {
 		return nil, core.Errorf(core.ErrInvalidState, "group %q is destroyed", g.name)
 	}
-	g.rendezvoused = true
 	gm := g.gm
 	world, me := g.world, g.rank
 	tr := startTrace("group %q rank %d rendezvous", g.name, me)
 	defer tr.done()
 
-	// 1. What we have: the block, our pad, the peers' segments we hold.
+	// 1. What we have: the block, our pad, the peers' segments we hold, and
+	// the slots of the handle's pointer arrays (taken now so that a rank
+	// that cannot get them fails every rank through the verdict).
 	var info core.BlockInfo
 	var localErr error
 	if g.alloc == nil {
@@ -40,8 +41,11 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 			localErr = core.Errorf(core.ErrInvalidState, "rank %d: the block at %#x is in tag %q, which is paused", me, info.Addr, info.Segment.Tag)
 		}
 	}
+	h := &Handle{gm: gm, life: newLifetime(), name: g.name, rank: me, world: world, bufSize: info.Size, offset: ptr - info.Addr,
+		timeout: g.timeout, bufPtrs: make([]uintptr, world), padPtrs: make([]uintptr, world)}
 	rec := blockRecord{held: make([]uint64, world), padSize: uint64(g.padSize)}
 	pinned := make([]*peerMap, world)
+	succeeded := false
 	gm.mu.Lock()
 	if gm.pads == nil && localErr == nil {
 		if gm.pads, localErr = gm.makePads(g.padSize); localErr != nil {
@@ -59,6 +63,39 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 				rec.held[p] = m.id + 1
 			}
 		}
+		if err := h.allocArrays(); err != nil {
+			localErr = core.Errorf(core.CodeOf(err), "rank %d: memory for the handle's pointer arrays: %v", me, err)
+		}
+	}
+	// fill sets the handle's pointers from the mappings (fresh ones where
+	// this call made them) and writes its arrays; gm.mu held.
+	fill := func(fresh []*peerMap) error {
+		for p := 0; p < world; p++ {
+			m := pinned[p]
+			if fresh != nil && fresh[p] != nil {
+				m = fresh[p]
+			}
+			switch {
+			case p == me:
+				h.bufPtrs[p] = info.Addr
+			case m != nil:
+				h.bufPtrs[p] = m.addr + uintptr(info.HeapOff-info.Segment.HeapOff)
+			}
+		}
+		copy(h.padPtrs, gm.pads.addr)
+		return h.fillArrays()
+	}
+	// When we hold a mapping of every peer's segment and every pad, they
+	// are what the handle will use unless the verdict says that one is
+	// stale (then the exchange refills the arrays before its own verdict).
+	holdsAll := localErr == nil && gm.pads.ready
+	for p := 0; p < world && holdsAll; p++ {
+		holdsAll = p == me || pinned[p] != nil
+	}
+	if holdsAll {
+		if err := fill(nil); err != nil {
+			localErr = core.Errorf(core.CodeOf(err), "rank %d: writing the handle's pointer arrays: %v", me, err)
+		}
 	}
 	gm.mu.Unlock()
 	defer func() {
@@ -67,6 +104,9 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 			if m != nil {
 				gm.putMapLocked(m)
 			}
+		}
+		if !succeeded {
+			h.freeArrays()
 		}
 		gm.mu.Unlock()
 	}()
@@ -91,10 +131,12 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	}
 	tr.mark("allgather")
 	if err := g.verdict(recs); err != nil {
+		g.dropStalePeerPads(recs)
 		return nil, err
 	}
 
-	// 3. Descriptors, only where some rank lacks something.
+	// 3. Descriptors, only where some rank lacks something; the exchange
+	// ends with a verdict of its own, after the arrays are refilled.
 	needPads := !recs[0].padsReady
 	// need(r, p): rank r lacks peer p's current segment.
 	need := func(r, p int) bool { return r != p && recs[r].held[p] != recs[p].segID+1 }
@@ -107,22 +149,20 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	fresh := make([]*peerMap, world) // segments mapped by this call
 	if anyNeed {
 		g.exchanges++
-		if err := g.exchange(info, recs, needPads, need, fresh, tr); err != nil {
+		if err := g.exchange(info, recs, needPads, need, fresh, func() error { return fill(fresh) }, tr); err != nil {
 			return nil, err
 		}
 	}
 
-	// 4. The handle.
+	// 4. The handle: nothing here can fail, so every rank succeeds.
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
 	if needPads {
 		gm.pads.ready = true
 	}
-	h := &Handle{gm: gm, name: g.name, rank: me, world: world, bufSize: info.Size, offset: ptr - info.Addr,
-		padSize: gm.pads.size, sig: gm.pads.sig, timeout: g.timeout, bufPtrs: make([]uintptr, world), padPtrs: append([]uintptr(nil), gm.pads.addr...)}
+	h.padSize, h.sig = gm.pads.size, gm.pads.sig
 	for p := 0; p < world; p++ {
 		if p == me {
-			h.bufPtrs[p] = info.Addr
 			continue
 		}
 		m := fresh[p]
@@ -135,18 +175,36 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 		}
 		m.refs++
 		h.maps = append(h.maps, m)
-		h.bufPtrs[p] = m.addr + uintptr(info.HeapOff-info.Segment.HeapOff)
 	}
-	tr.mark("exchange-status")
-	if err := h.makeArrays(); err != nil {
-		for _, m := range h.maps {
-			gm.putMapLocked(m)
-		}
-		return nil, err
-	}
-	tr.mark("handle-arrays")
+	tr.mark("handle")
 	gm.refs++
+	g.rendezvoused = true // only now: a failed rendezvous leaves the pad size open
+	succeeded = true
 	return h, nil
+}
+
+// dropStalePeerPads: when the ranks' pads differ in size or in whether they
+// were exchanged (a rank set another pad size, which replaced its pad), every
+// rank unmaps its mappings of the peers' pads, so that the next rendezvous
+// exchanges the pads again on every rank (a failed rendezvous does not fix
+// the group's pads for good). Every rank decides it from the same records.
+func (g *Group) dropStalePeerPads(recs []blockRecord) {
+	same := true
+	for r := range recs {
+		same = same && recs[r].padSize == recs[0].padSize && recs[r].padsReady == recs[0].padsReady
+	}
+	if same {
+		return
+	}
+	gm := g.gm
+	gm.mu.Lock()
+	defer gm.mu.Unlock()
+	if p := gm.pads; p != nil && p.ready {
+		// The error of the rendezvous is the one reported; a failure here
+		// leaves the peers' pads mapped (syncThen), and ready false.
+		gm.syncThen("the peers' signal pads", func() error { return gm.dropPeerPads(p) })
+		p.ready = false
+	}
 }
 
 // verdict checks the gathered records; every rank computes the same result.
@@ -191,13 +249,19 @@ func (g *Group) verdict(recs []blockRecord) error {
 	}); d != "" {
 		return core.Errorf(core.ErrMismatch, "group %q: rendezvous: the blocks lie in different segments (%s): placement diverged", g.name, d)
 	}
+	if d := byValue(world, func(r int) string { return fmt.Sprintf("offset %d", recs[r].offset) }); d != "" {
+		return core.Errorf(core.ErrMismatch, "group %q: rendezvous on pointers at different offsets in their blocks (%s): every rank must pass the same offset into its block", g.name, d)
+	}
 	return nil
 }
 
 // exchange passes the descriptors that some rank lacks (the peers' pads on
 // the first rendezvous, and segments not yet held), maps what arrives, and
 // all-gathers the outcome. On failure every rank undoes what it mapped.
-func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool, need func(r, p int) bool, fresh []*peerMap, tr *phaseTrace) error {
+//
+// prepare, if set, runs once what arrived is mapped and before the final
+// verdict (gm.mu held): its failure is this rank's failure, shared with all.
+func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool, need func(r, p int) bool, fresh []*peerMap, prepare func() error, tr *phaseTrace) error {
 	gm := g.gm
 	world, me := g.world, g.rank
 	var localErr error
@@ -291,6 +355,9 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 			}
 			fresh[src] = &peerMap{key: mapKey{src, info.Segment.HeapOff}, id: recs[src].segID, addr: addr, size: size, mem: mem}
 		}
+	}
+	if localErr == nil && prepare != nil {
+		note(prepare())
 	}
 	gm.mu.Unlock()
 	tr.mark("import+map")

@@ -147,7 +147,7 @@ func runScenario(sc string, e *rankEnv) error {
 	case "callback":
 		return scCallback(e, a)
 	}
-	if f, ok := pauseScenarios[sc]; ok {
+	if f, ok := moreScenarios[sc]; ok {
 		return f(e, a)
 	}
 	return fmt.Errorf("unknown scenario %q", sc)

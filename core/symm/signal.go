@@ -1,6 +1,7 @@
 package symm
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -81,16 +82,22 @@ func (h *Handle) timeoutOr(t time.Duration) time.Duration {
 	return t
 }
 
-func (h *Handle) onStreams() bool { return h.gm.be.Name() == "cuda" }
+func (h *Handle) onStreams() bool { return h.gm.be.Capabilities().StreamSignals }
 
+// checkSignal admits a signal call (the caller defers h.life.leave() when
+// it returns nil) and checks its arguments.
 func (h *Handle) checkSignal(peerWhat string, peer, channel int) error {
-	if err := h.live(); err != nil {
+	if err := h.enter(); err != nil {
 		return err
 	}
-	if err := h.checkRank(peerWhat, peer); err != nil {
-		return err
+	err := h.checkRank(peerWhat, peer)
+	if err == nil {
+		err = h.checkChannel(channel)
 	}
-	return h.checkChannel(channel)
+	if err != nil {
+		h.life.leave()
+	}
+	return err
 }
 
 // PutSignal adds one to our count in dst's pad on channel: at once on the
@@ -100,6 +107,7 @@ func (h *Handle) PutSignal(dst, channel int, s core.Stream, timeout time.Duratio
 	if err := h.checkSignal("destination rank", dst, channel); err != nil {
 		return err
 	}
+	defer h.life.leave()
 	if h.onStreams() {
 		return h.streamSignals(s, h.timeoutOr(timeout), channel, []int{dst}, nil)
 	}
@@ -115,11 +123,15 @@ func (h *Handle) WaitSignal(src, channel int, s core.Stream, timeout time.Durati
 	if err := h.checkSignal("source rank", src, channel); err != nil {
 		return err
 	}
+	defer h.life.leave()
 	timeout = h.timeoutOr(timeout)
 	if h.onStreams() {
 		return h.streamSignals(s, timeout, channel, nil, []int{src})
 	}
-	if !h.waitHost(src, channel, time.Now().Add(timeout)) {
+	switch h.waitHost(src, channel, time.Now().Add(timeout)) {
+	case waitReleased:
+		return h.releasedDuring(fmt.Sprintf("a wait for rank %d's signal on channel %d", src, channel))
+	case waitTimedOut:
 		return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v waiting for rank %d's signal on channel %d",
 			h.name, h.rank, timeout, src, channel)
 	}
@@ -166,10 +178,19 @@ func (h *Handle) putHost(dst, channel int) {
 	atomic.AddUint32((*uint32)(ptrAt(h.slot(dst, h.rank, channel))), 1)
 }
 
+// waitOutcome is how a host-side wait ended.
+type waitOutcome int
+
+const (
+	waitReached  waitOutcome = iota
+	waitTimedOut             // the deadline passed
+	waitReleased             // the handle was released meanwhile (Note [Calls in flight])
+)
+
 // waitHost takes the next number for (src, channel) and polls src's count in
-// our pad until it reaches that number or the deadline passes; on timeout it
-// gives the number back and returns false.
-func (h *Handle) waitHost(src, channel int, deadline time.Time) bool {
+// our pad until it reaches that number, the deadline passes or the handle is
+// released; unless reached, it gives the number back.
+func (h *Handle) waitHost(src, channel int, deadline time.Time) waitOutcome {
 	c := h.sig
 	seen := &c.seen[c.index(src, channel)]
 	n := atomic.AddUint32(seen, 1)
@@ -177,16 +198,22 @@ func (h *Handle) waitHost(src, channel int, deadline time.Time) bool {
 	sleep := time.Microsecond
 	for i := 0; ; i++ {
 		if core.Reached(atomic.LoadUint32(word), n) {
-			return true
+			return waitReached
 		}
 		switch {
 		case i < 100:
 		case i < 300:
 			runtime.Gosched()
 		default:
+			select {
+			case <-h.life.closing:
+				atomic.AddUint32(seen, ^uint32(0))
+				return waitReleased
+			default:
+			}
 			if !time.Now().Before(deadline) {
 				atomic.AddUint32(seen, ^uint32(0))
-				return false
+				return waitTimedOut
 			}
 			time.Sleep(sleep)
 			if sleep < 100*time.Microsecond {
@@ -196,12 +223,18 @@ func (h *Handle) waitHost(src, channel int, deadline time.Time) bool {
 	}
 }
 
+// releasedDuring is the error of a wait cut short by Release.
+func (h *Handle) releasedDuring(what string) error {
+	return core.Errorf(core.ErrInvalidState, "group %q: rank %d: the handle was released on another thread during %s", h.name, h.rank, what)
+}
+
 // Barrier puts a signal to every peer on channel, then waits for one from
 // every peer. timeout <= 0 means the group's; it bounds the whole barrier.
 func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) error {
 	if err := h.checkSignal("rank", h.rank, channel); err != nil {
 		return err
 	}
+	defer h.life.leave()
 	timeout = h.timeoutOr(timeout)
 	// Puts to the next rank first, so that ranks do not all hit rank 0
 	// first; waits in the reverse order.
@@ -218,7 +251,10 @@ func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) erro
 	}
 	var late []int
 	for _, src := range srcs {
-		if !h.waitHost(src, channel, deadline) {
+		switch h.waitHost(src, channel, deadline) {
+		case waitReleased:
+			return h.releasedDuring(fmt.Sprintf("a barrier on channel %d", channel))
+		case waitTimedOut:
 			late = append(late, src)
 		}
 	}
