@@ -419,16 +419,18 @@ symmem_result symmem_region_begin(const char *tag, unsigned flags);
 symmem_result symmem_region_end(void);
 
 /* Releases the physical memory of tag on every device (NULL: every tag not
- * yet paused). It waits for all of the device's work first (on failure
- * nothing is released), copies the contents to host memory if the tag asked
+ * yet paused). It waits for all of the device's work first, at most
+ * SYMMEM_TIMEOUT_MS (on failure or timeout nothing is released), copies the contents to host memory if the tag asked
  * for backup (pinned where the backend has it), unmaps and releases; the
  * address ranges stay reserved. While paused: allocating in the tag fails
  * with INVALID_STATE; freeing its blocks is allowed (bookkeeping only);
  * symmem_empty_cache leaves paused segments alone (they hold no memory);
  * the memory must not be touched. Returns INVALID_ARGUMENT for a tag that no
  * region ever opened, INVALID_STATE for a paused tag or one whose segments
- * were rendezvoused (use symmem_pause_group). Thread-safe; not concurrently
- * with allocations that use the tag. */
+ * were rendezvoused (use symmem_pause_group). Devices are taken in order:
+ * an error on one leaves the devices before it paused (the message names the
+ * device; symmem_resume takes them back). Thread-safe; not concurrently with
+ * allocations that use the tag. */
 symmem_result symmem_pause(const char *tag);
 
 /* Takes back the memory of tag (NULL: every paused tag) at the same
