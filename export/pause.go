@@ -94,6 +94,35 @@ func eachAllocator(f func(a *core.Allocator) error) error {
 	return nil
 }
 
+// forTag runs f on every device's allocator where tag ("" = every tag) is
+// in the state f acts on (paused for a resume, live for a pause), so that a
+// call after a partial failure on several devices finishes the rest. A tag
+// in the other state on every device is the first device's ErrInvalidState.
+func forTag(tag string, paused bool, f func(a *core.Allocator) error) error {
+	if tag == "" {
+		return eachAllocator(f)
+	}
+	var wrongState error
+	did := false
+	err := eachAllocator(func(a *core.Allocator) error {
+		if _, err := a.TagSegments(tag, paused); err != nil {
+			if core.CodeOf(err) == core.ErrInvalidState {
+				if wrongState == nil {
+					wrongState = err
+				}
+				return nil
+			}
+			return err
+		}
+		did = true
+		return f(a)
+	})
+	if err == nil && !did {
+		err = wrongState
+	}
+	return err
+}
+
 // checkTagKnown rejects a tag that no region ever opened, whatever the
 // devices (a device that never saw it has nothing to do).
 func checkTagKnown(tag string) error {
@@ -115,7 +144,7 @@ func symmemgo_pause(tag *C.char) (result C.int) {
 	t := goTag(tag)
 	err := checkTagKnown(t)
 	if err == nil {
-		err = eachAllocator(func(a *core.Allocator) error {
+		err = forTag(t, false, func(a *core.Allocator) error {
 			_, err := a.Pause(t, core.PauseOptions{})
 			return err
 		})
@@ -129,7 +158,7 @@ func symmemgo_resume(tag *C.char) (result C.int) {
 	t := goTag(tag)
 	err := checkTagKnown(t)
 	if err == nil {
-		err = eachAllocator(func(a *core.Allocator) error {
+		err = forTag(t, true, func(a *core.Allocator) error {
 			_, err := a.Resume(t)
 			return err
 		})

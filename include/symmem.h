@@ -429,8 +429,9 @@ symmem_result symmem_region_end(void);
  * region ever opened, INVALID_STATE for a paused tag or one whose segments
  * were rendezvoused (use symmem_pause_group). Devices are taken in order:
  * an error on one leaves the devices before it paused (the message names the
- * device; symmem_resume takes them back). Thread-safe; not concurrently with
- * allocations that use the tag. */
+ * device; symmem_resume takes them back, or symmem_pause again finishes the
+ * rest: both act on the devices where the tag is in the state they change).
+ * Thread-safe; not concurrently with allocations that use the tag. */
 symmem_result symmem_pause(const char *tag);
 
 /* Takes back the memory of tag (NULL: every paused tag) at the same
