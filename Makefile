@@ -102,3 +102,4 @@ gpu-artifacts: $(LIB)
 	@for p in $(GO_TEST_PKGS); do \
 	  n=$$(echo $$p | sed 's|^\./||; s|/|_|g'); \
 	  $(GO) test -race -c -o $(BUILD)/gotests/$$n.test $$p || exit 1; done
+	$(GO) build -buildmode=c-shared -o $(BUILD)/libgofloor.so ./bench/gofloor

@@ -47,27 +47,52 @@ def host_rank(rank, world, name, out):
         for _ in range(n):
             h.barrier(timeout=60)
         r["barrier_us"] = ms(t0) / n * 1e3
+        # Group creation: ranks line up on the first group's barrier, then
+        # make (and destroy) a new group of another name.
+        create = []
+        for i in range(20):
+            h.barrier(timeout=60)
+            t0 = time.perf_counter()
+            g2 = symmem.Group(f"{name}-g{i}", rank, world, timeout=60)
+            create.append(ms(t0))
+            g2.destroy()
+        r["create_ms"] = statistics.median(create)
         h.release()
         buf.free()
     with open(out, "w") as f:
         json.dump(r, f)
 
 
-def gpu_rank(rank, world, name, port, out):
+def gpu_rank(rank, world, name, port, out, variant="full"):
+    """variant: full (libsymmem beside torch), or only (libsymmem alone: for
+    the sockets comparison and for more ranks than GPUs, where NCCL and torch
+    symmetric memory cannot run; ranks then share GPUs round-robin)."""
     import torch
     import torch.distributed as dist
     import symmem
     import symmem.torch as st
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            device_id=torch.device("cuda", rank))
+    dev = rank % torch.cuda.device_count()
+    torch.cuda.set_device(dev)
+    if variant == "full":
+        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                device_id=torch.device("cuda", dev))
+    else:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     r = {}
     # --- libsymmem
     dist.barrier()
     t0 = time.perf_counter()
-    g = symmem.Group(name, rank, world, device=rank, timeout=120)
-    r["symmem_group_create_ms"] = ms(t0)
-    buf = symmem.empty(1 << 20, device=rank)
+    g = symmem.Group(name, rank, world, device=dev, timeout=120)
+    r["symmem_group_create_ms"] = ms(t0)  # the first group: includes the library's start-up
+    again = []
+    for i in range(10):
+        dist.barrier()
+        t0 = time.perf_counter()
+        g2 = symmem.Group(f"{name}-again{i}", rank, world, device=dev, timeout=120)
+        again.append(ms(t0))
+        g2.destroy()
+    r["symmem_group_again_ms"] = statistics.median(again)
+    buf = symmem.empty(1 << 20, device=dev)
     dist.barrier()
     t0 = time.perf_counter()
     h = symmem.rendezvous(buf, g)
@@ -80,6 +105,24 @@ def gpu_rank(rank, world, name, port, out):
         warm.append(ms(t0))
         h2.release()
     r["symmem_warm_ms"] = statistics.median(warm)
+    if variant != "full":
+        stream = torch.cuda.current_stream()
+        h.barrier(stream=stream.cuda_stream)
+        torch.cuda.synchronize()
+        dist.barrier()
+        n = 2000
+        t0 = time.perf_counter()
+        for _ in range(n):
+            h.barrier(stream=stream.cuda_stream)
+        torch.cuda.synchronize()
+        r["symmem_barrier_us"] = ms(t0) / n * 1e3
+        dist.barrier()
+        h.release()
+        g.destroy()
+        with open(out, "w") as f:
+            json.dump(r, f)
+        dist.destroy_process_group()
+        return
     buf2 = symmem.empty(64 << 20, device=rank)
     dist.barrier()
     t0 = time.perf_counter()
@@ -203,6 +246,8 @@ def main():
     ap.add_argument("--ranks", type=int, nargs="*", default=[2, 4, 8])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--gpus", type=int, default=0, help="ranks on the GPUs (default: every GPU)")
+    ap.add_argument("--world-sizes", type=int, nargs="*", default=[4, 8],
+                    help="more world sizes for the libsymmem-alone table (ranks share GPUs when there are fewer)")
     ap.add_argument("--out", default="bench-results")
     ap.add_argument("--child", nargs="*")
     a = ap.parse_args()
@@ -217,22 +262,26 @@ def main():
         if a.child[2] == "host":
             host_rank(int(a.child[0]), int(a.child[1]), a.child[3], a.child[4])
         else:
-            gpu_rank(int(a.child[0]), int(a.child[1]), a.child[3], int(a.child[4]), a.child[5])
+            gpu_rank(int(a.child[0]), int(a.child[1]), a.child[3], int(a.child[4]), a.child[6], a.child[5])
         return
     os.makedirs(a.out, exist_ok=True)
     import tempfile
     tmp = tempfile.mkdtemp()
     lines = []
     if a.host:
-        lines += [f"Host backend ({os.cpu_count()} CPUs), medians of {a.reps} runs, slowest rank:", "",
-                  "| ranks | cold rendezvous (ms) | warm rendezvous (µs) | barrier (µs) |", "|---|---|---|---|"]
+        lines += [f"Host backend ({os.cpu_count()} CPUs), medians of {a.reps} runs, slowest rank; records through the shared-memory "
+                  "control page (page) or the sockets (SYMMEM_SHM_EXCHANGE=0):", "",
+                  "| ranks | records | group creation (ms) | cold rendezvous (ms) | warm rendezvous (µs) | barrier (µs) |",
+                  "|---|---|---|---|---|---|"]
         for world in a.ranks:
-            runs = []
-            for rep in range(a.reps):
-                rs = spawn(world, ["host", f"bench-host-{os.getpid()}-{world}-{rep}"], tmp, {"SYMMEM_BACKEND": "host"})
-                runs.append({k: max(r[k] for r in rs) for k in rs[0]})
-            med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-            lines.append(f"| {world} | {med['cold_ms']:.2f} | {med['warm_ms'] * 1e3:.0f} | {med['barrier_us']:.1f} |")
+            for mode, flag in (("page", "1"), ("sockets", "0")):
+                runs = []
+                for rep in range(a.reps):
+                    rs = spawn(world, ["host", f"bench-host-{os.getpid()}-{world}-{mode}-{rep}"], tmp,
+                               {"SYMMEM_BACKEND": "host", "SYMMEM_SHM_EXCHANGE": flag, "SYMMEM_BARRIER": "linear"})
+                    runs.append({k: max(r[k] for r in rs) for k in rs[0]})
+                med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+                lines.append(f"| {world} | {mode} | {med['create_ms']:.2f} | {med['cold_ms']:.2f} | {med['warm_ms'] * 1e3:.0f} | {med['barrier_us']:.1f} |")
     else:
         import torch
         n = torch.cuda.device_count()
@@ -243,7 +292,7 @@ def main():
         world = min(a.gpus or n, n)
         runs = []
         for rep in range(a.reps):
-            rs = spawn(world, ["gpu", f"bench-gpu-{os.getpid()}-{rep}", str(29600 + rep)], tmp)
+            rs = spawn(world, ["gpu", f"bench-gpu-{os.getpid()}-{rep}", str(29600 + rep), "full"], tmp)
             runs.append({k: (max(r[k] for r in rs) if not isinstance(rs[0][k], bool) else all(r[k] for r in rs))
                          for k in rs[0]})
             runs[-1]["symmem_peer_copy_GBs"] = min(r["symmem_peer_copy_GBs"] for r in rs)
@@ -252,7 +301,8 @@ def main():
         copy_base = statistics.median(base)
         lines += [f"{world} × {dev} (NVLink), one rank per GPU (each pinned to one CPU), torch {torch.__version__}; medians of {a.reps} runs, slowest rank:", "",
                   "| figure | libsymmem | torch symmetric memory / cudaMemcpyPeer |", "|---|---|---|",
-                  f"| group creation (sockets, credentials) | {med['symmem_group_create_ms']:.2f} ms | (init_process_group, not timed) |",
+                  f"| group creation, the first (library start-up included) | {med['symmem_group_create_ms']:.2f} ms | (init_process_group, not timed) |",
+                  f"| group creation, another group | {med['symmem_group_again_ms']:.2f} ms | |",
                   f"| first rendezvous (1 MiB) | {med['symmem_cold_ms']:.2f} ms | {med['torch_cold_ms']:.2f} ms |",
                   f"| rendezvous again, same buffer | {med['symmem_warm_ms'] * 1e3:.0f} µs | {med['torch_warm_same_tensor_ms'] * 1e3:.0f} µs (cached handle) |",
                   f"| rendezvous of a second allocation (64 MiB) | {med['symmem_second_alloc_ms']:.2f} ms | {med['torch_second_alloc_ms']:.2f} ms |",
@@ -260,6 +310,25 @@ def main():
                   f"| host time per barrier call (waits when the stream's queue is full) | {med['symmem_barrier_enqueue_us']:.1f} µs | {med['torch_barrier_enqueue_us']:.1f} µs |",
                   f"| peer read 256 MiB from {'each of ' if world > 2 else ''}{world - 1} peer{'s at once' if world > 2 else ''}, per GPU (slowest) | {med['symmem_peer_copy_GBs']:.0f} GB/s ({med['symmem_peer_copy_GBs'] / copy_base * 100:.0f}% of one pair's cudaMemcpyPeer) | {copy_base:.0f} GB/s (cudaMemcpyPeer GPU1→GPU0) |",
                   f"| peer data verified | {med['symmem_peer_data_ok']} | |"]
+        # libsymmem alone: records through the sockets (SYMMEM_SHM_EXCHANGE=0)
+        # beside the control page, at one rank per GPU and at the extra world
+        # sizes asked for (ranks share GPUs round-robin there).
+        lines += ["", "libsymmem alone (gloo for the line-up barriers), medians of the slowest rank:", "",
+                  "| ranks on GPUs | records, barrier | group creation, another group (ms) | rendezvous again (µs) | barrier (µs) |",
+                  "|---|---|---|---|---|"]
+        port = 29700
+        for w in sorted(set([world] + [x for x in a.world_sizes if x != world])):
+            for mode, flag, barrier in (("page", "1", "linear"), ("sockets", "0", "linear"), ("page", "1", "dissemination")):
+                runs = []
+                for rep in range(a.reps):
+                    port += 1
+                    env = {"SYMMEM_SHM_EXCHANGE": flag, "SYMMEM_BARRIER": barrier}
+                    if w > n:
+                        env["SYMMEM_ALLOW_OVERLAPPING_DEVICES"] = "1"
+                    rs = spawn(w, ["gpu", f"bench-only-{os.getpid()}-{w}-{mode}-{rep}", str(port), "only"], tmp, env)
+                    runs.append({k: max(r[k] for r in rs) for k in rs[0]})
+                m = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+                lines.append(f"| {w} on {min(w, n)} | {mode}, {barrier} | {m['symmem_group_again_ms']:.2f} | {m['symmem_warm_ms'] * 1e3:.0f} | {m['symmem_barrier_us']:.1f} |")
     text = "\n".join(lines)
     print(text)
     with open(os.path.join(a.out, "symm_bench_host.md" if a.host else "symm_bench.md"), "w") as f:

@@ -13,6 +13,20 @@ be chosen before CUDA starts), interleaved rep by rep, medians reported:
               (shared/baselines/trivial_alloc.cu, built with nvcc)
   c_cache     the same file's size-keyed free list under one mutex: the
               floor of PyTorch's pluggable path
+  go_cache    the same free list in Go (bench/gofloor, libgofloor.so from
+              make gpu-artifacts; GOFLOOR_SO): the floor of two C-to-Go
+              calls per tensor
+  rmm         RMM's rmm_torch_allocator on a pool memory resource (when the
+              rmm wheels are importable, see scripts/gpu_suite.sh)
+Diagnostic variants of symmem (Note [One slow process in three], README):
+  symmem_gmp4      the same with GOMAXPROCS=4
+  symmem_go_free   the Go runtime started before the main thread is pinned,
+                   so its threads are not confined to the benchmark's CPU
+
+Every process's figure is reported, not only the median, with what each
+process's main thread suffered while timed: involuntary context switches
+and the CPU time the process's other threads used (a Go runtime thread or a
+driver thread on the benchmark's CPU shows there).
 """
 import argparse
 import json
@@ -26,10 +40,16 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = (4096, 1 << 20, 64 << 20)
 MODES = ["native", "symmem", "symmem_pool", "passthrough", "c_cache"]
-# A minimal Go c-shared free list (built outside the library) shows what the
-# C->Go calls alone cost under PyTorch; measured when GOFLOOR_SO names it.
-if os.environ.get("GOFLOOR_SO"):
+# A minimal Go c-shared free list (bench/gofloor) shows what the C->Go calls
+# alone cost under PyTorch; measured when GOFLOOR_SO names it.
+if os.environ.get("GOFLOOR_SO") and os.path.exists(os.environ["GOFLOOR_SO"]):
     MODES.append("go_cache")
+DIAG_MODES = ["symmem_gmp4", "symmem_go_free"]
+
+
+def rmm_available():
+    r = subprocess.run([sys.executable, "-c", "import rmm.allocators.torch"], capture_output=True, text=True)
+    return r.returncode == 0
 
 
 def lib_path():
@@ -53,9 +73,15 @@ def setup(mode):
         alloc = torch.cuda.memory.CUDAPluggableAllocator(so, *fns)
         torch.cuda.memory.change_current_allocator(alloc)
         return contextlib.nullcontext()
+    if mode == "rmm":
+        import rmm
+        from rmm.allocators.torch import rmm_torch_allocator
+        rmm.mr.set_current_device_resource(rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), initial_pool_size=1 << 30))
+        torch.cuda.memory.change_current_allocator(rmm_torch_allocator)
+        return contextlib.nullcontext()
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import symmem.torch as st
-    if mode == "symmem":
+    if mode in ("symmem", "symmem_gmp4", "symmem_go_free"):
         st.use_as_global_allocator()
         return contextlib.nullcontext()
     pool = st.mem_pool()
@@ -80,9 +106,32 @@ def bench_cpus(threads):
     return cpus[:max(threads, 1)]
 
 
+def other_threads_cpu_s():
+    """CPU seconds used so far by every thread of this process but the
+    calling one (utime+stime from /proc/self/task/*/stat)."""
+    me, total = threading.get_native_id(), 0
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except OSError:
+            pass
+    return total
+
+
 def alloc_child(mode, threads):
+    if mode == "symmem_go_free":
+        # Start the Go runtime first: its threads keep the whole CPU set.
+        sys.path.insert(0, os.path.join(ROOT, "python"))
+        import symmem
+        symmem.version()  # loads the library: the Go runtime starts here
     if os.environ.get("BENCH_CPUS"):
         os.sched_setaffinity(0, {int(c) for c in os.environ["BENCH_CPUS"].split(",")})
+    import resource
     import torch
     ctx = setup(mode)
     torch.cuda.init()
@@ -91,12 +140,17 @@ def alloc_child(mode, threads):
         for size in SIZES:
             loop(size, 200)  # warm the cache
         torch.cuda.synchronize()
+        ru0, other0 = resource.getrusage(resource.RUSAGE_THREAD), other_threads_cpu_s()
         # Rounds over the sizes; the median round per size is reported.
         for _ in range(ALLOC_ROUNDS):
             for size, us in alloc_round(mode, threads).items():
                 out.setdefault(str(size), []).append(us)
+        ru1, other1 = resource.getrusage(resource.RUSAGE_THREAD), other_threads_cpu_s()
     out = {k: statistics.median(v) for k, v in out.items()}
-    print(json.dumps({"mode": mode, "threads": threads, "us": out}), flush=True)
+    diag = {"nivcsw": ru1.ru_nivcsw - ru0.ru_nivcsw, "nvcsw": ru1.ru_nvcsw - ru0.ru_nvcsw,
+            "other_threads_ms": (other1 - other0) * 1e3, "threads": len(os.listdir("/proc/self/task")),
+            "cpus": sorted(os.sched_getaffinity(0))}
+    print(json.dumps({"mode": mode, "threads": threads, "us": out, "diag": diag}), flush=True)
 
 
 ALLOC_ROUNDS = 3
@@ -192,26 +246,37 @@ def main():
     ap.add_argument("--train-reps", type=int, default=3)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--out", default="bench-results")
+    ap.add_argument("--no-diag", action="store_true", help="leave out the diagnostic variants of symmem")
     ap.add_argument("--child", nargs="*")
     a = ap.parse_args()
     if a.child:
         kind, mode, arg = a.child
         (alloc_child if kind == "alloc" else train_child)(mode, int(arg))
         return
+    if rmm_available():
+        MODES.append("rmm")
+    else:
+        print("rmm not importable: its figures are left out", file=sys.stderr)
+    if not a.no_diag:
+        MODES.extend(DIAG_MODES)
     import torch
     os.makedirs(a.out, exist_ok=True)
     device = torch.cuda.get_device_name(0)
     results = {}
+    diags = {}
     # One discarded run first: the GPU's clocks and the driver warm up during
     # the first child (it measured ~1.7x slower for every allocator alike).
     run_child(["--child", "alloc", "native", "1"])
     for rep in range(a.reps):
         for threads in a.threads:
             for mode in MODES:
-                r = run_child(["--child", "alloc", mode, str(threads)],
-                              {"BENCH_CPUS": ",".join(map(str, bench_cpus(threads)))})
+                env = {"BENCH_CPUS": ",".join(map(str, bench_cpus(threads)))}
+                if mode == "symmem_gmp4":
+                    env["GOMAXPROCS"] = "4"
+                r = run_child(["--child", "alloc", mode, str(threads)], env)
                 for size, us in r["us"].items():
                     results.setdefault((mode, threads, int(size)), []).append(us)
+                diags.setdefault((mode, threads), []).append(r["diag"])
         print(f"rep {rep + 1}/{a.reps} done", file=sys.stderr, flush=True)
     train = {}
     for rep in range(a.train_reps):
@@ -230,7 +295,20 @@ def main():
     lines.append("Ratios (1 thread): symmem / native = " + ", ".join(
         f"{med[('symmem', 1, s)] / med[('native', 1, s)]:.2f}" for s in SIZES) +
         "; symmem / c_cache = " + ", ".join(f"{med[('symmem', 1, s)] / med[('c_cache', 1, s)]:.2f}" for s in SIZES) +
-        "; passthrough / symmem = " + ", ".join(f"{med[('passthrough', 1, s)] / med[('symmem', 1, s)]:.0f}x" for s in SIZES))
+        "; passthrough / symmem = " + ", ".join(f"{med[('passthrough', 1, s)] / med[('symmem', 1, s)]:.0f}x" for s in SIZES) +
+        ("; rmm / native = " + ", ".join(f"{med[('rmm', 1, s)] / med[('native', 1, s)]:.2f}" for s in SIZES) if "rmm" in MODES else ""))
+    lines.append("")
+    lines.append(f"Every process's figure (µs per torch.empty+del of 4 KiB, in run order), with what its main thread "
+                 "suffered while timed: involuntary context switches / CPU ms used by the process's other threads:")
+    lines.append("")
+    lines.append("| allocator | threads | each process: µs (invol. switches / other threads' CPU ms) | spread (max/min) |")
+    lines.append("|---|---|---|---|")
+    for threads in a.threads:
+        for mode in MODES:
+            vals = results[(mode, threads, SIZES[0])]
+            ds = diags[(mode, threads)]
+            cells = ", ".join(f"{v:.2f} ({d['nivcsw']} / {d['other_threads_ms']:.0f})" for v, d in zip(vals, ds))
+            lines.append(f"| {mode} | {threads} | {cells} | {max(vals) / min(vals):.2f} |")
     lines.append("")
     lines.append(f"Training (TransformerEncoder 6x512, batch 32x256, AdamW, {a.train_steps} steps, medians of {a.train_reps}):")
     lines.append("")
@@ -252,7 +330,7 @@ def main():
         f.write(text + "\n")
     with open(os.path.join(a.out, "torch_alloc.json"), "w") as f:
         json.dump({"device": device, "alloc": {f"{m}/{t}/{s}": v for (m, t, s), v in results.items()},
-                   "train": train}, f)
+                   "diag": {f"{m}/{t}": v for (m, t), v in diags.items()}, "train": train}, f)
     try:
         import matplotlib
         matplotlib.use("Agg")

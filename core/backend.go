@@ -74,6 +74,17 @@ type Backend interface {
 	StreamMemOps(device int, s Stream, ops []MemOp, timeout time.Duration) error
 }
 
+// ImportedSizer is implemented by backends that can tell how many bytes an
+// imported piece of memory really has (host: fstat of the memfd). Peers are
+// not trusted: before mapping a peer's memory for the size it announced,
+// core checks it against this, so that a short memfd is refused instead of
+// faulting (SIGBUS) at the first touch past its end. Backends without it
+// must refuse a mapping larger than the memory themselves (the CUDA
+// driver's cuMemMap does).
+type ImportedSizer interface {
+	ImportedSize(m Memory) (uint64, error)
+}
+
 // Capabilities are the differences between backends that core acts on
 // (DESIGN "Capabilities, not names").
 type Capabilities struct {

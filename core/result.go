@@ -25,7 +25,10 @@ const (
 	ErrInternal        Code = 12
 )
 
-var codeNames = [...]string{
+// NumCodes is the number of defined codes (0 .. NumCodes-1).
+const NumCodes = int(ErrInternal) + 1
+
+var codeNames = [NumCodes]string{
 	Success:            "success",
 	ErrInvalidArgument: "invalid argument",
 	ErrOutOfMemory:     "out of memory",

@@ -7,7 +7,6 @@ import "C"
 
 import (
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -41,12 +40,7 @@ type Backend struct {
 	syncTimeout time.Duration
 }
 
-func syncTimeoutFromEnv() time.Duration {
-	if ms, err := strconv.ParseInt(os.Getenv("SYMMEM_TIMEOUT_MS"), 10, 64); err == nil && ms > 0 {
-		return time.Duration(ms) * time.Millisecond
-	}
-	return 5 * time.Minute
-}
+func syncTimeoutFromEnv() time.Duration { return core.DefaultTimeout() }
 
 var _ core.Backend = (*Backend)(nil)
 

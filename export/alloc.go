@@ -89,7 +89,12 @@ func symmemgo_memory_fraction(fraction C.double, device C.int) {
 		setLastError(call, core.Errorf(core.ErrInvalidArgument, "the fraction must be in (0, 1]"))
 		return
 	}
-	a.SetLimit(uint64(f * float64(a.TotalMemory())))
+	limit := uint64(f * float64(a.TotalMemory()))
+	if limit == 0 { // 0 would mean "no limit": the opposite of what was asked
+		setLastError(call, core.Errorf(core.ErrInvalidArgument, "the fraction %g of the device's %d bytes rounds to 0 bytes", f, a.TotalMemory()))
+		return
+	}
+	a.SetLimit(limit)
 }
 
 //export symmemgo_empty_cache
@@ -232,6 +237,9 @@ func symmemgo_copy(dst, src unsafe.Pointer, n C.size_t, device C.int, stream *C.
 	}
 	a, err := allocatorFor(device)
 	if err == nil {
+		err = checkRanges(uintptr(n), uintptr(dst), "dst", uintptr(src), "src")
+	}
+	if err == nil {
 		err = a.Backend().Copy(int(device), streamOf(stream), uintptr(dst), uintptr(src), uintptr(n))
 	}
 	return setLastError(call, err)
@@ -249,7 +257,26 @@ func symmemgo_memset(dst unsafe.Pointer, value C.int, n C.size_t, device C.int, 
 	}
 	a, err := allocatorFor(device)
 	if err == nil {
+		err = checkRanges(uintptr(n), uintptr(dst), "dst")
+	}
+	if err == nil {
 		err = a.Backend().Memset(int(device), streamOf(stream), uintptr(dst), byte(value), uintptr(n))
 	}
 	return setLastError(call, err)
+}
+
+// checkRanges checks n bytes at each pointer (ptr, name pairs) that the
+// library knows against the bounds of what it points into (Note [Wild
+// pointers] in core).
+func checkRanges(n uintptr, ptrsAndNames ...any) error {
+	rt, err := runtimeOrError()
+	if err != nil {
+		return err
+	}
+	for i := 0; i+1 < len(ptrsAndNames); i += 2 {
+		if _, err := rt.CheckRange(ptrsAndNames[i].(uintptr), n, ptrsAndNames[i+1].(string)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

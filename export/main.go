@@ -150,10 +150,24 @@ func symmemgo_version() (result C.int) {
 	return C.int(core.Version)
 }
 
+// codeStrings are symmem_strerror's answers: one C string per known code,
+// made once, and one for every unknown code (no string is made per call, so
+// a caller looping over codes cannot grow the process).
+var codeStrings, unknownCodeString = func() ([]*C.char, *C.char) {
+	s := make([]*C.char, core.NumCodes)
+	for c := range s {
+		s[c] = C.CString(core.Code(c).String())
+	}
+	return s, C.CString("unknown result code")
+}()
+
 //export symmemgo_strerror
 func symmemgo_strerror(code C.int) (result *C.char) {
 	defer recoverCall("symmem_strerror", &result, internalErrorText())
-	return staticCString(core.Code(code).String())
+	if code >= 0 && int(code) < len(codeStrings) {
+		return codeStrings[code]
+	}
+	return unknownCodeString
 }
 
 //export symmemgo_backend_name

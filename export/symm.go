@@ -92,12 +92,8 @@ func handleOf(key uintptr) (*symm.Handle, error) {
 	return obj.(*symm.Handle), nil
 }
 
-func millis(ms C.int64_t) time.Duration {
-	if ms <= 0 {
-		return 0
-	}
-	return time.Duration(ms) * time.Millisecond
-}
+// millis converts a C timeout, saturating (Note [Timeouts saturate]).
+func millis(ms C.int64_t) time.Duration { return core.Millis(int64(ms)) }
 
 func createGroup(call string, name *C.char, rank, world, device C.int, timeoutMs C.int64_t,
 	allgather func(send, recv []byte) error, out *uintptr) C.int {

@@ -35,6 +35,17 @@
  *     set to NULL) with SYMMEM_ERROR_UNAVAILABLE naming fork, without waiting
  *     on any lock; nothing is allocated or freed. Start worker processes with
  *     exec (posix_spawn, or Python multiprocessing's "spawn"/"forkserver").
+ *     The child must not touch memory inherited from the library's heap
+ *     either: on the host backend those mappings are MADV_DONTFORK, so the
+ *     child has nothing there and faults (SIGSEGV) instead of writing into
+ *     memory it would share with the parent; the parent's data stays safe.
+ *   - Timeouts (timeout_ms arguments, SYMMEM_TIMEOUT_MS) saturate: values
+ *     beyond what a 64-bit nanosecond count holds (~292 years) mean "as long
+ *     as that", never wrap to a short wait.
+ *   - Peers are not trusted: memory a peer sends that is smaller than it
+ *     announced is refused with SYMMEM_ERROR_PEER naming its rank and pid
+ *     (fstat of the memfd on host; cuMemMap refuses on cuda), and every
+ *     record's lengths are bounded.
  *   - The header needs no CUDA header: struct CUstream_st is the type behind
  *     both CUstream and cudaStream_t, so symmem_stream_t is the same type.
  *
@@ -44,7 +55,9 @@
  *   SYMMEM_LIBCUDA=path             the CUDA driver library (default libcuda.so.1)
  *   SYMMEM_STRICT=1                 abort with the message on an invalid or
  *                                   double-freed pointer instead of returning
- *   SYMMEM_TIMEOUT_MS=n             default timeout of group waits (300000)
+ *   SYMMEM_TIMEOUT_MS=n             default timeout of group waits, signals and
+ *                                   device synchronisation (300000; huge
+ *                                   values saturate); Python uses it too
  *   SYMMEM_SOCKET_DIR=dir           where rendezvous sockets live
  *                                   (default $TMPDIR/symmem-<uid>, mode 0700)
  *   SYMMEM_ALLOW_OVERLAPPING_DEVICES=1  let several ranks of a group share a
@@ -104,7 +117,8 @@ typedef enum symmem_result {
 int symmem_version(void);
 
 /* A fixed English description of code. Never NULL; the string is static.
- * Works for unknown codes ("unknown result N"). */
+ * Works for unknown codes: every unknown code gets the same static string,
+ * "unknown result code" (nothing is allocated per code). */
 const char *symmem_strerror(symmem_result code);
 
 /* The code of the last failure on the calling thread (SYMMEM_SUCCESS if none
@@ -113,7 +127,8 @@ symmem_result symmem_last_error(void);
 
 /* The message of the last failure on the calling thread, "" if none. The
  * library owns the string: it stays valid until the next failing call on the
- * same thread. Never NULL. */
+ * same thread. Never NULL. Messages are kept whole up to 64 KiB; a longer
+ * one is cut at a word boundary and ends with an ellipsis (U+2026). */
 const char *symmem_last_error_message(void);
 
 /* Copies the last error message into buf (capacity len, always NUL-terminated
@@ -186,8 +201,10 @@ void symmem_init(int device_count);
 void symmem_reset(void);
 
 /* CUDAPluggableAllocator's memory_fraction_fn: sets device's memory limit to
- * fraction (0 < fraction <= 1) of its total memory. Bad input sets the last
- * error. */
+ * fraction (0 < fraction <= 1) of its total memory. Bad input (NaN, <= 0,
+ * > 1, or a fraction so small that it rounds to 0 bytes, which would mean
+ * "no limit") sets the last error to SYMMEM_ERROR_INVALID_ARGUMENT and leaves
+ * the limit unchanged. */
 void symmem_memory_fraction(double fraction, int device);
 
 /* Releases every cached segment of device that holds no allocated block,
@@ -251,12 +268,19 @@ symmem_result symmem_pointer_get_info(const void *ptr, symmem_pointer_info *info
  * then waits for it, on cuda; memcpy on host). Either side may be device
  * memory of device (local or a peer's mapped through a handle) or host memory;
  * this lets a C program with no CUDA runtime move data in and out of buffers.
- * n 0 is a no-op; NULL dst or src with n > 0 is SYMMEM_ERROR_INVALID_ARGUMENT. */
+ * n 0 is a no-op; NULL dst or src with n > 0 is SYMMEM_ERROR_INVALID_ARGUMENT.
+ * A pointer the library knows (inside a live block, a peer's mapped segment
+ * or a signal pad) must have its n bytes inside that block or mapping, else
+ * SYMMEM_ERROR_INVALID_ARGUMENT before anything is touched. Other pointers
+ * are the caller's: on the host backend the copy runs in Go and a fault on
+ * them is SYMMEM_ERROR_INVALID_ARGUMENT naming the address, not a crash; on
+ * cuda the driver checks device pointers, and host pointers must be valid. */
 symmem_result symmem_copy(void *dst, const void *src, size_t n, int device,
                           symmem_stream_t stream);
 
 /* Sets n bytes at dst (device memory of device, or host memory on the host
- * backend) to value, with the backend, and waits for it. */
+ * backend) to value, with the backend, and waits for it. Pointers are checked
+ * as for symmem_copy. */
 symmem_result symmem_memset(void *dst, int value, size_t n, int device,
                             symmem_stream_t stream);
 
@@ -344,7 +368,10 @@ size_t symmem_handle_signal_pad_size(const symmem_handle *handle);
 void *symmem_handle_buffer_ptr(const symmem_handle *handle, int rank);
 void *symmem_handle_signal_pad_ptr(const symmem_handle *handle, int rank);
 /* Arrays of world_size pointers, owned by the handle: in host memory, and in
- * device memory for kernels (on the host backend the same array). */
+ * device memory for kernels (on the host backend the same array). Read-only:
+ * handles of one group whose pointers are equal (a rendezvous again on the
+ * same buffer) share the arrays, which live until the last of them is
+ * released. */
 void *const *symmem_handle_buffer_ptrs(const symmem_handle *handle);
 void *const *symmem_handle_signal_pad_ptrs(const symmem_handle *handle);
 void *const *symmem_handle_buffer_ptrs_dev(const symmem_handle *handle);

@@ -67,7 +67,15 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   gcc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude -o build/bench_alloc-gpu bench/bench_alloc.c \
     -Lbuild -lsymmem -Wl,-rpath,"$PWD/build" && step bench-alloc-host env SYMMEM_BACKEND=host build/bench_alloc-gpu
   step bench-symm-host python3 bench/symm_bench.py --host --ranks 2 4 8 --out "$out"
+  # RMM's torch allocator, from the wheels carried in .whl/ (no network).
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+      export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  # The Go free-list floor (bench/gofloor), built by make gpu-artifacts.
+  [ -f build/libgofloor.so ] && export GOFLOOR_SO=$PWD/build/libgofloor.so
   step bench-torch-alloc python3 bench/torch_alloc_bench.py --reps ${BENCH_REPS:-3} --out "$out"
+  step bench-decode python3 bench/decode_bench.py --reps ${BENCH_REPS:-3} --out "$out"
   step bench-pause python3 bench/pause_bench.py --gib 4 --reps ${BENCH_REPS:-3} --out "$out"
   if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
     nvcc -O2 -arch=sm_90 -o build/stream_signal_bench bench/stream_signal_bench.cu -lcuda &&

@@ -9,6 +9,7 @@
 package host
 
 import (
+	"fmt"
 	"os"
 	"runtime"
 	"sync/atomic"
@@ -25,17 +26,26 @@ func init() {
 
 // Backend is the host backend. It has one device, 0.
 type Backend struct {
-	page  uintptr
+	page uintptr
+	// total is the device's size: the machine's RAM, or the memory cgroup's
+	// limit where that is smaller (Note [Memory of a container]).
 	total uint64
+	cg    cgroupFS
 }
 
 // New opens the host backend.
-func New() (*Backend, error) {
+func New() (*Backend, error) { return newBackend(cgroupFS{}) }
+
+func newBackend(cg cgroupFS) (*Backend, error) {
 	var si unix.Sysinfo_t
 	if err := unix.Sysinfo(&si); err != nil {
 		return nil, core.Errorf(core.ErrBackend, "host: sysinfo: %v", err)
 	}
-	return &Backend{page: uintptr(os.Getpagesize()), total: uint64(si.Totalram) * uint64(si.Unit)}, nil
+	b := &Backend{page: uintptr(os.Getpagesize()), total: uint64(si.Totalram) * uint64(si.Unit), cg: cg}
+	if l := cg.memoryLimit(); l.limit != 0 && l.limit < b.total {
+		b.total = l.limit
+	}
+	return b, nil
 }
 
 func (b *Backend) Name() string     { return "host" }
@@ -66,14 +76,34 @@ func (b *Backend) MemoryInfo(device int) (uint64, uint64, error) {
 	if err := unix.Sysinfo(&si); err != nil {
 		return 0, 0, core.Errorf(core.ErrBackend, "host: sysinfo: %v", err)
 	}
-	return (uint64(si.Freeram) + uint64(si.Bufferram)) * uint64(si.Unit), b.total, nil
+	free := (uint64(si.Freeram) + uint64(si.Bufferram)) * uint64(si.Unit)
+	if l := b.cg.memoryLimit(); l.limit != 0 {
+		free = min(free, l.limit-min(l.usage, l.limit))
+	}
+	return free, b.total, nil
 }
 
 func sysErr(call string, err error) error {
 	if err == unix.ENOMEM || err == unix.ENOSPC || err == unix.EFBIG {
-		return core.Errorf(core.ErrOutOfMemory, "host: %s: %v", call, err)
+		return core.Errorf(core.ErrOutOfMemory, "host: %s: %s", call, core.DescribeErrno(err))
 	}
-	return core.Errorf(core.ErrBackend, "host: %s: %v", call, err)
+	return core.Errorf(core.ErrBackend, "host: %s: %s", call, core.DescribeErrno(err))
+}
+
+// Note [Fork]
+//
+// Every range the backend maps (reservations, segments, peers' segments,
+// signal pads) is marked MADV_DONTFORK: a child forked from this process
+// inherits none of it, so a child that touches an address of the library's
+// heap faults instead of writing into memory it would share with the parent
+// (a MAP_SHARED memfd mapping is otherwise inherited, and parent and child
+// would overwrite each other's data). The library's calls in a child are
+// refused before that (UNAVAILABLE, naming fork).
+func dontFork(addr, size uintptr) error {
+	if err := unix.Madvise(unsafe.Slice((*byte)(ptrAt(addr)), size), unix.MADV_DONTFORK); err != nil {
+		return sysErr("madvise(MADV_DONTFORK)", err)
+	}
+	return nil
 }
 
 // Reserve maps size bytes of inaccessible, uncommitted address space.
@@ -84,6 +114,10 @@ func (b *Backend) Reserve(device int, size uintptr) (uintptr, error) {
 	p, err := unix.MmapPtr(-1, 0, nil, size, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
 		return 0, sysErr("mmap(PROT_NONE) reserving address space", err)
+	}
+	if err := dontFork(uintptr(p), size); err != nil {
+		unix.MunmapPtr(p, size)
+		return 0, err
 	}
 	return uintptr(p), nil
 }
@@ -104,7 +138,11 @@ func (b *Backend) Create(device int, size uintptr) (core.Memory, error) {
 		return 0, err
 	}
 	if uint64(size) > b.total {
-		return 0, core.Errorf(core.ErrOutOfMemory, "host: %d bytes is more than the machine's %d bytes of memory", size, b.total)
+		return 0, core.Errorf(core.ErrOutOfMemory, "host: %d bytes is more than the %d bytes of memory this process may use (the machine's RAM or its memory cgroup's limit)", size, b.total)
+	}
+	if l := b.cg.memoryLimit(); l.limit != 0 && uint64(size)+cgroupHeadroom > l.limit-min(l.usage, l.limit) {
+		return 0, core.Errorf(core.ErrOutOfMemory, "host: %d bytes do not fit in the memory cgroup (%s is %d bytes, %d are in use, %d are kept free for the process): the kernel would kill the process rather than fail",
+			size, l.file, l.limit, l.usage, cgroupHeadroom)
 	}
 	fd, err := unix.MemfdCreate("symmem-segment", unix.MFD_CLOEXEC)
 	if err != nil {
@@ -134,7 +172,7 @@ func (b *Backend) Map(device int, addr, size uintptr, m core.Memory) error {
 	if err != nil {
 		return sysErr("mmap(MAP_FIXED|MAP_SHARED) of a segment", err)
 	}
-	return nil
+	return dontFork(addr, size)
 }
 
 // Unmap puts an inaccessible reservation back over the range, so that it
@@ -144,7 +182,7 @@ func (b *Backend) Unmap(device int, addr, size uintptr) error {
 	if err != nil {
 		return sysErr("mmap(PROT_NONE) over an unmapped segment", err)
 	}
-	return nil
+	return dontFork(addr, size)
 }
 
 // Export duplicates the memfd (close-on-exec); the caller owns the copy.
@@ -170,28 +208,41 @@ func (b *Backend) Import(device int, fd int) (core.Memory, error) {
 	return core.Memory(fd), nil
 }
 
+// ImportedSize is the size of a memfd (core.ImportedSizer).
+func (b *Backend) ImportedSize(m core.Memory) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(m), &st); err != nil {
+		return 0, sysErr("fstat of an imported descriptor", err)
+	}
+	return uint64(st.Size), nil
+}
+
 func (b *Backend) SynchronizeDevice(device int) error                     { return b.check(device) }
 func (b *Backend) StreamWait(device int, waiter, other core.Stream) error { return b.check(device) }
 
-// Memset fills the range on the calling thread.
+// Memset fills the range on the calling thread; a fault is an error
+// (Note [Wild pointers] in core).
 func (b *Backend) Memset(device int, s core.Stream, addr uintptr, value byte, size uintptr) error {
 	if err := b.check(device); err != nil {
 		return err
 	}
-	buf := unsafe.Slice((*byte)(ptrAt(addr)), size)
-	for i := range buf {
-		buf[i] = value
-	}
-	return nil
+	return core.GuardedAccess(fmt.Sprintf("host: memset of %d bytes at %#x", size, addr), func() {
+		buf := unsafe.Slice((*byte)(ptrAt(addr)), size)
+		for i := range buf {
+			buf[i] = value
+		}
+	})
 }
 
-// Copy copies on the calling thread.
+// Copy copies on the calling thread; a fault is an error (Note [Wild
+// pointers] in core).
 func (b *Backend) Copy(device int, s core.Stream, dst, src, size uintptr) error {
 	if err := b.check(device); err != nil {
 		return err
 	}
-	copy(unsafe.Slice((*byte)(ptrAt(dst)), size), unsafe.Slice((*byte)(ptrAt(src)), size))
-	return nil
+	return core.GuardedAccess(fmt.Sprintf("host: copy of %d bytes from %#x to %#x", size, src, dst), func() {
+		copy(unsafe.Slice((*byte)(ptrAt(dst)), size), unsafe.Slice((*byte)(ptrAt(src)), size))
+	})
 }
 
 // StreamMemOps runs the operations one by one on the calling thread: a store

@@ -34,7 +34,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
@@ -46,22 +45,14 @@ const MaxNameLen = 64
 
 // DefaultTimeoutValue is the timeout when neither the caller nor
 // SYMMEM_TIMEOUT_MS says otherwise.
-const DefaultTimeoutValue = 5 * time.Minute
+const DefaultTimeoutValue = core.DefaultTimeoutValue
 
 // ValidateName checks a group name: 1..64 of letters, digits, '.', '_', '-',
 // and not "." or ".." (it becomes a file name in the socket directory).
 func ValidateName(name string) error { return core.CheckName("group name", name, MaxNameLen) }
 
-// DefaultTimeout is SYMMEM_TIMEOUT_MS when it is a positive integer, else
-// DefaultTimeoutValue.
-func DefaultTimeout() time.Duration {
-	if s := os.Getenv("SYMMEM_TIMEOUT_MS"); s != "" {
-		if ms, err := strconv.ParseInt(s, 10, 64); err == nil && ms > 0 {
-			return time.Duration(ms) * time.Millisecond
-		}
-	}
-	return DefaultTimeoutValue
-}
+// DefaultTimeout is core.DefaultTimeout: SYMMEM_TIMEOUT_MS or 5 minutes.
+func DefaultTimeout() time.Duration { return core.DefaultTimeout() }
 
 // JobToken identifies the job a rank belongs to, so that two jobs that use
 // the same group name at the same time do not join each other's groups:
@@ -186,7 +177,14 @@ func (c *Config) normalize() error {
 }
 
 func (c *Config) sockPath() string { return filepath.Join(c.Dir, c.Name+".sock") }
-func (c *Config) lockPath() string { return filepath.Join(c.Dir, c.Name+".lock") }
+
+// lockPath is the one lock file of the socket directory, shared by every
+// group name (a file per name would stay behind for every name ever used).
+func (c *Config) lockPath() string { return filepath.Join(c.Dir, dirLockName) }
+
+// dirLockName is the socket directory's lock file. No group's socket can
+// have this name: sockets end in ".sock".
+const dirLockName = "symmem-dir.lock"
 
 // grace is how much longer than rank 0 the other ranks wait for rank 0's
 // verdict (Note [Deadlines]).

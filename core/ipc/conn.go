@@ -142,6 +142,9 @@ var (
 	errDeadline = errors.New("deadline passed")
 	// errProtocol is a frame that breaks the wire format.
 	errProtocol = errors.New("protocol error")
+	// errNoFDs is descriptors lost on receipt because this process has no
+	// descriptor left: a local shortage, not the sender's fault.
+	errNoFDs = errors.New("out of file descriptors")
 )
 
 func closeAll(fds []int) {
@@ -275,7 +278,9 @@ func (c *conn) readFull(p []byte, fds *[]int, deadline time.Time) error {
 			return err
 		}
 		if flags&unix.MSG_CTRUNC != 0 {
-			return fmt.Errorf("%w: descriptors were truncated (MSG_CTRUNC): the process may be out of file descriptors", errProtocol)
+			// The kernel drops descriptors it cannot install here: we are
+			// out of descriptors, the sender did nothing wrong.
+			return fmt.Errorf("%w: the kernel truncated the descriptors of a message (MSG_CTRUNC)", errNoFDs)
 		}
 		if n == 0 {
 			return io.EOF

@@ -94,6 +94,8 @@ func helperScenario(scenario string, cfg Config) error {
 		return nil
 	case "fds":
 		return helperFDs(ch, rank, world)
+	case "shm-gather", "shm-stall", "shm-exit-early":
+		return helperShm(scenario, ch, cfg)
 	case "stall":
 		// The rank named by SYMMEM_IPC_EXIT joins, then arrives at the
 		// all-gather long after the timeout.
@@ -101,6 +103,31 @@ func helperScenario(scenario string, cfg Config) error {
 			time.Sleep(3 * cfg.Timeout)
 		}
 		_, err := ch.AllGather(0, []byte("x"))
+		return err
+	case "fd-starved":
+		// Rank 0 has 2 descriptors left when 8 arrive from every rank: it
+		// must say that it ran out, not blame the healthy senders.
+		var fds []int
+		for i := 0; i < 8; i++ {
+			fd, err := newMemfd("x")
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			fds = append(fds, fd)
+		}
+		if rank == 0 {
+			ents, _ := os.ReadDir("/proc/self/fd")
+			lim := uint64(len(ents) + 2)
+			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: lim, Max: lim}); err != nil {
+				return err
+			}
+			fds = nil
+		}
+		in, err := ch.AllGatherFDs(0, fds)
+		for _, l := range in {
+			closeAll(l)
+		}
 		return err
 	case "exit-early":
 		// The rank named by SYMMEM_IPC_EXIT leaves after joining.

@@ -51,6 +51,13 @@ func TestDefaultTimeout(t *testing.T) {
 	if d := DefaultTimeout(); d != DefaultTimeoutValue {
 		t.Fatal(d)
 	}
+	// Huge values saturate instead of wrapping to under a millisecond.
+	for _, s := range []string{"18446744073709551615", "9223372036854775807", "9223372036854775"} {
+		t.Setenv("SYMMEM_TIMEOUT_MS", s)
+		if d := DefaultTimeout(); d < 290*365*24*time.Hour {
+			t.Fatalf("SYMMEM_TIMEOUT_MS=%s gave %v", s, d)
+		}
+	}
 }
 
 func TestSocketDirChecks(t *testing.T) {
@@ -272,11 +279,98 @@ func TestWrongTokenRefused(t *testing.T) {
 	_, errs := openAll(t, c)
 	wantCode(t, errs[1], core.ErrMismatch, "job token")
 	wantCode(t, errs[0], core.ErrTimeout, "rank(s) 1", "refused", "job token")
-	// World size disagreement.
-	c = cfgs("wsz", dir, 2, 700*time.Millisecond)
+	// The refusals of every retry appear once, with their count.
+	if n := strings.Count(errs[0].Error(), "job token"); n != 1 {
+		t.Fatalf("the refusal is repeated %d times: %v", n, errs[0])
+	}
+	// World size disagreement in one job: known at first contact, so every
+	// rank fails at once (not at the timeout) with MISMATCH naming both.
+	c = cfgs("wsz", dir, 2, 20*time.Second)
 	c[1].World = 3
+	start := time.Now()
 	_, errs = openAll(t, c)
-	wantCode(t, errs[1], core.ErrMismatch, "world size 3", "has 2")
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("a world-size mismatch took %v to report", d)
+	}
+	pid := fmt.Sprintf("pid %d", os.Getpid())
+	wantCode(t, errs[1], core.ErrMismatch, "world size 3", "has 2", "rank 1 ("+pid, "rank 0 ("+pid)
+	wantCode(t, errs[0], core.ErrMismatch, "world size 3", "has 2", "rank 1 ("+pid, "rank 0 ("+pid)
+}
+
+// A second process claiming a rank that a member holds is told the rank is
+// taken, at once, naming both pids; the group completes without it.
+func TestDuplicateRankRefused(t *testing.T) {
+	dir := sockDir(t)
+	c := cfgs("dup", dir, 3, 20*time.Second)
+	var chs [3]*Channel
+	var errs [4]error
+	var wg sync.WaitGroup
+	for _, r := range []int{0, 1} {
+		wg.Add(1)
+		go func(r int) { defer wg.Done(); chs[r], errs[r] = Open(c[r]) }(r)
+	}
+	// Wait until rank 1 has joined, then a duplicate of it arrives.
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	_, errs[3] = Open(c[1])
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the duplicate waited %v", d)
+	}
+	wantCode(t, errs[3], core.ErrMismatch, "rank 1 is taken", fmt.Sprintf("rank 1 (pid %d) holds it", os.Getpid()))
+	chs[2], errs[2] = Open(c[2])
+	wg.Wait()
+	defer closeChans(chs[:])
+	for r := 0; r < 3; r++ {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+	}
+}
+
+// Group names come and go without leaving files: the directory holds one
+// lock file, whatever the number of names used.
+func TestNoFilePerGroupName(t *testing.T) {
+	dir := sockDir(t)
+	for i := 0; i < 20; i++ {
+		chs, errs := openAll(t, cfgs(fmt.Sprintf("name-%d", i), dir, 2, 5*time.Second))
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		closeChans(chs)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || ents[0].Name() != dirLockName {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("the socket directory holds %v", names)
+	}
+}
+
+func TestDedupe(t *testing.T) {
+	if got := dedupe([]string{"a", "b", "a", "a", "c"}); got != "a (3 times); b; c" {
+		t.Fatal(got)
+	}
+}
+
+// Rank 0 out of descriptors while receiving the others' descriptors: it
+// says so (EMFILE, its own rank and pid) and every other rank is told that
+// rank 0 failed and why; nobody blames a healthy peer.
+func TestProcessesRank0OutOfDescriptors(t *testing.T) {
+	res := runRanks(t, "fd-starved", "starved", 3, sockDir(t), allRanks(3), "SYMMEM_IPC_TIMEOUT_MS=10000")
+	t.Log(res[1].Msg)
+	for _, r := range res {
+		if core.Code(r.Code) != core.ErrBackend || !strings.Contains(r.Msg, "rank 0 (pid") || !strings.Contains(r.Msg, "ran out of file descriptors") ||
+			!strings.Contains(r.Msg, "EMFILE") || strings.Contains(r.Msg, "broke the protocol") {
+			t.Fatalf("rank %d: code %d %q\n%s", r.Rank, r.Code, r.Msg, r.Out)
+		}
+	}
 }
 
 // A stale socket file from a crashed run is replaced.

@@ -59,6 +59,7 @@ type Group struct {
 	alloc   *core.Allocator
 	ch      *ipc.Channel
 	ex      ipc.Exchange
+	shm     *ipc.ShmExchange // the control page when ex is it, else nil
 	members []memberRecord
 
 	// coll serialises collective calls and guards the fields below.
@@ -108,6 +109,8 @@ func New(o Options) (*Group, error) {
 		return nil, core.Errorf(core.CodeOf(err), "group %q: rank %d: %v", o.Name, o.Rank, err)
 	}
 
+	tr := startTrace("group %q rank %d creation", o.Name, o.Rank)
+	defer tr.done()
 	token := o.JobToken
 	var ex ipc.Exchange
 	if o.AllGather != nil {
@@ -128,18 +131,31 @@ func New(o Options) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
+	tr.mark("connect")
+	var shm *ipc.ShmExchange
 	if ex == nil {
 		ex = ch
+		if useShmExchange() {
+			// Records through the group's shared-memory page (Note
+			// [Shared-memory control page]); descriptors stay on ch.
+			if shm, err = ipc.NewShmExchange(ch); err != nil {
+				ch.Close()
+				return nil, err
+			}
+			ex = shm
+		}
 	}
+	tr.mark("control-page")
 	g := &Group{name: o.Name, rank: o.Rank, world: o.World, device: o.Device, timeout: o.Timeout,
-		be: rt.Backend, alloc: alloc, ch: ch, ex: ex, padSize: DefaultSignalPadSize}
+		be: rt.Backend, alloc: alloc, ch: ch, ex: ex, shm: shm, padSize: DefaultSignalPadSize}
 	if err := g.agreeMembers(); err != nil {
-		ch.Close()
+		g.closeChannels()
 		return nil, err
 	}
+	tr.mark("members")
 	gran, err := g.be.Granularity(o.Device)
 	if err != nil {
-		ch.Close()
+		g.closeChannels()
 		return nil, err
 	}
 	g.gm = &groupMem{be: g.be, device: o.Device, gran: gran, name: o.Name, rank: o.Rank, world: o.World,
@@ -152,22 +168,36 @@ func New(o Options) (*Group, error) {
 		g.gm.dev = newDeviceSlab(g.be, o.Device, gran, uintptr(2*g.world*8))
 		a, err := g.gm.dev.alloc()
 		if err != nil {
-			ch.Close()
+			g.closeChannels()
 			return nil, core.Errorf(core.CodeOf(err), "group %q: rank %d: device memory for pointer arrays: %v", o.Name, o.Rank, err)
 		}
 		g.gm.dev.release(a)
 	}
-	if err := g.exchangePads(); err != nil {
+	tr.mark("pointer-arrays")
+	if err := g.exchangePads(tr); err != nil {
 		g.gm.mu.Lock()
 		if g.gm.dev != nil {
 			g.gm.dev.close()
 			g.gm.dev = nil
 		}
 		g.gm.mu.Unlock()
-		ch.Close()
+		g.closeChannels()
 		return nil, err
 	}
 	return g, nil
+}
+
+// useShmExchange: records go through a shared-memory page unless
+// SYMMEM_SHM_EXCHANGE=0 (every rank must choose alike; the benchmarks use
+// it to compare with the sockets).
+func useShmExchange() bool { return os.Getenv("SYMMEM_SHM_EXCHANGE") != "0" }
+
+// closeChannels closes the control page and the channel.
+func (g *Group) closeChannels() error {
+	if g.shm != nil {
+		g.shm.Close()
+	}
+	return g.ch.Close()
 }
 
 // agreeToken all-gathers random bytes and returns rank 0's, in hex.
@@ -243,6 +273,14 @@ func (g *Group) agreeMembers() error {
 	return nil
 }
 
+// who names rank r and its process: "rank 1 (pid 4242)".
+func (g *Group) who(r int) string {
+	if r >= 0 && r < len(g.members) && g.members[r].pid != 0 {
+		return fmt.Sprintf("rank %d (pid %d)", r, g.members[r].pid)
+	}
+	return fmt.Sprintf("rank %d", r)
+}
+
 // Name, Rank, World, Device and Timeout describe the group.
 func (g *Group) Name() string           { return g.name }
 func (g *Group) Rank() int              { return g.rank }
@@ -299,12 +337,13 @@ func (g *Group) SetSignalPadSize(bytes uintptr) error {
 // creation (collective). Pads belong to the group, not to a buffer, so they
 // are set up with it: the first rendezvous then exchanges only the buffer's
 // memory, like every later one.
-func (g *Group) exchangePads() error {
+func (g *Group) exchangePads(tr *phaseTrace) error {
 	gm := g.gm
 	gm.mu.Lock()
 	p, localErr := gm.makePads(g.padSize)
 	gm.pads = p
 	gm.mu.Unlock()
+	tr.mark("make-pad")
 	if localErr != nil {
 		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: cannot make its signal pad of %d bytes: %v", g.rank, g.padSize, localErr)
 	}
@@ -324,7 +363,8 @@ func (g *Group) exchangePads() error {
 	}
 	if err == nil {
 		none := func(r, p int) bool { return false } // no buffer segments here
-		err = g.exchange(core.BlockInfo{}, nil, true, none, make([]*peerMap, g.world), nil, nil)
+		tr.mark("pad-status")
+		err = g.exchange(core.BlockInfo{}, nil, true, none, make([]*peerMap, g.world), nil, tr)
 	}
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
@@ -351,13 +391,16 @@ func (g *Group) exchangePads() error {
 // waits for it to return.
 func (g *Group) Destroy() error {
 	g.ch.Cancel()
+	if g.shm != nil {
+		g.shm.Cancel()
+	}
 	g.coll.Lock()
 	defer g.coll.Unlock()
 	if g.destroyed {
 		return nil
 	}
 	g.destroyed = true
-	err := g.ch.Close()
+	err := g.closeChannels()
 	g.gm.mu.Lock()
 	if uerr := g.gm.unrefLocked(); uerr != nil && err == nil {
 		err = uerr

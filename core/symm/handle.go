@@ -1,6 +1,7 @@
 package symm
 
 import (
+	"encoding/binary"
 	"time"
 	"unsafe"
 
@@ -27,6 +28,9 @@ type Handle struct {
 	// devArr the same in device memory (arr on the host backend).
 	arr    uintptr
 	devArr uintptr
+	// arrays is the shared entry arr and devArr belong to once filled
+	// (Note [Shared pointer arrays]); nil while they are this handle's own.
+	arrays *ptrArrays
 	maps   []*peerMap // the peer mappings we hold a reference to
 	// sig counts the signals of the group's pads (shared by its handles).
 	sig *signalCounts
@@ -68,21 +72,76 @@ func (h *Handle) allocArrays() error {
 	return nil
 }
 
+// ptrArrays is a pair of filled pointer-array slots (host, device) that
+// handles with the same pointers share; refs counts them, guarded by
+// groupMem.mu. Invariant: every entry of groupMem.arrays has refs > 0.
+type ptrArrays struct {
+	key       string
+	host, dev uintptr
+	refs      int
+}
+
+// Note [Shared pointer arrays]
+//
+// A rendezvous again on the same buffer gets the same pointers. Copying
+// them to device memory again is a synchronous host-to-device copy, the
+// largest part of a warm rendezvous after the all-gather, so handles whose
+// pointers are equal share one pair of filled arrays: the first fills them,
+// a later one gives back the slots allocArrays took for it (they were taken
+// only so that a rank without memory for them fails every rank) and uses
+// the shared pair; the last release frees it. The arrays are read-only to
+// users (symmem.h).
+
 // fillArrays writes bufPtrs and padPtrs into the arrays (and copies them to
-// the device copy), gm.mu held.
+// the device copy), or shares equal arrays already filled; gm.mu held.
 func (h *Handle) fillArrays() error {
+	gm := h.gm
+	key := arraysKey(h.bufPtrs, h.padPtrs)
+	if a := gm.arrays[key]; a != nil {
+		h.freeArrays()
+		a.refs++
+		h.arrays, h.arr, h.devArr = a, a.host, a.dev
+		return nil
+	}
 	arr := unsafe.Slice((*uintptr)(ptrAt(h.arr)), 2*h.world)
 	copy(arr, h.bufPtrs)
 	copy(arr[h.world:], h.padPtrs)
-	if h.devArr == h.arr {
-		return nil
+	if h.devArr != h.arr {
+		if err := gm.be.Copy(gm.device, 0, h.devArr, h.arr, uintptr(2*h.world*8)); err != nil {
+			return err
+		}
 	}
-	return h.gm.be.Copy(h.gm.device, 0, h.devArr, h.arr, uintptr(2*h.world*8))
+	if gm.arrays == nil {
+		gm.arrays = map[string]*ptrArrays{}
+	}
+	h.arrays = &ptrArrays{key: key, host: h.arr, dev: h.devArr, refs: 1}
+	gm.arrays[key] = h.arrays
+	return nil
 }
 
-// freeArrays gives the slots back (gm.mu held).
+func arraysKey(bufs, pads []uintptr) string {
+	b := make([]byte, 0, 8*(len(bufs)+len(pads)))
+	for _, l := range [][]uintptr{bufs, pads} {
+		for _, p := range l {
+			b = binary.LittleEndian.AppendUint64(b, uint64(p))
+		}
+	}
+	return string(b)
+}
+
+// freeArrays gives the slots back (gm.mu held): this handle's own, or its
+// reference to shared ones.
 func (h *Handle) freeArrays() {
 	gm := h.gm
+	if a := h.arrays; a != nil {
+		h.arrays = nil
+		h.arr, h.devArr = 0, 0
+		if a.refs--; a.refs > 0 {
+			return
+		}
+		delete(gm.arrays, a.key)
+		h.arr, h.devArr = a.host, a.dev // released below
+	}
 	if gm.host != nil && h.arr != 0 {
 		gm.host.release(h.arr)
 	}

@@ -34,6 +34,9 @@ type groupMem struct {
 	// copies (nil on the host backend, where the host arrays serve both).
 	host *slab
 	dev  *slab
+	// arrays are the live pointer arrays by content (Note [Shared pointer
+	// arrays]); every entry has refs > 0.
+	arrays map[string]*ptrArrays
 	// leaked counts the times memory was left mapped because the device
 	// synchronisation before unmapping it failed (syncThen).
 	leaked int
@@ -88,11 +91,24 @@ func ptrAt(addr uintptr) unsafe.Pointer {
 func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
 
 // importMap imports a peer's descriptor (the backend owns fd from here on)
-// and maps size bytes of it in a new reserved range.
-func (gm *groupMem) importMap(fd int, size uintptr) (addr uintptr, mem core.Memory, err error) {
+// and maps size bytes of it in a new reserved range. what names the memory
+// and its owner ("rank 1 (pid 42)'s signal pad") in messages. The peer is
+// not trusted: memory smaller than size is refused with ErrPeer where the
+// backend can tell (core.ImportedSizer).
+func (gm *groupMem) importMap(fd int, size uintptr, what string) (addr uintptr, mem core.Memory, err error) {
 	mem, err = gm.be.Import(gm.device, fd)
 	if err != nil {
 		return 0, 0, err
+	}
+	if sizer, ok := gm.be.(core.ImportedSizer); ok {
+		got, err := sizer.ImportedSize(mem)
+		if err == nil && got < uint64(size) {
+			err = core.Errorf(core.ErrPeer, "%s arrived as memory of %d bytes, %d were announced: refusing to map it (the peer is broken or lying)", what, got, size)
+		}
+		if err != nil {
+			gm.be.Release(mem)
+			return 0, 0, err
+		}
 	}
 	addr, err = gm.be.Reserve(gm.device, size)
 	if err != nil {
@@ -104,11 +120,13 @@ func (gm *groupMem) importMap(fd int, size uintptr) (addr uintptr, mem core.Memo
 		gm.be.Release(mem)
 		return 0, 0, err
 	}
+	core.RegisterRange(addr, size, what)
 	return addr, mem, nil
 }
 
 // unmapRelease undoes importMap (or a pad's create+map).
 func (gm *groupMem) unmapRelease(addr, size uintptr, mem core.Memory) error {
+	core.UnregisterRange(addr)
 	return errors.Join(gm.be.Unmap(gm.device, addr, size), gm.be.Release(mem), gm.be.Unreserve(gm.device, addr, size))
 }
 
@@ -153,6 +171,7 @@ func (gm *groupMem) makePads(size uintptr) (*pads, error) {
 	}
 	p.own = own
 	p.addr[gm.rank] = addr
+	core.RegisterRange(addr, p.phys, "this rank's signal pad")
 	return p, nil
 }
 

@@ -66,7 +66,18 @@ func (r *reader) u64() uint64 {
 	}
 	return 0
 }
-func (r *reader) str() string { return string(r.take(int(r.u32()))) }
+
+// maxRecordString bounds every string in a record (messages, names): a
+// peer cannot make us keep or print more.
+const maxRecordString = 64 << 10
+
+func (r *reader) str() string {
+	n := r.u32()
+	if r.err == nil && n > maxRecordString {
+		r.err = fmt.Errorf("a string of %d bytes in a record (at most %d)", n, maxRecordString)
+	}
+	return string(r.take(int(n)))
+}
 
 // status is a rank's local outcome, carried in every record.
 type status struct {

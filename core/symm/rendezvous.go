@@ -327,7 +327,7 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 		}
 		if len(fds) != want || localErr != nil {
 			if localErr == nil {
-				note(core.Errorf(core.ErrPeer, "rank %d sent %d descriptors, %d were expected (it could not export its memory)", src, len(fds), want))
+				note(core.Errorf(core.ErrPeer, "%s sent %d descriptors, %d were expected (it could not export its memory)", g.who(src), len(fds), want))
 			}
 			for _, fd := range fds {
 				unix.Close(fd)
@@ -335,10 +335,10 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 			continue
 		}
 		if needPads {
-			addr, mem, err := gm.importMap(fds[0], p.phys)
+			addr, mem, err := gm.importMap(fds[0], p.phys, g.who(src)+"'s signal pad")
 			fds = fds[1:]
 			if err != nil {
-				note(fmt.Errorf("mapping rank %d's signal pad: %w", src, err))
+				note(fmt.Errorf("mapping %s's signal pad: %w", g.who(src), err))
 				for _, fd := range fds {
 					unix.Close(fd)
 				}
@@ -348,9 +348,9 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 		}
 		if need(me, src) {
 			size := uintptr(recs[src].segSize)
-			addr, mem, err := gm.importMap(fds[0], size)
+			addr, mem, err := gm.importMap(fds[0], size, fmt.Sprintf("%s's segment at heap offset %#x", g.who(src), info.Segment.HeapOff))
 			if err != nil {
-				note(fmt.Errorf("mapping rank %d's segment of %d bytes: %w", src, size, err))
+				note(fmt.Errorf("mapping %s's segment of %d bytes: %w", g.who(src), size, err))
 				continue
 			}
 			fresh[src] = &peerMap{key: mapKey{src, info.Segment.HeapOff}, id: recs[src].segID, addr: addr, size: size, mem: mem}

@@ -249,6 +249,26 @@ func scWrite(e *rankEnv, a *core.Allocator) error {
 	if err := writeAll(h2, 10); err != nil {
 		return err
 	}
+	if a, _ := h2.BufferPtrs(); a == host {
+		return fmt.Errorf("handles of different buffers share pointer arrays")
+	}
+	// A rendezvous again on buf shares h's arrays (Note [Shared pointer
+	// arrays]), which outlive the release of either handle.
+	h3, err := g.Rendezvous(buf)
+	if err != nil {
+		return err
+	}
+	if a, _ := h3.BufferPtrs(); a != host {
+		return fmt.Errorf("a rendezvous again on the same buffer made new pointer arrays")
+	}
+	if err := h3.Release(); err != nil {
+		return err
+	}
+	for r := 0; r < e.world; r++ {
+		if b, _ := h.BufferPtr(r); arr[r] != b {
+			return fmt.Errorf("pointer arrays changed at rank %d after releasing a sharing handle", r)
+		}
+	}
 	if err := h2.Release(); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package symm
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -228,24 +229,78 @@ func (h *Handle) releasedDuring(what string) error {
 	return core.Errorf(core.ErrInvalidState, "group %q: rank %d: the handle was released on another thread during %s", h.name, h.rank, what)
 }
 
-// Barrier puts a signal to every peer on channel, then waits for one from
-// every peer. timeout <= 0 means the group's; it bounds the whole barrier.
+// Note [Barrier at more ranks]
+//
+// The linear barrier is world-1 puts then world-1 waits. On the GPU each
+// stream memory operation costs the stream's front end about 2 µs whatever
+// the peer (2 H200: 4.6 µs at 2 ranks; 4 H200: 8.9 µs at 4, against 6.6 µs
+// for torch's one-kernel barrier), so it grows linearly with the world.
+// The dissemination barrier (Hensgen, Finkel and Manber) takes
+// ceil(log2(world)) rounds; in round k each rank puts to rank+2^k and waits
+// for rank-2^k: 2 operations per round, 4 at 4 ranks instead of 6, 6 at 8
+// instead of 14, but each round waits for the previous one (one peer's
+// latency per round instead of one for all). The distances 2^k are distinct
+// modulo world, so each (sender, receiver) pair carries at most one signal
+// per barrier and the counting semaphores of Note [Signals] keep successive
+// barriers apart. Which is faster where is measured, not assumed:
+// SYMMEM_BARRIER=linear|dissemination selects it (every rank alike; the
+// default is linear), and bench/symm_bench.py reports both at each world
+// size it runs. (CUDA 13.1 adds atomic-add stream operations: a barrier of
+// world-1 remote adds and a single wait, not available on the 13.0 driver
+// of the machines measured so far.)
+
+// barrierDissemination selects the dissemination barrier (read once).
+var barrierDissemination = os.Getenv("SYMMEM_BARRIER") == "dissemination"
+
+// barrierRounds returns the (dst, src) pairs of each step of a barrier:
+// one step of every peer (linear) or one per dissemination round.
+func (h *Handle) barrierRounds() (dsts, srcs [][]int) {
+	if !barrierDissemination || h.world <= 2 {
+		d, s := make([]int, h.world-1), make([]int, h.world-1)
+		// Puts to the next rank first, so that ranks do not all hit rank 0
+		// first; waits in the reverse order.
+		for i := 1; i < h.world; i++ {
+			d[i-1], s[i-1] = (h.rank+i)%h.world, (h.rank+h.world-i)%h.world
+		}
+		return [][]int{d}, [][]int{s}
+	}
+	for dist := 1; dist < h.world; dist *= 2 {
+		dsts = append(dsts, []int{(h.rank + dist) % h.world})
+		srcs = append(srcs, []int{(h.rank + h.world - dist%h.world) % h.world})
+	}
+	return dsts, srcs
+}
+
+// Barrier returns (or, on a stream, lets the stream go on) once every rank
+// has entered it: a signal to every peer on channel and one from every
+// peer, directly or through the dissemination rounds (Note [Barrier at more
+// ranks]). timeout <= 0 means the group's; it bounds the whole barrier.
 func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) error {
 	if err := h.checkSignal("rank", h.rank, channel); err != nil {
 		return err
 	}
 	defer h.life.leave()
 	timeout = h.timeoutOr(timeout)
-	// Puts to the next rank first, so that ranks do not all hit rank 0
-	// first; waits in the reverse order.
-	dsts, srcs := make([]int, h.world-1), make([]int, h.world-1)
-	for i := 1; i < h.world; i++ {
-		dsts[i-1], srcs[i-1] = (h.rank+i)%h.world, (h.rank+h.world-i)%h.world
-	}
+	steps, froms := h.barrierRounds()
 	if h.onStreams() {
-		return h.streamSignals(s, timeout, channel, dsts, srcs)
+		for i := range steps {
+			if err := h.streamSignals(s, timeout, channel, steps[i], froms[i]); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	deadline := time.Now().Add(timeout)
+	for i := range steps {
+		if err := h.hostStep(channel, steps[i], froms[i], deadline, timeout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hostStep puts to every rank of dsts, then waits for every rank of srcs.
+func (h *Handle) hostStep(channel int, dsts, srcs []int, deadline time.Time, timeout time.Duration) error {
 	for _, dst := range dsts {
 		h.putHost(dst, channel)
 	}

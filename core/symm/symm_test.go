@@ -108,6 +108,100 @@ func TestProcessesWriteBarrier(t *testing.T) {
 	}
 }
 
+// The same with the records through the sockets (SYMMEM_SHM_EXCHANGE=0),
+// the path that every rendezvous took before the control page.
+func TestProcessesWriteBarrierSockets(t *testing.T) {
+	t.Setenv("SYMMEM_SHM_EXCHANGE", "0")
+	for _, world := range []int{2, 4} {
+		t.Run(fmt.Sprint(world), func(t *testing.T) {
+			allOK(t, runProcs(t, "write", world, 60*time.Second, 0))
+		})
+	}
+}
+
+// The dissemination barrier (SYMMEM_BARRIER=dissemination, Note [Barrier at
+// more ranks]) at world sizes that are and are not powers of two: the write
+// scenario checks after each barrier that every rank's writes are there.
+func TestProcessesWriteBarrierDissemination(t *testing.T) {
+	t.Setenv("SYMMEM_BARRIER", "dissemination")
+	for _, world := range []int{3, 4, 5, 8} {
+		t.Run(fmt.Sprint(world), func(t *testing.T) {
+			allOK(t, runProcs(t, "write", world, 60*time.Second, 0))
+		})
+	}
+	allOK(t, runProcs(t, "counts", 3, 30*time.Second, 0))
+}
+
+func TestBarrierRounds(t *testing.T) {
+	defer func(v bool) { barrierDissemination = v }(barrierDissemination)
+	for _, dis := range []bool{false, true} {
+		barrierDissemination = dis
+		for world := 2; world <= 9; world++ {
+			// Simulate the rounds: what each rank has heard of (directly or
+			// through the ranks it heard from in earlier rounds) must be
+			// everyone by the end, and no (sender, receiver) pair may carry
+			// two signals in one barrier.
+			heard := make([]map[int]bool, world)
+			steps := make([][][]int, world)
+			froms := make([][][]int, world)
+			for r := range heard {
+				heard[r] = map[int]bool{r: true}
+				h := &Handle{rank: r, world: world}
+				steps[r], froms[r] = h.barrierRounds()
+			}
+			pairs := map[[2]int]int{}
+			for k := range steps[0] {
+				next := make([]map[int]bool, world)
+				for r := range heard {
+					next[r] = map[int]bool{}
+					for q := range heard[r] {
+						next[r][q] = true
+					}
+				}
+				for r := 0; r < world; r++ {
+					for _, d := range steps[r][k] {
+						pairs[[2]int{r, d}]++
+						for q := range heard[r] {
+							next[d][q] = true
+						}
+					}
+					for _, src := range froms[r][k] {
+						found := false
+						for _, d := range steps[src][k] {
+							found = found || d == r
+						}
+						if !found {
+							t.Fatalf("world %d dissemination %v: rank %d waits for %d in step %d, which does not signal it", world, dis, r, src, k)
+						}
+					}
+				}
+				heard = next
+			}
+			for r := range heard {
+				if len(heard[r]) != world {
+					t.Fatalf("world %d dissemination %v: rank %d heard of %d ranks", world, dis, r, len(heard[r]))
+				}
+			}
+			for p, n := range pairs {
+				if n > 1 {
+					t.Fatalf("world %d dissemination %v: pair %v signalled %d times in one barrier", world, dis, p, n)
+				}
+			}
+			if want := 1; dis && world > 2 {
+				want = 0
+				for d := 1; d < world; d *= 2 {
+					want++
+				}
+				if len(steps[0]) != want {
+					t.Fatalf("world %d: %d rounds, want %d", world, len(steps[0]), want)
+				}
+			} else if len(steps[0]) != want {
+				t.Fatalf("world %d linear: %d steps", world, len(steps[0]))
+			}
+		}
+	}
+}
+
 func TestProcessesPingPong(t *testing.T) {
 	allOK(t, runProcs(t, "pingpong", 4, 60*time.Second, 0))
 }

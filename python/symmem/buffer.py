@@ -46,7 +46,9 @@ class Buffer:
         stream: the allocation stream (what free() passes back).
     """
 
-    __slots__ = ("ptr", "nbytes", "device", "kind", "owning", "stream", "_keep", "_finalizer", "_views", "__weakref__")
+    __slots__ = (
+        "ptr", "nbytes", "device", "kind", "owning", "stream", "_keep", "_finalizer", "_views", "_gone", "__weakref__",
+    )
 
     def __init__(
         self,
@@ -67,6 +69,9 @@ class Buffer:
         self.stream = int(stream or 0)
         self._keep = keep  # e.g. the Handle a peer view comes from
         self._views: List[weakref.ref] = []
+        # Why a view may no longer be touched (its handle was released), or
+        # None while it may.
+        self._gone: Optional[str] = None
         if owning:
             # requested size = nbytes: the size check of symmem_free passes.
             self._finalizer = weakref.finalize(self, _free_quietly, self.ptr, self.nbytes, self.device, stream)
@@ -88,21 +93,38 @@ class Buffer:
         the memoryviews handed out).
 
         Memoryviews handed out by :meth:`memoryview` are released first, so
-        that they cannot be used after the free (one still exported to
-        another object, e.g. a torch tensor, cannot be released: keep such
-        tensors from outliving the buffer, or let the GC free it instead).
+        that using one afterwards raises ValueError instead of touching
+        freed memory. If one cannot be released because it is exported to
+        another object (numpy's frombuffer, a torch tensor), nothing is freed
+        and InvalidStateError is raised: drop that object and call again.
         """
-        for ref in self._views:
-            mv = ref()
-            if mv is not None:
-                try:
-                    mv.release()
-                except (BufferError, ValueError):
-                    pass
-        self._views.clear()
+        self._release_views("free")
         if self._finalizer is not None and self._finalizer.alive:
             self._finalizer.detach()
             allocator.free(self.ptr, self.nbytes, self.device, self.stream)
+
+    def _release_views(self, what: str) -> None:
+        """Release every memoryview handed out; raise InvalidStateError if
+        one is exported to another object (the others stay released)."""
+        live = [mv for mv in (ref() for ref in self._views) if mv is not None]
+        for mv in live:
+            try:
+                mv.release()  # refused (BufferError) while exported
+            except BufferError:
+                raise make_error(
+                    Result.INVALID_STATE,
+                    f"symmem.Buffer.{what}: a memoryview of this buffer (0x{self.ptr:x}) is still exported to "
+                    "another object (numpy, torch, ...); drop that object first",
+                ) from None
+            except ValueError:
+                pass
+        self._views.clear()
+
+    def _invalidate(self, why: str) -> None:
+        """Called by a Handle being released: release the memoryviews of this
+        view and make every later access raise InvalidStateError."""
+        self._release_views("release")
+        self._gone = why
 
     def __enter__(self) -> "Buffer":
         return self
@@ -111,7 +133,7 @@ class Buffer:
         self.free()
 
     def __repr__(self) -> str:
-        state = "freed" if self.freed else ("owning" if self.owning else "view")
+        state = "freed" if self.freed else ("released" if self._gone else ("owning" if self.owning else "view"))
         return f"<symmem.Buffer ptr=0x{self.ptr:x} nbytes={self.nbytes} device={self.device} {self.kind} {state}>"
 
     def __len__(self) -> int:
@@ -120,13 +142,24 @@ class Buffer:
     def _check_live(self) -> None:
         if self.freed:
             raise make_error(Result.INVALID_STATE, "symmem.Buffer: used after free()")
+        if self._gone is not None:
+            raise make_error(Result.INVALID_STATE, f"symmem.Buffer: {self._gone}")
 
     # -- host access --------------------------------------------------------
 
     def memoryview(self) -> memoryview:
         """A writable byte memoryview of the memory (host backend only).
 
-        The view keeps this Buffer alive; it is released by :meth:`free`.
+        The view keeps this Buffer alive; it is released by :meth:`free`
+        (and, for a peer's memory from ``Handle.get_buffer``, by the
+        handle's ``release()``), after which using it raises ValueError
+        instead of touching memory that is gone. Objects that hold a buffer
+        of it (numpy.frombuffer, PickleBuffer) make free/release refuse with
+        InvalidStateError until they are dropped; objects that only copy its
+        address (ctypes from_buffer, memoryview(mv)) cannot be seen and must
+        not outlive the buffer or handle. Do not use it in a child forked
+        from this process: the library's memory
+        is not inherited (MADV_DONTFORK), a child that touches it faults.
         """
         self._check_live()
         if self.kind != "host":

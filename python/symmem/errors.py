@@ -161,7 +161,9 @@ def make_error(code: int, message: str = "") -> SymmemError:
 def strerror(code: int) -> str:
     """The library's fixed description of a code."""
     s = _lib.lib().symmem_strerror(int(code))
-    return s.decode("utf-8", "replace") if s else f"unknown result {int(code)}"
+    if not s or s == b"unknown result code":  # one static string for every unknown code
+        return f"unknown result {int(code)}"
+    return s.decode("utf-8", "replace")
 
 
 def _last_message() -> str:

@@ -17,6 +17,7 @@ ints holding a CUstream (0: the legacy default stream), or objects with a
 from __future__ import annotations
 
 import ctypes
+import math
 import re
 import weakref
 from typing import Callable, List, Optional, Sequence, Union
@@ -35,11 +36,24 @@ AllGather = Callable[[bytes], Sequence[bytes]]
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
+_INT64_MAX = (1 << 63) - 1
+
+
 def _timeout_ms(timeout: Optional[float]) -> int:
-    """Seconds -> the library's milliseconds; None/<=0 -> 0 (the default)."""
-    if timeout is None or timeout <= 0:
+    """Seconds -> the library's milliseconds; None/<=0 -> 0 (the library's
+    default: $SYMMEM_TIMEOUT_MS, else 300 s). Huge values (inf included)
+    saturate at INT64_MAX ms, which the library saturates again, instead of
+    wrapping; NaN is refused."""
+    if timeout is None:
         return 0
-    return max(1, int(round(timeout * 1000)))
+    timeout = float(timeout)
+    if math.isnan(timeout):
+        raise make_error(Result.INVALID_ARGUMENT, "timeout is NaN")
+    if timeout <= 0:
+        return 0
+    if timeout * 1000 >= _INT64_MAX:
+        return _INT64_MAX
+    return min(_INT64_MAX, max(1, int(round(timeout * 1000))))
 
 
 def _destroy_group(ptr: int) -> None:
@@ -84,7 +98,7 @@ class Group:
         rank: int,
         world_size: int,
         device: int = 0,
-        timeout: Optional[float] = 300.0,
+        timeout: Optional[float] = None,
         allgather: Optional[AllGather] = None,
     ):
         if not isinstance(name, str) or not _NAME_RE.match(name):
@@ -216,6 +230,9 @@ class Handle:
         self.signal_pad_ptrs_dev = int(lib.symmem_handle_signal_pad_ptrs_dev(ptr) or 0)
         self.device = group.device if group is not None else 0
         self.kind = backend_name()
+        # The views handed out (get_buffer, get_signal_pad): release()
+        # invalidates them and their memoryviews first.
+        self._views: List[weakref.ref] = []
         self._put_signal = lib.symmem_put_signal
         self._wait_signal = lib.symmem_wait_signal
         self._barrier = lib.symmem_barrier
@@ -257,13 +274,19 @@ class Handle:
                 f"symmem.Handle.get_buffer: [{offset}, {offset + nbytes}) is outside the {avail} bytes "
                 f"from the rendezvous pointer to the end of the block",
             )
-        return Buffer(self.buffer_ptrs[rank] + self.offset + offset, nbytes, self.device, self.kind, keep=self)
+        return self._view(self.buffer_ptrs[rank] + self.offset + offset, nbytes)
+
+    def _view(self, ptr: int, nbytes: int) -> Buffer:
+        view = Buffer(ptr, nbytes, self.device, self.kind, keep=self)
+        self._views = [r for r in self._views if r() is not None]
+        self._views.append(weakref.ref(view))
+        return view
 
     def get_signal_pad(self, rank: int) -> Buffer:
         """A view (not owning) of rank's signal pad."""
         self.ptr
         self._check_rank(rank, "get_signal_pad")
-        return Buffer(self.signal_pad_ptrs[rank], self.signal_pad_size, self.device, self.kind, keep=self)
+        return self._view(self.signal_pad_ptrs[rank], self.signal_pad_size)
 
     # put_signal, wait_signal and barrier sit in loops of their callers:
     # they call the C functions bound at creation and format no message
@@ -305,7 +328,20 @@ class Handle:
             check(rc, "symmem_barrier")
 
     def release(self) -> None:
-        """Release the handle; peers' memory is unmapped when unused."""
+        """Release the handle; peers' memory is unmapped when unused.
+
+        The views from :meth:`get_buffer` and :meth:`get_signal_pad` and
+        their memoryviews are released first: using them afterwards raises
+        (InvalidStateError, or ValueError for a memoryview) instead of
+        touching unmapped memory. If a memoryview is exported to another
+        object (numpy, torch), InvalidStateError is raised and the handle
+        stays alive: drop that object and release again.
+        """
+        for ref in self._views:
+            view = ref()
+            if view is not None:
+                view._invalidate("its symmem.Handle was released")
+        self._views.clear()
         if self._finalizer.alive:
             self._finalizer.detach()
             ptr, self._ptr = self._ptr, None

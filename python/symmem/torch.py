@@ -304,7 +304,7 @@ def _sanitize(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:40] or "pg"
 
 
-def group_for(group=None, device: int = 0, timeout: Optional[float] = 300.0) -> Group:
+def group_for(group=None, device: int = 0, timeout: Optional[float] = None) -> Group:
     """The symmem.Group of a torch.distributed process group (collective
     the first time for a (group, device) pair; cached afterwards).
 
@@ -430,7 +430,7 @@ class TorchHandle:
         return f"<symmem.torch.TorchHandle {self.handle!r} device={self.device}>"
 
 
-def rendezvous(tensor, group=None, timeout: Optional[float] = 300.0) -> TorchHandle:
+def rendezvous(tensor, group=None, timeout: Optional[float] = None) -> TorchHandle:
     """Collective: rendezvous on a tensor from :func:`empty` (or any tensor
     whose memory lies in a libsymmem block) with every rank of group.
 

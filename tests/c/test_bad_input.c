@@ -365,8 +365,10 @@ static void test_copy_args(void) {
 static void test_memory_fraction(void) {
   size_t lim0 = 1;
   symmem_get_memory_limit(0, &lim0);
-  const double bad[] = {0.0, -1.0, 2.0, NAN, INFINITY, -INFINITY, 1.0000001, -0.0, -DBL_MIN};
-  const char *names[] = {"0", "-1", "2", "NaN", "+inf", "-inf", "1.0000001", "-0", "-DBL_MIN"};
+  /* 1e-12 and DBL_MIN are in (0, 1] but round to 0 bytes, which would mean
+   * "no limit": refused too. */
+  const double bad[] = {0.0, -1.0, 2.0, NAN, INFINITY, -INFINITY, 1.0000001, -0.0, -DBL_MIN, 1e-12, DBL_MIN};
+  const char *names[] = {"0", "-1", "2", "NaN", "+inf", "-inf", "1.0000001", "-0", "-DBL_MIN", "1e-12", "DBL_MIN"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     symmem_clear_last_error();
     symmem_memory_fraction(bad[i], 0);

@@ -1,0 +1,154 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Note [Out of descriptors]
+//
+// The Go runtime makes its network poller (an epoll descriptor and an
+// eventfd) the first time anything starts a timer or polls a descriptor,
+// and if it cannot, it aborts the whole process ("netpollinit failed").
+// Under libsymmem that first time used to be the first group creation (a
+// rank waiting for rank 0 sleeps between connection attempts), so a process
+// with one or two descriptors left died instead of getting an error. The
+// poller is started here, when the library loads, while descriptors are
+// still there; running out later is then an ordinary EMFILE that the call
+// that met it reports (DescribeErrno names it).
+func init() { time.Sleep(time.Nanosecond) }
+
+// DescribeErrno is err's text, with what to do about it when it says the
+// process or the system ran out of descriptors or memory.
+func DescribeErrno(err error) string {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return err.Error()
+	}
+	switch errno {
+	case unix.EMFILE:
+		var rl unix.Rlimit
+		unix.Getrlimit(unix.RLIMIT_NOFILE, &rl)
+		return fmt.Sprintf("%v (EMFILE: this process is out of file descriptors, its limit RLIMIT_NOFILE is %d; raise it with ulimit -n)", err, rl.Cur)
+	case unix.ENFILE:
+		return fmt.Sprintf("%v (ENFILE: the system is out of file descriptors)", err)
+	case unix.ENOMEM:
+		return fmt.Sprintf("%v (ENOMEM: out of memory)", err)
+	}
+	return err.Error()
+}
+
+// IsResourceExhausted says whether err is EMFILE, ENFILE or ENOMEM: a local
+// shortage, never a peer's fault.
+func IsResourceExhausted(err error) bool {
+	return errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) || errors.Is(err, unix.ENOMEM)
+}
+
+// Note [Wild pointers]
+//
+// symmem_copy and symmem_memset take raw pointers. Pointers the library
+// knows (inside a live block, a peer's mapped segment, a signal pad) are
+// checked against the bounds of what they point into, so an overrun is
+// INVALID_ARGUMENT before anything is touched. Any other pointer is the
+// caller's; where the copy runs on the CPU in Go (the host backend) it runs
+// under GuardedAccess, which turns a fault into INVALID_ARGUMENT instead of
+// a dead process (debug.SetPanicOnFault). The GPU backends hand such
+// pointers to the driver, which checks device pointers itself.
+
+// GuardedAccess runs f, which reads or writes memory Go does not manage,
+// and turns a memory fault in it into ErrInvalidArgument naming what and
+// the faulting address. Other panics go on.
+func GuardedAccess(what string, f func()) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	defer func() {
+		if p := recover(); p != nil {
+			if fault, ok := p.(interface{ Addr() uintptr }); ok {
+				err = Errorf(ErrInvalidArgument, "%s faulted at address %#x: the pointer does not point to memory this process may access there", what, fault.Addr())
+				return
+			}
+			// Faults in the first page (near NULL) arrive as a nil
+			// dereference, without an address.
+			if re, ok := p.(runtime.Error); ok && strings.Contains(re.Error(), "invalid memory address") {
+				err = Errorf(ErrInvalidArgument, "%s faulted (%v): a pointer is near NULL", what, re)
+				return
+			}
+			panic(p)
+		}
+	}()
+	f()
+	return nil
+}
+
+// knownRange is memory the library mapped for the caller outside the
+// allocator's blocks: a peer's segment or signal pad.
+type knownRange struct {
+	addr, size uintptr
+	what       string
+}
+
+// knownRanges are sorted by addr and never overlap (each is its own
+// reserved range).
+var knownRanges struct {
+	sync.Mutex
+	r []knownRange
+}
+
+// RegisterRange records [addr, addr+size) as memory the library mapped, so
+// that CheckRange can bound accesses into it. what names it in messages.
+func RegisterRange(addr, size uintptr, what string) {
+	knownRanges.Lock()
+	defer knownRanges.Unlock()
+	i := sort.Search(len(knownRanges.r), func(i int) bool { return knownRanges.r[i].addr >= addr })
+	knownRanges.r = append(knownRanges.r, knownRange{})
+	copy(knownRanges.r[i+1:], knownRanges.r[i:])
+	knownRanges.r[i] = knownRange{addr, size, what}
+}
+
+// UnregisterRange forgets the range that starts at addr.
+func UnregisterRange(addr uintptr) {
+	knownRanges.Lock()
+	defer knownRanges.Unlock()
+	i := sort.Search(len(knownRanges.r), func(i int) bool { return knownRanges.r[i].addr >= addr })
+	if i < len(knownRanges.r) && knownRanges.r[i].addr == addr {
+		knownRanges.r = append(knownRanges.r[:i], knownRanges.r[i+1:]...)
+	}
+}
+
+// CheckRange checks [ptr, ptr+n) against what the library knows of ptr: if
+// ptr lies in a live block of an allocator of r, or in a registered range,
+// the n bytes must stay inside it. known says whether ptr was recognised
+// (an unknown pointer is the caller's business, see Note [Wild pointers]).
+func (r *Runtime) CheckRange(ptr, n uintptr, what string) (known bool, err error) {
+	if ptr+n < ptr {
+		return false, Errorf(ErrInvalidArgument, "%s: %#x + %d bytes wraps around the address space", what, ptr, n)
+	}
+	if b, _, lerr := r.Lookup(ptr); lerr == nil {
+		if ptr+n > b.Addr+b.Size {
+			return true, Errorf(ErrInvalidArgument, "%s: %d bytes at %#x run %d bytes past the end of its block [%#x, %#x)", what, n, ptr, ptr+n-(b.Addr+b.Size), b.Addr, b.Addr+b.Size)
+		}
+		return true, nil
+	}
+	knownRanges.Lock()
+	defer knownRanges.Unlock()
+	i := sort.Search(len(knownRanges.r), func(i int) bool { return knownRanges.r[i].addr > ptr }) - 1
+	if i >= 0 {
+		k := knownRanges.r[i]
+		if ptr < k.addr+k.size {
+			if ptr+n > k.addr+k.size {
+				return true, Errorf(ErrInvalidArgument, "%s: %d bytes at %#x run %d bytes past the end of %s [%#x, %#x)", what, n, ptr, ptr+n-(k.addr+k.size), k.what, k.addr, k.addr+k.size)
+			}
+			return true, nil
+		}
+	}
+	return false, nil
+}

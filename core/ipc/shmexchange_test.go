@@ -1,0 +1,205 @@
+package ipc
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/libsymmem/libsymmem/core"
+)
+
+// shmRecord is rank r's record of round i: lengths vary per rank and round,
+// and every 7th round rank (i % world) sends one longer than a slot, which
+// makes every rank take the sockets for that round.
+func shmRecord(r, i, world int) []byte {
+	n := (r*37 + i*11) % 300
+	if i%7 == 3 && r == i%world {
+		n = shmSlotSize(world) + 100
+	}
+	b := make([]byte, n)
+	for k := range b {
+		b[k] = byte(r*31 + i*7 + k)
+	}
+	return b
+}
+
+func helperShm(scenario string, ch *Channel, cfg Config) error {
+	rank, world := cfg.Rank, cfg.World
+	x, err := NewShmExchange(ch)
+	if err != nil {
+		return err
+	}
+	defer x.Close()
+	switch scenario {
+	case "shm-gather":
+		for i := 0; i < 300; i++ {
+			got, err := x.AllGather(0, shmRecord(rank, i, world))
+			if err != nil {
+				return fmt.Errorf("round %d: %w", i, err)
+			}
+			for r := 0; r < world; r++ {
+				if want := shmRecord(r, i, world); !bytes.Equal(got[r], want) {
+					return fmt.Errorf("round %d: rank %d's record has %d bytes %x..., want %d bytes", i, r, len(got[r]), got[r][:min(8, len(got[r]))], len(want))
+				}
+			}
+			if i%50 == 0 { // the sockets still work between page rounds
+				if _, err := ch.AllGather(0, []byte{byte(rank)}); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	case "shm-stall":
+		// The rank named by SYMMEM_IPC_EXIT arrives long after the timeout.
+		if _, err := x.AllGather(0, []byte("warm")); err != nil {
+			return err
+		}
+		if rank == envInt("SYMMEM_IPC_EXIT") {
+			time.Sleep(3 * cfg.Timeout)
+		}
+		_, err := x.AllGather(0, []byte("x"))
+		return err
+	case "shm-exit-early":
+		if _, err := x.AllGather(0, []byte("warm")); err != nil {
+			return err
+		}
+		if rank == envInt("SYMMEM_IPC_EXIT") {
+			os.Exit(3)
+		}
+		_, err := x.AllGather(0, []byte("x"))
+		return err
+	}
+	return fmt.Errorf("unknown scenario %q", scenario)
+}
+
+func TestShmExchangeProcesses(t *testing.T) {
+	for _, world := range []int{2, 4, 8} {
+		t.Run(fmt.Sprint(world), func(t *testing.T) {
+			res := runRanks(t, "shm-gather", "shmgather", world, sockDir(t), allRanks(world))
+			checkAllOK(t, res)
+		})
+	}
+}
+
+// Spinning off: every wait sleeps on the futex, which must still wake.
+func TestShmExchangeFutexOnly(t *testing.T) {
+	res := runRanks(t, "shm-gather", "shmfutex", 4, sockDir(t), allRanks(4), "SYMMEM_SHM_SPIN_US=0")
+	checkAllOK(t, res)
+}
+
+// A rank that never arrives: every rank fails with ErrTimeout naming it,
+// the late one included (it finds the verdict in the page).
+func TestShmExchangeTimeout(t *testing.T) {
+	res := runRanks(t, "shm-stall", "shmstall", 4, sockDir(t), allRanks(4), "SYMMEM_IPC_TIMEOUT_MS=600", "SYMMEM_IPC_EXIT=2")
+	for _, r := range res {
+		if core.Code(r.Code) != core.ErrTimeout || !strings.Contains(r.Msg, "rank(s) 2 never arrived") {
+			t.Fatalf("rank %d: code %d %q\n%s", r.Rank, r.Code, r.Msg, r.Out)
+		}
+	}
+}
+
+// A rank that exits: the others fail with ErrPeer naming it, long before
+// the timeout.
+func TestShmExchangeDeadPeer(t *testing.T) {
+	for _, exit := range []int{0, 3} {
+		t.Run(fmt.Sprint("rank", exit), func(t *testing.T) {
+			start := time.Now()
+			res := runRanks(t, "shm-exit-early", "shmexit", 4, sockDir(t), allRanks(4), "SYMMEM_IPC_TIMEOUT_MS=60000", fmt.Sprintf("SYMMEM_IPC_EXIT=%d", exit))
+			if d := time.Since(start); d > 30*time.Second {
+				t.Fatalf("took %v: the dead rank was not noticed", d)
+			}
+			for _, r := range res {
+				if r.Rank == exit {
+					if r.Exit != 3 {
+						t.Fatalf("rank %d exit %d\n%s", r.Rank, r.Exit, r.Out)
+					}
+					continue
+				}
+				want := fmt.Sprintf("rank %d (pid", exit)
+				if core.Code(r.Code) != core.ErrPeer || !strings.Contains(r.Msg, want) {
+					t.Fatalf("rank %d: code %d %q, want ErrPeer naming %q\n%s", r.Rank, r.Code, r.Msg, want, r.Out)
+				}
+			}
+		})
+	}
+}
+
+// In one process (threads as ranks): records, a closed exchange, world 1.
+func TestShmExchangeInProcess(t *testing.T) {
+	dir := sockDir(t)
+	chs, errs := openAll(t, cfgs("shmin", dir, 3, 5*time.Second))
+	defer closeChans(chs)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	xs := make([]*ShmExchange, 3)
+	errs = parallel(3, func(r int) (err error) { xs[r], err = NewShmExchange(chs[r]); return })
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs = parallel(3, func(r int) error {
+		for i := 0; i < 100; i++ {
+			got, err := xs[r].AllGather(0, shmRecord(r, i, 3))
+			if err != nil {
+				return err
+			}
+			for q := 0; q < 3; q++ {
+				if !bytes.Equal(got[q], shmRecord(q, i, 3)) {
+					return fmt.Errorf("round %d: rank %d's record differs", i, q)
+				}
+			}
+		}
+		return nil
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Rank 0 waits for a round that the others never join; Cancel from
+	// another goroutine ends it at once, and the others then learn that
+	// rank 0 left.
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { _, err := xs[0].AllGather(time.Minute, []byte("alone")); done <- err }()
+	time.Sleep(100 * time.Millisecond)
+	xs[0].Cancel()
+	select {
+	case err := <-done:
+		wantCode(t, err, core.ErrInvalidState, "left the group")
+	case <-time.After(5 * time.Second):
+		t.Fatal("Cancel did not end the all-gather")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("took %v", d)
+	}
+	_, err := xs[1].AllGather(0, nil)
+	wantCode(t, err, core.ErrPeer, "rank 0 (pid")
+	xs[2].Close()
+	_, err = xs[2].AllGather(0, nil)
+	wantCode(t, err, core.ErrInvalidState, "closed")
+	for _, x := range xs {
+		x.Close()
+	}
+
+	solo, err := Open(Config{Name: "shmsolo", World: 1, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer solo.Close()
+	x, err := NewShmExchange(solo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := x.AllGather(0, []byte("only"))
+	if err != nil || len(got) != 1 || string(got[0]) != "only" {
+		t.Fatalf("%q %v", got, err)
+	}
+}

@@ -1,0 +1,96 @@
+package symm
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/host"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// lyingBackend is a peer that speaks the protocol but lies about its
+// memory: its exports are memfds shorter than what it announces (0 bytes
+// for signal pads, half the size for segments).
+type lyingBackend struct {
+	*host.Backend
+	mu      sync.Mutex
+	exports int
+	lieFrom int // the first export that lies (0: the pad at group creation)
+}
+
+func (b *lyingBackend) Export(m core.Memory) (int, error) {
+	b.mu.Lock()
+	n := b.exports
+	b.exports++
+	b.mu.Unlock()
+	if n < b.lieFrom {
+		return b.Backend.Export(m)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(m), &st); err != nil {
+		return -1, err
+	}
+	short := int64(0)
+	if n > 0 {
+		short = st.Size / 2
+	}
+	fd, err := unix.MemfdCreate("liar", unix.MFD_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	return fd, unix.Ftruncate(fd, short)
+}
+
+// TestLyingPeerIsRefused: rank 0 maps nothing a same-uid peer announces
+// bigger than it is (a short memfd would be SIGBUS at the first touch past
+// its end); every rank fails with PEER naming the liar and its pid.
+func TestLyingPeerIsRefused(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		lieFrom int
+		what    string
+	}{{"pad", 0, "signal pad arrived as memory of 0 bytes"}, {"segment", 1, "segment at heap offset 0x0 arrived as memory of"}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := sockDir(t)
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for r := 0; r < 2; r++ {
+				hb, err := host.New()
+				require.NoError(t, err)
+				var be core.Backend = hb
+				if r == 1 {
+					be = &lyingBackend{Backend: hb, lieFrom: c.lieFrom}
+				}
+				e := &rankEnv{rt: core.NewRuntime(be), rank: r, world: 2, name: "liar-" + c.name, dir: dir, timeout: 10 * time.Second}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					a, err := e.rt.Allocator(0)
+					if err != nil {
+						errs[e.rank] = err
+						return
+					}
+					if c.lieFrom == 0 {
+						_, g, err := join(e, a, 1<<20)
+						if g != nil {
+							g.Destroy()
+						}
+						errs[e.rank] = err
+						return
+					}
+					errs[e.rank] = rendezvousOnly(e, a, 1<<20, 0)
+				}()
+			}
+			wg.Wait()
+			for r, err := range errs {
+				require.Equal(t, core.ErrPeer, core.CodeOf(err), "rank %d: %v", r, err)
+				require.Contains(t, err.Error(), fmt.Sprintf("rank 1 (pid %d)'s %s", os.Getpid(), c.what), "rank %d", r)
+			}
+		})
+	}
+}
