@@ -60,6 +60,9 @@ type block struct {
 	// streams lists the streams other than seg.pools.stream recorded by
 	// RecordStream while the block was allocated.
 	streams []Stream
+	// ctx is the context number of the allocation (Note [Heap snapshots
+	// and allocation history]); 0 when none was attached.
+	ctx uint64
 
 	// freeSet links, meaningful only while the block is free.
 	left, right *block
@@ -147,9 +150,57 @@ type Allocator struct {
 	// tags[id] is the state of tag id here, made at its first allocation
 	// on this device (nil before); tags[0] is the untagged memory.
 	tags []*tagState
+	hist       *history // nil unless recording (Note [Heap snapshots and allocation history])
 	// leakedSegments counts segments unmapped whose physical memory the
 	// backend failed to release.
 	leakedSegments int
+
+	// hooks run before a segment is released (AddReleaseHook); guarded by
+	// hookMu, taken after mu.
+	hookMu   sync.Mutex
+	hooks    map[uint64]ReleaseHook
+	nextHook uint64
+}
+
+// ReleaseHook is told about a segment before its memory is unmapped and
+// released, once the device has been synchronised: what others registered
+// on it (NCCL windows) must be undone there. An error keeps the segment
+// (its memory is not released; the release fails with that error).
+type ReleaseHook func(seg SegmentInfo) error
+
+// AddReleaseHook adds h; the returned function removes it.
+func (a *Allocator) AddReleaseHook(h ReleaseHook) (remove func()) {
+	a.hookMu.Lock()
+	defer a.hookMu.Unlock()
+	if a.hooks == nil {
+		a.hooks = map[uint64]ReleaseHook{}
+	}
+	a.nextHook++
+	id := a.nextHook
+	a.hooks[id] = h
+	return func() {
+		a.hookMu.Lock()
+		delete(a.hooks, id)
+		a.hookMu.Unlock()
+	}
+}
+
+// runReleaseHooks tells every hook that seg goes (mu held).
+func (a *Allocator) runReleaseHooks(seg *segment) error {
+	a.hookMu.Lock()
+	hooks := make([]ReleaseHook, 0, len(a.hooks))
+	for _, h := range a.hooks {
+		hooks = append(hooks, h)
+	}
+	a.hookMu.Unlock()
+	info := SegmentInfo{ID: seg.id, Addr: seg.addr, Size: seg.size, HeapOff: seg.heapOff}
+	var first error
+	for _, h := range hooks {
+		if err := h(info); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // NewAllocator makes the allocator of device on be. It reserves the heap's
@@ -175,6 +226,9 @@ func NewAllocator(be Backend, device int) (*Allocator, error) {
 	}
 	a.tags = []*tagState{{}}
 	a.heap.init(be, device, gran, total)
+	if n := historyMax.Load(); n > 0 {
+		a.hist = &history{max: int(n)}
+	}
 	return a, nil
 }
 
@@ -289,6 +343,7 @@ func (a *Allocator) AllocTagged(size uintptr, s Stream, tag TagID) (uintptr, err
 		b = seg.first
 	}
 	pool.remove(b)
+	a.st.inactiveSplit(b, -1)
 	if shouldSplit(small, b.size, rounded) {
 		rest := a.newBlock()
 		*rest = block{seg: b.seg, addr: b.addr + rounded, size: b.size - rounded,
@@ -299,6 +354,7 @@ func (a *Allocator) AllocTagged(size uintptr, s Stream, tag TagID) (uintptr, err
 		b.next = rest
 		b.size = rounded
 		pool.insert(rest)
+		a.st.inactiveSplit(rest, 1)
 	}
 	b.allocated = true
 	b.requested = size
@@ -306,6 +362,9 @@ func (a *Allocator) AllocTagged(size uintptr, s Stream, tag TagID) (uintptr, err
 	a.live.put(b.addr, b)
 	a.allocs++
 	a.st.block(small, 1, int64(b.size), int64(size))
+	if a.hist != nil {
+		a.record("alloc", b.addr, size, s)
+	}
 	return b.addr, nil
 }
 
@@ -362,6 +421,9 @@ func (a *Allocator) newSegment(size uintptr, sp *streamPools, small bool, reques
 	a.heap.add(seg)
 	sp.pool(small).insert(b)
 	a.st.numDeviceAlloc++
+	if a.hist != nil {
+		a.record("segment_alloc", addr, size, sp.stream)
+	}
 	a.st.add(statSegment, small, 1)
 	a.st.add(statReservedBytes, small, int64(size))
 	return seg, nil
@@ -392,6 +454,13 @@ func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
 	small := seg.small
 	a.frees++
 	a.st.block(small, -1, int64(b.size), int64(b.requested))
+	if a.hist != nil {
+		// Freed blocks are reusable at once on their stream (the waits on
+		// other streams are enqueued above), so the request completes now.
+		a.record("free_requested", b.addr, b.requested, seg.pools.stream)
+		a.record("free_completed", b.addr, b.requested, seg.pools.stream)
+	}
+	b.ctx = 0
 	b.allocated = false
 	b.requested = 0
 	b.streams = b.streams[:0]
@@ -399,14 +468,17 @@ func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
 	pool := seg.pools.pool(small)
 	if p := b.prev; p != nil && !p.allocated {
 		pool.remove(p)
+		a.st.inactiveSplit(p, -1)
 		a.absorb(p, b)
 		b = p
 	}
 	if n := b.next; n != nil && !n.allocated {
 		pool.remove(n)
+		a.st.inactiveSplit(n, -1)
 		a.absorb(b, n)
 	}
 	pool.insert(b)
+	a.st.inactiveSplit(b, 1)
 	return mismatch
 }
 
@@ -556,6 +628,9 @@ func (a *Allocator) releaseIdle() error {
 // its addresses no longer hold memory, and handing them out would fault. A
 // failed Release then leaks the physical memory, and the error says so.
 func (a *Allocator) releaseSegment(seg *segment) error {
+	if err := a.runReleaseHooks(seg); err != nil {
+		return err
+	}
 	if err := a.be.Unmap(a.device, seg.addr, seg.size); err != nil {
 		return err
 	}
@@ -566,6 +641,9 @@ func (a *Allocator) releaseSegment(seg *segment) error {
 	a.dropBlock(seg.first)
 	a.heap.remove(seg.heapOff)
 	a.st.numDeviceFree++
+	if a.hist != nil {
+		a.record("segment_free", seg.addr, seg.size, seg.pools.stream)
+	}
 	a.st.add(statSegment, seg.small, -1)
 	a.st.add(statReservedBytes, seg.small, -int64(seg.size))
 	if relErr != nil {
@@ -648,6 +726,7 @@ func (a *Allocator) Close() error {
 	sort.Slice(segs, func(i, j int) bool { return segs[i].heapOff < segs[j].heapOff })
 	for _, seg := range segs {
 		if !seg.paused {
+			_ = a.runReleaseHooks(seg)
 			_ = a.be.Unmap(a.device, seg.addr, seg.size)
 			_ = a.be.Release(seg.mem)
 		}

@@ -2,7 +2,6 @@ package core
 
 import (
 	"fmt"
-	"os"
 	"sort"
 	"sync"
 	"time"
@@ -103,6 +102,17 @@ type Capabilities struct {
 	SharedDevice bool
 }
 
+// BoundedMemOps is implemented by backends whose Memset and Copy wait for a
+// device that may be stuck (cuda: a stream blocked on a peer that died).
+// These variants run on a stream of the library's own and give up after
+// timeout with ErrTimeout; the operation may still complete later, so after
+// a timeout the caller must not free the memory it writes (leak it, and
+// say so). Backends that run on the calling thread (host) need not have it.
+type BoundedMemOps interface {
+	MemsetWithin(device int, addr uintptr, value byte, size uintptr, timeout time.Duration) error
+	CopyWithin(device int, dst, src, size uintptr, timeout time.Duration) error
+}
+
 // MemOp is one 32-bit stream memory operation: store Value at Addr; or,
 // with Wait, wait until the word there equals Value; or, with Wait and
 // AtLeast, until the word read as a count has reached Value:
@@ -165,7 +175,8 @@ func OpenBackend(want string) (Backend, []string, error) {
 		}
 	}
 	if want != "" && want != "auto" {
-		return nil, notes, Errorf(ErrUnavailable, "SYMMEM_BACKEND=%q names no known backend (known: %s)", want, backendNames(regs))
+		err := Errorf(ErrUnavailable, "SYMMEM_BACKEND=%q names no known backend (known: auto, %s): no backend was opened; unset it or pick one of these", want, backendNames(regs))
+		return nil, append(notes, err.Error()), err
 	}
 	return nil, notes, Errorf(ErrUnavailable, "no backend could be opened: %v", notes)
 }
@@ -183,5 +194,5 @@ func backendNames(regs []registration) string {
 
 // BackendFromEnv opens the backend that SYMMEM_BACKEND names (auto when unset).
 func BackendFromEnv() (Backend, []string, error) {
-	return OpenBackend(os.Getenv("SYMMEM_BACKEND"))
+	return OpenBackend(Current().Text("SYMMEM_BACKEND", "auto"))
 }

@@ -152,3 +152,86 @@ func (r *Runtime) CheckRange(ptr, n uintptr, what string) (known bool, err error
 	}
 	return false, nil
 }
+
+// Note [Sealed memfds]
+//
+// A memfd that a peer sends is checked for its size before it is mapped
+// (ImportedSizer), but the peer keeps its own descriptor and could shrink
+// the file afterwards: every later access past the new end would be SIGBUS
+// here. So memfds the library shares are sealed (F_SEAL_SHRINK, F_SEAL_GROW,
+// F_SEAL_SEAL) once they have their size, and an imported memfd that is not
+// sealed against shrinking is refused like a short one.
+
+// SealSize makes fd's size final (Note [Sealed memfds]); fd must come from
+// memfd_create with MFD_ALLOW_SEALING.
+func SealSize(fd int) error {
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		return Errorf(ErrBackend, "sealing a memfd (F_ADD_SEALS): %s", DescribeErrno(err))
+	}
+	return nil
+}
+
+// PeerMemfdSize is the size of a memfd a peer sent, or ErrPeer if the peer
+// could still shrink it (Note [Sealed memfds]).
+func PeerMemfdSize(fd int) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, Errorf(ErrBackend, "fstat of a received descriptor: %s", DescribeErrno(err))
+	}
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
+		return uint64(st.Size), Errorf(ErrPeer, "the memory (%d bytes) is not sealed against shrinking (F_SEAL_SHRINK), so its sender could cut it under our mapping", st.Size)
+	}
+	return uint64(st.Size), nil
+}
+
+// DescriptorShortage says, when this process has (almost) no file
+// descriptors left, how many it has open and its limit, in words fit to
+// append to an error; "" otherwise. Libraries that fail with an opaque code
+// when they cannot open a descriptor (the CUDA driver answers
+// CUDA_ERROR_OPERATING_SYSTEM) are explained with it. A process that cannot
+// even open /proc/self/fd is out of descriptors by that very failure.
+func DescriptorShortage() string {
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) != nil {
+		return ""
+	}
+	open, err := openDescriptors()
+	if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) {
+		return fmt.Sprintf("EMFILE: this process is out of file descriptors (limit RLIMIT_NOFILE %d; raise it with ulimit -n)", rl.Cur)
+	}
+	if err != nil {
+		return ""
+	}
+	// A driver call needs a few descriptors of its own (device nodes,
+	// eventfds); under 8 left it is the likely cause.
+	if uint64(open)+8 < rl.Cur {
+		return ""
+	}
+	return fmt.Sprintf("EMFILE likely: this process has %d file descriptors open of its limit RLIMIT_NOFILE %d; raise it with ulimit -n", open, rl.Cur)
+}
+
+// openDescriptors counts this process's open file descriptors (not the one
+// it opens to read /proc/self/fd).
+func openDescriptors() (int, error) {
+	fd, err := unix.Open("/proc/self/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	open := -1
+	buf := make([]byte, 8192)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil || n <= 0 {
+			return open, nil
+		}
+		for off := 0; off < n; {
+			reclen := int(buf[off+16]) | int(buf[off+17])<<8 // struct linux_dirent64
+			if buf[off+19] != '.' {
+				open++
+			}
+			off += reclen
+		}
+	}
+}

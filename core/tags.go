@@ -276,6 +276,13 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 	if err := a.be.SynchronizeDevice(a.device); err != nil {
 		return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: waiting for the device's work failed, nothing was released: %v", tag, a.device, err)
 	}
+	// What others registered on the segments (NCCL windows) is undone
+	// before their memory goes, as for any release.
+	for _, seg := range segs {
+		if err := a.runReleaseHooks(seg); err != nil {
+			return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: the segment at %#x: %v; nothing was released", seg.pools.tag.name, a.device, seg.addr, err)
+		}
+	}
 	for _, seg := range segs {
 		if !seg.pools.tag.backup {
 			continue

@@ -38,6 +38,10 @@ type Backend struct {
 	// syncTimeout bounds the host-side waits for the GPU (Synchronize,
 	// SynchronizeDevice): SYMMEM_TIMEOUT_MS, 5 minutes by default.
 	syncTimeout time.Duration
+	// flights holds the synchronisation calls in the driver, one per key
+	// (Note [Bounded waits]); guarded by flightsMu.
+	flightsMu sync.Mutex
+	flights   map[flightKey]*flight
 }
 
 func syncTimeoutFromEnv() time.Duration { return core.DefaultTimeout() }
@@ -59,13 +63,13 @@ func Open() (core.Backend, error) {
 	return b, nil
 }
 
-// New loads the driver (LibraryPath), initialises it and counts devices. It
+// New loads the driver (Note [Libraries loaded at run time]), initialises it and counts devices. It
 // fails with core.ErrUnavailable, saying why, when the library cannot be
 // loaded, lacks a function, cuInit fails, or there is no device. Devices are
 // set up lazily, on first use.
 func New() (*Backend, error) {
-	path := LibraryPath()
-	if err := loadDriver(path); err != nil {
+	path, err := loadDriver()
+	if err != nil {
 		return nil, err
 	}
 	var n C.int

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -745,6 +746,17 @@ func TestBackendStuckStreamTimesOut(t *testing.T) {
 	require.Equal(t, core.ErrTimeout, core.CodeOf(err), "%v", err)
 	require.Less(t, time.Since(start), 5*time.Second)
 
+	// Repeated timeouts do not leave an OS thread each in the driver: the
+	// abandoned calls are single-flight (Note [Bounded waits]).
+	threads0 := osThreads(t)
+	for i := 0; i < 6; i++ {
+		err = b.SynchronizeDevice(0)
+		require.Equal(t, core.ErrTimeout, core.CodeOf(err), "%v", err)
+		require.Contains(t, err.Error(), "still waiting in the driver")
+		require.Equal(t, core.ErrTimeout, core.CodeOf(b.Synchronize(0, st)))
+	}
+	require.LessOrEqual(t, osThreads(t), threads0+1, "OS threads after 12 more timeouts")
+
 	other, err := b.NewStream(0)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, b.DestroyStream(0, other)) })
@@ -752,4 +764,19 @@ func TestBackendStuckStreamTimesOut(t *testing.T) {
 	b.syncTimeout = 30 * time.Second
 	require.NoError(t, b.Synchronize(0, st))
 	require.NoError(t, b.SynchronizeDevice(0))
+}
+
+// osThreads is the number of OS threads of this process.
+func osThreads(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/status")
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "Threads:") {
+			n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "Threads:")))
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatal("no Threads: line in /proc/self/status")
+	return 0
 }

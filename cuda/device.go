@@ -42,6 +42,15 @@ type device struct {
 	accessOnce sync.Once
 	access     []C.int
 
+	// kern is the device's collectives module, loaded at first use under
+	// kernMu (kernels.go).
+	kernMu sync.Mutex
+	kern   *kernelModule
+
+	// ownStream is the library's own non-blocking stream for MemsetWithin
+	// and CopyWithin (0 until first used); guarded by mu.
+	ownStream C.uintptr_t
+
 	fabric    atomic.Int32 // fabricUntried, fabricOn or fabricOff
 	fabricWhy atomic.Value // string: why fabric handles are off, for messages
 }
@@ -137,6 +146,10 @@ func (d *device) release() error {
 		return nil
 	}
 	d.ready.Store(false)
+	if d.ownStream != 0 {
+		C.smcu_stream_destroy(d.ctx, d.ownStream)
+		d.ownStream = 0
+	}
 	return check(C.smcu_primary_release(d.cu), d.ordinal)
 }
 

@@ -2,9 +2,9 @@
 // API's virtual memory management (cuMemCreate, cuMemAddressReserve,
 // cuMemMap, cuMemSetAccess, cuMemExportToShareableHandle, ...).
 //
-// The driver is loaded at run time: libcuda.so.1 (or $SYMMEM_LIBCUDA) is
-// opened with dlopen and every function is resolved once with dlsym into a C
-// table of function pointers (shim.c), called through small C trampolines.
+// The driver is loaded at run time (dynlib.go, Note [Libraries loaded at
+// run time]: the copy already loaded, else $SYMMEM_LIBCUDA, else
+// libcuda.so.1) and every function is resolved once into a C table of function pointers (shim.c), called through small C trampolines.
 // Nothing links against libcuda or libcudart and nothing needs the CUDA
 // toolkit to build: the few driver types used are declared by hand in
 // driver.h and checked against the real cuda.h by abicheck/ on a GPU

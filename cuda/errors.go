@@ -19,6 +19,9 @@ const (
 	cudaErrorInvalidDevice = C.SM_CUDA_ERROR_INVALID_DEVICE
 	cudaErrorNotPermitted  = C.SM_CUDA_ERROR_NOT_PERMITTED
 	cudaErrorNotSupported  = C.SM_CUDA_ERROR_NOT_SUPPORTED
+	// CUDA_ERROR_OPERATING_SYSTEM: what the driver answers when a system
+	// call fails, for instance when no file descriptor is left.
+	cudaErrorOperatingSystem = 304
 )
 
 // resultCode maps a CUresult to the core.Code that callers of the C API see.
@@ -59,11 +62,17 @@ func errorString(res int) string {
 // driverError is the *core.Error for driver function call failing with res
 // on device dev (dev < 0: a call that concerns no device).
 func driverError(call string, dev int, res int) *core.Error {
+	why := errorString(res)
+	if res == cudaErrorOperatingSystem {
+		if s := core.DescriptorShortage(); s != "" {
+			why += "; " + s
+		}
+	}
 	if dev < 0 {
-		return core.Errorf(resultCode(res), "cuda: %s failed: %s (%s)", call, errorName(res), errorString(res))
+		return core.Errorf(resultCode(res), "cuda: %s failed: %s (%s)", call, errorName(res), why)
 	}
 	return core.Errorf(resultCode(res), "cuda: %s failed on device %d: %s (%s)",
-		call, dev, errorName(res), errorString(res))
+		call, dev, errorName(res), why)
 }
 
 // check turns a trampoline's status into nil or the error for device dev.

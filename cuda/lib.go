@@ -9,7 +9,6 @@ package cuda
 import "C"
 
 import (
-	"os"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -21,80 +20,91 @@ import (
 // CUDA driver library.
 const EnvLibrary = "SYMMEM_LIBCUDA"
 
-// DefaultLibrary is the driver library loaded when EnvLibrary is unset: the
-// soname the NVIDIA driver installs (libcuda.so without ".1" is a toolkit
-// development link and may be missing on machines with only the driver).
+// DefaultLibrary is the driver's soname: the name the NVIDIA driver installs
+// (libcuda.so without ".1" is a toolkit development link and may be missing
+// on machines with only the driver; the toolkit's stubs/libcuda.so is a
+// stub that must never be loaded, so no toolkit folder is searched).
 const DefaultLibrary = "libcuda.so.1"
 
-// LibraryPath is the driver library Open loads: $SYMMEM_LIBCUDA, else
-// DefaultLibrary (found through the dynamic linker's search path).
+// driverSpec finds the driver (Note [Libraries loaded at run time]): the
+// copy already loaded, else $SYMMEM_LIBCUDA, else libcuda.so.1.
+var driverSpec = LibrarySpec{What: "the CUDA driver library", Env: EnvLibrary, Sonames: []string{DefaultLibrary}}
+
+// LibraryPath is the driver library Open loads when none is loaded yet:
+// $SYMMEM_LIBCUDA, else DefaultLibrary (found through the dynamic linker's
+// search path).
 func LibraryPath() string {
-	if p := os.Getenv(EnvLibrary); p != "" {
-		return p
-	}
-	return DefaultLibrary
+	return core.Current().Text(EnvLibrary, DefaultLibrary)
 }
 
+// driverSymbols is the driver's table (driver.h's SM_CU_FUNCTIONS, in
+// order), with the older names some versioned symbols fall back to.
+var driverSymbols = func() []Symbol {
+	alt := map[string][]string{
+		"cuDeviceGetUuid_v2":      {"cuDeviceGetUuid"},      // drivers before 11.4
+		"cuStreamWriteValue32_v2": {"cuStreamWriteValue32"}, // before 11.7
+		"cuStreamWaitValue32_v2":  {"cuStreamWaitValue32"},
+	}
+	syms := make([]Symbol, int(C.smcu_symbol_count))
+	names := unsafe.Slice((**C.char)(unsafe.Pointer(&C.smcu_symbol_names)), len(syms))
+	for i := range syms {
+		n := C.GoString(names[i])
+		syms[i] = Symbol{Name: n, Alt: alt[n]}
+	}
+	return syms
+}()
+
 // The driver is loaded at most once per process; libMu serialises loading
-// (dlopen, dlsym into the C table, cuInit) and guards loadedPath. Failures
-// are not remembered: a later call tries again, so a test or a user can fix
+// (open, resolve into the C table, cuInit) and guards driver. Failures are
+// not remembered: a later call tries again, so a test or a user can fix
 // SYMMEM_LIBCUDA and retry. The library is never unloaded (unloading libcuda
 // while any context or allocation lives is unsafe, and nothing is gained).
 var (
 	libMu       sync.Mutex
-	loadedPath  string      // the path the C table came from; "" before the first load
+	driver      *Library    // the library the C table came from; nil before the first load
 	driverReady atomic.Bool // a load and cuInit have succeeded
 )
 
-// loadDriver makes sure the driver at path is loaded, resolved and
-// initialised (cuInit(0)). Loading a second time with a path that names the
-// library already loaded is cheap; a path naming another library fails.
-func loadDriver(path string) error {
+// loadDriver makes sure the driver is loaded, resolved and initialised
+// (cuInit(0)), and returns the path it came from. Once a driver is loaded,
+// finding another one (SYMMEM_LIBCUDA changed) fails.
+func loadDriver() (string, error) {
 	libMu.Lock()
 	defer libMu.Unlock()
 
-	cpath := C.CString(path)
-	defer C.free(unsafe.Pointer(cpath))
-	var msg [512]C.char
-	switch C.smcu_load(cpath, &msg[0], C.size_t(len(msg))) {
-	case C.SMCU_LOAD_OK:
-	case C.SMCU_LOAD_DLOPEN:
-		return core.Errorf(core.ErrUnavailable,
-			"cuda: cannot load the CUDA driver library %q: %s (is the NVIDIA driver installed? %s overrides the path)",
-			path, C.GoString(&msg[0]), EnvLibrary)
-	case C.SMCU_LOAD_SYMBOL:
-		return core.Errorf(core.ErrUnavailable,
-			"cuda: the CUDA driver library %q has no function %s: it is too old, or not NVIDIA's libcuda (libsymmem is tested with CUDA 12 drivers)",
-			path, C.GoString(&msg[0]))
-	default:
-		return core.Errorf(core.ErrUnavailable, "cuda: cannot use the CUDA driver library %q: %s (%q)",
-			path, C.GoString(&msg[0]), loadedPath)
+	lib, err := OpenLibrary(driverSpec)
+	if err != nil {
+		return "", core.Errorf(core.ErrUnavailable, "cuda: %v (is the NVIDIA driver installed? %s overrides the path)", err, EnvLibrary)
 	}
-	if loadedPath == "" {
-		loadedPath = path
+	switch {
+	case driver == nil:
+		tab := C.malloc(C.size_t(len(driverSymbols)) * C.size_t(unsafe.Sizeof(uintptr(0))))
+		defer C.free(tab)
+		if _, err := lib.Resolve(driverSymbols, 0, "", tab); err != nil {
+			return "", err
+		}
+		C.smcu_install(tab)
+		driver = lib
+	case driver.handle != lib.handle:
+		return "", core.Errorf(core.ErrUnavailable, "cuda: cannot use the CUDA driver library %q: the driver %q is already loaded in this process",
+			lib.Path, driver.Path)
 	}
 
 	// cuInit is cheap once it has succeeded, and retried when it has not.
 	if st := C.smcu_init(); st.res != C.SM_CUDA_SUCCESS {
 		r := int(st.res)
-		return core.Errorf(core.ErrUnavailable, "cuda: cuInit(0) failed with the driver %q: %s (%s)",
-			path, errorName(r), errorString(r))
+		return "", core.Errorf(core.ErrUnavailable, "cuda: cuInit(0) failed with the driver %q: %s (%s)",
+			lib.Path, errorName(r), errorString(r))
 	}
 	driverReady.Store(true)
-	return nil
+	return lib.Path, nil
 }
 
-// ensureDriver loads the driver for the package-level query functions: the
-// library already loaded if any, else LibraryPath().
+// ensureDriver loads the driver for the package-level query functions.
 func ensureDriver() error {
 	if driverReady.Load() {
 		return nil
 	}
-	libMu.Lock()
-	path := loadedPath
-	libMu.Unlock()
-	if path == "" {
-		path = LibraryPath()
-	}
-	return loadDriver(path)
+	_, err := loadDriver()
+	return err
 }

@@ -4,78 +4,32 @@
  */
 #include "shim.h"
 
-#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 
 /* The published table and the library it came from. Written only by
  * smcu_load under the Go side's lock, before any trampoline can run. */
 static smcu_table smcu;
-static void *smcu_handle;
 
 #define SMCU_STATUS(r, name) ((smcu_status){(int)(r), (name)})
 #define SMCU_OK SMCU_STATUS(SM_CUDA_SUCCESS, NULL)
 
-/* ---- loading ------------------------------------------------------------- */
+/* ---- loading -------------------------------------------------------------
+ * The library is found and opened by dynlib.go (OpenLibrary) and its
+ * symbols resolved in the order of smcu_symbol_names (Library.Resolve). */
 
-static void *smcu_sym(void *h, const char *name) {
-  (void)dlerror();
-  return dlsym(h, name);
-}
+const char *const smcu_symbol_names[] = {
+#define SMCU_NAME(api, symbol, params) #symbol,
+    SM_CU_FUNCTIONS(SMCU_NAME, SM_CU_PREFIXED)
+#undef SMCU_NAME
+};
+const int smcu_symbol_count = (int)(sizeof smcu_symbol_names / sizeof smcu_symbol_names[0]);
 
-int smcu_load(const char *path, char *err, size_t errlen) {
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (h == NULL) {
-    const char *e = dlerror();
-    snprintf(err, errlen, "%s", e != NULL ? e : "dlopen failed");
-    return SMCU_LOAD_DLOPEN;
-  }
-  if (smcu_handle != NULL) {
-    /* dlopen of a library already loaded returns the same handle and bumps
-     * its reference count; drop the extra reference either way. */
-    int same = h == smcu_handle;
-    dlclose(h);
-    if (same)
-      return SMCU_LOAD_OK;
-    snprintf(err, errlen, "a different CUDA driver library is already loaded in this process");
-    return SMCU_LOAD_OTHER;
-  }
+/* The table is a struct of function pointers, filled as an array. */
+_Static_assert(sizeof(smcu_table) == sizeof smcu_symbol_names / sizeof smcu_symbol_names[0] * sizeof(void *),
+               "smcu_table must hold exactly one pointer per symbol");
 
-  smcu_table t;
-  memset(&t, 0, sizeof t);
-  /* memcpy rather than a cast: ISO C has no conversion from void * to a
-   * function pointer, POSIX guarantees that the bits are one. */
-#define SMCU_SET(field, name)                                                              \
-  do {                                                                                     \
-    void *p_ = smcu_sym(h, (name));                                                        \
-    memcpy(&t.field, &p_, sizeof p_);                                                      \
-  } while (0);
-#define SMCU_RESOLVE(api, symbol, params) SMCU_SET(symbol, #symbol)
-  SM_CU_FUNCTIONS(SMCU_RESOLVE, SM_CU_PREFIXED)
-#undef SMCU_RESOLVE
-
-  /* Older drivers export only the unversioned names (same signatures). */
-  if (t.cuDeviceGetUuid_v2 == NULL)
-    SMCU_SET(cuDeviceGetUuid_v2, "cuDeviceGetUuid")
-  if (t.cuStreamWriteValue32_v2 == NULL)
-    SMCU_SET(cuStreamWriteValue32_v2, "cuStreamWriteValue32")
-  if (t.cuStreamWaitValue32_v2 == NULL)
-    SMCU_SET(cuStreamWaitValue32_v2, "cuStreamWaitValue32")
-#undef SMCU_SET
-
-#define SMCU_REQUIRE(api, symbol, params)                                                   \
-  if (t.symbol == NULL) {                                                                  \
-    snprintf(err, errlen, "%s", #symbol);                                                  \
-    dlclose(h);                                                                            \
-    return SMCU_LOAD_SYMBOL;                                                               \
-  }
-  SM_CU_FUNCTIONS(SMCU_REQUIRE, SM_CU_PREFIXED)
-#undef SMCU_REQUIRE
-
-  smcu = t;
-  smcu_handle = h;
-  return SMCU_LOAD_OK;
-}
+void smcu_install(const void *ptrs) { memcpy(&smcu, ptrs, sizeof smcu); }
 
 const char *smcu_error_name(int res) {
   const char *s = NULL;
@@ -127,6 +81,16 @@ static void smcu_leave(const smcu_scope *sc) {
   if (sc->switched)
     (void)smcu.cuCtxSetCurrent(sc->prev);
 }
+
+int smcu_scope_enter(uintptr_t ctx, uintptr_t *prev) {
+  smcu_scope sc;
+  if (smcu.cuCtxGetCurrent == NULL || smcu_enter(ctx, &sc).res != SM_CUDA_SUCCESS || !sc.switched)
+    return 0;
+  *prev = (uintptr_t)sc.prev;
+  return 1;
+}
+
+void smcu_scope_leave(uintptr_t prev) { (void)smcu.cuCtxSetCurrent((sm_CUcontext)prev); }
 
 /* Runs one driver call, expr, in ctx and returns its status named name. */
 #define SMCU_IN_CTX(ctx, name, expr)                                                        \
@@ -183,6 +147,16 @@ smcu_status smcu_device_uuid(int dev, unsigned char *out16) {
 
 smcu_status smcu_can_access_peer(int dev, int peer, int *can) {
   return SMCU_STATUS(smcu.cuDeviceCanAccessPeer(can, dev, peer), "cuDeviceCanAccessPeer");
+}
+
+smcu_status smcu_p2p_attribute(int dev, int peer, int attr, int *value) {
+  return SMCU_STATUS(
+      smcu.cuDeviceGetP2PAttribute(value, (sm_CUdevice_P2PAttribute)attr, dev, peer),
+      "cuDeviceGetP2PAttribute");
+}
+
+smcu_status smcu_device_total_mem(int dev, size_t *bytes) {
+  return SMCU_STATUS(smcu.cuDeviceTotalMem_v2(bytes, dev), "cuDeviceTotalMem_v2");
 }
 
 smcu_status smcu_primary_retain(int dev, uintptr_t *ctx) {
@@ -386,6 +360,16 @@ smcu_status smcu_host_free(uintptr_t ctx, void *p) {
   SMCU_IN_CTX(ctx, "cuMemFreeHost", smcu.cuMemFreeHost(p));
 }
 
+smcu_status smcu_memset_async(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
+                              unsigned char value, size_t size) {
+  SMCU_IN_CTX(ctx, "cuMemsetD8Async", smcu.cuMemsetD8Async(addr, value, size, (sm_CUstream)stream));
+}
+
+smcu_status smcu_copy_async(uintptr_t ctx, uintptr_t stream, unsigned long long dst,
+                            unsigned long long src, size_t size) {
+  SMCU_IN_CTX(ctx, "cuMemcpyAsync", smcu.cuMemcpyAsync(dst, src, size, (sm_CUstream)stream));
+}
+
 smcu_status smcu_write_value32(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
                                uint32_t value) {
   SMCU_IN_CTX(ctx, "cuStreamWriteValue32_v2",
@@ -420,4 +404,42 @@ smcu_status smcu_wait_value32(uintptr_t ctx, uintptr_t stream, unsigned long lon
   SMCU_IN_CTX(ctx, "cuStreamWaitValue32_v2",
               smcu.cuStreamWaitValue32_v2((sm_CUstream)stream, addr, value,
                                           SM_CU_STREAM_WAIT_VALUE_EQ));
+}
+
+/* ---- kernels -------------------------------------------------------------- */
+
+smcu_status smcu_module_load(uintptr_t ctx, const void *image, uintptr_t *module) {
+  sm_CUmodule m = NULL;
+  smcu_scope sc;
+  smcu_status st = smcu_enter(ctx, &sc);
+  if (st.res != SM_CUDA_SUCCESS)
+    return st;
+  sm_CUresult r = smcu.cuModuleLoadData(&m, image);
+  smcu_leave(&sc);
+  *module = (uintptr_t)m;
+  return SMCU_STATUS(r, "cuModuleLoadData");
+}
+
+smcu_status smcu_module_unload(uintptr_t ctx, uintptr_t module) {
+  SMCU_IN_CTX(ctx, "cuModuleUnload", smcu.cuModuleUnload((sm_CUmodule)module));
+}
+
+smcu_status smcu_module_function(uintptr_t ctx, uintptr_t module, const char *name, uintptr_t *fn) {
+  sm_CUfunction f = NULL;
+  smcu_scope sc;
+  smcu_status st = smcu_enter(ctx, &sc);
+  if (st.res != SM_CUDA_SUCCESS)
+    return st;
+  sm_CUresult r = smcu.cuModuleGetFunction(&f, (sm_CUmodule)module, name);
+  smcu_leave(&sc);
+  *fn = (uintptr_t)f;
+  return SMCU_STATUS(r, "cuModuleGetFunction");
+}
+
+smcu_status smcu_launch(uintptr_t ctx, uintptr_t fn, unsigned grid, unsigned block, uintptr_t stream,
+                        void *params) {
+  void *args[1] = {params};
+  SMCU_IN_CTX(ctx, "cuLaunchKernel",
+              smcu.cuLaunchKernel((sm_CUfunction)fn, grid, 1, 1, block, 1, 1, 0, (sm_CUstream)stream, args,
+                                  NULL));
 }

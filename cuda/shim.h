@@ -1,5 +1,5 @@
 /*
- * shim.h - the C side of the cuda backend: the driver loader and the small
+ * shim.h - the C side of the cuda backend: the driver's function table and the small
  * trampolines that Go calls through cgo.
  *
  * Rules the trampolines follow (see doc.go, Note [contexts]):
@@ -35,23 +35,25 @@ typedef struct smcu_table {
 #undef SMCU_FIELD
 } smcu_table;
 
-/* smcu_load results. */
-enum {
-  SMCU_LOAD_OK = 0,
-  SMCU_LOAD_DLOPEN = 1,  /* dlopen failed; err holds dlerror() */
-  SMCU_LOAD_SYMBOL = 2,  /* a function is missing; err holds its name */
-  SMCU_LOAD_OTHER = 3    /* a different driver library is already loaded */
-};
+/* The symbol names of smcu_table's fields, in order, and their number. */
+extern const char *const smcu_symbol_names[];
+extern const int smcu_symbol_count;
 
-/* Loads the driver at path (dlopen RTLD_NOW|RTLD_LOCAL) and resolves every
- * function of SM_CU_FUNCTIONS. Not thread-safe: the Go side holds a lock.
- * Loading again with a path that names the library already loaded is a no-op;
- * the table is published only when every symbol resolved. */
-int smcu_load(const char *path, char *err, size_t errlen);
+/* Publishes a resolved table: ptrs holds smcu_symbol_count function
+ * pointers in smcu_symbol_names order (dynlib.go's Library.Resolve fills
+ * it). Called once, under the Go side's lock, before any trampoline runs. */
+void smcu_install(const void *ptrs);
 
 /* cuGetErrorName / cuGetErrorString, or NULL when unknown or not loaded. */
 const char *smcu_error_name(int res);
 const char *smcu_error_string(int res);
+
+/* For the package's other C code (nccl.c): makes ctx current on the calling
+ * thread unless it already is; returns 1 and the previous context in *prev
+ * when it switched (then smcu_scope_leave(prev) puts it back), 0 otherwise
+ * (also when no driver is loaded). */
+int smcu_scope_enter(uintptr_t ctx, uintptr_t *prev);
+void smcu_scope_leave(uintptr_t prev);
 
 /* Calls that need no context. */
 smcu_status smcu_init(void);
@@ -62,6 +64,8 @@ smcu_status smcu_device_attribute(int dev, int attr, int *value);
 smcu_status smcu_device_name(int dev, char *buf, int len);
 smcu_status smcu_device_uuid(int dev, unsigned char *out16);
 smcu_status smcu_can_access_peer(int dev, int peer, int *can);
+smcu_status smcu_p2p_attribute(int dev, int peer, int attr, int *value);
+smcu_status smcu_device_total_mem(int dev, size_t *bytes);
 smcu_status smcu_primary_retain(int dev, uintptr_t *ctx);
 smcu_status smcu_primary_release(int dev);
 smcu_status smcu_current_context(uintptr_t *ctx);
@@ -95,6 +99,11 @@ smcu_status smcu_copy(uintptr_t ctx, uintptr_t stream, unsigned long long dst,
 /* Pinned, portable host memory (cuMemHostAlloc / cuMemFreeHost). */
 smcu_status smcu_host_alloc(uintptr_t ctx, size_t size, void **p);
 smcu_status smcu_host_free(uintptr_t ctx, void *p);
+/* The same, enqueued only (the caller waits for the stream, bounded). */
+smcu_status smcu_memset_async(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
+                              unsigned char value, size_t size);
+smcu_status smcu_copy_async(uintptr_t ctx, uintptr_t stream, unsigned long long dst,
+                            unsigned long long src, size_t size);
 smcu_status smcu_write_value32(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
                                uint32_t value);
 /* One 32-bit stream memory operation for smcu_batch_memops. */
@@ -110,5 +119,15 @@ typedef struct smcu_memop {
 smcu_status smcu_batch_memops(uintptr_t ctx, uintptr_t stream, const smcu_memop *ops, int n);
 smcu_status smcu_wait_value32(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
                               uint32_t value);
+
+/* Kernels (cuda/kernels.go). Modules and functions cross as integers. */
+smcu_status smcu_module_load(uintptr_t ctx, const void *image, uintptr_t *module);
+smcu_status smcu_module_unload(uintptr_t ctx, uintptr_t module);
+smcu_status smcu_module_function(uintptr_t ctx, uintptr_t module, const char *name, uintptr_t *fn);
+/* Launches fn (grid x 1 x 1 blocks of block x 1 x 1 threads) on stream with
+ * one kernel parameter: params_size bytes at params (copied by the driver
+ * at launch, so params may be freed when this returns). */
+smcu_status smcu_launch(uintptr_t ctx, uintptr_t fn, unsigned grid, unsigned block, uintptr_t stream,
+                        void *params);
 
 #endif /* SYMMEM_CUDA_SHIM_H */

@@ -18,7 +18,7 @@ func (b *Backend) Synchronize(dev int, s core.Stream) error {
 	if err != nil {
 		return err
 	}
-	return b.bounded(dev, "cuStreamSynchronize", func() C.smcu_status {
+	return b.bounded(dev, flightKey{dev, "cuStreamSynchronize", s}, func() C.smcu_status {
 		return C.smcu_stream_synchronize(d.ctx, C.uintptr_t(s))
 	})
 }
@@ -30,31 +30,139 @@ func (b *Backend) SynchronizeDevice(dev int) error {
 	if err != nil {
 		return err
 	}
-	return b.bounded(dev, "cuCtxSynchronize", func() C.smcu_status { return C.smcu_ctx_synchronize(d.ctx) })
+	return b.bounded(dev, flightKey{dev, "cuCtxSynchronize", 0}, func() C.smcu_status { return C.smcu_ctx_synchronize(d.ctx) })
 }
 
-// bounded runs a driver call that waits for the GPU and gives up on it after
-// b.syncTimeout with ErrTimeout, so that no host thread of the caller waits
-// forever: a stream blocked on a signal from a peer that died never drains,
-// and cuCtxSynchronize would wait for it for ever. The abandoned call goes on
-// in its own goroutine (its OS thread stays blocked in the driver); only
-// calls that touch no caller memory are run this way (not Copy or Memset,
-// whose late completion could write into memory the caller has moved on
-// from).
-func (b *Backend) bounded(dev int, what string, call func() C.smcu_status) error {
-	done := make(chan error, 1)
-	go func() { done <- check(call(), dev) }()
-	timer := time.NewTimer(b.syncTimeout)
+// flightKey names one kind of synchronisation: at most one call per key is
+// in the driver at a time (Note [Bounded waits]).
+type flightKey struct {
+	dev    int
+	what   string
+	stream core.Stream
+}
+
+// flight is a synchronisation call running in the driver.
+type flight struct {
+	done chan struct{} // closed when the call returns
+	err  error         // its result, set before done is closed
+}
+
+// Note [Bounded waits]
+//
+// The driver's synchronisation calls cannot be cancelled, and a stream
+// blocked on a signal from a peer that died never drains: cuCtxSynchronize
+// would wait for ever. bounded runs such a call on a goroutine of its own
+// and gives up on it after b.syncTimeout with ErrTimeout; the abandoned call
+// stays in the driver, holding its OS thread, until the device drains.
+// Calls are single-flight per (device, call, stream): a caller that finds
+// the same call still in the driver (abandoned by an earlier caller) waits
+// for it, within its own deadline, and then makes its own (the earlier one
+// does not cover work queued since it started). So repeated timeouts on a
+// stuck device hold at most one OS thread per key, not one per timeout.
+// Only calls that touch no caller memory are run this way (not Copy or
+// Memset, whose late completion could write into memory the caller has
+// moved on from).
+func (b *Backend) bounded(dev int, key flightKey, call func() C.smcu_status) error {
+	return b.boundedFor(dev, key, b.syncTimeout, call)
+}
+
+func (b *Backend) boundedFor(dev int, key flightKey, timeout time.Duration, call func() C.smcu_status) error {
+	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	select {
-	case err := <-done:
-		return err
-	case <-timer.C:
-		return core.Errorf(core.ErrTimeout,
-			"cuda: %s on device %d did not finish within %v: work queued on the device is stuck (a stream waiting for a signal from a peer that is gone?); the wait is abandoned and the device stays busy (SYMMEM_TIMEOUT_MS sets the limit)",
-			what, dev, b.syncTimeout)
+	waitedForOther := false
+	for {
+		b.flightsMu.Lock()
+		if b.flights == nil {
+			b.flights = map[flightKey]*flight{}
+		}
+		f, mine := b.flights[key], false
+		if f == nil {
+			f, mine = &flight{done: make(chan struct{})}, true
+			b.flights[key] = f
+			go func() {
+				f.err = check(call(), dev)
+				b.flightsMu.Lock()
+				delete(b.flights, key)
+				b.flightsMu.Unlock()
+				close(f.done)
+			}()
+		}
+		b.flightsMu.Unlock()
+		select {
+		case <-f.done:
+			if mine {
+				return f.err
+			}
+			waitedForOther = true // the earlier call ended: now ours
+		case <-timer.C:
+			still := ""
+			if !mine && !waitedForOther {
+				still = " (an earlier " + key.what + " that timed out is still waiting in the driver; this call waited for it)"
+			}
+			return core.Errorf(core.ErrTimeout,
+				"cuda: %s on device %d did not finish within %v: work queued on the device is stuck (a stream waiting for a signal from a peer that is gone?); the wait is abandoned and the device stays busy%s (SYMMEM_TIMEOUT_MS sets the limit)",
+				key.what, dev, timeout, still)
+		}
 	}
 }
+
+// ownStream is dev's stream for the library's own bounded work, made on
+// first use: non-blocking, so work stuck on the caller's streams (or the
+// legacy default stream) does not hold it up.
+func (b *Backend) ownStream(d *device) (C.uintptr_t, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ownStream == 0 {
+		var s C.uintptr_t
+		if err := check(C.smcu_stream_create(d.ctx, &s), d.ordinal); err != nil {
+			return 0, err
+		}
+		d.ownStream = s
+	}
+	return d.ownStream, nil
+}
+
+// MemsetWithin is core.BoundedMemOps: Memset on the library's own stream,
+// waiting for it up to timeout (Note [Bounded waits]). After ErrTimeout the
+// memset may still run: the caller must not free the memory.
+func (b *Backend) MemsetWithin(dev int, addr uintptr, value byte, size uintptr, timeout time.Duration) error {
+	d, err := b.device(dev)
+	if err != nil || size == 0 {
+		return err
+	}
+	s, err := b.ownStream(d)
+	if err != nil {
+		return err
+	}
+	if err := check(C.smcu_memset_async(d.ctx, s, C.ulonglong(addr), C.uchar(value), C.size_t(size)), dev); err != nil {
+		return err
+	}
+	return b.boundedFor(dev, flightKey{dev, "cuStreamSynchronize", core.Stream(s)}, timeout, func() C.smcu_status {
+		return C.smcu_stream_synchronize(d.ctx, s)
+	})
+}
+
+// CopyWithin is core.BoundedMemOps: Copy on the library's own stream,
+// waiting for it up to timeout. After ErrTimeout the copy may still run:
+// the caller must not free either side.
+func (b *Backend) CopyWithin(dev int, dst, src, size uintptr, timeout time.Duration) error {
+	d, err := b.device(dev)
+	if err != nil || size == 0 {
+		return err
+	}
+	s, err := b.ownStream(d)
+	if err != nil {
+		return err
+	}
+	if err := check(C.smcu_copy_async(d.ctx, s, C.ulonglong(dst), C.ulonglong(src), C.size_t(size)), dev); err != nil {
+		return err
+	}
+	return b.boundedFor(dev, flightKey{dev, "cuStreamSynchronize", core.Stream(s)}, timeout, func() C.smcu_status {
+		return C.smcu_stream_synchronize(d.ctx, s)
+	})
+}
+
+var _ core.BoundedMemOps = (*Backend)(nil)
 
 // StreamWait makes later work on waiter wait for the work queued on other so
 // far: an event (timing disabled) recorded on other and waited for on

@@ -90,6 +90,16 @@ SYMMEM_FRONT(void *const *, handle_buffer_ptrs, NULL, (const symmem_handle *hand
 SYMMEM_FRONT(void *const *, handle_signal_pad_ptrs, NULL, (const symmem_handle *handle), (handle))
 SYMMEM_FRONT(void *const *, handle_buffer_ptrs_dev, NULL, (const symmem_handle *handle), (handle))
 SYMMEM_FRONT(void *const *, handle_signal_pad_ptrs_dev, NULL, (const symmem_handle *handle), (handle))
+// Groups over an NCCL communicator.
+SYMMEM_FRONT(symmem_result, group_create_nccl, OUT_NULL_THEN(out, UNAVAILABLE),
+             (void *nccl_comm, const char *name, int64_t timeout_ms, unsigned flags, symmem_group **out),
+             (nccl_comm, name, timeout_ms, flags, out))
+SYMMEM_FRONT(int, nccl_version, 0, (void), ())
+SYMMEM_FRONT(symmem_result, handle_nccl_window, UNAVAILABLE,
+             (const symmem_handle *handle, void **window, size_t *offset), (handle, window, offset))
+SYMMEM_FRONT(symmem_result, group_nccl_window_counts, UNAVAILABLE,
+             (const symmem_group *group, int64_t *registered, int64_t *deregistered, int64_t *live),
+             (group, registered, deregistered, live))
 SYMMEM_FRONT(symmem_result, put_signal, UNAVAILABLE,
              (symmem_handle *handle, int dst_rank, int channel, symmem_stream_t stream), (handle, dst_rank, channel, stream))
 SYMMEM_FRONT(symmem_result, wait_signal, UNAVAILABLE,
@@ -98,3 +108,21 @@ SYMMEM_FRONT(symmem_result, wait_signal, UNAVAILABLE,
 SYMMEM_FRONT(symmem_result, barrier, UNAVAILABLE,
              (symmem_handle *handle, int channel, int64_t timeout_ms, symmem_stream_t stream),
              (handle, channel, timeout_ms, stream))
+
+// Collectives.
+SYMMEM_FRONT(symmem_result, all_reduce, UNAVAILABLE,
+             (symmem_handle *handle, symmem_dtype dtype, symmem_op op, size_t count, void *out, symmem_stream_t stream),
+             (handle, dtype, op, count, out, stream))
+SYMMEM_FRONT(symmem_result, all_gather, UNAVAILABLE,
+             (symmem_handle *handle, symmem_dtype dtype, size_t count, void *out, symmem_stream_t stream),
+             (handle, dtype, count, out, stream))
+SYMMEM_FRONT(symmem_result, reduce_scatter, UNAVAILABLE,
+             (symmem_handle *handle, symmem_dtype dtype, symmem_op op, size_t count, void *out, symmem_stream_t stream),
+             (handle, dtype, op, count, out, stream))
+SYMMEM_FRONT(symmem_result, collective, UNAVAILABLE,
+             (symmem_handle *handle, symmem_coll coll, symmem_dtype dtype, symmem_op op, size_t count, void *out,
+              symmem_algo algo, int channel, symmem_stream_t stream),
+             (handle, coll, dtype, op, count, out, algo, channel, stream))
+SYMMEM_FRONT(symmem_result, handle_device_error, UNAVAILABLE, (const symmem_handle *handle, uint32_t *flag),
+             (handle, flag))
+SYMMEM_FRONT(symmem_result, collectives_load, UNAVAILABLE, (int device, symmem_kernel_info *info), (device, info))

@@ -19,9 +19,31 @@
  *     errno); call symmem_clear_last_error() first when a void function's
  *     outcome matters (symmem_free).
  *   - Every function is safe to call from any thread at any time. Calls on
- *     one device serialise on that device's lock; calls on a handle or a
- *     group are safe concurrently, though collective calls (rendezvous,
- *     barrier) must be made by every rank in the same order.
+ *     one device serialise on that device's lock (symmem_empty_cache holds
+ *     it through its device synchronisation, bounded by SYMMEM_TIMEOUT_MS);
+ *     calls on a handle or a group are safe concurrently, though collective
+ *     calls (group creation, rendezvous, barrier) must be made by every rank
+ *     in the same order, and one process runs one collective of a group at a
+ *     time (a second waits for the first).
+ *   - Releasing while other threads use an object is safe and defined: a
+ *     handle or group released or destroyed on one thread makes the calls in
+ *     flight on it on other threads return promptly with
+ *     SYMMEM_ERROR_INVALID_STATE naming the release (a host-side wait or a
+ *     rendezvous waiting for peers is cut short, not left to its timeout),
+ *     and every later call on it fails the same way (the pointer is then an
+ *     unknown object: never a crash, SYMMEM_ERROR_INVALID_ARGUMENT). Memory
+ *     is unmapped only after the calls in flight have returned; if one does
+ *     not return within the group's timeout (a driver call stuck), the
+ *     memory is left mapped and the release says so.
+ *   - Nothing is unmapped while the GPU may still use it: memory is unmapped
+ *     after a device synchronisation. When that synchronisation fails or
+ *     times out (typically: a peer died while a stream waits for its signal),
+ *     the memory is deliberately leaked, left mapped, and the call's error
+ *     (SYMMEM_ERROR_TIMEOUT or _BACKEND) says "left mapped (deliberately
+ *     leaked)". Likewise, memory whose unmap succeeded but whose release
+ *     failed is leaked (never reused) and the error says so. A synchronisation
+ *     that timed out stays abandoned in the driver; later ones wait for it
+ *     (one blocked thread per device and kind, not one per timeout).
  *   - Bad input never crashes the process: it yields an error code. A bug
  *     of the library that shows as a Go panic is caught at the function's
  *     boundary: the function returns its failure value with
@@ -67,6 +89,14 @@
  *   SYMMEM_HEAP_RESERVE=bytes       address space reserved per heap range
  *                                   (default twice the device's memory)
  *   SYMMEM_TRACE=1                  print the phases of each rendezvous to stderr
+ *   SYMMEM_LIBNVRTC=path            NVRTC, which compiles the collectives' kernels
+ *                                   (default: a copy already loaded,
+ *                                   libnvrtc.so.13/.12, PyTorch's nvidia-* wheels,
+ *                                   the CUDA toolkit)
+ *   SYMMEM_CACHE_DIR=dir            the kernels' disk cache is dir/kernels
+ *                                   (default ~/.cache/libsymmem/kernels)
+ *   SYMMEM_ONE_SHOT_MAX_BYTES=n     the largest all-reduce SYMMEM_ALGO_AUTO runs
+ *                                   one-shot (default 262144)
  */
 #ifndef SYMMEM_H
 #define SYMMEM_H
@@ -152,6 +182,22 @@ const char *symmem_backend_notes(void);
 /* Number of devices of the backend (the host backend has one: device 0). */
 int symmem_device_count(void);
 
+/* The diagnostic report, as a JSON object: the library's version and path;
+ * the backend, why it was chosen, and backend_notes; each device (name,
+ * memory); the CUDA driver's version, each GPU (name, memory, compute
+ * capability, UUID, VMM / POSIX-fd / fabric / multicast support, queried
+ * with cuDeviceGetAttribute and never used) and each ordered pair of GPUs
+ * (peer access, native atomics, the link inferred from them); optional
+ * libraries (NCCL, NVRTC: found or not, version, path; "not built yet" where
+ * the library has no loader for one); the socket directory, its owner and
+ * mode; every SYMMEM_* variable set, how it was read and any error. Keys are
+ * only ever added. Writes at most len bytes into buf (NUL-terminated when
+ * len > 0) and returns the report's length without the NUL, like snprintf:
+ * call with (NULL, 0) to size the buffer. The report is made anew at each
+ * call (it may load the CUDA driver). Returns 0 with the last error set on
+ * an internal failure. python -m symmem and symmem-info print it. */
+size_t symmem_info_json(char *buf, size_t len);
+
 /* ---------------------------------------------------------------------------
  * The caching allocator (PyTorch's CUDAPluggableAllocator ABI)
  * ------------------------------------------------------------------------- */
@@ -210,7 +256,13 @@ void symmem_memory_fraction(double fraction, int device);
 /* Releases every cached segment of device that holds no allocated block,
  * after synchronising the device so that no queued work can still use it.
  * device -1 means every device. Physical memory goes back to the backend;
- * the address range stays reserved. */
+ * the address range stays reserved. Live handles are not affected: a
+ * segment that peers mapped through a rendezvous stays mapped in their
+ * processes until their handles are released (the physical memory returns
+ * only then), and a block that holds a live allocation is never released.
+ * If the synchronisation fails, nothing is released (SYMMEM_ERROR_TIMEOUT
+ * or _BACKEND); if a segment is unmapped but its memory cannot be released,
+ * it leaves the cache anyway (leaked, said in the error). */
 symmem_result symmem_empty_cache(int device);
 
 /* Sets device's memory limit: reserved bytes (segments) never exceed it;
@@ -235,16 +287,66 @@ typedef struct symmem_stat {
  * a capacity below count copies the first capacity of them, a larger one
  * leaves the rest of out untouched); keys are always in the same order, and
  * later versions only add keys at the end. Returns 0 with the last error set on a bad device.
- * Keys (STAT is allocation, segment, active, allocated_bytes,
- * reserved_bytes, active_bytes, requested_bytes, paused_bytes; POOL is all,
- * small_pool, large_pool). paused_bytes counts segments whose physical
- * memory symmem_pause released (they are not in reserved_bytes then). "active" equals "allocated" here: a freed block is reusable
- * at once on its stream, so no block is inactive-but-pending as in PyTorch;
- * inactive_split* are not kept. memory_limit is 0 when there is none:
- *   STAT.POOL.current, .peak, .allocated, .freed
+ * Keys, every key of torch.cuda.memory_stats() with the same meaning (STAT is
+ * allocation, segment, active, allocated_bytes, reserved_bytes, active_bytes,
+ * requested_bytes; then the same for inactive_split, inactive_split_bytes,
+ * paused_bytes;
+ * POOL is all, small_pool, large_pool). "active" equals "allocated" here: a
+ * freed block is reusable at once on its stream, so no block is
+ * inactive-but-pending as in PyTorch. inactive_split counts free blocks of
+ * segments that hold other blocks too (fragmentation that
+ * symmem_empty_cache cannot release). There is no max_split_size option, as
+ * in PyTorch's default: max_split_size is -1 and oversize_* are 0.
+ * paused_bytes counts segments whose physical memory symmem_pause released
+ * (they are not in reserved_bytes then). memory_limit is 0 when there is none. In this order:
+ *   STAT.POOL.current, .peak, .allocated, .freed (the seven first STATs)
  *   num_alloc_retries, num_ooms, num_device_alloc, num_device_free,
- *   num_sync_all_streams, memory_limit */
+ *   num_sync_all_streams, memory_limit,
+ *   inactive_split.POOL.*, inactive_split_bytes.POOL.*,
+ *   oversize_allocations.current/.peak/.allocated/.freed,
+ *   oversize_segments.current/.peak/.allocated/.freed, max_split_size */
 size_t symmem_stats(int device, symmem_stat *out, size_t capacity);
+
+/* Heap snapshots and allocation history, in the shape of PyTorch's memory
+ * snapshots (symmem.torch.memory_snapshot builds torch's dict from them).
+ *
+ * symmem_memory_snapshot_json writes a JSON object
+ *   {"segments": [{"device", "address", "total_size", "allocated_size",
+ *                  "active_size", "requested_size", "stream",
+ *                  "segment_type": "small"|"large",
+ *                  "blocks": [{"address", "size", "requested_size",
+ *                              "state": "active_allocated"|"inactive",
+ *                              "context"}]}],
+ *    "device_traces": [[{"action", "addr", "size", "stream", "time_us",
+ *                        "context"}] per device],
+ *    "recording": bool}
+ * covering every device's allocator: segments in address order, their
+ * blocks tiling them in address order. "action" is alloc, free_requested,
+ * free_completed (a free completes at once), segment_alloc or segment_free;
+ * "size" is the bytes asked for (blocks) or the segment's size. "context" is
+ * the number the context hook returned for the allocation (0: none). Writes
+ * at most len bytes into buf (NUL-terminated when len > 0) and returns the
+ * document's length, like snprintf; the heap may change between two calls,
+ * so retry with a larger buffer while the result is >= len. Returns 0 with
+ * the last error set when there is no backend. Thread-safe; each device's
+ * part is consistent (taken under its lock). */
+size_t symmem_memory_snapshot_json(char *buf, size_t len);
+
+/* Starts recording the allocation history of every device (max_entries > 0:
+ * a ring of the last max_entries events per device, cleared now) or stops it
+ * (0). Off by default; recording costs one event per call. Returns
+ * SYMMEM_ERROR_INVALID_ARGUMENT above 2^26 entries. */
+symmem_result symmem_record_history(size_t max_entries);
+
+/* A context hook: called after each successful symmem_alloc while recording
+ * is on, on the allocating thread, with no lock of the library held; returns
+ * a number naming the caller's context (e.g. an interned stack trace; 0:
+ * none), which snapshots report with the block and its alloc event. */
+typedef uint64_t (*symmem_context_fn)(void *user);
+
+/* Installs fn (NULL removes it) with user passed back to it. The hook must
+ * not call into libsymmem's allocator. Returns SYMMEM_SUCCESS. */
+symmem_result symmem_set_context_hook(symmem_context_fn fn, void *user);
 
 /* Sets every .peak statistic of device to its .current value. */
 symmem_result symmem_reset_peak_stats(int device);
@@ -323,8 +425,12 @@ symmem_result symmem_group_create_with_allgather(
     const char *name, int rank, int world_size, int device, int64_t timeout_ms,
     symmem_allgather_fn allgather, void *user, symmem_group **out);
 
-/* Leaves the group and frees it. Handles of the group stay valid until
- * released. NULL is a no-op. */
+/* Leaves the group and frees it (not collective: peers in a collective with
+ * this rank fail with SYMMEM_ERROR_PEER naming it). Handles of the group stay
+ * valid until released; the group's memory goes with the last of them. A
+ * rendezvous of this group in flight on another thread returns at once with
+ * SYMMEM_ERROR_INVALID_STATE (with a caller-supplied allgather, destroy waits
+ * for the callback in progress to return). NULL is a no-op. */
 symmem_result symmem_group_destroy(symmem_group *group);
 
 /* The rank / world size / device of a group (-1 with the last error if group
@@ -344,15 +450,23 @@ symmem_result symmem_group_set_signal_pad_size(symmem_group *group,
 /* Collective: every rank of group calls it with a pointer into a block of its
  * own, allocated by symmem_alloc on the group's device by the same sequence
  * of calls on every rank. ptr may point inside the block. Validates on every
- * rank that block sizes, heap offsets, hosts and devices agree (a mismatch is
+ * rank that block sizes, heap offsets, the pointer's offset in its block,
+ * hosts and devices agree (a mismatch is
  * SYMMEM_ERROR_MISMATCH naming the ranks that differ). On success *out owns a
  * handle whose buffer pointers are the peers' blocks mapped here. A handle
  * stays valid after the block is freed, until released. */
 symmem_result symmem_rendezvous(void *ptr, symmem_group *group,
                                 symmem_handle **out);
 
-/* Releases a handle; peers' memory is unmapped when no handle uses it. NULL
- * is a no-op. */
+/* Releases a handle; peers' memory is unmapped when no handle uses it, after
+ * a device synchronisation (if that fails, it is left mapped and the error
+ * says so). Signal calls on the handle in flight on other threads return
+ * first (a host-side wait gives up with SYMMEM_ERROR_INVALID_STATE); release
+ * waits for them up to the group's timeout, then leaves the memory mapped
+ * and fails with SYMMEM_ERROR_TIMEOUT. Pointers obtained from the handle
+ * (buffer and pad pointers, pointer arrays) must not be used afterwards.
+ * A second release is SYMMEM_ERROR_INVALID_ARGUMENT (an unknown handle).
+ * NULL is a no-op. */
 symmem_result symmem_handle_release(symmem_handle *handle);
 
 int symmem_handle_rank(const symmem_handle *handle);
@@ -487,6 +601,234 @@ symmem_result symmem_pause_group(symmem_group *group, const char *tag);
  * (e.g. OUT_OF_MEMORY, naming that rank, the tag and the bytes) is every
  * rank's, and every rank is left paused, ready for a retry. */
 symmem_result symmem_resume_group(symmem_group *group, const char *tag);
+
+/* ---------------------------------------------------------------------------
+ * Collectives on symmetric memory
+ *
+ * Every rank of the handle's group calls the same collective with the same
+ * dtype, op, count and algorithm, in the same order. The input is count
+ * elements at the handle's rendezvous pointer of every rank (the block plus
+ * symmem_handle_offset); out is this rank's output (any memory of the device,
+ * or the same block). W = world size, r = this rank:
+ *
+ *   all_reduce      writes count elements to out (NULL: in place, out = the
+ *                   input): the reduction over ranks, in rank order 0..W-1,
+ *                   accumulated in fp32 for bf16/fp16 and rounded once to
+ *                   nearest even (the same on every rank and every run), int32
+ *                   wrapping.
+ *   all_gather      writes W*count elements to out, rank p's input at p*count.
+ *                   In place when out + r*count elements is the input.
+ *   reduce_scatter  count must be a multiple of W; writes count/W elements to
+ *                   out: the reduction of slice r (elements [r*count/W,
+ *                   (r+1)*count/W)). In place when out is slice r of the input.
+ *
+ * All-reduce runs one-shot (every rank reads every rank's whole input) or
+ * two-shot (rank r reduces slice r and stores it into every rank's out: out
+ * must then lie inside the rendezvoused block, at the same offset on every
+ * rank; in place qualifies). SYMMEM_ALGO_AUTO picks one-shot up to 256 KiB of
+ * input (SYMMEM_ONE_SHOT_MAX_BYTES overrides) or when out is outside the
+ * block, two-shot above.
+ *
+ * cuda backend: one kernel, compiled at first use with NVRTC (found as
+ * SYMMEM_LIBNVRTC, PyTorch's nvidia-cuda-nvrtc wheel or the CUDA toolkit) and
+ * cached on disk (README, "Collectives"), enqueued on stream and returning at once; capturable
+ * in CUDA graphs; it waits for its peers on the GPU with the counting
+ * barriers of include/symmem_device.cuh, bounded by the group's timeout (a
+ * wait that gives up records the flag symmem_handle_device_error reads).
+ * Collectives that may run at once on one group (different streams) need
+ * different channels (symmem_collective); the library's collectives never
+ * touch the signal channels of symmem_put_signal / symmem_wait_signal.
+ * host backend: they run on the calling thread and return when done
+ * (SYMMEM_ERROR_TIMEOUT after the group's timeout, naming the missing rank).
+ *
+ * Errors, with nothing enqueued: SYMMEM_ERROR_INVALID_ARGUMENT for an unknown
+ * dtype, op, algorithm or channel, count past the buffer (count*size >
+ * buffer_size - offset), a count that reduce_scatter cannot split, an input or
+ * out not 16-byte aligned, out NULL (all_gather, reduce_scatter), out
+ * overlapping the input other than in place, two-shot with out outside the
+ * block; SYMMEM_ERROR_INVALID_STATE for a released handle;
+ * SYMMEM_ERROR_UNAVAILABLE when NVRTC cannot be found (the message names what
+ * to install). count 0 does nothing. Thread safety: calls on different
+ * channels may run at once; calls on one channel must be ordered (one
+ * stream, or streams the caller orders). */
+
+/* Element types. Fixed values. */
+typedef enum symmem_dtype {
+  SYMMEM_FLOAT32 = 0,
+  SYMMEM_FLOAT16 = 1,
+  SYMMEM_BFLOAT16 = 2,
+  SYMMEM_INT32 = 3
+} symmem_dtype;
+
+/* Reductions. Fixed values. max/min follow fmaxf/fminf (a NaN operand
+ * yields the other). */
+typedef enum symmem_op {
+  SYMMEM_SUM = 0,
+  SYMMEM_MAX = 1,
+  SYMMEM_MIN = 2
+} symmem_op;
+
+/* Which collective symmem_collective runs. Fixed values. */
+typedef enum symmem_coll {
+  SYMMEM_ALL_REDUCE = 0,
+  SYMMEM_ALL_GATHER = 1,
+  SYMMEM_REDUCE_SCATTER = 2
+} symmem_coll;
+
+/* All-reduce algorithms. Fixed values. */
+typedef enum symmem_algo {
+  SYMMEM_ALGO_AUTO = 0,
+  SYMMEM_ALGO_ONE_SHOT = 1,
+  SYMMEM_ALGO_TWO_SHOT = 2
+} symmem_algo;
+
+/* The number of collective channels (symmem_collective's channel is in
+ * [0, SYMMEM_COLL_CHANNELS)). */
+#define SYMMEM_COLL_CHANNELS 4
+
+/* all_reduce on channel 0 with SYMMEM_ALGO_AUTO. out NULL: in place. */
+symmem_result symmem_all_reduce(symmem_handle *handle, symmem_dtype dtype,
+                                symmem_op op, size_t count, void *out,
+                                symmem_stream_t stream);
+/* all_gather on channel 0: count elements of each rank's input, W*count to
+ * out. */
+symmem_result symmem_all_gather(symmem_handle *handle, symmem_dtype dtype,
+                                size_t count, void *out,
+                                symmem_stream_t stream);
+/* reduce_scatter on channel 0: count elements of each rank's input (a
+ * multiple of W), count/W to out. */
+symmem_result symmem_reduce_scatter(symmem_handle *handle, symmem_dtype dtype,
+                                    symmem_op op, size_t count, void *out,
+                                    symmem_stream_t stream);
+/* Any of the three with every choice: algo (all_reduce only; others take
+ * SYMMEM_ALGO_AUTO) and channel in [0, SYMMEM_COLL_CHANNELS). op is ignored
+ * by all_gather. */
+symmem_result symmem_collective(symmem_handle *handle, symmem_coll coll,
+                                symmem_dtype dtype, symmem_op op, size_t count,
+                                void *out, symmem_algo algo, int channel,
+                                symmem_stream_t stream);
+
+/* Reads this rank's device error flag (the library's part of its signal pad,
+ * include/symmem_device.cuh): 0 while every kernel wait succeeded, else
+ * 0x80000000 | peer << 16 | set of the first wait that gave up (the kernel's
+ * results are then undefined; use another group). On cuda a copy from the
+ * device, ordered after nothing: synchronise the collectives' streams first to
+ * see what their kernels recorded. */
+symmem_result symmem_handle_device_error(const symmem_handle *handle,
+                                         uint32_t *flag);
+
+/* How the collectives' kernels were obtained for a device. */
+typedef struct symmem_kernel_info {
+  int arch;          /* compute capability, major*10 + minor (90: H100/H200) */
+  int from_cache;    /* 1: the image came from the disk cache */
+  double compile_ms; /* NVRTC's compile time (0 when from the cache) */
+  double load_ms;    /* reading the cache file and cuModuleLoadData */
+  char compiler[256];   /* "NVRTC 13.0 (/path/libnvrtc.so.13)" */
+  char cache_path[512]; /* the cache folder, "" when the cache is off */
+} symmem_kernel_info;
+
+/* Compiles (or reads from the cache) and loads the collectives' kernels for
+ * device now rather than at the first collective (which does the same), and
+ * fills *info (may be NULL). Later calls return the first call's info. The
+ * kernels are compiled with NVRTC for the device's architecture and cached in
+ * $SYMMEM_CACHE_DIR/kernels or the user's cache directory
+ * (~/.cache/libsymmem/kernels), keyed by source hash, architecture and NVRTC
+ * version; a cache file whose checksum fails is rebuilt. The host backend has
+ * nothing to compile: success with a zeroed info. SYMMEM_ERROR_UNAVAILABLE
+ * without NVRTC (the message names what to install); SYMMEM_ERROR_BACKEND
+ * when compiling or loading fails (the message holds NVRTC's log).
+ * Thread-safe. */
+symmem_result symmem_collectives_load(int device, symmem_kernel_info *info);
+
+/* ---------------------------------------------------------------------------
+ * Groups over an NCCL communicator, NCCL symmetric windows
+ *
+ * NCCL is never linked: it is loaded at run time the first time one of these
+ * functions needs it (a process that never calls them never loads it): the
+ * NCCL already loaded in the process (PyTorch loads one), else the path in
+ * SYMMEM_LIBNCCL, else libnccl.so.2 through the dynamic linker, in the
+ * nvidia-nccl wheel's folder (site-packages/nvidia/nccl/lib) and in the CUDA
+ * toolkit. NCCL 2.28 or newer is needed (window registration); with 2.29 or
+ * newer each rendezvous also checks NCCL's host peer pointers. A missing or
+ * too old NCCL is SYMMEM_ERROR_UNAVAILABLE, saying what was found and what is
+ * needed. NCCL errors carry NCCL's own text (ncclGetErrorString and
+ * ncclGetLastError).
+ *
+ * Example (one rank; comm made by ncclCommInitRank or taken from PyTorch's
+ * ProcessGroupNCCL, on the device this rank's buffers live on):
+ *
+ *     symmem_group *g;
+ *     if (symmem_group_create_nccl(comm, "tp", 60000, 0, &g) != SYMMEM_SUCCESS)
+ *       fprintf(stderr, "%s\n", symmem_last_error_message());
+ *     void *buf = symmem_alloc(bytes, symmem_group_device(g), stream);
+ *     symmem_handle *h;
+ *     symmem_rendezvous(buf, g, &h);           // registers the window
+ *     ncclAllReduce(buf, buf, n, ncclBfloat16, ncclSum, comm, stream);
+ *                                              // NCCL's symmetric path
+ *     ...
+ *     symmem_handle_release(h);
+ *     symmem_free(buf, bytes, symmem_group_device(g), stream);
+ *     symmem_group_destroy(g);                 // before ncclCommDestroy
+ * ------------------------------------------------------------------------- */
+
+/* Flags of symmem_group_create_nccl. */
+#define SYMMEM_NCCL_NO_WINDOWS 1u /* rendezvous registers no NCCL window */
+
+/* Creates this process's member of group name over nccl_comm, an ncclComm_t
+ * that the caller owns and keeps alive until symmem_group_destroy returns
+ * (libsymmem never destroys or aborts it). Collective over the communicator:
+ * every rank calls it. Rank, world size and device are the communicator's
+ * (ncclCommUserRank, ncclCommCount, ncclCommCuDevice). The group's small
+ * records are all-gathered with ncclAllGather on a private stream through a
+ * small device staging buffer; file descriptors still travel over the Unix
+ * socket channel (one node). timeout_ms bounds every wait (<= 0:
+ * SYMMEM_TIMEOUT_MS or 300000): when an NCCL collective does not finish in
+ * time (a dead or absent rank) the call fails with SYMMEM_ERROR_TIMEOUT, the
+ * group can no longer be used (destroy it), and the communicator is left to
+ * its owner, who should abort it (ncclCommAbort).
+ *
+ * Unless flags has SYMMEM_NCCL_NO_WINDOWS, every symmem_rendezvous on the
+ * group registers the segment holding the buffer (whole segments: cuMem
+ * memory with POSIX-fd handles, granularity-aligned) as an NCCL symmetric
+ * window (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC), collectively,
+ * once per (segment, group); later rendezvous on the same segment make no
+ * NCCL call. NCCL collectives on buffers in registered segments then take
+ * NCCL's symmetric-memory path. A window is deregistered before its segment's
+ * memory is released (symmem_empty_cache, out-of-memory retries) or when the
+ * group is destroyed, whichever comes first, and never twice. The group makes
+ * its first NCCL calls (all-gathers) before any registration, which avoids
+ * pytorch issue 188567 (registration as the first NCCL operation on a
+ * communicator fails).
+ *
+ * Returns SYMMEM_ERROR_INVALID_ARGUMENT (NULL comm, name or out, unknown
+ * flags), SYMMEM_ERROR_UNAVAILABLE (no usable NCCL), SYMMEM_ERROR_TIMEOUT,
+ * SYMMEM_ERROR_MISMATCH, or an NCCL failure with NCCL's text. On success *out
+ * owns the group. Thread safety: as symmem_group_create. */
+symmem_result symmem_group_create_nccl(void *nccl_comm, const char *name,
+                                       int64_t timeout_ms, unsigned flags,
+                                       symmem_group **out);
+
+/* Loads NCCL (see above) and returns its version as ncclGetVersion reports
+ * it (22809 for 2.28.9), or 0 with the last error SYMMEM_ERROR_UNAVAILABLE
+ * saying what was found and what is needed. Thread-safe. */
+int symmem_nccl_version(void);
+
+/* The NCCL window (an ncclWindow_t) holding handle's buffer on this rank and
+ * the rendezvous pointer's offset in it, for NCCL calls that take windows.
+ * The window is owned by the group; it stays valid while the buffer is
+ * allocated and the group lives. SYMMEM_ERROR_UNAVAILABLE (and *window =
+ * NULL) when the handle's group is not over a communicator or was created
+ * with SYMMEM_NCCL_NO_WINDOWS. offset may be NULL. Thread-safe. */
+symmem_result symmem_handle_nccl_window(const symmem_handle *handle,
+                                        void **window, size_t *offset);
+
+/* How many windows group has registered and deregistered so far and how
+ * many it holds now (each pointer may be NULL); all 0 for a group without
+ * windows. For tests and monitoring. Thread-safe. */
+symmem_result symmem_group_nccl_window_counts(const symmem_group *group,
+                                              int64_t *registered,
+                                              int64_t *deregistered,
+                                              int64_t *live);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -81,8 +81,16 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     nvcc -O2 -arch=sm_90 -o build/stream_signal_bench bench/stream_signal_bench.cu -lcuda &&
       step bench-stream-signals build/stream_signal_bench
   fi
+  # NCCL all_reduce on plain / libsymmem / windowed libsymmem / torch NCCL
+  # symmetric tensors, and rendezvous over an NCCL group vs the socket group
+  if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+    step bench-nccl python3 bench/nccl_bench.py --gpus 2 --out "$out"
+  fi
   # SYMMEM_TRACE=1: each rank prints the phases of every rendezvous (in the log)
   step bench-symm env SYMMEM_TRACE=1 python3 bench/symm_bench.py --out "$out"
+  if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+    step bench-coll python3 bench/coll_bench.py --world 2 --out "$out"
+  fi
 fi
 for f in "$logs"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$out/suite.log"
 echo "suite status: $status"

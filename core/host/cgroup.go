@@ -100,30 +100,24 @@ func (fs cgroupFS) readBytes(p string) (uint64, bool) {
 	return v, err == nil
 }
 
-// memoryLimit walks this process's memory cgroups (v2 and v1, whichever are
-// mounted) from the leaf to the hierarchy's root and returns the tightest
-// limit found. Limits at or above 1<<62 (v1's "unlimited" is a page-rounded
-// INT64_MAX) count as none.
-func (fs cgroupFS) memoryLimit() cgroupLimit {
+// limitDir is a cgroup directory whose memory limit applies to this
+// process.
+type limitDir struct {
+	dir string
+	v2  bool
+}
+
+// limitDirs lists this process's memory cgroups (v2 and v1, whichever are
+// mounted) from the leaf up to each hierarchy's root: a parent's limit
+// binds its children. Resolved once per backend (the files that hold the
+// numbers are read at each use).
+func (fs cgroupFS) limitDirs() []limitDir {
 	b, err := fs.read("/proc/self/cgroup")
 	if err != nil {
-		return cgroupLimit{}
+		return nil
 	}
 	mounts := fs.mounts()
-	var best cgroupLimit
-	consider := func(dir, limitFile, usageFile, inactiveKey string) {
-		lim, ok := fs.readBytes(path.Join(dir, limitFile))
-		if !ok || lim == 0 || lim >= 1<<62 {
-			return
-		}
-		if best.limit == 0 || lim < best.limit {
-			usage, _ := fs.readBytes(path.Join(dir, usageFile))
-			// Inactive page cache is reclaimed before the OOM killer
-			// runs: it does not count as used (as docker stats counts).
-			usage -= min(usage, fs.statValue(path.Join(dir, "memory.stat"), inactiveKey))
-			best = cgroupLimit{limit: lim, usage: usage, file: path.Join(dir, limitFile)}
-		}
-	}
+	var dirs []limitDir
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		// hierarchy-id:controllers:path
@@ -143,23 +137,44 @@ func (fs cgroupFS) memoryLimit() cgroupLimit {
 			if !ok {
 				continue
 			}
-			// From the process's cgroup up to the mount's top: a parent's
-			// limit binds the children.
 			for p := path.Clean("/" + rel); ; p = path.Dir(p) {
-				dir := path.Join(m.point, p)
-				if v2 {
-					consider(dir, "memory.max", "memory.current", "inactive_file")
-				} else {
-					consider(dir, "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
-				}
+				dirs = append(dirs, limitDir{path.Join(m.point, p), v2})
 				if p == "/" {
 					break
 				}
 			}
 		}
 	}
+	return dirs
+}
+
+// limitOf returns the tightest limit among dirs and that cgroup's usage.
+// Limits at or above 1<<62 (v1's "unlimited" is a page-rounded INT64_MAX)
+// count as none.
+func (fs cgroupFS) limitOf(dirs []limitDir) cgroupLimit {
+	var best cgroupLimit
+	for _, d := range dirs {
+		limitFile, usageFile, inactiveKey := "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"
+		if d.v2 {
+			limitFile, usageFile, inactiveKey = "memory.max", "memory.current", "inactive_file"
+		}
+		lim, ok := fs.readBytes(path.Join(d.dir, limitFile))
+		if !ok || lim == 0 || lim >= 1<<62 {
+			continue
+		}
+		if best.limit == 0 || lim < best.limit {
+			usage, _ := fs.readBytes(path.Join(d.dir, usageFile))
+			// Inactive page cache is reclaimed before the OOM killer
+			// runs: it does not count as used (as docker stats counts).
+			usage -= min(usage, fs.statValue(path.Join(d.dir, "memory.stat"), inactiveKey))
+			best = cgroupLimit{limit: lim, usage: usage, file: path.Join(d.dir, limitFile)}
+		}
+	}
 	return best
 }
+
+// memoryLimit is limitOf(limitDirs()).
+func (fs cgroupFS) memoryLimit() cgroupLimit { return fs.limitOf(fs.limitDirs()) }
 
 // statValue is the value of key in a memory.stat file (0 if absent).
 func (fs cgroupFS) statValue(p, key string) uint64 {

@@ -31,6 +31,8 @@ type Backend struct {
 	// limit where that is smaller (Note [Memory of a container]).
 	total uint64
 	cg    cgroupFS
+	// cgDirs are the memory cgroups whose limits apply (resolved once).
+	cgDirs []limitDir
 }
 
 // New opens the host backend.
@@ -41,8 +43,8 @@ func newBackend(cg cgroupFS) (*Backend, error) {
 	if err := unix.Sysinfo(&si); err != nil {
 		return nil, core.Errorf(core.ErrBackend, "host: sysinfo: %v", err)
 	}
-	b := &Backend{page: uintptr(os.Getpagesize()), total: uint64(si.Totalram) * uint64(si.Unit), cg: cg}
-	if l := cg.memoryLimit(); l.limit != 0 && l.limit < b.total {
+	b := &Backend{page: uintptr(os.Getpagesize()), total: uint64(si.Totalram) * uint64(si.Unit), cg: cg, cgDirs: cg.limitDirs()}
+	if l := cg.limitOf(b.cgDirs); l.limit != 0 && l.limit < b.total {
 		b.total = l.limit
 	}
 	return b, nil
@@ -77,7 +79,7 @@ func (b *Backend) MemoryInfo(device int) (uint64, uint64, error) {
 		return 0, 0, core.Errorf(core.ErrBackend, "host: sysinfo: %v", err)
 	}
 	free := (uint64(si.Freeram) + uint64(si.Bufferram)) * uint64(si.Unit)
-	if l := b.cg.memoryLimit(); l.limit != 0 {
+	if l := b.cg.limitOf(b.cgDirs); l.limit != 0 {
 		free = min(free, l.limit-min(l.usage, l.limit))
 	}
 	return free, b.total, nil
@@ -140,17 +142,21 @@ func (b *Backend) Create(device int, size uintptr) (core.Memory, error) {
 	if uint64(size) > b.total {
 		return 0, core.Errorf(core.ErrOutOfMemory, "host: %d bytes is more than the %d bytes of memory this process may use (the machine's RAM or its memory cgroup's limit)", size, b.total)
 	}
-	if l := b.cg.memoryLimit(); l.limit != 0 && uint64(size)+cgroupHeadroom > l.limit-min(l.usage, l.limit) {
+	if l := b.cg.limitOf(b.cgDirs); l.limit != 0 && uint64(size)+cgroupHeadroom > l.limit-min(l.usage, l.limit) {
 		return 0, core.Errorf(core.ErrOutOfMemory, "host: %d bytes do not fit in the memory cgroup (%s is %d bytes, %d are in use, %d are kept free for the process): the kernel would kill the process rather than fail",
 			size, l.file, l.limit, l.usage, cgroupHeadroom)
 	}
-	fd, err := unix.MemfdCreate("symmem-segment", unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate("symmem-segment", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return 0, sysErr("memfd_create", err)
 	}
 	if err := unix.Fallocate(fd, 0, 0, int64(size)); err != nil {
 		unix.Close(fd)
 		return 0, sysErr("fallocate of a new segment", err)
+	}
+	if err := core.SealSize(fd); err != nil { // Note [Sealed memfds]
+		unix.Close(fd)
+		return 0, err
 	}
 	return core.Memory(fd), nil
 }
@@ -208,14 +214,9 @@ func (b *Backend) Import(device int, fd int) (core.Memory, error) {
 	return core.Memory(fd), nil
 }
 
-// ImportedSize is the size of a memfd (core.ImportedSizer).
-func (b *Backend) ImportedSize(m core.Memory) (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(m), &st); err != nil {
-		return 0, sysErr("fstat of an imported descriptor", err)
-	}
-	return uint64(st.Size), nil
-}
+// ImportedSize is the size of a peer's memfd (core.ImportedSizer); one the
+// peer could still shrink is refused (Note [Sealed memfds] in core).
+func (b *Backend) ImportedSize(m core.Memory) (uint64, error) { return core.PeerMemfdSize(int(m)) }
 
 func (b *Backend) SynchronizeDevice(device int) error                     { return b.check(device) }
 func (b *Backend) StreamWait(device int, waiter, other core.Stream) error { return b.check(device) }

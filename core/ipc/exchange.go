@@ -84,6 +84,9 @@ func (f *FuncExchange) call(send, recv []byte, what string) (err error) {
 		}
 	}()
 	if err := f.Fn(send, recv); err != nil {
+		if core.CodeOf(err) == core.ErrTimeout {
+			return err // a bounded all-gather (a communicator's) says what timed out
+		}
 		return core.Errorf(core.ErrPeer, "callback exchange: the caller's all-gather of %s failed: %v", what, err)
 	}
 	return nil

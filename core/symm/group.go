@@ -33,6 +33,13 @@ type Options struct {
 	// channel (descriptors still use the channel). It must gather
 	// len(send) bytes from every rank into recv, rank r's at r*len(send).
 	AllGather func(send, recv []byte) error
+	// Comm, if set, is the communicator the group lives on (Note [NCCL
+	// groups]): Rank, World and Device are taken from it and records are
+	// all-gathered through it; leave them and AllGather unset.
+	Comm Communicator
+	// NoWindows turns off the registration of rendezvoused segments as
+	// windows of Comm.
+	NoWindows bool
 	// Runtime is the allocator runtime; nil means core.Default().
 	Runtime *core.Runtime
 	// SocketDir and JobToken override the ipc defaults (tests).
@@ -61,6 +68,11 @@ type Group struct {
 	ex      ipc.Exchange
 	shm     *ipc.ShmExchange // the control page when ex is it, else nil
 	members []memberRecord
+	// comm, cg and wins are set on groups over a communicator (Note [NCCL
+	// groups]); wins is nil when windows are off.
+	comm Communicator
+	cg   *commGather
+	wins *windows
 
 	// coll serialises collective calls and guards the fields below.
 	coll sync.Mutex
@@ -86,6 +98,11 @@ func New(o Options) (*Group, error) {
 	if err := ipc.ValidateName(o.Name); err != nil {
 		return nil, err
 	}
+	if o.Comm != nil {
+		if err := commOptions(&o); err != nil {
+			return nil, err
+		}
+	}
 	if o.World < 1 || o.Rank < 0 || o.Rank >= o.World {
 		return nil, core.Errorf(core.ErrInvalidArgument, "group %q: rank %d and world size %d: need 0 <= rank < world size", o.Name, o.Rank, o.World)
 	}
@@ -109,6 +126,32 @@ func New(o Options) (*Group, error) {
 		return nil, core.Errorf(core.CodeOf(err), "group %q: rank %d: %v", o.Name, o.Rank, err)
 	}
 
+	var cg *commGather
+	if o.Comm != nil {
+		if cg, err = newCommGather(o.Comm, rt.Backend, o.Device, o.Name, o.Timeout); err != nil {
+			return nil, core.Errorf(core.CodeOf(err), "group %q: rank %d: a stream for %s: %v", o.Name, o.Rank, o.Comm.Describe(), err)
+		}
+		o.AllGather = cg.allGather
+	}
+	g, err := newGroup(o, rt, alloc)
+	if err != nil {
+		if cg != nil {
+			cg.close()
+		}
+		return nil, err
+	}
+	if cg != nil {
+		g.comm, g.cg = o.Comm, cg
+		if !o.NoWindows {
+			g.wins = &windows{m: map[uint64]*window{}}
+			g.wins.removeHook = alloc.AddReleaseHook(g.onSegmentRelease)
+		}
+	}
+	return g, nil
+}
+
+// newGroup is New once the exchange is known.
+func newGroup(o Options, rt *core.Runtime, alloc *core.Allocator) (*Group, error) {
 	tr := startTrace("group %q rank %d creation", o.Name, o.Rank)
 	defer tr.done()
 	token := o.JobToken
@@ -127,7 +170,8 @@ func New(o Options) (*Group, error) {
 		}
 		token += "/" + t
 	}
-	ch, err := ipc.Open(ipc.Config{Name: o.Name, Rank: o.Rank, World: o.World, Timeout: o.Timeout, Dir: o.SocketDir, Token: token})
+	ch, err := ipc.Open(ipc.Config{Name: o.Name, Rank: o.Rank, World: o.World, Timeout: o.Timeout, Dir: o.SocketDir, Token: token,
+		ControlPage: ex == nil && useShmExchange()})
 	if err != nil {
 		return nil, err
 	}
@@ -153,28 +197,30 @@ func New(o Options) (*Group, error) {
 		return nil, err
 	}
 	tr.mark("members")
-	gran, err := g.be.Granularity(o.Device)
-	if err != nil {
-		g.closeChannels()
-		return nil, err
+	// What fails here fails on this rank only; it is carried into the pad
+	// exchange's all-gathered status, so that every rank returns the same
+	// verdict (Note [Why every verdict is shared]).
+	gran, localErr := g.be.Granularity(o.Device)
+	if localErr != nil {
+		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: the backend's granularity: %v", o.Rank, localErr)
 	}
 	g.gm = &groupMem{be: g.be, device: o.Device, gran: gran, name: o.Name, rank: o.Rank, world: o.World,
-		refs: 1, maps: map[mapKey]*peerMap{}}
-	if g.be.Capabilities().DevicePointerArrays {
+		timeout: o.Timeout, refs: 1, maps: map[mapKey]*peerMap{}}
+	if localErr == nil && g.be.Capabilities().DevicePointerArrays {
 		// The device memory for handles' pointer arrays (one chunk serves
 		// many handles) is made with the group, the per-group setup, not in
 		// the first rendezvous, the per-buffer step (it took ~2 ms there on
-		// H200s). The slot size is makeArrays's.
+		// H200s). The slot size is allocArrays's.
 		g.gm.dev = newDeviceSlab(g.be, o.Device, gran, uintptr(2*g.world*8))
 		a, err := g.gm.dev.alloc()
 		if err != nil {
-			g.closeChannels()
-			return nil, core.Errorf(core.CodeOf(err), "group %q: rank %d: device memory for pointer arrays: %v", o.Name, o.Rank, err)
+			localErr = core.Errorf(core.CodeOf(err), "rank %d: device memory for pointer arrays: %v", o.Rank, err)
+		} else {
+			g.gm.dev.release(a)
 		}
-		g.gm.dev.release(a)
 	}
 	tr.mark("pointer-arrays")
-	if err := g.exchangePads(tr); err != nil {
+	if err := g.exchangePads(localErr, tr); err != nil {
 		g.gm.mu.Lock()
 		if g.gm.dev != nil {
 			g.gm.dev.close()
@@ -190,7 +236,7 @@ func New(o Options) (*Group, error) {
 // useShmExchange: records go through a shared-memory page unless
 // SYMMEM_SHM_EXCHANGE=0 (every rank must choose alike; the benchmarks use
 // it to compare with the sockets).
-func useShmExchange() bool { return os.Getenv("SYMMEM_SHM_EXCHANGE") != "0" }
+func useShmExchange() bool { return core.Current().Bool("SYMMEM_SHM_EXCHANGE", true) }
 
 // closeChannels closes the control page and the channel.
 func (g *Group) closeChannels() error {
@@ -224,7 +270,7 @@ func (g *Group) agreeMembers() error {
 			me.uuid = s
 		}
 	}
-	me.overlap = os.Getenv("SYMMEM_ALLOW_OVERLAPPING_DEVICES") == "1"
+	me.overlap = core.Current().Bool("SYMMEM_ALLOW_OVERLAPPING_DEVICES", false)
 	raw, err := g.ex.AllGather(0, me.encode())
 	if err != nil {
 		return err
@@ -337,15 +383,21 @@ func (g *Group) SetSignalPadSize(bytes uintptr) error {
 // creation (collective). Pads belong to the group, not to a buffer, so they
 // are set up with it: the first rendezvous then exchanges only the buffer's
 // memory, like every later one.
-func (g *Group) exchangePads(tr *phaseTrace) error {
+//
+// localErr is a failure of this rank's earlier setup: the rank then makes no
+// pad and tells every rank, which all fail with it.
+func (g *Group) exchangePads(localErr error, tr *phaseTrace) error {
 	gm := g.gm
-	gm.mu.Lock()
-	p, localErr := gm.makePads(g.padSize)
-	gm.pads = p
-	gm.mu.Unlock()
-	tr.mark("make-pad")
-	if localErr != nil {
-		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: cannot make its signal pad of %d bytes: %v", g.rank, g.padSize, localErr)
+	var p *pads
+	if localErr == nil {
+		gm.mu.Lock()
+		p, localErr = gm.makePads(g.padSize)
+		gm.pads = p
+		gm.mu.Unlock()
+		tr.mark("make-pad")
+		if localErr != nil {
+			localErr = core.Errorf(core.CodeOf(localErr), "rank %d: cannot make its signal pad of %d bytes: %v", g.rank, g.padSize, localErr)
+		}
 	}
 	// Every rank learns whether every rank has a pad before descriptors move.
 	raw, err := g.ex.AllGather(0, encodeStatus(statusOf(localErr)))
@@ -401,6 +453,13 @@ func (g *Group) Destroy() error {
 	}
 	g.destroyed = true
 	err := g.closeChannels()
+	if g.cg != nil {
+		if g.wins != nil {
+			err = errors.Join(err, g.closeComm())
+		} else {
+			err = errors.Join(err, g.cg.close())
+		}
+	}
 	g.gm.mu.Lock()
 	if uerr := g.gm.unrefLocked(); uerr != nil && err == nil {
 		err = uerr

@@ -35,6 +35,11 @@ type Handle struct {
 	// sig counts the signals of the group's pads (shared by its handles).
 	sig *signalCounts
 
+	// window is our segment's NCCL window on groups over a communicator
+	// (0 otherwise), windowOffset the rendezvous pointer's offset in it.
+	// Valid while the block is allocated (the window goes with the segment).
+	window, windowOffset uintptr
+
 	// life counts the calls in flight that touch the pads, so that Release
 	// never unmaps under them (Note [Calls in flight]).
 	life *lifetime
@@ -107,7 +112,10 @@ func (h *Handle) fillArrays() error {
 	copy(arr, h.bufPtrs)
 	copy(arr[h.world:], h.padPtrs)
 	if h.devArr != h.arr {
-		if err := gm.be.Copy(gm.device, 0, h.devArr, h.arr, uintptr(2*h.world*8)); err != nil {
+		if err := gm.copyOut(h.devArr, h.arr, uintptr(2*h.world*8)); err != nil {
+			if core.CodeOf(err) == core.ErrTimeout { // the copy may still land
+				gm.dev.tainted = true
+			}
 			return err
 		}
 	}
@@ -169,6 +177,7 @@ func (h *Handle) Release() error {
 	gm := h.gm
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
+	defer gm.syncBatch()()
 	var first error
 	keep := func(err error) {
 		if first == nil {
@@ -253,3 +262,8 @@ func (h *Handle) Buffers() []uintptr { return append([]uintptr(nil), h.bufPtrs..
 
 // SignalPads returns a copy of every rank's signal pad address.
 func (h *Handle) SignalPads() []uintptr { return append([]uintptr(nil), h.padPtrs...) }
+
+// Window is the NCCL window (an ncclWindow_t) that holds the buffer, and
+// the rendezvous pointer's offset in it; 0, 0 when the group has no
+// communicator or windows are off. Valid while the buffer is allocated.
+func (h *Handle) Window() (win, offset uintptr) { return h.window, h.windowOffset }

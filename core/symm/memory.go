@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
@@ -12,12 +13,13 @@ import (
 
 // groupMem is the memory of a group that may outlive it (Note [Lifetimes]).
 type groupMem struct {
-	be     core.Backend
-	device int
-	gran   uintptr
-	name   string
-	rank   int
-	world  int
+	be      core.Backend
+	device  int
+	gran    uintptr
+	name    string
+	rank    int
+	world   int
+	timeout time.Duration // the group's: bounds memsets and copies (memsetZero, copyOut)
 
 	mu sync.Mutex
 	// refs = (1 while the group is not destroyed) + (live handles). The
@@ -37,6 +39,9 @@ type groupMem struct {
 	// arrays are the live pointer arrays by content (Note [Shared pointer
 	// arrays]); every entry has refs > 0.
 	arrays map[string]*ptrArrays
+	// batch, while set (syncBatch), makes every syncThen of one release share
+	// one device synchronisation and its result.
+	batch *syncResult
 	// leaked counts the times memory was left mapped because the device
 	// synchronisation before unmapping it failed (syncThen).
 	leaked int
@@ -67,7 +72,9 @@ type peerMap struct {
 // Slot channel*world + sender lives in the receiver's pad.
 type pads struct {
 	size uintptr // bytes per rank, as requested: a multiple of 4, >= 4*world
-	phys uintptr // size rounded up to the backend granularity
+	// phys is size plus the library's device region (Note [Pad partition]),
+	// rounded up to the backend granularity.
+	phys uintptr
 	own  core.Memory
 	// addr[r] is rank r's pad mapped here (addr[rank] is our own);
 	// mem[r] the imported memory of peer r. Both meaningful only where
@@ -80,6 +87,9 @@ type pads struct {
 	ready bool
 	// sig counts the signals through these pads (Note [Signals]).
 	sig *signalCounts
+	// coll serialises the host backend's collectives per collective channel
+	// (each channel's device sets take one barrier at a time).
+	coll [CollChannels]sync.Mutex
 }
 
 // ptrAt turns an address of memory that Go does not manage into a pointer
@@ -102,8 +112,10 @@ func (gm *groupMem) importMap(fd int, size uintptr, what string) (addr uintptr, 
 	}
 	if sizer, ok := gm.be.(core.ImportedSizer); ok {
 		got, err := sizer.ImportedSize(mem)
-		if err == nil && got < uint64(size) {
+		if got < uint64(size) {
 			err = core.Errorf(core.ErrPeer, "%s arrived as memory of %d bytes, %d were announced: refusing to map it (the peer is broken or lying)", what, got, size)
+		} else if err != nil {
+			err = core.Errorf(core.CodeOf(err), "%s: %v: refusing to map it", what, err)
 		}
 		if err != nil {
 			gm.be.Release(mem)
@@ -124,22 +136,62 @@ func (gm *groupMem) importMap(fd int, size uintptr, what string) (addr uintptr, 
 	return addr, mem, nil
 }
 
-// unmapRelease undoes importMap (or a pad's create+map).
+// unmapRelease undoes importMap (or a pad's create+map). If Unmap fails,
+// the memory stays mapped and reserved (still valid to touch); once it is
+// unmapped, a failed Release or Unreserve leaks the handle or the address
+// range, and the error says so.
 func (gm *groupMem) unmapRelease(addr, size uintptr, mem core.Memory) error {
 	core.UnregisterRange(addr)
-	return errors.Join(gm.be.Unmap(gm.device, addr, size), gm.be.Release(mem), gm.be.Unreserve(gm.device, addr, size))
+	return unmapRelease(gm.be, gm.device, addr, size, mem)
+}
+
+func unmapRelease(be core.Backend, device int, addr, size uintptr, mem core.Memory) error {
+	if err := be.Unmap(device, addr, size); err != nil {
+		return core.Errorf(core.CodeOf(err), "%d bytes at %#x left mapped (leaked): %v", size, addr, err)
+	}
+	var errs []error
+	if err := be.Release(mem); err != nil {
+		errs = append(errs, core.Errorf(core.CodeOf(err), "%d bytes unmapped from %#x, but their memory could not be released (leaked): %v", size, addr, err))
+	}
+	if err := be.Unreserve(device, addr, size); err != nil {
+		errs = append(errs, core.Errorf(core.CodeOf(err), "the address range %#x (%d bytes) could not be given back (leaked): %v", addr, size, err))
+	}
+	return errors.Join(errs...)
 }
 
 // sync waits for all work on the device before memory that it may use is
 // unmapped (DESIGN invariant 4). A no-op on the host backend.
 func (gm *groupMem) sync() error { return gm.be.SynchronizeDevice(gm.device) }
 
+type syncResult struct {
+	done bool
+	err  error
+}
+
+// syncBatch starts a release that may unmap several things (mu held): they
+// share one device synchronisation (one per peer mapping took as many
+// synchronisations, and as many timeouts on a stuck device). The caller
+// defers the returned function.
+func (gm *groupMem) syncBatch() func() {
+	gm.batch = &syncResult{}
+	return func() { gm.batch = nil }
+}
+
 // syncThen runs unmap once the device is synchronised. When the
 // synchronisation fails or times out (a peer died with a stream waiting for
 // its signal: the GPU may still read or write this memory), nothing is
 // unmapped: what is deliberately leaked, and the error says so.
 func (gm *groupMem) syncThen(what string, unmap func() error) error {
-	if err := gm.sync(); err != nil {
+	var err error
+	if gm.batch != nil { // one synchronisation serves the whole release
+		if !gm.batch.done {
+			gm.batch.err, gm.batch.done = gm.sync(), true
+		}
+		err = gm.batch.err
+	} else {
+		err = gm.sync()
+	}
+	if err != nil {
 		gm.leaked++
 		return core.Errorf(core.CodeOf(err), "group %q: rank %d: %s left mapped (deliberately leaked): the device synchronisation before unmapping failed, so the GPU may still use it: %v",
 			gm.name, gm.rank, what, err)
@@ -147,9 +199,27 @@ func (gm *groupMem) syncThen(what string, unmap func() error) error {
 	return unmap()
 }
 
+// memsetZero zeroes our memory at addr, bounded by the group's timeout where
+// the backend waits for a device (core.BoundedMemOps). On ErrTimeout the
+// memset may still run: the caller must leak the memory.
+func (gm *groupMem) memsetZero(addr, size uintptr) error {
+	if b, ok := gm.be.(core.BoundedMemOps); ok {
+		return b.MemsetWithin(gm.device, addr, 0, size, gm.timeout)
+	}
+	return gm.be.Memset(gm.device, 0, addr, 0, size)
+}
+
+// copyOut copies size bytes from src to dst, bounded like memsetZero.
+func (gm *groupMem) copyOut(dst, src, size uintptr) error {
+	if b, ok := gm.be.(core.BoundedMemOps); ok {
+		return b.CopyWithin(gm.device, dst, src, size, gm.timeout)
+	}
+	return gm.be.Copy(gm.device, 0, dst, src, size)
+}
+
 // makePads creates, maps and zeroes this rank's pad of size bytes.
 func (gm *groupMem) makePads(size uintptr) (*pads, error) {
-	p := &pads{size: size, phys: roundUp(size, gm.gran), addr: make([]uintptr, gm.world), mem: make([]core.Memory, gm.world),
+	p := &pads{size: size, phys: roundUp(size+deviceRegionBytes(gm.world), gm.gran), addr: make([]uintptr, gm.world), mem: make([]core.Memory, gm.world),
 		sig: newSignalCounts(gm.world, int(size)/(4*gm.world))}
 	own, err := gm.be.Create(gm.device, p.phys)
 	if err != nil {
@@ -165,7 +235,11 @@ func (gm *groupMem) makePads(size uintptr) (*pads, error) {
 		gm.be.Release(own)
 		return nil, err
 	}
-	if err := gm.be.Memset(gm.device, 0, addr, 0, p.phys); err != nil {
+	if err := gm.memsetZero(addr, p.phys); err != nil {
+		if core.CodeOf(err) == core.ErrTimeout { // it may still write there
+			gm.leaked++
+			return nil, core.Errorf(core.ErrTimeout, "zeroing the pad: %v; the pad is left mapped (deliberately leaked)", err)
+		}
 		gm.unmapRelease(addr, p.phys, own)
 		return nil, err
 	}
@@ -241,6 +315,9 @@ type slab struct {
 	put    func(addr, size uintptr) error
 	chunks []uintptr
 	free   []uintptr
+	// tainted: a copy into a slot timed out and may still land, so the
+	// chunks are never unmapped (close leaks them, and says so).
+	tainted bool
 }
 
 func newHostSlab(slot uintptr) *slab {
@@ -285,7 +362,7 @@ func newDeviceSlab(be core.Backend, device int, gran, slot uintptr) *slab {
 		put: func(addr, size uintptr) error {
 			m := mems[addr]
 			delete(mems, addr)
-			return errors.Join(be.Unmap(device, addr, size), be.Release(m), be.Unreserve(device, addr, size))
+			return unmapRelease(be, device, addr, size, m)
 		},
 	}
 }
@@ -309,6 +386,11 @@ func (s *slab) alloc() (uintptr, error) {
 func (s *slab) release(a uintptr) { s.free = append(s.free, a) }
 
 func (s *slab) close() error {
+	if s.tainted {
+		n := len(s.chunks)
+		s.chunks, s.free = nil, nil
+		return core.Errorf(core.ErrTimeout, "%d chunk(s) of pointer arrays left mapped (deliberately leaked): a copy into them timed out and may still run", n)
+	}
 	var errs []error
 	for _, c := range s.chunks {
 		errs = append(errs, s.put(c, s.chunk))

@@ -21,6 +21,9 @@ type lyingBackend struct {
 	mu      sync.Mutex
 	exports int
 	lieFrom int // the first export that lies (0: the pad at group creation)
+	// unsealed: the lie is the right size but not sealed against
+	// shrinking (the peer could cut it after we mapped it).
+	unsealed bool
 }
 
 func (b *lyingBackend) Export(m core.Memory) (int, error) {
@@ -36,7 +39,9 @@ func (b *lyingBackend) Export(m core.Memory) (int, error) {
 		return -1, err
 	}
 	short := int64(0)
-	if n > 0 {
+	if b.unsealed {
+		short = st.Size
+	} else if n > 0 {
 		short = st.Size / 2
 	}
 	fd, err := unix.MemfdCreate("liar", unix.MFD_CLOEXEC)
@@ -51,10 +56,15 @@ func (b *lyingBackend) Export(m core.Memory) (int, error) {
 // its end); every rank fails with PEER naming the liar and its pid.
 func TestLyingPeerIsRefused(t *testing.T) {
 	for _, c := range []struct {
-		name    string
-		lieFrom int
-		what    string
-	}{{"pad", 0, "signal pad arrived as memory of 0 bytes"}, {"segment", 1, "segment at heap offset 0x0 arrived as memory of"}} {
+		name     string
+		lieFrom  int
+		unsealed bool
+		what     string
+	}{
+		{"pad", 0, false, "signal pad arrived as memory of 0 bytes"},
+		{"segment", 1, false, "segment at heap offset 0x0 arrived as memory of"},
+		{"unsealed", 1, true, "segment at heap offset 0x0: the memory (2097152 bytes) is not sealed against shrinking"},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := sockDir(t)
 			errs := make([]error, 2)
@@ -64,7 +74,7 @@ func TestLyingPeerIsRefused(t *testing.T) {
 				require.NoError(t, err)
 				var be core.Backend = hb
 				if r == 1 {
-					be = &lyingBackend{Backend: hb, lieFrom: c.lieFrom}
+					be = &lyingBackend{Backend: hb, lieFrom: c.lieFrom, unsealed: c.unsealed}
 				}
 				e := &rankEnv{rt: core.NewRuntime(be), rank: r, world: 2, name: "liar-" + c.name, dir: dir, timeout: 10 * time.Second}
 				wg.Add(1)
@@ -93,4 +103,56 @@ func TestLyingPeerIsRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+func init() { moreScenarios["fd-starved-member"] = scFDStarvedMember }
+
+// scFDStarvedMember: rank 1 has one descriptor to spare when the peers'
+// segments arrive (its own export takes it), so the kernel drops what
+// arrives (MSG_CTRUNC). Rank 1 must say it ran out, and every other rank
+// must be told that rank 1 failed and why, at once, not time out.
+func scFDStarvedMember(e *rankEnv, a *core.Allocator) error {
+	buf, g, err := join(e, a, 1<<20)
+	if err != nil {
+		return err
+	}
+	defer g.Destroy()
+	if e.rank == 1 {
+		var saved unix.Rlimit
+		unix.Getrlimit(unix.RLIMIT_NOFILE, &saved)
+		ents, _ := os.ReadDir("/proc/self/fd")
+		top := 0
+		for _, d := range ents {
+			var fd int
+			fmt.Sscan(d.Name(), &fd)
+			top = max(top, fd+1)
+		}
+		for fd := 0; fd < top; fd++ { // fill the holes: exactly 1 spare
+			if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+				if nfd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+					defer unix.Close(nfd)
+				}
+			}
+		}
+		lim := saved
+		lim.Cur = uint64(top + 1)
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			return err
+		}
+		defer unix.Setrlimit(unix.RLIMIT_NOFILE, &saved)
+	}
+	h, err := g.Rendezvous(buf)
+	if err == nil {
+		h.Release()
+	}
+	return err
+}
+
+func TestProcessesMemberOutOfDescriptors(t *testing.T) {
+	start := time.Now()
+	res := runProcs(t, "fd-starved-member", 3, 20*time.Second, 0)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %v: the ranks waited for the timeout", d)
+	}
+	allFail(t, res, core.ErrBackend, "rank 1 (pid", "ran out of file descriptors", "EMFILE")
 }

@@ -169,6 +169,9 @@ type blockRecord struct {
 	// held[p] is 1 + the ID of peer p's segment at segHeapOff that this
 	// rank has mapped, 0 if none (Note [What a rendezvous costs]).
 	held []uint64
+	// winHeld is 1 + the segment ID of the NCCL window this rank holds for
+	// its segment at segHeapOff, 0 if none (Note [NCCL groups]).
+	winHeld uint64
 }
 
 func (b *blockRecord) encode() []byte {
@@ -186,6 +189,7 @@ func (b *blockRecord) encode() []byte {
 	for _, v := range b.held {
 		w.u64(v)
 	}
+	w.u64(b.winHeld)
 	return w.b
 }
 
@@ -206,6 +210,7 @@ func decodeBlock(p []byte, world int) (b blockRecord, err error) {
 			b.held[i] = r.u64()
 		}
 	}
+	b.winHeld = r.u64()
 	return b, r.err
 }
 

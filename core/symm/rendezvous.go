@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/ipc"
 	"golang.org/x/sys/unix"
 )
 
@@ -116,6 +117,9 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 		rec.blockSize, rec.requested, rec.offset = uint64(info.Size), uint64(info.Requested), uint64(ptr-info.Addr)
 		rec.heapOff, rec.segHeapOff, rec.segSize, rec.segID = info.HeapOff, info.Segment.HeapOff, uint64(info.Segment.Size), info.Segment.ID
 		rec.allocs, rec.frees = info.Allocs, info.Frees
+		if g.wins != nil {
+			rec.winHeld = g.wins.held(info.Segment.HeapOff, info.Segment.ID)
+		}
 	}
 
 	// 2. One all-gather, and the same verdict everywhere.
@@ -133,6 +137,16 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	if err := g.verdict(recs); err != nil {
 		g.dropStalePeerPads(recs)
 		return nil, err
+	}
+
+	// 2b. The segment as an NCCL window (Note [NCCL groups]), before
+	// anything is mapped, so that a failure here leaves nothing to undo.
+	var win uintptr
+	if g.wins != nil {
+		if win, err = g.registerWindow(info, recs); err != nil {
+			return nil, err
+		}
+		tr.mark("nccl-window")
 	}
 
 	// 3. Descriptors, only where some rank lacks something; the exchange
@@ -156,7 +170,6 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 
 	// 4. The handle: nothing here can fail, so every rank succeeds.
 	gm.mu.Lock()
-	defer gm.mu.Unlock()
 	if needPads {
 		gm.pads.ready = true
 	}
@@ -180,6 +193,18 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	gm.refs++
 	g.rendezvoused = true // only now: a failed rendezvous leaves the pad size open
 	succeeded = true
+	gm.mu.Unlock()
+
+	// 5. NCCL's view of the peers' windows (NCCL >= 2.29): a collective
+	// check whose failure releases the handle on every rank.
+	if win != 0 {
+		h.window, h.windowOffset = win, ptr-info.Segment.Addr
+		if err := g.checkPeerPointers(h, win, info.Addr-info.Segment.Addr); err != nil {
+			h.Release()
+			return nil, err
+		}
+		tr.mark("nccl-peer-check")
+	}
 	return h, nil
 }
 
@@ -304,8 +329,17 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 			unix.Close(fd)
 		}
 	}
+	var fdErr error
 	if err != nil {
-		return err
+		if g.rank == 0 || !ipc.IsLocalShortage(err) {
+			return err // rank 0 has told every rank (or every rank saw it)
+		}
+		// This rank alone ran out of descriptors receiving: the others
+		// succeeded and wait in the verdict below. Join it with the
+		// failure, so that every rank is told which rank failed and why.
+		fdErr = err
+		note(err)
+		in = make([][]int, world)
 	}
 
 	tr.mark("send-fds")
@@ -364,6 +398,9 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 
 	// Everyone succeeds or everyone undoes.
 	raw, err := g.ex.AllGather(0, encodeStatus(statusOf(localErr)))
+	if err != nil && fdErr != nil {
+		err = fdErr // the verdict could not be shared (records on the broken channel): ours is the cause
+	}
 	if err == nil {
 		sts := make([]status, world)
 		for r := range raw {

@@ -167,6 +167,24 @@ sm_CUresult cuDeviceGetAttribute(int *pi, sm_CUdevice_attribute attrib, sm_CUdev
   }
 }
 
+sm_CUresult cuDeviceGetP2PAttribute(int *value, sm_CUdevice_P2PAttribute attrib, sm_CUdevice src,
+                                    sm_CUdevice dst) {
+  NEED_INIT;
+  NEED_DEVICE(src);
+  NEED_DEVICE(dst);
+  /* Every pair of distinct fake devices is peer-capable with native atomics
+   * (as NVLink-connected GPUs report). */
+  *value = src != dst && attrib != SM_CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK;
+  return SM_CUDA_SUCCESS;
+}
+
+sm_CUresult cuDeviceTotalMem_v2(size_t *bytes, sm_CUdevice dev) {
+  NEED_INIT;
+  NEED_DEVICE(dev);
+  *bytes = fake_capacity;
+  return SM_CUDA_SUCCESS;
+}
+
 sm_CUresult cuDeviceCanAccessPeer(int *canAccessPeer, sm_CUdevice dev, sm_CUdevice peerDev) {
   NEED_INIT;
   NEED_DEVICE(dev);
@@ -182,7 +200,8 @@ struct CUctx_st {
   int refs;
 };
 static struct CUctx_st fake_ctx[FAKE_MAX_DEVICES];
-static __thread sm_CUcontext fake_current;
+/* initial-exec: see export/errors.c (LeakSanitizer and dynamic TLS). */
+static __thread __attribute__((tls_model("initial-exec"))) sm_CUcontext fake_current;
 
 #define NEED_CTX                                                                           \
   NEED_INIT;                                                                               \
@@ -748,4 +767,33 @@ sm_CUresult cuStreamBatchMemOp_v2(sm_CUstream stream, unsigned int count,
       return r;
   }
   return SM_CUDA_SUCCESS;
+}
+
+/* Kernels cannot run here: module loading and launches are refused as a
+ * driver without the feature would refuse them. */
+sm_CUresult cuModuleLoadData(sm_CUmodule *module, const void *image) {
+  (void)image;
+  NEED_CTX;
+  *module = NULL;
+  return SM_CUDA_ERROR_NOT_SUPPORTED;
+}
+
+sm_CUresult cuModuleUnload(sm_CUmodule hmod) {
+  (void)hmod;
+  return SM_CUDA_ERROR_INVALID_VALUE;
+}
+
+sm_CUresult cuModuleGetFunction(sm_CUfunction *hfunc, sm_CUmodule hmod, const char *name) {
+  (void)hmod;
+  (void)name;
+  *hfunc = NULL;
+  return SM_CUDA_ERROR_INVALID_VALUE;
+}
+
+sm_CUresult cuLaunchKernel(sm_CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                           unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                           unsigned int sharedMemBytes, sm_CUstream hStream, void **kernelParams, void **extra) {
+  (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY, (void)blockDimZ;
+  (void)sharedMemBytes, (void)hStream, (void)kernelParams, (void)extra;
+  return SM_CUDA_ERROR_NOT_SUPPORTED;
 }

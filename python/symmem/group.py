@@ -20,18 +20,32 @@ import ctypes
 import math
 import re
 import weakref
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
-from . import _lib
+from . import _coll, _lib
 from .allocator import _stream, backend_name
 from .buffer import Buffer
 from .errors import Result, SymmemError, check, make_error
 
-__all__ = ["AllGather", "Group", "Handle", "rendezvous"]
+__all__ = ["AllGather", "Group", "Handle", "nccl_version", "rendezvous"]
 
 # A Python all-gather: takes this rank's record, returns every rank's record
 # (world_size entries, in rank order, each as long as the one sent).
 AllGather = Callable[[bytes], Sequence[bytes]]
+
+# symmem.h's SYMMEM_NCCL_NO_WINDOWS.
+NCCL_NO_WINDOWS = 1
+
+
+def nccl_version() -> int:
+    """The NCCL libsymmem loads (loading it): ncclGetVersion's code, 22809
+    for 2.28.9. Raises UnavailableError saying what was found and needed."""
+    lib = _lib.lib()
+    v = int(lib.symmem_nccl_version())
+    if v == 0:
+        check(int(lib.symmem_last_error()), "symmem_nccl_version")
+    return v
+
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -130,6 +144,55 @@ class Group:
         self.rank = int(lib.symmem_group_rank(self._ptr))
         self.world_size = int(lib.symmem_group_world_size(self._ptr))
         self.device = int(lib.symmem_group_device(self._ptr))
+
+    @classmethod
+    def from_nccl(cls, comm: int, name: str, timeout: Optional[float] = None, windows: bool = True) -> "Group":
+        """A group over an NCCL communicator the caller owns (an
+        ``ncclComm_t`` as an int), as ``symmem_group_create_nccl``.
+
+        Collective over the communicator. Rank, world size and device are the
+        communicator's; the group's records are all-gathered through NCCL.
+        With windows (the default) every rendezvous registers the buffer's
+        segment as an NCCL symmetric window, once per segment; windows=False
+        registers none. Destroy the group before the communicator. NCCL is
+        loaded at run time (the copy already in the process, else
+        $SYMMEM_LIBNCCL, else libnccl.so.2); without a usable NCCL (2.28 or
+        newer) this raises UnavailableError saying what was found.
+        """
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise make_error(
+                Result.INVALID_ARGUMENT,
+                f"symmem.Group.from_nccl: bad name {name!r} (letters, digits, '.', '_', '-'; 1 to 64 characters)",
+            )
+        self = cls.__new__(cls)
+        self.name = name
+        self._ptr = None
+        self._finalizer = None
+        self._allgather = None
+        self._callback = None
+        self._callback_error = None
+        self.nccl_comm = int(comm)
+        lib = _lib.lib()
+        out = ctypes.c_void_p()
+        flags = 0 if windows else NCCL_NO_WINDOWS
+        rc = lib.symmem_group_create_nccl(ctypes.c_void_p(int(comm)), name.encode(), _timeout_ms(timeout), flags, ctypes.byref(out))
+        check(rc, "symmem_group_create_nccl")
+        self._ptr = int(out.value)
+        self._finalizer = weakref.finalize(self, _destroy_group, self._ptr)
+        self._finalizer.atexit = False
+        self.rank = int(lib.symmem_group_rank(self._ptr))
+        self.world_size = int(lib.symmem_group_world_size(self._ptr))
+        self.device = int(lib.symmem_group_device(self._ptr))
+        return self
+
+    def nccl_window_counts(self) -> Tuple[int, int, int]:
+        """(registered, deregistered, live) NCCL windows of this group."""
+        r, d, l = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
+        check(
+            _lib.lib().symmem_group_nccl_window_counts(self.ptr, ctypes.byref(r), ctypes.byref(d), ctypes.byref(l)),
+            "symmem_group_nccl_window_counts",
+        )
+        return int(r.value), int(d.value), int(l.value)
 
     # -- the Python all-gather ---------------------------------------------
 
@@ -326,6 +389,67 @@ class Handle:
         rc = self._barrier(self._ptr or self.ptr, channel, _timeout_ms(timeout), _stream(stream))
         if rc:
             check(rc, "symmem_barrier")
+
+    # Collectives (include/symmem.h, "Collectives on symmetric memory").
+    # count is in elements of each rank's input (default: from the
+    # rendezvous pointer to the end of the block); out an int address or a
+    # Buffer. Every rank calls with the same dtype, op, count, algo, channel.
+
+    def _collective(self, what: str, coll: int, dtype, op, count, out, algo, channel, stream) -> None:
+        if _lib._forked_child:
+            _lib._refuse_forked_child()
+        code = _coll.dtype_code(dtype, what)
+        opc = _coll.op_code(op, what) if coll != _coll.ALL_GATHER else 0
+        if count is None:
+            count = (self.buffer_size - self.offset) // _coll.DTYPE_SIZES[code]
+            if coll == _coll.REDUCE_SCATTER:
+                count -= count % self.world_size
+        if count < 0:
+            raise make_error(Result.INVALID_ARGUMENT, f"{what}: count {count} is negative")
+        rc = _lib.lib().symmem_collective(
+            self.ptr, coll, code, opc, int(count), _coll.address(out, what), _coll.algo_code(algo, what),
+            int(channel), _stream(stream),
+        )
+        if rc:
+            check(rc, f"symmem_{what}")
+
+    def all_reduce(self, dtype, op: str = "sum", count: Optional[int] = None, out=None, stream=0,
+                   *, algo: Optional[str] = None, channel: int = 0) -> None:
+        """Reduce every rank's input (count elements at the rendezvous
+        pointer) into out (None: in place), in rank order, in fp32 for
+        bfloat16/float16. algo: "auto" (default), "one_shot", "two_shot"
+        (two-shot needs out inside the rendezvoused block)."""
+        self._collective("all_reduce", _coll.ALL_REDUCE, dtype, op, count, out, algo, channel, stream)
+
+    def all_gather(self, dtype, count: Optional[int] = None, out=None, stream=0, *, channel: int = 0) -> None:
+        """Write world_size * count elements to out: rank p's input at
+        p * count."""
+        self._collective("all_gather", _coll.ALL_GATHER, dtype, "sum", count, out, None, channel, stream)
+
+    def reduce_scatter(self, dtype, op: str = "sum", count: Optional[int] = None, out=None, stream=0,
+                       *, channel: int = 0) -> None:
+        """Write count // world_size elements to out: the reduction of this
+        rank's slice (count a multiple of world_size; default: the whole
+        buffer rounded down to one)."""
+        self._collective("reduce_scatter", _coll.REDUCE_SCATTER, dtype, op, count, out, None, channel, stream)
+
+    def device_error(self) -> int:
+        """This rank's device error flag: 0, or 0x80000000 | peer << 16 |
+        set of the first kernel wait that gave up."""
+        flag = ctypes.c_uint32()
+        check(_lib.lib().symmem_handle_device_error(self.ptr, ctypes.byref(flag)), "symmem_handle_device_error")
+        return int(flag.value)
+
+    @property
+    def nccl_window(self) -> Optional[Tuple[int, int]]:
+        """(ncclWindow_t as an int, offset of the rendezvous pointer in it)
+        on groups over an NCCL communicator with windows, else None."""
+        win, off = ctypes.c_void_p(), ctypes.c_size_t()
+        rc = _lib.lib().symmem_handle_nccl_window(self.ptr, ctypes.byref(win), ctypes.byref(off))
+        if rc == Result.UNAVAILABLE:
+            return None
+        check(rc, "symmem_handle_nccl_window")
+        return int(win.value or 0), int(off.value)
 
     def release(self) -> None:
         """Release the handle; peers' memory is unmapped when unused.

@@ -31,6 +31,7 @@ import math
 import os
 import re
 import threading
+import weakref
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from . import _dlpack, _lib
@@ -41,6 +42,7 @@ from .buffer import empty as _empty_buffer
 from .exchange import KeyValueAllGather
 from .group import Group, Handle
 from .group import rendezvous as _rendezvous
+from .snapshot import dump_snapshot, memory_snapshot, record_memory_history
 
 __all__ = [
     "region",
@@ -57,6 +59,12 @@ __all__ = [
     "group_for",
     "TorchHandle",
     "memory_stats",
+    "memory_snapshot",
+    "record_memory_history",
+    "dump_snapshot",
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
 ]
 
 # torch's CUDAPluggableAllocator hooks and the symmem.h functions made for them.
@@ -70,7 +78,7 @@ _HOOKS = (
 _global_allocator = None
 # (process group name, device) -> (the process group, its Group). The process
 # group is kept to notice a destroyed and re-created group of the same name.
-_groups: Dict[Tuple[str, int], Tuple[Any, Group]] = {}
+_groups: Dict[Tuple[str, int, str], Tuple[Any, Group]] = {}
 # process group name -> how many Groups this process made for it so far; every
 # rank makes them in the same order, so the count names them alike everywhere.
 _group_seq: Dict[str, int] = {}
@@ -304,20 +312,70 @@ def _sanitize(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:40] or "pg"
 
 
-def group_for(group=None, device: int = 0, timeout: Optional[float] = None) -> Group:
+def _nccl_backend(torch, pg):
+    """pg's ProcessGroupNCCL (the backend for CUDA tensors), or None."""
+    try:
+        backend = pg._get_backend(torch.device("cuda"))
+    except Exception:  # no CUDA backend in this group
+        return None
+    return backend if hasattr(backend, "_comm_ptr") else None
+
+
+def _nccl_comm_ptr(torch, pg, backend, device: int) -> int:
+    """The ncclComm_t that pg's NCCL backend uses on device.
+
+    ProcessGroupNCCL makes its communicator lazily, at the first collective,
+    unless the process group was created with device_id= (eager init): a
+    communicator that does not exist yet is a clear error, not a hang."""
+    try:
+        with torch.cuda.device(device):
+            ptr = int(backend._comm_ptr())
+    except Exception as exc:  # torch says "not found"/"not initialized"
+        ptr, cause = 0, exc
+    else:
+        cause = None
+    if ptr == 0:
+        msg = (
+            f"symmem.torch: the NCCL communicator of process group {getattr(pg, 'group_name', pg)!r} does not "
+            f"exist yet on cuda:{device}. Create it eagerly with "
+            f"torch.distributed.init_process_group('nccl', device_id=torch.device('cuda', {device})) "
+            f"(or run one collective on the group first), or pass nccl=False to use the group's store"
+        )
+        raise RuntimeError(msg) from cause
+    return ptr
+
+
+def group_for(
+    group=None,
+    device: int = 0,
+    timeout: Optional[float] = None,
+    nccl: Optional[bool] = None,
+    nccl_windows: bool = True,
+) -> Group:
     """The symmem.Group of a torch.distributed process group (collective
-    the first time for a (group, device) pair; cached afterwards).
+    the first time for a (group, device, kind) triple; cached afterwards).
 
     group: a ProcessGroup, a group name, None (the default group), or a
     symmem.Group (returned as is).
 
-    Small records go through the process group's key-value store
-    (:class:`symmem.KeyValueAllGather`), not through collectives of the group
-    itself: a store works for every backend (gloo, nccl, ...), needs no
-    device tensors, launches no kernels and no NCCL work from inside
-    libsymmem's collective calls (which would interleave with the user's
-    NCCL stream), and is reachable wherever the group is. File descriptors
-    still travel over libsymmem's Unix socket channel.
+    With an NCCL process group (nccl=None, the default, picks it when the
+    group has an NCCL backend and libsymmem runs on the cuda backend;
+    nccl=True requires it), the group lives on the process group's own
+    communicator (ProcessGroupNCCL's ``_comm_ptr()``; the process group must
+    have been created with ``device_id=``, or have run a collective, so that
+    the communicator exists): records are all-gathered through NCCL and,
+    with nccl_windows (the default), every rendezvous registers the tensor's
+    segment as an NCCL symmetric window (NCCL_WIN_COLL_SYMMETRIC), once per
+    segment, so NCCL collectives on the tensor take NCCL's symmetric path.
+    nccl_windows=False registers no window. The group's all-gathers run
+    before any registration, so registration is never the first NCCL
+    operation on the communicator (pytorch issue 188567).
+
+    Otherwise (nccl=False, or a gloo group) small records go through the
+    process group's key-value store (:class:`symmem.KeyValueAllGather`): a
+    store works for every backend, needs no device tensors and launches no
+    NCCL work. File descriptors always travel over libsymmem's Unix socket
+    channel.
     """
     if isinstance(group, Group):
         return group
@@ -334,7 +392,16 @@ def group_for(group=None, device: int = 0, timeout: Optional[float] = None) -> G
     pg_name = dist.distributed_c10d._get_process_group_name(pg) if hasattr(
         dist.distributed_c10d, "_get_process_group_name"
     ) else getattr(pg, "group_name", "")
-    key = (str(pg_name), int(device))
+    backend = None
+    if nccl is not False:
+        backend = _nccl_backend(torch, pg) if _alloc.backend_name() == "cuda" else None
+        if backend is None and nccl:
+            raise RuntimeError(
+                f"symmem.torch: nccl=True, but process group {pg_name!r} has no NCCL backend "
+                f"or libsymmem runs on its {_alloc.backend_name()!r} backend"
+            )
+    kind = "store" if backend is None else ("nccl" if nccl_windows else "nccl-nowin")
+    key = (str(pg_name), int(device), kind)
     with _groups_lock:
         entry = _groups.get(key)
         if entry is not None and entry[0] is pg:
@@ -353,8 +420,12 @@ def group_for(group=None, device: int = 0, timeout: Optional[float] = None) -> G
             store.set(token_key, os.urandom(6).hex())
         token = store.get(token_key).decode()
         name = f"t{token}-{pg_part}-{seq}"
-        gather = KeyValueAllGather(store, rank, world, prefix=f"symmem/{name}")
-        g = Group(name, rank, world, device=device, timeout=timeout, allgather=gather)
+        if backend is not None:
+            comm = _nccl_comm_ptr(torch, pg, backend, device)
+            g = Group.from_nccl(comm, name, timeout=timeout, windows=nccl_windows)
+        else:
+            gather = KeyValueAllGather(store, rank, world, prefix=f"symmem/{name}")
+            g = Group(name, rank, world, device=device, timeout=timeout, allgather=gather)
         _groups[key] = (pg, g)
         return g
 
@@ -430,18 +501,33 @@ class TorchHandle:
         return f"<symmem.torch.TorchHandle {self.handle!r} device={self.device}>"
 
 
-def rendezvous(tensor, group=None, timeout: Optional[float] = None) -> TorchHandle:
+def rendezvous(
+    tensor,
+    group=None,
+    timeout: Optional[float] = None,
+    *,
+    nccl: Optional[bool] = None,
+    nccl_windows: bool = True,
+) -> TorchHandle:
     """Collective: rendezvous on a tensor from :func:`empty` (or any tensor
     whose memory lies in a libsymmem block) with every rank of group.
 
     group: a symmem.Group, a torch.distributed ProcessGroup or group name, or
-    None for the default group (see :func:`group_for`).
+    None for the default group (see :func:`group_for`). With an NCCL process
+    group the rendezvous runs over its communicator and registers the
+    tensor's segment as an NCCL symmetric window (nccl_windows=False: no
+    window; nccl=False: the store-based group, no NCCL at all)::
+
+        dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
+        t = symmem.torch.empty(n, dtype=torch.bfloat16)
+        h = symmem.torch.rendezvous(t)      # window registered
+        dist.all_reduce(t)                  # NCCL's symmetric kernels
     """
     _torch()
     device = tensor.device
     if device.type not in ("cuda", "cpu"):
         raise RuntimeError(f"symmem.torch.rendezvous: unsupported device {device}")
-    g = group_for(group, _symmem_device(device), timeout)
+    g = group_for(group, _symmem_device(device), timeout, nccl=nccl, nccl_windows=nccl_windows)
     h = _rendezvous(int(tensor.data_ptr()), g)
     return TorchHandle(h, device)
 
@@ -511,3 +597,89 @@ def resume(tag: Optional[str] = None, group=None, device: int = 0) -> None:
     """symmem.resume: take ``tag``'s memory back at the same addresses
     (contents restored with backup, zero without)."""
     _pause.resume(tag, group=_pause_group(group, device))
+
+
+# --------------------------------------------------------------------------
+# Collectives on tensors (names and semantics of torch.ops.symm_mem and
+# torch.distributed: all_reduce in place, all_gather_into_tensor,
+# reduce_scatter_tensor)
+# --------------------------------------------------------------------------
+
+# (id of the symmem Group, data_ptr, nbytes) -> TorchHandle of a tensor that
+# a collective rendezvoused on; dropped (and released) when the tensor dies.
+_coll_handles: Dict[Tuple[int, int, int], TorchHandle] = {}
+
+
+def _drop_coll_handle(key) -> None:
+    h = _coll_handles.pop(key, None)
+    if h is not None:
+        try:
+            h.release()
+        except Exception:  # noqa: BLE001 - at tensor death, nothing to report to
+            pass
+
+
+def _coll_handle(tensor, group) -> TorchHandle:
+    """The handle of tensor in group: a rendezvous (collective) at the first
+    collective on the tensor, reused while the tensor lives."""
+    if not tensor.is_contiguous():
+        raise ValueError("symmem.torch collectives need a contiguous tensor")
+    g = group_for(group, _symmem_device(tensor.device))
+    key = (id(g), int(tensor.data_ptr()), tensor.numel() * tensor.element_size())
+    h = _coll_handles.get(key)
+    if h is None:
+        h = rendezvous(tensor, g)
+        _coll_handles[key] = h
+        weakref.finalize(tensor, _drop_coll_handle, key)
+    return h
+
+
+def _current_stream(tensor) -> int:
+    if tensor.device.type == "cuda":
+        return _torch().cuda.current_stream(tensor.device).cuda_stream
+    return 0
+
+
+def all_reduce(tensor, op: str = "sum", group=None, out=None, algo: Optional[str] = None):
+    """Reduce tensor (from :func:`empty`) over every rank of group, on the
+    current stream; in place unless out is given. Returns the result tensor.
+    The first call on a tensor rendezvouses on it (collective).
+    algo: None/"auto", "one_shot", "two_shot" (torch.ops.symm_mem's
+    one_shot_all_reduce / two_shot_all_reduce_)."""
+    h = _coll_handle(tensor, group)
+    h.handle.all_reduce(tensor.dtype, op, tensor.numel(), None if out is None else out, _current_stream(tensor), algo=algo)
+    return tensor if out is None else out
+
+
+def all_gather(tensor, group=None, out=None):
+    """Gather every rank's tensor into out (default: a new tensor of
+    world_size * tensor.shape[0] rows), rank order, like
+    torch.distributed.all_gather_into_tensor. Returns out."""
+    h = _coll_handle(tensor, group)
+    w = h.handle.world_size
+    if out is None:
+        torch = _torch()
+        shape = (w * tensor.shape[0],) + tuple(tensor.shape[1:]) if tensor.dim() else (w,)
+        out = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
+    h.handle.all_gather(tensor.dtype, tensor.numel(), out, _current_stream(tensor))
+    return out
+
+
+def reduce_scatter(tensor, op: str = "sum", group=None, out=None):
+    """Reduce tensor over every rank and keep this rank's slice (numel /
+    world_size elements; rows [rank * n / w, (rank + 1) * n / w) when
+    shape[0] divides), like torch.distributed.reduce_scatter_tensor.
+    Returns out (default: a new tensor)."""
+    h = _coll_handle(tensor, group)
+    w = h.handle.world_size
+    if tensor.numel() % w:
+        raise ValueError(f"symmem.torch.reduce_scatter: {tensor.numel()} elements do not split over {w} ranks")
+    if out is None:
+        torch = _torch()
+        if tensor.dim() and tensor.shape[0] % w == 0:
+            shape = (tensor.shape[0] // w,) + tuple(tensor.shape[1:])
+        else:
+            shape = (tensor.numel() // w,)
+        out = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
+    h.handle.reduce_scatter(tensor.dtype, op, tensor.numel(), out, _current_stream(tensor))
+    return out

@@ -33,7 +33,9 @@ def test_timeout_conversion_saturates():
         _timeout_ms(float("nan"))
 
 
-def test_huge_timeouts_do_not_wrap(symmetric):
+def test_huge_timeouts_do_not_wrap(host_backend, symmetric):
+    # Host backend: the wait runs on this thread (on cuda it is enqueued on
+    # the stream, ahead of the put, which would then never run).
     # A wrapped timeout would be under a millisecond: the wait below, which
     # a thread satisfies 200 ms later, would time out.
     if symmem.backend_name() != "host":

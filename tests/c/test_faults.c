@@ -21,43 +21,56 @@ static int count_open_fds(void) {
   return n;
 }
 
-/* Child: only `spare` descriptors above the highest open one. */
-static int child_fds(int spare) {
+/* Child: only `spare` descriptors above the highest open one, then the
+ * first group creation as rank (0: listens; 1: connects) of a group whose
+ * other rank never comes. */
+static int child_fds(int spare, int rank) {
   check_prefix_ = "[fds] ";
   symmem_device_count(); /* the backend opens with descriptors to spare */
   int top = count_open_fds();
-  struct rlimit rl = {(rlim_t)(top + spare), (rlim_t)(top + spare)};
+  /* Fill the holes below the highest descriptor, so that exactly `spare`
+   * are left. */
+  for (int fd = 0; fd < top; fd++)
+    if (fcntl(fd, F_GETFD) == -1 && open("/dev/null", O_RDONLY) < 0) return 2;
+  struct rlimit saved, rl;
+  getrlimit(RLIMIT_NOFILE, &saved);
+  rl = saved;
+  rl.rlim_cur = (rlim_t)(top + spare);
   if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
     perror("setrlimit");
     return 2;
   }
   symmem_group *g = NULL;
   char name[64];
-  snprintf(name, sizeof name, "fds-%d-%d", spare, (int)getpid());
-  int rc = symmem_group_create(name, 1, 2, 0, 300, &g);
+  snprintf(name, sizeof name, "fds-%d-%d-%d", rank, spare, (int)getpid());
+  int rc = symmem_group_create(name, rank, 2, 0, 300, &g);
   const char *msg = symmem_last_error_message();
   CHECK(rc == SYMMEM_ERROR_TIMEOUT || (rc != SYMMEM_SUCCESS && (strstr(msg, "EMFILE") || strstr(msg, "file descriptors"))),
-        "group_create with %d spare descriptors returns an error naming the cause (rc %d: %s)", spare, rc, msg);
+        "group_create as rank %d with %d spare descriptors returns an error naming the cause (rc %d: %s)", rank, spare,
+        rc, msg);
+  setrlimit(RLIMIT_NOFILE, &saved); /* LeakSanitizer needs descriptors at exit */
   return check_summary();
 }
 
 static void test_fds(void) {
-  for (int spare = 0; spare <= 4; spare++) {
-    char arg[8];
-    snprintf(arg, sizeof arg, "%d", spare);
-    char *argv[] = {"test_faults", "fds", arg, NULL};
-    int out = check_tmpfd("out");
-    pid_t pid = check_spawn_self(argv, NULL, out, out);
-    int st = check_wait_pid(pid, 60);
-    char *text = check_read_fd(out);
-    check_count_output(text, "");
-    char buf[64];
-    CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-          "a process with %d spare descriptors survives group creation (%s)", spare,
-          check_status_str(st, buf, sizeof buf));
-    free(text);
-    close(out);
-  }
+  for (int rank = 0; rank <= 1; rank++)
+    for (int spare = 0; spare <= 4; spare++) {
+      char arg[8], rarg[8];
+      snprintf(arg, sizeof arg, "%d", spare);
+      snprintf(rarg, sizeof rarg, "%d", rank);
+      char *argv[] = {"test_faults", "fds", arg, rarg, NULL};
+      int out = check_tmpfd("out");
+      pid_t pid = check_spawn_self(argv, NULL, out, out);
+      int st = check_wait_pid(pid, 60);
+      char *text = check_read_fd(out);
+      check_count_output(text, "");
+      char buf[64];
+      CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+            "a process with %d spare descriptors survives group creation as rank %d (%s)", spare, rank,
+            check_status_str(st, buf, sizeof buf));
+      free(text);
+      close(out);
+    }
 }
 
 static void test_fork_cannot_write_parent_memory(void) {
@@ -190,7 +203,7 @@ static void test_long_message(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 3 && !strcmp(argv[1], "fds")) return child_fds(atoi(argv[2]));
+  if (argc == 4 && !strcmp(argv[1], "fds")) return child_fds(atoi(argv[2]), atoi(argv[3]));
   if (argc == 2 && !strcmp(argv[1], "long")) return child_long_message();
   test_fds();
   test_fork_cannot_write_parent_memory();

@@ -68,6 +68,14 @@ func (b *Backend) Add(r Rule) {
 // FailNth fails the nth next call of method (1 = the next one).
 func (b *Backend) FailNth(method string, n int) { b.Add(Rule{Method: method, Nth: n}) }
 
+// Reset disarms every rule and forgets the calls made so far.
+func (b *Backend) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rules, b.calls, b.injected = nil, nil, nil
+	b.counts = map[string]int{}
+}
+
 // Clear disarms every rule.
 func (b *Backend) Clear() {
 	b.mu.Lock()

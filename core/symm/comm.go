@@ -1,0 +1,447 @@
+package symm
+
+import (
+	"bytes"
+	"errors"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/libsymmem/libsymmem/core"
+	"golang.org/x/sys/unix"
+)
+
+// Note [NCCL groups]
+//
+// A group can live on a communicator its caller owns (Options.Comm; the
+// cuda package's NCCLComm is one, an ncclComm_t). Then:
+//
+//   - rank, world size and device are the communicator's;
+//   - the group's records are all-gathered through it (commGather): copied
+//     into a small staging buffer of device memory, ncclAllGather on a
+//     private stream (the backend's, where it makes streams; stream 0 on the
+//     host backend), waited for with the group's timeout. On expiry the
+//     rendezvous fails with ErrTimeout and the group is broken: the
+//     communicator is left to its owner (who may abort it: a dead peer leaves
+//     NCCL's kernel spinning), the staging buffer is deliberately leaked
+//     since the GPU may still write it. File descriptors still travel over
+//     the Unix socket channel, as in every group.
+//   - every rendezvous registers the segment that holds the buffer as an
+//     NCCL symmetric window (NCCL_WIN_COLL_SYMMETRIC), unless
+//     Options.NoWindows: whole segments, whose addresses and sizes are
+//     multiples of the backend granularity (2 MiB on cuda, so NCCL's
+//     4096-byte rule holds), of cuMem memory with POSIX-fd handles, as NCCL
+//     requires. Registration is collective, so whether it is needed is
+//     decided from the rendezvous records (blockRecord.winHeld), the same on
+//     every rank: it happens once per (segment, group), and a rendezvous on
+//     a segment that every rank has registered costs no NCCL call. Where a
+//     rank holds a window and another does not (its segment was released
+//     and made again), the holder deregisters its window first, so that no
+//     memory is ever registered twice.
+//   - a window is deregistered before its segment's memory is released (an
+//     allocator release hook, after the device is synchronised), or when the
+//     group is destroyed, whichever comes first; never twice. Deregistration
+//     is local (as torch's NCCL backend does it when a tensor dies): destroy
+//     the group before the communicator, since deregistering needs it.
+//   - with NCCL >= 2.29 (Communicator.PeerPointer reports ok), the
+//     rendezvous checks that NCCL's view of every peer's window (its host
+//     peer pointer) holds the same bytes as our mapping of that peer's block;
+//     a peer NCCL cannot reach by load/store (pointer 0) is skipped.
+//
+// Registration is never the first operation on the communicator: the group
+// all-gathers its member records through it first. That is the workaround of
+// pytorch issue 188567 (window registration as the first NCCL call on a
+// communicator fails), here by construction.
+
+// Communicator is a collective engine the caller owns (an NCCL communicator).
+// The group never destroys it.
+type Communicator interface {
+	Rank() int
+	World() int
+	Device() int
+	// Describe names it for messages.
+	Describe() string
+	// AllGather enqueues an all-gather of bytesPerRank bytes per rank from
+	// send into recv (device memory) on stream.
+	AllGather(stream core.Stream, send, recv, bytesPerRank uintptr) error
+	// RegisterWindow registers [addr, addr+size) as a symmetric window.
+	// Collective.
+	RegisterWindow(addr, size uintptr) (uintptr, error)
+	// DeregisterWindow undoes RegisterWindow. Local.
+	DeregisterWindow(win uintptr) error
+	// PeerPointer is where peer's window (at offset) is in this process in
+	// the communicator's view; ok is false when it cannot say (NCCL < 2.29).
+	PeerPointer(win, offset uintptr, peer int) (ptr uintptr, ok bool, err error)
+}
+
+// streamMaker is implemented by backends that make streams (cuda).
+type streamMaker interface {
+	NewStream(device int) (core.Stream, error)
+	DestroyStream(device int, s core.Stream) error
+	Synchronize(device int, s core.Stream) error
+}
+
+// syncStream waits for the work on the gatherer's stream: the stream alone
+// where the backend makes streams, else the device (the host backend's
+// work is done when its calls return).
+func (cg *commGather) syncStream() error {
+	if cg.sm != nil {
+		return cg.sm.Synchronize(cg.dev, cg.stream)
+	}
+	return cg.be.SynchronizeDevice(cg.dev)
+}
+
+// commGather all-gathers a group's records through a Communicator.
+type commGather struct {
+	comm    Communicator
+	be      core.Backend
+	dev     int
+	name    string
+	timeout time.Duration
+
+	mu     sync.Mutex
+	stream core.Stream
+	sm     streamMaker // nil: stream 0
+	// dbuf is device staging (send bytes then world*send bytes), hbuf the
+	// same size of host memory outside Go's heap; size their size.
+	dbuf, hbuf uintptr
+	dmem       core.Memory
+	size       uintptr
+	// broken is set when a collective did not finish in time: nothing may
+	// use the staging buffer or the stream again.
+	broken error
+}
+
+func newCommGather(comm Communicator, be core.Backend, dev int, name string, timeout time.Duration) (*commGather, error) {
+	cg := &commGather{comm: comm, be: be, dev: dev, name: name, timeout: timeout}
+	if sm, ok := be.(streamMaker); ok {
+		s, err := sm.NewStream(dev)
+		if err != nil {
+			return nil, err
+		}
+		cg.stream, cg.sm = s, sm
+	}
+	return cg, nil
+}
+
+// bounded runs fn on another goroutine and waits for it for the timeout.
+// On expiry the gatherer is broken (fn may still be running).
+func (cg *commGather) bounded(what string, fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	t := time.NewTimer(cg.timeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		cg.broken = core.Errorf(core.ErrTimeout,
+			"group %q: %s over %s did not finish within %v: a rank died or did not make the same call. The communicator is left to its owner (abort it: ncclCommAbort); this group cannot be used any more",
+			cg.name, what, cg.comm.Describe(), cg.timeout)
+		return cg.broken
+	}
+}
+
+// ensure makes the staging buffers at least n bytes (mu held).
+func (cg *commGather) ensure(n uintptr) error {
+	if n <= cg.size {
+		return nil
+	}
+	cg.freeBuffers()
+	gran, err := cg.be.Granularity(cg.dev)
+	if err != nil {
+		return err
+	}
+	size := roundUp(max(n, 64<<10), gran)
+	m, err := cg.be.Create(cg.dev, size)
+	if err != nil {
+		return err
+	}
+	addr, err := cg.be.Reserve(cg.dev, size)
+	if err != nil {
+		cg.be.Release(m)
+		return err
+	}
+	if err := cg.be.Map(cg.dev, addr, size, m); err != nil {
+		cg.be.Unreserve(cg.dev, addr, size)
+		cg.be.Release(m)
+		return err
+	}
+	h, err := unix.MmapPtr(-1, 0, nil, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		errors.Join(cg.be.Unmap(cg.dev, addr, size), cg.be.Release(m), cg.be.Unreserve(cg.dev, addr, size))
+		return core.Errorf(core.ErrOutOfMemory, "host staging of %d bytes: %v", size, err)
+	}
+	cg.dbuf, cg.dmem, cg.hbuf, cg.size = addr, m, uintptr(h), size
+	return nil
+}
+
+// freeBuffers releases the staging buffers (mu held; the stream is idle).
+func (cg *commGather) freeBuffers() error {
+	if cg.size == 0 {
+		return nil
+	}
+	err := errors.Join(cg.syncStream(), cg.be.Unmap(cg.dev, cg.dbuf, cg.size),
+		cg.be.Release(cg.dmem), cg.be.Unreserve(cg.dev, cg.dbuf, cg.size), unix.MunmapPtr(ptrAt(cg.hbuf), cg.size))
+	cg.size = 0
+	return err
+}
+
+// allGather is the group's FuncExchange function: len(send) bytes from every
+// rank into recv.
+func (cg *commGather) allGather(send, recv []byte) error {
+	cg.mu.Lock()
+	defer cg.mu.Unlock()
+	if cg.broken != nil {
+		return cg.broken
+	}
+	n := uintptr(len(send))
+	world := uintptr(cg.comm.World())
+	if uintptr(len(recv)) != n*world {
+		return core.Errorf(core.ErrInternal, "group %q: all-gather of %d bytes into %d", cg.name, n, len(recv))
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := cg.ensure(n * (world + 1)); err != nil {
+		return core.Errorf(core.CodeOf(err), "group %q: staging memory for the all-gather over %s: %v", cg.name, cg.comm.Describe(), err)
+	}
+	host := unsafe.Slice((*byte)(ptrAt(cg.hbuf)), cg.size)
+	copy(host, send)
+	if err := cg.be.Copy(cg.dev, cg.stream, cg.dbuf, cg.hbuf, n); err != nil {
+		return err
+	}
+	err := cg.bounded("an all-gather of records", func() error {
+		if err := cg.comm.AllGather(cg.stream, cg.dbuf, cg.dbuf+n, n); err != nil {
+			return err
+		}
+		return cg.syncStream()
+	})
+	if err != nil {
+		return err
+	}
+	if err := cg.be.Copy(cg.dev, cg.stream, cg.hbuf+n, cg.dbuf+n, n*world); err != nil {
+		return err
+	}
+	copy(recv, host[n:n+n*world])
+	return nil
+}
+
+// close releases the stream and staging (not after a timeout: the GPU may
+// still use them, so they are leaked on purpose).
+func (cg *commGather) close() error {
+	cg.mu.Lock()
+	defer cg.mu.Unlock()
+	if cg.broken != nil {
+		return nil
+	}
+	err := cg.freeBuffers()
+	if cg.sm != nil {
+		err = errors.Join(err, cg.sm.DestroyStream(cg.dev, cg.stream))
+		cg.sm = nil
+	}
+	cg.broken = core.Errorf(core.ErrInvalidState, "group %q is destroyed", cg.name)
+	return err
+}
+
+// window is a segment of ours registered with the communicator.
+type window struct {
+	segID uint64
+	addr  uintptr
+	size  uintptr
+	win   uintptr
+}
+
+// windows are a group's NCCL windows, by the heap offset of their segment.
+type windows struct {
+	mu sync.Mutex
+	m  map[uint64]*window
+	// registered and deregistered count calls (tests check them).
+	registered, deregistered int
+	removeHook               func()
+}
+
+// held is 1 + the segment ID of the window at heapOff if it is for segID,
+// else 0 (blockRecord.winHeld).
+func (w *windows) held(heapOff, segID uint64) uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if x := w.m[heapOff]; x != nil && x.segID == segID {
+		return segID + 1
+	}
+	return 0
+}
+
+// WindowCounts reports how many windows the group registered and
+// deregistered, and how many it holds.
+func (g *Group) WindowCounts() (registered, deregistered, live int) {
+	if g.wins == nil {
+		return 0, 0, 0
+	}
+	g.wins.mu.Lock()
+	defer g.wins.mu.Unlock()
+	return g.wins.registered, g.wins.deregistered, len(g.wins.m)
+}
+
+// Communicator is the group's communicator, nil for socket groups.
+func (g *Group) Communicator() Communicator { return g.comm }
+
+// dropWindowLocked deregisters x (w.mu held).
+func (g *Group) dropWindowLocked(heapOff uint64, x *window) error {
+	delete(g.wins.m, heapOff)
+	g.wins.deregistered++
+	if err := g.comm.DeregisterWindow(x.win); err != nil {
+		return core.Errorf(core.CodeOf(err), "group %q: deregistering the window of the segment at %#x (%d bytes): %v", g.name, x.addr, x.size, err)
+	}
+	return nil
+}
+
+// onSegmentRelease is the allocator's release hook: the segment's window
+// goes before its memory.
+func (g *Group) onSegmentRelease(seg core.SegmentInfo) error {
+	g.wins.mu.Lock()
+	defer g.wins.mu.Unlock()
+	if x := g.wins.m[seg.HeapOff]; x != nil && x.segID == seg.ID {
+		return g.dropWindowLocked(seg.HeapOff, x)
+	}
+	return nil
+}
+
+// registerWindow makes sure every rank holds a window for the rendezvous'
+// segment (Note [NCCL groups]); collective, g.coll held. It returns our
+// window and shares the verdict.
+func (g *Group) registerWindow(info core.BlockInfo, recs []blockRecord) (uintptr, error) {
+	seg := info.Segment
+	need := false
+	for r := range recs {
+		need = need || recs[r].winHeld != recs[r].segID+1
+	}
+	w := g.wins
+	if !need {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.m[seg.HeapOff].win, nil
+	}
+	var localErr error
+	w.mu.Lock()
+	if x := w.m[seg.HeapOff]; x != nil {
+		localErr = g.dropWindowLocked(seg.HeapOff, x)
+	}
+	w.mu.Unlock()
+	var win uintptr
+	err := g.cg.bounded("ncclCommWindowRegister", func() error {
+		var err error
+		win, err = g.comm.RegisterWindow(seg.Addr, seg.Size)
+		return err
+	})
+	if core.CodeOf(err) == core.ErrTimeout {
+		return 0, err
+	}
+	if localErr == nil && err != nil {
+		localErr = core.Errorf(core.CodeOf(err), "rank %d: registering its segment at %#x (%d bytes) as a window: %v", g.rank, seg.Addr, seg.Size, err)
+	}
+	if err == nil {
+		w.mu.Lock()
+		w.registered++
+		w.m[seg.HeapOff] = &window{segID: seg.ID, addr: seg.Addr, size: seg.Size, win: win}
+		w.mu.Unlock()
+	}
+	if err := g.shareVerdict("rendezvous (NCCL window registration)", localErr); err != nil {
+		if win != 0 && localErr == nil {
+			w.mu.Lock()
+			if x := w.m[seg.HeapOff]; x != nil && x.win == win {
+				g.dropWindowLocked(seg.HeapOff, x)
+			}
+			w.mu.Unlock()
+		}
+		return 0, err
+	}
+	return win, nil
+}
+
+// shareVerdict all-gathers local outcomes: every rank gets the first
+// failure, or nil.
+func (g *Group) shareVerdict(what string, localErr error) error {
+	raw, err := g.ex.AllGather(0, encodeStatus(statusOf(localErr)))
+	if err != nil {
+		return err
+	}
+	sts := make([]status, g.world)
+	for r := range raw {
+		if sts[r], err = decodeStatus(raw[r]); err != nil {
+			return core.Errorf(core.ErrPeer, "group %q: %s: rank %d sent a malformed status: %v", g.name, what, r, err)
+		}
+	}
+	return firstFailure(g.name, what, sts)
+}
+
+// checkPeerPointers compares, for every peer, the first bytes of its block
+// through NCCL's peer pointer with the same bytes through our mapping
+// (NCCL >= 2.29; Note [NCCL groups]). Collective when supported.
+func (g *Group) checkPeerPointers(h *Handle, win uintptr, blockOff uintptr) error {
+	if _, ok, _ := g.comm.PeerPointer(win, blockOff, g.rank); !ok {
+		return nil
+	}
+	n := min(h.bufSize, 4096)
+	var localErr error
+	ours := make([]byte, n)
+	theirs := make([]byte, n)
+	for p := 0; p < g.world && localErr == nil; p++ {
+		ptr, _, err := g.comm.PeerPointer(win, blockOff, p)
+		if err != nil {
+			localErr = core.Errorf(core.CodeOf(err), "rank %d: NCCL's pointer to rank %d's window: %v", g.rank, p, err)
+			break
+		}
+		if ptr == 0 {
+			continue // not reachable by load/store in NCCL's view
+		}
+		if err := errors.Join(g.readBytes(ours, h.bufPtrs[p]), g.readBytes(theirs, ptr)); err != nil {
+			localErr = core.Errorf(core.CodeOf(err), "rank %d: reading rank %d's block: %v", g.rank, p, err)
+			break
+		}
+		if !bytes.Equal(ours, theirs) {
+			localErr = core.Errorf(core.ErrMismatch, "rank %d: NCCL's view of rank %d's window (%#x) holds other bytes than libsymmem's mapping of its block (%#x): the window is not the rendezvoused buffer", g.rank, p, ptr, h.bufPtrs[p])
+		}
+	}
+	return g.shareVerdict("rendezvous (checking NCCL's peer pointers)", localErr)
+}
+
+// readBytes copies len(dst) bytes at addr (device memory) into dst.
+func (g *Group) readBytes(dst []byte, addr uintptr) error {
+	g.cg.mu.Lock()
+	defer g.cg.mu.Unlock()
+	if err := g.cg.ensure(uintptr(len(dst))); err != nil {
+		return err
+	}
+	if err := g.be.Copy(g.device, g.cg.stream, g.cg.hbuf, addr, uintptr(len(dst))); err != nil {
+		return err
+	}
+	copy(dst, unsafe.Slice((*byte)(ptrAt(g.cg.hbuf)), len(dst)))
+	return nil
+}
+
+// closeComm deregisters every window and releases the gatherer (Destroy).
+func (g *Group) closeComm() error {
+	var errs []error
+	g.wins.removeHook()
+	g.wins.mu.Lock()
+	for off, x := range g.wins.m {
+		errs = append(errs, g.dropWindowLocked(off, x))
+	}
+	g.wins.mu.Unlock()
+	errs = append(errs, g.cg.close())
+	return errors.Join(errs...)
+}
+
+// commOptions fills o's rank, world and device from o.Comm.
+func commOptions(o *Options) error {
+	c := o.Comm
+	if o.AllGather != nil {
+		return core.Errorf(core.ErrInvalidArgument, "group %q: a communicator and an all-gather function: give one", o.Name)
+	}
+	o.Rank, o.World, o.Device = c.Rank(), c.World(), c.Device()
+	if o.World < 1 || o.Rank < 0 || o.Rank >= o.World {
+		return core.Errorf(core.ErrInvalidArgument, "group %q: %s reports rank %d of %d", o.Name, c.Describe(), o.Rank, o.World)
+	}
+	return nil
+}

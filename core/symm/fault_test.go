@@ -1,0 +1,259 @@
+package symm
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/host"
+	"github.com/libsymmem/libsymmem/core/internal/faultbe"
+	"github.com/stretchr/testify/require"
+)
+
+// symmStep is one operation of the symmetric-memory workload; collective
+// steps must end with the same verdict on every rank.
+type symmStep struct {
+	what       string
+	collective bool
+}
+
+var symmSteps = []symmStep{
+	{"group create", true},
+	{"rendezvous (exchanges descriptors)", true},
+	{"rendezvous (cached mappings)", true},
+	{"barrier", false},
+	{"put+wait signal", false},
+	{"release first handle", false},
+	{"release second handle", false},
+	{"group destroy", false},
+}
+
+// rankOutcome is what one rank saw of the workload.
+type rankOutcome struct {
+	errs   []error // per step (nil: success or not run)
+	ran    int     // steps run
+	leaked bool    // an error said memory was deliberately left mapped
+	calls  map[string]int
+}
+
+// symmWorkload runs every symmetric-memory operation on one rank, stopping
+// after a failed collective (every rank stops there, by the shared
+// verdict), and cleans up whatever it made.
+func symmWorkload(e *rankEnv, buf uintptr, short time.Duration) rankOutcome {
+	out := rankOutcome{errs: make([]error, len(symmSteps))}
+	var g *Group
+	var hs []*Handle
+	run := func(i int, f func() error) bool {
+		out.ran = i + 1
+		err := f()
+		out.errs[i] = err
+		if err != nil && strings.Contains(err.Error(), "leaked") {
+			out.leaked = true
+		}
+		return err == nil || !symmSteps[i].collective
+	}
+	peer := (e.rank + 1) % e.world
+	prev := (e.rank + e.world - 1) % e.world
+	steps := []func() error{
+		func() (err error) { g, err = New(e.opts(e.name, e.rank, e.world)); return },
+		func() error { h, err := g.Rendezvous(buf); appendIf(&hs, h); return err },
+		func() error { h, err := g.Rendezvous(buf); appendIf(&hs, h); return err },
+		func() error { return hs[0].Barrier(0, 0, short) },
+		func() error {
+			if err := hs[0].PutSignal(peer, 1, 0, 0); err != nil {
+				return err
+			}
+			return hs[0].WaitSignal(prev, 1, 0, short)
+		},
+		func() error { return hs[0].Release() },
+		func() error { return hs[1].Release() },
+		func() error { return g.Destroy() },
+	}
+	for i, f := range steps {
+		if (i >= 3 && i <= 6 && len(hs) < 2) || (i == 7 && g == nil) {
+			break
+		}
+		if !run(i, f) {
+			break
+		}
+	}
+	// Cleanup of what the steps did not get to.
+	for i, h := range hs {
+		if i >= 2 || out.ran <= 5+i {
+			h.Release()
+		}
+	}
+	if g != nil && out.ran < 8 {
+		g.Destroy()
+	}
+	return out
+}
+
+func appendIf(hs *[]*Handle, h *Handle) {
+	if h != nil {
+		*hs = append(*hs, h)
+	}
+}
+
+// runFaultWorkload runs the workload in-process with world ranks, each on a
+// runtime of its own over a fault backend; setup arms rank r's backend.
+func runFaultWorkload(t *testing.T, name string, world int, caps *core.Capabilities, setup func(r int, fb *faultbe.Backend)) ([]rankOutcome, []*faultbe.Backend) {
+	dir := sockDir(t)
+	outs := make([]rankOutcome, world)
+	fbs := make([]*faultbe.Backend, world)
+	var wg sync.WaitGroup
+	for r := 0; r < world; r++ {
+		be, err := host.New()
+		require.NoError(t, err)
+		fbs[r] = faultbe.New(be)
+		fbs[r].Caps = caps
+		e := &rankEnv{rt: core.NewRuntime(fbs[r]), rank: r, world: world, name: name, dir: dir, timeout: 10 * time.Second}
+		a, err := e.rt.Allocator(0)
+		require.NoError(t, err)
+		// The buffer is allocated before faults are armed: they hit the
+		// symmetric-memory operations (the allocator's own failures are
+		// TestAllocatorUnderInjectedFaults's).
+		buf, err := a.Alloc(64<<10, 0)
+		require.NoError(t, err)
+		fbs[r].Reset()
+		setup(r, fbs[r])
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o := symmWorkload(e, buf, 2*time.Second)
+			a.Free(buf, 64<<10, 0)
+			o.calls = map[string]int{}
+			for _, m := range faultbe.Methods {
+				o.calls[m] = fbs[e.rank].Count(m)
+			}
+			fbs[e.rank].Clear()
+			if err := a.EmptyCache(); err != nil && strings.Contains(err.Error(), "leaked") {
+				o.leaked = true
+			}
+			outs[e.rank] = o
+		}()
+	}
+	wg.Wait()
+	return outs, fbs
+}
+
+// TestSymmetricMemoryUnderInjectedFaults fails, on rank 1 of 2, each of the
+// first calls of each backend method that the workload makes, with the
+// host's capabilities and with a GPU's (stream signals, device pointer
+// arrays: core's cuda paths over host memory). It checks: every failure is
+// an error with a message; collective steps end with the same verdict on
+// every rank; nothing panics; the allocators validate; and descriptors and
+// mappings come back to where they were unless an error declared a
+// deliberate leak.
+func TestSymmetricMemoryUnderInjectedFaults(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		caps *core.Capabilities
+	}{
+		{"host", nil},
+		{"gpu-like", &core.Capabilities{StreamSignals: true, DevicePointerArrays: true, SharedDevice: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// Dry run: how often rank 1 calls each method.
+			outs, fbs := runFaultWorkload(t, "fault-dry-"+c.name, 2, c.caps, func(int, *faultbe.Backend) {})
+			for r, o := range outs {
+				for i, err := range o.errs {
+					require.NoError(t, err, "dry run, rank %d, %s", r, symmSteps[i].what)
+				}
+				require.Equal(t, len(symmSteps), o.ran)
+			}
+			calls := outs[1].calls
+			_ = fbs
+			n0 := 0
+			for _, method := range faultbe.Methods {
+				for n := 1; n <= min(3, calls[method]); n++ {
+					n0++
+					name := fmt.Sprintf("%s#%d", method, n)
+					t.Run(name, func(t *testing.T) {
+						fds0, maps0 := countFDs(), countMaps()
+						outs, fbs := runFaultWorkload(t, fmt.Sprintf("fault-%s-%d", c.name, n0), 2, c.caps, func(r int, fb *faultbe.Backend) {
+							if r == 1 {
+								fb.FailNth(method, n)
+							}
+						})
+						require.NotEmpty(t, fbs[1].Injected(), "the fault was never reached")
+						leaked := false
+						for r, o := range outs {
+							leaked = leaked || o.leaked
+							for i, err := range o.errs {
+								if err != nil {
+									require.NotEqual(t, core.Success, core.CodeOf(err))
+									require.NotEmpty(t, err.Error(), "rank %d %s", r, symmSteps[i].what)
+									require.NotEqual(t, core.ErrInternal, core.CodeOf(err), "rank %d %s: %v", r, symmSteps[i].what, err)
+								}
+							}
+						}
+						for i, s := range symmSteps {
+							if s.collective && outs[0].ran > i && outs[1].ran > i {
+								require.Equal(t, core.CodeOf(outs[0].errs[i]), core.CodeOf(outs[1].errs[i]),
+									"%s: rank 0 got %v, rank 1 got %v: the verdict must be shared", s.what, outs[0].errs[i], outs[1].errs[i])
+							}
+						}
+						if !leaked {
+							require.Equal(t, fds0, countFDs(), "descriptors")
+							require.Equal(t, maps0, countMaps(), "memfd mappings")
+						}
+					})
+				}
+			}
+		})
+	}
+}
+
+// TestFailedSyncLeaksInsteadOfUnmapping: when the device synchronisation
+// before a handle's release (the last owner of the group's memory) fails,
+// nothing is unmapped, and the error says the memory was left mapped.
+func TestFailedSyncLeaksInsteadOfUnmapping(t *testing.T) {
+	dir := sockDir(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r := 0; r < 2; r++ {
+		be, err := host.New()
+		require.NoError(t, err)
+		fb := faultbe.New(be)
+		e := &rankEnv{rt: core.NewRuntime(fb), rank: r, world: 2, name: "leak-on-sync", dir: dir, timeout: 10 * time.Second}
+		a, err := e.rt.Allocator(0)
+		require.NoError(t, err)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[e.rank] = func() error {
+				buf, g, err := join(e, a, 4096)
+				if err != nil {
+					return err
+				}
+				h, err := g.Rendezvous(buf)
+				if err != nil {
+					g.Destroy()
+					return err
+				}
+				if err := g.Destroy(); err != nil { // the handle is the last owner
+					return err
+				}
+				fb.Add(faultbe.Rule{Method: "SynchronizeDevice"}) // every call fails
+				unmaps := fb.Count("Unmap")
+				err = h.Release()
+				fb.Clear()
+				if err == nil || !strings.Contains(err.Error(), "left mapped (deliberately leaked)") {
+					return fmt.Errorf("release after a failed synchronisation: %v", err)
+				}
+				if fb.Count("Unmap") != unmaps {
+					return fmt.Errorf("%d unmaps after a failed synchronisation", fb.Count("Unmap")-unmaps)
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+}

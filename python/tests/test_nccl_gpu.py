@@ -1,0 +1,53 @@
+"""Groups over NCCL communicators on GPUs (tests/gpu/nccl_torch.py), one
+rank per GPU: NCCL refuses two ranks on one GPU, so the overlapping layouts
+of test_symm_gpu.py do not apply (the NCCL stand-in covers 4 ranks in CI:
+tests/c/test_nccl.c, test_nccl_host.py). Skips without torch or GPUs,
+fails instead with SYMMEM_REQUIRE_GPU=1 (two_gpus still skips on one GPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_symm_gpu import launch, parts, where
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("mode", ["two_gpus", "all_gpus"])
+def test_nccl_groups_windows_and_collectives(mode, tmp_path):
+    recs = launch("nccl_torch.py", mode, tmp_path)
+    world = len(recs)
+    for rec, r in zip(recs, parts(recs, "torch")):
+        at = where(rec, "torch")
+        assert r["nccl_group"] and r["window"], (at, r)
+        assert tuple(r["counts_first"]) == (1, 0, 1), (at, r)
+        assert tuple(r["counts_again"]) == (1, 0, 1), f"{at}: a second rendezvous registered again: {r}"
+        assert r["every_peer"] == [], (at, r["every_peer"])
+        for op in ("all_reduce", "all_reduce_bf16", "all_gather", "reduce_scatter"):
+            assert r[op] is None, f"{at}: {op} on registered libsymmem tensors is wrong: {r[op]}"
+        reg, dereg, live = r["counts_after_collectives"]
+        assert reg == live + dereg and live >= 1, (at, r)
+        lc = r["loop_counts"]
+        assert all(r["loop_ok"]), (at, r["loop_ok"])
+        assert lc["after"][2] == 0 and lc["after"][0] == lc["after"][1], f"{at}: windows leak: {lc}"
+        assert lc["after"][0] - lc["before"][0] == 6 and lc["live_max"] <= 1, (at, lc)
+    for rec, r in zip(recs, parts(recs, "c_comm")):
+        at = where(rec, "c_comm")
+        assert r["version"] >= 22800, (at, r)
+        assert r["group"] == [rec["rank"], world, rec["device"]], (at, r)
+        assert r["window"] and r["every_peer"] == [], (at, r)
+        assert tuple(r["counts"]) == (1, 1, 0), (at, r)
+    for rec, r in zip(recs, parts(recs, "pool")):
+        assert r["all_reduce"] is None, (where(rec, "pool"), r)
+
+
+def test_nccl_lazy_communicator(tmp_path):
+    recs = launch("nccl_torch.py", "two_gpus", tmp_path, "lazy")
+    for rec in recs:
+        r = rec["result"]
+        at = where(rec)
+        if r["outcome"] == "error":
+            assert "device_id=" in r["message"], (at, r)
+        else:
+            assert r["outcome"] == "worked" and r["window"], (at, r)
+        assert r["after_collective_window"], (at, r)
