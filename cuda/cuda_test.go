@@ -20,9 +20,11 @@ import (
 
 func TestOpenMissingLibraryNamesThePath(t *testing.T) {
 	const path = "/nonexistent/libcuda.so.1"
+	// Cleanups run last-in first-out: this reload, registered before
+	// t.Setenv's restore, runs after it and reads the restored value.
+	t.Cleanup(func() { core.ReloadSettings() })
 	t.Setenv(EnvLibrary, path)
 	core.ReloadSettings()
-	t.Cleanup(func() { core.ReloadSettings() })
 
 	b, err := Open()
 	require.Error(t, err)
@@ -46,9 +48,9 @@ func TestPackageQueriesFailWithoutDriver(t *testing.T) {
 	if gpuLoaded() {
 		t.Skip("a driver is already loaded in this process")
 	}
+	t.Cleanup(func() { core.ReloadSettings() }) // after t.Setenv's restore (see above)
 	t.Setenv(EnvLibrary, "/nonexistent/libcuda.so.1")
 	core.ReloadSettings()
-	t.Cleanup(func() { core.ReloadSettings() })
 	_, err := DriverVersion()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "/nonexistent/libcuda.so.1")
