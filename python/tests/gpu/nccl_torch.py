@@ -155,9 +155,12 @@ def part_c_comm(ctx, dist):
     if me == 0:
         ctx.stage("ncclGetUniqueId")
         assert lib.ncclGetUniqueId(ctypes.byref(uid)) == 0
-        store.set(key, bytes(uid.internal))
+        # string_at, not bytes(uid.internal): a c_char array reads as a
+        # bytes object cut at its first NUL, which would ship a broken id.
+        store.set(key, ctypes.string_at(ctypes.addressof(uid), ctypes.sizeof(uid)))
     raw = store.get(key)
-    ctypes.memmove(ctypes.addressof(uid), raw, 128)
+    assert len(raw) == ctypes.sizeof(uid), len(raw)
+    ctypes.memmove(ctypes.addressof(uid), raw, len(raw))
     comm = ctypes.c_void_p()
     ctx.stage("ncclCommInitRank")
     rc = lib.ncclCommInitRank(ctypes.byref(comm), world, uid, me)
