@@ -48,8 +48,8 @@ test-c: $(CTEST_BIN) $(FAKENCCL) $(FAKENCCL228)
 test-python: $(LIB) $(FAKENCCL) $(FAKENCCL228)
 	cd python && SYMMEM_LIBRARY=$(ROOT)/$(LIB) $(PYTHON) -m pytest -q tests
 
-# The cuda backend's code paths without a GPU: the C and Python suites and the
-# demo against cuda/testdata/fakecuda.c, a stand-in libcuda on host memory
+# The cuda backend's code paths without a GPU: the C and Python suites, the
+# fault tables (core/fault_test.go, core/symm/fault_test.go) and the demo against cuda/testdata/fakecuda.c, a stand-in libcuda on host memory
 # (asynchronous streams, VMM mapping, fds across processes).
 FAKECUDA := $(BUILD)/libcuda_fake.so
 $(FAKECUDA): cuda/testdata/fakecuda.c cuda/driver.h
@@ -61,6 +61,8 @@ test-fakecuda: $(CTEST_BIN) $(BUILD)/demo $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228)
 	  ( [ -f tests/c/env.sh ] && . tests/c/env.sh; \
 	    SYMMEM_BACKEND=cuda SYMMEM_LIBCUDA=$(ROOT)/$(FAKECUDA) $$t ) || rc=1; done; \
 	SYMMEM_BACKEND=cuda SYMMEM_LIBCUDA=$(ROOT)/$(FAKECUDA) $(BUILD)/demo 4 || rc=1; \
+	SYMMEM_BACKEND=cuda SYMMEM_LIBCUDA=$(ROOT)/$(FAKECUDA) $(GO) test -race -count=1 \
+	  -run 'UnderInjectedFaults|FailedSync|UnmappedSegment' ./core ./core/symm || rc=1; \
 	cd python && SYMMEM_BACKEND=cuda SYMMEM_LIBCUDA=$(ROOT)/$(FAKECUDA) SYMMEM_LIBRARY=$(ROOT)/$(LIB) \
 	  $(PYTHON) -m pytest -q tests || rc=1; exit $$rc
 

@@ -12,6 +12,7 @@ import (
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/host"
 	"github.com/libsymmem/libsymmem/core/internal/faultbe"
+	_ "github.com/libsymmem/libsymmem/cuda" // SYMMEM_BACKEND=cuda (the fake driver in make test-fakecuda)
 	"github.com/stretchr/testify/require"
 )
 
@@ -47,7 +48,7 @@ type rankOutcome struct {
 // symmWorkload runs every symmetric-memory operation on one rank, stopping
 // after a failed collective (every rank stops there, by the shared
 // verdict), and cleans up whatever it made.
-func symmWorkload(e *rankEnv, buf uintptr, short time.Duration) rankOutcome {
+func symmWorkload(e *rankEnv, buf uintptr, s core.Stream, short time.Duration) rankOutcome {
 	out := rankOutcome{errs: make([]error, len(symmSteps))}
 	var g *Group
 	var hs []*Handle
@@ -66,12 +67,12 @@ func symmWorkload(e *rankEnv, buf uintptr, short time.Duration) rankOutcome {
 		func() (err error) { g, err = New(e.opts(e.name, e.rank, e.world)); return },
 		func() error { h, err := g.Rendezvous(buf); appendIf(&hs, h); return err },
 		func() error { h, err := g.Rendezvous(buf); appendIf(&hs, h); return err },
-		func() error { return hs[0].Barrier(0, 0, short) },
+		func() error { return hs[0].Barrier(0, s, short) },
 		func() error {
-			if err := hs[0].PutSignal(peer, 1, 0, 0); err != nil {
+			if err := hs[0].PutSignal(peer, 1, s, 0); err != nil {
 				return err
 			}
-			return hs[0].WaitSignal(prev, 1, 0, short)
+			return hs[0].WaitSignal(prev, 1, s, short)
 		},
 		func() error { return hs[0].Release() },
 		func() error { return hs[1].Release() },
@@ -110,6 +111,12 @@ func faultBackend(t *testing.T) core.Backend {
 	be, _, err := core.BackendFromEnv()
 	require.NoError(t, err)
 	return be
+}
+
+// streamBackend is a backend that makes streams (cuda).
+type streamBackend interface {
+	NewStream(device int) (core.Stream, error)
+	DestroyStream(device int, s core.Stream) error
 }
 
 func allocStat(a *core.Allocator, key string) int64 {
@@ -173,10 +180,20 @@ func runFaultWorkload(t *testing.T, name string, world int, caps *core.Capabilit
 		require.NoError(t, err)
 		fbs[r].Reset()
 		setup(r, fbs[r])
+		// A stream of the rank's own where the backend has streams: the
+		// fake driver's default stream is one for the whole process, which
+		// in-process ranks would share (one rank's stream wait would hold
+		// back the other's signal).
+		var stream core.Stream
+		if sb, ok := fbs[r].Inner.(streamBackend); ok {
+			stream, err = sb.NewStream(e.device)
+			require.NoError(t, err)
+			t.Cleanup(func() { sb.DestroyStream(e.device, stream) })
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			o := symmWorkload(e, buf, 2*time.Second)
+			o := symmWorkload(e, buf, stream, 2*time.Second)
 			a.Free(buf, 64<<10, 0)
 			o.calls = map[string]int{}
 			for _, m := range faultbe.Methods {
@@ -278,6 +295,15 @@ func TestSymmetricMemoryUnderInjectedFaults(t *testing.T) {
 				})
 			}
 			for _, method := range faultbe.Methods {
+				if method == "StreamMemOps" && c.caps == nil && faultBackend(t).Capabilities().StreamSignals {
+					// On a GPU's streams a failed signal leaves the peer's
+					// stream waiting with no bound (as a dead peer does), and
+					// the release after it waits out the device
+					// synchronisation's timeout before leaking: that case is
+					// TestFailedSyncLeaksInsteadOfUnmapping's and the GPU
+					// suite's (tests/c/test_lifetimes.c), too slow for a table.
+					continue
+				}
 				for n := 1; n <= min(3, calls[method]); n++ {
 					run(fmt.Sprintf("%s#%d", method, n), func(fb *faultbe.Backend) { fb.FailNth(method, n) }, nil)
 				}
