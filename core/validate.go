@@ -20,7 +20,8 @@ func (a *Allocator) Validate() error {
 func (a *Allocator) validateLocked() error {
 	var (
 		allocated, nAlloc, requested [numStatPools]int64
-		reserved, nSeg               [numStatPools]int64
+		reserved, nSeg, paused       [numStatPools]int64
+		nSplit, splitBytes           [numStatPools]int64
 		freeBlocks                   = map[*freeSet]int{}
 	)
 	pool := func(small bool) statPool {
@@ -49,7 +50,7 @@ func (a *Allocator) validateLocked() error {
 		if seg.unmapped {
 			return fmt.Errorf("segment %d (%#x, heap offset %d) is unmapped but still in the heap: its blocks would fault", seg.id, seg.addr, seg.heapOff)
 		}
-		if a.streams[seg.pools.stream] != seg.pools {
+		if a.streams[poolKey{seg.pools.tag.id, seg.pools.stream}] != seg.pools || a.tags[seg.pools.tag.id] != seg.pools.tag {
 			return fmt.Errorf("segment %d belongs to pools of an unknown stream", seg.id)
 		}
 		set := seg.pools.pool(seg.small)
@@ -86,6 +87,10 @@ func (a *Allocator) validateLocked() error {
 					return fmt.Errorf("free block %#x is missing from its pool", b.addr)
 				}
 				freeBlocks[set]++
+				if isInactiveSplit(b) {
+					nSplit[pool(seg.small)]++
+					splitBytes[pool(seg.small)] += int64(b.size)
+				}
 			}
 			sum += b.size
 			prev = b
@@ -96,7 +101,14 @@ func (a *Allocator) validateLocked() error {
 		if n != seg.nAllocated {
 			return fmt.Errorf("segment %d counts %d allocated blocks but holds %d", seg.id, seg.nAllocated, n)
 		}
-		reserved[pool(seg.small)] += int64(seg.size)
+		if seg.paused {
+			if !seg.pools.tag.paused {
+				return fmt.Errorf("segment %d is paused but its tag %q is live (untagged memory is never paused)", seg.id, seg.pools.tag.name)
+			}
+			paused[pool(seg.small)] += int64(seg.size)
+		} else {
+			reserved[pool(seg.small)] += int64(seg.size)
+		}
 		nSeg[pool(seg.small)]++
 	}
 	for _, sp := range a.order {
@@ -133,7 +145,10 @@ func (a *Allocator) validateLocked() error {
 		requested[poolAll] += requested[p]
 		nAlloc[poolAll] += nAlloc[p]
 		reserved[poolAll] += reserved[p]
+		paused[poolAll] += paused[p]
 		nSeg[poolAll] += nSeg[p]
+		nSplit[poolAll] += nSplit[p]
+		splitBytes[poolAll] += splitBytes[p]
 	}
 	for p := statPool(0); p < numStatPools; p++ {
 		checks := []struct {
@@ -142,7 +157,8 @@ func (a *Allocator) validateLocked() error {
 		}{
 			{statAllocation, nAlloc[p]}, {statAllocatedBytes, allocated[p]},
 			{statRequestedBytes, requested[p]}, {statSegment, nSeg[p]},
-			{statReservedBytes, reserved[p]},
+			{statReservedBytes, reserved[p]}, {statPausedBytes, paused[p]},
+			{statInactiveSplit, nSplit[p]}, {statInactiveSplitBytes, splitBytes[p]},
 		}
 		for _, c := range checks {
 			s := a.st.by[c.kind][p]

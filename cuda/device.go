@@ -42,6 +42,11 @@ type device struct {
 	accessOnce sync.Once
 	access     []C.int
 
+	// kern is the device's collectives module, loaded at first use under
+	// kernMu (kernels.go).
+	kernMu sync.Mutex
+	kern   *kernelModule
+
 	// ownStream is the library's own non-blocking stream for MemsetWithin
 	// and CopyWithin (0 until first used); guarded by mu.
 	ownStream C.uintptr_t

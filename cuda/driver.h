@@ -30,6 +30,8 @@ typedef unsigned long long sm_CUmemGenericAllocationHandle;
 typedef struct CUctx_st *sm_CUcontext;
 typedef struct CUstream_st *sm_CUstream;
 typedef struct CUevent_st *sm_CUevent;
+typedef struct CUmod_st *sm_CUmodule;
+typedef struct CUfunc_st *sm_CUfunction;
 
 typedef struct sm_CUuuid_st {
   char bytes[16];
@@ -52,6 +54,7 @@ typedef enum sm_cudaError_enum {
 /* ---- device attributes (CUdevice_attribute) ----------------------------- */
 
 typedef enum sm_CUdevice_attribute_enum {
+  SM_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
   SM_CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
   SM_CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID = 34,
   SM_CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41,
@@ -63,6 +66,13 @@ typedef enum sm_CUdevice_attribute_enum {
   SM_CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED = 128, /* CUDA 12.3+ */
   SM_CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = 132            /* CUDA 12.1+; queried only */
 } sm_CUdevice_attribute;
+
+/* ---- peer attributes (CUdevice_P2PAttribute), for the diagnostic -------- */
+typedef enum sm_CUdevice_P2PAttribute_enum {
+  SM_CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK = 1,
+  SM_CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED = 2,
+  SM_CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED = 3
+} sm_CUdevice_P2PAttribute;
 
 /* ---- virtual memory management ------------------------------------------ */
 
@@ -173,6 +183,9 @@ typedef union sm_CUstreamBatchMemOpParams_union {
   unsigned long long pad[6];
 } sm_CUstreamBatchMemOpParams;
 
+/* cuMemHostAlloc flags: pinned memory usable from every context. */
+#define SM_CU_MEMHOSTALLOC_PORTABLE 0x01
+
 /* ---- the functions ------------------------------------------------------ */
 
 /*
@@ -211,6 +224,10 @@ typedef union sm_CUstreamBatchMemOpParams_union {
     (int *pi, T(CUdevice_attribute) attrib, T(CUdevice) dev))                          \
   X(cuDeviceCanAccessPeer, cuDeviceCanAccessPeer,                                      \
     (int *canAccessPeer, T(CUdevice) dev, T(CUdevice) peerDev))                        \
+  X(cuDeviceGetP2PAttribute, cuDeviceGetP2PAttribute,                                  \
+    (int *value, T(CUdevice_P2PAttribute) attrib, T(CUdevice) srcDevice,               \
+     T(CUdevice) dstDevice))                                                           \
+  X(cuDeviceTotalMem, cuDeviceTotalMem_v2, (size_t *bytes, T(CUdevice) dev))            \
   X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain,                                \
     (T(CUcontext) *pctx, T(CUdevice) dev))                                             \
   X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2, (T(CUdevice) dev))        \
@@ -253,13 +270,24 @@ typedef union sm_CUstreamBatchMemOpParams_union {
     (T(CUdeviceptr) dstDevice, unsigned char uc, size_t N, T(CUstream) hStream))       \
   X(cuMemcpyAsync, cuMemcpyAsync,                                                      \
     (T(CUdeviceptr) dst, T(CUdeviceptr) src, size_t ByteCount, T(CUstream) hStream))   \
+  X(cuMemHostAlloc, cuMemHostAlloc, (void **pp, size_t bytesize, unsigned int Flags))  \
+  X(cuMemFreeHost, cuMemFreeHost, (void *p))                                           \
   X(cuStreamWriteValue32, cuStreamWriteValue32_v2,                                     \
     (T(CUstream) stream, T(CUdeviceptr) addr, T(cuuint32_t) value, unsigned int flags)) \
   X(cuStreamWaitValue32, cuStreamWaitValue32_v2,                                       \
     (T(CUstream) stream, T(CUdeviceptr) addr, T(cuuint32_t) value, unsigned int flags)) \
   X(cuStreamBatchMemOp, cuStreamBatchMemOp_v2,                                         \
     (T(CUstream) stream, unsigned int count, T(CUstreamBatchMemOpParams) *paramArray,  \
-     unsigned int flags))
+     unsigned int flags))                                                              \
+  X(cuModuleLoadData, cuModuleLoadData, (T(CUmodule) *module, const void *image))      \
+  X(cuModuleUnload, cuModuleUnload, (T(CUmodule) hmod))                                \
+  X(cuModuleGetFunction, cuModuleGetFunction,                                          \
+    (T(CUfunction) *hfunc, T(CUmodule) hmod, const char *name))                        \
+  X(cuLaunchKernel, cuLaunchKernel,                                                    \
+    (T(CUfunction) f, unsigned int gridDimX, unsigned int gridDimY,                    \
+     unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,            \
+     unsigned int blockDimZ, unsigned int sharedMemBytes, T(CUstream) hStream,         \
+     void **kernelParams, void **extra))
 
 /* The type mapper for our own declarations: T(CUdevice) -> sm_CUdevice. */
 #define SM_CU_PREFIXED(name) sm_##name

@@ -149,6 +149,16 @@ smcu_status smcu_can_access_peer(int dev, int peer, int *can) {
   return SMCU_STATUS(smcu.cuDeviceCanAccessPeer(can, dev, peer), "cuDeviceCanAccessPeer");
 }
 
+smcu_status smcu_p2p_attribute(int dev, int peer, int attr, int *value) {
+  return SMCU_STATUS(
+      smcu.cuDeviceGetP2PAttribute(value, (sm_CUdevice_P2PAttribute)attr, dev, peer),
+      "cuDeviceGetP2PAttribute");
+}
+
+smcu_status smcu_device_total_mem(int dev, size_t *bytes) {
+  return SMCU_STATUS(smcu.cuDeviceTotalMem_v2(bytes, dev), "cuDeviceTotalMem_v2");
+}
+
 smcu_status smcu_primary_retain(int dev, uintptr_t *ctx) {
   sm_CUcontext c = NULL;
   sm_CUresult r = smcu.cuDevicePrimaryCtxRetain(&c, dev);
@@ -342,6 +352,14 @@ smcu_status smcu_copy(uintptr_t ctx, uintptr_t stream, unsigned long long dst,
   return st;
 }
 
+smcu_status smcu_host_alloc(uintptr_t ctx, size_t size, void **p) {
+  SMCU_IN_CTX(ctx, "cuMemHostAlloc", smcu.cuMemHostAlloc(p, size, SM_CU_MEMHOSTALLOC_PORTABLE));
+}
+
+smcu_status smcu_host_free(uintptr_t ctx, void *p) {
+  SMCU_IN_CTX(ctx, "cuMemFreeHost", smcu.cuMemFreeHost(p));
+}
+
 smcu_status smcu_memset_async(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
                               unsigned char value, size_t size) {
   SMCU_IN_CTX(ctx, "cuMemsetD8Async", smcu.cuMemsetD8Async(addr, value, size, (sm_CUstream)stream));
@@ -386,4 +404,42 @@ smcu_status smcu_wait_value32(uintptr_t ctx, uintptr_t stream, unsigned long lon
   SMCU_IN_CTX(ctx, "cuStreamWaitValue32_v2",
               smcu.cuStreamWaitValue32_v2((sm_CUstream)stream, addr, value,
                                           SM_CU_STREAM_WAIT_VALUE_EQ));
+}
+
+/* ---- kernels -------------------------------------------------------------- */
+
+smcu_status smcu_module_load(uintptr_t ctx, const void *image, uintptr_t *module) {
+  sm_CUmodule m = NULL;
+  smcu_scope sc;
+  smcu_status st = smcu_enter(ctx, &sc);
+  if (st.res != SM_CUDA_SUCCESS)
+    return st;
+  sm_CUresult r = smcu.cuModuleLoadData(&m, image);
+  smcu_leave(&sc);
+  *module = (uintptr_t)m;
+  return SMCU_STATUS(r, "cuModuleLoadData");
+}
+
+smcu_status smcu_module_unload(uintptr_t ctx, uintptr_t module) {
+  SMCU_IN_CTX(ctx, "cuModuleUnload", smcu.cuModuleUnload((sm_CUmodule)module));
+}
+
+smcu_status smcu_module_function(uintptr_t ctx, uintptr_t module, const char *name, uintptr_t *fn) {
+  sm_CUfunction f = NULL;
+  smcu_scope sc;
+  smcu_status st = smcu_enter(ctx, &sc);
+  if (st.res != SM_CUDA_SUCCESS)
+    return st;
+  sm_CUresult r = smcu.cuModuleGetFunction(&f, (sm_CUmodule)module, name);
+  smcu_leave(&sc);
+  *fn = (uintptr_t)f;
+  return SMCU_STATUS(r, "cuModuleGetFunction");
+}
+
+smcu_status smcu_launch(uintptr_t ctx, uintptr_t fn, unsigned grid, unsigned block, uintptr_t stream,
+                        void *params) {
+  void *args[1] = {params};
+  SMCU_IN_CTX(ctx, "cuLaunchKernel",
+              smcu.cuLaunchKernel((sm_CUfunction)fn, grid, 1, 1, block, 1, 1, 0, (sm_CUstream)stream, args,
+                                  NULL));
 }

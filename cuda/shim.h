@@ -64,6 +64,8 @@ smcu_status smcu_device_attribute(int dev, int attr, int *value);
 smcu_status smcu_device_name(int dev, char *buf, int len);
 smcu_status smcu_device_uuid(int dev, unsigned char *out16);
 smcu_status smcu_can_access_peer(int dev, int peer, int *can);
+smcu_status smcu_p2p_attribute(int dev, int peer, int attr, int *value);
+smcu_status smcu_device_total_mem(int dev, size_t *bytes);
 smcu_status smcu_primary_retain(int dev, uintptr_t *ctx);
 smcu_status smcu_primary_release(int dev);
 smcu_status smcu_current_context(uintptr_t *ctx);
@@ -94,6 +96,9 @@ smcu_status smcu_memset(uintptr_t ctx, uintptr_t stream, unsigned long long addr
                         unsigned char value, size_t size);
 smcu_status smcu_copy(uintptr_t ctx, uintptr_t stream, unsigned long long dst,
                       unsigned long long src, size_t size);
+/* Pinned, portable host memory (cuMemHostAlloc / cuMemFreeHost). */
+smcu_status smcu_host_alloc(uintptr_t ctx, size_t size, void **p);
+smcu_status smcu_host_free(uintptr_t ctx, void *p);
 /* The same, enqueued only (the caller waits for the stream, bounded). */
 smcu_status smcu_memset_async(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
                               unsigned char value, size_t size);
@@ -114,5 +119,15 @@ typedef struct smcu_memop {
 smcu_status smcu_batch_memops(uintptr_t ctx, uintptr_t stream, const smcu_memop *ops, int n);
 smcu_status smcu_wait_value32(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
                               uint32_t value);
+
+/* Kernels (cuda/kernels.go). Modules and functions cross as integers. */
+smcu_status smcu_module_load(uintptr_t ctx, const void *image, uintptr_t *module);
+smcu_status smcu_module_unload(uintptr_t ctx, uintptr_t module);
+smcu_status smcu_module_function(uintptr_t ctx, uintptr_t module, const char *name, uintptr_t *fn);
+/* Launches fn (grid x 1 x 1 blocks of block x 1 x 1 threads) on stream with
+ * one kernel parameter: params_size bytes at params (copied by the driver
+ * at launch, so params may be freed when this returns). */
+smcu_status smcu_launch(uintptr_t ctx, uintptr_t fn, unsigned grid, unsigned block, uintptr_t stream,
+                        void *params);
 
 #endif /* SYMMEM_CUDA_SHIM_H */

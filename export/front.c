@@ -108,3 +108,21 @@ SYMMEM_FRONT(symmem_result, wait_signal, UNAVAILABLE,
 SYMMEM_FRONT(symmem_result, barrier, UNAVAILABLE,
              (symmem_handle *handle, int channel, int64_t timeout_ms, symmem_stream_t stream),
              (handle, channel, timeout_ms, stream))
+
+// Collectives.
+SYMMEM_FRONT(symmem_result, all_reduce, UNAVAILABLE,
+             (symmem_handle *handle, symmem_dtype dtype, symmem_op op, size_t count, void *out, symmem_stream_t stream),
+             (handle, dtype, op, count, out, stream))
+SYMMEM_FRONT(symmem_result, all_gather, UNAVAILABLE,
+             (symmem_handle *handle, symmem_dtype dtype, size_t count, void *out, symmem_stream_t stream),
+             (handle, dtype, count, out, stream))
+SYMMEM_FRONT(symmem_result, reduce_scatter, UNAVAILABLE,
+             (symmem_handle *handle, symmem_dtype dtype, symmem_op op, size_t count, void *out, symmem_stream_t stream),
+             (handle, dtype, op, count, out, stream))
+SYMMEM_FRONT(symmem_result, collective, UNAVAILABLE,
+             (symmem_handle *handle, symmem_coll coll, symmem_dtype dtype, symmem_op op, size_t count, void *out,
+              symmem_algo algo, int channel, symmem_stream_t stream),
+             (handle, coll, dtype, op, count, out, algo, channel, stream))
+SYMMEM_FRONT(symmem_result, handle_device_error, UNAVAILABLE, (const symmem_handle *handle, uint32_t *flag),
+             (handle, flag))
+SYMMEM_FRONT(symmem_result, collectives_load, UNAVAILABLE, (int device, symmem_kernel_info *info), (device, info))

@@ -387,3 +387,102 @@ func symmemgo_barrier(handle uintptr, channel C.int, timeoutMs C.int64_t, stream
 	}
 	return setLastError(fmt.Sprintf("symmem_barrier(channel=%d)", int(channel)), err)
 }
+
+func collective(call string, handle uintptr, a symm.CollArgs) C.int {
+	h, err := handleOf(handle)
+	if err == nil {
+		err = h.Collective(a)
+	}
+	if err == nil {
+		return 0
+	}
+	return setLastError(fmt.Sprintf("%s(dtype=%d, op=%d, count=%d, algo=%d, channel=%d)", call, int32(a.DType), int32(a.Op), uint64(a.Count), int32(a.Algo), a.Channel), err)
+}
+
+//export symmemgo_all_reduce
+func symmemgo_all_reduce(handle uintptr, dtype, op C.int, count C.size_t, out unsafe.Pointer, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_all_reduce", &result, C.int(core.ErrInternal))
+	return collective("symmem_all_reduce", handle, symm.CollArgs{Kind: core.AllReduce, DType: core.DType(dtype), Op: core.ReduceOp(op),
+		Count: uintptr(count), Out: uintptr(out), Stream: streamOf(stream)})
+}
+
+//export symmemgo_all_gather
+func symmemgo_all_gather(handle uintptr, dtype C.int, count C.size_t, out unsafe.Pointer, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_all_gather", &result, C.int(core.ErrInternal))
+	return collective("symmem_all_gather", handle, symm.CollArgs{Kind: core.AllGather, DType: core.DType(dtype),
+		Count: uintptr(count), Out: uintptr(out), Stream: streamOf(stream)})
+}
+
+//export symmemgo_reduce_scatter
+func symmemgo_reduce_scatter(handle uintptr, dtype, op C.int, count C.size_t, out unsafe.Pointer, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_reduce_scatter", &result, C.int(core.ErrInternal))
+	return collective("symmem_reduce_scatter", handle, symm.CollArgs{Kind: core.ReduceScatter, DType: core.DType(dtype), Op: core.ReduceOp(op),
+		Count: uintptr(count), Out: uintptr(out), Stream: streamOf(stream)})
+}
+
+//export symmemgo_collective
+func symmemgo_collective(handle uintptr, coll, dtype, op C.int, count C.size_t, out unsafe.Pointer, algo, channel C.int, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_collective", &result, C.int(core.ErrInternal))
+	return collective("symmem_collective", handle, symm.CollArgs{Kind: core.CollKind(coll), DType: core.DType(dtype), Op: core.ReduceOp(op),
+		Algo: core.Algo(algo), Count: uintptr(count), Out: uintptr(out), Channel: int(channel), Stream: streamOf(stream)})
+}
+
+//export symmemgo_handle_device_error
+func symmemgo_handle_device_error(handle uintptr, flag *C.uint32_t) (result C.int) {
+	defer recoverCall("symmem_handle_device_error", &result, C.int(core.ErrInternal))
+	if flag == nil {
+		return setLastError("symmem_handle_device_error", core.Errorf(core.ErrInvalidArgument, "flag is NULL"))
+	}
+	*flag = 0
+	h, err := handleOf(handle)
+	if err == nil {
+		var v uint32
+		if v, err = h.DeviceError(); err == nil {
+			*flag = C.uint32_t(v)
+			return 0
+		}
+	}
+	return setLastError("symmem_handle_device_error", err)
+}
+
+// cstrcpy copies s into the C buffer dst of n bytes, cut and NUL-terminated.
+func cstrcpy(dst *C.char, n int, s string) {
+	b := unsafe.Slice((*byte)(unsafe.Pointer(dst)), n)
+	k := copy(b[:n-1], s)
+	b[k] = 0
+}
+
+//export symmemgo_collectives_load
+func symmemgo_collectives_load(device C.int, info *C.symmem_kernel_info) (result C.int) {
+	defer recoverCall("symmem_collectives_load", &result, C.int(core.ErrInternal))
+	call := fmt.Sprintf("symmem_collectives_load(device=%d)", int(device))
+	if info != nil {
+		*info = C.symmem_kernel_info{}
+	}
+	rt, err := runtimeOrError()
+	if err != nil {
+		return setLastError(call, err)
+	}
+	if d := int(device); d < 0 || d >= rt.Backend.DeviceCount() {
+		return setLastError(call, core.Errorf(core.ErrInvalidDevice, "device %d does not exist (%d devices)", d, rt.Backend.DeviceCount()))
+	}
+	kl, ok := rt.Backend.(core.KernelLoader)
+	if !ok {
+		return 0
+	}
+	ki, err := kl.LoadKernels(int(device))
+	if err != nil {
+		return setLastError(call, err)
+	}
+	if info != nil {
+		info.arch = C.int(ki.Arch)
+		if ki.FromCache {
+			info.from_cache = 1
+		}
+		info.compile_ms = C.double(ki.CompileMs)
+		info.load_ms = C.double(ki.LoadMs)
+		cstrcpy(&info.compiler[0], len(info.compiler), ki.Compiler)
+		cstrcpy(&info.cache_path[0], len(info.cache_path), ki.CachePath)
+	}
+	return 0
+}

@@ -89,6 +89,14 @@
  *   SYMMEM_HEAP_RESERVE=bytes       address space reserved per heap range
  *                                   (default twice the device's memory)
  *   SYMMEM_TRACE=1                  print the phases of each rendezvous to stderr
+ *   SYMMEM_LIBNVRTC=path            NVRTC, which compiles the collectives' kernels
+ *                                   (default: a copy already loaded,
+ *                                   libnvrtc.so.13/.12, PyTorch's nvidia-* wheels,
+ *                                   the CUDA toolkit)
+ *   SYMMEM_CACHE_DIR=dir            the kernels' disk cache is dir/kernels
+ *                                   (default ~/.cache/libsymmem/kernels)
+ *   SYMMEM_ONE_SHOT_MAX_BYTES=n     the largest all-reduce SYMMEM_ALGO_AUTO runs
+ *                                   one-shot (default 262144)
  */
 #ifndef SYMMEM_H
 #define SYMMEM_H
@@ -173,6 +181,22 @@ const char *symmem_backend_notes(void);
 
 /* Number of devices of the backend (the host backend has one: device 0). */
 int symmem_device_count(void);
+
+/* The diagnostic report, as a JSON object: the library's version and path;
+ * the backend, why it was chosen, and backend_notes; each device (name,
+ * memory); the CUDA driver's version, each GPU (name, memory, compute
+ * capability, UUID, VMM / POSIX-fd / fabric / multicast support, queried
+ * with cuDeviceGetAttribute and never used) and each ordered pair of GPUs
+ * (peer access, native atomics, the link inferred from them); optional
+ * libraries (NCCL, NVRTC: found or not, version, path; "not built yet" where
+ * the library has no loader for one); the socket directory, its owner and
+ * mode; every SYMMEM_* variable set, how it was read and any error. Keys are
+ * only ever added. Writes at most len bytes into buf (NUL-terminated when
+ * len > 0) and returns the report's length without the NUL, like snprintf:
+ * call with (NULL, 0) to size the buffer. The report is made anew at each
+ * call (it may load the CUDA driver). Returns 0 with the last error set on
+ * an internal failure. python -m symmem and symmem-info print it. */
+size_t symmem_info_json(char *buf, size_t len);
 
 /* ---------------------------------------------------------------------------
  * The caching allocator (PyTorch's CUDAPluggableAllocator ABI)
@@ -271,15 +295,66 @@ typedef struct symmem_stat {
  * a capacity below count copies the first capacity of them, a larger one
  * leaves the rest of out untouched); keys are always in the same order, and
  * later versions only add keys at the end. Returns 0 with the last error set on a bad device.
- * Keys (STAT is allocation, segment, active, allocated_bytes,
- * reserved_bytes, active_bytes, requested_bytes; POOL is all, small_pool,
- * large_pool). "active" equals "allocated" here: a freed block is reusable
- * at once on its stream, so no block is inactive-but-pending as in PyTorch;
- * inactive_split* are not kept. memory_limit is 0 when there is none:
- *   STAT.POOL.current, .peak, .allocated, .freed
+ * Keys, every key of torch.cuda.memory_stats() with the same meaning (STAT is
+ * allocation, segment, active, allocated_bytes, reserved_bytes, active_bytes,
+ * requested_bytes; then the same for inactive_split, inactive_split_bytes,
+ * paused_bytes;
+ * POOL is all, small_pool, large_pool). "active" equals "allocated" here: a
+ * freed block is reusable at once on its stream, so no block is
+ * inactive-but-pending as in PyTorch. inactive_split counts free blocks of
+ * segments that hold other blocks too (fragmentation that
+ * symmem_empty_cache cannot release). There is no max_split_size option, as
+ * in PyTorch's default: max_split_size is -1 and oversize_* are 0.
+ * paused_bytes counts segments whose physical memory symmem_pause released
+ * (they are not in reserved_bytes then). memory_limit is 0 when there is none. In this order:
+ *   STAT.POOL.current, .peak, .allocated, .freed (the seven first STATs)
  *   num_alloc_retries, num_ooms, num_device_alloc, num_device_free,
- *   num_sync_all_streams, memory_limit */
+ *   num_sync_all_streams, memory_limit,
+ *   inactive_split.POOL.*, inactive_split_bytes.POOL.*,
+ *   oversize_allocations.current/.peak/.allocated/.freed,
+ *   oversize_segments.current/.peak/.allocated/.freed, max_split_size */
 size_t symmem_stats(int device, symmem_stat *out, size_t capacity);
+
+/* Heap snapshots and allocation history, in the shape of PyTorch's memory
+ * snapshots (symmem.torch.memory_snapshot builds torch's dict from them).
+ *
+ * symmem_memory_snapshot_json writes a JSON object
+ *   {"segments": [{"device", "address", "total_size", "allocated_size",
+ *                  "active_size", "requested_size", "stream",
+ *                  "segment_type": "small"|"large",
+ *                  "blocks": [{"address", "size", "requested_size",
+ *                              "state": "active_allocated"|"inactive",
+ *                              "context"}]}],
+ *    "device_traces": [[{"action", "addr", "size", "stream", "time_us",
+ *                        "context"}] per device],
+ *    "recording": bool}
+ * covering every device's allocator: segments in address order, their
+ * blocks tiling them in address order. "action" is alloc, free_requested,
+ * free_completed (a free completes at once), segment_alloc or segment_free;
+ * "size" is the bytes asked for (blocks) or the segment's size. "context" is
+ * the number the context hook returned for the allocation (0: none). Writes
+ * at most len bytes into buf (NUL-terminated when len > 0) and returns the
+ * document's length, like snprintf; the heap may change between two calls,
+ * so retry with a larger buffer while the result is >= len. Returns 0 with
+ * the last error set when there is no backend. Thread-safe; each device's
+ * part is consistent (taken under its lock). */
+size_t symmem_memory_snapshot_json(char *buf, size_t len);
+
+/* Starts recording the allocation history of every device (max_entries > 0:
+ * a ring of the last max_entries events per device, cleared now) or stops it
+ * (0). Off by default; recording costs one event per call. Returns
+ * SYMMEM_ERROR_INVALID_ARGUMENT above 2^26 entries. */
+symmem_result symmem_record_history(size_t max_entries);
+
+/* A context hook: called after each successful symmem_alloc while recording
+ * is on, on the allocating thread, with no lock of the library held; returns
+ * a number naming the caller's context (e.g. an interned stack trace; 0:
+ * none), which snapshots report with the block and its alloc event. */
+typedef uint64_t (*symmem_context_fn)(void *user);
+
+/* Installs fn (NULL removes it) with user passed back to it. The hook must
+ * not call into libsymmem's allocator. Returns SYMMEM_SUCCESS. */
+symmem_result symmem_set_context_hook(symmem_context_fn fn, void *user);
 
 /* Sets every .peak statistic of device to its .current value. */
 symmem_result symmem_reset_peak_stats(int device);
@@ -459,6 +534,219 @@ symmem_result symmem_wait_signal(symmem_handle *handle, int src_rank,
                                  symmem_stream_t stream);
 symmem_result symmem_barrier(symmem_handle *handle, int channel,
                              int64_t timeout_ms, symmem_stream_t stream);
+
+/* ---- Tags and pause ----------------------------------------------------
+ *
+ * A tag names memory that can be given back whole and taken again at the
+ * same addresses: a model's weights, a KV cache. Allocations made on a thread
+ * while a region is open there carry the region's tag; a tag's blocks come
+ * from segments of that tag only. symmem_pause releases a tag's physical
+ * memory (the address ranges stay reserved, pointers stay valid but must not
+ * be touched while paused); symmem_resume maps new memory at the same
+ * addresses. Pointers, tensors and captured CUDA graphs stay valid across a
+ * cycle. Contents survive only with SYMMEM_REGION_BACKUP (a host copy, made
+ * at pause, kept for the next cycle); WITHOUT BACKUP THE CONTENTS ARE ZERO
+ * AFTER A RESUME. Untagged memory is never paused. Tags are process-wide,
+ * never forgotten, 1 to 64 characters of letters, digits, '.', '_', '-'
+ * (like group names). Placement stays a function of the call sequence: the
+ * region calls are part of it. */
+
+/* Region flags. */
+#define SYMMEM_REGION_BACKUP 1u /* pause keeps a host copy; resume restores it */
+
+/* Opens a region of tag on the calling thread: until the matching
+ * symmem_region_end, this thread's allocations (symmem_alloc, PyTorch's
+ * through libsymmem) carry tag. Regions nest (16 deep per thread; the
+ * innermost wins). flags: 0 or SYMMEM_REGION_BACKUP; every region of a tag
+ * must pass the same flags. Returns INVALID_ARGUMENT for a bad or NULL tag,
+ * unknown flags, or flags that differ from the tag's; INVALID_STATE when 16
+ * regions are open. The tag string is copied. Thread-safe (per thread). */
+symmem_result symmem_region_begin(const char *tag, unsigned flags);
+
+/* Closes the calling thread's innermost region. INVALID_STATE when none is
+ * open on this thread. */
+symmem_result symmem_region_end(void);
+
+/* Releases the physical memory of tag on every device (NULL: every tag not
+ * yet paused). It waits for all of the device's work first, at most
+ * SYMMEM_TIMEOUT_MS (on failure or timeout nothing is released), copies the contents to host memory if the tag asked
+ * for backup (pinned where the backend has it), unmaps and releases; the
+ * address ranges stay reserved. While paused: allocating in the tag fails
+ * with INVALID_STATE; freeing its blocks is allowed (bookkeeping only);
+ * symmem_empty_cache leaves paused segments alone (they hold no memory);
+ * the memory must not be touched. Returns INVALID_ARGUMENT for a tag that no
+ * region ever opened, INVALID_STATE for a paused tag or one whose segments
+ * were rendezvoused (use symmem_pause_group). Devices are taken in order:
+ * an error on one leaves the devices before it paused (the message names the
+ * device; symmem_resume takes them back, or symmem_pause again finishes the
+ * rest: both act on the devices where the tag is in the state they change).
+ * Thread-safe; not concurrently with allocations that use the tag. */
+symmem_result symmem_pause(const char *tag);
+
+/* Takes back the memory of tag (NULL: every paused tag) at the same
+ * addresses with the same access, and restores the backup (zero without
+ * one). If memory runs out (the device or symmem_set_memory_limit), what was
+ * mapped is undone, the tag stays paused, and OUT_OF_MEMORY names the tag and
+ * the bytes: free memory and call again. INVALID_STATE for a tag that is not
+ * paused, INVALID_ARGUMENT for an unknown one. Thread-safe. */
+symmem_result symmem_resume(const char *tag);
+
+/* Collective symmem_pause for memory rendezvoused in group: every rank calls
+ * it with the same tag (NULL: every tag). Every rank drops its mappings of
+ * the peers' segments of the tag (so the memory really returns) and releases
+ * its own; handles keep their pointers. Signal pads are never paused. Every
+ * rank gets the same result: before anything is released the ranks check
+ * that the tag is live everywhere with the same segments (INVALID_STATE,
+ * INVALID_ARGUMENT or MISMATCH otherwise, nothing done). A peer that dies
+ * before that leaves everything as it was (PEER or TIMEOUT naming it, within
+ * the group's timeout); after it, this rank's part is done and its tag is
+ * paused (symmem_resume takes it back locally). */
+symmem_result symmem_pause_group(symmem_group *group, const char *tag);
+
+/* Collective symmem_resume: every rank takes its memory back, then the ranks
+ * pass descriptors of the new memory over the group's IPC channel and map
+ * the peers' segments at the same addresses as before. Any rank's failure
+ * (e.g. OUT_OF_MEMORY, naming that rank, the tag and the bytes) is every
+ * rank's, and every rank is left paused, ready for a retry. */
+symmem_result symmem_resume_group(symmem_group *group, const char *tag);
+
+/* ---------------------------------------------------------------------------
+ * Collectives on symmetric memory
+ *
+ * Every rank of the handle's group calls the same collective with the same
+ * dtype, op, count and algorithm, in the same order. The input is count
+ * elements at the handle's rendezvous pointer of every rank (the block plus
+ * symmem_handle_offset); out is this rank's output (any memory of the device,
+ * or the same block). W = world size, r = this rank:
+ *
+ *   all_reduce      writes count elements to out (NULL: in place, out = the
+ *                   input): the reduction over ranks, in rank order 0..W-1,
+ *                   accumulated in fp32 for bf16/fp16 and rounded once to
+ *                   nearest even (the same on every rank and every run), int32
+ *                   wrapping.
+ *   all_gather      writes W*count elements to out, rank p's input at p*count.
+ *                   In place when out + r*count elements is the input.
+ *   reduce_scatter  count must be a multiple of W; writes count/W elements to
+ *                   out: the reduction of slice r (elements [r*count/W,
+ *                   (r+1)*count/W)). In place when out is slice r of the input.
+ *
+ * All-reduce runs one-shot (every rank reads every rank's whole input) or
+ * two-shot (rank r reduces slice r and stores it into every rank's out: out
+ * must then lie inside the rendezvoused block, at the same offset on every
+ * rank; in place qualifies). SYMMEM_ALGO_AUTO picks one-shot up to 256 KiB of
+ * input (SYMMEM_ONE_SHOT_MAX_BYTES overrides) or when out is outside the
+ * block, two-shot above.
+ *
+ * cuda backend: one kernel, compiled at first use with NVRTC (found as
+ * SYMMEM_LIBNVRTC, PyTorch's nvidia-cuda-nvrtc wheel or the CUDA toolkit) and
+ * cached on disk (README, "Collectives"), enqueued on stream and returning at once; capturable
+ * in CUDA graphs; it waits for its peers on the GPU with the counting
+ * barriers of include/symmem_device.cuh, bounded by the group's timeout (a
+ * wait that gives up records the flag symmem_handle_device_error reads).
+ * Collectives that may run at once on one group (different streams) need
+ * different channels (symmem_collective); the library's collectives never
+ * touch the signal channels of symmem_put_signal / symmem_wait_signal.
+ * host backend: they run on the calling thread and return when done
+ * (SYMMEM_ERROR_TIMEOUT after the group's timeout, naming the missing rank).
+ *
+ * Errors, with nothing enqueued: SYMMEM_ERROR_INVALID_ARGUMENT for an unknown
+ * dtype, op, algorithm or channel, count past the buffer (count*size >
+ * buffer_size - offset), a count that reduce_scatter cannot split, an input or
+ * out not 16-byte aligned, out NULL (all_gather, reduce_scatter), out
+ * overlapping the input other than in place, two-shot with out outside the
+ * block; SYMMEM_ERROR_INVALID_STATE for a released handle;
+ * SYMMEM_ERROR_UNAVAILABLE when NVRTC cannot be found (the message names what
+ * to install). count 0 does nothing. Thread safety: calls on different
+ * channels may run at once; calls on one channel must be ordered (one
+ * stream, or streams the caller orders). */
+
+/* Element types. Fixed values. */
+typedef enum symmem_dtype {
+  SYMMEM_FLOAT32 = 0,
+  SYMMEM_FLOAT16 = 1,
+  SYMMEM_BFLOAT16 = 2,
+  SYMMEM_INT32 = 3
+} symmem_dtype;
+
+/* Reductions. Fixed values. max/min follow fmaxf/fminf (a NaN operand
+ * yields the other). */
+typedef enum symmem_op {
+  SYMMEM_SUM = 0,
+  SYMMEM_MAX = 1,
+  SYMMEM_MIN = 2
+} symmem_op;
+
+/* Which collective symmem_collective runs. Fixed values. */
+typedef enum symmem_coll {
+  SYMMEM_ALL_REDUCE = 0,
+  SYMMEM_ALL_GATHER = 1,
+  SYMMEM_REDUCE_SCATTER = 2
+} symmem_coll;
+
+/* All-reduce algorithms. Fixed values. */
+typedef enum symmem_algo {
+  SYMMEM_ALGO_AUTO = 0,
+  SYMMEM_ALGO_ONE_SHOT = 1,
+  SYMMEM_ALGO_TWO_SHOT = 2
+} symmem_algo;
+
+/* The number of collective channels (symmem_collective's channel is in
+ * [0, SYMMEM_COLL_CHANNELS)). */
+#define SYMMEM_COLL_CHANNELS 4
+
+/* all_reduce on channel 0 with SYMMEM_ALGO_AUTO. out NULL: in place. */
+symmem_result symmem_all_reduce(symmem_handle *handle, symmem_dtype dtype,
+                                symmem_op op, size_t count, void *out,
+                                symmem_stream_t stream);
+/* all_gather on channel 0: count elements of each rank's input, W*count to
+ * out. */
+symmem_result symmem_all_gather(symmem_handle *handle, symmem_dtype dtype,
+                                size_t count, void *out,
+                                symmem_stream_t stream);
+/* reduce_scatter on channel 0: count elements of each rank's input (a
+ * multiple of W), count/W to out. */
+symmem_result symmem_reduce_scatter(symmem_handle *handle, symmem_dtype dtype,
+                                    symmem_op op, size_t count, void *out,
+                                    symmem_stream_t stream);
+/* Any of the three with every choice: algo (all_reduce only; others take
+ * SYMMEM_ALGO_AUTO) and channel in [0, SYMMEM_COLL_CHANNELS). op is ignored
+ * by all_gather. */
+symmem_result symmem_collective(symmem_handle *handle, symmem_coll coll,
+                                symmem_dtype dtype, symmem_op op, size_t count,
+                                void *out, symmem_algo algo, int channel,
+                                symmem_stream_t stream);
+
+/* Reads this rank's device error flag (the library's part of its signal pad,
+ * include/symmem_device.cuh): 0 while every kernel wait succeeded, else
+ * 0x80000000 | peer << 16 | set of the first wait that gave up (the kernel's
+ * results are then undefined; use another group). On cuda a copy from the
+ * device, ordered after nothing: synchronise the collectives' streams first to
+ * see what their kernels recorded. */
+symmem_result symmem_handle_device_error(const symmem_handle *handle,
+                                         uint32_t *flag);
+
+/* How the collectives' kernels were obtained for a device. */
+typedef struct symmem_kernel_info {
+  int arch;          /* compute capability, major*10 + minor (90: H100/H200) */
+  int from_cache;    /* 1: the image came from the disk cache */
+  double compile_ms; /* NVRTC's compile time (0 when from the cache) */
+  double load_ms;    /* reading the cache file and cuModuleLoadData */
+  char compiler[256];   /* "NVRTC 13.0 (/path/libnvrtc.so.13)" */
+  char cache_path[512]; /* the cache folder, "" when the cache is off */
+} symmem_kernel_info;
+
+/* Compiles (or reads from the cache) and loads the collectives' kernels for
+ * device now rather than at the first collective (which does the same), and
+ * fills *info (may be NULL). Later calls return the first call's info. The
+ * kernels are compiled with NVRTC for the device's architecture and cached in
+ * $SYMMEM_CACHE_DIR/kernels or the user's cache directory
+ * (~/.cache/libsymmem/kernels), keyed by source hash, architecture and NVRTC
+ * version; a cache file whose checksum fails is rebuilt. The host backend has
+ * nothing to compile: success with a zeroed info. SYMMEM_ERROR_UNAVAILABLE
+ * without NVRTC (the message names what to install); SYMMEM_ERROR_BACKEND
+ * when compiling or loading fails (the message holds NVRTC's log).
+ * Thread-safe. */
+symmem_result symmem_collectives_load(int device, symmem_kernel_info *info);
 
 /* ---------------------------------------------------------------------------
  * Groups over an NCCL communicator, NCCL symmetric windows

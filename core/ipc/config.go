@@ -49,22 +49,7 @@ const DefaultTimeoutValue = core.DefaultTimeoutValue
 
 // ValidateName checks a group name: 1..64 of letters, digits, '.', '_', '-',
 // and not "." or ".." (it becomes a file name in the socket directory).
-func ValidateName(name string) error {
-	if len(name) == 0 || len(name) > MaxNameLen {
-		return core.Errorf(core.ErrInvalidArgument, "group name %q must have 1 to %d characters, it has %d", name, MaxNameLen, len(name))
-	}
-	if name == "." || name == ".." {
-		return core.Errorf(core.ErrInvalidArgument, "group name %q is not allowed", name)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
-		if !ok {
-			return core.Errorf(core.ErrInvalidArgument, "group name %q has the character %q at %d: only letters, digits, '.', '_' and '-' are allowed", name, c, i)
-		}
-	}
-	return nil
-}
+func ValidateName(name string) error { return core.CheckName("group name", name, MaxNameLen) }
 
 // DefaultTimeout is core.DefaultTimeout: SYMMEM_TIMEOUT_MS or 5 minutes.
 func DefaultTimeout() time.Duration { return core.DefaultTimeout() }
@@ -75,7 +60,7 @@ func DefaultTimeout() time.Duration { return core.DefaultTimeout() }
 // TORCHELASTIC_RUN_ID, Slurm's job and step), else "". Ranks of one group
 // must agree on it; rank 0 rejects a rank whose token differs.
 func JobToken() string {
-	if s := os.Getenv("SYMMEM_JOB_TOKEN"); s != "" {
+	if s := core.Current().Text("SYMMEM_JOB_TOKEN", ""); s != "" {
 		return s
 	}
 	if s := os.Getenv("TORCHELASTIC_RUN_ID"); s != "" {
@@ -93,7 +78,7 @@ func JobToken() string {
 // owner, with any group/other permission bit, or as something other than a
 // directory.
 func SocketDir() (string, error) {
-	dir := os.Getenv("SYMMEM_SOCKET_DIR")
+	dir := core.Current().Text("SYMMEM_SOCKET_DIR", "")
 	if dir == "" {
 		tmp := os.Getenv("TMPDIR")
 		if tmp == "" {
@@ -149,6 +134,10 @@ type Config struct {
 	Dir string
 	// Token is the job token; "" means JobToken(). All ranks must agree.
 	Token string
+	// ControlPage: rank 0 makes the group's shared-memory control page and
+	// passes it with the welcome, for NewShmExchange (Note [Shared-memory
+	// control page]). All ranks must agree.
+	ControlPage bool
 }
 
 // maxSockPath is the longest path a sockaddr_un holds (108 with its NUL).

@@ -63,13 +63,18 @@ type peerMap struct {
 	// refs counts the handles (and in-flight rendezvous pins) using it;
 	// guarded by groupMem.mu.
 	refs int
+	// paused: a collective pause unmapped and released mem (0 now); addr
+	// stays reserved so that handles' pointers stay valid (pause.go).
+	paused bool
 }
 
 // pads is this rank's signal pad and its mappings of every peer's pad.
 // Slot channel*world + sender lives in the receiver's pad.
 type pads struct {
 	size uintptr // bytes per rank, as requested: a multiple of 4, >= 4*world
-	phys uintptr // size rounded up to the backend granularity
+	// phys is size plus the library's device region (Note [Pad partition]),
+	// rounded up to the backend granularity.
+	phys uintptr
 	own  core.Memory
 	// addr[r] is rank r's pad mapped here (addr[rank] is our own);
 	// mem[r] the imported memory of peer r. Both meaningful only where
@@ -82,6 +87,9 @@ type pads struct {
 	ready bool
 	// sig counts the signals through these pads (Note [Signals]).
 	sig *signalCounts
+	// coll serialises the host backend's collectives per collective channel
+	// (each channel's device sets take one barrier at a time).
+	coll [CollChannels]sync.Mutex
 }
 
 // ptrAt turns an address of memory that Go does not manage into a pointer
@@ -211,7 +219,7 @@ func (gm *groupMem) copyOut(dst, src, size uintptr) error {
 
 // makePads creates, maps and zeroes this rank's pad of size bytes.
 func (gm *groupMem) makePads(size uintptr) (*pads, error) {
-	p := &pads{size: size, phys: roundUp(size, gm.gran), addr: make([]uintptr, gm.world), mem: make([]core.Memory, gm.world),
+	p := &pads{size: size, phys: roundUp(size+deviceRegionBytes(gm.world), gm.gran), addr: make([]uintptr, gm.world), mem: make([]core.Memory, gm.world),
 		sig: newSignalCounts(gm.world, int(size)/(4*gm.world))}
 	own, err := gm.be.Create(gm.device, p.phys)
 	if err != nil {
@@ -264,7 +272,7 @@ func (gm *groupMem) unrefLocked() error {
 	return gm.syncThen("the group's memory (signal pads, peer mappings, pointer arrays)", func() error {
 		var errs []error
 		for k, m := range gm.maps { // none should remain: handles hold them
-			errs = append(errs, gm.unmapRelease(m.addr, m.size, m.mem))
+			errs = append(errs, gm.dropPeerMap(m))
 			delete(gm.maps, k)
 		}
 		if p := gm.pads; p != nil {
@@ -295,7 +303,7 @@ func (gm *groupMem) putMapLocked(m *peerMap) error {
 		delete(gm.maps, m.key)
 	}
 	return gm.syncThen(fmt.Sprintf("rank %d's segment at heap offset %#x (%d bytes, mapped at %#x)", m.key.peer, m.key.heapOff, m.size, m.addr),
-		func() error { return gm.unmapRelease(m.addr, m.size, m.mem) })
+		func() error { return gm.dropPeerMap(m) })
 }
 
 // slab hands out fixed-size slots of memory that Go does not manage, so that

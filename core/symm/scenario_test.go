@@ -147,6 +147,12 @@ func runScenario(sc string, e *rankEnv) error {
 		return scLeak(e, a)
 	case "callback":
 		return scCallback(e, a)
+	case "coll":
+		return scColl(e, a)
+	case "coll-bad":
+		return scCollBad(e, a)
+	case "coll-groups":
+		return scCollGroups(e, a)
 	}
 	if f, ok := moreScenarios[sc]; ok {
 		return f(e, a)

@@ -167,6 +167,24 @@ sm_CUresult cuDeviceGetAttribute(int *pi, sm_CUdevice_attribute attrib, sm_CUdev
   }
 }
 
+sm_CUresult cuDeviceGetP2PAttribute(int *value, sm_CUdevice_P2PAttribute attrib, sm_CUdevice src,
+                                    sm_CUdevice dst) {
+  NEED_INIT;
+  NEED_DEVICE(src);
+  NEED_DEVICE(dst);
+  /* Every pair of distinct fake devices is peer-capable with native atomics
+   * (as NVLink-connected GPUs report). */
+  *value = src != dst && attrib != SM_CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK;
+  return SM_CUDA_SUCCESS;
+}
+
+sm_CUresult cuDeviceTotalMem_v2(size_t *bytes, sm_CUdevice dev) {
+  NEED_INIT;
+  NEED_DEVICE(dev);
+  *bytes = fake_capacity;
+  return SM_CUDA_SUCCESS;
+}
+
 sm_CUresult cuDeviceCanAccessPeer(int *canAccessPeer, sm_CUdevice dev, sm_CUdevice peerDev) {
   NEED_INIT;
   NEED_DEVICE(dev);
@@ -692,6 +710,21 @@ sm_CUresult cuMemcpyAsync(sm_CUdeviceptr dst, sm_CUdeviceptr src, size_t ByteCou
                                        .src = (const void *)(uintptr_t)src, .n = ByteCount});
 }
 
+/* Pinned host memory: plain memory here (the fake's copies are memcpy). */
+sm_CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) {
+  NEED_CTX;
+  if (pp == NULL || (Flags & ~0x0Fu) != 0)
+    return SM_CUDA_ERROR_INVALID_VALUE;
+  *pp = bytesize ? malloc(bytesize) : NULL;
+  return *pp || !bytesize ? SM_CUDA_SUCCESS : SM_CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+sm_CUresult cuMemFreeHost(void *p) {
+  NEED_CTX;
+  free(p);
+  return SM_CUDA_SUCCESS;
+}
+
 sm_CUresult cuStreamWriteValue32_v2(sm_CUstream stream, sm_CUdeviceptr addr, sm_cuuint32_t value,
                                     unsigned int flags) {
   NEED_CTX;
@@ -734,4 +767,33 @@ sm_CUresult cuStreamBatchMemOp_v2(sm_CUstream stream, unsigned int count,
       return r;
   }
   return SM_CUDA_SUCCESS;
+}
+
+/* Kernels cannot run here: module loading and launches are refused as a
+ * driver without the feature would refuse them. */
+sm_CUresult cuModuleLoadData(sm_CUmodule *module, const void *image) {
+  (void)image;
+  NEED_CTX;
+  *module = NULL;
+  return SM_CUDA_ERROR_NOT_SUPPORTED;
+}
+
+sm_CUresult cuModuleUnload(sm_CUmodule hmod) {
+  (void)hmod;
+  return SM_CUDA_ERROR_INVALID_VALUE;
+}
+
+sm_CUresult cuModuleGetFunction(sm_CUfunction *hfunc, sm_CUmodule hmod, const char *name) {
+  (void)hmod;
+  (void)name;
+  *hfunc = NULL;
+  return SM_CUDA_ERROR_INVALID_VALUE;
+}
+
+sm_CUresult cuLaunchKernel(sm_CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                           unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                           unsigned int sharedMemBytes, sm_CUstream hStream, void **kernelParams, void **extra) {
+  (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY, (void)blockDimZ;
+  (void)sharedMemBytes, (void)hStream, (void)kernelParams, (void)extra;
+  return SM_CUDA_ERROR_NOT_SUPPORTED;
 }

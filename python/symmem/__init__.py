@@ -24,6 +24,8 @@ Symmetric memory (mirrors torch.distributed._symmetric_memory)::
 """
 
 from ._lib import HEADER_VERSION, LibraryNotFoundError, library_path
+from ._version import __version__
+from .info import info
 from .allocator import (
     PointerInfo,
     alloc,
@@ -64,15 +66,25 @@ from .errors import (
     strerror,
 )
 from .exchange import KeyValueAllGather
+from .group import Group, Handle, rendezvous
+from .tags import REGION_BACKUP, pause, region, resume
+from ._coll import collectives_load
 from .group import Group, Handle, nccl_version, rendezvous
 
-__version__ = "0.1.0"
 
 __all__ = [
+    "collectives_load",
     "nccl_version",
+    # tags and pause
+    "REGION_BACKUP",
+    "pause",
+    "region",
+    "resume",
     "HEADER_VERSION",
     "LibraryNotFoundError",
     "library_path",
+    "info",
+    "__version__",
     # allocator
     "PointerInfo",
     "alloc",

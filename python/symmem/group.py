@@ -22,7 +22,7 @@ import re
 import weakref
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
-from . import _lib
+from . import _coll, _lib
 from .allocator import _stream, backend_name
 from .buffer import Buffer
 from .errors import Result, SymmemError, check, make_error
@@ -389,6 +389,56 @@ class Handle:
         rc = self._barrier(self._ptr or self.ptr, channel, _timeout_ms(timeout), _stream(stream))
         if rc:
             check(rc, "symmem_barrier")
+
+    # Collectives (include/symmem.h, "Collectives on symmetric memory").
+    # count is in elements of each rank's input (default: from the
+    # rendezvous pointer to the end of the block); out an int address or a
+    # Buffer. Every rank calls with the same dtype, op, count, algo, channel.
+
+    def _collective(self, what: str, coll: int, dtype, op, count, out, algo, channel, stream) -> None:
+        if _lib._forked_child:
+            _lib._refuse_forked_child()
+        code = _coll.dtype_code(dtype, what)
+        opc = _coll.op_code(op, what) if coll != _coll.ALL_GATHER else 0
+        if count is None:
+            count = (self.buffer_size - self.offset) // _coll.DTYPE_SIZES[code]
+            if coll == _coll.REDUCE_SCATTER:
+                count -= count % self.world_size
+        if count < 0:
+            raise make_error(Result.INVALID_ARGUMENT, f"{what}: count {count} is negative")
+        rc = _lib.lib().symmem_collective(
+            self.ptr, coll, code, opc, int(count), _coll.address(out, what), _coll.algo_code(algo, what),
+            int(channel), _stream(stream),
+        )
+        if rc:
+            check(rc, f"symmem_{what}")
+
+    def all_reduce(self, dtype, op: str = "sum", count: Optional[int] = None, out=None, stream=0,
+                   *, algo: Optional[str] = None, channel: int = 0) -> None:
+        """Reduce every rank's input (count elements at the rendezvous
+        pointer) into out (None: in place), in rank order, in fp32 for
+        bfloat16/float16. algo: "auto" (default), "one_shot", "two_shot"
+        (two-shot needs out inside the rendezvoused block)."""
+        self._collective("all_reduce", _coll.ALL_REDUCE, dtype, op, count, out, algo, channel, stream)
+
+    def all_gather(self, dtype, count: Optional[int] = None, out=None, stream=0, *, channel: int = 0) -> None:
+        """Write world_size * count elements to out: rank p's input at
+        p * count."""
+        self._collective("all_gather", _coll.ALL_GATHER, dtype, "sum", count, out, None, channel, stream)
+
+    def reduce_scatter(self, dtype, op: str = "sum", count: Optional[int] = None, out=None, stream=0,
+                       *, channel: int = 0) -> None:
+        """Write count // world_size elements to out: the reduction of this
+        rank's slice (count a multiple of world_size; default: the whole
+        buffer rounded down to one)."""
+        self._collective("reduce_scatter", _coll.REDUCE_SCATTER, dtype, op, count, out, None, channel, stream)
+
+    def device_error(self) -> int:
+        """This rank's device error flag: 0, or 0x80000000 | peer << 16 |
+        set of the first kernel wait that gave up."""
+        flag = ctypes.c_uint32()
+        check(_lib.lib().symmem_handle_device_error(self.ptr, ctypes.byref(flag)), "symmem_handle_device_error")
+        return int(flag.value)
 
     @property
     def nccl_window(self) -> Optional[Tuple[int, int]]:

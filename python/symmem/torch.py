@@ -25,21 +25,30 @@ Symmetric tensors::
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 import os
 import re
 import threading
+import weakref
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from . import _dlpack, _lib
+from . import tags as _pause
 from . import allocator as _alloc
 from .buffer import Buffer
 from .buffer import empty as _empty_buffer
 from .exchange import KeyValueAllGather
 from .group import Group, Handle
 from .group import rendezvous as _rendezvous
+from .snapshot import dump_snapshot, memory_snapshot, record_memory_history
 
 __all__ = [
+    "region",
+    "tagged_pool",
+    "pause",
+    "resume",
     "allocator",
     "use_as_global_allocator",
     "mem_pool_allocator",
@@ -50,6 +59,12 @@ __all__ = [
     "group_for",
     "TorchHandle",
     "memory_stats",
+    "memory_snapshot",
+    "record_memory_history",
+    "dump_snapshot",
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
 ]
 
 # torch's CUDAPluggableAllocator hooks and the symmem.h functions made for them.
@@ -534,3 +549,137 @@ def memory_stats(device=None) -> Dict[str, int]:
             torch.cuda.current_device() if dev.type == "cuda" else 0
         )
     return dict(sorted(_alloc.memory_stats(idx).items()))
+
+
+# --------------------------------------------------------------------------
+# Tags and pause (symmem.pause): the same calls, with torch's groups
+# --------------------------------------------------------------------------
+
+region = _pause.region
+
+
+_tag_pools: dict = {}
+
+
+@contextlib.contextmanager
+def tagged_pool(tag: str, backup: bool = False, **pool_kwargs):
+    """Allocate inside a ``torch.cuda.MemPool`` of libsymmem that holds tag
+    ``tag`` only: ``with symmem.torch.tagged_pool("weights", backup=True):``
+    opens the tag's pool (one per tag, made on first use and kept; keyword
+    arguments go to it then) and a region of the tag on this thread, and
+    yields the pool. torch caches freed blocks inside the pool, so a tag's
+    blocks never serve another tag, and pause/resume act on the whole pool.
+    """
+    torch = _torch_cuda()
+    pool = _tag_pools.get(tag)
+    if pool is None:
+        pool = _tag_pools[tag] = mem_pool(**pool_kwargs)
+    with torch.cuda.use_mem_pool(pool), region(tag, backup=backup):
+        yield pool
+
+
+def _pause_group(group, device):
+    if group is None:
+        return None
+    return group_for(group, device=device)
+
+
+def pause(tag: Optional[str] = None, group=None, device: int = 0) -> None:
+    """symmem.pause: release ``tag``'s memory (None: every tag) at the same
+    addresses. Tensors, and CUDA graphs that captured them, stay valid but
+    must not be used until :func:`resume`. ``group``: a ProcessGroup, a group
+    name or a symmem.Group (see :func:`group_for`; the rendezvous' group):
+    collective on its ranks."""
+    _pause.pause(tag, group=_pause_group(group, device))
+
+
+def resume(tag: Optional[str] = None, group=None, device: int = 0) -> None:
+    """symmem.resume: take ``tag``'s memory back at the same addresses
+    (contents restored with backup, zero without)."""
+    _pause.resume(tag, group=_pause_group(group, device))
+
+
+# --------------------------------------------------------------------------
+# Collectives on tensors (names and semantics of torch.ops.symm_mem and
+# torch.distributed: all_reduce in place, all_gather_into_tensor,
+# reduce_scatter_tensor)
+# --------------------------------------------------------------------------
+
+# (id of the symmem Group, data_ptr, nbytes) -> TorchHandle of a tensor that
+# a collective rendezvoused on; dropped (and released) when the tensor dies.
+_coll_handles: Dict[Tuple[int, int, int], TorchHandle] = {}
+
+
+def _drop_coll_handle(key) -> None:
+    h = _coll_handles.pop(key, None)
+    if h is not None:
+        try:
+            h.release()
+        except Exception:  # noqa: BLE001 - at tensor death, nothing to report to
+            pass
+
+
+def _coll_handle(tensor, group) -> TorchHandle:
+    """The handle of tensor in group: a rendezvous (collective) at the first
+    collective on the tensor, reused while the tensor lives."""
+    if not tensor.is_contiguous():
+        raise ValueError("symmem.torch collectives need a contiguous tensor")
+    g = group_for(group, _symmem_device(tensor.device))
+    key = (id(g), int(tensor.data_ptr()), tensor.numel() * tensor.element_size())
+    h = _coll_handles.get(key)
+    if h is None:
+        h = rendezvous(tensor, g)
+        _coll_handles[key] = h
+        weakref.finalize(tensor, _drop_coll_handle, key)
+    return h
+
+
+def _current_stream(tensor) -> int:
+    if tensor.device.type == "cuda":
+        return _torch().cuda.current_stream(tensor.device).cuda_stream
+    return 0
+
+
+def all_reduce(tensor, op: str = "sum", group=None, out=None, algo: Optional[str] = None):
+    """Reduce tensor (from :func:`empty`) over every rank of group, on the
+    current stream; in place unless out is given. Returns the result tensor.
+    The first call on a tensor rendezvouses on it (collective).
+    algo: None/"auto", "one_shot", "two_shot" (torch.ops.symm_mem's
+    one_shot_all_reduce / two_shot_all_reduce_)."""
+    h = _coll_handle(tensor, group)
+    h.handle.all_reduce(tensor.dtype, op, tensor.numel(), None if out is None else out, _current_stream(tensor), algo=algo)
+    return tensor if out is None else out
+
+
+def all_gather(tensor, group=None, out=None):
+    """Gather every rank's tensor into out (default: a new tensor of
+    world_size * tensor.shape[0] rows), rank order, like
+    torch.distributed.all_gather_into_tensor. Returns out."""
+    h = _coll_handle(tensor, group)
+    w = h.handle.world_size
+    if out is None:
+        torch = _torch()
+        shape = (w * tensor.shape[0],) + tuple(tensor.shape[1:]) if tensor.dim() else (w,)
+        out = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
+    h.handle.all_gather(tensor.dtype, tensor.numel(), out, _current_stream(tensor))
+    return out
+
+
+def reduce_scatter(tensor, op: str = "sum", group=None, out=None):
+    """Reduce tensor over every rank and keep this rank's slice (numel /
+    world_size elements; rows [rank * n / w, (rank + 1) * n / w) when
+    shape[0] divides), like torch.distributed.reduce_scatter_tensor.
+    Returns out (default: a new tensor)."""
+    h = _coll_handle(tensor, group)
+    w = h.handle.world_size
+    if tensor.numel() % w:
+        raise ValueError(f"symmem.torch.reduce_scatter: {tensor.numel()} elements do not split over {w} ranks")
+    if out is None:
+        torch = _torch()
+        if tensor.dim() and tensor.shape[0] % w == 0:
+            shape = (tensor.shape[0] // w,) + tuple(tensor.shape[1:])
+        else:
+            shape = (tensor.numel() // w,)
+        out = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
+    h.handle.reduce_scatter(tensor.dtype, op, tensor.numel(), out, _current_stream(tensor))
+    return out

@@ -242,3 +242,82 @@ def rendezvous_twice(rank: int, world: int, name: str) -> Dict:
     a.free()
     b.free()
     return {"got": got, "want": (100 + prv, 200 + prv)}
+
+
+def _coll_inputs(rank: int, count: int, fmt: str) -> list:
+    """Rank's input of a collective test: int32 or exactly representable
+    float32 values (sums of small multiples of 1/4 are exact in any order)."""
+    if fmt == "i":
+        return [(rank + 1) * 100003 * (i + 1) - 7 * i for i in range(count)]
+    return [((rank * 37 + i * 11) % 97 - 48) / 4 for i in range(count)]
+
+
+def collectives(rank: int, world: int, name: str, count: int) -> Dict:
+    """Every collective through symmem.Handle's methods: int32 sum / max and
+    float32 sum / min all-reduce (in place, out of place, one- and two-shot),
+    all-gather into a local buffer, reduce-scatter; numpy dtypes where numpy
+    is importable; bad calls. Returns what was read back."""
+    import struct
+
+    dev = device_of(rank)
+    out: Dict = {}
+    with symmem.Group(name, rank, world, device=dev, timeout=TIMEOUT) as g:
+        nbytes = (count * 4 * world * 2 + 255) // 256 * 256
+        with symmem.empty(nbytes, dev) as buf, symmem.empty(nbytes, dev) as local:
+            with symmem.rendezvous(buf, g) as h:
+
+                def put(fmt):
+                    buf.write(struct.pack(f"<{count}{fmt}", *_coll_inputs(rank, count, fmt)))
+
+                def get(b, n, fmt, offset=0):
+                    return list(struct.unpack(f"<{n}{fmt}", b.read(offset, 4 * n)))
+
+                put("i")
+                h.all_reduce("int32", count=count)
+                out["sum_inplace"] = get(buf, count, "i")
+                put("i")
+                h.all_reduce("int32", "max", count=count, out=local)
+                out["max_local"] = get(local, count, "i")
+                put("f")
+                h.all_reduce("float32", count=count, out=buf.ptr + nbytes // 2, algo="two_shot")
+                out["fsum_two_shot"] = get(buf, count, "f", nbytes // 2)
+                put("f")
+                h.all_reduce("float32", "min", count=count, algo="one_shot")
+                out["fmin_one_shot"] = get(buf, count, "f")
+                put("i")
+                h.all_gather("int32", count=count, out=local)
+                out["gather"] = get(local, world * count, "i")
+                put("i")
+                h.reduce_scatter("int32", count=count - count % world, out=local)
+                out["scatter"] = get(local, count // world, "i")
+                try:
+                    import numpy
+                except ImportError:
+                    numpy = None
+                if numpy is not None:
+                    put("f")
+                    h.all_reduce(numpy.float32, count=count, out=local)
+                    out["numpy"] = get(local, count, "f")
+                # Whole-buffer default count: every element of every rank.
+                n = (h.buffer_size - h.offset) // 4
+                h.get_buffer(rank).write(struct.pack(f"<{n}i", *([rank + 1] * n)))
+                h.all_reduce("int32")
+                whole = list(struct.unpack(f"<{n}i", h.get_buffer(rank).read(0, 4 * n)))
+                out["whole_ok"] = whole == [world * (world + 1) // 2] * n
+                errors = {}
+                for what, call in (
+                    ("dtype", lambda: h.all_reduce("complex64", count=4)),
+                    ("op", lambda: h.all_reduce("int32", "prod", count=4)),
+                    ("count", lambda: h.all_reduce("int32", count=(h.buffer_size - h.offset) // 4 + 1)),
+                    ("misaligned", lambda: h.all_reduce("int32", count=4, out=local.ptr + 4)),
+                    ("overlap", lambda: h.all_reduce("int32", count=64, out=buf.ptr + 16)),
+                    ("no_out", lambda: h.all_gather("int32", count=4)),
+                ):
+                    try:
+                        call()
+                        errors[what] = None
+                    except symmem.SymmemError as exc:
+                        errors[what] = (type(exc).__name__, int(exc.code), str(exc))
+                out["errors"] = errors
+                out["device_error"] = h.device_error()
+    return out

@@ -433,6 +433,41 @@ static int rank_main(const char *mode, int rank, const char *name, int shm_fd) {
           rounds, errors, wrong, dt * 1e6 / rounds);
     if (errors) peer_ok = 0;
   }
+  /* --- a collective: int32 all-reduce in place, and bad arguments --------- */
+  const char *libcuda = getenv("SYMMEM_LIBCUDA");
+  if (!host_memory && libcuda && strstr(libcuda, "fake")) {
+    check_skip("collectives: the fake CUDA driver runs no kernels");
+  } else {
+    enum { N = 1001 };
+    static int32_t vals[N], saved[N]; /* buffer 0's pattern there is checked later: put back */
+    CHECK(check_mem_read(saved, p[0], sizeof saved, dev) == 0, "the pattern under the all-reduce saved");
+    CHECK_RESULT(symmem_barrier(h[0], 0, TIMEOUT_MS, NULL), SYMMEM_SUCCESS, "barrier before the all-reduce");
+    for (int i = 0; i < N; i++)
+      vals[i] = (rank + 1) * 1000 + i;
+    CHECK(check_mem_write(p[0], vals, sizeof vals, dev) == 0, "input of the all-reduce written");
+    CHECK_RESULT(symmem_all_reduce(h[0], SYMMEM_INT32, SYMMEM_SUM, N, NULL, NULL), SYMMEM_SUCCESS,
+                 "all_reduce(int32, sum, %d, in place)", N);
+    CHECK(check_mem_read(vals, p[0], sizeof vals, dev) == 0, "result of the all-reduce read");
+    int wrong = 0;
+    for (int i = 0; i < N; i++)
+      wrong += vals[i] != (WORLD * (WORLD + 1) / 2) * 1000 + WORLD * i;
+    CHECK_EQ(wrong, 0, "every element of the all-reduce is the sum over %d ranks", WORLD);
+    CHECK(check_mem_write(p[0], saved, sizeof saved, dev) == 0, "the pattern put back");
+    CHECK_RESULT(symmem_all_reduce(h[0], (symmem_dtype)7, SYMMEM_SUM, N, NULL, NULL), SYMMEM_ERROR_INVALID_ARGUMENT,
+                 "all_reduce with an unknown dtype");
+    CHECK_RESULT(symmem_all_reduce(h[0], SYMMEM_INT32, (symmem_op)9, N, NULL, NULL), SYMMEM_ERROR_INVALID_ARGUMENT,
+                 "all_reduce with an unknown op");
+    CHECK_RESULT(symmem_all_reduce(h[0], SYMMEM_FLOAT32, SYMMEM_SUM, symmem_handle_buffer_size(h[0]) / 4 + 1, NULL, NULL),
+                 SYMMEM_ERROR_INVALID_ARGUMENT, "all_reduce with a count past the buffer");
+    CHECK_RESULT(symmem_all_gather(h[0], SYMMEM_INT32, N, NULL, NULL), SYMMEM_ERROR_INVALID_ARGUMENT,
+                 "all_gather without out");
+    CHECK_RESULT(symmem_collective(h[0], SYMMEM_ALL_REDUCE, SYMMEM_INT32, SYMMEM_SUM, N, NULL, SYMMEM_ALGO_AUTO,
+                                   SYMMEM_COLL_CHANNELS, NULL),
+                 SYMMEM_ERROR_INVALID_ARGUMENT, "collective on channel %d", SYMMEM_COLL_CHANNELS);
+    uint32_t flag = 1;
+    CHECK_RESULT(symmem_handle_device_error(h[0], &flag), SYMMEM_SUCCESS, "device_error");
+    CHECK_EQ(flag, 0u, "no kernel wait gave up");
+  }
   if (host_memory) {
     /* A wait nobody answers times out, within bounds. */
     t0 = check_now_s();

@@ -1,0 +1,227 @@
+"""Collectives on 2 GPUs: libsymmem's kernels beside torch.ops.symm_mem
+(one_shot_all_reduce, two_shot_all_reduce_) and NCCL (all_reduce,
+all_gather_into_tensor, reduce_scatter_tensor), bf16, 4 KiB to 256 MiB, in
+the same run; and the first-use compile and cached load of the kernels.
+
+    python3 bench/coll_bench.py --out DIR [--world 2] [--max-mib 256]
+
+Timing: every op is captured in a CUDA graph of ITERS calls; the graph is
+replayed REPS times between CUDA events, ranks lined up (torch.distributed
+barrier + synchronize) before each replay; the figure is the median replay
+divided by ITERS: GPU time per call, without Python's launch overhead (for
+every implementation alike). Sizes: all_reduce and reduce_scatter the bytes
+of each rank's input, all_gather the bytes of the output. Bus bandwidth as
+nccl-tests: all_reduce size*2*(W-1)/W/t, the others size*(W-1)/W/t.
+Writes DIR/coll_bench.json and DIR/coll_bench.png (if matplotlib imports).
+NVLink multicast is off for everyone (NCCL_NVLS_ENABLE=0,
+TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+os.environ.update(NO_MULTICAST)
+
+ITERS = 20
+REPS = 15
+
+
+def sizes(max_mib):
+    s, out = 4 << 10, []
+    while s <= max_mib << 20:
+        out.append(s)
+        s *= 4
+    return out
+
+
+def rank_main(rank, world, port, max_mib, out_path):
+    import torch
+    import torch.distributed as dist
+
+    import symmem
+    import symmem.torch as st
+
+    dev = torch.device("cuda", rank)
+    torch.cuda.set_device(dev)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, device_id=dev)
+    pg = dist.group.WORLD
+    gname = pg.group_name
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        try:
+            symm_mem.enable_symm_mem_for_group(gname)
+        except Exception:
+            pass
+    except Exception:
+        symm_mem = None
+    g = symmem.Group(f"collbench-{port}", rank, world, device=rank, timeout=120)
+    maxb = max_mib << 20
+    ours_in = st.empty(2 * maxb, dtype=torch.uint8, device=dev)
+    h = symmem.rendezvous(ours_in.data_ptr(), g)
+    local = torch.empty(maxb * world, dtype=torch.uint8, device=dev)
+    ours_in.fill_(1)
+    if symm_mem is not None:
+        t_in = symm_mem.empty(maxb // 2, dtype=torch.bfloat16, device=dev)
+        symm_mem.rendezvous(t_in, gname)
+        t_in.fill_(1)
+    nccl_in = torch.ones(maxb // 2, dtype=torch.bfloat16, device=dev)
+    nccl_out = torch.empty(maxb // 2 * world, dtype=torch.bfloat16, device=dev)
+    stream = torch.cuda.Stream(device=dev)
+
+    def timeit(fn):
+        torch.cuda.synchronize()
+        with torch.cuda.stream(stream):
+            for _ in range(3):  # warm-up, first-use work outside the capture
+                fn()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(ITERS):
+                fn()
+        times = []
+        for _ in range(REPS):
+            dist.barrier()
+            torch.cuda.synchronize()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            # replay() runs on the current stream: make that the stream
+            # the events are recorded on.
+            with torch.cuda.stream(stream):
+                a.record(stream)
+                graph.replay()
+                b.record(stream)
+            b.synchronize()
+            times.append(a.elapsed_time(b) * 1e3 / ITERS)
+        del graph
+        return statistics.median(times)
+
+    rows = []
+    for size in sizes(max_mib):
+        n = size // 2  # bf16 elements
+        cur = lambda: torch.cuda.current_stream(dev).cuda_stream
+        impls = {
+            ("all_reduce", "libsymmem auto"): lambda: h.all_reduce("bfloat16", "sum", n, None, cur()),
+            ("all_reduce", "libsymmem one-shot"): lambda: h.all_reduce("bfloat16", "sum", n, local.data_ptr(), cur(), algo="one_shot"),
+            ("all_reduce", "libsymmem two-shot"): lambda: h.all_reduce("bfloat16", "sum", n, None, cur(), algo="two_shot"),
+            ("all_reduce", "nccl"): lambda: dist.all_reduce(nccl_in[:n]),
+            ("all_gather", "libsymmem"): lambda: h.all_gather("bfloat16", n // world, local.data_ptr(), cur()),
+            ("all_gather", "nccl"): lambda: dist.all_gather_into_tensor(nccl_out[:n], nccl_in[: n // world]),
+            ("reduce_scatter", "libsymmem"): lambda: h.reduce_scatter("bfloat16", "sum", n, local.data_ptr(), cur()),
+            ("reduce_scatter", "nccl"): lambda: dist.reduce_scatter_tensor(nccl_out[: n // world], nccl_in[:n]),
+        }
+        if symm_mem is not None:
+            if size <= (16 << 20):
+                impls[("all_reduce", "torch one-shot")] = lambda: torch.ops.symm_mem.one_shot_all_reduce(t_in[:n], "sum", gname)
+            impls[("all_reduce", "torch two-shot")] = lambda: torch.ops.symm_mem.two_shot_all_reduce_(t_in[:n], "sum", gname)
+        for (coll, impl), fn in impls.items():
+            try:
+                us = timeit(fn)
+            except Exception as exc:  # noqa: BLE001 - reported, the others still run
+                us = None
+                if rank == 0:
+                    print(f"{coll} {impl} {size}: {type(exc).__name__}: {exc}", flush=True)
+            factor = 2 * (world - 1) / world if coll == "all_reduce" else (world - 1) / world
+            rows.append({"coll": coll, "impl": impl, "bytes": size, "us": us,
+                         "busbw_GBps": None if not us else size * factor / us / 1e3})
+            if rank == 0 and us is not None:
+                print(f"{coll:15s} {impl:20s} {size:>10d} B {us:9.2f} us {rows[-1]['busbw_GBps']:8.1f} GB/s", flush=True)
+    err = h.device_error()
+    h.release()
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump({"world": world, "rows": rows, "device_error": err, "device": torch.cuda.get_device_name(dev)}, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def kernel_load_times():
+    """First use (empty cache: NVRTC compile) and cached load, each in a
+    fresh process."""
+    code = "import json, symmem; print('LOAD', json.dumps(symmem.collectives_load(0)))"
+    out = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, SYMMEM_CACHE_DIR=cache, SYMMEM_BACKEND="cuda",
+                   PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        for what in ("first_use", "cached"):
+            r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+            line = [l for l in r.stdout.splitlines() if l.startswith("LOAD ")]
+            out[what] = json.loads(line[-1][5:]) if line else {"error": r.stderr[-2000:]}
+    return out
+
+
+def plot(res, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as exc:  # noqa: BLE001
+        return f"no plot: {exc}"
+    colls = ["all_reduce", "all_gather", "reduce_scatter"]
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5))
+    for ax, coll in zip(axes, colls):
+        impls = sorted({r["impl"] for r in res["rows"] if r["coll"] == coll})
+        for impl in impls:
+            pts = [(r["bytes"], r["us"]) for r in res["rows"] if r["coll"] == coll and r["impl"] == impl and r["us"]]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("bytes")
+        ax.set_ylabel("GPU time per call (us)")
+        ax.set_title(f"{coll}, bf16, {res['world']} x {res.get('device', 'GPU')}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/symmem-gpu"))
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--max-mib", type=int, default=256)
+    ap.add_argument("--child", nargs=4)
+    a = ap.parse_args()
+    if a.child:
+        rank, world, port, path = a.child
+        rank_main(int(rank), int(world), int(port), a.max_mib, path)
+        return
+    os.makedirs(a.out, exist_ok=True)
+    loads = kernel_load_times()
+    print("kernels:", json.dumps(loads), flush=True)
+    port = 29500 + os.getpid() % 1000
+    path = os.path.join(a.out, "coll_bench.json")
+    env = dict(os.environ, SYMMEM_BACKEND="cuda")
+    procs = [subprocess.Popen([sys.executable, __file__, "--max-mib", str(a.max_mib), "--child", str(r), str(a.world), str(port), path], env=env)
+             for r in range(a.world)]
+    rc = [p.wait(timeout=1800) for p in procs]
+    if any(rc):
+        print("ranks failed:", rc)
+        sys.exit(1)
+    with open(path) as f:
+        res = json.load(f)
+    res["kernels"] = loads
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+    print("plot:", plot(res, os.path.join(a.out, "coll_bench.png")))
+    # Goals: per collective and size, ours against the best other.
+    for coll in ("all_reduce", "all_gather", "reduce_scatter"):
+        for size in sorted({r["bytes"] for r in res["rows"]}):
+            rows = [r for r in res["rows"] if r["coll"] == coll and r["bytes"] == size and r["us"]]
+            ours = min((r["us"] for r in rows if r["impl"].startswith("libsymmem")), default=None)
+            best = min((r["us"] for r in rows if not r["impl"].startswith("libsymmem")), default=None)
+            if ours and best:
+                print(f"GOAL {coll:15s} {size:>10d} B  ours {ours:9.2f} us  best other {best:9.2f} us  {'OK' if ours <= best else 'SLOWER'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+package core
+
+import "fmt"
+
+// DType is the element type of a collective. The values are the C ABI's
+// (enum symmem_dtype in include/symmem.h) and never change.
+type DType int32
+
+const (
+	Float32  DType = 0
+	Float16  DType = 1
+	BFloat16 DType = 2
+	Int32    DType = 3
+)
+
+var dtypeNames = [...]string{Float32: "float32", Float16: "float16", BFloat16: "bfloat16", Int32: "int32"}
+
+// Valid says whether d is one of the types above.
+func (d DType) Valid() bool { return d >= 0 && int(d) < len(dtypeNames) }
+
+// Size is the size of one element in bytes.
+func (d DType) Size() uintptr {
+	if d == Float16 || d == BFloat16 {
+		return 2
+	}
+	return 4
+}
+
+func (d DType) String() string {
+	if d.Valid() {
+		return dtypeNames[d]
+	}
+	return fmt.Sprintf("dtype(%d)", int32(d))
+}
+
+// ReduceOp is the reduction of all-reduce and reduce-scatter. Values are the
+// C ABI's (enum symmem_op).
+type ReduceOp int32
+
+const (
+	OpSum ReduceOp = 0
+	OpMax ReduceOp = 1
+	OpMin ReduceOp = 2
+)
+
+var opNames = [...]string{OpSum: "sum", OpMax: "max", OpMin: "min"}
+
+func (o ReduceOp) Valid() bool { return o >= 0 && int(o) < len(opNames) }
+
+func (o ReduceOp) String() string {
+	if o.Valid() {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", int32(o))
+}
+
+// CollKind is which collective runs.
+type CollKind int32
+
+const (
+	AllReduce     CollKind = 0
+	AllGather     CollKind = 1
+	ReduceScatter CollKind = 2
+)
+
+var collNames = [...]string{AllReduce: "all_reduce", AllGather: "all_gather", ReduceScatter: "reduce_scatter"}
+
+func (k CollKind) String() string {
+	if k >= 0 && int(k) < len(collNames) {
+		return collNames[k]
+	}
+	return fmt.Sprintf("collective(%d)", int32(k))
+}
+
+// Algo is how all-reduce runs. Values are the C ABI's (enum symmem_algo).
+type Algo int32
+
+const (
+	// AlgoAuto picks one-shot up to OneShotMaxBytes, two-shot above (where
+	// the output allows it: Note [Collectives]).
+	AlgoAuto Algo = 0
+	// AlgoOneShot: every rank reads every rank's whole input and reduces.
+	AlgoOneShot Algo = 1
+	// AlgoTwoShot: rank r reduces slice r and stores it into every rank's
+	// output (a reduce-scatter then an all-gather by direct stores).
+	AlgoTwoShot Algo = 2
+)
+
+var algoNames = [...]string{AlgoAuto: "auto", AlgoOneShot: "one_shot", AlgoTwoShot: "two_shot"}
+
+func (a Algo) Valid() bool { return a >= 0 && int(a) < len(algoNames) }
+
+func (a Algo) String() string {
+	if a.Valid() {
+		return algoNames[a]
+	}
+	return fmt.Sprintf("algo(%d)", int32(a))
+}
+
+// Collective is one checked collective call, everything a backend needs to
+// run it on one rank (Note [Collectives] in core/symm/coll.go). Addresses are
+// this process's.
+type Collective struct {
+	Kind  CollKind
+	DType DType
+	Op    ReduceOp
+	Algo  Algo // never AlgoAuto here: resolved by the caller
+	// Count is the number of elements of each rank's input.
+	Count uintptr
+	Rank  int
+	World int
+	// Buffers and Pads are the world-long arrays of block and pad pointers
+	// (device memory where the backend has it: the handle's *_ptrs_dev);
+	// PadSize is the size of the users' part of a pad: the library's device
+	// region starts there (Note [Pad partition]).
+	Buffers, Pads uintptr
+	PadSize       uintptr
+	// InOffset is the input's offset in every rank's block.
+	InOffset uintptr
+	// Out is this rank's output; OutOffset its offset in every rank's block
+	// when it lies inside the rendezvoused block (required by two-shot),
+	// else -1.
+	Out       uintptr
+	OutOffset int64
+	// Channel selects the device sets of the pad's library region that the
+	// call's barriers use: calls that may run at once (on different streams)
+	// need different channels.
+	Channel int
+	// TimeoutNs bounds every wait of a kernel (Note [Pad partition]).
+	TimeoutNs uint64
+}
+
+// CollectiveLauncher is implemented by backends that run collectives as
+// kernels on a stream (cuda). Launch enqueues c on s and returns; nothing
+// is enqueued when it fails.
+type CollectiveLauncher interface {
+	LaunchCollective(device int, s Stream, c *Collective) error
+}
+
+// KernelInfo says how a backend got its collectives' kernels for a device.
+type KernelInfo struct {
+	Arch      int     // compute capability, major*10 + minor (90 on H100/H200)
+	Compiler  string  // "NVRTC 12.9 (/path/libnvrtc.so.12)"
+	FromCache bool    // the image came from the disk cache
+	CompileMs float64 // NVRTC's compile time (0 when from the cache)
+	LoadMs    float64 // reading the cache file (if any) and cuModuleLoadData
+	CachePath string  // the cache file ("" when the cache is off)
+	Note      string  // why the cache was off or rebuilt, if it was
+}
+
+// KernelLoader is implemented by backends that compile and load kernels
+// (cuda): LoadKernels does it for device now (once per process and
+// device; later calls return the first call's info).
+type KernelLoader interface {
+	LoadKernels(device int) (KernelInfo, error)
+}

@@ -1,0 +1,398 @@
+package symm
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/libsymmem/libsymmem/core"
+)
+
+// Note [Pad partition]
+//
+// A rank's signal pad is signal_pad_size bytes of 32-bit slots that belong
+// to host-side signals and to users' own protocols (slot channel*world +
+// sender, Note [Signals]), followed by the library's device region of
+// deviceRegionBytes(world) bytes, which no channel reaches: the pad's memory
+// is made that much larger (and rounded up to the granularity), so the two
+// never collide whatever channels users pick. include/symmem_device.cuh
+// states the same layout (SYMMEM_DEV_*; TestDeviceHeaderConstants checks that
+// both agree). In 32-bit words from the region's start:
+//
+//	word 0                  the error flag: 0, or the first failed wait of a
+//	                        kernel: 0x80000000 | peer<<16 | set
+//	words 1..15             reserved (zero)
+//	set s, s in [0, 512)    2*world words at 16 + s*2*world:
+//	                        arrivals[w]: how many times rank w has arrived at
+//	                                     this set's barrier in our pad (only w
+//	                                     adds to it, atomically, with release)
+//	                        seen[w]:     how many of those we have consumed
+//	                                     (only we write it); seen[rank] is the
+//	                                     set's grid-barrier counter instead
+//
+// Sets [0, 256) are the library's: collective channel c (in
+// [0, CollChannels)), kernel block b (in [0, collMaxBlocks)) uses set
+// c*collMaxBlocks + b. Sets [256, 512) are users' device barriers
+// (symmem_dev_barrier_* of the device header take a set in [0, 256)).
+//
+// A barrier on set s: add 1 to arrivals[me] of s in every peer's region,
+// then for each peer p wait until arrivals[p] in ours has reached seen[p]+1
+// (compared as int32(count-expected) >= 0, so wrap-around is harmless) and
+// store seen[p]+1. Nothing needs resetting: the counts only grow, a barrier
+// is balanced on every rank, so the next use (the next call, the next replay
+// of a CUDA graph) finds the pads ready. A wait is bounded by the group's
+// timeout: a kernel that gives up records the error flag and returns (its
+// results are then undefined); the host backend returns ErrTimeout.
+const (
+	devRegionHeaderWords = 16
+	devSets              = 512
+	// CollChannels is the number of collective channels: collectives that
+	// may run at once on one group (on different streams) need different
+	// channels.
+	CollChannels = 4
+	// collMaxBlocks is the most kernel blocks of one collective.
+	collMaxBlocks = 64
+)
+
+// deviceRegionBytes is the size of the library's region of a pad.
+func deviceRegionBytes(world int) uintptr {
+	return uintptr(4 * (devRegionHeaderWords + devSets*2*world))
+}
+
+// regionWord is the address of word i of rank r's device region.
+func (h *Handle) regionWord(r, i int) *uint32 {
+	return (*uint32)(ptrAt(h.padPtrs[r] + h.padSize + uintptr(4*i)))
+}
+
+func (h *Handle) setWord(r, set, i int) *uint32 {
+	return h.regionWord(r, devRegionHeaderWords+set*2*h.world+i)
+}
+
+// Note [Collectives]
+//
+// all_reduce, all_gather and reduce_scatter read every rank's input in the
+// rendezvoused block: count elements at the handle's offset. Every rank
+// calls with the same arguments (out may differ unless two-shot stores into
+// it). What each writes, with W ranks and rank r:
+//
+//	all_reduce      count elements to out (default: in place), the
+//	                reduction in rank order 0..W-1, in fp32 for bf16/fp16
+//	                (rounded once, to nearest even), int32 wrapping.
+//	all_gather      W*count elements to out, rank p's at p*count; in place
+//	                when out + r*count elements is the input.
+//	reduce_scatter  count/W elements (count a multiple of W): the reduction
+//	                of slice r; in place when out is slice r of the input.
+//
+// Every collective is: a barrier (the inputs are ready), the work, a barrier
+// (nobody overwrites an input a peer is reading, stores into peers are
+// done). One-shot all-reduce reads every rank's whole input; two-shot
+// reduces slice r (slices of ceil(count/W) elements rounded up to 16 bytes)
+// and stores it into every rank's out, so it needs out inside the block (at
+// the same offset everywhere: in place or another part of the block); auto
+// picks one-shot up to OneShotMaxBytes or when out is outside the block.
+// Pointers must be 16-byte aligned (the kernels load and store 16 bytes);
+// counts need not be a multiple of anything.
+
+// OneShotMaxBytes is the largest all-reduce (bytes of each rank's input)
+// that AlgoAuto runs one-shot; SYMMEM_ONE_SHOT_MAX_BYTES overrides it.
+var OneShotMaxBytes = func() uintptr {
+	if v, err := strconv.ParseUint(os.Getenv("SYMMEM_ONE_SHOT_MAX_BYTES"), 0, 64); err == nil {
+		return uintptr(v)
+	}
+	return 256 << 10
+}()
+
+// CollArgs is one collective call.
+type CollArgs struct {
+	Kind  core.CollKind
+	DType core.DType
+	Op    core.ReduceOp
+	Algo  core.Algo
+	Count uintptr
+	// Out is this rank's output; 0 means in place (all_reduce only).
+	Out     uintptr
+	Channel int
+	Stream  core.Stream
+}
+
+// Collective checks a and runs it: enqueued on a.Stream where the backend
+// launches kernels, on this thread where its memory is CPU-addressable.
+// On any error nothing ran.
+func (h *Handle) Collective(a CollArgs) error {
+	if err := h.enter(); err != nil {
+		return err
+	}
+	defer h.life.leave()
+	c, err := h.plan(a)
+	if err != nil || c == nil {
+		return err
+	}
+	be := h.gm.be
+	if l, ok := be.(core.CollectiveLauncher); ok {
+		return l.LaunchCollective(h.gm.device, a.Stream, c)
+	}
+	if !be.Capabilities().StreamSignals { // ordinary CPU memory
+		mu := &h.gm.pads.coll[c.Channel]
+		mu.Lock()
+		defer mu.Unlock()
+		return h.runHost(c)
+	}
+	return core.Errorf(core.ErrUnavailable, "group %q: the backend runs no collectives (it launches no kernels and its memory is not the CPU's)", h.name)
+}
+
+func overlap(a, an, b, bn uintptr) bool { return a < b+bn && b < a+an }
+
+// plan validates a and resolves it into a core.Collective (nil: count 0,
+// nothing to do).
+func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
+	what := a.Kind.String()
+	bad := func(format string, args ...any) (*core.Collective, error) {
+		return nil, core.Errorf(core.ErrInvalidArgument, "group %q: %s: "+format, append([]any{h.name, what}, args...)...)
+	}
+	if a.Kind < core.AllReduce || a.Kind > core.ReduceScatter {
+		return bad("unknown collective %d", int32(a.Kind))
+	}
+	if !a.DType.Valid() {
+		return bad("unknown dtype %d (known: 0 float32, 1 float16, 2 bfloat16, 3 int32)", int32(a.DType))
+	}
+	if a.Kind != core.AllGather && !a.Op.Valid() {
+		return bad("unknown reduction op %d (known: 0 sum, 1 max, 2 min)", int32(a.Op))
+	}
+	if !a.Algo.Valid() {
+		return bad("unknown algorithm %d (known: 0 auto, 1 one-shot, 2 two-shot)", int32(a.Algo))
+	}
+	if a.Channel < 0 || a.Channel >= CollChannels {
+		return bad("collective channel %d is out of range [0, %d)", a.Channel, CollChannels)
+	}
+	if a.Count == 0 {
+		return nil, nil
+	}
+	es, w := a.DType.Size(), uintptr(h.world)
+	room := h.bufSize - h.offset
+	if a.Count > room/es {
+		return bad("count %d of %s (%d bytes) is past the buffer: %d bytes from the rendezvous offset %d to the block's end", a.Count, a.DType, a.Count*es, room, h.offset)
+	}
+	base := h.bufPtrs[h.rank]
+	in, inBytes := base+h.offset, a.Count*es
+	out, outBytes := a.Out, inBytes
+	inPlace := false
+	switch a.Kind {
+	case core.AllReduce:
+		if out == 0 {
+			out = in
+		}
+		inPlace = out == in
+	case core.AllGather:
+		outBytes = inBytes * w
+		inPlace = out != 0 && out+uintptr(h.rank)*inBytes == in
+	case core.ReduceScatter:
+		if a.Count%w != 0 {
+			return bad("count %d is not a multiple of the world size %d", a.Count, w)
+		}
+		outBytes = inBytes / w
+		inPlace = out == in+uintptr(h.rank)*outBytes
+	}
+	if out == 0 {
+		return bad("out is NULL (only all_reduce may default to in place)")
+	}
+	if in%16 != 0 || out%16 != 0 {
+		return bad("input %#x and out %#x must be 16-byte aligned (the kernels move 16 bytes at a time)", in, out)
+	}
+	if !inPlace && overlap(in, inBytes, out, outBytes) {
+		return bad("out [%#x, +%d) overlaps the input [%#x, +%d) in a way the operation cannot do (in place means out == input for all_reduce, out + rank*count elements == input for all_gather, out == input + rank*count/world elements for reduce_scatter)", out, outBytes, in, inBytes)
+	}
+	outOff := int64(-1)
+	if out >= base && out-base+outBytes <= h.bufSize {
+		outOff = int64(out - base)
+	}
+	algo := a.Algo
+	if a.Kind != core.AllReduce {
+		algo = core.AlgoOneShot
+	} else if h.world == 1 {
+		algo = core.AlgoOneShot
+	} else if algo == core.AlgoAuto {
+		algo = core.AlgoTwoShot
+		if inBytes <= OneShotMaxBytes || outOff < 0 {
+			algo = core.AlgoOneShot
+		}
+	} else if algo == core.AlgoTwoShot && outOff < 0 {
+		return bad("two-shot stores into every rank's out, so out must lie inside the rendezvoused block (out %#x is outside [%#x, +%d))", out, base, h.bufSize)
+	}
+	_, bufs := h.BufferPtrs() // device arrays (the host ones on the host backend)
+	_, pads := h.SignalPadPtrs()
+	return &core.Collective{Kind: a.Kind, DType: a.DType, Op: a.Op, Algo: algo, Count: a.Count, Rank: h.rank, World: h.world,
+		Buffers: bufs, Pads: pads, PadSize: h.padSize, InOffset: h.offset, Out: out, OutOffset: outOff,
+		Channel: a.Channel, TimeoutNs: uint64(h.timeout.Nanoseconds())}, nil
+}
+
+// DeviceError is word 0 of this rank's device region: 0, or what the first
+// kernel wait that gave up recorded (Note [Pad partition]).
+func (h *Handle) DeviceError() (uint32, error) {
+	if err := h.enter(); err != nil {
+		return 0, err
+	}
+	defer h.life.leave()
+	addr := h.padPtrs[h.rank] + h.padSize
+	if !h.gm.be.Capabilities().StreamSignals {
+		return atomic.LoadUint32((*uint32)(ptrAt(addr))), nil
+	}
+	v := make([]uint32, 1)
+	err := h.gm.be.Copy(h.gm.device, 0, uintptr(unsafe.Pointer(&v[0])), addr, 4)
+	runtime.KeepAlive(v)
+	return v[0], err
+}
+
+// ---- the host backend: the same protocol on the calling thread ----------
+
+// hostBarrier is a barrier on set (Note [Pad partition]).
+func (h *Handle) hostBarrier(set int, deadline time.Time) error {
+	me, w := h.rank, h.world
+	for i := 1; i < w; i++ {
+		atomic.AddUint32(h.setWord((me+i)%w, set, me), 1)
+	}
+	for i := 1; i < w; i++ {
+		p := (me + w - i) % w
+		seen := h.setWord(me, set, w+p)
+		n := atomic.LoadUint32(seen) + 1
+		arr := h.setWord(me, set, p)
+		sleep := time.Microsecond
+		for k := 0; !core.Reached(atomic.LoadUint32(arr), n); k++ {
+			switch {
+			case k < 200:
+			case k < 400:
+				runtime.Gosched()
+			default:
+				select {
+				case <-h.life.closing:
+					return h.releasedDuring(fmt.Sprintf("a collective's barrier (device set %d)", set))
+				default:
+				}
+				if !time.Now().Before(deadline) {
+					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, 0x80000000|uint32(p)<<16|uint32(set))
+					return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v in a collective's barrier (device set %d): rank %d never arrived",
+						h.name, me, h.timeout, set, p)
+				}
+				time.Sleep(sleep)
+				if sleep < 100*time.Microsecond {
+					sleep *= 2
+				}
+			}
+		}
+		atomic.StoreUint32(seen, n)
+	}
+	return nil
+}
+
+// bytesAt views n bytes at addr.
+func bytesAt(addr, n uintptr) []byte { return unsafe.Slice((*byte)(ptrAt(addr)), n) }
+
+// twoShotSlice is rank r's slice [lo, hi) of count elements of size es.
+func twoShotSlice(count, es uintptr, world, r int) (lo, hi uintptr) {
+	vec := 16 / es
+	per := ((count+vec-1)/vec + uintptr(world) - 1) / uintptr(world) * vec
+	lo, hi = min(count, uintptr(r)*per), min(count, uintptr(r+1)*per)
+	return lo, hi
+}
+
+// runHost runs c on this thread (a CPU-addressable backend).
+func (h *Handle) runHost(c *core.Collective) error {
+	deadline := time.Now().Add(h.timeout)
+	set := c.Channel * collMaxBlocks
+	es := c.DType.Size()
+	me, w := h.rank, h.world
+	input := func(r int) uintptr { return h.bufPtrs[r] + c.InOffset }
+	if err := h.hostBarrier(set, deadline); err != nil {
+		return err
+	}
+	var store func()
+	switch {
+	case c.Kind == core.AllGather:
+		n := c.Count * es
+		tmp := make([]byte, n*uintptr(w))
+		for p := 0; p < w; p++ {
+			copy(tmp[uintptr(p)*n:], bytesAt(input(p), n))
+		}
+		store = func() { copy(bytesAt(c.Out, n*uintptr(w)), tmp) }
+	case c.Kind == core.ReduceScatter:
+		per := c.Count / uintptr(w)
+		tmp := reduceHost(c, h.bufPtrs, c.InOffset+uintptr(me)*per*es, per)
+		store = func() { copy(bytesAt(c.Out, per*es), tmp) }
+	case c.Algo == core.AlgoTwoShot:
+		lo, hi := twoShotSlice(c.Count, es, w, me)
+		tmp := reduceHost(c, h.bufPtrs, c.InOffset+lo*es, hi-lo)
+		// Stores into every rank's out before the closing barrier: rank r
+		// alone reads and writes slice r anywhere, so no store races a read.
+		for p := 0; p < w; p++ {
+			copy(bytesAt(h.bufPtrs[p]+uintptr(c.OutOffset)+lo*es, (hi-lo)*es), tmp)
+		}
+	default:
+		tmp := reduceHost(c, h.bufPtrs, c.InOffset, c.Count)
+		store = func() { copy(bytesAt(c.Out, c.Count*es), tmp) }
+	}
+	// One-shot in place: nobody may store before every peer has read.
+	if store != nil && c.Kind == core.AllReduce && c.Out == input(me) {
+		if err := h.hostBarrier(set, deadline); err != nil {
+			return err
+		}
+		store()
+		return nil
+	}
+	if store != nil {
+		store()
+	}
+	return h.hostBarrier(set, deadline)
+}
+
+// reduceHost reduces n elements at offset off of every rank's block, in
+// rank order, as the kernels do (fp32 accumulation, one rounding).
+func reduceHost(c *core.Collective, bufs []uintptr, off, n uintptr) []byte {
+	es := c.DType.Size()
+	out := make([]byte, n*es)
+	if n == 0 {
+		return out
+	}
+	if c.DType == core.Int32 {
+		acc := make([]int32, n)
+		for r, b := range bufs {
+			src := unsafe.Slice((*int32)(ptrAt(b+off)), n)
+			for i, v := range src {
+				if r == 0 {
+					acc[i] = v
+				} else {
+					acc[i] = reduceInt(c.Op, acc[i], v)
+				}
+			}
+		}
+		copy(out, unsafe.Slice((*byte)(unsafe.Pointer(&acc[0])), n*4))
+		return out
+	}
+	acc := make([]float32, n)
+	for r, b := range bufs {
+		for i := uintptr(0); i < n; i++ {
+			v := LoadFloat(c.DType, b+off+i*es)
+			if r == 0 {
+				acc[i] = v
+			} else {
+				acc[i] = ReduceFloat(c.Op, acc[i], v)
+			}
+		}
+	}
+	for i, v := range acc {
+		StoreFloat(c.DType, uintptr(unsafe.Pointer(&out[0]))+uintptr(i)*es, v)
+	}
+	return out
+}
+
+func reduceInt(op core.ReduceOp, a, b int32) int32 {
+	switch op {
+	case core.OpMax:
+		return max(a, b)
+	case core.OpMin:
+		return min(a, b)
+	}
+	return a + b
+}

@@ -1,0 +1,313 @@
+/*
+ * collectives.cu - libsymmem's collectives as CUDA kernels, embedded in the
+ * library and compiled at first use with NVRTC for the device at hand
+ * (cuda/kernels.go). Built on include/symmem_device.cuh, which NVRTC gets as
+ * an in-memory header. Semantics: core/symm/coll.go, Note [Collectives];
+ * the host backend computes exactly the same results.
+ *
+ * One kernel per call, whatever the phase count: a block barrier with the
+ * peers' same-index blocks (the inputs are ready), the work, spread over
+ * the whole grid with 16-byte loads and stores, a block barrier again
+ * (every peer is done reading our input; stores into peers are visible).
+ * Block b of collective channel c uses device set c*64 + b.
+ */
+#include "symmem_device.cuh"
+
+/* The kernels' one parameter; cuda/kernels.go packs the same layout. */
+struct symmem_coll_params {
+  symmem_device_view view;       /* 0 */
+  unsigned long long in_offset;  /* 40: input offset in every rank's block */
+  char *out;                     /* 48: this rank's output */
+  long long out_offset;          /* 56: out's offset in every block (two-shot), or -1 */
+  unsigned long long count;      /* 64: elements of each rank's input (all-gather: bytes) */
+  int kind;                      /* 72: 0 all-reduce, 2 reduce-scatter (all-gather has its kernel) */
+  int algo;                      /* 76: 1 one-shot, 2 two-shot */
+  int op;                        /* 80: 0 sum, 1 max, 2 min */
+  int set_base;                  /* 84: the channel's first device set */
+};
+static_assert(sizeof(symmem_device_view) == 40, "symmem_device_view layout");
+static_assert(sizeof(symmem_coll_params) == 88, "symmem_coll_params layout");
+
+#define SYMMEM_COLL_THREADS 512
+/* Vectors per thread in flight in the reduction loops. */
+#define SYMMEM_COLL_UNROLL 4
+
+/* Element traits: E elements per 16-byte vector, acc_t the accumulator. */
+template <int DT> struct symmem_elem;
+
+template <> struct symmem_elem<0> { /* float32 */
+  typedef float acc_t;
+  enum { E = 4, SIZE = 4 };
+  static __device__ __forceinline__ float get(const symmem_vec16 &v, int i) { return __uint_as_float(v.w[i]); }
+  static __device__ __forceinline__ void put(symmem_vec16 &v, int i, float x) { v.w[i] = __float_as_uint(x); }
+  static __device__ __forceinline__ float load1(const char *p) { return *(const float *)p; }
+  static __device__ __forceinline__ void store1(char *p, float x) { *(float *)p = x; }
+};
+
+template <> struct symmem_elem<3> { /* int32 */
+  typedef int acc_t;
+  enum { E = 4, SIZE = 4 };
+  static __device__ __forceinline__ int get(const symmem_vec16 &v, int i) { return (int)v.w[i]; }
+  static __device__ __forceinline__ void put(symmem_vec16 &v, int i, int x) { v.w[i] = (unsigned int)x; }
+  static __device__ __forceinline__ int load1(const char *p) { return *(const int *)p; }
+  static __device__ __forceinline__ void store1(char *p, int x) { *(int *)p = x; }
+};
+
+/* 16-bit types: lane i is half (i & 1) of word i / 2. */
+template <bool BF> struct symmem_elem16 {
+  typedef float acc_t;
+  enum { E = 8, SIZE = 2 };
+  static __device__ __forceinline__ float wide(unsigned short h) {
+    return BF ? symmem_dev_bf16_to_float(h) : symmem_dev_f16_to_float(h);
+  }
+  static __device__ __forceinline__ unsigned short narrow(float f) {
+    return BF ? symmem_dev_float_to_bf16(f) : symmem_dev_float_to_f16(f);
+  }
+  static __device__ __forceinline__ float get(const symmem_vec16 &v, int i) {
+    return wide((unsigned short)(v.w[i >> 1] >> ((i & 1) * 16)));
+  }
+  static __device__ __forceinline__ void put(symmem_vec16 &v, int i, float x) {
+    unsigned int sh = (i & 1) * 16;
+    v.w[i >> 1] = (v.w[i >> 1] & ~(0xffffu << sh)) | ((unsigned int)narrow(x) << sh);
+  }
+  static __device__ __forceinline__ float load1(const char *p) { return wide(*(const unsigned short *)p); }
+  static __device__ __forceinline__ void store1(char *p, float x) { *(unsigned short *)p = narrow(x); }
+};
+template <> struct symmem_elem<1> : symmem_elem16<false> {}; /* float16 */
+template <> struct symmem_elem<2> : symmem_elem16<true> {};  /* bfloat16 */
+
+/* op on two values, as the host backend (core/symm/float.go): max and min
+ * keep the other operand when one is NaN; int32 sums wrap. */
+static __device__ __forceinline__ float symmem_reduce(int op, float a, float b) {
+  if (op == 1)
+    return (a != a || b > a) ? b : a;
+  if (op == 2)
+    return (a != a || b < a) ? b : a;
+  return a + b;
+}
+static __device__ __forceinline__ int symmem_reduce(int op, int a, int b) {
+  if (op == 1)
+    return b > a ? b : a;
+  if (op == 2)
+    return b < a ? b : a;
+  return (int)((unsigned int)a + (unsigned int)b);
+}
+
+/* The element range [lo, hi) this rank reduces, and where it goes. */
+struct symmem_reduce_plan {
+  unsigned long long lo, n;  /* elements */
+  unsigned long long src;    /* offset of element lo in every block */
+  bool vec;                  /* 16-byte path (src and destinations aligned) */
+  unsigned long long items;  /* vectors (+1 for a tail), or elements */
+};
+
+template <int DT>
+static __device__ __forceinline__ symmem_reduce_plan symmem_plan(const symmem_coll_params &p) {
+  typedef symmem_elem<DT> T;
+  const int W = p.view.world, me = p.view.rank;
+  symmem_reduce_plan pl;
+  unsigned long long lo = 0, hi = p.count;
+  if (p.kind == 2) { /* reduce-scatter: slice me */
+    unsigned long long per = p.count / W;
+    lo = me * per;
+    hi = lo + per;
+  } else if (p.algo == 2) { /* two-shot: slices of whole vectors */
+    unsigned long long nv = (p.count + T::E - 1) / T::E;
+    unsigned long long per = (nv + W - 1) / W * T::E;
+    lo = me * per < p.count ? me * per : p.count;
+    hi = (me + 1) * per < p.count ? (me + 1) * per : p.count;
+  }
+  pl.lo = lo;
+  pl.n = hi - lo;
+  pl.src = p.in_offset + lo * T::SIZE;
+  unsigned long long dst = p.algo == 2 && p.kind == 0 ? (unsigned long long)p.out_offset + lo * T::SIZE
+                                                      : (unsigned long long)p.out;
+  pl.vec = ((pl.src | dst) & 15) == 0;
+  pl.items = pl.vec ? pl.n / T::E + (pl.n % T::E != 0) : pl.n;
+  return pl;
+}
+
+/* Reduces item i of the plan over every rank into r (a whole vector), or
+ * element by element into out_elems (tail or unaligned: up to E elements). */
+template <int DT>
+static __device__ __forceinline__ int symmem_reduce_item(const symmem_coll_params &p, const symmem_reduce_plan &pl,
+                                                         unsigned long long i, symmem_vec16 &r,
+                                                         typename symmem_elem<DT>::acc_t *tail) {
+  typedef symmem_elem<DT> T;
+  typedef typename T::acc_t A;
+  const symmem_device_view &v = p.view;
+  const int W = v.world;
+  if (pl.vec && (i + 1) * T::E <= pl.n) {
+    A acc[T::E];
+    symmem_vec16 x = symmem_dev_load16(symmem_dev_ptr(v, 0, pl.src + 16 * i));
+#pragma unroll
+    for (int k = 0; k < T::E; k++)
+      acc[k] = T::get(x, k);
+    for (int q = 1; q < W; q++) {
+      x = symmem_dev_load16(symmem_dev_ptr(v, q, pl.src + 16 * i));
+#pragma unroll
+      for (int k = 0; k < T::E; k++)
+        acc[k] = symmem_reduce(p.op, acc[k], T::get(x, k));
+    }
+#pragma unroll
+    for (int k = 0; k < T::E; k++)
+      T::put(r, k, acc[k]);
+    return -1;
+  }
+  /* Elements [first, last) of the plan, one at a time. */
+  unsigned long long first = pl.vec ? i * T::E : i;
+  unsigned long long last = pl.vec ? pl.n : i + 1;
+  int m = 0;
+  for (unsigned long long e = first; e < last; e++, m++) {
+    A acc = T::load1(symmem_dev_ptr(v, 0, pl.src + e * T::SIZE));
+    for (int q = 1; q < W; q++)
+      acc = symmem_reduce(p.op, acc, T::load1(symmem_dev_ptr(v, q, pl.src + e * T::SIZE)));
+    tail[m] = acc;
+  }
+  return m;
+}
+
+/* Stores item i's result at dst (the plan's element 0 there). */
+template <int DT>
+static __device__ __forceinline__ void symmem_store_item(char *dst, const symmem_reduce_plan &pl, unsigned long long i,
+                                                         int m, const symmem_vec16 &r,
+                                                         const typename symmem_elem<DT>::acc_t *tail) {
+  typedef symmem_elem<DT> T;
+  if (m < 0) {
+    symmem_dev_store16(dst + 16 * i, r);
+    return;
+  }
+  unsigned long long first = pl.vec ? i * T::E : i;
+  for (int k = 0; k < m; k++)
+    T::store1(dst + (first + k) * T::SIZE, tail[k]);
+}
+
+template <int DT> static __device__ __forceinline__ void symmem_coll_reduce(const symmem_coll_params &p) {
+  typedef symmem_elem<DT> T;
+  const symmem_device_view &v = p.view;
+  const int set = p.set_base + blockIdx.x;
+  const symmem_reduce_plan pl = symmem_plan<DT>(p);
+  const unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+  const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
+  const bool two_shot = p.kind == 0 && p.algo == 2;
+  const bool in_place_one_shot = p.kind == 0 && !two_shot && p.out == symmem_dev_ptr(v, v.rank, p.in_offset);
+  symmem_vec16 r;
+  typename T::acc_t tail[T::E];
+
+  if (!symmem_dev_barrier_block_set(v, set))
+    return;
+  if (in_place_one_shot) {
+    /* Every rank reads our input: each round reads into registers, meets
+     * the peers, then stores (a peer's round-r reads are done before its
+     * round-r arrival). No closing barrier is needed: the last round's
+     * barrier came after every read. */
+    unsigned long long rounds = (pl.items + nthreads - 1) / nthreads;
+    for (unsigned long long k = 0; k < rounds; k++) {
+      unsigned long long i = k * nthreads + tid;
+      int m = 0;
+      if (i < pl.items)
+        m = symmem_reduce_item<DT>(p, pl, i, r, tail);
+      if (!symmem_dev_barrier_block_set(v, set))
+        return;
+      if (i < pl.items)
+        symmem_store_item<DT>(p.out, pl, i, m, r, tail);
+    }
+    return;
+  }
+  /* Whole vectors, SYMMEM_COLL_UNROLL per thread at a time: every rank's
+   * loads of the batch are in flight together before the stores. */
+  typedef typename T::acc_t A;
+  const unsigned long long nfull = pl.vec ? pl.n / T::E : 0;
+  for (unsigned long long i0 = tid; i0 < nfull; i0 += SYMMEM_COLL_UNROLL * nthreads) {
+    A acc[SYMMEM_COLL_UNROLL][T::E];
+    symmem_vec16 x[SYMMEM_COLL_UNROLL];
+    for (int q = 0; q < v.world; q++) {
+      const char *src = symmem_dev_ptr(v, q, pl.src);
+#pragma unroll
+      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+        if (i0 + u * nthreads < nfull)
+          x[u] = symmem_dev_load16(src + 16 * (i0 + u * nthreads));
+#pragma unroll
+      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+#pragma unroll
+        for (int k = 0; k < T::E; k++)
+          acc[u][k] = q == 0 ? T::get(x[u], k) : symmem_reduce(p.op, acc[u][k], T::get(x[u], k));
+    }
+#pragma unroll
+    for (int u = 0; u < SYMMEM_COLL_UNROLL; u++) {
+      unsigned long long i = i0 + u * nthreads;
+      if (i >= nfull)
+        break;
+#pragma unroll
+      for (int k = 0; k < T::E; k++)
+        T::put(x[u], k, acc[u][k]);
+      if (two_shot) {
+        /* Slice me of every rank's out: only this rank reads or writes it. */
+        for (int q = 0; q < v.world; q++) {
+          int dst = (v.rank + q) % v.world;
+          symmem_dev_store16(symmem_dev_ptr(v, dst, (unsigned long long)p.out_offset + pl.lo * T::SIZE) + 16 * i, x[u]);
+        }
+      } else {
+        symmem_dev_store16(p.out + 16 * i, x[u]);
+      }
+    }
+  }
+  /* The tail (vector path) or every element (unaligned path). */
+  for (unsigned long long i = nfull + tid; i < pl.items; i += nthreads) {
+    int m = symmem_reduce_item<DT>(p, pl, i, r, tail);
+    if (two_shot) {
+      for (int q = 0; q < v.world; q++) {
+        int dst = (v.rank + q) % v.world;
+        symmem_store_item<DT>(symmem_dev_ptr(v, dst, (unsigned long long)p.out_offset + pl.lo * T::SIZE), pl, i, m,
+                              r, tail);
+      }
+    } else {
+      symmem_store_item<DT>(p.out, pl, i, m, r, tail);
+    }
+  }
+  symmem_dev_barrier_block_set(v, set);
+}
+
+/* SYMMEM_COLL_ONLY=k builds kernel k alone (cuda/kernels.go compiles the
+ * five as separate programs, at once); without it, all of them. */
+#if !defined(SYMMEM_COLL_ONLY) || SYMMEM_COLL_ONLY == 0
+extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_coll_float32(symmem_coll_params p) {
+  symmem_coll_reduce<0>(p);
+}
+#endif
+#if !defined(SYMMEM_COLL_ONLY) || SYMMEM_COLL_ONLY == 1
+extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_coll_float16(symmem_coll_params p) {
+  symmem_coll_reduce<1>(p);
+}
+#endif
+#if !defined(SYMMEM_COLL_ONLY) || SYMMEM_COLL_ONLY == 2
+extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_coll_bfloat16(symmem_coll_params p) {
+  symmem_coll_reduce<2>(p);
+}
+#endif
+#if !defined(SYMMEM_COLL_ONLY) || SYMMEM_COLL_ONLY == 3
+extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_coll_int32(symmem_coll_params p) {
+  symmem_coll_reduce<3>(p);
+}
+#endif
+
+/* All-gather: count is bytes here. Rank q's input goes to out + q*count;
+ * in place (out + rank*count is our input) our own part is not copied. */
+#if !defined(SYMMEM_COLL_ONLY) || SYMMEM_COLL_ONLY == 4
+extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gather(symmem_coll_params p) {
+  const symmem_device_view &v = p.view;
+  const int set = p.set_base + blockIdx.x;
+  const unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+  const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
+  if (!symmem_dev_barrier_block_set(v, set))
+    return;
+  for (int k = 0; k < v.world; k++) {
+    int q = (v.rank + k) % v.world;
+    const char *src = symmem_dev_ptr(v, q, p.in_offset);
+    char *dst = p.out + q * p.count;
+    if (dst != src)
+      symmem_dev_copy(dst, src, p.count, tid, nthreads);
+  }
+  symmem_dev_barrier_block_set(v, set);
+}
+#endif

@@ -1,0 +1,194 @@
+package cuda
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/libsymmem/libsymmem/core"
+)
+
+// nvrtcOrSkip loads NVRTC; where it must be there (SYMMEM_REQUIRE_NVRTC=1,
+// set by CI, which installs the nvidia-cuda-nvrtc-cu12 wheel, or
+// SYMMEM_REQUIRE_GPU=1) its absence fails the test.
+func nvrtcOrSkip(t *testing.T) *NVRTC {
+	t.Helper()
+	nv, err := LoadNVRTC()
+	if err != nil {
+		if os.Getenv("SYMMEM_REQUIRE_NVRTC") == "1" || os.Getenv("SYMMEM_REQUIRE_GPU") == "1" {
+			t.Fatalf("NVRTC is required here: %v", err)
+		}
+		t.Skipf("no NVRTC on this machine (set SYMMEM_LIBNVRTC or install nvidia-cuda-nvrtc-cu12): %v", err)
+	}
+	return nv
+}
+
+// A user's kernel on the device header compiles with NVRTC (no GPU needed;
+// the library's own kernels: TestBuildImages).
+func TestDeviceHeaderCompiles(t *testing.T) {
+	nv := nvrtcOrSkip(t)
+	// A user kernel that includes only the device header compiles too,
+	// and uses every part of it.
+	src := `#include "symmem_device.cuh"
+extern "C" __global__ void user(symmem_device_view v, int u, char *dst) {
+  if (!symmem_dev_barrier_block(v, u)) return;
+  symmem_dev_get_block(v, (v.rank + 1) % v.world, 0, dst, 1000);
+  symmem_dev_put_block(v, (v.rank + 1) % v.world, 4096, dst, 1000);
+  if (!symmem_dev_barrier_grid(v, u + 1)) return;
+  if (threadIdx.x == 0) { symmem_dev_signal(v, 0, 300); symmem_dev_wait(v, 0, 300); }
+  dst[0] = (char)symmem_dev_float_to_bf16(symmem_dev_f16_to_float(symmem_dev_float_to_f16(1.5f)));
+}`
+	if _, log, err := nv.Compile("user.cu", src, []Header{{Name: "symmem_device.cuh", Source: deviceHeaderForTest()}}, compileOptions(90)); err != nil {
+		t.Fatalf("a user kernel on the device header: %v\n%s", err, log)
+	}
+}
+
+// The embedded kernels compile with the library's own NVRTC path for
+// Hopper (sm_90) with no GPU needed: at once into an empty cache, each image
+// a cubin with its kernel alone; read back from the cache the second time;
+// a corrupt file rebuilt.
+func TestBuildImages(t *testing.T) {
+	nv := nvrtcOrSkip(t)
+	dir := t.TempDir()
+	first, info, err := buildImages(nv, 90, dir)
+	if err != nil || info.FromCache || info.CompileMs <= 0 || info.CachePath != dir || info.Arch != 90 {
+		t.Fatalf("first use: %v %+v", err, info)
+	}
+	t.Logf("first use: compile %.0f ms (5 programs at once)", info.CompileMs)
+	for k, img := range first {
+		if !bytes.HasPrefix(img, []byte("\x7fELF")) {
+			t.Fatalf("%s: the image is not a cubin (ELF): % x", kernelNames[k], img[:min(8, len(img))])
+		}
+		for j, other := range kernelNames {
+			if got := bytes.Contains(img, []byte(other+"\x00")); got != (j == k) {
+				t.Errorf("the image of %s holds %s: %v", kernelNames[k], other, got)
+			}
+		}
+	}
+	again, info, err := buildImages(nv, 90, dir)
+	if err != nil || !info.FromCache || info.CompileMs != 0 {
+		t.Fatalf("cached: %v %+v", err, info)
+	}
+	t.Logf("cached: read %.2f ms", info.LoadMs)
+	for k := range first {
+		if !bytes.Equal(first[k], again[k]) {
+			t.Fatalf("kernel %d: the cached image differs", k)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.cubin"))
+	if len(files) != len(kernelNames) {
+		t.Fatalf("cache files: %v", files)
+	}
+	os.WriteFile(files[2], []byte("SYMMEMK1 garbage"), 0o600)
+	if _, info, err = buildImages(nv, 90, dir); err != nil || info.FromCache || !strings.Contains(info.Note, "rebuilt") {
+		t.Fatalf("corrupt file: %v %+v", err, info)
+	}
+}
+
+// A compile error is reported with NVRTC's log.
+func TestNVRTCCompileError(t *testing.T) {
+	nv := nvrtcOrSkip(t)
+	_, _, err := nv.Compile("bad.cu", "__global__ void k() { undeclared(); }", nil, compileOptions(90))
+	if core.CodeOf(err) != core.ErrBackend || !strings.Contains(err.Error(), "undeclared") || !strings.Contains(err.Error(), "nvrtcCompileProgram") {
+		t.Fatalf("got %v, want ErrBackend with the log", err)
+	}
+}
+
+// Without NVRTC the error is UNAVAILABLE and says what to install.
+func TestNVRTCMissing(t *testing.T) {
+	nvrtcState.mu.Lock()
+	saved := nvrtcState.nv
+	nvrtcState.nv = nil
+	nvrtcState.mu.Unlock()
+	defer func() { nvrtcState.mu.Lock(); nvrtcState.nv = saved; nvrtcState.mu.Unlock() }()
+	t.Setenv(EnvNVRTC, filepath.Join(t.TempDir(), "libnvrtc.so.12"))
+	old := env
+	env = os.Getenv
+	defer func() { env = old }()
+	_, err := LoadNVRTC()
+	if core.CodeOf(err) != core.ErrUnavailable || !strings.Contains(err.Error(), "pip install nvidia-cuda-nvrtc") || !strings.Contains(err.Error(), EnvNVRTC) {
+		t.Fatalf("got %v, want UNAVAILABLE naming what to install", err)
+	}
+}
+
+// The cache: a miss compiles and writes, a hit reads; a corrupt or
+// truncated file is rebuilt, never used; ranks compiling at once all get
+// the image and leave no temporary file.
+func TestKernelCache(t *testing.T) {
+	dir := t.TempDir()
+	image := bytes.Repeat([]byte("cubin!"), 1000)
+	var compiles atomic.Int32
+	compile := func() ([]byte, error) { compiles.Add(1); return append([]byte(nil), image...), nil }
+	get := func(name string) core.KernelInfo {
+		t.Helper()
+		img, info, err := cachedImage(dir, name, compile)
+		if err != nil || !bytes.Equal(img, image) {
+			t.Fatalf("cachedImage: %v (image equal: %v)", err, bytes.Equal(img, image))
+		}
+		return info
+	}
+	if info := get("a.cubin"); info.FromCache || compiles.Load() != 1 || info.CachePath == "" {
+		t.Fatalf("first use: %+v, compiles %d", info, compiles.Load())
+	}
+	if info := get("a.cubin"); !info.FromCache || compiles.Load() != 1 {
+		t.Fatalf("second use: %+v, compiles %d", info, compiles.Load())
+	}
+	path := filepath.Join(dir, "a.cubin")
+	data, _ := os.ReadFile(path)
+	data[len(data)-3] ^= 0xff
+	os.WriteFile(path, data, 0o600)
+	if info := get("a.cubin"); info.FromCache || compiles.Load() != 2 || !strings.Contains(info.Note, "corrupt") {
+		t.Fatalf("corrupt file: %+v, compiles %d", info, compiles.Load())
+	}
+	if info := get("a.cubin"); !info.FromCache {
+		t.Fatalf("after the rebuild: %+v", info)
+	}
+	os.WriteFile(path, data[:20], 0o600)
+	if info := get("a.cubin"); info.FromCache || !strings.Contains(info.Note, "not a libsymmem kernel image") {
+		t.Fatalf("truncated file: %+v", info)
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); get("b.cubin") }()
+	}
+	wg.Wait()
+	left, _ := filepath.Glob(filepath.Join(dir, "*.tmp*"))
+	if len(left) != 0 {
+		t.Fatalf("temporary files left: %v", left)
+	}
+	// A folder that cannot be written: compiled, not cached, said why.
+	ro := filepath.Join(t.TempDir(), "ro")
+	os.Mkdir(ro, 0o500)
+	if os.Getuid() != 0 {
+		_, info, err := cachedImage(filepath.Join(ro, "sub"), "c.cubin", compile)
+		if err != nil || info.CachePath != "" || !strings.Contains(info.Note, "cannot write") {
+			t.Fatalf("read-only cache: %v %+v", err, info)
+		}
+	}
+}
+
+// The launch geometry is a function of the arguments alone (every rank
+// must pick the same grid: the barriers pair blocks).
+func TestCollGrid(t *testing.T) {
+	c := &core.Collective{Kind: core.AllReduce, DType: core.BFloat16, Algo: core.AlgoOneShot, World: 2, Count: 1}
+	if g := collGrid(c); g != 1 {
+		t.Fatalf("1 element: %d blocks", g)
+	}
+	c.Count = 256 << 20
+	if g := collGrid(c); g != collMaxBlocks {
+		t.Fatalf("512 MiB: %d blocks", g)
+	}
+	c.Count, c.Algo = 512*8*3, core.AlgoTwoShot // 3 vectors' worth of threads, halved
+	if g := collGrid(c); g != 2 {
+		t.Fatalf("two-shot: %d blocks", g)
+	}
+	p := packCollParams(&core.Collective{Kind: core.AllGather, DType: core.Int32, Count: 5, Rank: 1, World: 2, Channel: 3, OutOffset: -1})
+	if p[32] != 1 || p[36] != 2 || p[64] != 20 || p[84] != 3*collMaxBlocks || p[56] != 0xff {
+		t.Fatalf("params % x", p)
+	}
+}

@@ -1,0 +1,96 @@
+"""Argument handling of the collectives (symmem.Handle.all_reduce & co.).
+
+dtype is a name ("bfloat16", "float16", "float32", "int32"), a numpy dtype
+(when numpy is importable) or a torch dtype (when torch is); op a name
+("sum", "max", "min"); algo a name ("auto", "one_shot", "two_shot"). The
+integer values are include/symmem.h's enums.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from .errors import Result, make_error
+
+DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "int32": 3}
+DTYPE_SIZES = {0: 4, 1: 2, 2: 2, 3: 4}
+OPS = {"sum": 0, "max": 1, "min": 2}
+ALGOS = {"auto": 0, "one_shot": 1, "two_shot": 2}
+ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = 0, 1, 2
+
+_ALIASES = {"float": "float32", "half": "float16", "fp16": "float16", "fp32": "float32", "bf16": "bfloat16",
+            "int": "int32", "i32": "int32", "f32": "float32", "f16": "float16"}
+
+
+def dtype_code(dtype, what: str) -> int:
+    """The symmem_dtype value of dtype (name, numpy or torch dtype)."""
+    name = dtype if isinstance(dtype, str) else None
+    if name is None:
+        # numpy dtypes and scalar types (np.float32, np.dtype("int32")) have
+        # .name after np.dtype(); torch dtypes print as "torch.bfloat16".
+        try:
+            import numpy
+
+            name = numpy.dtype(dtype).name
+        except Exception:
+            text = str(dtype)
+            name = text[len("torch."):] if text.startswith("torch.") else None
+    if name is not None:
+        name = _ALIASES.get(name, name)
+        if name in DTYPES:
+            return DTYPES[name]
+    raise make_error(
+        Result.INVALID_ARGUMENT,
+        f"{what}: unknown dtype {dtype!r} (known: {', '.join(DTYPES)}, or their numpy dtypes)",
+    )
+
+
+def op_code(op, what: str) -> int:
+    if isinstance(op, str) and op.lower() in OPS:
+        return OPS[op.lower()]
+    raise make_error(Result.INVALID_ARGUMENT, f"{what}: unknown op {op!r} (known: {', '.join(OPS)})")
+
+
+def algo_code(algo, what: str) -> int:
+    if algo is None:
+        return 0
+    if isinstance(algo, str) and algo.lower().replace("-", "_") in ALGOS:
+        return ALGOS[algo.lower().replace("-", "_")]
+    raise make_error(Result.INVALID_ARGUMENT, f"{what}: unknown algo {algo!r} (known: {', '.join(ALGOS)})")
+
+
+def address(out, what: str) -> Optional[int]:
+    """out as an address: None, an int, a Buffer (.ptr) or a tensor
+    (.data_ptr())."""
+    if out is None:
+        return None
+    if isinstance(out, int):
+        return out
+    ptr = getattr(out, "ptr", None)
+    if isinstance(ptr, int):
+        return ptr
+    data_ptr = getattr(out, "data_ptr", None)
+    if callable(data_ptr):
+        return int(data_ptr())
+    raise make_error(Result.INVALID_ARGUMENT, f"{what}: out must be None, an int address or a Buffer, got {type(out).__name__}")
+
+
+def collectives_load(device: int = 0) -> dict:
+    """Compile (or read from the disk cache) and load the collectives'
+    kernels for device now; returns how: arch, from_cache, compile_ms,
+    load_ms, compiler, cache_path (all zero/empty on the host backend)."""
+    import ctypes
+
+    from . import _lib
+    from .errors import check
+
+    info = _lib.SymmemKernelInfo()
+    check(_lib.lib().symmem_collectives_load(int(device), ctypes.byref(info)), "symmem_collectives_load")
+    return {
+        "arch": info.arch,
+        "from_cache": bool(info.from_cache),
+        "compile_ms": info.compile_ms,
+        "load_ms": info.load_ms,
+        "compiler": info.compiler.decode(errors="replace"),
+        "cache_path": info.cache_path.decode(errors="replace"),
+    }

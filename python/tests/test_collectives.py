@@ -1,0 +1,52 @@
+"""Collectives through symmem.Handle (no torch) with real processes, on
+either backend (the host backend in CI; GPUs with SYMMEM_REQUIRE_GPU=1). The
+values are exact in any summation order, so the checks are exact."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+import _workers
+from _mp import run_ranks
+from symmem import Result
+
+pytestmark = pytest.mark.usefixtures("symmetric")
+
+
+@pytest.mark.parametrize("world,count", [(2, 1), (2, 1000), (4, 37)])
+def test_collectives_through_the_handle(world, count):
+    if os.environ.get("SYMMEM_BACKEND") == "cuda" and "fake" in os.environ.get("SYMMEM_LIBCUDA", ""):
+        pytest.skip("make test-fakecuda: the fake CUDA driver runs no kernels")
+    results = run_ranks(_workers.collectives, world, f"coll-{uuid.uuid4().hex[:12]}", count)
+    inp = {fmt: [_workers._coll_inputs(r, count, fmt) for r in range(world)] for fmt in ("i", "f")}
+
+    def wrap32(v):
+        return (v + 2**31) % 2**32 - 2**31
+
+    isum = [wrap32(sum(col)) for col in zip(*inp["i"])]
+    imax = [max(col) for col in zip(*inp["i"])]
+    fsum = [sum(col) for col in zip(*inp["f"])]
+    fmin = [min(col) for col in zip(*inp["f"])]
+    per = (count - count % world) // world
+    for rank, res in enumerate(results):
+        assert res["sum_inplace"] == isum, rank
+        assert res["max_local"] == imax, rank
+        assert res["fsum_two_shot"] == fsum, rank
+        assert res["fmin_one_shot"] == fmin, rank
+        assert res["gather"] == [v for r in range(world) for v in inp["i"][r]], rank
+        assert res["scatter"] == isum[rank * per : (rank + 1) * per], rank
+        if "numpy" in res:
+            assert res["numpy"] == fsum
+        assert res["whole_ok"], rank
+        assert res["device_error"] == 0
+        errors = res["errors"]
+        for what in ("dtype", "op", "count", "misaligned", "overlap", "no_out"):
+            assert errors[what] is not None, what
+            assert errors[what][:2] == ("InvalidArgumentError", Result.INVALID_ARGUMENT), (what, errors[what])
+        assert "unknown dtype 'complex64'" in errors["dtype"][2]
+        assert "past the buffer" in errors["count"][2]
+        assert "16-byte aligned" in errors["misaligned"][2]
+        assert "overlaps the input" in errors["overlap"][2]
