@@ -62,7 +62,7 @@ info: $(BUILD)/symmem-info ## print what libsymmem finds here, then a self-test
 # c or plain, which says how its passes and failures are counted) and add
 # NAME to SUITES. Suites marked independent run concurrently under -j.
 # ---------------------------------------------------------------------------
-SUITES := go c c-fakecuda demo-fakecuda python python-fakecuda install wheel readme
+SUITES := go go-fakecuda c c-fakecuda demo-fakecuda python python-fakecuda install wheel readme
 RUN    := $(PYTHON) scripts/run_suite.py
 .PHONY: $(addprefix suite-,$(SUITES))
 
@@ -75,6 +75,12 @@ test: ## every suite (what CI runs), ending with a table
 
 suite-go: $(LIB)
 	@$(RUN) go go -- sh -c '$(GO) vet ./... && $(GO) test -race -count=1 -v ./...'
+
+# The fault tables (core/fault_test.go, core/symm/fault_test.go) over the
+# cuda backend on the stand-in driver: its stream-ordered paths under faults.
+suite-go-fakecuda: $(FAKECUDA)
+	@$(RUN) go-fakecuda go -- sh -c '$(FAKE_ENV) $(GO) test -race -count=1 -v \
+	  -run "UnderInjectedFaults|FailedSync|UnmappedSegment" ./core ./core/symm'
 
 suite-c: $(CTEST_BIN) $(FAKENCCL) $(FAKENCCL228)
 	@$(RUN) c c -- sh -c 'rc=0; for t in $(CTEST_BIN); do echo "== $$t"; \
@@ -107,7 +113,7 @@ suite-readme: $(LIB)
 test-go: suite-go ## go vet and go test -race
 test-c: suite-c ## the C tests (AddressSanitizer) on the host backend
 test-python: suite-python ## the Python tests on the host backend
-test-fakecuda: suite-c-fakecuda suite-demo-fakecuda suite-python-fakecuda ## the cuda backend's paths on a stand-in driver
+test-fakecuda: suite-go-fakecuda suite-c-fakecuda suite-demo-fakecuda suite-python-fakecuda ## the cuda backend's paths on a stand-in driver
 test-install: suite-install ## make install into a scratch prefix; pkg-config, CMake, symmem-info
 
 $(BUILD)/tests/%: tests/c/%.c include/symmem.h tests/c/check.h $(LIB)

@@ -40,36 +40,50 @@ func TestAllocatorUnderInjectedFaults(t *testing.T) {
 		calls[m] = dry.Count(m)
 	}
 	require.NoError(t, a.Close())
+	type faultCase struct {
+		name string
+		arm  func(fb *faultbe.Backend)
+	}
+	var cases []faultCase
 	for _, method := range faultbe.Methods {
 		for n := 1; n <= min(3, calls[method]); n++ {
-			t.Run(fmt.Sprintf("%s#%d", method, n), func(t *testing.T) {
-				fds0, maps0 := countFDs(), countMemfdMaps()
-				fb := faultbe.New(testBackend(t))
-				fb.FailNth(method, n)
-				a, leaked := allocatorWorkload(t, fb)
-				require.NotEmpty(t, fb.Injected(), "the fault was never reached")
-				// The fault is gone: the allocator works and gives everything back.
-				fb.Clear()
-				if a == nil { // creating it failed: it must work now
-					var err error
-					a, err = core.NewAllocator(fb, 0)
-					require.NoError(t, err)
-				}
-				p, err := a.Alloc(8192, 0)
-				require.NoError(t, err)
-				require.NoError(t, a.Free(p, 8192, 0))
-				require.NoError(t, a.EmptyCache())
-				require.NoError(t, a.Validate())
-				require.Zero(t, stat(t, a, "segment.all.current"))
-				require.NoError(t, a.Close())
-				if fb.Name() == "host" {
-					// A Release that failed leaves its memfd open (leaked, as
-					// the error said); nothing else stays.
-					require.Equal(t, fds0+leaked, countFDs(), "descriptors (%d deliberately leaked)", leaked)
-					require.Equal(t, maps0, countMemfdMaps(), "memfd mappings")
-				}
-			})
+			cases = append(cases, faultCase{fmt.Sprintf("%s#%d", method, n), func(fb *faultbe.Backend) { fb.FailNth(method, n) }})
 		}
+	}
+	// Short results (a smaller device from MemoryInfo): every call short.
+	for _, method := range faultbe.ShortMethods {
+		if calls[method] > 0 {
+			cases = append(cases, faultCase{"short " + method, func(fb *faultbe.Backend) { fb.Add(faultbe.Rule{Method: method, Short: true}) }})
+		}
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fds0, maps0 := countFDs(), countMemfdMaps()
+			fb := faultbe.New(testBackend(t))
+			c.arm(fb)
+			a, leaked := allocatorWorkload(t, fb)
+			require.NotEmpty(t, fb.Injected(), "the fault was never reached")
+			// The fault is gone: the allocator works and gives everything back.
+			fb.Clear()
+			if a == nil { // creating it failed: it must work now
+				var err error
+				a, err = core.NewAllocator(fb, 0)
+				require.NoError(t, err)
+			}
+			p, err := a.Alloc(8192, 0)
+			require.NoError(t, err)
+			require.NoError(t, a.Free(p, 8192, 0))
+			require.NoError(t, a.EmptyCache())
+			require.NoError(t, a.Validate())
+			require.Zero(t, stat(t, a, "segment.all.current"))
+			require.NoError(t, a.Close())
+			if fb.Name() == "host" {
+				// A Release that failed leaves its memfd open (leaked, as
+				// the error said); nothing else stays.
+				require.Equal(t, fds0+leaked, countFDs(), "descriptors (%d deliberately leaked)", leaked)
+				require.Equal(t, maps0, countMemfdMaps(), "memfd mappings")
+			}
+		})
 	}
 }
 

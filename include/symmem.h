@@ -262,7 +262,15 @@ void symmem_memory_fraction(double fraction, int device);
  * only then), and a block that holds a live allocation is never released.
  * If the synchronisation fails, nothing is released (SYMMEM_ERROR_TIMEOUT
  * or _BACKEND); if a segment is unmapped but its memory cannot be released,
- * it leaves the cache anyway (leaked, said in the error). */
+ * it leaves the cache anyway (leaked, said in the error).
+ * Deliberate limit: the device's allocator lock is held through the device
+ * synchronisation (at most SYMMEM_TIMEOUT_MS), so other threads' calls on
+ * that device wait for it. Releasing the lock meanwhile would let an
+ * allocation's placement depend on timing: whether the sync succeeds
+ * (segments released, their heap range free for a new segment) or times out
+ * (segments kept and reusable) decides where a concurrent allocation would
+ * go, and invariant 2 (placement is a pure function of the call sequence,
+ * which keeps offsets symmetric across ranks) forbids that. */
 symmem_result symmem_empty_cache(int device);
 
 /* Sets device's memory limit: reserved bytes (segments) never exceed it;

@@ -24,10 +24,11 @@ type rankEnv struct {
 	dir     string
 	timeout time.Duration
 	arg     int // scenario-specific
+	device  int // the device of this rank's buffers (0 unless set)
 }
 
 func (e *rankEnv) opts(name string, rank, world int) Options {
-	return Options{Name: name, Rank: rank, World: world, Timeout: e.timeout, Runtime: e.rt, SocketDir: e.dir, JobToken: "symm-test"}
+	return Options{Name: name, Rank: rank, World: world, Device: e.device, Timeout: e.timeout, Runtime: e.rt, SocketDir: e.dir, JobToken: "symm-test"}
 }
 
 // words views n 64-bit words at addr.

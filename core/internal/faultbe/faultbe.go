@@ -3,10 +3,31 @@
 // of any method, delay calls, pretend other capabilities, and record the
 // order of calls. The failure paths of core are then tested as code, not
 // trusted (DESIGN "Capabilities, not names").
+//
+// Short results (Rule.Short) are the other way a backend call goes wrong:
+// it succeeds with less than the truth. Only the methods whose results core
+// can check have a short form (ShortMethods):
+//   - MemoryInfo reports half the free and total memory;
+//   - Export hands out a descriptor of a new sealed memfd of half the
+//     exported memory's size (a page-rounded half; 0 bytes for memory of one
+//     page) instead of the memory's own: what a broken or lying peer sends;
+//   - ImportedSize reports half the imported memory's size.
+//
+// The other methods have no short form core could notice: a Create, Copy or
+// Memset that did less than asked while reporting success is a backend that
+// lies about its own work, which no caller can detect without re-reading
+// everything; Granularity, Reserve, Map and the rest return no size.
+//
+// The wrapper forwards the optional interfaces core looks for
+// (core.ImportedSizer, core.BoundedMemOps) to Inner, so that core takes the
+// same paths over it as over Inner itself: ImportedSize answers "no limit"
+// (the largest size) when Inner cannot tell, and MemsetWithin/CopyWithin
+// fall back to Inner's Memset/Copy when Inner does not bound them.
 package faultbe
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,7 +39,12 @@ import (
 // Methods lists the core.Backend methods that can fail (every method that
 // returns an error).
 var Methods = []string{"Granularity", "MemoryInfo", "Reserve", "Unreserve", "Create", "Release", "Map", "Unmap",
-	"Export", "Import", "SynchronizeDevice", "StreamWait", "Memset", "Copy", "StreamMemOps"}
+	"Export", "Import", "SynchronizeDevice", "StreamWait", "Memset", "Copy", "StreamMemOps",
+	"ImportedSize", "MemsetWithin", "CopyWithin"}
+
+// ShortMethods lists the methods that have a short form (Rule.Short; see the
+// package comment for what each one reports).
+var ShortMethods = []string{"MemoryInfo", "Export", "ImportedSize"}
 
 // Rule makes calls of Method misbehave.
 type Rule struct {
@@ -32,6 +58,9 @@ type Rule struct {
 	NoFail bool
 	// Code is the failing call's code (default core.ErrBackend).
 	Code core.Code
+	// Short makes the call succeed with a short result instead of failing
+	// (only methods of ShortMethods; others ignore the rule).
+	Short bool
 }
 
 // Backend wraps Inner. Safe for concurrent use.
@@ -106,6 +135,14 @@ func (b *Backend) Injected() []string {
 
 // enter records a call of method and returns the injected error, if any.
 func (b *Backend) enter(method string) error {
+	err, _ := b.enterShort(method)
+	return err
+}
+
+// enterShort is enter for methods with a short form: short says that the
+// call must return a short result (recorded in Injected as "Method#n
+// short").
+func (b *Backend) enterShort(method string) (err error, short bool) {
 	b.mu.Lock()
 	b.counts[method]++
 	n := b.counts[method]
@@ -118,7 +155,9 @@ func (b *Backend) enter(method string) error {
 			continue
 		}
 		delay = max(delay, r.Delay)
-		if !r.NoFail {
+		if r.Short {
+			short = slices.Contains(ShortMethods, method)
+		} else if !r.NoFail {
 			fail = true
 			if r.Code != 0 {
 				code = r.Code
@@ -127,15 +166,17 @@ func (b *Backend) enter(method string) error {
 	}
 	if fail {
 		b.injected = append(b.injected, fmt.Sprintf("%s#%d", method, n))
+	} else if short {
+		b.injected = append(b.injected, fmt.Sprintf("%s#%d short", method, n))
 	}
 	b.mu.Unlock()
 	if delay > 0 {
 		time.Sleep(delay)
 	}
 	if fail {
-		return core.Errorf(code, "faultbe: injected failure of %s (call %d)", method, n)
+		return core.Errorf(code, "faultbe: injected failure of %s (call %d)", method, n), false
 	}
-	return nil
+	return nil, short
 }
 
 // Injected failures are marked in messages with this text.
@@ -161,10 +202,15 @@ func (b *Backend) Granularity(device int) (uintptr, error) {
 }
 
 func (b *Backend) MemoryInfo(device int) (uint64, uint64, error) {
-	if err := b.enter("MemoryInfo"); err != nil {
+	err, short := b.enterShort("MemoryInfo")
+	if err != nil {
 		return 0, 0, err
 	}
-	return b.Inner.MemoryInfo(device)
+	free, total, err := b.Inner.MemoryInfo(device)
+	if short {
+		free, total = free/2, total/2
+	}
+	return free, total, err
 }
 
 func (b *Backend) Reserve(device int, size uintptr) (uintptr, error) {
@@ -210,10 +256,82 @@ func (b *Backend) Unmap(device int, addr, size uintptr) error {
 }
 
 func (b *Backend) Export(m core.Memory) (int, error) {
-	if err := b.enter("Export"); err != nil {
+	err, short := b.enterShort("Export")
+	if err != nil {
 		return -1, err
 	}
-	return b.Inner.Export(m)
+	fd, err := b.Inner.Export(m)
+	if err != nil || !short {
+		return fd, err
+	}
+	defer unix.Close(fd)
+	return shortMemfd(fd)
+}
+
+// shortMemfd makes a sealed memfd of half fd's size (rounded down to pages).
+func shortMemfd(fd int) (int, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return -1, core.Errorf(core.ErrBackend, "faultbe: fstat of an exported descriptor: %v", err)
+	}
+	page := int64(unix.Getpagesize())
+	size := st.Size / 2 / page * page
+	short, err := unix.MemfdCreate("faultbe-short", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, core.Errorf(core.ErrBackend, "faultbe: memfd_create: %v", err)
+	}
+	if err := unix.Ftruncate(short, size); err != nil {
+		unix.Close(short)
+		return -1, core.Errorf(core.ErrBackend, "faultbe: ftruncate: %v", err)
+	}
+	if err := core.SealSize(short); err != nil {
+		unix.Close(short)
+		return -1, err
+	}
+	return short, nil
+}
+
+// ImportedSize forwards to Inner's (core.ImportedSizer); when Inner cannot
+// tell, it answers the largest size, which no announced size exceeds (Inner
+// must refuse a mapping larger than the memory itself). Calls are counted
+// only where Inner can tell.
+func (b *Backend) ImportedSize(m core.Memory) (uint64, error) {
+	sizer, ok := b.Inner.(core.ImportedSizer)
+	if !ok {
+		return ^uint64(0), nil
+	}
+	err, short := b.enterShort("ImportedSize")
+	if err != nil {
+		return 0, err
+	}
+	size, err := sizer.ImportedSize(m)
+	if short {
+		size /= 2
+	}
+	return size, err
+}
+
+// MemsetWithin forwards to Inner's (core.BoundedMemOps), or runs Inner's
+// Memset on the default stream when Inner does not bound it.
+func (b *Backend) MemsetWithin(device int, addr uintptr, value byte, size uintptr, timeout time.Duration) error {
+	if err := b.enter("MemsetWithin"); err != nil {
+		return err
+	}
+	if bounded, ok := b.Inner.(core.BoundedMemOps); ok {
+		return bounded.MemsetWithin(device, addr, value, size, timeout)
+	}
+	return b.Inner.Memset(device, 0, addr, value, size)
+}
+
+// CopyWithin is MemsetWithin's twin for Copy.
+func (b *Backend) CopyWithin(device int, dst, src, size uintptr, timeout time.Duration) error {
+	if err := b.enter("CopyWithin"); err != nil {
+		return err
+	}
+	if bounded, ok := b.Inner.(core.BoundedMemOps); ok {
+		return bounded.CopyWithin(device, dst, src, size, timeout)
+	}
+	return b.Inner.Copy(device, 0, dst, src, size)
 }
 
 // Import owns fd whether or not it succeeds (core.Backend's contract), so an
@@ -261,4 +379,8 @@ func (b *Backend) StreamMemOps(device int, s core.Stream, ops []core.MemOp, time
 	return b.Inner.StreamMemOps(device, s, ops, timeout)
 }
 
-var _ core.Backend = (*Backend)(nil)
+var (
+	_ core.Backend       = (*Backend)(nil)
+	_ core.ImportedSizer = (*Backend)(nil)
+	_ core.BoundedMemOps = (*Backend)(nil)
+)
