@@ -10,6 +10,17 @@
  * the whole grid with 16-byte loads and stores, a block barrier again
  * (every peer is done reading our input; stores into peers are visible).
  * Block b of collective channel c uses device set c*64 + b.
+ *
+ * Which barriers publish (symmem_coll_barrier): only the closing barrier of
+ * two-shot, whose stores into peers' outs must be visible to them when it
+ * returns, signals with release at system scope (a system-scope fence that
+ * waits for every outstanding store: the costliest part of a barrier). The
+ * others only order reads before a peer's later writes, or announce an
+ * input that earlier kernels of the stream wrote (a kernel's writes are
+ * performed in its GPU's memory when the next kernel of the stream starts,
+ * and peers read that memory over NVLink): their signals are relaxed, as
+ * torch's symmetric-memory kernels do at the start of a collective. Waits
+ * always acquire.
  */
 #include "symmem_device.cuh"
 
@@ -31,6 +42,26 @@ static_assert(sizeof(symmem_coll_params) == 88, "symmem_coll_params layout");
 #define SYMMEM_COLL_THREADS 512
 /* Vectors per thread in flight in the reduction loops. */
 #define SYMMEM_COLL_UNROLL 4
+
+/* symmem_dev_barrier_block_set with the signal's ordering chosen: publish
+ * (release at system scope: our stores, peers' memory included, are visible
+ * to the peers after the barrier) or not (relaxed: only this block's
+ * completed loads and earlier kernels' writes are ordered before it; see the
+ * head of this file). Same counts, same sets, same bounded wait. */
+static __device__ __forceinline__ bool symmem_coll_barrier(const symmem_device_view &v, int set, bool publish) {
+  __syncthreads();
+  bool ok = true;
+  int p = threadIdx.x;
+  if (p < v.world && p != v.rank) {
+    unsigned int *arrivals = symmem_dev_set_word(v, p, set, v.rank);
+    if (publish)
+      symmem_dev_add_release(arrivals, 1);
+    else
+      asm volatile("red.relaxed.sys.global.add.u32 [%0], %1;" ::"l"(arrivals), "r"(1u) : "memory");
+    ok = symmem_dev_wait(v, p, set);
+  }
+  return __syncthreads_and(ok);
+}
 
 /* Element traits: E elements per 16-byte vector, acc_t the accumulator. */
 template <int DT> struct symmem_elem;
@@ -194,23 +225,34 @@ template <int DT> static __device__ __forceinline__ void symmem_coll_reduce(cons
   symmem_vec16 r;
   typename T::acc_t tail[T::E];
 
-  if (!symmem_dev_barrier_block_set(v, set))
+  if (!symmem_coll_barrier(v, set, false))
     return;
   if (in_place_one_shot) {
-    /* Every rank reads our input: each round reads into registers, meets
-     * the peers, then stores (a peer's round-r reads are done before its
-     * round-r arrival). No closing barrier is needed: the last round's
-     * barrier came after every read. */
-    unsigned long long rounds = (pl.items + nthreads - 1) / nthreads;
+    /* Every rank reads our input: each round reads SYMMEM_COLL_UNROLL
+     * items per thread into registers, meets the peers, then stores (a
+     * peer's round-r reads are done before its round-r arrival). No closing
+     * barrier is needed: the last round's barrier came after every read. */
+    const unsigned long long per_round = SYMMEM_COLL_UNROLL * nthreads;
+    const unsigned long long rounds = (pl.items + per_round - 1) / per_round;
+    symmem_vec16 rs[SYMMEM_COLL_UNROLL];
+    typename T::acc_t tails[SYMMEM_COLL_UNROLL][T::E];
+    int ms[SYMMEM_COLL_UNROLL];
     for (unsigned long long k = 0; k < rounds; k++) {
-      unsigned long long i = k * nthreads + tid;
-      int m = 0;
-      if (i < pl.items)
-        m = symmem_reduce_item<DT>(p, pl, i, r, tail);
-      if (!symmem_dev_barrier_block_set(v, set))
+#pragma unroll
+      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++) {
+        unsigned long long i = k * per_round + u * nthreads + tid;
+        ms[u] = 0;
+        if (i < pl.items)
+          ms[u] = symmem_reduce_item<DT>(p, pl, i, rs[u], tails[u]);
+      }
+      if (!symmem_coll_barrier(v, set, false))
         return;
-      if (i < pl.items)
-        symmem_store_item<DT>(p.out, pl, i, m, r, tail);
+#pragma unroll
+      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++) {
+        unsigned long long i = k * per_round + u * nthreads + tid;
+        if (i < pl.items)
+          symmem_store_item<DT>(p.out, pl, i, ms[u], rs[u], tails[u]);
+      }
     }
     return;
   }
@@ -265,7 +307,8 @@ template <int DT> static __device__ __forceinline__ void symmem_coll_reduce(cons
       symmem_store_item<DT>(p.out, pl, i, m, r, tail);
     }
   }
-  symmem_dev_barrier_block_set(v, set);
+  /* Two-shot publishes its stores into the peers; the others only read. */
+  symmem_coll_barrier(v, set, two_shot);
 }
 
 /* SYMMEM_COLL_ONLY=k builds kernel k alone (cuda/kernels.go compiles the
@@ -299,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gat
   const int set = p.set_base + blockIdx.x;
   const unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
   const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
-  if (!symmem_dev_barrier_block_set(v, set))
+  if (!symmem_coll_barrier(v, set, false))
     return;
   for (int k = 0; k < v.world; k++) {
     int q = (v.rank + k) % v.world;
@@ -308,6 +351,7 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gat
     if (dst != src)
       symmem_dev_copy(dst, src, p.count, tid, nthreads);
   }
-  symmem_dev_barrier_block_set(v, set);
+  /* Pulls only: the peers need our reads done, not our stores. */
+  symmem_coll_barrier(v, set, false);
 }
 #endif
