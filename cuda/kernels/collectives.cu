@@ -42,6 +42,9 @@ static_assert(sizeof(symmem_coll_params) == 88, "symmem_coll_params layout");
 #define SYMMEM_COLL_THREADS 512
 /* Vectors per thread in flight in the reduction loops. */
 #define SYMMEM_COLL_UNROLL 4
+/* Ranks whose loads of one vector a thread has in flight at once (small
+ * collectives: one vector per thread). */
+#define SYMMEM_COLL_FANIN 8
 
 /* symmem_dev_barrier_block_set with the signal's ordering chosen: publish
  * (release at system scope: our stores, peers' memory included, are visible
@@ -213,6 +216,22 @@ static __device__ __forceinline__ void symmem_store_item(char *dst, const symmem
     T::store1(dst + (first + k) * T::SIZE, tail[k]);
 }
 
+/* Stores whole vector i of the plan's result: into out, or (two-shot) into
+ * slice me of every rank's out, which only this rank reads or writes. */
+template <int DT>
+static __device__ __forceinline__ void symmem_put_vec(const symmem_coll_params &p, const symmem_reduce_plan &pl,
+                                                      bool two_shot, unsigned long long i, const symmem_vec16 &x) {
+  typedef symmem_elem<DT> T;
+  if (!two_shot) {
+    symmem_dev_store16(p.out + 16 * i, x);
+    return;
+  }
+  for (int q = 0; q < p.view.world; q++) {
+    int dst = (p.view.rank + q) % p.view.world;
+    symmem_dev_store16(symmem_dev_ptr(p.view, dst, (unsigned long long)p.out_offset + pl.lo * T::SIZE) + 16 * i, x);
+  }
+}
+
 template <int DT> static __device__ __forceinline__ void symmem_coll_reduce(const symmem_coll_params &p) {
   typedef symmem_elem<DT> T;
   const symmem_device_view &v = p.view;
@@ -256,41 +275,60 @@ template <int DT> static __device__ __forceinline__ void symmem_coll_reduce(cons
     }
     return;
   }
-  /* Whole vectors, SYMMEM_COLL_UNROLL per thread at a time: every rank's
-   * loads of the batch are in flight together before the stores. */
   typedef typename T::acc_t A;
   const unsigned long long nfull = pl.vec ? pl.n / T::E : 0;
-  for (unsigned long long i0 = tid; i0 < nfull; i0 += SYMMEM_COLL_UNROLL * nthreads) {
-    A acc[SYMMEM_COLL_UNROLL][T::E];
-    symmem_vec16 x[SYMMEM_COLL_UNROLL];
-    for (int q = 0; q < v.world; q++) {
-      const char *src = symmem_dev_ptr(v, q, pl.src);
+  if (nfull <= nthreads) {
+    /* Small: at most one whole vector per thread. Every rank's load of it
+     * is in flight at once (SYMMEM_COLL_FANIN ranks at a time), so the
+     * call waits for one round trip to the peers rather than one per rank;
+     * the reduction still runs in rank order. */
+    if (tid < nfull) {
+      A acc[T::E];
+      for (int q0 = 0; q0 < v.world; q0 += SYMMEM_COLL_FANIN) {
+        symmem_vec16 xs[SYMMEM_COLL_FANIN];
 #pragma unroll
-      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
-        if (i0 + u * nthreads < nfull)
-          x[u] = symmem_dev_load16(src + 16 * (i0 + u * nthreads));
+        for (int j = 0; j < SYMMEM_COLL_FANIN; j++)
+          if (q0 + j < v.world)
+            xs[j] = symmem_dev_load16(symmem_dev_ptr(v, q0 + j, pl.src) + 16 * tid);
 #pragma unroll
-      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+        for (int j = 0; j < SYMMEM_COLL_FANIN; j++)
+          if (q0 + j < v.world)
 #pragma unroll
-        for (int k = 0; k < T::E; k++)
-          acc[u][k] = q == 0 ? T::get(x[u], k) : symmem_reduce(p.op, acc[u][k], T::get(x[u], k));
-    }
-#pragma unroll
-    for (int u = 0; u < SYMMEM_COLL_UNROLL; u++) {
-      unsigned long long i = i0 + u * nthreads;
-      if (i >= nfull)
-        break;
+            for (int k = 0; k < T::E; k++)
+              acc[k] = q0 + j == 0 ? T::get(xs[j], k) : symmem_reduce(p.op, acc[k], T::get(xs[j], k));
+      }
 #pragma unroll
       for (int k = 0; k < T::E; k++)
-        T::put(x[u], k, acc[u][k]);
-      if (two_shot) {
-        /* Slice me of every rank's out: only this rank reads or writes it. */
-        for (int q = 0; q < v.world; q++) {
-          int dst = (v.rank + q) % v.world;
-          symmem_dev_store16(symmem_dev_ptr(v, dst, (unsigned long long)p.out_offset + pl.lo * T::SIZE) + 16 * i, x[u]);
-        }
-      } else {
-        symmem_dev_store16(p.out + 16 * i, x[u]);
+        T::put(r, k, acc[k]);
+      symmem_put_vec<DT>(p, pl, two_shot, tid, r);
+    }
+  } else {
+    /* Whole vectors, SYMMEM_COLL_UNROLL per thread at a time: every
+     * rank's loads of the batch are in flight together before the stores. */
+    for (unsigned long long i0 = tid; i0 < nfull; i0 += SYMMEM_COLL_UNROLL * nthreads) {
+      A acc[SYMMEM_COLL_UNROLL][T::E];
+      symmem_vec16 x[SYMMEM_COLL_UNROLL];
+      for (int q = 0; q < v.world; q++) {
+        const char *src = symmem_dev_ptr(v, q, pl.src);
+#pragma unroll
+        for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+          if (i0 + u * nthreads < nfull)
+            x[u] = symmem_dev_load16(src + 16 * (i0 + u * nthreads));
+#pragma unroll
+        for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+#pragma unroll
+          for (int k = 0; k < T::E; k++)
+            acc[u][k] = q == 0 ? T::get(x[u], k) : symmem_reduce(p.op, acc[u][k], T::get(x[u], k));
+      }
+#pragma unroll
+      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++) {
+        unsigned long long i = i0 + u * nthreads;
+        if (i >= nfull)
+          break;
+#pragma unroll
+        for (int k = 0; k < T::E; k++)
+          T::put(x[u], k, acc[u][k]);
+        symmem_put_vec<DT>(p, pl, two_shot, i, x[u]);
       }
     }
   }
@@ -344,6 +382,35 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gat
   const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
   if (!symmem_coll_barrier(v, set, false))
     return;
+  const unsigned long long nvec = p.count / 16, total = nvec * v.world;
+  if ((p.count & 15) == 0 && total <= SYMMEM_COLL_UNROLL * nthreads) {
+    /* Small, whole vectors: one pass over every rank's input at once (item
+     * j is vector j % nvec of rank j / nvec), each thread's loads in flight
+     * together before its stores: one round trip to the peers per call
+     * rather than one per rank. In place, our own part is not copied. */
+    symmem_vec16 xs[SYMMEM_COLL_UNROLL];
+    char *dsts[SYMMEM_COLL_UNROLL];
+#pragma unroll
+    for (int u = 0; u < SYMMEM_COLL_UNROLL; u++) {
+      unsigned long long j = tid + u * nthreads;
+      dsts[u] = 0;
+      if (j < total) {
+        unsigned long long q = j / nvec, e = j - q * nvec;
+        const char *src = symmem_dev_ptr(v, (int)q, p.in_offset) + 16 * e;
+        char *dst = p.out + q * p.count + 16 * e;
+        if (dst != src) {
+          xs[u] = symmem_dev_load16(src);
+          dsts[u] = dst;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+      if (dsts[u])
+        symmem_dev_store16(dsts[u], xs[u]);
+    symmem_coll_barrier(v, set, false);
+    return;
+  }
   for (int k = 0; k < v.world; k++) {
     int q = (v.rank + k) % v.world;
     const char *src = symmem_dev_ptr(v, q, p.in_offset);
