@@ -39,6 +39,11 @@ type Channel struct {
 	conns []*conn
 	// pids[r] is rank r's process id, as rank 0 saw it at SO_PEERCRED.
 	pids []int32
+	// controlFD is the control page that came with the welcome (made, on
+	// rank 0) when cfg.ControlPage, until NewShmExchange takes it; -1 if
+	// none, with controlErr saying why on rank 0.
+	controlFD  int
+	controlErr error
 
 	// cancelled is set by Cancel: a collective that fails from then on
 	// reports the cancellation, not the closed sockets it sees.
@@ -58,7 +63,7 @@ func Open(cfg Config) (*Channel, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, err
 	}
-	ch := &Channel{cfg: cfg, uid: uint32(os.Getuid()), conns: make([]*conn, cfg.World), pids: make([]int32, cfg.World)}
+	ch := &Channel{cfg: cfg, uid: uint32(os.Getuid()), conns: make([]*conn, cfg.World), pids: make([]int32, cfg.World), controlFD: -1}
 	ch.pids[cfg.Rank] = int32(os.Getpid())
 	if cfg.World == 1 {
 		return ch, nil
@@ -72,6 +77,10 @@ func Open(cfg Config) (*Channel, error) {
 	}
 	if err != nil {
 		ch.closeConns()
+		if ch.controlFD >= 0 {
+			unix.Close(ch.controlFD)
+			ch.controlFD = -1
+		}
 		return nil, err
 	}
 	return ch, nil
@@ -82,6 +91,22 @@ func (ch *Channel) Name() string           { return ch.cfg.Name }
 func (ch *Channel) Rank() int              { return ch.cfg.Rank }
 func (ch *Channel) World() int             { return ch.cfg.World }
 func (ch *Channel) Timeout() time.Duration { return ch.cfg.Timeout }
+
+// takeControlPage hands the control page that came with the welcome to the
+// caller (who closes it), or returns -1 and why not.
+func (ch *Channel) takeControlPage() (int, error) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	fd := ch.controlFD
+	ch.controlFD = -1
+	if fd < 0 {
+		if ch.controlErr != nil {
+			return -1, ch.controlErr
+		}
+		return -1, core.Errorf(core.ErrPeer, "group %q: rank 0 sent no control page with its welcome (it could not make it, or the group was opened without one)", ch.cfg.Name)
+	}
+	return fd, nil
+}
 
 // Pids returns every rank's process id.
 func (ch *Channel) Pids() []int32 { return append([]int32(nil), ch.pids...) }
@@ -111,6 +136,10 @@ func (ch *Channel) Close() error {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	ch.closeConns()
+	if ch.controlFD >= 0 {
+		unix.Close(ch.controlFD)
+		ch.controlFD = -1
+	}
 	if ch.broken == nil {
 		ch.broken = core.Errorf(core.ErrInvalidState, "group %q: the channel is closed", ch.cfg.Name)
 	}
@@ -379,7 +408,9 @@ func (ch *Channel) openRoot(deadline time.Time) (err error) {
 		}
 	}()
 	joined := 1
+	rep := core.StartWait(ch.cfg.Name, 0, "connection", deadline)
 	for joined < ch.cfg.World {
+		rep.Tick(func() string { return ch.missingConns() })
 		// The poll set: the listener, then pending, then joined ranks (a
 		// joined rank sends nothing more until welcomed: readable means it
 		// closed).
@@ -394,7 +425,7 @@ func (ch *Channel) openRoot(deadline time.Time) (err error) {
 				joinedRanks = append(joinedRanks, r)
 			}
 		}
-		n, perr := unix.Poll(pfds, pollTimeout(deadline))
+		n, perr := unix.Poll(pfds, pollTimeout(rep.Wake(deadline)))
 		if perr == unix.EINTR {
 			continue
 		}
@@ -499,9 +530,17 @@ func (ch *Channel) openRoot(deadline time.Time) (err error) {
 	for _, p := range ch.pids {
 		e.u32(uint32(p))
 	}
+	var page []int
+	if ch.cfg.ControlPage {
+		// The control page rides on the welcome: no round trip of its own.
+		ch.controlFD, ch.controlErr = makeControlPage(ch.cfg.Name, ch.cfg.World)
+		if ch.controlFD >= 0 {
+			page = []int{ch.controlFD}
+		}
+	}
 	for r := 1; r < ch.cfg.World; r++ {
 		c := ch.conns[r]
-		if serr := c.send(header{kind: kWelcome, rank: int32(r)}, e.b, nil, time.Now().Add(grace(ch.cfg.Timeout))); serr != nil {
+		if serr := c.send(header{kind: kWelcome, rank: int32(r)}, e.b, page, time.Now().Add(grace(ch.cfg.Timeout))); serr != nil {
 			return core.Errorf(core.ErrPeer, "group %q: cannot welcome %s: %v", ch.cfg.Name, ch.who(r), serr)
 		}
 	}
@@ -573,7 +612,9 @@ func (ch *Channel) openMember(start, deadline time.Time) error {
 	backoff := joinBackoffStart
 	last := "rank 0 never listened on the socket: it has not started, it failed, or it completed the group without us (another process may already hold this rank)"
 	var lastReject *core.Error
+	rep := core.StartWait(ch.cfg.Name, ch.cfg.Rank, "connection", deadline)
 	for {
+		rep.Tick(func() string { return "rank 0 (" + last + ")" })
 		if !time.Now().Before(deadline) {
 			if lastReject != nil {
 				return &core.Error{Code: lastReject.Code, Msg: fmt.Sprintf("%s (rank %d kept being refused for %v)", lastReject.Msg, ch.cfg.Rank, ch.cfg.Timeout)}
@@ -613,6 +654,9 @@ func (ch *Channel) openMember(start, deadline time.Time) error {
 			sleepBackoffMax(&backoff, deadline, joinBackoffMax)
 			continue
 		}
+		ch.waitReadable(c.fd, deadline, rep, func() string {
+			return "rank 0's welcome (it waits for the other ranks to connect): some rank"
+		})
 		f, err := c.recv(deadline.Add(grace(ch.cfg.Timeout)))
 		if err != nil {
 			c.close()
@@ -625,6 +669,9 @@ func (ch *Channel) openMember(start, deadline time.Time) error {
 			last = fmt.Sprintf("pid %d closed the connection before welcoming us (%v)", c.pid, err)
 			sleepBackoffMax(&backoff, deadline, joinBackoffMax)
 			continue
+		}
+		if f.kind == kWelcome && ch.cfg.ControlPage && len(f.fds) == 1 {
+			ch.controlFD, f.fds = f.fds[0], nil
 		}
 		f.closeFDs()
 		switch f.kind {
@@ -716,6 +763,7 @@ func (ch *Channel) gatherUp(k kind, deadline time.Time, timeout time.Duration) (
 		}
 	}()
 	left := ch.cfg.World - 1
+	rep := core.StartWait(ch.cfg.Name, 0, ch.opName(k), deadline)
 	for left > 0 {
 		var pfds []unix.PollFd
 		var ranks []int
@@ -725,7 +773,8 @@ func (ch *Channel) gatherUp(k kind, deadline time.Time, timeout time.Duration) (
 				ranks = append(ranks, r)
 			}
 		}
-		n, perr := unix.Poll(pfds, pollTimeout(deadline))
+		rep.Tick(func() string { return "rank(s) " + rankList(ranks) })
+		n, perr := unix.Poll(pfds, pollTimeout(rep.Wake(deadline)))
 		if perr == unix.EINTR {
 			continue
 		}
@@ -774,6 +823,33 @@ func (ch *Channel) gatherUp(k kind, deadline time.Time, timeout time.Duration) (
 		}
 	}
 	return ups, nil
+}
+
+// waitReadable waits until fd is readable or deadline passes, printing
+// progress lines (Note [Progress while waiting]); the read that follows
+// reports a timeout in its own words.
+func (ch *Channel) waitReadable(fd int, deadline time.Time, rep *core.WaitReport, missing func() string) {
+	if rep == nil {
+		return
+	}
+	for {
+		err := waitFD(fd, unix.POLLIN, rep.Wake(deadline))
+		if err != errDeadline || !time.Now().Before(deadline) {
+			return
+		}
+		rep.Tick(missing)
+	}
+}
+
+// missingConns lists the ranks that have not connected to rank 0.
+func (ch *Channel) missingConns() string {
+	var missing []int
+	for r := 1; r < ch.cfg.World; r++ {
+		if ch.conns[r] == nil {
+			missing = append(missing, r)
+		}
+	}
+	return "rank(s) " + rankList(missing)
 }
 
 // outOfFDs is this rank's failure to receive descriptors from rank from
@@ -831,6 +907,8 @@ func (ch *Channel) sendUp(h header, payload []byte, fds []int, deadline time.Tim
 
 // recvDown is a rank's wait for rank 0's answer of kind k, or its abort.
 func (ch *Channel) recvDown(k kind, deadline time.Time, timeout time.Duration) (*frame, error) {
+	ch.waitReadable(ch.conns[0].fd, deadline, core.StartWait(ch.cfg.Name, ch.cfg.Rank, ch.opName(k), deadline),
+		func() string { return "rank 0's answer (it waits for every rank's part): rank 0 or another rank" })
 	f, err := ch.conns[0].recv(deadline)
 	switch {
 	case err == nil:

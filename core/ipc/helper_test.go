@@ -60,6 +60,7 @@ func TestHelperRank(t *testing.T) {
 	}
 	rank, world := envInt("SYMMEM_IPC_RANK"), envInt("SYMMEM_IPC_WORLD")
 	cfg := Config{Name: os.Getenv("SYMMEM_IPC_NAME"), Rank: rank, World: world}
+	cfg.ControlPage = os.Getenv("SYMMEM_IPC_CONTROL_PAGE") == "1"
 	if ms := envInt("SYMMEM_IPC_TIMEOUT_MS"); ms > 0 {
 		cfg.Timeout = time.Duration(ms) * time.Millisecond
 	}

@@ -75,12 +75,16 @@ func helperShm(scenario string, ch *Channel, cfg Config) error {
 	return fmt.Errorf("unknown scenario %q", scenario)
 }
 
+// The page passed in an exchange of its own, and with the welcome
+// (Config.ControlPage, what groups use).
 func TestShmExchangeProcesses(t *testing.T) {
-	for _, world := range []int{2, 4, 8} {
-		t.Run(fmt.Sprint(world), func(t *testing.T) {
-			res := runRanks(t, "shm-gather", "shmgather", world, sockDir(t), allRanks(world))
-			checkAllOK(t, res)
-		})
+	for _, welcome := range []string{"0", "1"} {
+		for _, world := range []int{2, 4, 8} {
+			t.Run(fmt.Sprintf("welcome%s/%d", welcome, world), func(t *testing.T) {
+				res := runRanks(t, "shm-gather", "shmgather", world, sockDir(t), allRanks(world), "SYMMEM_IPC_CONTROL_PAGE="+welcome)
+				checkAllOK(t, res)
+			})
+		}
 	}
 }
 
@@ -107,7 +111,7 @@ func TestShmExchangeDeadPeer(t *testing.T) {
 	for _, exit := range []int{0, 3} {
 		t.Run(fmt.Sprint("rank", exit), func(t *testing.T) {
 			start := time.Now()
-			res := runRanks(t, "shm-exit-early", "shmexit", 4, sockDir(t), allRanks(4), "SYMMEM_IPC_TIMEOUT_MS=60000", fmt.Sprintf("SYMMEM_IPC_EXIT=%d", exit))
+			res := runRanks(t, "shm-exit-early", "shmexit", 4, sockDir(t), allRanks(4), "SYMMEM_IPC_TIMEOUT_MS=60000", fmt.Sprintf("SYMMEM_IPC_EXIT=%d", exit), "SYMMEM_IPC_CONTROL_PAGE=1")
 			if d := time.Since(start); d > 30*time.Second {
 				t.Fatalf("took %v: the dead rank was not noticed", d)
 			}
@@ -130,7 +134,11 @@ func TestShmExchangeDeadPeer(t *testing.T) {
 // In one process (threads as ranks): records, a closed exchange, world 1.
 func TestShmExchangeInProcess(t *testing.T) {
 	dir := sockDir(t)
-	chs, errs := openAll(t, cfgs("shmin", dir, 3, 5*time.Second))
+	cs := cfgs("shmin", dir, 3, 5*time.Second)
+	for i := range cs {
+		cs[i].ControlPage = true
+	}
+	chs, errs := openAll(t, cs)
 	defer closeChans(chs)
 	for r, err := range errs {
 		if err != nil {
