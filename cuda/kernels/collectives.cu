@@ -161,6 +161,34 @@ static __device__ __forceinline__ symmem_reduce_plan symmem_plan(const symmem_co
   return pl;
 }
 
+/* The reduction over every rank, in rank order, of the 16-byte vector at
+ * offset off of every block, into r. Every rank's load is in flight at once
+ * (SYMMEM_COLL_FANIN ranks at a time), so a vector costs one round trip to
+ * the peers rather than one per rank. */
+template <int DT>
+static __device__ __forceinline__ void symmem_reduce_vec(const symmem_coll_params &p, unsigned long long off,
+                                                         symmem_vec16 &r) {
+  typedef symmem_elem<DT> T;
+  const symmem_device_view &v = p.view;
+  typename T::acc_t acc[T::E];
+  for (int q0 = 0; q0 < v.world; q0 += SYMMEM_COLL_FANIN) {
+    symmem_vec16 xs[SYMMEM_COLL_FANIN];
+#pragma unroll
+    for (int j = 0; j < SYMMEM_COLL_FANIN; j++)
+      if (q0 + j < v.world)
+        xs[j] = symmem_dev_load16(symmem_dev_ptr(v, q0 + j, off));
+#pragma unroll
+    for (int j = 0; j < SYMMEM_COLL_FANIN; j++)
+      if (q0 + j < v.world)
+#pragma unroll
+        for (int k = 0; k < T::E; k++)
+          acc[k] = q0 + j == 0 ? T::get(xs[j], k) : symmem_reduce(p.op, acc[k], T::get(xs[j], k));
+  }
+#pragma unroll
+  for (int k = 0; k < T::E; k++)
+    T::put(r, k, acc[k]);
+}
+
 /* Reduces item i of the plan over every rank into r (a whole vector), or
  * element by element into out_elems (tail or unaligned: up to E elements). */
 template <int DT>
@@ -172,20 +200,7 @@ static __device__ __forceinline__ int symmem_reduce_item(const symmem_coll_param
   const symmem_device_view &v = p.view;
   const int W = v.world;
   if (pl.vec && (i + 1) * T::E <= pl.n) {
-    A acc[T::E];
-    symmem_vec16 x = symmem_dev_load16(symmem_dev_ptr(v, 0, pl.src + 16 * i));
-#pragma unroll
-    for (int k = 0; k < T::E; k++)
-      acc[k] = T::get(x, k);
-    for (int q = 1; q < W; q++) {
-      x = symmem_dev_load16(symmem_dev_ptr(v, q, pl.src + 16 * i));
-#pragma unroll
-      for (int k = 0; k < T::E; k++)
-        acc[k] = symmem_reduce(p.op, acc[k], T::get(x, k));
-    }
-#pragma unroll
-    for (int k = 0; k < T::E; k++)
-      T::put(r, k, acc[k]);
+    symmem_reduce_vec<DT>(p, pl.src + 16 * i, r);
     return -1;
   }
   /* Elements [first, last) of the plan, one at a time. */
@@ -278,28 +293,10 @@ template <int DT> static __device__ __forceinline__ void symmem_coll_reduce(cons
   typedef typename T::acc_t A;
   const unsigned long long nfull = pl.vec ? pl.n / T::E : 0;
   if (nfull <= nthreads) {
-    /* Small: at most one whole vector per thread. Every rank's load of it
-     * is in flight at once (SYMMEM_COLL_FANIN ranks at a time), so the
-     * call waits for one round trip to the peers rather than one per rank;
-     * the reduction still runs in rank order. */
+    /* Small: at most one whole vector per thread, every rank's load of it
+     * in flight at once (symmem_reduce_vec). */
     if (tid < nfull) {
-      A acc[T::E];
-      for (int q0 = 0; q0 < v.world; q0 += SYMMEM_COLL_FANIN) {
-        symmem_vec16 xs[SYMMEM_COLL_FANIN];
-#pragma unroll
-        for (int j = 0; j < SYMMEM_COLL_FANIN; j++)
-          if (q0 + j < v.world)
-            xs[j] = symmem_dev_load16(symmem_dev_ptr(v, q0 + j, pl.src) + 16 * tid);
-#pragma unroll
-        for (int j = 0; j < SYMMEM_COLL_FANIN; j++)
-          if (q0 + j < v.world)
-#pragma unroll
-            for (int k = 0; k < T::E; k++)
-              acc[k] = q0 + j == 0 ? T::get(xs[j], k) : symmem_reduce(p.op, acc[k], T::get(xs[j], k));
-      }
-#pragma unroll
-      for (int k = 0; k < T::E; k++)
-        T::put(r, k, acc[k]);
+      symmem_reduce_vec<DT>(p, pl.src + 16 * tid, r);
       symmem_put_vec<DT>(p, pl, two_shot, tid, r);
     }
   } else {
