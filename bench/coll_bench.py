@@ -103,17 +103,23 @@ def rank_main(rank, world, port, max_mib, out_path):
         return statistics.median(times)
 
     rows = []
-    for size in sizes(max_mib):
+    warm = True  # the first size once more, untimed: clocks and first-use work settle before anything counts
+    for size in [sizes(max_mib)[0]] + sizes(max_mib):
         n = size // 2  # bf16 elements
         cur = lambda: torch.cuda.current_stream(dev).cuda_stream
+        # "libsymmem auto" is in place (as torch's two_shot_all_reduce_),
+        # "libsymmem auto (out)" writes elsewhere (as torch's
+        # one_shot_all_reduce); the algo= rows pin one algorithm.
         impls = {
             ("all_reduce", "libsymmem auto"): lambda: h.all_reduce("bfloat16", "sum", n, None, cur()),
+            ("all_reduce", "libsymmem auto (out)"): lambda: h.all_reduce("bfloat16", "sum", n, local.data_ptr(), cur()),
             ("all_reduce", "libsymmem one-shot"): lambda: h.all_reduce("bfloat16", "sum", n, local.data_ptr(), cur(), algo="one_shot"),
+            ("all_reduce", "libsymmem one-shot in place"): lambda: h.all_reduce("bfloat16", "sum", n, None, cur(), algo="one_shot"),
             ("all_reduce", "libsymmem two-shot"): lambda: h.all_reduce("bfloat16", "sum", n, None, cur(), algo="two_shot"),
             ("all_reduce", "nccl"): lambda: dist.all_reduce(nccl_in[:n]),
-            ("all_gather", "libsymmem"): lambda: h.all_gather("bfloat16", n // world, local.data_ptr(), cur()),
+            ("all_gather", "libsymmem auto"): lambda: h.all_gather("bfloat16", n // world, local.data_ptr(), cur()),
             ("all_gather", "nccl"): lambda: dist.all_gather_into_tensor(nccl_out[:n], nccl_in[: n // world]),
-            ("reduce_scatter", "libsymmem"): lambda: h.reduce_scatter("bfloat16", "sum", n, local.data_ptr(), cur()),
+            ("reduce_scatter", "libsymmem auto"): lambda: h.reduce_scatter("bfloat16", "sum", n, local.data_ptr(), cur()),
             ("reduce_scatter", "nccl"): lambda: dist.reduce_scatter_tensor(nccl_out[: n // world], nccl_in[:n]),
         }
         if symm_mem is not None:
@@ -121,6 +127,12 @@ def rank_main(rank, world, port, max_mib, out_path):
                 impls[("all_reduce", "torch one-shot")] = lambda: torch.ops.symm_mem.one_shot_all_reduce(t_in[:n], "sum", gname)
             impls[("all_reduce", "torch two-shot")] = lambda: torch.ops.symm_mem.two_shot_all_reduce_(t_in[:n], "sum", gname)
         for (coll, impl), fn in impls.items():
+            if warm:
+                try:
+                    timeit(fn)
+                except Exception:  # noqa: BLE001 - reported when timed
+                    pass
+                continue
             try:
                 us = timeit(fn)
             except Exception as exc:  # noqa: BLE001 - reported, the others still run
@@ -131,7 +143,8 @@ def rank_main(rank, world, port, max_mib, out_path):
             rows.append({"coll": coll, "impl": impl, "bytes": size, "us": us,
                          "busbw_GBps": None if not us else size * factor / us / 1e3})
             if rank == 0 and us is not None:
-                print(f"{coll:15s} {impl:20s} {size:>10d} B {us:9.2f} us {rows[-1]['busbw_GBps']:8.1f} GB/s", flush=True)
+                print(f"{coll:15s} {impl:28s} {size:>10d} B {us:9.2f} us {rows[-1]['busbw_GBps']:8.1f} GB/s", flush=True)
+        warm = False
     err = h.device_error()
     h.release()
     if rank == 0:
@@ -184,7 +197,37 @@ def plot(res, path):
     return path
 
 
+# The rows the goals judge: libsymmem's automatic choice (every call as a
+# user makes it, no algo=), against the faster of torch's symmetric-memory
+# op and NCCL for the same collective.
+AUTO_IMPLS = ("libsymmem auto", "libsymmem auto (out)")
+
+
+def goals(res):
+    """GOAL lines: per collective, size and libsymmem auto row, against the
+    fastest non-libsymmem row. Returns (met, missed)."""
+    met = missed = 0
+    for coll in ("all_reduce", "all_gather", "reduce_scatter"):
+        for size in sorted({r["bytes"] for r in res["rows"]}):
+            rows = [r for r in res["rows"] if r["coll"] == coll and r["bytes"] == size and r["us"]]
+            others = [r for r in rows if not r["impl"].startswith("libsymmem")]
+            if not others:
+                continue
+            best = min(others, key=lambda r: r["us"])
+            for r in rows:
+                if r["impl"] not in AUTO_IMPLS:
+                    continue
+                ok = r["us"] <= best["us"]
+                met, missed = met + ok, missed + (not ok)
+                print(f"GOAL {coll:15s} {size:>10d} B  {r['impl']:21s} {r['us']:9.2f} us  "
+                      f"best other {best['us']:9.2f} us ({best['impl']})  {'OK' if ok else 'SLOWER'}")
+    return met, missed
+
+
 def main():
+    """Exit status: 0 when every rank ran and the results were written
+    (goals missed are reported in the GOAL lines, not as a failure); 1 when
+    a rank failed or wrote no results."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/symmem-gpu"))
     ap.add_argument("--world", type=int, default=2)
@@ -194,7 +237,7 @@ def main():
     if a.child:
         rank, world, port, path = a.child
         rank_main(int(rank), int(world), int(port), a.max_mib, path)
-        return
+        return 0
     os.makedirs(a.out, exist_ok=True)
     loads = kernel_load_times()
     print("kernels:", json.dumps(loads), flush=True)
@@ -204,24 +247,19 @@ def main():
     procs = [subprocess.Popen([sys.executable, __file__, "--max-mib", str(a.max_mib), "--child", str(r), str(a.world), str(port), path], env=env)
              for r in range(a.world)]
     rc = [p.wait(timeout=1800) for p in procs]
-    if any(rc):
-        print("ranks failed:", rc)
-        sys.exit(1)
+    if any(rc) or not os.path.exists(path):
+        print("ranks failed:", rc, "results:", path if os.path.exists(path) else "none", flush=True)
+        return 1
     with open(path) as f:
         res = json.load(f)
     res["kernels"] = loads
     with open(path, "w") as f:
         json.dump(res, f, indent=1)
-    print("plot:", plot(res, os.path.join(a.out, "coll_bench.png")))
-    # Goals: per collective and size, ours against the best other.
-    for coll in ("all_reduce", "all_gather", "reduce_scatter"):
-        for size in sorted({r["bytes"] for r in res["rows"]}):
-            rows = [r for r in res["rows"] if r["coll"] == coll and r["bytes"] == size and r["us"]]
-            ours = min((r["us"] for r in rows if r["impl"].startswith("libsymmem")), default=None)
-            best = min((r["us"] for r in rows if not r["impl"].startswith("libsymmem")), default=None)
-            if ours and best:
-                print(f"GOAL {coll:15s} {size:>10d} B  ours {ours:9.2f} us  best other {best:9.2f} us  {'OK' if ours <= best else 'SLOWER'}")
+    print("plot:", plot(res, os.path.join(a.out, "coll_bench.png")), flush=True)
+    met, missed = goals(res)
+    print(f"goals: {met} met, {missed} missed", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

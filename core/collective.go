@@ -76,8 +76,8 @@ func (k CollKind) String() string {
 type Algo int32
 
 const (
-	// AlgoAuto picks one-shot up to OneShotMaxBytes, two-shot above (where
-	// the output allows it: Note [Collectives]).
+	// AlgoAuto picks by world size, size and where out is (Note [All-reduce
+	// choice] in core/symm).
 	AlgoAuto Algo = 0
 	// AlgoOneShot: every rank reads every rank's whole input and reduces.
 	AlgoOneShot Algo = 1

@@ -305,10 +305,13 @@ func (b *Backend) LoadKernels(dev int) (core.KernelInfo, error) {
 	return m.info, nil
 }
 
-// collGrid is the number of blocks for c: enough for one 16-byte item per
-// thread, at most collMaxBlocks. Every rank computes the same number from
-// the same arguments, which the block-paired barriers need.
-func collGrid(c *core.Collective) uint32 {
+// collGrid is the launch geometry for c: blocks enough for one 16-byte item
+// per thread, at most collMaxBlocks; threads per block collThreads, or for a
+// single block only as many warps as its items (and the barrier's one thread
+// per rank) need: a tiny collective's __syncthreads and launch wait on fewer
+// warps. Every rank computes the same geometry from the same arguments,
+// which the block-paired barriers need.
+func collGrid(c *core.Collective) (blocks, threads uint32) {
 	bytes := uint64(c.Count) * uint64(c.DType.Size())
 	w := uint64(c.World)
 	var work uint64
@@ -322,7 +325,11 @@ func collGrid(c *core.Collective) uint32 {
 	}
 	items := (work + 15) / 16
 	g := (items + collThreads - 1) / collThreads
-	return uint32(min(max(g, 1), collMaxBlocks))
+	if g > 1 {
+		return uint32(min(g, collMaxBlocks)), collThreads
+	}
+	t := (max(items, w, 1) + 31) / 32 * 32
+	return 1, uint32(min(t, collThreads))
 }
 
 // packCollParams lays c out as symmem_coll_params (kernels/collectives.cu).
@@ -368,5 +375,6 @@ func (b *Backend) LaunchCollective(dev int, s core.Stream, c *core.Collective) e
 		fn = m.fns[c.DType]
 	}
 	params := packCollParams(c)
-	return check(C.smcu_launch(d.ctx, fn, C.uint(collGrid(c)), collThreads, C.uintptr_t(s), unsafe.Pointer(&params[0])), dev)
+	blocks, threads := collGrid(c)
+	return check(C.smcu_launch(d.ctx, fn, C.uint(blocks), C.uint(threads), C.uintptr_t(s), unsafe.Pointer(&params[0])), dev)
 }

@@ -176,16 +176,24 @@ func TestKernelCache(t *testing.T) {
 // must pick the same grid: the barriers pair blocks).
 func TestCollGrid(t *testing.T) {
 	c := &core.Collective{Kind: core.AllReduce, DType: core.BFloat16, Algo: core.AlgoOneShot, World: 2, Count: 1}
-	if g := collGrid(c); g != 1 {
-		t.Fatalf("1 element: %d blocks", g)
+	if g, th := collGrid(c); g != 1 || th != 32 {
+		t.Fatalf("1 element: %d blocks of %d threads", g, th)
 	}
-	c.Count = 256 << 20
-	if g := collGrid(c); g != collMaxBlocks {
-		t.Fatalf("512 MiB: %d blocks", g)
+	c.Count = 2048 // 4 KiB: 256 vectors, one block of 256 threads
+	if g, th := collGrid(c); g != 1 || th != 256 {
+		t.Fatalf("4 KiB: %d blocks of %d threads", g, th)
+	}
+	c.World, c.Count = 40, 1 // the barrier needs a thread per rank
+	if g, th := collGrid(c); g != 1 || th != 64 {
+		t.Fatalf("40 ranks: %d blocks of %d threads", g, th)
+	}
+	c.World, c.Count = 2, 256<<20
+	if g, th := collGrid(c); g != collMaxBlocks || th != collThreads {
+		t.Fatalf("512 MiB: %d blocks of %d threads", g, th)
 	}
 	c.Count, c.Algo = 512*8*3, core.AlgoTwoShot // 3 vectors' worth of threads, halved
-	if g := collGrid(c); g != 2 {
-		t.Fatalf("two-shot: %d blocks", g)
+	if g, th := collGrid(c); g != 2 || th != collThreads {
+		t.Fatalf("two-shot: %d blocks of %d threads", g, th)
 	}
 	p := packCollParams(&core.Collective{Kind: core.AllGather, DType: core.Int32, Count: 5, Rank: 1, World: 2, Channel: 3, OutOffset: -1})
 	if p[32] != 1 || p[36] != 2 || p[64] != 20 || p[84] != 3*collMaxBlocks || p[56] != 0xff {

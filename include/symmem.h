@@ -96,7 +96,8 @@
  *   SYMMEM_CACHE_DIR=dir            the kernels' disk cache is dir/kernels
  *                                   (default ~/.cache/libsymmem/kernels)
  *   SYMMEM_ONE_SHOT_MAX_BYTES=n     the largest all-reduce SYMMEM_ALGO_AUTO runs
- *                                   one-shot (default 262144)
+ *                                   one-shot in place or on 3+ ranks
+ *                                   (default 262144)
  */
 #ifndef SYMMEM_H
 #define SYMMEM_H
@@ -634,8 +635,8 @@ symmem_result symmem_resume_group(symmem_group *group, const char *tag);
  * two-shot (rank r reduces slice r and stores it into every rank's out: out
  * must then lie inside the rendezvoused block, at the same offset on every
  * rank; in place qualifies). SYMMEM_ALGO_AUTO picks one-shot up to 256 KiB of
- * input (SYMMEM_ONE_SHOT_MAX_BYTES overrides) or when out is outside the
- * block, two-shot above.
+ * input (SYMMEM_ONE_SHOT_MAX_BYTES overrides), when out is outside the
+ * block, and on 2 ranks whenever out is not in place; two-shot otherwise.
  *
  * cuda backend: one kernel, compiled at first use with NVRTC (found as
  * SYMMEM_LIBNVRTC, PyTorch's nvidia-cuda-nvrtc wheel or the CUDA toolkit) and

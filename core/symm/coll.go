@@ -93,12 +93,44 @@ func (h *Handle) setWord(r, set, i int) *uint32 {
 // reduces slice r (slices of ceil(count/W) elements rounded up to 16 bytes)
 // and stores it into every rank's out, so it needs out inside the block (at
 // the same offset everywhere: in place or another part of the block); auto
-// picks one-shot up to OneShotMaxBytes or when out is outside the block.
+// picks by world size, size and placement (Note [All-reduce choice]).
 // Pointers must be 16-byte aligned (the kernels load and store 16 bytes);
 // counts need not be a multiple of anything.
 
+// Note [All-reduce choice]
+//
+// Bytes over NVLink per rank for an all-reduce of n bytes on W ranks:
+// one-shot reads (W-1)*n from the peers; two-shot reads (W-1)*n/W (its
+// slice of every peer's input) and stores (W-1)*n/W (its reduced slice into
+// every peer's out), 2*(W-1)*n/W in all, spread over both directions of
+// the links. At W = 2 both move n bytes per rank; one-shot does it with
+// reads alone and one kernel phase less, and measured faster at every size
+// on 2 x H200 (bench/coll_bench.py, first GPU run: 64 MiB 208.5 us against
+// 216.3, 256 MiB 806.7 against 838.5), so auto is one-shot at W = 2, except in
+// place above OneShotMaxBytes: in place, a rank may store only what every
+// peer has read, so the one-shot kernel reads, meets its peers and stores
+// in rounds of one barrier each (Note [Collectives]), which costs a barrier
+// per round at large sizes; two-shot (in place by construction, one
+// closing barrier) runs those. From W = 3 on one-shot reads (W-1)*n
+// against two-shot's 2*(W-1)*n/W <= 4/3*n: one-shot only for small
+// messages (latency: one phase), two-shot above OneShotMaxBytes.
+
+// autoAllReduce is AlgoAuto resolved for world ranks and n bytes of input;
+// outInBlock says whether out lies inside the rendezvoused block at one
+// offset everywhere (which two-shot needs).
+func autoAllReduce(world int, n uintptr, inPlace, outInBlock bool) core.Algo {
+	switch {
+	case !outInBlock || n <= OneShotMaxBytes:
+		return core.AlgoOneShot
+	case world == 2 && !inPlace:
+		return core.AlgoOneShot
+	}
+	return core.AlgoTwoShot
+}
+
 // OneShotMaxBytes is the largest all-reduce (bytes of each rank's input)
-// that AlgoAuto runs one-shot; SYMMEM_ONE_SHOT_MAX_BYTES overrides it.
+// that AlgoAuto runs one-shot in place, or at world >= 3 (Note [All-reduce
+// choice]); SYMMEM_ONE_SHOT_MAX_BYTES overrides it.
 var OneShotMaxBytes = func() uintptr {
 	if v, err := strconv.ParseUint(os.Getenv("SYMMEM_ONE_SHOT_MAX_BYTES"), 0, 64); err == nil {
 		return uintptr(v)
@@ -215,10 +247,7 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 	} else if h.world == 1 {
 		algo = core.AlgoOneShot
 	} else if algo == core.AlgoAuto {
-		algo = core.AlgoTwoShot
-		if inBytes <= OneShotMaxBytes || outOff < 0 {
-			algo = core.AlgoOneShot
-		}
+		algo = autoAllReduce(h.world, inBytes, inPlace, outOff >= 0)
 	} else if algo == core.AlgoTwoShot && outOff < 0 {
 		return bad("two-shot stores into every rank's out, so out must lie inside the rendezvoused block (out %#x is outside [%#x, +%d))", out, base, h.bufSize)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/libsymmem/libsymmem/core"
 )
 
@@ -438,5 +440,31 @@ func TestDeviceHeaderConstants(t *testing.T) {
 		if got, _ := strconv.Atoi(string(m[1])); got != want {
 			t.Errorf("%s = %d in the header, %d in Go", name, got, want)
 		}
+	}
+}
+
+// Note [All-reduce choice]: what auto resolves to by world, size and where
+// out is.
+func TestCollAutoAllReduce(t *testing.T) {
+	big, small := OneShotMaxBytes+16, OneShotMaxBytes
+	cases := []struct {
+		world               int
+		n                   uintptr
+		inPlace, outInBlock bool
+		want                core.Algo
+	}{
+		{2, small, true, true, core.AlgoOneShot},
+		{2, big, false, true, core.AlgoOneShot},
+		{2, big, false, false, core.AlgoOneShot},
+		{2, 256 << 20, false, true, core.AlgoOneShot},
+		{2, big, true, true, core.AlgoTwoShot},
+		{4, small, false, true, core.AlgoOneShot},
+		{4, big, false, true, core.AlgoTwoShot},
+		{4, big, true, true, core.AlgoTwoShot},
+		{4, big, false, false, core.AlgoOneShot},
+		{8, big, true, true, core.AlgoTwoShot},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.want, autoAllReduce(c.world, c.n, c.inPlace, c.outInBlock), "%+v", c)
 	}
 }

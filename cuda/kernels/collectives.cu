@@ -10,6 +10,17 @@
  * the whole grid with 16-byte loads and stores, a block barrier again
  * (every peer is done reading our input; stores into peers are visible).
  * Block b of collective channel c uses device set c*64 + b.
+ *
+ * Which barriers publish (symmem_coll_barrier): only the closing barrier of
+ * two-shot, whose stores into peers' outs must be visible to them when it
+ * returns, signals with release at system scope (a system-scope fence that
+ * waits for every outstanding store: the costliest part of a barrier). The
+ * others only order reads before a peer's later writes, or announce an
+ * input that earlier kernels of the stream wrote (a kernel's writes are
+ * performed in its GPU's memory when the next kernel of the stream starts,
+ * and peers read that memory over NVLink): their signals are relaxed, as
+ * torch's symmetric-memory kernels do at the start of a collective. Waits
+ * always acquire.
  */
 #include "symmem_device.cuh"
 
@@ -31,6 +42,29 @@ static_assert(sizeof(symmem_coll_params) == 88, "symmem_coll_params layout");
 #define SYMMEM_COLL_THREADS 512
 /* Vectors per thread in flight in the reduction loops. */
 #define SYMMEM_COLL_UNROLL 4
+/* Ranks whose loads of one vector a thread has in flight at once (small
+ * collectives: one vector per thread). */
+#define SYMMEM_COLL_FANIN 8
+
+/* symmem_dev_barrier_block_set with the signal's ordering chosen: publish
+ * (release at system scope: our stores, peers' memory included, are visible
+ * to the peers after the barrier) or not (relaxed: only this block's
+ * completed loads and earlier kernels' writes are ordered before it; see the
+ * head of this file). Same counts, same sets, same bounded wait. */
+static __device__ __forceinline__ bool symmem_coll_barrier(const symmem_device_view &v, int set, bool publish) {
+  __syncthreads();
+  bool ok = true;
+  int p = threadIdx.x;
+  if (p < v.world && p != v.rank) {
+    unsigned int *arrivals = symmem_dev_set_word(v, p, set, v.rank);
+    if (publish)
+      symmem_dev_add_release(arrivals, 1);
+    else
+      asm volatile("red.relaxed.sys.global.add.u32 [%0], %1;" ::"l"(arrivals), "r"(1u) : "memory");
+    ok = symmem_dev_wait(v, p, set);
+  }
+  return __syncthreads_and(ok);
+}
 
 /* Element traits: E elements per 16-byte vector, acc_t the accumulator. */
 template <int DT> struct symmem_elem;
@@ -127,6 +161,34 @@ static __device__ __forceinline__ symmem_reduce_plan symmem_plan(const symmem_co
   return pl;
 }
 
+/* The reduction over every rank, in rank order, of the 16-byte vector at
+ * offset off of every block, into r. Every rank's load is in flight at once
+ * (SYMMEM_COLL_FANIN ranks at a time), so a vector costs one round trip to
+ * the peers rather than one per rank. */
+template <int DT>
+static __device__ __forceinline__ void symmem_reduce_vec(const symmem_coll_params &p, unsigned long long off,
+                                                         symmem_vec16 &r) {
+  typedef symmem_elem<DT> T;
+  const symmem_device_view &v = p.view;
+  typename T::acc_t acc[T::E];
+  for (int q0 = 0; q0 < v.world; q0 += SYMMEM_COLL_FANIN) {
+    symmem_vec16 xs[SYMMEM_COLL_FANIN];
+#pragma unroll
+    for (int j = 0; j < SYMMEM_COLL_FANIN; j++)
+      if (q0 + j < v.world)
+        xs[j] = symmem_dev_load16(symmem_dev_ptr(v, q0 + j, off));
+#pragma unroll
+    for (int j = 0; j < SYMMEM_COLL_FANIN; j++)
+      if (q0 + j < v.world)
+#pragma unroll
+        for (int k = 0; k < T::E; k++)
+          acc[k] = q0 + j == 0 ? T::get(xs[j], k) : symmem_reduce(p.op, acc[k], T::get(xs[j], k));
+  }
+#pragma unroll
+  for (int k = 0; k < T::E; k++)
+    T::put(r, k, acc[k]);
+}
+
 /* Reduces item i of the plan over every rank into r (a whole vector), or
  * element by element into out_elems (tail or unaligned: up to E elements). */
 template <int DT>
@@ -138,20 +200,7 @@ static __device__ __forceinline__ int symmem_reduce_item(const symmem_coll_param
   const symmem_device_view &v = p.view;
   const int W = v.world;
   if (pl.vec && (i + 1) * T::E <= pl.n) {
-    A acc[T::E];
-    symmem_vec16 x = symmem_dev_load16(symmem_dev_ptr(v, 0, pl.src + 16 * i));
-#pragma unroll
-    for (int k = 0; k < T::E; k++)
-      acc[k] = T::get(x, k);
-    for (int q = 1; q < W; q++) {
-      x = symmem_dev_load16(symmem_dev_ptr(v, q, pl.src + 16 * i));
-#pragma unroll
-      for (int k = 0; k < T::E; k++)
-        acc[k] = symmem_reduce(p.op, acc[k], T::get(x, k));
-    }
-#pragma unroll
-    for (int k = 0; k < T::E; k++)
-      T::put(r, k, acc[k]);
+    symmem_reduce_vec<DT>(p, pl.src + 16 * i, r);
     return -1;
   }
   /* Elements [first, last) of the plan, one at a time. */
@@ -182,6 +231,22 @@ static __device__ __forceinline__ void symmem_store_item(char *dst, const symmem
     T::store1(dst + (first + k) * T::SIZE, tail[k]);
 }
 
+/* Stores whole vector i of the plan's result: into out, or (two-shot) into
+ * slice me of every rank's out, which only this rank reads or writes. */
+template <int DT>
+static __device__ __forceinline__ void symmem_put_vec(const symmem_coll_params &p, const symmem_reduce_plan &pl,
+                                                      bool two_shot, unsigned long long i, const symmem_vec16 &x) {
+  typedef symmem_elem<DT> T;
+  if (!two_shot) {
+    symmem_dev_store16(p.out + 16 * i, x);
+    return;
+  }
+  for (int q = 0; q < p.view.world; q++) {
+    int dst = (p.view.rank + q) % p.view.world;
+    symmem_dev_store16(symmem_dev_ptr(p.view, dst, (unsigned long long)p.out_offset + pl.lo * T::SIZE) + 16 * i, x);
+  }
+}
+
 template <int DT> static __device__ __forceinline__ void symmem_coll_reduce(const symmem_coll_params &p) {
   typedef symmem_elem<DT> T;
   const symmem_device_view &v = p.view;
@@ -194,61 +259,73 @@ template <int DT> static __device__ __forceinline__ void symmem_coll_reduce(cons
   symmem_vec16 r;
   typename T::acc_t tail[T::E];
 
-  if (!symmem_dev_barrier_block_set(v, set))
+  if (!symmem_coll_barrier(v, set, false))
     return;
   if (in_place_one_shot) {
-    /* Every rank reads our input: each round reads into registers, meets
-     * the peers, then stores (a peer's round-r reads are done before its
-     * round-r arrival). No closing barrier is needed: the last round's
-     * barrier came after every read. */
-    unsigned long long rounds = (pl.items + nthreads - 1) / nthreads;
+    /* Every rank reads our input: each round reads SYMMEM_COLL_UNROLL
+     * items per thread into registers, meets the peers, then stores (a
+     * peer's round-r reads are done before its round-r arrival). No closing
+     * barrier is needed: the last round's barrier came after every read. */
+    const unsigned long long per_round = SYMMEM_COLL_UNROLL * nthreads;
+    const unsigned long long rounds = (pl.items + per_round - 1) / per_round;
+    symmem_vec16 rs[SYMMEM_COLL_UNROLL];
+    typename T::acc_t tails[SYMMEM_COLL_UNROLL][T::E];
+    int ms[SYMMEM_COLL_UNROLL];
     for (unsigned long long k = 0; k < rounds; k++) {
-      unsigned long long i = k * nthreads + tid;
-      int m = 0;
-      if (i < pl.items)
-        m = symmem_reduce_item<DT>(p, pl, i, r, tail);
-      if (!symmem_dev_barrier_block_set(v, set))
+#pragma unroll
+      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++) {
+        unsigned long long i = k * per_round + u * nthreads + tid;
+        ms[u] = 0;
+        if (i < pl.items)
+          ms[u] = symmem_reduce_item<DT>(p, pl, i, rs[u], tails[u]);
+      }
+      if (!symmem_coll_barrier(v, set, false))
         return;
-      if (i < pl.items)
-        symmem_store_item<DT>(p.out, pl, i, m, r, tail);
+#pragma unroll
+      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++) {
+        unsigned long long i = k * per_round + u * nthreads + tid;
+        if (i < pl.items)
+          symmem_store_item<DT>(p.out, pl, i, ms[u], rs[u], tails[u]);
+      }
     }
     return;
   }
-  /* Whole vectors, SYMMEM_COLL_UNROLL per thread at a time: every rank's
-   * loads of the batch are in flight together before the stores. */
   typedef typename T::acc_t A;
   const unsigned long long nfull = pl.vec ? pl.n / T::E : 0;
-  for (unsigned long long i0 = tid; i0 < nfull; i0 += SYMMEM_COLL_UNROLL * nthreads) {
-    A acc[SYMMEM_COLL_UNROLL][T::E];
-    symmem_vec16 x[SYMMEM_COLL_UNROLL];
-    for (int q = 0; q < v.world; q++) {
-      const char *src = symmem_dev_ptr(v, q, pl.src);
+  if (nfull <= nthreads) {
+    /* Small: at most one whole vector per thread, every rank's load of it
+     * in flight at once (symmem_reduce_vec). */
+    if (tid < nfull) {
+      symmem_reduce_vec<DT>(p, pl.src + 16 * tid, r);
+      symmem_put_vec<DT>(p, pl, two_shot, tid, r);
+    }
+  } else {
+    /* Whole vectors, SYMMEM_COLL_UNROLL per thread at a time: every
+     * rank's loads of the batch are in flight together before the stores. */
+    for (unsigned long long i0 = tid; i0 < nfull; i0 += SYMMEM_COLL_UNROLL * nthreads) {
+      A acc[SYMMEM_COLL_UNROLL][T::E];
+      symmem_vec16 x[SYMMEM_COLL_UNROLL];
+      for (int q = 0; q < v.world; q++) {
+        const char *src = symmem_dev_ptr(v, q, pl.src);
 #pragma unroll
-      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
-        if (i0 + u * nthreads < nfull)
-          x[u] = symmem_dev_load16(src + 16 * (i0 + u * nthreads));
+        for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+          if (i0 + u * nthreads < nfull)
+            x[u] = symmem_dev_load16(src + 16 * (i0 + u * nthreads));
 #pragma unroll
-      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+        for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+#pragma unroll
+          for (int k = 0; k < T::E; k++)
+            acc[u][k] = q == 0 ? T::get(x[u], k) : symmem_reduce(p.op, acc[u][k], T::get(x[u], k));
+      }
+#pragma unroll
+      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++) {
+        unsigned long long i = i0 + u * nthreads;
+        if (i >= nfull)
+          break;
 #pragma unroll
         for (int k = 0; k < T::E; k++)
-          acc[u][k] = q == 0 ? T::get(x[u], k) : symmem_reduce(p.op, acc[u][k], T::get(x[u], k));
-    }
-#pragma unroll
-    for (int u = 0; u < SYMMEM_COLL_UNROLL; u++) {
-      unsigned long long i = i0 + u * nthreads;
-      if (i >= nfull)
-        break;
-#pragma unroll
-      for (int k = 0; k < T::E; k++)
-        T::put(x[u], k, acc[u][k]);
-      if (two_shot) {
-        /* Slice me of every rank's out: only this rank reads or writes it. */
-        for (int q = 0; q < v.world; q++) {
-          int dst = (v.rank + q) % v.world;
-          symmem_dev_store16(symmem_dev_ptr(v, dst, (unsigned long long)p.out_offset + pl.lo * T::SIZE) + 16 * i, x[u]);
-        }
-      } else {
-        symmem_dev_store16(p.out + 16 * i, x[u]);
+          T::put(x[u], k, acc[u][k]);
+        symmem_put_vec<DT>(p, pl, two_shot, i, x[u]);
       }
     }
   }
@@ -265,7 +342,8 @@ template <int DT> static __device__ __forceinline__ void symmem_coll_reduce(cons
       symmem_store_item<DT>(p.out, pl, i, m, r, tail);
     }
   }
-  symmem_dev_barrier_block_set(v, set);
+  /* Two-shot publishes its stores into the peers; the others only read. */
+  symmem_coll_barrier(v, set, two_shot);
 }
 
 /* SYMMEM_COLL_ONLY=k builds kernel k alone (cuda/kernels.go compiles the
@@ -299,8 +377,37 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gat
   const int set = p.set_base + blockIdx.x;
   const unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
   const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
-  if (!symmem_dev_barrier_block_set(v, set))
+  if (!symmem_coll_barrier(v, set, false))
     return;
+  const unsigned long long nvec = p.count / 16, total = nvec * v.world;
+  if ((p.count & 15) == 0 && total <= SYMMEM_COLL_UNROLL * nthreads) {
+    /* Small, whole vectors: one pass over every rank's input at once (item
+     * j is vector j % nvec of rank j / nvec), each thread's loads in flight
+     * together before its stores: one round trip to the peers per call
+     * rather than one per rank. In place, our own part is not copied. */
+    symmem_vec16 xs[SYMMEM_COLL_UNROLL];
+    char *dsts[SYMMEM_COLL_UNROLL];
+#pragma unroll
+    for (int u = 0; u < SYMMEM_COLL_UNROLL; u++) {
+      unsigned long long j = tid + u * nthreads;
+      dsts[u] = 0;
+      if (j < total) {
+        unsigned long long q = j / nvec, e = j - q * nvec;
+        const char *src = symmem_dev_ptr(v, (int)q, p.in_offset) + 16 * e;
+        char *dst = p.out + q * p.count + 16 * e;
+        if (dst != src) {
+          xs[u] = symmem_dev_load16(src);
+          dsts[u] = dst;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+      if (dsts[u])
+        symmem_dev_store16(dsts[u], xs[u]);
+    symmem_coll_barrier(v, set, false);
+    return;
+  }
   for (int k = 0; k < v.world; k++) {
     int q = (v.rank + k) % v.world;
     const char *src = symmem_dev_ptr(v, q, p.in_offset);
@@ -308,6 +415,7 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gat
     if (dst != src)
       symmem_dev_copy(dst, src, p.count, tid, nthreads);
   }
-  symmem_dev_barrier_block_set(v, set);
+  /* Pulls only: the peers need our reads done, not our stores. */
+  symmem_coll_barrier(v, set, false);
 }
 #endif

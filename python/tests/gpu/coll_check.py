@@ -11,7 +11,7 @@ all-reduce algorithms are fixed-order, so every comparison is exact
 
 Cases: all_reduce (sum, max, min over bfloat16, float16, float32; int32
 sum, max) in place (auto, one-shot, two-shot), out of place into a plain
-torch tensor (one-shot) and into the rendezvoused block (two-shot);
+torch tensor (one-shot) and into the rendezvoused block (two-shot, auto);
 all_gather into a plain tensor and in place; reduce_scatter into a plain
 tensor; sizes of each rank's input from 4 bytes to MAX_BYTES (powers of 4
 and odd counts), then symmem.torch's all_reduce / all_gather /
@@ -88,7 +88,7 @@ def body(ctx):
                 case += 1
                 xs = inputs(dt, n, case)
                 want = reduce(xs, op, dt)
-                for variant in ("inplace-auto", "inplace-one", "inplace-two", "local-one", "block-two"):
+                for variant in ("inplace-auto", "inplace-one", "inplace-two", "local-one", "block-two", "block-auto"):
                     ctx.stage(f"all_reduce {name} {op} {n} {variant}")
                     view(buf, 0, dt, n).copy_(xs[me])
                     algo = {"auto": None, "one": "one_shot", "two": "two_shot"}[variant.split("-")[1]]
