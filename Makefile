@@ -1,12 +1,19 @@
-# libsymmem: `make` builds build/libsymmem.so (no CUDA toolkit needed),
-# `make test` runs every suite on the host backend (and on the cuda backend
-# where a GPU is present), `make demo` runs the multi-rank demo.
+# libsymmem. `make help` lists the targets.
 GO      ?= go
 CC      ?= cc
 PYTHON  ?= python3
 PREFIX  ?= /usr/local
 BUILD   := build
 ROOT    := $(abspath .)
+# VERSION is the one source of truth (scripts/version.sh writes it into the
+# header, Go and Python; pkg-config, CMake and the wheel read it here).
+VERSION := $(shell tr -d ' \n' < VERSION)
+SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
+SONAME  := libsymmem.so.$(SOMAJOR)
+# build/libsymmem.so.0 is the library (SONAME libsymmem.so.0); build/libsymmem.so
+# is a hard link to it (not a symbolic link, so that copies of build/, such as
+# the GPU machine's, keep it). `make install` makes the usual symbolic links.
+LIBSO   := $(BUILD)/$(SONAME)
 LIB     := $(BUILD)/libsymmem.so
 GOFILES := $(shell find core cuda export -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.map' 2>/dev/null) include/embed.go include/symmem_device.cuh go.mod go.sum
 
@@ -18,51 +25,101 @@ CTEST_SRC   := $(wildcard tests/c/test_*.c)
 CTEST_BIN   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(CTEST_SRC))
 CTEST_FLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fsanitize=address -fno-omit-frame-pointer
 LINK_LIB    := -L$(BUILD) -lsymmem -Wl,-rpath,$(ROOT)/$(BUILD) -pthread
+FAKECUDA    := $(BUILD)/libcuda_fake.so
+FAKE_ENV    := SYMMEM_BACKEND=cuda SYMMEM_LIBCUDA=$(ROOT)/$(FAKECUDA)
 
-.PHONY: all build test test-go test-c test-python test-fakecuda test-install demo bench install clean fuzz gpu-artifacts
+.PHONY: all build help test test-go test-c test-python test-fakecuda test-install demo bench \
+  install uninstall clean fuzz gpu-artifacts wheel info
 
 all: build
-build: $(LIB)
+build: $(LIB) $(BUILD)/symmem-info
 
-$(LIB): $(GOFILES)
+help: ## this list
+	@grep -E '^[a-z][a-zA-Z_-]*:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort | \
+	  awk -F'\t' '{printf "  make %-16s %s\n", $$1, $$2}'
+
+$(LIBSO): $(GOFILES) VERSION
 	@mkdir -p $(BUILD)
 	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -trimpath \
-	  -ldflags "-s -w -extldflags -Wl,--version-script=$(ROOT)/export/symmem.map" \
+	  -ldflags "-s -w -extldflags '-Wl,--version-script=$(ROOT)/export/symmem.map -Wl,-soname,$(SONAME)'" \
 	  -o $@ ./export
-	@rm -f $(BUILD)/libsymmem.h
+	@rm -f $(BUILD)/libsymmem*.h
 
-test: test-go test-c test-install test-fakecuda test-python
+$(LIB): $(LIBSO) ## build/libsymmem.so (Go and a C compiler are all it needs)
+	ln -f $< $@
 
-test-go:
-	$(GO) vet ./...
-	$(GO) test -race -count=1 ./...
+$(BUILD)/symmem-info: tools/symmem-info.c include/symmem.h $(LIB)
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude -o $@ $< $(LINK_LIB)
+
+info: $(BUILD)/symmem-info ## print what libsymmem finds here, then a self-test
+	$(BUILD)/symmem-info
+
+# ---------------------------------------------------------------------------
+# Tests. `make test` runs every suite in SUITES through scripts/run_suite.py
+# (full output in build/logs/NAME.log, a line at least every 10 s) and ends
+# with one table (scripts/summary.py). To add a suite: write a target
+# suite-NAME whose recipe is `$(RUN) NAME KIND -- command` (KIND: go, pytest,
+# c or plain, which says how its passes and failures are counted) and add
+# NAME to SUITES. Suites marked independent run concurrently under -j.
+# ---------------------------------------------------------------------------
+SUITES := go c c-fakecuda demo-fakecuda python python-fakecuda install wheel readme
+RUN    := $(PYTHON) scripts/run_suite.py
+.PHONY: $(addprefix suite-,$(SUITES))
+
+test: ## every suite (what CI runs), ending with a table
+	@rm -rf $(BUILD)/results
+	@$(RUN) build plain -- $(MAKE) --no-print-directory $(LIB) $(CTEST_BIN) $(FAKECUDA) $(BUILD)/demo \
+	  $(BUILD)/symmem-info $(FAKENCCL) $(FAKENCCL228) || true
+	@$(MAKE) --no-print-directory -k -j2 $(addprefix suite-,$(SUITES)) || true
+	@$(PYTHON) scripts/summary.py build $(SUITES)
+
+suite-go: $(LIB)
+	@$(RUN) go go -- sh -c '$(GO) vet ./... && $(GO) test -race -count=1 -v ./...'
+
+suite-c: $(CTEST_BIN) $(FAKENCCL) $(FAKENCCL228)
+	@$(RUN) c c -- sh -c 'rc=0; for t in $(CTEST_BIN); do echo "== $$t"; \
+	  ( . tests/c/env.sh; $$t ) || rc=1; done; exit $$rc'
+
+suite-c-fakecuda: $(CTEST_BIN) $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228)
+	@$(RUN) c-fakecuda c -- sh -c 'rc=0; for t in $(CTEST_BIN); do echo "== $$t (fake cuda)"; \
+	  ( . tests/c/env.sh; $(FAKE_ENV) $$t ) || rc=1; done; exit $$rc'
+
+suite-demo-fakecuda: $(BUILD)/demo $(FAKECUDA)
+	@$(RUN) demo-fakecuda plain -- sh -c '$(FAKE_ENV) $(BUILD)/demo 4'
+
+suite-python: $(LIB) $(FAKENCCL) $(FAKENCCL228)
+	@$(RUN) python pytest -- sh -c 'cd python && SYMMEM_LIBRARY=$(ROOT)/$(LIB) $(PYTHON) -m pytest -q -rs tests'
+
+suite-python-fakecuda: $(LIB) $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228)
+	@$(RUN) python-fakecuda pytest -- sh -c 'cd python && $(FAKE_ENV) SYMMEM_LIBRARY=$(ROOT)/$(LIB) \
+	  $(PYTHON) -m pytest -q -rs tests'
+
+suite-install: $(LIB) $(BUILD)/symmem-info
+	@$(RUN) install plain -- sh scripts/test_install.sh
+
+suite-wheel: $(LIB)
+	@$(RUN) wheel plain -- sh scripts/test_wheel.sh
+
+suite-readme: $(LIB)
+	@$(RUN) readme pytest -- sh -c 'SYMMEM_LIBRARY=$(ROOT)/$(LIB) $(PYTHON) -m pytest -q -rs tests/test_readme.py'
+
+# The single suites, by hand.
+test-go: suite-go ## go vet and go test -race
+test-c: suite-c ## the C tests (AddressSanitizer) on the host backend
+test-python: suite-python ## the Python tests on the host backend
+test-fakecuda: suite-c-fakecuda suite-demo-fakecuda suite-python-fakecuda ## the cuda backend's paths on a stand-in driver
+test-install: suite-install ## make install into a scratch prefix; pkg-config, CMake, symmem-info
 
 $(BUILD)/tests/%: tests/c/%.c include/symmem.h tests/c/check.h $(LIB)
 	@mkdir -p $(BUILD)/tests
 	$(CC) $(CTEST_FLAGS) -Iinclude -o $@ $< $(LINK_LIB)
 
-test-c: $(CTEST_BIN) $(FAKENCCL) $(FAKENCCL228)
-	@rc=0; for t in $(CTEST_BIN); do echo "== $$t"; \
-	  ( [ -f tests/c/env.sh ] && . tests/c/env.sh; $$t ) || rc=1; done; exit $$rc
-
-test-python: $(LIB) $(FAKENCCL) $(FAKENCCL228)
-	cd python && SYMMEM_LIBRARY=$(ROOT)/$(LIB) $(PYTHON) -m pytest -q tests
-
-# The cuda backend's code paths without a GPU: the C and Python suites and the
-# demo against cuda/testdata/fakecuda.c, a stand-in libcuda on host memory
-# (asynchronous streams, VMM mapping, fds across processes).
-FAKECUDA := $(BUILD)/libcuda_fake.so
+# The cuda backend's code paths without a GPU: cuda/testdata/fakecuda.c, a
+# stand-in libcuda on host memory (asynchronous streams, VMM mapping, fds
+# across processes).
 $(FAKECUDA): cuda/testdata/fakecuda.c cuda/driver.h
 	@mkdir -p $(BUILD)
 	$(CC) -shared -fPIC -O1 -Icuda -o $@ $< -lpthread
-
-test-fakecuda: $(CTEST_BIN) $(BUILD)/demo $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228)
-	@rc=0; for t in $(CTEST_BIN); do echo "== $$t (fake cuda)"; \
-	  ( [ -f tests/c/env.sh ] && . tests/c/env.sh; \
-	    SYMMEM_BACKEND=cuda SYMMEM_LIBCUDA=$(ROOT)/$(FAKECUDA) $$t ) || rc=1; done; \
-	SYMMEM_BACKEND=cuda SYMMEM_LIBCUDA=$(ROOT)/$(FAKECUDA) $(BUILD)/demo 4 || rc=1; \
-	cd python && SYMMEM_BACKEND=cuda SYMMEM_LIBCUDA=$(ROOT)/$(FAKECUDA) SYMMEM_LIBRARY=$(ROOT)/$(LIB) \
-	  $(PYTHON) -m pytest -q tests || rc=1; exit $$rc
 
 # NCCL's stand-in (cuda/testdata/fakenccl.c) for the NCCL path without a GPU
 # (tests/c/test_nccl.c, python/tests/test_nccl_host.py): NCCL 2.29 with host
@@ -75,45 +132,59 @@ $(FAKENCCL228): cuda/testdata/fakenccl.c
 	@mkdir -p $(BUILD)
 	$(CC) -shared -fPIC -O1 -Wall -Wextra -Werror -DFAKENCCL_NO_PEER_POINTER -Wl,-soname,libnccl.so.2 -o $@ $< -lpthread
 
-# `make install` into a scratch prefix, then build and run a program the way
-# a user would: with pkg-config.
-test-install: $(LIB)
-	@rm -rf $(BUILD)/install-test
-	$(MAKE) --no-print-directory install PREFIX=$(ROOT)/$(BUILD)/install-test
-	printf '#include <symmem.h>\nint main(void){void*p=symmem_alloc(100,0,0);symmem_free(p,100,0,0);return p==0;}\n' > $(BUILD)/install-test/app.c
-	PKG_CONFIG_PATH=$(ROOT)/$(BUILD)/install-test/lib/pkgconfig sh -c \
-	  '$(CC) $(BUILD)/install-test/app.c $$(pkg-config --cflags --libs symmem) -o $(BUILD)/install-test/app'
-	SYMMEM_BACKEND=host $(BUILD)/install-test/app && echo "install + pkg-config: ok"
-
-fuzz:
+fuzz: ## fuzz the allocator for 60 s
 	$(GO) test ./core -run '^$$' -fuzz FuzzAllocFree -fuzztime 60s
 
 $(BUILD)/demo: examples/demo.c include/symmem.h $(LIB)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude -o $@ $< $(LINK_LIB)
 
-demo: $(BUILD)/demo
+demo: $(BUILD)/demo ## the multi-rank demo (4 ranks)
 	$(BUILD)/demo 4
 
 $(BUILD)/bench_alloc: bench/bench_alloc.c include/symmem.h $(LIB)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude -o $@ bench/bench_alloc.c $(LINK_LIB)
 
-bench: $(BUILD)/bench_alloc
+bench: $(BUILD)/bench_alloc ## the allocator benchmark on the host backend
 	SYMMEM_BACKEND=host $(BUILD)/bench_alloc
 
-install: $(LIB)
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/libsymmem.so
+wheel: $(LIB) ## a platform wheel of the Python package with the library inside, in dist/
+	$(PYTHON) -m pip wheel --no-deps --no-build-isolation -w dist .
+
+# ---------------------------------------------------------------------------
+# Install: lib/libsymmem.so.MAJOR.MINOR.PATCH with the links libsymmem.so.MAJOR
+# and libsymmem.so, the header, pkg-config's symmem.pc, CMake's package
+# config (find_package(symmem) -> symmem::symmem) and bin/symmem-info.
+# ---------------------------------------------------------------------------
+LIBDIR   = $(DESTDIR)$(PREFIX)/lib
+INSTALLED = $(PREFIX)/lib/libsymmem.so.$(VERSION) $(PREFIX)/lib/$(SONAME) $(PREFIX)/lib/libsymmem.so \
+  $(PREFIX)/include/symmem.h $(PREFIX)/include/symmem_device.cuh $(PREFIX)/lib/pkgconfig/symmem.pc $(PREFIX)/bin/symmem-info \
+  $(PREFIX)/lib/cmake/symmem/symmemConfig.cmake $(PREFIX)/lib/cmake/symmem/symmemConfigVersion.cmake
+
+install: $(LIB) $(BUILD)/symmem-info ## install into PREFIX (default /usr/local; DESTDIR honoured)
+	install -d $(LIBDIR) $(DESTDIR)$(PREFIX)/include $(LIBDIR)/pkgconfig $(LIBDIR)/cmake/symmem $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(LIBSO) $(LIBDIR)/libsymmem.so.$(VERSION)
+	ln -sf libsymmem.so.$(VERSION) $(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(LIBDIR)/libsymmem.so
 	install -m 0644 include/symmem.h $(DESTDIR)$(PREFIX)/include/symmem.h
 	install -m 0644 include/symmem_device.cuh $(DESTDIR)$(PREFIX)/include/symmem_device.cuh
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' symmem.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/symmem.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' symmem.pc.in > $(LIBDIR)/pkgconfig/symmem.pc
+	sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@SONAME@|$(SONAME)|g' cmake/symmemConfig.cmake.in > $(LIBDIR)/cmake/symmem/symmemConfig.cmake
+	sed -e 's|@VERSION@|$(VERSION)|g' cmake/symmemConfigVersion.cmake.in > $(LIBDIR)/cmake/symmem/symmemConfigVersion.cmake
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Iinclude -o $(DESTDIR)$(PREFIX)/bin/symmem-info tools/symmem-info.c \
+	  -L$(BUILD) -lsymmem -Wl,-rpath,$(PREFIX)/lib -pthread
+	-[ -z "$(DESTDIR)" ] && [ "$(PREFIX)" = /usr/local ] && command -v ldconfig >/dev/null && ldconfig || true
 
-clean:
-	rm -rf $(BUILD)
+uninstall: ## remove what install put in PREFIX
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	-rmdir $(DESTDIR)$(PREFIX)/lib/cmake/symmem 2>/dev/null || true
+
+clean: ## remove build/ and dist/
+	rm -rf $(BUILD) dist
 
 # What the GPU machine (which has no Go) needs: the library and the Go test
 # binaries, built here and carried in build/ (see scripts/gpu_suite.sh).
 GO_TEST_PKGS ?= ./core ./core/host ./core/ipc ./core/symm ./cuda
-gpu-artifacts: $(LIB) $(FAKENCCL) $(FAKENCCL228)
+gpu-artifacts: $(LIB) $(FAKENCCL) $(FAKENCCL228) ## the library and Go test binaries for scripts/gpu_suite.sh
 	@mkdir -p $(BUILD)/gotests
 	@for p in $(GO_TEST_PKGS); do \
 	  n=$$(echo $$p | sed 's|^\./||; s|/|_|g'); \

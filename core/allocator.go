@@ -60,6 +60,9 @@ type block struct {
 	// streams lists the streams other than seg.pools.stream recorded by
 	// RecordStream while the block was allocated.
 	streams []Stream
+	// ctx is the context number of the allocation (Note [Heap snapshots
+	// and allocation history]); 0 when none was attached.
+	ctx uint64
 
 	// freeSet links, meaningful only while the block is free.
 	left, right *block
@@ -125,7 +128,7 @@ type Allocator struct {
 	allocs     uint64 // successful Alloc calls, for divergence reports
 	frees      uint64 // successful Free calls
 	spareBlock []*block
-
+	hist       *history // nil unless recording (Note [Heap snapshots and allocation history])
 	// leakedSegments counts segments unmapped whose physical memory the
 	// backend failed to release.
 	leakedSegments int
@@ -200,6 +203,9 @@ func NewAllocator(be Backend, device int) (*Allocator, error) {
 		streams: make(map[Stream]*streamPools),
 	}
 	a.heap.init(be, device, gran, total)
+	if n := historyMax.Load(); n > 0 {
+		a.hist = &history{max: int(n)}
+	}
 	return a, nil
 }
 
@@ -296,6 +302,7 @@ func (a *Allocator) Alloc(size uintptr, s Stream) (uintptr, error) {
 		b = seg.first
 	}
 	pool.remove(b)
+	a.st.inactiveSplit(b, -1)
 	if shouldSplit(small, b.size, rounded) {
 		rest := a.newBlock()
 		*rest = block{seg: b.seg, addr: b.addr + rounded, size: b.size - rounded,
@@ -306,6 +313,7 @@ func (a *Allocator) Alloc(size uintptr, s Stream) (uintptr, error) {
 		b.next = rest
 		b.size = rounded
 		pool.insert(rest)
+		a.st.inactiveSplit(rest, 1)
 	}
 	b.allocated = true
 	b.requested = size
@@ -313,6 +321,9 @@ func (a *Allocator) Alloc(size uintptr, s Stream) (uintptr, error) {
 	a.live.put(b.addr, b)
 	a.allocs++
 	a.st.block(small, 1, int64(b.size), int64(size))
+	if a.hist != nil {
+		a.record("alloc", b.addr, size, s)
+	}
 	return b.addr, nil
 }
 
@@ -369,6 +380,9 @@ func (a *Allocator) newSegment(size uintptr, sp *streamPools, small bool, reques
 	a.heap.add(seg)
 	sp.pool(small).insert(b)
 	a.st.numDeviceAlloc++
+	if a.hist != nil {
+		a.record("segment_alloc", addr, size, sp.stream)
+	}
 	a.st.add(statSegment, small, 1)
 	a.st.add(statReservedBytes, small, int64(size))
 	return seg, nil
@@ -397,6 +411,13 @@ func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
 	small := seg.small
 	a.frees++
 	a.st.block(small, -1, int64(b.size), int64(b.requested))
+	if a.hist != nil {
+		// Freed blocks are reusable at once on their stream (the waits on
+		// other streams are enqueued above), so the request completes now.
+		a.record("free_requested", b.addr, b.requested, seg.pools.stream)
+		a.record("free_completed", b.addr, b.requested, seg.pools.stream)
+	}
+	b.ctx = 0
 	b.allocated = false
 	b.requested = 0
 	b.streams = b.streams[:0]
@@ -404,14 +425,17 @@ func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
 	pool := seg.pools.pool(small)
 	if p := b.prev; p != nil && !p.allocated {
 		pool.remove(p)
+		a.st.inactiveSplit(p, -1)
 		a.absorb(p, b)
 		b = p
 	}
 	if n := b.next; n != nil && !n.allocated {
 		pool.remove(n)
+		a.st.inactiveSplit(n, -1)
 		a.absorb(b, n)
 	}
 	pool.insert(b)
+	a.st.inactiveSplit(b, 1)
 	return mismatch
 }
 
@@ -563,6 +587,9 @@ func (a *Allocator) releaseSegment(seg *segment) error {
 	a.dropBlock(seg.first)
 	a.heap.remove(seg.heapOff)
 	a.st.numDeviceFree++
+	if a.hist != nil {
+		a.record("segment_free", seg.addr, seg.size, seg.pools.stream)
+	}
 	a.st.add(statSegment, seg.small, -1)
 	a.st.add(statReservedBytes, seg.small, -int64(seg.size))
 	if relErr != nil {

@@ -470,3 +470,29 @@ func TestBlockTableAgainstMap(t *testing.T) {
 		}
 	}
 }
+
+// inactive_split counts the free blocks of split segments, as PyTorch's does.
+func TestInactiveSplitStatistics(t *testing.T) {
+	a := newAllocator(t, nil)
+	p1, err := a.Alloc(4096, 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), stat(t, a, "inactive_split.small_pool.current"), "the rest of the segment")
+	require.Equal(t, int64(2<<20-4096), stat(t, a, "inactive_split_bytes.all.current"))
+	p2, err := a.Alloc(4096, 0)
+	require.NoError(t, err)
+	p3, err := a.Alloc(4096, 0)
+	require.NoError(t, err)
+	require.NoError(t, a.Free(p2, 4096, 0))
+	require.Equal(t, int64(2), stat(t, a, "inactive_split.all.current"), "the hole and the rest")
+	require.Equal(t, int64(2<<20-2*4096), stat(t, a, "inactive_split_bytes.all.current"))
+	require.NoError(t, a.Validate())
+	require.NoError(t, a.Free(p1, 4096, 0))
+	require.NoError(t, a.Free(p3, 4096, 0))
+	// The whole segment is one free block again: not split, releasable.
+	require.Equal(t, int64(0), stat(t, a, "inactive_split.all.current"))
+	require.Equal(t, int64(0), stat(t, a, "inactive_split_bytes.all.current"))
+	require.Equal(t, int64(2), stat(t, a, "inactive_split.all.peak"))
+	require.Equal(t, int64(-1), stat(t, a, "max_split_size"))
+	require.Equal(t, int64(0), stat(t, a, "oversize_allocations.current"))
+	require.NoError(t, a.Validate())
+}

@@ -2,7 +2,6 @@ package core
 
 import (
 	"fmt"
-	"os"
 	"sort"
 	"sync"
 	"time"
@@ -176,7 +175,8 @@ func OpenBackend(want string) (Backend, []string, error) {
 		}
 	}
 	if want != "" && want != "auto" {
-		return nil, notes, Errorf(ErrUnavailable, "SYMMEM_BACKEND=%q names no known backend (known: %s)", want, backendNames(regs))
+		err := Errorf(ErrUnavailable, "SYMMEM_BACKEND=%q names no known backend (known: auto, %s): no backend was opened; unset it or pick one of these", want, backendNames(regs))
+		return nil, append(notes, err.Error()), err
 	}
 	return nil, notes, Errorf(ErrUnavailable, "no backend could be opened: %v", notes)
 }
@@ -194,5 +194,5 @@ func backendNames(regs []registration) string {
 
 // BackendFromEnv opens the backend that SYMMEM_BACKEND names (auto when unset).
 func BackendFromEnv() (Backend, []string, error) {
-	return OpenBackend(os.Getenv("SYMMEM_BACKEND"))
+	return OpenBackend(Current().Text("SYMMEM_BACKEND", "auto"))
 }

@@ -1,10 +1,6 @@
 package core
 
-import (
-	"os"
-	"sort"
-	"strconv"
-)
+import "sort"
 
 // heap is a device's address space for segments: one or more reserved
 // ranges, addressed by a heap offset that runs on from one range to the next
@@ -35,10 +31,7 @@ type heapRange struct {
 // defaultRangeLen is twice the device's memory (at least 4 GiB), so that a
 // single range normally holds everything; SYMMEM_HEAP_RESERVE overrides it.
 func defaultRangeLen(gran uintptr, total uint64) uintptr {
-	n := uint64(2 * total)
-	if v, err := strconv.ParseUint(os.Getenv("SYMMEM_HEAP_RESERVE"), 10, 64); err == nil && v > 0 {
-		n = v
-	}
+	n := Current().Size("SYMMEM_HEAP_RESERVE", 2*total)
 	if n < 4<<30 {
 		n = 4 << 30
 	}

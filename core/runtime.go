@@ -24,10 +24,14 @@ var (
 )
 
 // Default returns the process's runtime, opening the backend that
-// SYMMEM_BACKEND selects (auto by default) on the first call.
+// SYMMEM_BACKEND selects (auto by default) on the first call. The error is
+// the reason there is no backend, or the first unreadable setting; the
+// runtime is never nil (its Backend is nil when none opened).
 func Default() (*Runtime, error) {
 	defaultOnce.Do(func() {
+		settings := Current()
 		be, notes, err := BackendFromEnv()
+		notes = append(settings.Notes(), notes...)
 		if err != nil {
 			defaultErr = err
 			defaultRT = &Runtime{Notes: notes}
@@ -35,6 +39,9 @@ func Default() (*Runtime, error) {
 		}
 		defaultRT = NewRuntime(be)
 		defaultRT.Notes = notes
+		// An unreadable setting fails every use of the runtime, so that it
+		// is seen at the first call rather than ignored (Note [Settings]).
+		defaultErr = settings.Err()
 	})
 	return defaultRT, defaultErr
 }

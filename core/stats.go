@@ -14,12 +14,18 @@ const (
 	statReservedBytes                  // bytes of segments
 	statActiveBytes                    // bytes of active blocks: derived, = allocated_bytes
 	statRequestedBytes                 // bytes asked for by callers
+	// statInactiveSplit counts free blocks of segments that are split (the
+	// segment has other blocks too), which empty_cache cannot release:
+	// PyTorch's inactive_split, a measure of fragmentation; a block is
+	// counted while isInactiveSplit(b). statInactiveSplitBytes is their size.
+	statInactiveSplit
+	statInactiveSplitBytes
 	numStatKinds
 )
 
 var statKindNames = [numStatKinds]string{
 	"allocation", "segment", "active", "allocated_bytes", "reserved_bytes",
-	"active_bytes", "requested_bytes",
+	"active_bytes", "requested_bytes", "inactive_split", "inactive_split_bytes",
 }
 
 // statPool selects the aggregate ("all") or one of the two pools.
@@ -102,17 +108,36 @@ type Stat struct {
 }
 
 // StatKeys lists every statistic's key in the order Stats returns them.
+// Keys are only ever added at the end (symmem.h), so the kinds added later
+// (inactive_split*) come after the counters of the first version.
 var StatKeys = func() []string {
 	var keys []string
-	for k := statKind(0); k < numStatKinds; k++ {
-		for p := statPool(0); p < numStatPools; p++ {
-			base := statKindNames[k] + "." + statPoolNames[p] + "."
-			keys = append(keys, base+"current", base+"peak", base+"allocated", base+"freed")
+	kinds := func(from, to statKind) {
+		for k := from; k < to; k++ {
+			for p := statPool(0); p < numStatPools; p++ {
+				base := statKindNames[k] + "." + statPoolNames[p] + "."
+				keys = append(keys, base+"current", base+"peak", base+"allocated", base+"freed")
+			}
 		}
 	}
-	return append(keys, "num_alloc_retries", "num_ooms", "num_device_alloc",
+	kinds(0, statInactiveSplit)
+	keys = append(keys, "num_alloc_retries", "num_ooms", "num_device_alloc",
 		"num_device_free", "num_sync_all_streams", "memory_limit")
+	kinds(statInactiveSplit, numStatKinds)
+	for _, k := range []string{"oversize_allocations", "oversize_segments"} {
+		keys = append(keys, k+".current", k+".peak", k+".allocated", k+".freed")
+	}
+	return append(keys, "max_split_size")
 }()
+
+// Note [Statistics that cannot apply]
+//
+// oversize_allocations, oversize_segments and max_split_size are PyTorch's
+// counts of blocks at or above max_split_size (PYTORCH_CUDA_ALLOC_CONF),
+// which are never split. libsymmem has no such limit (its blocks are split by
+// the rules of Note [How blocks are placed], the same for every rank), which
+// is PyTorch's default too: max_split_size is -1 ("none", as torch reports
+// SIZE_MAX) and the oversize counts are 0, as in PyTorch without the option.
 
 // values lists the statistics in StatKeys order.
 func (s *stats) values(limit uint64) []int64 {
@@ -122,12 +147,33 @@ func (s *stats) values(limit uint64) []int64 {
 	by := s.by
 	by[statActive] = by[statAllocation]
 	by[statActiveBytes] = by[statAllocatedBytes]
-	for k := range by {
-		for p := range by[k] {
-			st := by[k][p]
-			v = append(v, st.current, st.peak, st.allocated, st.freed)
+	kinds := func(from, to statKind) {
+		for k := from; k < to; k++ {
+			for p := range by[k] {
+				st := by[k][p]
+				v = append(v, st.current, st.peak, st.allocated, st.freed)
+			}
 		}
 	}
-	return append(v, s.numAllocRetry, s.numOOM, s.numDeviceAlloc, s.numDeviceFree,
+	kinds(0, statInactiveSplit)
+	v = append(v, s.numAllocRetry, s.numOOM, s.numDeviceAlloc, s.numDeviceFree,
 		s.numSyncAll, int64(limit))
+	kinds(statInactiveSplit, numStatKinds)
+	v = append(v, 0, 0, 0, 0, 0, 0, 0, 0) // oversize_*: see the Note above
+	return append(v, -1)                  // max_split_size: no limit
+}
+
+// isInactiveSplit says whether b counts in inactive_split: free, in a
+// segment it does not fill alone.
+func isInactiveSplit(b *block) bool {
+	return !b.allocated && (b.prev != nil || b.next != nil)
+}
+
+// inactiveSplit adds b's contribution to inactive_split (sign 1) or takes
+// it away (sign -1).
+func (s *stats) inactiveSplit(b *block, sign int64) {
+	if isInactiveSplit(b) {
+		s.add(statInactiveSplit, b.seg.small, sign)
+		s.add(statInactiveSplitBytes, b.seg.small, sign*int64(b.size))
+	}
 }

@@ -2,7 +2,6 @@ package core
 
 import (
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -58,16 +57,11 @@ func ParseMillis(s string) (time.Duration, error) {
 // nor SYMMEM_TIMEOUT_MS says otherwise.
 const DefaultTimeoutValue = 5 * time.Minute
 
-// DefaultTimeout is SYMMEM_TIMEOUT_MS (ParseMillis: saturating) when it is
+// DefaultTimeout is SYMMEM_TIMEOUT_MS (read by core/settings.go, saturating) when it is
 // a positive count of milliseconds, else DefaultTimeoutValue. The one reader
 // of that variable: groups, signals and the cuda backend's synchronisation
 // all take their default from here, and so does Python (it passes 0, "the
 // library's default").
 func DefaultTimeout() time.Duration {
-	if s := os.Getenv("SYMMEM_TIMEOUT_MS"); s != "" {
-		if d, err := ParseMillis(s); err == nil {
-			return d
-		}
-	}
-	return DefaultTimeoutValue
+	return Current().Duration("SYMMEM_TIMEOUT_MS", DefaultTimeoutValue)
 }

@@ -21,6 +21,7 @@ func (a *Allocator) validateLocked() error {
 	var (
 		allocated, nAlloc, requested [numStatPools]int64
 		reserved, nSeg               [numStatPools]int64
+		nSplit, splitBytes           [numStatPools]int64
 		freeBlocks                   = map[*freeSet]int{}
 	)
 	pool := func(small bool) statPool {
@@ -86,6 +87,10 @@ func (a *Allocator) validateLocked() error {
 					return fmt.Errorf("free block %#x is missing from its pool", b.addr)
 				}
 				freeBlocks[set]++
+				if isInactiveSplit(b) {
+					nSplit[pool(seg.small)]++
+					splitBytes[pool(seg.small)] += int64(b.size)
+				}
 			}
 			sum += b.size
 			prev = b
@@ -134,6 +139,8 @@ func (a *Allocator) validateLocked() error {
 		nAlloc[poolAll] += nAlloc[p]
 		reserved[poolAll] += reserved[p]
 		nSeg[poolAll] += nSeg[p]
+		nSplit[poolAll] += nSplit[p]
+		splitBytes[poolAll] += splitBytes[p]
 	}
 	for p := statPool(0); p < numStatPools; p++ {
 		checks := []struct {
@@ -143,6 +150,7 @@ func (a *Allocator) validateLocked() error {
 			{statAllocation, nAlloc[p]}, {statAllocatedBytes, allocated[p]},
 			{statRequestedBytes, requested[p]}, {statSegment, nSeg[p]},
 			{statReservedBytes, reserved[p]},
+			{statInactiveSplit, nSplit[p]}, {statInactiveSplitBytes, splitBytes[p]},
 		}
 		for _, c := range checks {
 			s := a.st.by[c.kind][p]

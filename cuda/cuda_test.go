@@ -21,6 +21,8 @@ import (
 func TestOpenMissingLibraryNamesThePath(t *testing.T) {
 	const path = "/nonexistent/libcuda.so.1"
 	t.Setenv(EnvLibrary, path)
+	core.ReloadSettings()
+	t.Cleanup(func() { core.ReloadSettings() })
 
 	b, err := Open()
 	require.Error(t, err)
@@ -45,6 +47,8 @@ func TestPackageQueriesFailWithoutDriver(t *testing.T) {
 		t.Skip("a driver is already loaded in this process")
 	}
 	t.Setenv(EnvLibrary, "/nonexistent/libcuda.so.1")
+	core.ReloadSettings()
+	t.Cleanup(func() { core.ReloadSettings() })
 	_, err := DriverVersion()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "/nonexistent/libcuda.so.1")

@@ -67,6 +67,13 @@ typedef enum sm_CUdevice_attribute_enum {
   SM_CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = 132            /* CUDA 12.1+; queried only */
 } sm_CUdevice_attribute;
 
+/* ---- peer attributes (CUdevice_P2PAttribute), for the diagnostic -------- */
+typedef enum sm_CUdevice_P2PAttribute_enum {
+  SM_CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK = 1,
+  SM_CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED = 2,
+  SM_CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED = 3
+} sm_CUdevice_P2PAttribute;
+
 /* ---- virtual memory management ------------------------------------------ */
 
 typedef enum sm_CUmemAllocationType_enum {
@@ -214,6 +221,10 @@ typedef union sm_CUstreamBatchMemOpParams_union {
     (int *pi, T(CUdevice_attribute) attrib, T(CUdevice) dev))                          \
   X(cuDeviceCanAccessPeer, cuDeviceCanAccessPeer,                                      \
     (int *canAccessPeer, T(CUdevice) dev, T(CUdevice) peerDev))                        \
+  X(cuDeviceGetP2PAttribute, cuDeviceGetP2PAttribute,                                  \
+    (int *value, T(CUdevice_P2PAttribute) attrib, T(CUdevice) srcDevice,               \
+     T(CUdevice) dstDevice))                                                           \
+  X(cuDeviceTotalMem, cuDeviceTotalMem_v2, (size_t *bytes, T(CUdevice) dev))            \
   X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain,                                \
     (T(CUcontext) *pctx, T(CUdevice) dev))                                             \
   X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2, (T(CUdevice) dev))        \

@@ -76,8 +76,15 @@ type candidate struct {
 	path, how string
 }
 
-// env is os.Getenv, replaced by tests.
-var env = os.Getenv
+// env reads a variable: the settings through core (read once, Note
+// [Settings]), others (tests' own names, VIRTUAL_ENV, ...) from the
+// environment. Tests replace it.
+var env = func(name string) string {
+	if core.IsSetting(name) {
+		return core.Current().Text(name, "")
+	}
+	return os.Getenv(name)
+}
 
 // loadedObjects lists the paths of the objects loaded in the process.
 func loadedObjects() []string {

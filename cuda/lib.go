@@ -9,7 +9,6 @@ package cuda
 import "C"
 
 import (
-	"os"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -35,10 +34,7 @@ var driverSpec = LibrarySpec{What: "the CUDA driver library", Env: EnvLibrary, S
 // $SYMMEM_LIBCUDA, else DefaultLibrary (found through the dynamic linker's
 // search path).
 func LibraryPath() string {
-	if p := os.Getenv(EnvLibrary); p != "" {
-		return p
-	}
-	return DefaultLibrary
+	return core.Current().Text(EnvLibrary, DefaultLibrary)
 }
 
 // driverSymbols is the driver's table (driver.h's SM_CU_FUNCTIONS, in

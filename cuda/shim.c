@@ -149,6 +149,16 @@ smcu_status smcu_can_access_peer(int dev, int peer, int *can) {
   return SMCU_STATUS(smcu.cuDeviceCanAccessPeer(can, dev, peer), "cuDeviceCanAccessPeer");
 }
 
+smcu_status smcu_p2p_attribute(int dev, int peer, int attr, int *value) {
+  return SMCU_STATUS(
+      smcu.cuDeviceGetP2PAttribute(value, (sm_CUdevice_P2PAttribute)attr, dev, peer),
+      "cuDeviceGetP2PAttribute");
+}
+
+smcu_status smcu_device_total_mem(int dev, size_t *bytes) {
+  return SMCU_STATUS(smcu.cuDeviceTotalMem_v2(bytes, dev), "cuDeviceTotalMem_v2");
+}
+
 smcu_status smcu_primary_retain(int dev, uintptr_t *ctx) {
   sm_CUcontext c = NULL;
   sm_CUresult r = smcu.cuDevicePrimaryCtxRetain(&c, dev);

@@ -64,6 +64,8 @@ smcu_status smcu_device_attribute(int dev, int attr, int *value);
 smcu_status smcu_device_name(int dev, char *buf, int len);
 smcu_status smcu_device_uuid(int dev, unsigned char *out16);
 smcu_status smcu_can_access_peer(int dev, int peer, int *can);
+smcu_status smcu_p2p_attribute(int dev, int peer, int attr, int *value);
+smcu_status smcu_device_total_mem(int dev, size_t *bytes);
 smcu_status smcu_primary_retain(int dev, uintptr_t *ctx);
 smcu_status smcu_primary_release(int dev);
 smcu_status smcu_current_context(uintptr_t *ctx);

@@ -22,6 +22,7 @@ func symmemgo_alloc(size C.size_t, device C.int, stream *C.struct_CUstream_st) (
 	if err == nil {
 		var p uintptr
 		if p, err = a.Alloc(uintptr(size), streamOf(stream)); err == nil {
+			attachContext(a, p)
 			return ptrAt(p)
 		}
 	}
@@ -148,7 +149,7 @@ func symmemgo_get_memory_limit(device C.int, bytes *C.size_t) (result C.int) {
 var statKeys = func() []*C.char {
 	keys := make([]*C.char, len(core.StatKeys))
 	for i, k := range core.StatKeys {
-		keys[i] = C.CString(k)
+		keys[i] = keptCString(k)
 	}
 	return keys
 }()

@@ -10,4 +10,11 @@
 /* errors.c: the per-thread last error. */
 void symmemi_set_error(int code, const char *msg, size_t len);
 void symmemi_abort(const char *msg, size_t len);
+
+/* keep.c: a NUL-terminated copy of s[0..n) kept for the life of the process
+ * (Note [Strings kept for the life of the process]). */
+const char *symmemi_keep_string(const char *s, size_t n);
+
+/* selfpath.c: the path of libsymmem.so as loaded (dladdr). */
+const char *symmemi_self_path(void);
 #endif

@@ -12,7 +12,6 @@ import "C"
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -26,7 +25,7 @@ import (
 
 func main() {}
 
-var strict = os.Getenv("SYMMEM_STRICT") == "1"
+var strict = core.Current().Bool("SYMMEM_STRICT", false)
 
 // runtimeOrError returns the process runtime, or the reason there is none.
 func runtimeOrError() (*core.Runtime, error) { return core.Default() }
@@ -136,12 +135,23 @@ func staticCString(s string) *C.char {
 	if p, ok := staticStrings.Load(s); ok {
 		return p.(*C.char)
 	}
-	c := C.CString(s)
-	p, lost := staticStrings.LoadOrStore(s, c)
-	if lost { // another thread made the same string first
-		C.free(unsafe.Pointer(c))
+	staticMu.Lock()
+	defer staticMu.Unlock()
+	if p, ok := staticStrings.Load(s); ok { // another thread made it meanwhile
+		return p.(*C.char)
 	}
-	return p.(*C.char)
+	c := keptCString(s)
+	staticStrings.Store(s, c)
+	return c
+}
+
+// staticMu serialises the making of static strings (each is made once).
+var staticMu sync.Mutex
+
+// keptCString is a C copy of s that lives as long as the process, held from
+// C (Note [Strings kept for the life of the process] in keep.c).
+func keptCString(s string) *C.char {
+	return C.symmemi_keep_string(cstr(s), C.size_t(len(s)))
 }
 
 //export symmemgo_version
@@ -156,9 +166,9 @@ func symmemgo_version() (result C.int) {
 var codeStrings, unknownCodeString = func() ([]*C.char, *C.char) {
 	s := make([]*C.char, core.NumCodes)
 	for c := range s {
-		s[c] = C.CString(core.Code(c).String())
+		s[c] = keptCString(core.Code(c).String())
 	}
-	return s, C.CString("unknown result code")
+	return s, keptCString("unknown result code")
 }()
 
 //export symmemgo_strerror

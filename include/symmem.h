@@ -182,6 +182,22 @@ const char *symmem_backend_notes(void);
 /* Number of devices of the backend (the host backend has one: device 0). */
 int symmem_device_count(void);
 
+/* The diagnostic report, as a JSON object: the library's version and path;
+ * the backend, why it was chosen, and backend_notes; each device (name,
+ * memory); the CUDA driver's version, each GPU (name, memory, compute
+ * capability, UUID, VMM / POSIX-fd / fabric / multicast support, queried
+ * with cuDeviceGetAttribute and never used) and each ordered pair of GPUs
+ * (peer access, native atomics, the link inferred from them); optional
+ * libraries (NCCL, NVRTC: found or not, version, path; "not built yet" where
+ * the library has no loader for one); the socket directory, its owner and
+ * mode; every SYMMEM_* variable set, how it was read and any error. Keys are
+ * only ever added. Writes at most len bytes into buf (NUL-terminated when
+ * len > 0) and returns the report's length without the NUL, like snprintf:
+ * call with (NULL, 0) to size the buffer. The report is made anew at each
+ * call (it may load the CUDA driver). Returns 0 with the last error set on
+ * an internal failure. python -m symmem and symmem-info print it. */
+size_t symmem_info_json(char *buf, size_t len);
+
 /* ---------------------------------------------------------------------------
  * The caching allocator (PyTorch's CUDAPluggableAllocator ABI)
  * ------------------------------------------------------------------------- */
@@ -271,15 +287,64 @@ typedef struct symmem_stat {
  * a capacity below count copies the first capacity of them, a larger one
  * leaves the rest of out untouched); keys are always in the same order, and
  * later versions only add keys at the end. Returns 0 with the last error set on a bad device.
- * Keys (STAT is allocation, segment, active, allocated_bytes,
- * reserved_bytes, active_bytes, requested_bytes; POOL is all, small_pool,
- * large_pool). "active" equals "allocated" here: a freed block is reusable
- * at once on its stream, so no block is inactive-but-pending as in PyTorch;
- * inactive_split* are not kept. memory_limit is 0 when there is none:
- *   STAT.POOL.current, .peak, .allocated, .freed
+ * Keys, every key of torch.cuda.memory_stats() with the same meaning (STAT is
+ * allocation, segment, active, allocated_bytes, reserved_bytes, active_bytes,
+ * requested_bytes; then the same for inactive_split, inactive_split_bytes;
+ * POOL is all, small_pool, large_pool). "active" equals "allocated" here: a
+ * freed block is reusable at once on its stream, so no block is
+ * inactive-but-pending as in PyTorch. inactive_split counts free blocks of
+ * segments that hold other blocks too (fragmentation that
+ * symmem_empty_cache cannot release). There is no max_split_size option, as
+ * in PyTorch's default: max_split_size is -1 and oversize_* are 0.
+ * memory_limit is 0 when there is none. In this order:
+ *   STAT.POOL.current, .peak, .allocated, .freed (the seven first STATs)
  *   num_alloc_retries, num_ooms, num_device_alloc, num_device_free,
- *   num_sync_all_streams, memory_limit */
+ *   num_sync_all_streams, memory_limit,
+ *   inactive_split.POOL.*, inactive_split_bytes.POOL.*,
+ *   oversize_allocations.current/.peak/.allocated/.freed,
+ *   oversize_segments.current/.peak/.allocated/.freed, max_split_size */
 size_t symmem_stats(int device, symmem_stat *out, size_t capacity);
+
+/* Heap snapshots and allocation history, in the shape of PyTorch's memory
+ * snapshots (symmem.torch.memory_snapshot builds torch's dict from them).
+ *
+ * symmem_memory_snapshot_json writes a JSON object
+ *   {"segments": [{"device", "address", "total_size", "allocated_size",
+ *                  "active_size", "requested_size", "stream",
+ *                  "segment_type": "small"|"large",
+ *                  "blocks": [{"address", "size", "requested_size",
+ *                              "state": "active_allocated"|"inactive",
+ *                              "context"}]}],
+ *    "device_traces": [[{"action", "addr", "size", "stream", "time_us",
+ *                        "context"}] per device],
+ *    "recording": bool}
+ * covering every device's allocator: segments in address order, their
+ * blocks tiling them in address order. "action" is alloc, free_requested,
+ * free_completed (a free completes at once), segment_alloc or segment_free;
+ * "size" is the bytes asked for (blocks) or the segment's size. "context" is
+ * the number the context hook returned for the allocation (0: none). Writes
+ * at most len bytes into buf (NUL-terminated when len > 0) and returns the
+ * document's length, like snprintf; the heap may change between two calls,
+ * so retry with a larger buffer while the result is >= len. Returns 0 with
+ * the last error set when there is no backend. Thread-safe; each device's
+ * part is consistent (taken under its lock). */
+size_t symmem_memory_snapshot_json(char *buf, size_t len);
+
+/* Starts recording the allocation history of every device (max_entries > 0:
+ * a ring of the last max_entries events per device, cleared now) or stops it
+ * (0). Off by default; recording costs one event per call. Returns
+ * SYMMEM_ERROR_INVALID_ARGUMENT above 2^26 entries. */
+symmem_result symmem_record_history(size_t max_entries);
+
+/* A context hook: called after each successful symmem_alloc while recording
+ * is on, on the allocating thread, with no lock of the library held; returns
+ * a number naming the caller's context (e.g. an interned stack trace; 0:
+ * none), which snapshots report with the block and its alloc event. */
+typedef uint64_t (*symmem_context_fn)(void *user);
+
+/* Installs fn (NULL removes it) with user passed back to it. The hook must
+ * not call into libsymmem's allocator. Returns SYMMEM_SUCCESS. */
+symmem_result symmem_set_context_hook(symmem_context_fn fn, void *user);
 
 /* Sets every .peak statistic of device to its .current value. */
 symmem_result symmem_reset_peak_stats(int device);

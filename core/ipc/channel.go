@@ -408,7 +408,9 @@ func (ch *Channel) openRoot(deadline time.Time) (err error) {
 		}
 	}()
 	joined := 1
+	rep := core.StartWait(ch.cfg.Name, 0, "connection", deadline)
 	for joined < ch.cfg.World {
+		rep.Tick(func() string { return ch.missingConns() })
 		// The poll set: the listener, then pending, then joined ranks (a
 		// joined rank sends nothing more until welcomed: readable means it
 		// closed).
@@ -423,7 +425,7 @@ func (ch *Channel) openRoot(deadline time.Time) (err error) {
 				joinedRanks = append(joinedRanks, r)
 			}
 		}
-		n, perr := unix.Poll(pfds, pollTimeout(deadline))
+		n, perr := unix.Poll(pfds, pollTimeout(rep.Wake(deadline)))
 		if perr == unix.EINTR {
 			continue
 		}
@@ -610,7 +612,9 @@ func (ch *Channel) openMember(start, deadline time.Time) error {
 	backoff := joinBackoffStart
 	last := "rank 0 never listened on the socket: it has not started, it failed, or it completed the group without us (another process may already hold this rank)"
 	var lastReject *core.Error
+	rep := core.StartWait(ch.cfg.Name, ch.cfg.Rank, "connection", deadline)
 	for {
+		rep.Tick(func() string { return "rank 0 (" + last + ")" })
 		if !time.Now().Before(deadline) {
 			if lastReject != nil {
 				return &core.Error{Code: lastReject.Code, Msg: fmt.Sprintf("%s (rank %d kept being refused for %v)", lastReject.Msg, ch.cfg.Rank, ch.cfg.Timeout)}
@@ -650,6 +654,9 @@ func (ch *Channel) openMember(start, deadline time.Time) error {
 			sleepBackoffMax(&backoff, deadline, joinBackoffMax)
 			continue
 		}
+		ch.waitReadable(c.fd, deadline, rep, func() string {
+			return "rank 0's welcome (it waits for the other ranks to connect): some rank"
+		})
 		f, err := c.recv(deadline.Add(grace(ch.cfg.Timeout)))
 		if err != nil {
 			c.close()
@@ -756,6 +763,7 @@ func (ch *Channel) gatherUp(k kind, deadline time.Time, timeout time.Duration) (
 		}
 	}()
 	left := ch.cfg.World - 1
+	rep := core.StartWait(ch.cfg.Name, 0, ch.opName(k), deadline)
 	for left > 0 {
 		var pfds []unix.PollFd
 		var ranks []int
@@ -765,7 +773,8 @@ func (ch *Channel) gatherUp(k kind, deadline time.Time, timeout time.Duration) (
 				ranks = append(ranks, r)
 			}
 		}
-		n, perr := unix.Poll(pfds, pollTimeout(deadline))
+		rep.Tick(func() string { return "rank(s) " + rankList(ranks) })
+		n, perr := unix.Poll(pfds, pollTimeout(rep.Wake(deadline)))
 		if perr == unix.EINTR {
 			continue
 		}
@@ -814,6 +823,33 @@ func (ch *Channel) gatherUp(k kind, deadline time.Time, timeout time.Duration) (
 		}
 	}
 	return ups, nil
+}
+
+// waitReadable waits until fd is readable or deadline passes, printing
+// progress lines (Note [Progress while waiting]); the read that follows
+// reports a timeout in its own words.
+func (ch *Channel) waitReadable(fd int, deadline time.Time, rep *core.WaitReport, missing func() string) {
+	if rep == nil {
+		return
+	}
+	for {
+		err := waitFD(fd, unix.POLLIN, rep.Wake(deadline))
+		if err != errDeadline || !time.Now().Before(deadline) {
+			return
+		}
+		rep.Tick(missing)
+	}
+}
+
+// missingConns lists the ranks that have not connected to rank 0.
+func (ch *Channel) missingConns() string {
+	var missing []int
+	for r := 1; r < ch.cfg.World; r++ {
+		if ch.conns[r] == nil {
+			missing = append(missing, r)
+		}
+	}
+	return "rank(s) " + rankList(missing)
 }
 
 // outOfFDs is this rank's failure to receive descriptors from rank from
@@ -871,6 +907,8 @@ func (ch *Channel) sendUp(h header, payload []byte, fds []int, deadline time.Tim
 
 // recvDown is a rank's wait for rank 0's answer of kind k, or its abort.
 func (ch *Channel) recvDown(k kind, deadline time.Time, timeout time.Duration) (*frame, error) {
+	ch.waitReadable(ch.conns[0].fd, deadline, core.StartWait(ch.cfg.Name, ch.cfg.Rank, ch.opName(k), deadline),
+		func() string { return "rank 0's answer (it waits for every rank's part): rank 0 or another rank" })
 	f, err := ch.conns[0].recv(deadline)
 	switch {
 	case err == nil:

@@ -75,7 +75,7 @@ func DefaultTimeout() time.Duration { return core.DefaultTimeout() }
 // TORCHELASTIC_RUN_ID, Slurm's job and step), else "". Ranks of one group
 // must agree on it; rank 0 rejects a rank whose token differs.
 func JobToken() string {
-	if s := os.Getenv("SYMMEM_JOB_TOKEN"); s != "" {
+	if s := core.Current().Text("SYMMEM_JOB_TOKEN", ""); s != "" {
 		return s
 	}
 	if s := os.Getenv("TORCHELASTIC_RUN_ID"); s != "" {
@@ -93,7 +93,7 @@ func JobToken() string {
 // owner, with any group/other permission bit, or as something other than a
 // directory.
 func SocketDir() (string, error) {
-	dir := os.Getenv("SYMMEM_SOCKET_DIR")
+	dir := core.Current().Text("SYMMEM_SOCKET_DIR", "")
 	if dir == "" {
 		tmp := os.Getenv("TMPDIR")
 		if tmp == "" {

@@ -43,17 +43,29 @@ func TestValidateName(t *testing.T) {
 }
 
 func TestDefaultTimeout(t *testing.T) {
+	t.Cleanup(func() { core.ReloadSettings() })
 	t.Setenv("SYMMEM_TIMEOUT_MS", "1234")
+	core.ReloadSettings()
 	if d := DefaultTimeout(); d != 1234*time.Millisecond {
 		t.Fatal(d)
 	}
+	t.Setenv("SYMMEM_TIMEOUT_MS", "2s")
+	if d := core.ReloadSettings().Duration("SYMMEM_TIMEOUT_MS", 0); d != 2*time.Second {
+		t.Fatal(d)
+	}
+	// An unreadable value is reported, and the default stands meanwhile.
 	t.Setenv("SYMMEM_TIMEOUT_MS", "nope")
+	st := core.ReloadSettings()
 	if d := DefaultTimeout(); d != DefaultTimeoutValue {
 		t.Fatal(d)
+	}
+	if st.Err() == nil || !strings.Contains(st.Err().Error(), "SYMMEM_TIMEOUT_MS") {
+		t.Fatalf("unreadable SYMMEM_TIMEOUT_MS not reported: %v", st.Err())
 	}
 	// Huge values saturate instead of wrapping to under a millisecond.
 	for _, s := range []string{"18446744073709551615", "9223372036854775807", "9223372036854775"} {
 		t.Setenv("SYMMEM_TIMEOUT_MS", s)
+		core.ReloadSettings()
 		if d := DefaultTimeout(); d < 290*365*24*time.Hour {
 			t.Fatalf("SYMMEM_TIMEOUT_MS=%s gave %v", s, d)
 		}
@@ -63,7 +75,9 @@ func TestDefaultTimeout(t *testing.T) {
 func TestSocketDirChecks(t *testing.T) {
 	base := t.TempDir()
 	d := filepath.Join(base, "sock")
+	t.Cleanup(func() { core.ReloadSettings() })
 	t.Setenv("SYMMEM_SOCKET_DIR", d)
+	core.ReloadSettings()
 	got, err := SocketDir()
 	if err != nil || got != d {
 		t.Fatalf("%q %v", got, err)
@@ -86,6 +100,7 @@ func TestSocketDirChecks(t *testing.T) {
 	// Default: $TMPDIR/symmem-<uid>.
 	t.Setenv("SYMMEM_SOCKET_DIR", "")
 	t.Setenv("TMPDIR", base)
+	core.ReloadSettings()
 	got, err = SocketDir()
 	if err != nil || got != filepath.Join(base, fmt.Sprintf("symmem-%d", os.Getuid())) {
 		t.Fatalf("%q %v", got, err)
@@ -658,5 +673,39 @@ func TestProcessesOtherUIDRefused(t *testing.T) {
 	r := (<-done).res[0]
 	if core.Code(r.Code) != core.ErrTimeout || !strings.Contains(r.Msg, "refused") || !strings.Contains(r.Msg, "uid 0") {
 		t.Fatalf("rank 0 (uid 65534): code %d %q\n%s", r.Code, r.Msg, r.Out)
+	}
+}
+
+// Note [Progress while waiting]: a rank that waits longer than
+// SYMMEM_WAIT_REPORT_S prints lines to stderr naming the group, what it waits
+// for and who has not arrived.
+func TestProcessesProgressLinesNameMissingRanks(t *testing.T) {
+	// Rank 2 never comes: rank 0 waits for its connection, rank 1 for the
+	// welcome.
+	res := runRanks(t, "join", "slow", 3, sockDir(t), []rankSpec{{Rank: 0}, {Rank: 1}},
+		"SYMMEM_IPC_TIMEOUT_MS=1200", "SYMMEM_WAIT_REPORT_S=0.3")
+	for _, r := range res {
+		if core.Code(r.Code) != core.ErrTimeout {
+			t.Fatalf("rank %d: code %d %q", r.Rank, r.Code, r.Msg)
+		}
+	}
+	want0 := `symmem: group "slow" rank 0: waiting 0 s for connection: rank(s) 2 not arrived yet`
+	if n := strings.Count(res[0].Out, "for connection: rank(s) 2 not arrived yet"); n < 2 || !strings.Contains(res[0].Out, want0) {
+		t.Fatalf("rank 0 printed %d progress lines, want >= 2 like %q:\n%s", n, want0, res[0].Out)
+	}
+	if !strings.Contains(res[1].Out, `symmem: group "slow" rank 1: waiting`) || !strings.Contains(res[1].Out, "for connection: rank 0's welcome") {
+		t.Fatalf("rank 1 printed no progress line:\n%s", res[1].Out)
+	}
+	// Rank 2 joins but never reaches the all-gather: rank 0 names it.
+	res = runRanks(t, "stall", "stall2", 3, sockDir(t), allRanks(3), "SYMMEM_IPC_TIMEOUT_MS=600",
+		"SYMMEM_IPC_EXIT=2", "SYMMEM_WAIT_REPORT_S=0.2")
+	if !strings.Contains(res[0].Out, `rank 0: waiting 0 s for all-gather #1: rank(s) 2 not arrived yet`) {
+		t.Fatalf("rank 0 did not name rank 2 while waiting in the all-gather:\n%s", res[0].Out)
+	}
+	// Off: SYMMEM_WAIT_REPORT_S=0 prints nothing.
+	res = runRanks(t, "join", "quiet", 2, sockDir(t), []rankSpec{{Rank: 0}},
+		"SYMMEM_IPC_TIMEOUT_MS=500", "SYMMEM_WAIT_REPORT_S=0")
+	if strings.Contains(res[0].Out, "symmem: group") {
+		t.Fatalf("SYMMEM_WAIT_REPORT_S=0 must print nothing:\n%s", res[0].Out)
 	}
 }

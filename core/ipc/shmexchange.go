@@ -44,7 +44,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -219,10 +218,8 @@ func indexByte(s string, c byte) int {
 // as many CPUs as the group has ranks, and 0 where it may not (a spinning
 // rank would then hold the CPU that the rank it waits for needs).
 func shmSpin(world int) time.Duration {
-	if s := os.Getenv("SYMMEM_SHM_SPIN_US"); s != "" {
-		if us, err := strconv.Atoi(s); err == nil && us >= 0 {
-			return time.Duration(us) * time.Microsecond
-		}
+	if d := core.Current().Duration("SYMMEM_SHM_SPIN_US", -1); d >= 0 {
+		return d
 	}
 	if runtime.NumCPU() < world {
 		return 0

@@ -236,7 +236,7 @@ func newGroup(o Options, rt *core.Runtime, alloc *core.Allocator) (*Group, error
 // useShmExchange: records go through a shared-memory page unless
 // SYMMEM_SHM_EXCHANGE=0 (every rank must choose alike; the benchmarks use
 // it to compare with the sockets).
-func useShmExchange() bool { return os.Getenv("SYMMEM_SHM_EXCHANGE") != "0" }
+func useShmExchange() bool { return core.Current().Bool("SYMMEM_SHM_EXCHANGE", true) }
 
 // closeChannels closes the control page and the channel.
 func (g *Group) closeChannels() error {
@@ -270,7 +270,7 @@ func (g *Group) agreeMembers() error {
 			me.uuid = s
 		}
 	}
-	me.overlap = os.Getenv("SYMMEM_ALLOW_OVERLAPPING_DEVICES") == "1"
+	me.overlap = core.Current().Bool("SYMMEM_ALLOW_OVERLAPPING_DEVICES", false)
 	raw, err := g.ex.AllGather(0, me.encode())
 	if err != nil {
 		return err

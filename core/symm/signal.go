@@ -2,7 +2,6 @@ package symm
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -197,6 +196,7 @@ func (h *Handle) waitHost(src, channel int, deadline time.Time) waitOutcome {
 	n := atomic.AddUint32(seen, 1)
 	word := (*uint32)(ptrAt(h.slot(h.rank, src, channel)))
 	sleep := time.Microsecond
+	var rep *core.WaitReport // made when the wait becomes long (not on the fast path)
 	for i := 0; ; i++ {
 		if core.Reached(atomic.LoadUint32(word), n) {
 			return waitReached
@@ -216,6 +216,10 @@ func (h *Handle) waitHost(src, channel int, deadline time.Time) waitOutcome {
 				atomic.AddUint32(seen, ^uint32(0))
 				return waitTimedOut
 			}
+			if i == 300 {
+				rep = core.StartWait(h.name, h.rank, fmt.Sprintf("signal %d on channel %d", n, channel), deadline)
+			}
+			rep.Tick(func() string { return fmt.Sprintf("rank %d", src) })
 			time.Sleep(sleep)
 			if sleep < 100*time.Microsecond {
 				sleep *= 2
@@ -250,7 +254,7 @@ func (h *Handle) releasedDuring(what string) error {
 // of the machines measured so far.)
 
 // barrierDissemination selects the dissemination barrier (read once).
-var barrierDissemination = os.Getenv("SYMMEM_BARRIER") == "dissemination"
+var barrierDissemination = core.Current().Text("SYMMEM_BARRIER", "linear") == "dissemination"
 
 // barrierRounds returns the (dst, src) pairs of each step of a barrier:
 // one step of every peer (linear) or one per dissemination round.

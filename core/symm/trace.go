@@ -5,12 +5,14 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/libsymmem/libsymmem/core"
 )
 
 // traceOn makes collective calls print how long each of their phases took
 // (SYMMEM_TRACE=1), to stderr, one line per call: the way to see where a
 // slow rendezvous spends its time on a given machine.
-var traceOn = os.Getenv("SYMMEM_TRACE") == "1"
+var traceOn = core.Current().Bool("SYMMEM_TRACE", false)
 
 // phaseTrace collects the phases of one call; nil when tracing is off, and
 // every method is a no-op on nil.

@@ -167,6 +167,24 @@ sm_CUresult cuDeviceGetAttribute(int *pi, sm_CUdevice_attribute attrib, sm_CUdev
   }
 }
 
+sm_CUresult cuDeviceGetP2PAttribute(int *value, sm_CUdevice_P2PAttribute attrib, sm_CUdevice src,
+                                    sm_CUdevice dst) {
+  NEED_INIT;
+  NEED_DEVICE(src);
+  NEED_DEVICE(dst);
+  /* Every pair of distinct fake devices is peer-capable with native atomics
+   * (as NVLink-connected GPUs report). */
+  *value = src != dst && attrib != SM_CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK;
+  return SM_CUDA_SUCCESS;
+}
+
+sm_CUresult cuDeviceTotalMem_v2(size_t *bytes, sm_CUdevice dev) {
+  NEED_INIT;
+  NEED_DEVICE(dev);
+  *bytes = fake_capacity;
+  return SM_CUDA_SUCCESS;
+}
+
 sm_CUresult cuDeviceCanAccessPeer(int *canAccessPeer, sm_CUdevice dev, sm_CUdevice peerDev) {
   NEED_INIT;
   NEED_DEVICE(dev);

@@ -24,6 +24,8 @@ Symmetric memory (mirrors torch.distributed._symmetric_memory)::
 """
 
 from ._lib import HEADER_VERSION, LibraryNotFoundError, library_path
+from ._version import __version__
+from .info import info
 from .allocator import (
     PointerInfo,
     alloc,
@@ -67,7 +69,6 @@ from .exchange import KeyValueAllGather
 from ._coll import collectives_load
 from .group import Group, Handle, nccl_version, rendezvous
 
-__version__ = "0.1.0"
 
 __all__ = [
     "collectives_load",
@@ -75,6 +76,8 @@ __all__ = [
     "HEADER_VERSION",
     "LibraryNotFoundError",
     "library_path",
+    "info",
+    "__version__",
     # allocator
     "PointerInfo",
     "alloc",

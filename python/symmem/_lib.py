@@ -5,7 +5,12 @@ The library is looked for, in order, at
 1. ``$SYMMEM_LIBRARY`` (a path to the .so; when set it is the only place
    tried, so that a wrong value is an error rather than a silent fallback),
 2. the package's own copy, ``symmem/libsymmem.so`` (what a wheel ships),
-3. the build folder of the repository, ``<repo>/build/libsymmem.so``.
+3. the system loader's path: ``libsymmem.so.0`` through LD_LIBRARY_PATH and
+   the ld.so cache (where ``make install`` puts it; ctypes.util.find_library),
+4. the build folder, ``<repo>/build/libsymmem.so``, only when the package
+   runs from a source tree.
+
+The error lists every place tried and why each failed.
 
 Every function of include/symmem.h is declared here with its argtypes and
 restype. A function that the loaded library lacks (an older build, or a build
@@ -53,9 +58,11 @@ __all__ = [
 
 # The version of include/symmem.h these prototypes were written against
 # (SYMMEM_VERSION_MAJOR * 10000 + MINOR * 100 + PATCH).
-HEADER_VERSION_MAJOR = 0
-HEADER_VERSION_MINOR = 1
-HEADER_VERSION_PATCH = 0
+# (from _version.py, which scripts/version.sh writes from the VERSION file).
+from ._version import VERSION_MAJOR as HEADER_VERSION_MAJOR  # noqa: E402
+from ._version import VERSION_MINOR as HEADER_VERSION_MINOR  # noqa: E402
+from ._version import VERSION_PATCH as HEADER_VERSION_PATCH  # noqa: E402
+
 HEADER_VERSION = HEADER_VERSION_MAJOR * 10000 + HEADER_VERSION_MINOR * 100 + HEADER_VERSION_PATCH
 
 LIBRARY_NAME = "libsymmem.so"
@@ -130,6 +137,10 @@ PROTOTYPES = {
     "symmem_backend_name": (c_char_p, []),
     "symmem_backend_notes": (c_char_p, []),
     "symmem_device_count": (c_int, []),
+    "symmem_info_json": (c_size_t, [c_void_p, c_size_t]),
+    "symmem_memory_snapshot_json": (c_size_t, [c_void_p, c_size_t]),
+    "symmem_record_history": (_result, [c_size_t]),
+    "symmem_set_context_hook": (_result, [c_void_p, c_void_p]),
     # The caching allocator
     "symmem_alloc": (c_void_p, [c_size_t, c_int, _stream_t]),
     "symmem_free": (None, [c_void_p, c_size_t, c_int, _stream_t]),
@@ -205,27 +216,67 @@ PROTOTYPES = {
 # --------------------------------------------------------------------------
 
 
-def candidates() -> List[Path]:
-    """The paths tried, in order (see the module docstring)."""
+SONAME = "libsymmem.so.0"
+
+
+def _repo_build_dir() -> Optional[Path]:
+    """<repo>/build when this package runs from a source tree, else None."""
+    if (_REPO_DIR / "go.mod").is_file() and (_REPO_DIR / "python" / "symmem").is_dir():
+        return _REPO_DIR / "build"
+    return None
+
+
+def candidates() -> List[str]:
+    """What is tried, in order (see the module docstring). Entries with a
+    slash are paths; the others are names for the system's loader."""
     env = os.environ.get(ENV_LIBRARY)
     if env:
-        return [Path(env)]
-    return [_PACKAGE_DIR / LIBRARY_NAME, _REPO_DIR / "build" / LIBRARY_NAME]
+        return [env]
+    out = [str(_PACKAGE_DIR / LIBRARY_NAME)]
+    # The system loader's path (LD_LIBRARY_PATH, the ld.so cache: where
+    # `make install` puts it). ctypes.util asks ldconfig for the real name.
+    import ctypes.util
+
+    found = ctypes.util.find_library("symmem")
+    for name in (SONAME, found):
+        if name and name not in out:
+            out.append(name)
+    build = _repo_build_dir()
+    if build is not None:
+        out.append(str(build / LIBRARY_NAME))
+    return out
+
+
+def _describe(c: str) -> str:
+    return c if "/" in c else f"{c} (through the system loader: LD_LIBRARY_PATH, ld.so cache)"
+
+
+def _load_first() -> "Library":
+    """Loads the first candidate that loads; LibraryNotFoundError lists
+    every one tried with why it failed."""
+    tried = []
+    for c in candidates():
+        if "/" in c and not Path(c).is_file():
+            tried.append(f"  {_describe(c)}: no such file")
+            continue
+        try:
+            return Library(c)
+        except LibraryNotFoundError as exc:
+            tried.append(f"  {_describe(c)}: {exc}")
+    where = "\n".join(tried)
+    if os.environ.get(ENV_LIBRARY):
+        hint = f"${ENV_LIBRARY} is set, so only it was tried"
+    else:
+        hint = (
+            "install the package with `pip install .` at the repository root (it builds "
+            f"the library), run `make install`, or set ${ENV_LIBRARY} to the library's path"
+        )
+    raise LibraryNotFoundError(f"libsymmem.so not found; tried, in order:\n{where}\n({hint})")
 
 
 def find_library() -> Path:
-    """The first existing candidate, or LibraryNotFoundError listing them all."""
-    tried = candidates()
-    for path in tried:
-        if path.is_file():
-            return path
-    where = "\n".join(f"  {p}" for p in tried)
-    hint = (
-        f"${ENV_LIBRARY} is set, so only it was tried"
-        if os.environ.get(ENV_LIBRARY)
-        else f"set ${ENV_LIBRARY} to its path, or build it with `make` in {_REPO_DIR}"
-    )
-    raise LibraryNotFoundError(f"libsymmem.so not found; looked at:\n{where}\n({hint})")
+    """The path of the library that would be loaded (loads it)."""
+    return Path(lib().path)
 
 
 class _Missing:
@@ -248,13 +299,13 @@ class _Missing:
 class Library:
     """The loaded CDLL with prototypes; attributes are the C functions."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: "Path | str"):
         try:
             # RTLD_GLOBAL is not needed; the default mode keeps symbols local.
             self.cdll = ctypes.CDLL(str(path))
         except OSError as exc:
             raise LibraryNotFoundError(f"cannot load {path}: {exc}") from exc
+        self.path = Path(_loaded_path(self.cdll) or str(path))
         self.missing: List[str] = []
         for name, (restype, argtypes) in PROTOTYPES.items():
             try:
@@ -281,6 +332,25 @@ class Library:
     def address(self, name: str) -> int:
         """The address of an exported function (for torch's set_*_fn hooks)."""
         return ctypes.cast(getattr(self.cdll, name), c_void_p).value
+
+
+def _loaded_path(cdll: ctypes.CDLL) -> Optional[str]:
+    """The file the loader picked for cdll (a bare soname becomes a path)."""
+    try:
+        fn = cdll.symmem_version
+    except AttributeError:
+        return None
+    addr = ctypes.cast(fn, c_void_p).value or 0
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                parts = line.split()
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                if lo <= addr < hi and len(parts) >= 6:
+                    return parts[5]
+    except OSError:
+        pass
+    return None
 
 
 _lock = threading.Lock()
@@ -315,7 +385,7 @@ def lib() -> Library:
     if _library is None:
         with _lock:
             if _library is None:
-                _library = Library(find_library())
+                _library = _load_first()
                 os.register_at_fork(after_in_child=_after_fork_in_child)
     return _library
 

@@ -92,24 +92,28 @@ def alloc(size: int, device: int = 0, stream=0) -> int:
     return int(check_pointer(lib.symmem_alloc, size, device, _stream(stream), what="symmem_alloc"))
 
 
-def free(ptr: int, size: Optional[int] = None, device: int = 0, stream=0) -> None:
+def free(ptr: int, size: Optional[int] = None, device: Optional[int] = None, stream=0) -> None:
     """Return ptr to the cache.
 
     size, device and stream are what the allocation was made with. When size
-    is None it is looked up (symmem_pointer_get_info), so that a caller who
-    does not know it never trips the library's size check. Raises
+    or device is None it is looked up (symmem_pointer_get_info), so that a
+    caller who does not know them never trips the library's checks: the
+    pointer's device is known to the library. Raises
     InvalidPointerError for a pointer not allocated here, an interior pointer
     or a double free. ptr 0 is a no-op.
     """
     if not ptr:
         return
     lib = _lib.lib()
-    if size is None:
+    if size is None or device is None:
         info = _lib.SymmemPointerInfo()
         if lib.symmem_pointer_get_info(ptr, ctypes.byref(info)) == Result.SUCCESS and info.block == ptr:
-            size = int(info.requested_size)
+            size = int(info.requested_size) if size is None else size
+            device = int(info.device) if device is None else device
         else:
-            size = 0  # the free below reports the bad pointer in its own words
+            # the free below reports the bad pointer in its own words
+            size = 0 if size is None else size
+            device = 0 if device is None else device
     check_last_error(lib.symmem_free, ptr, size, device, _stream(stream), what="symmem_free")
 
 

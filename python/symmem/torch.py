@@ -39,6 +39,7 @@ from .buffer import empty as _empty_buffer
 from .exchange import KeyValueAllGather
 from .group import Group, Handle
 from .group import rendezvous as _rendezvous
+from .snapshot import dump_snapshot, memory_snapshot, record_memory_history
 
 __all__ = [
     "allocator",
@@ -51,6 +52,9 @@ __all__ = [
     "group_for",
     "TorchHandle",
     "memory_stats",
+    "memory_snapshot",
+    "record_memory_history",
+    "dump_snapshot",
     "all_reduce",
     "all_gather",
     "reduce_scatter",

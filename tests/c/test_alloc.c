@@ -285,12 +285,17 @@ static void test_roundtrip(void) {
 
 static const char *stat_names[] = {"allocation",   "segment",        "active",
                                    "allocated_bytes", "reserved_bytes", "active_bytes",
-                                   "requested_bytes"};
+                                   "requested_bytes", "inactive_split", "inactive_split_bytes"};
 static const char *pool_names[] = {"all", "small_pool", "large_pool"};
 static const char *kind_names[] = {"current", "peak", "allocated", "freed"};
 static const char *extra_names[] = {"num_alloc_retries", "num_ooms",
                                     "num_device_alloc",  "num_device_free",
-                                    "num_sync_all_streams", "memory_limit"};
+                                    "num_sync_all_streams", "memory_limit",
+                                    "oversize_allocations.current", "oversize_allocations.peak",
+                                    "oversize_allocations.allocated", "oversize_allocations.freed",
+                                    "oversize_segments.current", "oversize_segments.peak",
+                                    "oversize_segments.allocated", "oversize_segments.freed",
+                                    "max_split_size"};
 
 static int64_t S(const char *key) { return check_stat(0, key); }
 

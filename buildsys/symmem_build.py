@@ -1,0 +1,173 @@
+"""A PEP 517 build backend for `pip install .` at the repository root.
+
+It needs nothing from PyPI: it builds libsymmem.so with Go
+(`go build -buildmode=c-shared`, which also needs a C compiler for cgo) and
+writes a platform wheel (tag py3-none-<platform>, e.g. linux_x86_64: the
+library is native code, but it is loaded with ctypes, so any Python 3 can
+use it) holding the `symmem` package with `symmem/libsymmem.so` inside.
+The version comes from the VERSION file.
+
+Hooks: build_wheel, build_sdist, get_requires_for_build_wheel/sdist. pip
+calls them with the repository root as the working directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import os
+import re
+import shutil
+import subprocess
+import sysconfig
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NAME = "symmem"
+SUMMARY = "A caching GPU allocator for PyTorch and symmetric memory across processes (libsymmem)"
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def _version() -> str:
+    return (ROOT / "VERSION").read_text().strip()
+
+
+def _go_min_version() -> tuple:
+    m = re.search(r"^go (\d+)\.(\d+)", (ROOT / "go.mod").read_text(), re.M)
+    return (int(m.group(1)), int(m.group(2))) if m else (1, 21)
+
+
+def _check_toolchain() -> str:
+    go = os.environ.get("GO", "go")
+    need = _go_min_version()
+    where = shutil.which(go)
+    if where is None:
+        raise BuildError(
+            f"building symmem needs Go >= {need[0]}.{need[1]} (to build libsymmem.so) and a C compiler, "
+            f"but '{go}' is not on PATH. Install Go from your package manager or https://go.dev/dl/ "
+            "(or set GO to its path) and run pip again."
+        )
+    out = subprocess.run([where, "env", "GOVERSION"], capture_output=True, text=True).stdout.strip()
+    m = re.match(r"go(\d+)\.(\d+)", out)
+    if not m or (int(m.group(1)), int(m.group(2))) < need:
+        raise BuildError(
+            f"building symmem needs Go >= {need[0]}.{need[1]}, but {where} is {out or 'of unknown version'}. "
+            "Install a newer Go (or set GO to one) and run pip again."
+        )
+    cc = os.environ.get("CC", "cc")
+    if shutil.which(cc.split()[0]) is None:
+        raise BuildError(f"building symmem needs a C compiler for cgo, but '{cc}' is not on PATH (install gcc, or set CC)")
+    return where
+
+
+def _build_library(out_dir: Path) -> Path:
+    go = _check_toolchain()
+    major = _version().split(".")[0]
+    out = out_dir / "libsymmem.so"
+    ldflags = (
+        f"-s -w -extldflags '-Wl,--version-script={ROOT}/export/symmem.map "
+        f"-Wl,-soname,libsymmem.so.{major}'"
+    )
+    cmd = [go, "build", "-buildmode=c-shared", "-trimpath", "-ldflags", ldflags, "-o", str(out), "./export"]
+    print("symmem: building libsymmem.so:", " ".join(cmd), flush=True)
+    env = dict(os.environ, CGO_ENABLED="1")
+    p = subprocess.run(cmd, cwd=ROOT, env=env)
+    if p.returncode != 0:
+        raise BuildError(f"go build failed (exit {p.returncode}); its messages are above")
+    (out_dir / "libsymmem.h").unlink(missing_ok=True)
+    return out
+
+
+def _platform_tag() -> str:
+    return re.sub(r"[^A-Za-z0-9]", "_", sysconfig.get_platform())
+
+
+def _metadata() -> str:
+    readme = (ROOT / "python" / "README.md").read_text() if (ROOT / "python" / "README.md").exists() else ""
+    return (
+        "Metadata-Version: 2.1\n"
+        f"Name: {NAME}\n"
+        f"Version: {_version()}\n"
+        f"Summary: {SUMMARY}\n"
+        "License: BSD-3-Clause\n"
+        "Requires-Python: >=3.8\n"
+        "Provides-Extra: torch\n"
+        'Requires-Dist: torch>=2.5; extra == "torch"\n'
+        "Description-Content-Type: text/markdown\n"
+        "\n" + readme
+    )
+
+
+def _record_line(arcname: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{arcname},sha256={digest},{len(data)}"
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    version = _version()
+    tag = f"py3-none-{_platform_tag()}"
+    wheel_name = f"{NAME}-{version}-{tag}.whl"
+    dist_info = f"{NAME}-{version}.dist-info"
+    files = []  # (arcname, bytes)
+    pkg = ROOT / "python" / NAME
+    for path in sorted(pkg.rglob("*")):
+        if path.is_dir() or "__pycache__" in path.parts or path.suffix in (".pyc", ".so"):
+            continue
+        files.append((f"{NAME}/{path.relative_to(pkg).as_posix()}", path.read_bytes()))
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = _build_library(Path(tmp))
+        files.append((f"{NAME}/libsymmem.so", lib.read_bytes()))
+    files.append((f"{dist_info}/METADATA", _metadata().encode()))
+    files.append((f"{dist_info}/WHEEL", (
+        "Wheel-Version: 1.0\nGenerator: symmem_build\nRoot-Is-Purelib: false\n" f"Tag: {tag}\n").encode()))
+    files.append((f"{dist_info}/LICENSE", (ROOT / "LICENSE").read_bytes()))
+    record = [_record_line(a, d) for a, d in files] + [f"{dist_info}/RECORD,,"]
+    files.append((f"{dist_info}/RECORD", ("\n".join(record) + "\n").encode()))
+    os.makedirs(wheel_directory, exist_ok=True)
+    with zipfile.ZipFile(os.path.join(wheel_directory, wheel_name), "w", zipfile.ZIP_DEFLATED) as z:
+        for arcname, data in files:
+            info = zipfile.ZipInfo(arcname, date_time=(2026, 1, 1, 0, 0, 0))
+            mode = 0o755 if arcname.endswith(".so") else 0o644
+            info.external_attr = (0o100000 | mode) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, data)
+    return wheel_name
+
+
+def _sdist_files():
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+        names = [n for n in out.decode().split("\0") if n]
+    except (OSError, subprocess.CalledProcessError):
+        names = [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*")
+                 if p.is_file() and not any(x in p.parts for x in (".git", "build", "dist", "__pycache__"))]
+    return [n for n in names if (ROOT / n).is_file()]
+
+
+def build_sdist(sdist_directory, config_settings=None):
+    base = f"{NAME}-{_version()}"
+    name = f"{base}.tar.gz"
+    os.makedirs(sdist_directory, exist_ok=True)
+    with tarfile.open(os.path.join(sdist_directory, name), "w:gz") as tar:
+        for n in _sdist_files():
+            tar.add(str(ROOT / n), arcname=f"{base}/{n}")
+        data = _metadata().encode()
+        info = tarfile.TarInfo(f"{base}/PKG-INFO")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return name
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def get_requires_for_build_sdist(config_settings=None):
+    return []

@@ -1,0 +1,440 @@
+package core
+
+// Note [Settings]
+//
+// Every SYMMEM_* environment variable is read here, once, by one parser, and
+// nowhere else (code elsewhere asks Settings for a typed value). The reading
+// is loud: a value that does not parse is an error, listed by
+// Settings.Notes (so by symmem_backend_notes and the diagnostic command) and
+// returned by Default, so the first allocation or group fails with it; it
+// never quietly falls back to the default. A SYMMEM_* name that no setting has is noted too (a typo such as
+// SYMMEM_TIMEOUT=5000 would otherwise do nothing).
+//
+// Formats:
+//   - sizes: an integer with an optional binary suffix K, M, G, T (also KB,
+//     KiB, ..., any case): 512M, 1G, 4096;
+//   - booleans: 1/true/yes/on and 0/false/no/off, any case;
+//   - durations in milliseconds: an integer (milliseconds) or a number with
+//     a unit (ms, s, m, h: 2s, 1500ms); huge values saturate instead of
+//     overflowing time.Duration;
+//   - durations in seconds (SYMMEM_WAIT_REPORT_S): a number of seconds,
+//     fractions allowed (0.5), or a number with a unit.
+//
+// A variable set to the empty string counts as unset.
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// settingKind says how a variable's text is read.
+type settingKind int
+
+const (
+	kindText    settingKind = iota // any text (paths, names, tokens)
+	kindBool                       // 1/true/yes/on, 0/false/no/off
+	kindSize                       // bytes, with K/M/G/T suffixes
+	kindMillis                     // a duration, plain numbers in milliseconds
+	kindSeconds                    // a duration, plain numbers in seconds
+	kindMicros                     // a duration, plain numbers in microseconds
+	kindBackend                    // "auto" or a registered backend's name
+	kindChoice                     // one of settingSpec.choices
+)
+
+var kindNames = map[settingKind]string{
+	kindText: "text", kindBool: "boolean", kindSize: "size",
+	kindMillis: "duration (ms)", kindSeconds: "duration (s)", kindMicros: "duration (us)",
+	kindBackend: "backend name", kindChoice: "choice",
+}
+
+// settingSpec describes one variable. positive: zero is refused (a timeout
+// of 0 would make every wait fail at once).
+type settingSpec struct {
+	name     string
+	kind     settingKind
+	positive bool
+	reader   string   // who reads it, when not the library itself ("python")
+	choices  []string // kindChoice: the values allowed
+	doc      string
+}
+
+// settingSpecs lists every variable the project reads. Add a line here to
+// add a setting; read it with Current().Bool/Size/Duration/Text.
+var settingSpecs = []settingSpec{
+	{name: "SYMMEM_BACKEND", kind: kindBackend, doc: "which backend to open: auto, cuda or host"},
+	{name: "SYMMEM_LIBCUDA", kind: kindText, doc: "path of the CUDA driver library"},
+	{name: "SYMMEM_LIBNCCL", kind: kindText, doc: "path of the NCCL library"},
+	{name: "SYMMEM_LIBNVRTC", kind: kindText, doc: "path of the NVRTC library"},
+	{name: "SYMMEM_LIBRARY", kind: kindText, reader: "python", doc: "path of libsymmem.so for the Python package"},
+	{name: "SYMMEM_STRICT", kind: kindBool, doc: "abort on an invalid or double-freed pointer"},
+	{name: "SYMMEM_TIMEOUT_MS", kind: kindMillis, positive: true, doc: "default timeout of group waits"},
+	{name: "SYMMEM_SOCKET_DIR", kind: kindText, doc: "directory of rendezvous sockets"},
+	{name: "SYMMEM_ALLOW_OVERLAPPING_DEVICES", kind: kindBool, doc: "let several ranks of a group share a device"},
+	{name: "SYMMEM_JOB_TOKEN", kind: kindText, doc: "tells apart jobs that use the same group name"},
+	{name: "SYMMEM_HEAP_RESERVE", kind: kindSize, positive: true, doc: "address space reserved per heap range"},
+	{name: "SYMMEM_TRACE", kind: kindBool, doc: "print the phases of each rendezvous to stderr"},
+	{name: "SYMMEM_WAIT_REPORT_S", kind: kindSeconds, doc: "interval of progress lines while a rank waits (0: off)"},
+	{name: "SYMMEM_SHM_EXCHANGE", kind: kindBool, doc: "records through the shared-memory control page (off: the sockets)"},
+	{name: "SYMMEM_BARRIER", kind: kindChoice, choices: []string{"linear", "dissemination"}, doc: "the host and stream barrier's algorithm"},
+	{name: "SYMMEM_SHM_SPIN_US", kind: kindMicros, doc: "how long a control-page waiter spins before it sleeps"},
+	// Read by the test suites, not the library (listed so that they are not
+	// reported as unknown).
+	{name: "SYMMEM_REQUIRE_GPU", kind: kindBool, reader: "tests", doc: "GPU tests fail instead of skipping"},
+	{name: "SYMMEM_REQUIRE_NVRTC", kind: kindBool, reader: "tests", doc: "NVRTC tests fail instead of skipping"},
+	{name: "SYMMEM_PARTIAL_LIBRARY", kind: kindBool, reader: "tests", doc: "symmetric tests skip on an allocator-only library"},
+}
+
+// Setting is one SYMMEM_* variable found in the environment and how it was
+// read.
+type Setting struct {
+	Name  string
+	Raw   string // the text as set
+	Known bool   // a setting of this project (else a probable typo)
+	Kind  string // "size", "boolean", ...
+	// Reading says what the text was taken to mean ("1073741824 bytes"),
+	// or why it was not.
+	Reading string
+	Reader  string // "library" or "python"
+	Err     error  // non-nil when Raw does not parse
+
+	b bool
+	n uint64
+	d time.Duration
+}
+
+// Settings is the result of reading an environment.
+type Settings struct {
+	byName map[string]*Setting
+	order  []string // names found, sorted
+}
+
+var (
+	settingsMu  sync.Mutex
+	settingsCur *Settings
+)
+
+// Current returns the process's settings, read from the environment at the
+// first call.
+func Current() *Settings {
+	settingsMu.Lock()
+	defer settingsMu.Unlock()
+	if settingsCur == nil {
+		settingsCur = ParseSettings(os.Environ())
+	}
+	return settingsCur
+}
+
+// ReloadSettings reads the environment again. Only for tests that change
+// variables with t.Setenv; the library reads its settings once.
+func ReloadSettings() *Settings {
+	settingsMu.Lock()
+	defer settingsMu.Unlock()
+	settingsCur = ParseSettings(os.Environ())
+	return settingsCur
+}
+
+// IsSetting says whether name is one of the settings (settingSpecs).
+func IsSetting(name string) bool {
+	_, ok := specOf(name)
+	return ok
+}
+
+func specOf(name string) (settingSpec, bool) {
+	for _, s := range settingSpecs {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return settingSpec{}, false
+}
+
+// ParseSettings reads every SYMMEM_* variable of environ ("NAME=value").
+func ParseSettings(environ []string) *Settings {
+	st := &Settings{byName: map[string]*Setting{}}
+	for _, kv := range environ {
+		name, raw, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, "SYMMEM_") || raw == "" {
+			continue
+		}
+		s := &Setting{Name: name, Raw: raw, Reader: "library"}
+		spec, known := specOf(name)
+		s.Known = known
+		if !known {
+			s.Kind = "unknown"
+			s.Reading = "not a setting of libsymmem: ignored"
+			if near := nearestSetting(name); near != "" {
+				s.Reading += fmt.Sprintf(" (did you mean %s?)", near)
+			}
+		} else {
+			s.Kind = kindNames[spec.kind]
+			if spec.reader != "" {
+				s.Reader = spec.reader
+			}
+			s.read(spec)
+		}
+		st.byName[name] = s
+		st.order = append(st.order, name)
+	}
+	sort.Strings(st.order)
+	return st
+}
+
+// read parses s.Raw as spec says, setting the typed value and Reading, or Err.
+func (s *Setting) read(spec settingSpec) {
+	var err error
+	switch spec.kind {
+	case kindText, kindBackend:
+		s.Reading = strconv.Quote(s.Raw)
+	case kindBool:
+		if s.b, err = ParseBool(s.Raw); err == nil {
+			s.Reading = strconv.FormatBool(s.b)
+		}
+	case kindSize:
+		if s.n, err = ParseSize(s.Raw); err == nil {
+			s.Reading = fmt.Sprintf("%d bytes", s.n)
+			if spec.positive && s.n == 0 {
+				err = fmt.Errorf("must be more than 0 bytes")
+			}
+		}
+	case kindChoice:
+		s.Reading = strconv.Quote(s.Raw)
+		ok := false
+		for _, c := range spec.choices {
+			ok = ok || s.Raw == c
+		}
+		if !ok {
+			err = fmt.Errorf("not one of %s", strings.Join(spec.choices, ", "))
+		}
+	case kindMillis, kindSeconds, kindMicros:
+		unit := time.Millisecond
+		switch spec.kind {
+		case kindSeconds:
+			unit = time.Second
+		case kindMicros:
+			unit = time.Microsecond
+		}
+		if s.d, err = ParseDuration(s.Raw, unit); err == nil {
+			s.Reading = s.d.String()
+			if spec.positive && s.d <= 0 {
+				err = fmt.Errorf("must be more than 0")
+			}
+		}
+	}
+	if err != nil {
+		s.Err = Errorf(ErrInvalidArgument, "%s=%q cannot be read as a %s: %v", s.Name, s.Raw, kindNames[spec.kind], err)
+		s.Reading = "unreadable: " + err.Error()
+	}
+}
+
+// nearestSetting names the known setting closest to name (edit distance at
+// most 3), or "".
+func nearestSetting(name string) string {
+	best, bestD := "", 4
+	for _, s := range settingSpecs {
+		if d := editDistance(name, s.name); d < bestD {
+			best, bestD = s.name, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := prev[j-1]
+			if a[i-1] != b[j-1] {
+				c++
+			}
+			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// ParseBool reads 1/true/yes/on and 0/false/no/off, in any case.
+func ParseBool(s string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "1", "true", "yes", "on":
+		return true, nil
+	case "0", "false", "no", "off":
+		return false, nil
+	}
+	return false, fmt.Errorf("not one of 1/true/yes/on or 0/false/no/off")
+}
+
+// ParseSize reads a byte count with an optional binary suffix: 4096, 512K,
+// 512M, 1G, 2T (also KB/KiB, MB/MiB, ..., any case). Overflow is an error.
+func ParseSize(s string) (uint64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
+	shift := uint(0)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'K':
+			shift = 10
+		case 'M':
+			shift = 20
+		case 'G':
+			shift = 30
+		case 'T':
+			shift = 40
+		}
+		if shift != 0 {
+			t = t[:n-1]
+		}
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(t), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("not a size (examples: 4096, 512M, 1G)")
+	}
+	if v > math.MaxUint64>>shift {
+		return 0, fmt.Errorf("more than 2^64 bytes")
+	}
+	return v << shift, nil
+}
+
+// ParseDuration reads a duration: a plain number counts in unit (fractions
+// allowed), a number with a unit (ms, s, m, h, as Go writes them) counts in
+// that unit. Negative values are errors; values beyond time.Duration's range
+// saturate at its maximum.
+func ParseDuration(s string, unit time.Duration) (time.Duration, error) {
+	t := strings.TrimSpace(s)
+	if f, err := strconv.ParseFloat(t, 64); err == nil {
+		if f < 0 || math.IsNaN(f) {
+			return 0, fmt.Errorf("negative or not a number")
+		}
+		return SaturatingDuration(f, unit), nil
+	}
+	if strings.HasPrefix(t, "-") {
+		return 0, fmt.Errorf("negative")
+	}
+	d, err := time.ParseDuration(t)
+	if err != nil {
+		if strings.Contains(err.Error(), "overflow") {
+			return time.Duration(math.MaxInt64), nil
+		}
+		return 0, fmt.Errorf("not a number of %s nor a duration such as 2s or 1500ms", unitName(unit))
+	}
+	return d, nil
+}
+
+func unitName(unit time.Duration) string {
+	switch unit {
+	case time.Second:
+		return "seconds"
+	case time.Microsecond:
+		return "microseconds"
+	}
+	return "milliseconds"
+}
+
+// SaturatingDuration is n units as a Duration, clamped to the largest
+// Duration instead of overflowing.
+func SaturatingDuration(n float64, unit time.Duration) time.Duration {
+	v := n * float64(unit)
+	if v >= math.MaxInt64 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(v)
+}
+
+// lookup returns the readable setting name, if set; it panics on a name
+// that settingSpecs lacks or a kind mismatch (a bug caught by any test).
+func (st *Settings) lookup(name string, kinds ...settingKind) *Setting {
+	spec, ok := specOf(name)
+	if !ok {
+		panic("libsymmem: setting " + name + " is not in settingSpecs")
+	}
+	match := false
+	for _, k := range kinds {
+		match = match || spec.kind == k
+	}
+	if !match {
+		panic("libsymmem: setting " + name + " read as the wrong kind")
+	}
+	s := st.byName[name]
+	if s == nil || s.Err != nil {
+		return nil
+	}
+	return s
+}
+
+// Bool is the boolean setting name, or def when unset or unreadable.
+func (st *Settings) Bool(name string, def bool) bool {
+	if s := st.lookup(name, kindBool); s != nil {
+		return s.b
+	}
+	return def
+}
+
+// Size is the size setting name in bytes, or def.
+func (st *Settings) Size(name string, def uint64) uint64 {
+	if s := st.lookup(name, kindSize); s != nil {
+		return s.n
+	}
+	return def
+}
+
+// Duration is the duration setting name, or def.
+func (st *Settings) Duration(name string, def time.Duration) time.Duration {
+	if s := st.lookup(name, kindMillis, kindSeconds, kindMicros); s != nil {
+		return s.d
+	}
+	return def
+}
+
+// Text is the text setting name, or def.
+func (st *Settings) Text(name string, def string) string {
+	if s := st.lookup(name, kindText, kindBackend, kindChoice); s != nil {
+		return s.Raw
+	}
+	return def
+}
+
+// All lists every SYMMEM_* variable found, by name.
+func (st *Settings) All() []Setting {
+	out := make([]Setting, 0, len(st.order))
+	for _, n := range st.order {
+		out = append(out, *st.byName[n])
+	}
+	return out
+}
+
+// Err is the first unreadable setting's error (nil when all read).
+func (st *Settings) Err() error {
+	for _, n := range st.order {
+		if e := st.byName[n].Err; e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// Notes says what is wrong with the settings, one line per problem:
+// unreadable values and names that are no setting.
+func (st *Settings) Notes() []string {
+	var out []string
+	for _, n := range st.order {
+		s := st.byName[n]
+		switch {
+		case s.Err != nil:
+			out = append(out, "setting "+s.Err.Error()+" (allocations and groups fail until it is fixed)")
+		case !s.Known:
+			out = append(out, fmt.Sprintf("setting %s=%q: %s", s.Name, s.Raw, s.Reading))
+		}
+	}
+	return out
+}

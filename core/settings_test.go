@@ -1,0 +1,116 @@
+package core
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]uint64{
+		"4096": 4096, "512M": 512 << 20, "1G": 1 << 30, "1g": 1 << 30, "2GiB": 2 << 30,
+		"3KB": 3 << 10, " 7T ": 7 << 40, "0": 0,
+	} {
+		got, err := ParseSize(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, bad := range []string{"", "G", "1.5G", "-1", "1X", "20000000000T"} {
+		_, err := ParseSize(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestParseBool(t *testing.T) {
+	for _, s := range []string{"1", "true", "YES", "On"} {
+		v, err := ParseBool(s)
+		require.NoError(t, err)
+		assert.True(t, v, s)
+	}
+	for _, s := range []string{"0", "false", "No", "OFF"} {
+		v, err := ParseBool(s)
+		require.NoError(t, err)
+		assert.False(t, v, s)
+	}
+	_, err := ParseBool("maybe")
+	assert.Error(t, err)
+}
+
+func TestParseDuration(t *testing.T) {
+	d, err := ParseDuration("1500", time.Millisecond)
+	require.NoError(t, err)
+	assert.Equal(t, 1500*time.Millisecond, d)
+	d, err = ParseDuration("2s", time.Millisecond)
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Second, d)
+	d, err = ParseDuration("0.25", time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, 250*time.Millisecond, d)
+	// Saturates rather than overflowing into a negative duration.
+	d, err = ParseDuration("99999999999999999999", time.Millisecond)
+	require.NoError(t, err)
+	assert.Equal(t, time.Duration(math.MaxInt64), d)
+	assert.Equal(t, Forever, Millis(math.MaxInt64))
+	for _, bad := range []string{"-5", "soon", "-2s"} {
+		_, err := ParseDuration(bad, time.Millisecond)
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestSettingsReadLoudly(t *testing.T) {
+	st := ParseSettings([]string{
+		"SYMMEM_HEAP_RESERVE=1G", "SYMMEM_STRICT=yes", "SYMMEM_TRACE=true",
+		"SYMMEM_TIMEOUT_MS=2s", "PATH=/bin", "SYMMEM_SOCKET_DIR=",
+	})
+	assert.Equal(t, uint64(1<<30), st.Size("SYMMEM_HEAP_RESERVE", 0))
+	assert.True(t, st.Bool("SYMMEM_STRICT", false))
+	assert.True(t, st.Bool("SYMMEM_TRACE", false))
+	assert.Equal(t, 2*time.Second, st.Duration("SYMMEM_TIMEOUT_MS", 0))
+	assert.Equal(t, "dflt", st.Text("SYMMEM_SOCKET_DIR", "dflt"), "empty counts as unset")
+	assert.NoError(t, st.Err())
+	assert.Empty(t, st.Notes())
+	require.Len(t, st.All(), 4)
+	assert.Equal(t, "1073741824 bytes", st.All()[0].Reading)
+
+	bad := ParseSettings([]string{"SYMMEM_HEAP_RESERVE=lots", "SYMMEM_STRICT=perhaps",
+		"SYMMEM_TIMEOUT_MS=0", "SYMMEM_TIMOUT_MS=5", "SYMMEM_BARRIER=tree"})
+	assert.Equal(t, uint64(7), bad.Size("SYMMEM_HEAP_RESERVE", 7), "unreadable: default")
+	require.Error(t, bad.Err())
+	assert.Equal(t, ErrInvalidArgument, CodeOf(bad.Err()))
+	notes := strings.Join(bad.Notes(), "\n")
+	for _, want := range []string{`SYMMEM_HEAP_RESERVE="lots"`, `SYMMEM_STRICT="perhaps"`,
+		`SYMMEM_TIMEOUT_MS="0"`, "must be more than 0", "did you mean SYMMEM_TIMEOUT_MS?",
+		`SYMMEM_BARRIER="tree"`, "not one of linear, dissemination"} {
+		assert.Contains(t, notes, want)
+	}
+}
+
+func TestMisspeltBackendIsExplained(t *testing.T) {
+	_, notes, err := OpenBackend("gpu")
+	require.Error(t, err)
+	assert.Equal(t, ErrUnavailable, CodeOf(err))
+	joined := strings.Join(notes, "\n")
+	assert.Contains(t, joined, `SYMMEM_BACKEND="gpu" names no known backend`)
+	assert.Contains(t, joined, "auto")
+}
+
+// Every setting in the table is read as its kind without panicking.
+func TestEverySpecReadable(t *testing.T) {
+	st := ParseSettings(nil)
+	for _, s := range settingSpecs {
+		switch s.kind {
+		case kindBool:
+			st.Bool(s.name, false)
+		case kindSize:
+			st.Size(s.name, 0)
+		case kindMillis, kindSeconds, kindMicros:
+			st.Duration(s.name, 0)
+		default:
+			st.Text(s.name, "")
+		}
+	}
+}

@@ -1,0 +1,72 @@
+"""The diagnostic: symmem.info(), python -m symmem (text and --json)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import symmem
+
+
+def _run(*args, env_extra=None):
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "symmem", *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_info_reports_library_backend_settings():
+    rep = symmem.info()
+    assert rep["version"] == symmem.__version__
+    assert rep["version_number"] == symmem.version()
+    assert os.path.isabs(rep["library"]) and os.path.exists(rep["library"])
+    assert rep["backend"]["name"] == symmem.backend_name()
+    assert rep["backend"]["why"]
+    assert len(rep["devices"]) == symmem.device_count()
+    assert rep["devices"][0]["total_memory"] > 0
+    for lib in ("nccl", "nvrtc"):
+        assert lib in rep["libraries"]
+    sd = rep["socket_dir"]
+    assert sd["mode"] == "0700" and sd["owner_uid"] == os.getuid()
+    names = {s["name"] for s in rep["settings"]}
+    # read once, when the library started: what was set then (the test run's
+    # SYMMEM_LIBRARY at least)
+    assert "SYMMEM_LIBRARY" in names, names
+
+
+def test_main_json_with_bad_settings_and_self_test():
+    p = _run("--json", env_extra={"SYMMEM_HEAP_RESERVE": "1G", "SYMMEM_STRICT": "perhaps", "SYMMEM_TRACEE": "1"})
+    rep = json.loads(p.stdout)
+    by = {s["name"]: s for s in rep["settings"]}
+    assert by["SYMMEM_HEAP_RESERVE"]["reading"] == "1073741824 bytes"
+    assert "SYMMEM_STRICT" in by["SYMMEM_STRICT"]["error"]
+    assert "did you mean SYMMEM_TRACE?" in by["SYMMEM_TRACEE"]["reading"]
+    notes = "\n".join(rep["backend"]["notes"])
+    assert 'SYMMEM_STRICT="perhaps"' in notes
+    # An unreadable setting fails the first use: the self-test says so.
+    assert rep["ok"] is False and p.returncode == 1
+    assert "SYMMEM_STRICT" in rep["self_test"][0]["detail"]
+
+
+def test_main_text_passes_self_test():
+    p = _run()
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout
+    for want in ("symmem package", "backend:", "devices:", "socket directory:", "settings", "self-test: PASS",
+                 "PASS 2-process group, rendezvous, barrier"):
+        assert want in out, out
+
+
+def test_misspelt_backend_is_explained():
+    p = _run("--json", "--no-self-test", env_extra={"SYMMEM_BACKEND": "gpu"})
+    rep = json.loads(p.stdout)
+    assert rep["backend"]["name"] == "none"
+    assert 'SYMMEM_BACKEND="gpu" names no known backend' in "\n".join(rep["backend"]["notes"])
+
+
+def test_free_finds_the_device_of_the_pointer():
+    n = symmem.device_count()
+    dev = n - 1  # device 1 under the fake driver (2 devices), 0 on host
+    p = symmem.alloc(4096, device=dev)
+    before = symmem.memory_stats(dev)["allocation.all.current"]
+    symmem.free(p)  # no device given: the library knows it
+    assert symmem.memory_stats(dev)["allocation.all.current"] == before - 1

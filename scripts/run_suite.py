@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Runs one test suite for `make test`: its whole output goes to a log file,
+the lines worth seeing go to the terminal, a line is printed at least every
+10 s while it runs, and its counts (passed, failed, skipped) and time are
+written to build/results/NAME.tsv for scripts/summary.py's table.
+
+    run_suite.py NAME KIND -- COMMAND...
+
+KIND says how to count and what to show: go (go test -v), pytest (pytest -q
+-rs), c (the C tests' check.h lines, "N passed, M failed" and "skip"), plain
+(everything shown; counted from "N passed, M failed" lines, else by the exit
+status alone).
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+HEARTBEAT_S = 10.0
+# A suite still running after this long is killed and counted as failed, so
+# that a hang shows as a row of the table, not as a make that never ends.
+SUITE_TIMEOUT_S = float(os.environ.get("SUITE_TIMEOUT_S", "900"))
+
+
+def shown(kind: str, line: str) -> bool:
+    if kind == "go":
+        return bool(re.match(r"^(ok |FAIL|--- FAIL|panic|--- SKIP|\s+--- FAIL|# |\S+\.go:\d+)", line)) or "DATA RACE" in line
+    if kind == "c":
+        return bool(re.search(r"FAIL|\d+ passed, \d+ failed|^== |skip|ERROR|Sanitizer", line))
+    return True
+
+
+def count(kind: str, lines):
+    p = f = s = 0
+    if kind == "go":
+        for l in lines:
+            m = re.match(r"^\s*--- (PASS|FAIL|SKIP):", l)
+            if m:
+                p += m.group(1) == "PASS"
+                f += m.group(1) == "FAIL"
+                s += m.group(1) == "SKIP"
+    elif kind == "pytest":
+        for l in lines:
+            if re.search(r"\d+ (passed|failed|skipped|error)", l) and (" in " in l):
+                for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?)", l):
+                    if what == "passed":
+                        p += int(n)
+                    elif what == "skipped":
+                        s += int(n)
+                    else:
+                        f += int(n)
+    elif kind in ("c", "plain"):
+        for l in lines:
+            m = re.search(r"(\d+) passed, (\d+) failed", l)
+            if m:
+                p += int(m.group(1))
+                f += int(m.group(2))
+            if re.search(r"\bskip\b", l):
+                s += 1
+    return p, f, s
+
+
+def main() -> int:
+    name, kind = sys.argv[1], sys.argv[2]
+    assert sys.argv[3] == "--"
+    cmd = sys.argv[4:]
+    os.makedirs("build/results", exist_ok=True)
+    os.makedirs("build/logs", exist_ok=True)
+    log_path = f"build/logs/{name}.log"
+    start = time.monotonic()
+    last = [start]
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def say(msg: str) -> None:
+        with lock:
+            print(f"[{name}] {msg}", flush=True)
+            last[0] = time.monotonic()
+
+    timed_out = threading.Event()
+    procs = []
+
+    def beat() -> None:
+        while not done.wait(1.0):
+            now = time.monotonic()
+            if now - last[0] >= HEARTBEAT_S:
+                say(f"... running, {now - start:.0f} s (log: {log_path})")
+            if now - start > SUITE_TIMEOUT_S and procs and not timed_out.is_set():
+                timed_out.set()
+                say(f"TIMED OUT after {SUITE_TIMEOUT_S:.0f} s (SUITE_TIMEOUT_S): killing it")
+                try:
+                    os.killpg(procs[0].pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+    say("start: " + " ".join(cmd))
+    threading.Thread(target=beat, daemon=True).start()
+    lines = []
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                                start_new_session=True)
+        procs.append(proc)
+        for line in proc.stdout:
+            log.write(line)
+            line = line.rstrip("\n")
+            lines.append(line)
+            if shown(kind, line):
+                say(line)
+        rc = proc.wait()
+    done.set()
+    secs = time.monotonic() - start
+    p, f, s = count(kind, lines)
+    if kind == "plain" and rc == 0 and p + f == 0:
+        p = 1  # a plain suite that printed no counts: its exit status is its one result
+    if rc != 0 and f == 0:
+        f = 1  # a failure the counts did not see (build error, crash)
+        if kind == "c" or kind == "go":
+            for l in lines[-30:]:
+                print(f"[{name}] {l}", flush=True)
+    with open(f"build/results/{name}.tsv", "w") as out:
+        out.write(f"{name}\t{p}\t{f}\t{s}\t{secs:.1f}\t{rc}\n")
+    say(f"{'ok' if rc == 0 else 'FAILED (exit %d)' % rc}: {p} passed, {f} failed, {s} skipped in {secs:.1f} s")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

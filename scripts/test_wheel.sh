@@ -1,0 +1,74 @@
+#!/bin/sh
+# A user's first minutes with pip: in a fresh virtual environment,
+# `pip install .` at the repository root (offline: the build backend needs
+# nothing from PyPI), then from another directory `import symmem;
+# symmem.alloc(64)` with no SYMMEM_LIBRARY: the package's own copy is used.
+# Then the lookup order: without the package's copy the system loader's path
+# (LD_LIBRARY_PATH here, the ld.so cache after make install) is used, and when
+# nothing is found the error lists every place tried.
+set -eu
+root=$(pwd)
+t=$root/build/wheel-test
+rm -rf "$t"
+mkdir -p "$t/elsewhere"
+unset SYMMEM_LIBRARY || true
+python3 -m venv --without-pip "$t/venv"
+py=$t/venv/bin/python
+python3 -m pip --python "$py" install -q --no-index --no-build-isolation --no-deps "$root"
+whl=$(ls "$root"/dist/*.whl 2>/dev/null | head -1 || true)
+cd "$t/elsewhere"
+"$py" - <<'PY'
+import os, symmem
+p = symmem.alloc(64)
+assert p, p
+symmem.free(p)
+lib = symmem.library_path()
+pkg = os.path.dirname(symmem.__file__)
+assert lib == os.path.join(pkg, "libsymmem.so"), (lib, pkg)
+assert "site-packages" in pkg, pkg
+assert os.path.exists(os.path.join(pkg, "py.typed"))
+print("fresh venv: import symmem; symmem.alloc(64) ok, library", lib)
+PY
+"$py" -m symmem --no-self-test > "$t/info.txt"
+head -3 "$t/info.txt"
+# The wheel's tag is a platform tag, not py3-none-any.
+"$py" - <<'PY'
+import glob, os, symmem
+d = glob.glob(os.path.join(os.path.dirname(os.path.dirname(symmem.__file__)), "symmem-*.dist-info"))[0]
+wheel = open(os.path.join(d, "WHEEL")).read()
+assert "Root-Is-Purelib: false" in wheel and "Tag: py3-none-linux_" in wheel, wheel
+print("wheel tag:", [l for l in wheel.splitlines() if l.startswith("Tag")][0])
+PY
+# Without the package's copy: the system loader's path, then the error.
+site=$("$py" -c "import symmem, os; print(os.path.dirname(symmem.__file__))")
+rm "$site/libsymmem.so"
+LD_LIBRARY_PATH=$root/build "$py" -c "
+import symmem
+symmem.free(symmem.alloc(64))
+assert symmem.library_path() == '$root/build/libsymmem.so.0', symmem.library_path()
+print('system loader path: ok,', symmem.library_path())"
+LD_LIBRARY_PATH= "$py" -c "
+import symmem
+try:
+    symmem.alloc(64)
+except symmem.LibraryNotFoundError as e:
+    msg = str(e)
+    assert '$site/libsymmem.so: no such file' in msg and 'libsymmem.so.0 (through the system loader' in msg, msg
+    assert '$root/build/libsymmem.so' not in msg, msg  # an installed package names no source-tree folder
+    print('not found: the error lists what was tried:'); print(msg)
+else:
+    raise SystemExit('expected LibraryNotFoundError')"
+# The build's own message when Go is missing or too old.
+cd "$root"
+printf '#!/bin/sh\necho go1.10\n' > "$t/oldgo"; chmod +x "$t/oldgo"
+for go in /nonexistent/go "$t/oldgo"; do
+  GO=$go python3 -c "
+import sys; sys.path.insert(0, 'buildsys'); import symmem_build
+try:
+    symmem_build._check_toolchain()
+except symmem_build.BuildError as e:
+    assert 'needs Go >=' in str(e), e; print('GO=$go:', e)
+else:
+    raise SystemExit('expected BuildError for GO=$go')"
+done
+echo "1 passed, 0 failed"
