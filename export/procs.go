@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"runtime"
+	"strconv"
 )
 
 // Note [At least two Ps]
@@ -22,8 +23,9 @@ import (
 // behind runtime work that is not running.
 //
 // So the library's init raises GOMAXPROCS to minProcs when it started lower,
-// unless the user set GOMAXPROCS in the environment (their value is kept,
-// even 1). Setting it turns off the runtime's own later updates of
+// unless the user set GOMAXPROCS in the environment to a value the runtime
+// honours, a positive integer (their value is kept, even 1; an empty or
+// invalid value, which the runtime ignores, counts as unset). Setting it turns off the runtime's own later updates of
 // GOMAXPROCS (from a changed affinity mask or cgroup limit); that is only
 // done in the case changed here, where the value would otherwise be 1.
 // Checked by TestAtLeastTwoProcsUnderOneCPU (procs_test.go).
@@ -35,7 +37,7 @@ func init() { raiseProcs() }
 // effect afterwards.
 func raiseProcs() int {
 	n := runtime.GOMAXPROCS(0)
-	if _, set := os.LookupEnv("GOMAXPROCS"); set || n >= minProcs {
+	if userProcs, err := strconv.Atoi(os.Getenv("GOMAXPROCS")); (err == nil && userProcs > 0) || n >= minProcs {
 		return n
 	}
 	runtime.GOMAXPROCS(minProcs)

@@ -87,4 +87,7 @@ func TestAtLeastTwoProcsUnderOneCPU(t *testing.T) {
 	require.Equal(t, "cpus=1 procs=2", runPinnedChild(t))
 	require.Equal(t, "cpus=1 procs=1", runPinnedChild(t, env("GOMAXPROCS=1")...))
 	require.Equal(t, "cpus=1 procs=3", runPinnedChild(t, env("GOMAXPROCS=3")...))
+	// Values the runtime ignores are not the user's choice.
+	require.Equal(t, "cpus=1 procs=2", runPinnedChild(t, env("GOMAXPROCS=")...))
+	require.Equal(t, "cpus=1 procs=2", runPinnedChild(t, env("GOMAXPROCS=many")...))
 }
