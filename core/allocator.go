@@ -85,17 +85,36 @@ type segment struct {
 	small      bool
 	first      *block
 	nAllocated int
+	// paused: the segment's physical memory was released by Pause (mem is
+	// 0, [addr, addr+size) stays reserved in the heap, blocks keep their
+	// bookkeeping); Resume maps new memory there. Counted in paused_bytes,
+	// not reserved_bytes.
+	paused bool
+	// exported: a descriptor of mem went to another process
+	// (ExportSegment), so only a collective pause may release it.
+	exported bool
+	// backup is the host copy made by Pause when the tag asked for one
+	// (size bytes, kept for the next cycle; 0 = none yet).
+	backup uintptr
 	// unmapped is set once the backend has unmapped the segment; from then
 	// on it must be in no pool and not in the heap (Validate checks it).
 	unmapped bool
 }
 
-// streamPools holds the free blocks of one stream.
+// streamPools holds the free blocks of one (tag, stream): a tag's blocks
+// come from its own segments only (Note [Tags and pause] in tags.go).
 type streamPools struct {
 	stream Stream
+	tag    *tagState
 	number int // order of first use: placement keys on this, not the pointer
 	small  freeSet
 	large  freeSet
+}
+
+// poolKey names the pools of a stream within a tag.
+type poolKey struct {
+	tag    TagID
+	stream Stream
 }
 
 func (sp *streamPools) pool(small bool) *freeSet {
@@ -117,8 +136,8 @@ type Allocator struct {
 
 	// live maps the address of every allocated block to it.
 	live blockTable
-	// streams maps a stream to its pools; order lists them by first use.
-	streams map[Stream]*streamPools
+	// streams maps a (tag, stream) to its pools; order lists them by first use.
+	streams map[poolKey]*streamPools
 	order   []*streamPools
 	last    *streamPools // the pools of the last stream used (a fast path)
 
@@ -128,6 +147,9 @@ type Allocator struct {
 	allocs     uint64 // successful Alloc calls, for divergence reports
 	frees      uint64 // successful Free calls
 	spareBlock []*block
+	// tags[id] is the state of tag id here, made at its first allocation
+	// on this device (nil before); tags[0] is the untagged memory.
+	tags []*tagState
 	hist       *history // nil unless recording (Note [Heap snapshots and allocation history])
 	// leakedSegments counts segments unmapped whose physical memory the
 	// backend failed to release.
@@ -200,8 +222,9 @@ func NewAllocator(be Backend, device int) (*Allocator, error) {
 		device:  device,
 		gran:    gran,
 		total:   total,
-		streams: make(map[Stream]*streamPools),
+		streams: make(map[poolKey]*streamPools),
 	}
+	a.tags = []*tagState{{}}
 	a.heap.init(be, device, gran, total)
 	if n := historyMax.Load(); n > 0 {
 		a.hist = &history{max: int(n)}
@@ -250,14 +273,15 @@ func shouldSplit(small bool, blockSize, size uintptr) bool {
 	return rest > smallRequest
 }
 
-func (a *Allocator) poolsOf(s Stream) *streamPools {
-	if sp := a.last; sp != nil && sp.stream == s {
+func (a *Allocator) poolsOf(t *tagState, s Stream) *streamPools {
+	if sp := a.last; sp != nil && sp.stream == s && sp.tag == t {
 		return sp
 	}
-	sp := a.streams[s]
+	k := poolKey{t.id, s}
+	sp := a.streams[k]
 	if sp == nil {
-		sp = &streamPools{stream: s, number: len(a.order)}
-		a.streams[s] = sp
+		sp = &streamPools{stream: s, tag: t, number: len(a.order)}
+		a.streams[k] = sp
 		a.order = append(a.order, sp)
 	}
 	a.last = sp
@@ -281,17 +305,34 @@ func (a *Allocator) dropBlock(b *block) {
 }
 
 // Alloc returns the address of a block of at least size bytes for use on
-// stream s.
+// stream s, untagged.
 func (a *Allocator) Alloc(size uintptr, s Stream) (uintptr, error) {
+	return a.AllocTagged(size, s, 0)
+}
+
+// AllocTagged is Alloc for a block of tag (0: untagged; see RegisterTag),
+// taken from that tag's segments only. A paused tag refuses with
+// ErrInvalidState.
+func (a *Allocator) AllocTagged(size uintptr, s Stream, tag TagID) (uintptr, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	t := a.tags[0]
+	if tag != 0 {
+		var err error
+		if t, err = a.tagLocked(tag); err != nil {
+			return 0, err
+		}
+		if t.paused {
+			return 0, Errorf(ErrInvalidState, "%d bytes requested on device %d in tag %q, which is paused: resume it first", size, a.device, t.name)
+		}
+	}
 	if size > maxRequest || uint64(size) > a.total {
 		a.st.numOOM++
 		return 0, Errorf(ErrOutOfMemory, "%d bytes requested on device %d, which has %d bytes in all (%s backend)", size, a.device, a.total, a.be.Name())
 	}
 	rounded := roundRequest(size)
 	small := rounded <= smallRequest
-	sp := a.poolsOf(s)
+	sp := a.poolsOf(t, s)
 	pool := sp.pool(small)
 	b := pool.lowerBound(rounded)
 	if b == nil {
@@ -397,6 +438,8 @@ func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
 	if b == nil {
 		return a.explainForeign(ptr)
 	}
+	// A block of a paused segment may be freed: that is bookkeeping only,
+	// nothing below touches its memory.
 	var mismatch error
 	if size != 0 && size != b.requested {
 		mismatch = Errorf(ErrInvalidArgument, "free of %#x on device %d: size %d differs from the %d bytes allocated (the block was freed anyway)", ptr, a.device, size, b.requested)
@@ -491,6 +534,8 @@ type SegmentInfo struct {
 	Addr    uintptr
 	Size    uintptr
 	HeapOff uint64
+	Tag     string // the segment's tag ("" = untagged)
+	Paused  bool   // its physical memory is released (Pause)
 }
 
 // BlockInfo describes an allocated block.
@@ -529,7 +574,7 @@ func (a *Allocator) Lookup(ptr uintptr) (BlockInfo, error) {
 	}
 	s := b.seg
 	return BlockInfo{Addr: b.addr, Size: b.size, Requested: b.requested, HeapOff: b.heapOff,
-		Device: a.device, Segment: SegmentInfo{ID: s.id, Addr: s.addr, Size: s.size, HeapOff: s.heapOff},
+		Device: a.device, Segment: s.info(),
 		Allocs: a.allocs, Frees: a.frees}, nil
 }
 
@@ -542,7 +587,14 @@ func (a *Allocator) ExportSegment(segAddr uintptr) (int, error) {
 	if seg == nil || seg.addr != segAddr {
 		return -1, Errorf(ErrInvalidPointer, "%#x is not the start of a segment on device %d", segAddr, a.device)
 	}
-	return a.be.Export(seg.mem)
+	if seg.paused {
+		return -1, Errorf(ErrInvalidState, "the segment at %#x on device %d belongs to tag %q, which is paused", segAddr, a.device, seg.pools.tag.name)
+	}
+	fd, err := a.be.Export(seg.mem)
+	if err == nil {
+		seg.exported = true
+	}
+	return fd, err
 }
 
 // releaseIdle releases every segment with no allocated block, after waiting
@@ -551,7 +603,8 @@ func (a *Allocator) ExportSegment(segAddr uintptr) (int, error) {
 func (a *Allocator) releaseIdle() error {
 	var idle []*segment
 	for _, seg := range a.heap.segments {
-		if seg.nAllocated == 0 {
+		// A paused segment holds no memory: it stays until its tag resumes.
+		if seg.nAllocated == 0 && !seg.paused {
 			idle = append(idle, seg)
 		}
 	}
@@ -583,6 +636,7 @@ func (a *Allocator) releaseSegment(seg *segment) error {
 	}
 	seg.unmapped = true
 	relErr := a.be.Release(seg.mem)
+	a.dropBackup(seg)
 	seg.pools.pool(seg.small).remove(seg.first)
 	a.dropBlock(seg.first)
 	a.heap.remove(seg.heapOff)
@@ -671,9 +725,12 @@ func (a *Allocator) Close() error {
 	segs := append([]*segment(nil), a.heap.segments...)
 	sort.Slice(segs, func(i, j int) bool { return segs[i].heapOff < segs[j].heapOff })
 	for _, seg := range segs {
-		_ = a.runReleaseHooks(seg)
-		_ = a.be.Unmap(a.device, seg.addr, seg.size)
-		_ = a.be.Release(seg.mem)
+		if !seg.paused {
+			_ = a.runReleaseHooks(seg)
+			_ = a.be.Unmap(a.device, seg.addr, seg.size)
+			_ = a.be.Release(seg.mem)
+		}
+		a.dropBackup(seg)
 	}
 	a.heap.segments = nil
 	a.live = blockTable{}

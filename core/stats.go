@@ -20,12 +20,13 @@ const (
 	// counted while isInactiveSplit(b). statInactiveSplitBytes is their size.
 	statInactiveSplit
 	statInactiveSplitBytes
+	statPausedBytes                    // bytes of segments whose memory Pause released
 	numStatKinds
 )
 
 var statKindNames = [numStatKinds]string{
 	"allocation", "segment", "active", "allocated_bytes", "reserved_bytes",
-	"active_bytes", "requested_bytes", "inactive_split", "inactive_split_bytes",
+	"active_bytes", "requested_bytes", "inactive_split", "inactive_split_bytes", "paused_bytes",
 }
 
 // statPool selects the aggregate ("all") or one of the two pools.

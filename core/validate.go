@@ -20,7 +20,7 @@ func (a *Allocator) Validate() error {
 func (a *Allocator) validateLocked() error {
 	var (
 		allocated, nAlloc, requested [numStatPools]int64
-		reserved, nSeg               [numStatPools]int64
+		reserved, nSeg, paused       [numStatPools]int64
 		nSplit, splitBytes           [numStatPools]int64
 		freeBlocks                   = map[*freeSet]int{}
 	)
@@ -50,7 +50,7 @@ func (a *Allocator) validateLocked() error {
 		if seg.unmapped {
 			return fmt.Errorf("segment %d (%#x, heap offset %d) is unmapped but still in the heap: its blocks would fault", seg.id, seg.addr, seg.heapOff)
 		}
-		if a.streams[seg.pools.stream] != seg.pools {
+		if a.streams[poolKey{seg.pools.tag.id, seg.pools.stream}] != seg.pools || a.tags[seg.pools.tag.id] != seg.pools.tag {
 			return fmt.Errorf("segment %d belongs to pools of an unknown stream", seg.id)
 		}
 		set := seg.pools.pool(seg.small)
@@ -101,7 +101,14 @@ func (a *Allocator) validateLocked() error {
 		if n != seg.nAllocated {
 			return fmt.Errorf("segment %d counts %d allocated blocks but holds %d", seg.id, seg.nAllocated, n)
 		}
-		reserved[pool(seg.small)] += int64(seg.size)
+		if seg.paused {
+			if !seg.pools.tag.paused {
+				return fmt.Errorf("segment %d is paused but its tag %q is live (untagged memory is never paused)", seg.id, seg.pools.tag.name)
+			}
+			paused[pool(seg.small)] += int64(seg.size)
+		} else {
+			reserved[pool(seg.small)] += int64(seg.size)
+		}
 		nSeg[pool(seg.small)]++
 	}
 	for _, sp := range a.order {
@@ -138,6 +145,7 @@ func (a *Allocator) validateLocked() error {
 		requested[poolAll] += requested[p]
 		nAlloc[poolAll] += nAlloc[p]
 		reserved[poolAll] += reserved[p]
+		paused[poolAll] += paused[p]
 		nSeg[poolAll] += nSeg[p]
 		nSplit[poolAll] += nSplit[p]
 		splitBytes[poolAll] += splitBytes[p]
@@ -149,7 +157,7 @@ func (a *Allocator) validateLocked() error {
 		}{
 			{statAllocation, nAlloc[p]}, {statAllocatedBytes, allocated[p]},
 			{statRequestedBytes, requested[p]}, {statSegment, nSeg[p]},
-			{statReservedBytes, reserved[p]},
+			{statReservedBytes, reserved[p]}, {statPausedBytes, paused[p]},
 			{statInactiveSplit, nSplit[p]}, {statInactiveSplitBytes, splitBytes[p]},
 		}
 		for _, c := range checks {

@@ -183,6 +183,9 @@ typedef union sm_CUstreamBatchMemOpParams_union {
   unsigned long long pad[6];
 } sm_CUstreamBatchMemOpParams;
 
+/* cuMemHostAlloc flags: pinned memory usable from every context. */
+#define SM_CU_MEMHOSTALLOC_PORTABLE 0x01
+
 /* ---- the functions ------------------------------------------------------ */
 
 /*
@@ -267,6 +270,8 @@ typedef union sm_CUstreamBatchMemOpParams_union {
     (T(CUdeviceptr) dstDevice, unsigned char uc, size_t N, T(CUstream) hStream))       \
   X(cuMemcpyAsync, cuMemcpyAsync,                                                      \
     (T(CUdeviceptr) dst, T(CUdeviceptr) src, size_t ByteCount, T(CUstream) hStream))   \
+  X(cuMemHostAlloc, cuMemHostAlloc, (void **pp, size_t bytesize, unsigned int Flags))  \
+  X(cuMemFreeHost, cuMemFreeHost, (void *p))                                           \
   X(cuStreamWriteValue32, cuStreamWriteValue32_v2,                                     \
     (T(CUstream) stream, T(CUdeviceptr) addr, T(cuuint32_t) value, unsigned int flags)) \
   X(cuStreamWaitValue32, cuStreamWaitValue32_v2,                                       \

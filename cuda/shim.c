@@ -352,6 +352,14 @@ smcu_status smcu_copy(uintptr_t ctx, uintptr_t stream, unsigned long long dst,
   return st;
 }
 
+smcu_status smcu_host_alloc(uintptr_t ctx, size_t size, void **p) {
+  SMCU_IN_CTX(ctx, "cuMemHostAlloc", smcu.cuMemHostAlloc(p, size, SM_CU_MEMHOSTALLOC_PORTABLE));
+}
+
+smcu_status smcu_host_free(uintptr_t ctx, void *p) {
+  SMCU_IN_CTX(ctx, "cuMemFreeHost", smcu.cuMemFreeHost(p));
+}
+
 smcu_status smcu_memset_async(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
                               unsigned char value, size_t size) {
   SMCU_IN_CTX(ctx, "cuMemsetD8Async", smcu.cuMemsetD8Async(addr, value, size, (sm_CUstream)stream));

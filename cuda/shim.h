@@ -96,6 +96,9 @@ smcu_status smcu_memset(uintptr_t ctx, uintptr_t stream, unsigned long long addr
                         unsigned char value, size_t size);
 smcu_status smcu_copy(uintptr_t ctx, uintptr_t stream, unsigned long long dst,
                       unsigned long long src, size_t size);
+/* Pinned, portable host memory (cuMemHostAlloc / cuMemFreeHost). */
+smcu_status smcu_host_alloc(uintptr_t ctx, size_t size, void **p);
+smcu_status smcu_host_free(uintptr_t ctx, void *p);
 /* The same, enqueued only (the caller waits for the stream, bounded). */
 smcu_status smcu_memset_async(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
                               unsigned char value, size_t size);

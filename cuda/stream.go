@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"time"
+	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
 )
@@ -195,6 +196,31 @@ func (b *Backend) Copy(dev int, s core.Stream, dst, src uintptr, size uintptr) e
 		return err
 	}
 	return check(C.smcu_copy(d.ctx, C.uintptr_t(s), C.ulonglong(dst), C.ulonglong(src), C.size_t(size)), dev)
+}
+
+// AllocHost returns size bytes of pinned host memory (cuMemHostAlloc,
+// portable: usable with every device), for pause backups
+// (core.HostMemory): copies from and to it run at the link's full speed.
+func (b *Backend) AllocHost(dev int, size uintptr) (uintptr, error) {
+	d, err := b.device(dev)
+	if err != nil {
+		return 0, err
+	}
+	var p unsafe.Pointer
+	if err := check(C.smcu_host_alloc(d.ctx, C.size_t(size), &p), dev); err != nil {
+		return 0, err
+	}
+	return uintptr(p), nil
+}
+
+// FreeHost frees memory from AllocHost (cuMemFreeHost).
+func (b *Backend) FreeHost(dev int, addr, size uintptr) error {
+	d, err := b.device(dev)
+	if err != nil {
+		return err
+	}
+	// addr is C memory: turn it into a pointer without the conversion vet rejects.
+	return check(C.smcu_host_free(d.ctx, *(*unsafe.Pointer)(unsafe.Pointer(&addr))), dev)
 }
 
 // WriteValue32 enqueues on s a store of v at addr, ordered after the work

@@ -21,7 +21,7 @@ func symmemgo_alloc(size C.size_t, device C.int, stream *C.struct_CUstream_st) (
 	a, err := allocatorFor(device)
 	if err == nil {
 		var p uintptr
-		if p, err = a.Alloc(uintptr(size), streamOf(stream)); err == nil {
+		if p, err = a.AllocTagged(uintptr(size), streamOf(stream), currentTag()); err == nil {
 			attachContext(a, p)
 			return ptrAt(p)
 		}

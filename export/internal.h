@@ -11,6 +11,11 @@
 void symmemi_set_error(int code, const char *msg, size_t len);
 void symmemi_abort(const char *msg, size_t len);
 
+/* pause.c: the per-thread stack of open regions (tag numbers). */
+int symmemi_region_push(int tag); /* new depth, -1 when full */
+int symmemi_region_pop(void);     /* the tag closed, -1 when none is open */
+int symmemi_region_tag(void);     /* the innermost tag, 0 when none */
+
 /* keep.c: a NUL-terminated copy of s[0..n) kept for the life of the process
  * (Note [Strings kept for the life of the process]). */
 const char *symmemi_keep_string(const char *s, size_t n);

@@ -289,14 +289,16 @@ typedef struct symmem_stat {
  * later versions only add keys at the end. Returns 0 with the last error set on a bad device.
  * Keys, every key of torch.cuda.memory_stats() with the same meaning (STAT is
  * allocation, segment, active, allocated_bytes, reserved_bytes, active_bytes,
- * requested_bytes; then the same for inactive_split, inactive_split_bytes;
+ * requested_bytes; then the same for inactive_split, inactive_split_bytes,
+ * paused_bytes;
  * POOL is all, small_pool, large_pool). "active" equals "allocated" here: a
  * freed block is reusable at once on its stream, so no block is
  * inactive-but-pending as in PyTorch. inactive_split counts free blocks of
  * segments that hold other blocks too (fragmentation that
  * symmem_empty_cache cannot release). There is no max_split_size option, as
  * in PyTorch's default: max_split_size is -1 and oversize_* are 0.
- * memory_limit is 0 when there is none. In this order:
+ * paused_bytes counts segments whose physical memory symmem_pause released
+ * (they are not in reserved_bytes then). memory_limit is 0 when there is none. In this order:
  *   STAT.POOL.current, .peak, .allocated, .freed (the seven first STATs)
  *   num_alloc_retries, num_ooms, num_device_alloc, num_device_free,
  *   num_sync_all_streams, memory_limit,
@@ -524,6 +526,81 @@ symmem_result symmem_wait_signal(symmem_handle *handle, int src_rank,
                                  symmem_stream_t stream);
 symmem_result symmem_barrier(symmem_handle *handle, int channel,
                              int64_t timeout_ms, symmem_stream_t stream);
+
+/* ---- Tags and pause ----------------------------------------------------
+ *
+ * A tag names memory that can be given back whole and taken again at the
+ * same addresses: a model's weights, a KV cache. Allocations made on a thread
+ * while a region is open there carry the region's tag; a tag's blocks come
+ * from segments of that tag only. symmem_pause releases a tag's physical
+ * memory (the address ranges stay reserved, pointers stay valid but must not
+ * be touched while paused); symmem_resume maps new memory at the same
+ * addresses. Pointers, tensors and captured CUDA graphs stay valid across a
+ * cycle. Contents survive only with SYMMEM_REGION_BACKUP (a host copy, made
+ * at pause, kept for the next cycle); WITHOUT BACKUP THE CONTENTS ARE ZERO
+ * AFTER A RESUME. Untagged memory is never paused. Tags are process-wide,
+ * never forgotten, 1 to 64 characters of letters, digits, '.', '_', '-'
+ * (like group names). Placement stays a function of the call sequence: the
+ * region calls are part of it. */
+
+/* Region flags. */
+#define SYMMEM_REGION_BACKUP 1u /* pause keeps a host copy; resume restores it */
+
+/* Opens a region of tag on the calling thread: until the matching
+ * symmem_region_end, this thread's allocations (symmem_alloc, PyTorch's
+ * through libsymmem) carry tag. Regions nest (16 deep per thread; the
+ * innermost wins). flags: 0 or SYMMEM_REGION_BACKUP; every region of a tag
+ * must pass the same flags. Returns INVALID_ARGUMENT for a bad or NULL tag,
+ * unknown flags, or flags that differ from the tag's; INVALID_STATE when 16
+ * regions are open. The tag string is copied. Thread-safe (per thread). */
+symmem_result symmem_region_begin(const char *tag, unsigned flags);
+
+/* Closes the calling thread's innermost region. INVALID_STATE when none is
+ * open on this thread. */
+symmem_result symmem_region_end(void);
+
+/* Releases the physical memory of tag on every device (NULL: every tag not
+ * yet paused). It waits for all of the device's work first, at most
+ * SYMMEM_TIMEOUT_MS (on failure or timeout nothing is released), copies the contents to host memory if the tag asked
+ * for backup (pinned where the backend has it), unmaps and releases; the
+ * address ranges stay reserved. While paused: allocating in the tag fails
+ * with INVALID_STATE; freeing its blocks is allowed (bookkeeping only);
+ * symmem_empty_cache leaves paused segments alone (they hold no memory);
+ * the memory must not be touched. Returns INVALID_ARGUMENT for a tag that no
+ * region ever opened, INVALID_STATE for a paused tag or one whose segments
+ * were rendezvoused (use symmem_pause_group). Devices are taken in order:
+ * an error on one leaves the devices before it paused (the message names the
+ * device; symmem_resume takes them back, or symmem_pause again finishes the
+ * rest: both act on the devices where the tag is in the state they change).
+ * Thread-safe; not concurrently with allocations that use the tag. */
+symmem_result symmem_pause(const char *tag);
+
+/* Takes back the memory of tag (NULL: every paused tag) at the same
+ * addresses with the same access, and restores the backup (zero without
+ * one). If memory runs out (the device or symmem_set_memory_limit), what was
+ * mapped is undone, the tag stays paused, and OUT_OF_MEMORY names the tag and
+ * the bytes: free memory and call again. INVALID_STATE for a tag that is not
+ * paused, INVALID_ARGUMENT for an unknown one. Thread-safe. */
+symmem_result symmem_resume(const char *tag);
+
+/* Collective symmem_pause for memory rendezvoused in group: every rank calls
+ * it with the same tag (NULL: every tag). Every rank drops its mappings of
+ * the peers' segments of the tag (so the memory really returns) and releases
+ * its own; handles keep their pointers. Signal pads are never paused. Every
+ * rank gets the same result: before anything is released the ranks check
+ * that the tag is live everywhere with the same segments (INVALID_STATE,
+ * INVALID_ARGUMENT or MISMATCH otherwise, nothing done). A peer that dies
+ * before that leaves everything as it was (PEER or TIMEOUT naming it, within
+ * the group's timeout); after it, this rank's part is done and its tag is
+ * paused (symmem_resume takes it back locally). */
+symmem_result symmem_pause_group(symmem_group *group, const char *tag);
+
+/* Collective symmem_resume: every rank takes its memory back, then the ranks
+ * pass descriptors of the new memory over the group's IPC channel and map
+ * the peers' segments at the same addresses as before. Any rank's failure
+ * (e.g. OUT_OF_MEMORY, naming that rank, the tag and the bytes) is every
+ * rank's, and every rank is left paused, ready for a retry. */
+symmem_result symmem_resume_group(symmem_group *group, const char *tag);
 
 /* ---------------------------------------------------------------------------
  * Collectives on symmetric memory

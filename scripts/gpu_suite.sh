@@ -76,6 +76,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   [ -f build/libgofloor.so ] && export GOFLOOR_SO=$PWD/build/libgofloor.so
   step bench-torch-alloc python3 bench/torch_alloc_bench.py --reps ${BENCH_REPS:-3} --out "$out"
   step bench-decode python3 bench/decode_bench.py --reps ${BENCH_REPS:-3} --out "$out"
+  step bench-pause python3 bench/pause_bench.py --gib 4 --reps ${BENCH_REPS:-3} --out "$out"
   if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
     nvcc -O2 -arch=sm_90 -o build/stream_signal_bench bench/stream_signal_bench.cu -lcuda &&
       step bench-stream-signals build/stream_signal_bench

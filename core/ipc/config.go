@@ -49,22 +49,7 @@ const DefaultTimeoutValue = core.DefaultTimeoutValue
 
 // ValidateName checks a group name: 1..64 of letters, digits, '.', '_', '-',
 // and not "." or ".." (it becomes a file name in the socket directory).
-func ValidateName(name string) error {
-	if len(name) == 0 || len(name) > MaxNameLen {
-		return core.Errorf(core.ErrInvalidArgument, "group name %q must have 1 to %d characters, it has %d", name, MaxNameLen, len(name))
-	}
-	if name == "." || name == ".." {
-		return core.Errorf(core.ErrInvalidArgument, "group name %q is not allowed", name)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
-		if !ok {
-			return core.Errorf(core.ErrInvalidArgument, "group name %q has the character %q at %d: only letters, digits, '.', '_' and '-' are allowed", name, c, i)
-		}
-	}
-	return nil
-}
+func ValidateName(name string) error { return core.CheckName("group name", name, MaxNameLen) }
 
 // DefaultTimeout is core.DefaultTimeout: SYMMEM_TIMEOUT_MS or 5 minutes.
 func DefaultTimeout() time.Duration { return core.DefaultTimeout() }

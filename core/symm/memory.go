@@ -63,6 +63,9 @@ type peerMap struct {
 	// refs counts the handles (and in-flight rendezvous pins) using it;
 	// guarded by groupMem.mu.
 	refs int
+	// paused: a collective pause unmapped and released mem (0 now); addr
+	// stays reserved so that handles' pointers stay valid (pause.go).
+	paused bool
 }
 
 // pads is this rank's signal pad and its mappings of every peer's pad.
@@ -269,7 +272,7 @@ func (gm *groupMem) unrefLocked() error {
 	return gm.syncThen("the group's memory (signal pads, peer mappings, pointer arrays)", func() error {
 		var errs []error
 		for k, m := range gm.maps { // none should remain: handles hold them
-			errs = append(errs, gm.unmapRelease(m.addr, m.size, m.mem))
+			errs = append(errs, gm.dropPeerMap(m))
 			delete(gm.maps, k)
 		}
 		if p := gm.pads; p != nil {
@@ -300,7 +303,7 @@ func (gm *groupMem) putMapLocked(m *peerMap) error {
 		delete(gm.maps, m.key)
 	}
 	return gm.syncThen(fmt.Sprintf("rank %d's segment at heap offset %#x (%d bytes, mapped at %#x)", m.key.peer, m.key.heapOff, m.size, m.addr),
-		func() error { return gm.unmapRelease(m.addr, m.size, m.mem) })
+		func() error { return gm.dropPeerMap(m) })
 }
 
 // slab hands out fixed-size slots of memory that Go does not manage, so that

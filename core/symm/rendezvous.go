@@ -38,6 +38,8 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 		info, localErr = g.alloc.Lookup(ptr)
 		if localErr != nil {
 			localErr = core.Errorf(core.CodeOf(localErr), "rank %d: %v", me, localErr)
+		} else if info.Segment.Paused {
+			localErr = core.Errorf(core.ErrInvalidState, "rank %d: the block at %#x is in tag %q, which is paused", me, info.Addr, info.Segment.Tag)
 		}
 	}
 	h := &Handle{gm: gm, life: newLifetime(), name: g.name, rank: me, world: world, bufSize: info.Size, offset: ptr - info.Addr,
@@ -56,7 +58,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	}
 	if localErr == nil {
 		for p := 0; p < world; p++ {
-			if m := gm.maps[mapKey{p, info.Segment.HeapOff}]; m != nil && p != me {
+			if m := gm.maps[mapKey{p, info.Segment.HeapOff}]; m != nil && p != me && !m.paused {
 				m.refs++ // pinned until we return (Note [Lifetimes])
 				pinned[p] = m
 				rec.held[p] = m.id + 1

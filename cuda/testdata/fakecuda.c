@@ -710,6 +710,21 @@ sm_CUresult cuMemcpyAsync(sm_CUdeviceptr dst, sm_CUdeviceptr src, size_t ByteCou
                                        .src = (const void *)(uintptr_t)src, .n = ByteCount});
 }
 
+/* Pinned host memory: plain memory here (the fake's copies are memcpy). */
+sm_CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) {
+  NEED_CTX;
+  if (pp == NULL || (Flags & ~0x0Fu) != 0)
+    return SM_CUDA_ERROR_INVALID_VALUE;
+  *pp = bytesize ? malloc(bytesize) : NULL;
+  return *pp || !bytesize ? SM_CUDA_SUCCESS : SM_CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+sm_CUresult cuMemFreeHost(void *p) {
+  NEED_CTX;
+  free(p);
+  return SM_CUDA_SUCCESS;
+}
+
 sm_CUresult cuStreamWriteValue32_v2(sm_CUstream stream, sm_CUdeviceptr addr, sm_cuuint32_t value,
                                     unsigned int flags) {
   NEED_CTX;

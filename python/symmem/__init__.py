@@ -66,6 +66,8 @@ from .errors import (
     strerror,
 )
 from .exchange import KeyValueAllGather
+from .group import Group, Handle, rendezvous
+from .tags import REGION_BACKUP, pause, region, resume
 from ._coll import collectives_load
 from .group import Group, Handle, nccl_version, rendezvous
 
@@ -73,6 +75,11 @@ from .group import Group, Handle, nccl_version, rendezvous
 __all__ = [
     "collectives_load",
     "nccl_version",
+    # tags and pause
+    "REGION_BACKUP",
+    "pause",
+    "region",
+    "resume",
     "HEADER_VERSION",
     "LibraryNotFoundError",
     "library_path",

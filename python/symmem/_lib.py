@@ -198,6 +198,13 @@ PROTOTYPES = {
     "symmem_put_signal": (_result, [_handle_p, c_int, c_int, _stream_t]),
     "symmem_wait_signal": (_result, [_handle_p, c_int, c_int, c_int64, _stream_t]),
     "symmem_barrier": (_result, [_handle_p, c_int, c_int64, _stream_t]),
+    # Tags and pause
+    "symmem_region_begin": (_result, [c_char_p, c_uint]),
+    "symmem_region_end": (_result, []),
+    "symmem_pause": (_result, [c_char_p]),
+    "symmem_resume": (_result, [c_char_p]),
+    "symmem_pause_group": (_result, [_group_p, c_char_p]),
+    "symmem_resume_group": (_result, [_group_p, c_char_p]),
     # Collectives
     "symmem_all_reduce": (_result, [_handle_p, c_int, c_int, c_size_t, c_void_p, _stream_t]),
     "symmem_all_gather": (_result, [_handle_p, c_int, c_size_t, c_void_p, _stream_t]),

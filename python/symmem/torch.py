@@ -25,6 +25,8 @@ Symmetric tensors::
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 import os
 import re
@@ -33,6 +35,7 @@ import weakref
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from . import _dlpack, _lib
+from . import tags as _pause
 from . import allocator as _alloc
 from .buffer import Buffer
 from .buffer import empty as _empty_buffer
@@ -42,6 +45,10 @@ from .group import rendezvous as _rendezvous
 from .snapshot import dump_snapshot, memory_snapshot, record_memory_history
 
 __all__ = [
+    "region",
+    "tagged_pool",
+    "pause",
+    "resume",
     "allocator",
     "use_as_global_allocator",
     "mem_pool_allocator",
@@ -542,6 +549,54 @@ def memory_stats(device=None) -> Dict[str, int]:
             torch.cuda.current_device() if dev.type == "cuda" else 0
         )
     return dict(sorted(_alloc.memory_stats(idx).items()))
+
+
+# --------------------------------------------------------------------------
+# Tags and pause (symmem.pause): the same calls, with torch's groups
+# --------------------------------------------------------------------------
+
+region = _pause.region
+
+
+_tag_pools: dict = {}
+
+
+@contextlib.contextmanager
+def tagged_pool(tag: str, backup: bool = False, **pool_kwargs):
+    """Allocate inside a ``torch.cuda.MemPool`` of libsymmem that holds tag
+    ``tag`` only: ``with symmem.torch.tagged_pool("weights", backup=True):``
+    opens the tag's pool (one per tag, made on first use and kept; keyword
+    arguments go to it then) and a region of the tag on this thread, and
+    yields the pool. torch caches freed blocks inside the pool, so a tag's
+    blocks never serve another tag, and pause/resume act on the whole pool.
+    """
+    torch = _torch_cuda()
+    pool = _tag_pools.get(tag)
+    if pool is None:
+        pool = _tag_pools[tag] = mem_pool(**pool_kwargs)
+    with torch.cuda.use_mem_pool(pool), region(tag, backup=backup):
+        yield pool
+
+
+def _pause_group(group, device):
+    if group is None:
+        return None
+    return group_for(group, device=device)
+
+
+def pause(tag: Optional[str] = None, group=None, device: int = 0) -> None:
+    """symmem.pause: release ``tag``'s memory (None: every tag) at the same
+    addresses. Tensors, and CUDA graphs that captured them, stay valid but
+    must not be used until :func:`resume`. ``group``: a ProcessGroup, a group
+    name or a symmem.Group (see :func:`group_for`; the rendezvous' group):
+    collective on its ranks."""
+    _pause.pause(tag, group=_pause_group(group, device))
+
+
+def resume(tag: Optional[str] = None, group=None, device: int = 0) -> None:
+    """symmem.resume: take ``tag``'s memory back at the same addresses
+    (contents restored with backup, zero without)."""
+    _pause.resume(tag, group=_pause_group(group, device))
 
 
 # --------------------------------------------------------------------------

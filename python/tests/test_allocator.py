@@ -20,6 +20,7 @@ STATS = (
     "reserved_bytes",
     "active_bytes",
     "requested_bytes",
+    "paused_bytes",
 )
 POOLS = ("all", "small_pool", "large_pool")
 KINDS = ("current", "peak", "allocated", "freed")

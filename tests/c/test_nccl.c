@@ -287,23 +287,9 @@ static void run_job(const char *self, const char *mode, int world, const char *l
   char **env = calloc(ne + 8, sizeof *env);
   size_t k = 0;
   int fake_driver = getenv("SYMMEM_LIBCUDA") != NULL;
-  /* (not where dlopen fails: glibc keeps dlerror's message in thread-local
-   * storage, which would then look leaked) */
-  int no_tls_scan = fake_driver && strcmp(mode, "missing") != 0;
   for (size_t i = 0; i < ne; i++)
-    if (strncmp(environ[i], "SYMMEM_LIBNCCL=", 15) && strncmp(environ[i], "SYMMEM_BACKEND=", 15) &&
-        (!no_tls_scan || strncmp(environ[i], "LSAN_OPTIONS=", 13)))
+    if (strncmp(environ[i], "SYMMEM_LIBNCCL=", 15) && strncmp(environ[i], "SYMMEM_BACKEND=", 15))
       env[k++] = environ[i];
-  /* With both stand-ins loaded (fakecuda's thread-local contexts), gcc 12's
-   * LeakSanitizer scans a bogus thread-local range at exit for minutes
-   * (seen in gdb: ScanRangeForPointers on a "DTLS" range of ~32 GiB):
-   * leak checking skips thread-local storage there. */
-  char lsan[4200];
-  if (no_tls_scan) {
-    const char *cur = getenv("LSAN_OPTIONS");
-    snprintf(lsan, sizeof lsan, "LSAN_OPTIONS=%s%suse_tls=0", cur ? cur : "", cur && *cur ? ":" : "");
-    env[k++] = lsan;
-  }
   char libvar[4200];
   snprintf(libvar, sizeof libvar, "SYMMEM_LIBNCCL=%s", lib);
   env[k++] = libvar;

@@ -1,0 +1,358 @@
+package symm
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/libsymmem/libsymmem/core"
+	"golang.org/x/sys/unix"
+)
+
+// Note [Collective pause]
+//
+// A segment that a rendezvous exported is held by every peer that imported
+// it: pausing it in one process would not return its memory. Group.Pause is
+// therefore collective: every rank
+//
+//  1. lists the tag's segments (heap offset, size, ID) and all-gathers the
+//     list; every rank checks the same things (the tag is live everywhere,
+//     the lists agree) and fails alike before anything is released;
+//  2. unmaps and releases its imports of the peers' segments of that list
+//     (after waiting for the device), keeping their address ranges reserved
+//     (handles point there), and pauses the tag in its own allocator;
+//  3. all-gathers its outcome.
+//
+// Group.Resume mirrors it: the lists are checked (the tag is paused
+// everywhere), every rank resumes its own tag (a rank that fails, e.g. out
+// of memory, makes every rank pause again: all stay paused), then the ranks
+// pass descriptors of the new memory over the group's IPC channel for every
+// import that a pause dropped, map them at the same addresses, and
+// all-gather the outcome; on failure every rank unmaps what it remapped and
+// pauses its tag again. Handles keep their pointers throughout. Signal pads
+// belong to the group, never to a tag, and are never paused.
+//
+// A peer that fails or dies during step 1 leaves everything as it was (the
+// others get its error or ErrPeer/ErrTimeout within the group's timeout).
+// During step 3 the ranks that got there have released their part: their
+// tag is paused and Group.Resume cannot run with a dead peer, but a local
+// Allocator.Resume takes the memory back for this process alone.
+
+const recPause = 4 // at a collective pause or resume: the tag's segments
+
+// tagRecord is what a rank all-gathers at a collective pause or resume.
+type tagRecord struct {
+	status status
+	segs   []core.SegmentInfo // the tag's segments, in heap order (Addr unused)
+	// held lists (peer, heap offset) of the peers' segments this rank has
+	// paused imports of (resume only): where it needs a descriptor.
+	held []mapKey
+}
+
+func (t *tagRecord) encode() []byte {
+	var w writer
+	w.header(recPause, t.status)
+	w.u32(uint32(len(t.segs)))
+	for _, s := range t.segs {
+		w.u64(s.HeapOff)
+		w.u64(uint64(s.Size))
+		w.u64(s.ID)
+	}
+	w.u32(uint32(len(t.held)))
+	for _, k := range t.held {
+		w.u32(uint32(k.peer))
+		w.u64(k.heapOff)
+	}
+	return w.b
+}
+
+func decodeTag(p []byte, world int) (t tagRecord, err error) {
+	r := reader{b: p}
+	t.status = r.header(recPause)
+	n := int(r.u32())
+	if n > len(p)/24 {
+		return t, errShort
+	}
+	for i := 0; i < n && r.err == nil; i++ {
+		t.segs = append(t.segs, core.SegmentInfo{HeapOff: r.u64(), Size: uintptr(r.u64()), ID: r.u64()})
+	}
+	n = int(r.u32())
+	if n > len(p)/12 {
+		return t, errShort
+	}
+	for i := 0; i < n && r.err == nil; i++ {
+		k := mapKey{peer: int(r.u32()), heapOff: r.u64()}
+		if k.peer < 0 || k.peer >= world {
+			return t, fmt.Errorf("peer %d out of range", k.peer)
+		}
+		t.held = append(t.held, k)
+	}
+	return t, r.err
+}
+
+func tagWhat(tag string) string {
+	if tag == "" {
+		return "every tag"
+	}
+	return fmt.Sprintf("tag %q", tag)
+}
+
+// gatherTag all-gathers rec and returns every rank's, failing alike on
+// every rank on a local failure or segment lists that differ.
+func (g *Group) gatherTag(rec tagRecord, what string) ([]tagRecord, error) {
+	raw, err := g.ex.AllGather(0, rec.encode())
+	if err != nil {
+		return nil, err
+	}
+	recs := make([]tagRecord, g.world)
+	sts := make([]status, g.world)
+	for r := range raw {
+		if recs[r], err = decodeTag(raw[r], g.world); err != nil {
+			return nil, core.Errorf(core.ErrPeer, "group %q: %s: rank %d sent a malformed record: %v", g.name, what, r, err)
+		}
+		sts[r] = recs[r].status
+	}
+	if err := firstFailure(g.name, what, sts); err != nil {
+		return nil, err
+	}
+	layout := func(r int) string {
+		s := fmt.Sprintf("%d segments", len(recs[r].segs))
+		for _, seg := range recs[r].segs {
+			s += fmt.Sprintf(" %#x+%d", seg.HeapOff, seg.Size)
+		}
+		return s
+	}
+	if d := byValue(g.world, layout); d != "" {
+		return nil, core.Errorf(core.ErrMismatch, "group %q: %s: the ranks' segments differ (%s): placement diverged, or the tag holds different allocations on different ranks", g.name, what, d)
+	}
+	return recs, nil
+}
+
+// shareStatus all-gathers this rank's outcome and returns the first
+// failure, the same on every rank.
+func (g *Group) shareStatus(localErr error, what string) error {
+	raw, err := g.ex.AllGather(0, encodeStatus(statusOf(localErr)))
+	if err != nil {
+		return err
+	}
+	sts := make([]status, g.world)
+	for r := range raw {
+		if sts[r], err = decodeStatus(raw[r]); err != nil {
+			return core.Errorf(core.ErrPeer, "group %q: %s: rank %d sent a malformed status: %v", g.name, what, r, err)
+		}
+	}
+	return firstFailure(g.name, what, sts)
+}
+
+// Pause releases the memory of tag ("" = every live tag of the group's
+// device) on every rank, imports by peers included (Note [Collective pause]).
+// Collective.
+func (g *Group) Pause(tag string) error {
+	g.coll.Lock()
+	defer g.coll.Unlock()
+	if g.destroyed {
+		return core.Errorf(core.ErrInvalidState, "group %q is destroyed", g.name)
+	}
+	what := "pause of " + tagWhat(tag)
+	var rec tagRecord
+	segs, localErr := g.alloc.TagSegments(tag, false)
+	if localErr != nil {
+		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: %v", g.rank, localErr)
+	}
+	rec.status, rec.segs = statusOf(localErr), segs
+	recs, err := g.gatherTag(rec, what)
+	if err != nil {
+		return err
+	}
+
+	gm := g.gm
+	gm.mu.Lock()
+	var drop []*peerMap
+	for p := range recs {
+		for _, s := range recs[p].segs {
+			if m := gm.maps[mapKey{p, s.HeapOff}]; p != g.rank && m != nil && m.id == s.ID && !m.paused {
+				drop = append(drop, m)
+			}
+		}
+	}
+	if len(drop) > 0 {
+		if localErr = gm.sync(); localErr != nil {
+			localErr = core.Errorf(core.CodeOf(localErr), "rank %d: waiting for the device before unmapping peers' memory (nothing was released): %v", g.rank, localErr)
+		}
+	}
+	if localErr == nil {
+		for _, m := range drop {
+			if err := errors.Join(g.be.Unmap(g.device, m.addr, m.size), g.be.Release(m.mem)); err != nil && localErr == nil {
+				localErr = core.Errorf(core.CodeOf(err), "rank %d: releasing its mapping of rank %d's segment at heap offset %#x: %v", g.rank, m.key.peer, m.key.heapOff, err)
+			}
+			m.paused, m.mem = true, 0
+		}
+	}
+	gm.mu.Unlock()
+	if localErr == nil {
+		if _, err := g.alloc.Pause(tag, core.PauseOptions{Collective: true}); err != nil {
+			localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
+		}
+	}
+	return g.shareStatus(localErr, what+" (releasing memory)")
+}
+
+// Resume takes back the memory of tag ("" = every paused tag) on every
+// rank at the same addresses and maps the peers' new memory where their
+// imports were dropped (Note [Collective pause]). Collective.
+func (g *Group) Resume(tag string) error {
+	g.coll.Lock()
+	defer g.coll.Unlock()
+	if g.destroyed {
+		return core.Errorf(core.ErrInvalidState, "group %q is destroyed", g.name)
+	}
+	what := "resume of " + tagWhat(tag)
+	gm := g.gm
+	var rec tagRecord
+	segs, localErr := g.alloc.TagSegments(tag, true)
+	if localErr != nil {
+		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: %v", g.rank, localErr)
+	}
+	rec.status, rec.segs = statusOf(localErr), segs
+	gm.mu.Lock()
+	for k, m := range gm.maps {
+		if m.paused {
+			rec.held = append(rec.held, k)
+		}
+	}
+	gm.mu.Unlock()
+	slices.SortFunc(rec.held, func(a, b mapKey) int {
+		if a.peer != b.peer {
+			return a.peer - b.peer
+		}
+		return cmp.Compare(a.heapOff, b.heapOff)
+	})
+	recs, err := g.gatherTag(rec, what)
+	if err != nil {
+		return err
+	}
+
+	// Every rank takes its own memory back, or all stay paused.
+	_, localErr = g.alloc.Resume(tag)
+	if localErr != nil {
+		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: %v", g.rank, localErr)
+	}
+	if err := g.shareStatus(localErr, what+" (taking memory back)"); err != nil {
+		if localErr == nil {
+			g.repause(tag)
+		}
+		return err
+	}
+
+	// need(r, p, s): rank r held a paused import of peer p's segment s.
+	need := func(r, p int, s core.SegmentInfo) bool {
+		return r != p && slices.Contains(recs[r].held, mapKey{p, s.HeapOff})
+	}
+	me := g.rank
+	fds := make([]int, len(segs))
+	for i := range fds {
+		fds[i] = -1
+	}
+	out := make([][]int, g.world)
+	for i, s := range segs {
+		for dst := 0; dst < g.world; dst++ {
+			if !need(dst, me, s) {
+				continue
+			}
+			if fds[i] < 0 {
+				fd, err := g.alloc.ExportSegment(s.Addr)
+				if err != nil {
+					if localErr == nil {
+						localErr = core.Errorf(core.CodeOf(err), "rank %d: exporting its segment at heap offset %#x: %v", me, s.HeapOff, err)
+					}
+					break
+				}
+				fds[i] = fd
+			}
+			out[dst] = append(out[dst], fds[i])
+		}
+	}
+	in, err := g.ch.AllToAllFDs(0, out)
+	for _, fd := range fds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		g.repause(tag)
+		return err
+	}
+	gm.mu.Lock()
+	var remapped []*peerMap
+	for src := 0; src < g.world; src++ {
+		if src == me {
+			continue
+		}
+		var want []*peerMap
+		for _, s := range recs[src].segs {
+			if need(me, src, s) {
+				want = append(want, gm.maps[mapKey{src, s.HeapOff}])
+			}
+		}
+		got := in[src]
+		if len(got) != len(want) || localErr != nil {
+			if localErr == nil {
+				localErr = core.Errorf(core.ErrPeer, "rank %d: rank %d sent %d descriptors, %d were expected (it could not export its memory)", me, src, len(got), len(want))
+			}
+			for _, fd := range got {
+				unix.Close(fd)
+			}
+			continue
+		}
+		for i, m := range want {
+			mem, err := g.be.Import(g.device, got[i])
+			if err == nil {
+				if err = g.be.Map(g.device, m.addr, m.size, mem); err != nil {
+					g.be.Release(mem)
+				}
+			}
+			if err != nil {
+				if localErr == nil {
+					localErr = core.Errorf(core.CodeOf(err), "rank %d: mapping rank %d's segment at heap offset %#x again: %v", me, src, m.key.heapOff, err)
+				}
+				for _, fd := range got[i+1:] {
+					unix.Close(fd)
+				}
+				break
+			}
+			m.mem, m.paused = mem, false
+			remapped = append(remapped, m)
+		}
+	}
+	gm.mu.Unlock()
+	if err := g.shareStatus(localErr, what+" (mapping peers' memory)"); err != nil {
+		gm.mu.Lock()
+		for _, m := range remapped {
+			g.be.Unmap(g.device, m.addr, m.size)
+			g.be.Release(m.mem)
+			m.mem, m.paused = 0, true
+		}
+		gm.mu.Unlock()
+		g.repause(tag)
+		return err
+	}
+	return nil
+}
+
+// repause undoes this rank's part of a failed collective resume. Its own
+// error is dropped: the collective's error is the one reported, and a
+// pause after a resume in the same call has no new way to fail but the
+// device's (then the memory stays mapped, which is safe).
+func (g *Group) repause(tag string) {
+	_, _ = g.alloc.Pause(tag, core.PauseOptions{Collective: true})
+}
+
+// dropPeerMap unmaps and releases a peer mapping and gives back its range;
+// a paused one has only its range left.
+func (gm *groupMem) dropPeerMap(m *peerMap) error {
+	if m.paused {
+		return gm.be.Unreserve(gm.device, m.addr, m.size)
+	}
+	return gm.unmapRelease(m.addr, m.size, m.mem)
+}

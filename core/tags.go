@@ -1,0 +1,487 @@
+package core
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Note [Tags and pause]
+//
+// A tag names memory that can be given back whole and taken again later at
+// the same addresses (a model's weights, a KV cache). Allocations made while
+// a region of tag T is open on the calling thread carry T: their blocks come
+// from pools keyed by (T, stream), which carve only T's segments, so no
+// segment ever mixes tags and a tag's memory is exactly a set of segments.
+//
+// Pause(T) waits for the device's work, copies each of T's segments to a
+// host buffer if T asked for backup, unmaps the segment and releases its
+// physical memory. The segment stays in the heap, with its blocks and its
+// address range (still reserved), so pointers into it stay what they were;
+// its bytes move from reserved_bytes to paused_bytes. Resume(T) creates new
+// physical memory for each paused segment, maps it at the same address with
+// the same access, and restores the backup (or zeroes it: without backup the
+// contents are zero after a resume). A resume that fails undoes what it
+// mapped, so the tag is then exactly as paused as before, and may be retried.
+//
+// Placement stays a function of the call sequence (DESIGN invariant 2):
+// which tag a call uses is part of the call sequence (the region calls), the
+// (tag, stream) pools are numbered by first use, and new segments of any tag
+// go to the lowest heap offset where they fit, paused segments counting as
+// occupied. Pause and resume never move anything.
+//
+// Segments whose descriptor went to other processes (a rendezvous exported
+// them) are paused only collectively (symm.Group.Pause): a local pause could
+// not return their memory, which the peers' imports keep alive, and a resume
+// would give this process memory that the peers do not see.
+
+// TagID names a tag process-wide; 0 is the untagged memory.
+type TagID int32
+
+// MaxTagLen is the longest tag name.
+const MaxTagLen = 64
+
+// tagInfo is what the process knows of a tag, whatever the device.
+type tagInfo struct {
+	name   string
+	backup bool
+}
+
+// tagRegistry numbers tags process-wide. Tags are never forgotten: an ID
+// stays valid for the life of the process (there are few tags).
+var tagRegistry = struct {
+	sync.Mutex
+	byName map[string]TagID
+	info   []tagInfo // info[id]; info[0] is the untagged memory
+}{byName: map[string]TagID{}, info: []tagInfo{{}}}
+
+// CheckName checks a short name (group names, tags): 1..maxLen letters,
+// digits, '.', '_', '-', and not "." or "..". what names the kind of name in
+// the error ("group name", "tag").
+func CheckName(what, name string, maxLen int) error {
+	if len(name) == 0 || len(name) > maxLen {
+		return Errorf(ErrInvalidArgument, "%s %q must have 1 to %d characters, it has %d", what, name, maxLen, len(name))
+	}
+	if name == "." || name == ".." {
+		return Errorf(ErrInvalidArgument, "%s %q is not allowed", what, name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			return Errorf(ErrInvalidArgument, "%s %q has the character %q at %d: only letters, digits, '.', '_' and '-' are allowed", what, name, c, i)
+		}
+	}
+	return nil
+}
+
+// RegisterTag returns the ID of tag name, making it on first use. backup
+// (keep a host copy across a pause) is a property of the tag: every region
+// of a tag must ask for the same.
+func RegisterTag(name string, backup bool) (TagID, error) {
+	if err := CheckName("tag", name, MaxTagLen); err != nil {
+		return 0, err
+	}
+	r := &tagRegistry
+	r.Lock()
+	defer r.Unlock()
+	if id, ok := r.byName[name]; ok {
+		if r.info[id].backup != backup {
+			return 0, Errorf(ErrInvalidArgument, "tag %q was opened with backup=%v before; every region of a tag must ask for the same backup", name, r.info[id].backup)
+		}
+		return id, nil
+	}
+	id := TagID(len(r.info))
+	r.info = append(r.info, tagInfo{name: name, backup: backup})
+	r.byName[name] = id
+	return id, nil
+}
+
+// LookupTag returns the ID of a registered tag.
+func LookupTag(name string) (TagID, bool) {
+	tagRegistry.Lock()
+	defer tagRegistry.Unlock()
+	id, ok := tagRegistry.byName[name]
+	return id, ok
+}
+
+func tagInfoOf(id TagID) (tagInfo, bool) {
+	tagRegistry.Lock()
+	defer tagRegistry.Unlock()
+	if id < 0 || int(id) >= len(tagRegistry.info) {
+		return tagInfo{}, false
+	}
+	return tagRegistry.info[id], true
+}
+
+// tagState is a tag on one device.
+//
+// Invariants (Validate checks the first): a segment is paused only while
+// its tag is (the untagged memory, tags[0], never is); paused is true from a
+// successful Pause to a successful Resume, and while it is no block of the
+// tag can be allocated. A pause that fails after releasing some segments
+// leaves the tag paused, so that Resume takes those back.
+type tagState struct {
+	id     TagID
+	name   string
+	backup bool
+	paused bool
+}
+
+// tagLocked returns the state of tag id here, making it at first use.
+func (a *Allocator) tagLocked(id TagID) (*tagState, error) {
+	if int(id) < len(a.tags) && a.tags[id] != nil {
+		return a.tags[id], nil
+	}
+	info, ok := tagInfoOf(id)
+	if !ok || id == 0 {
+		return nil, Errorf(ErrInvalidArgument, "tag number %d is not registered", id)
+	}
+	for int(id) >= len(a.tags) {
+		a.tags = append(a.tags, nil)
+	}
+	t := &tagState{id: id, name: info.name, backup: info.backup}
+	a.tags[id] = t
+	return t, nil
+}
+
+// info describes seg for peers and callers.
+func (seg *segment) info() SegmentInfo {
+	return SegmentInfo{ID: seg.id, Addr: seg.addr, Size: seg.size, HeapOff: seg.heapOff, Tag: seg.pools.tag.name, Paused: seg.paused}
+}
+
+// selectTags returns the tags that name designates here ("" = every tag
+// this device has seen), or an error for an unknown name. A tag registered
+// in the process but never used on this device has nothing here to pause.
+func (a *Allocator) selectTags(name string) ([]*tagState, error) {
+	if name == "" {
+		var out []*tagState
+		for _, t := range a.tags[1:] {
+			if t != nil {
+				out = append(out, t)
+			}
+		}
+		return out, nil
+	}
+	id, ok := LookupTag(name)
+	if !ok {
+		if err := CheckName("tag", name, MaxTagLen); err != nil {
+			return nil, err
+		}
+		return nil, Errorf(ErrInvalidArgument, "tag %q is unknown: no region of it was opened", name)
+	}
+	t, err := a.tagLocked(id)
+	if err != nil {
+		return nil, err
+	}
+	return []*tagState{t}, nil
+}
+
+// segmentsOf lists the segments of tags in heap order.
+func (a *Allocator) segmentsOf(tags []*tagState) []*segment {
+	in := map[*tagState]bool{}
+	for _, t := range tags {
+		in[t] = true
+	}
+	var out []*segment
+	for _, seg := range a.heap.segments {
+		if in[seg.pools.tag] {
+			out = append(out, seg)
+		}
+	}
+	return out
+}
+
+// PauseOptions modify Pause.
+type PauseOptions struct {
+	// Collective: the caller (symm.Group.Pause) drops the peers' imports
+	// of exported segments itself, so they may be paused.
+	Collective bool
+}
+
+// TagSegments lists the segments of tag ("" = every tag used here) in heap
+// order, checking that every selected tag is paused (wantPaused) or live.
+func (a *Allocator) TagSegments(tag string, wantPaused bool) ([]SegmentInfo, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	tags, err := a.selectTags(tag)
+	if err != nil {
+		return nil, err
+	}
+	if tag != "" {
+		if err := checkTagState(tags[0], wantPaused, a.device); err != nil {
+			return nil, err
+		}
+	}
+	var out []SegmentInfo
+	for _, seg := range a.segmentsOf(filterTags(tags, wantPaused)) {
+		out = append(out, seg.info())
+	}
+	return out, nil
+}
+
+func checkTagState(t *tagState, wantPaused bool, device int) error {
+	switch {
+	case wantPaused && !t.paused:
+		return Errorf(ErrInvalidState, "tag %q on device %d is not paused: nothing to resume", t.name, device)
+	case !wantPaused && t.paused:
+		return Errorf(ErrInvalidState, "tag %q on device %d is already paused", t.name, device)
+	}
+	return nil
+}
+
+// filterTags keeps the tags whose paused state is paused.
+func filterTags(tags []*tagState, paused bool) []*tagState {
+	var out []*tagState
+	for _, t := range tags {
+		if t.paused == paused {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Pause releases the physical memory of tag ("" = every live tag used on
+// this device) as Note [Tags and pause] says, and returns the bytes released.
+// A named tag that is already paused is ErrInvalidState; an unknown one
+// ErrInvalidArgument. If waiting for the device or making the backup fails,
+// nothing is unmapped.
+func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	tags, err := a.selectTags(tag)
+	if err != nil {
+		return 0, err
+	}
+	if tag != "" {
+		if err := checkTagState(tags[0], false, a.device); err != nil {
+			return 0, err
+		}
+	}
+	tags = filterTags(tags, false)
+	segs := a.segmentsOf(tags)
+	if !o.Collective {
+		for _, seg := range segs {
+			if seg.exported {
+				return 0, Errorf(ErrInvalidState, "tag %q on device %d: its segment at heap offset %#x was rendezvoused with other processes; pause it with symmem_pause_group on that group", seg.pools.tag.name, a.device, seg.heapOff)
+			}
+		}
+	}
+	// Nothing may be unmapped while the device may use it (DESIGN
+	// invariant 4); the backup reads memory the device may be writing.
+	a.st.numSyncAll++
+	if err := a.be.SynchronizeDevice(a.device); err != nil {
+		return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: waiting for the device's work failed, nothing was released: %v", tag, a.device, err)
+	}
+	// What others registered on the segments (NCCL windows) is undone
+	// before their memory goes, as for any release.
+	for _, seg := range segs {
+		if err := a.runReleaseHooks(seg); err != nil {
+			return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: the segment at %#x: %v; nothing was released", seg.pools.tag.name, a.device, seg.addr, err)
+		}
+	}
+	for _, seg := range segs {
+		if !seg.pools.tag.backup {
+			continue
+		}
+		if seg.backup == 0 {
+			if seg.backup, err = a.allocHost(seg.size); err != nil {
+				return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: a host backup of %d bytes: %v; nothing was released", seg.pools.tag.name, a.device, seg.size, err)
+			}
+		}
+		if err := a.be.Copy(a.device, 0, seg.backup, seg.addr, seg.size); err != nil {
+			return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: copying %d bytes at %#x to the host: %v; nothing was released", seg.pools.tag.name, a.device, seg.size, seg.addr, err)
+		}
+	}
+	for _, t := range tags {
+		t.paused = true
+	}
+	var released uint64
+	for _, seg := range segs {
+		if err := a.be.Unmap(a.device, seg.addr, seg.size); err != nil {
+			return released, Errorf(CodeOf(err), "pausing tag %q on device %d: unmapping the segment at %#x: %v (segments released before it stay paused; resume takes them back)", seg.pools.tag.name, a.device, seg.addr, err)
+		}
+		if err := a.be.Release(seg.mem); err != nil {
+			// Unmapped but not released: mark it paused anyway (the
+			// handle is lost to us), so that nothing uses it again.
+			err = Errorf(CodeOf(err), "pausing tag %q on device %d: the segment at %#x was unmapped but its physical memory could not be released (leaked; the segment counts as paused): %v", seg.pools.tag.name, a.device, seg.addr, err)
+			a.markPaused(seg)
+			return released + uint64(seg.size), err
+		}
+		a.markPaused(seg)
+		released += uint64(seg.size)
+	}
+	return released, nil
+}
+
+func (a *Allocator) markPaused(seg *segment) {
+	seg.paused = true
+	seg.mem = 0
+	a.st.add(statReservedBytes, seg.small, -int64(seg.size))
+	a.st.add(statPausedBytes, seg.small, int64(seg.size))
+}
+
+// Resume takes back the memory of tag ("" = every paused tag used here) at
+// the same addresses and restores its backup (zero without one). It returns
+// the bytes mapped. A named tag that is not paused is ErrInvalidState. When
+// memory runs out (backend or memory limit), it undoes what it mapped and
+// returns ErrOutOfMemory naming the tag and the bytes; the tag stays paused
+// and Resume may be called again.
+func (a *Allocator) Resume(tag string) (uint64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	tags, err := a.selectTags(tag)
+	if err != nil {
+		return 0, err
+	}
+	if tag != "" {
+		if err := checkTagState(tags[0], true, a.device); err != nil {
+			return 0, err
+		}
+	}
+	tags = filterTags(tags, true)
+	var segs []*segment
+	var need uint64
+	for _, seg := range a.segmentsOf(tags) {
+		if seg.paused {
+			segs = append(segs, seg)
+			need += uint64(seg.size)
+		}
+	}
+	what := tag
+	if what == "" {
+		what = "(every paused tag)"
+	}
+	oom := func(detail string) error {
+		a.st.numOOM++
+		return Errorf(ErrOutOfMemory, "resuming tag %q on device %d needs %d bytes: %s; nothing was mapped, the tag stays paused and resume may be retried",
+			what, a.device, need, detail)
+	}
+	overLimit := func() bool {
+		return a.limit != 0 && uint64(a.st.by[statReservedBytes][poolAll].current)+need > a.limit
+	}
+	if overLimit() {
+		a.st.numAllocRetry++
+		if err := a.releaseIdle(); err != nil {
+			return 0, err
+		}
+		if overLimit() {
+			return 0, oom(fmt.Sprintf("the memory limit is %d bytes and %d are reserved", a.limit, a.st.by[statReservedBytes][poolAll].current))
+		}
+	}
+	mems := make([]Memory, 0, len(segs))
+	undo := func() {
+		for i, m := range mems {
+			_ = a.be.Unmap(a.device, segs[i].addr, segs[i].size)
+			_ = a.be.Release(m)
+		}
+	}
+	retried := false
+	for i := 0; i < len(segs); i++ {
+		seg := segs[i]
+		m, err := a.be.Create(a.device, seg.size)
+		if err != nil && CodeOf(err) == ErrOutOfMemory && !retried {
+			retried = true
+			a.st.numAllocRetry++
+			if rerr := a.releaseIdle(); rerr != nil {
+				undo()
+				return 0, rerr
+			}
+			m, err = a.be.Create(a.device, seg.size)
+		}
+		if err == nil {
+			if err = a.be.Map(a.device, seg.addr, seg.size, m); err != nil {
+				_ = a.be.Release(m)
+			}
+		}
+		if err != nil {
+			undo()
+			if CodeOf(err) == ErrOutOfMemory {
+				return 0, oom(err.Error())
+			}
+			return 0, Errorf(CodeOf(err), "resuming tag %q on device %d: mapping %d bytes at %#x: %v; nothing was mapped, the tag stays paused", what, a.device, seg.size, seg.addr, err)
+		}
+		mems = append(mems, m)
+	}
+	for _, seg := range segs {
+		if seg.backup != 0 {
+			err = a.be.Copy(a.device, 0, seg.addr, seg.backup, seg.size)
+		} else {
+			err = a.be.Memset(a.device, 0, seg.addr, 0, seg.size)
+		}
+		if err != nil {
+			undo()
+			return 0, Errorf(CodeOf(err), "resuming tag %q on device %d: restoring %d bytes at %#x: %v; nothing was mapped, the tag stays paused", what, a.device, seg.size, seg.addr, err)
+		}
+	}
+	for i, seg := range segs {
+		seg.paused = false
+		seg.mem = mems[i]
+		a.st.add(statPausedBytes, seg.small, -int64(seg.size))
+		a.st.add(statReservedBytes, seg.small, int64(seg.size))
+	}
+	for _, t := range tags {
+		t.paused = false
+	}
+	return need, nil
+}
+
+// TagNames lists the tags used on this device, paused or not, by name.
+func (a *Allocator) TagNames() (live, paused []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, t := range a.tags[1:] {
+		if t == nil {
+			continue
+		}
+		if t.paused {
+			paused = append(paused, t.name)
+		} else {
+			live = append(live, t.name)
+		}
+	}
+	sort.Strings(live)
+	sort.Strings(paused)
+	return live, paused
+}
+
+// HostMemory is implemented by backends that allocate host memory suited to
+// copies with their devices (pinned memory on cuda). Backups use it where it
+// exists, and anonymous memory otherwise.
+type HostMemory interface {
+	AllocHost(device int, size uintptr) (uintptr, error)
+	FreeHost(device int, addr, size uintptr) error
+}
+
+func (a *Allocator) allocHost(size uintptr) (uintptr, error) {
+	if h, ok := a.be.(HostMemory); ok {
+		return h.AllocHost(a.device, size)
+	}
+	p, err := unix.MmapPtr(-1, 0, nil, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return 0, Errorf(ErrOutOfMemory, "mmap of %d bytes of host memory: %v", size, err)
+	}
+	return uintptr(p), nil
+}
+
+// dropBackup frees seg's host backup, if any.
+func (a *Allocator) dropBackup(seg *segment) {
+	if seg.backup == 0 {
+		return
+	}
+	if h, ok := a.be.(HostMemory); ok {
+		_ = h.FreeHost(a.device, seg.backup, seg.size)
+	} else {
+		_ = unix.MunmapPtr(ptrAt(seg.backup), seg.size)
+	}
+	seg.backup = 0
+}
+
+// ptrAt turns an address of memory that Go does not manage into a pointer
+// (without the uintptr-to-Pointer conversion that vet rejects).
+func ptrAt(addr uintptr) unsafe.Pointer {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+}

@@ -1,0 +1,37 @@
+// Tags and pause in C: the fronts of their functions (Note [The C front],
+// front.h), and the per-thread stack of open regions. Go's exported
+// functions run on the calling C thread, so a C thread-local is the
+// caller's thread's region; Go reads it only while some region is open
+// anywhere (export/pause.go counts them), so the allocation path without
+// regions makes no call here.
+#include "internal.h"
+#include "front.h"
+
+#define UNAVAILABLE SYMMEM_ERROR_UNAVAILABLE
+
+SYMMEM_FRONT(symmem_result, region_begin, UNAVAILABLE, (const char *tag, unsigned flags), (tag, flags))
+SYMMEM_FRONT(symmem_result, region_end, UNAVAILABLE, (void), ())
+SYMMEM_FRONT(symmem_result, pause, UNAVAILABLE, (const char *tag), (tag))
+SYMMEM_FRONT(symmem_result, resume, UNAVAILABLE, (const char *tag), (tag))
+SYMMEM_FRONT(symmem_result, pause_group, UNAVAILABLE, (symmem_group *group, const char *tag), (group, tag))
+SYMMEM_FRONT(symmem_result, resume_group, UNAVAILABLE, (symmem_group *group, const char *tag), (group, tag))
+
+#define SYMMEM_REGION_DEPTH 16
+
+static __thread int region_tags[SYMMEM_REGION_DEPTH];
+static __thread int region_depth;
+
+__attribute__((visibility("hidden"))) int symmemi_region_push(int tag) {
+  if (region_depth >= SYMMEM_REGION_DEPTH) return -1;
+  region_tags[region_depth++] = tag;
+  return region_depth;
+}
+
+__attribute__((visibility("hidden"))) int symmemi_region_pop(void) {
+  if (region_depth == 0) return -1;
+  return region_tags[--region_depth];
+}
+
+__attribute__((visibility("hidden"))) int symmemi_region_tag(void) {
+  return region_depth == 0 ? 0 : region_tags[region_depth - 1];
+}

@@ -1,0 +1,163 @@
+"""Tags, pause and resume on the host backend (include/symmem.h, "Tags and
+pause"): contents with backup survive 100 cycles at the same addresses,
+without backup they are zero, the process's footprint drops while paused
+(measured by the kernel, not by our statistics), the collective case across
+4 processes, and the defined result of every misuse."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+import pytest
+
+import symmem
+from _mp import run_ranks
+from _pause_workers import collective_pause, pause_when_a_peer_leaves, rss_shmem
+
+# CPU loads and stores into the memory, and RssShmem: the host backend, and
+# the fake driver of make test-fakecuda (its device memory is a memfd too).
+ON_FAKE = symmem.backend_name() == "cuda" and "fake" in os.environ.get("SYMMEM_LIBCUDA", "")
+pytestmark = pytest.mark.skipif(
+    symmem.backend_name() != "host" and not ON_FAKE, reason="CPU-addressable backends only (python/tests/gpu covers GPUs)"
+)
+
+MiB = 1 << 20
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{os.getpid()}-{threading.get_ident() % 100000}"
+
+
+def stats():
+    return symmem.memory_stats(0)
+
+
+def test_backup_survives_100_cycles_at_the_same_addresses():
+    tag = unique("weights")
+    with symmem.region(tag, backup=True):
+        ptrs = [symmem.alloc(n) for n in (1000, 3 * MiB, 24 * MiB)]
+    for i, p in enumerate(ptrs):
+        ctypes.memset(p, 0x21 + i, 1000)
+    for cycle in range(100):
+        symmem.pause(tag)
+        assert stats()["paused_bytes.all.current"] > 0
+        symmem.resume(tag)
+        for i, p in enumerate(ptrs):
+            assert symmem.pointer_info(p).block == p
+            assert ctypes.string_at(p, 1000) == bytes([0x21 + i]) * 1000, f"cycle {cycle}"
+    assert stats()["paused_bytes.all.current"] == 0
+    for p in ptrs:
+        symmem.free(p)
+    symmem.validate()
+
+
+def test_without_backup_contents_are_zero():
+    tag = unique("kv")
+    with symmem.region(tag):
+        p = symmem.alloc(4 * MiB)
+    ctypes.memset(p, 0x7F, 4 * MiB)
+    symmem.pause(tag)
+    symmem.resume(tag)
+    assert ctypes.string_at(p, 4 * MiB) == bytes(4 * MiB)
+    symmem.free(p)
+
+
+def test_footprint_drops_while_paused():
+    tag = unique("big")
+    n = 64 * MiB
+    with symmem.region(tag, backup=True):
+        p = symmem.alloc(n)
+    ctypes.memset(p, 1, n)
+    reserved = stats()["reserved_bytes.all.current"]
+    before = rss_shmem()
+    symmem.pause(tag)
+    during = rss_shmem()
+    assert before - during >= n * 9 // 10, (before, during)
+    s = stats()
+    assert s["paused_bytes.all.current"] >= n
+    assert s["reserved_bytes.all.current"] == reserved - s["paused_bytes.all.current"]
+    symmem.resume(tag)
+    assert rss_shmem() - during >= n * 9 // 10
+    assert ctypes.string_at(p + n - 8, 8) == b"\x01" * 8
+    symmem.free(p)
+    symmem.empty_cache()
+
+
+def test_misuse_has_defined_results():
+    tag = unique("t")
+    with pytest.raises(symmem.InvalidArgumentError, match="never-opened"):
+        symmem.pause("never-opened")
+    with pytest.raises(symmem.InvalidArgumentError):
+        with symmem.region("no spaces"):
+            pass
+    with symmem.region(tag):
+        p = symmem.alloc(4096)
+        q = symmem.alloc(4096)
+    with pytest.raises(symmem.InvalidArgumentError, match="backup"):
+        with symmem.region(tag, backup=True):
+            pass
+    with pytest.raises(symmem.InvalidStateError):
+        symmem.resume(tag)  # live
+    symmem.pause(tag)
+    with pytest.raises(symmem.InvalidStateError):
+        symmem.pause(tag)  # paused
+    with pytest.raises(symmem.InvalidStateError, match=tag):
+        with symmem.region(tag):
+            symmem.alloc(64)
+    symmem.free(p)  # bookkeeping only
+    paused = stats()["paused_bytes.all.current"]
+    symmem.empty_cache()  # leaves paused segments alone
+    assert stats()["paused_bytes.all.current"] == paused
+    symmem.validate()
+    # The memory limit makes the resume run out: nothing mapped, retry works.
+    symmem.set_memory_limit(0, stats()["reserved_bytes.all.current"] + 1)
+    with pytest.raises(symmem.OutOfMemoryError, match=tag):
+        symmem.resume(tag)
+    assert stats()["paused_bytes.all.current"] == paused
+    symmem.set_memory_limit(0, 0)
+    symmem.resume(tag)
+    symmem.free(q)
+    symmem.validate()
+
+
+def test_regions_are_per_thread():
+    tag = unique("thread")
+    seen = {}
+
+    def other():
+        seen["ptr"] = symmem.alloc(4096)  # no region open on this thread
+
+    with symmem.region(tag):
+        mine = symmem.alloc(4096)
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    symmem.pause(tag)
+    ctypes.memset(seen["ptr"], 3, 4096)  # untagged: still mapped
+    symmem.resume(tag)
+    symmem.free(mine)
+    symmem.free(seen["ptr"])
+
+
+def test_collective_pause_across_4_processes():
+    world, nbytes = 4, 1 * MiB
+    results = run_ranks(collective_pause, world, unique("cp"), nbytes, 3, timeout=120)
+    for r, res in enumerate(results):
+        assert all(res["same_ptrs"]), (r, res)
+        assert all(res["data_ok"]), (r, res)
+        assert res["final_ok"], (r, res)
+        # Every rank's 2 MiB segment left this process: its own and the
+        # three peers' (each read whole before the pause).
+        assert all(d >= world * nbytes * 9 // 10 for d in res["drops"]), (r, res["drops"])
+        assert all(b == 2 * MiB for b in res["paused_bytes"]), (r, res["paused_bytes"])
+
+
+def test_a_peer_that_leaves_during_a_collective_pause():
+    results = run_ranks(pause_when_a_peer_leaves, 3, unique("die"), 1, timeout=60, allow_errors=True)
+    for r, res in enumerate(results):
+        if r == 1:
+            continue  # exited
+        assert res["code"] in (int(symmem.Result.PEER), int(symmem.Result.TIMEOUT)), res
+        assert "rank 1" in res["message"], res

@@ -1,0 +1,111 @@
+/*
+ * test_pause.c - tags, pause and resume through the C ABI: regions per
+ * thread (nesting, errors), contents with SYMMEM_REGION_BACKUP kept across
+ * cycles at the same addresses, zero without, the paused_bytes statistic,
+ * and the defined results of every misuse.
+ */
+#include "check.h"
+
+#define MiB ((size_t)1 << 20)
+
+static int64_t stat_of(const char *key) {
+  symmem_stat st[160];
+  size_t n = symmem_stats(0, st, 160);
+  for (size_t i = 0; i < n && i < 160; i++)
+    if (!strcmp(st[i].key, key)) return st[i].value;
+  return -1;
+}
+
+static void *region_thread(void *arg) {
+  (void)arg;
+  /* A region is per thread: this thread has none open. */
+  CHECK_RESULT(symmem_region_end(), SYMMEM_ERROR_INVALID_STATE,
+               "symmem_region_end on a thread with no region");
+  void *p = symmem_alloc(4096, 0, NULL);
+  symmem_pointer_info info;
+  CHECK_RESULT(symmem_pointer_get_info(p, &info), SYMMEM_SUCCESS, "info of the other thread's block");
+  return p;
+}
+
+static void test_regions(void) {
+  CHECK_RESULT(symmem_region_begin(NULL, 0), SYMMEM_ERROR_INVALID_ARGUMENT, "a NULL tag");
+  CHECK_RESULT(symmem_region_begin("a b", 0), SYMMEM_ERROR_INVALID_ARGUMENT, "a tag with a space");
+  CHECK_RESULT(symmem_region_begin("c-weights", 8), SYMMEM_ERROR_INVALID_ARGUMENT, "unknown flags");
+  CHECK_RESULT(symmem_region_end(), SYMMEM_ERROR_INVALID_STATE, "end without begin");
+
+  CHECK_RESULT(symmem_region_begin("c-weights", SYMMEM_REGION_BACKUP), SYMMEM_SUCCESS, "begin c-weights");
+  void *w = symmem_alloc(3 * MiB, 0, NULL);
+  pthread_t th;
+  void *other = NULL;
+  pthread_create(&th, NULL, region_thread, NULL);
+  pthread_join(th, &other);
+  CHECK_RESULT(symmem_region_begin("c-kv", 0), SYMMEM_SUCCESS, "a nested region");
+  void *kv = symmem_alloc(3 * MiB, 0, NULL);
+  CHECK_RESULT(symmem_region_end(), SYMMEM_SUCCESS, "end c-kv");
+  void *w2 = symmem_alloc(1000, 0, NULL);
+  CHECK_RESULT(symmem_region_end(), SYMMEM_SUCCESS, "end c-weights");
+  CHECK_RESULT(symmem_region_begin("c-weights", 0), SYMMEM_ERROR_INVALID_ARGUMENT,
+               "a tag's regions must ask for the same backup");
+  CHECK(w && kv && w2 && other, "allocations in regions succeed");
+
+  memset(w, 0x5a, 3 * MiB);
+  memset(w2, 0x33, 1000);
+  memset(kv, 0x77, 3 * MiB);
+  int64_t reserved = stat_of("reserved_bytes.all.current");
+  CHECK_RESULT(symmem_pause("c-weights"), SYMMEM_SUCCESS, "pause c-weights");
+  CHECK(stat_of("paused_bytes.all.current") > 0, "paused_bytes counts the tag");
+  CHECK_EQ(stat_of("reserved_bytes.all.current"), reserved - stat_of("paused_bytes.all.current"),
+           "reserved bytes drop by the paused bytes");
+  CHECK_RESULT(symmem_pause("c-weights"), SYMMEM_ERROR_INVALID_STATE, "pause a paused tag");
+  CHECK_RESULT(symmem_resume("c-kv"), SYMMEM_ERROR_INVALID_STATE, "resume a live tag");
+  CHECK_RESULT(symmem_pause("c-never-opened"), SYMMEM_ERROR_INVALID_ARGUMENT, "pause an unknown tag");
+  CHECK_RESULT(symmem_region_begin("c-weights", SYMMEM_REGION_BACKUP), SYMMEM_SUCCESS, "begin c-weights while paused");
+  CHECK(symmem_alloc(100, 0, NULL) == NULL, "allocating in a paused tag returns NULL");
+  CHECK_LAST_ERROR(SYMMEM_ERROR_INVALID_STATE, "allocating in a paused tag");
+  CHECK_RESULT(symmem_region_end(), SYMMEM_SUCCESS, "end");
+  CHECK_RESULT(symmem_empty_cache(0), SYMMEM_SUCCESS, "empty_cache during a pause");
+  CHECK(stat_of("paused_bytes.all.current") > 0, "empty_cache leaves paused segments");
+
+  /* The memory limit makes the resume run out: nothing is mapped, retry works. */
+  CHECK_RESULT(symmem_set_memory_limit(0, (size_t)reserved - 2 * MiB), SYMMEM_SUCCESS, "a tight limit");
+  CHECK_RESULT(symmem_resume("c-weights"), SYMMEM_ERROR_OUT_OF_MEMORY, "resume over the limit");
+  CHECK(strstr(symmem_last_error_message(), "c-weights") != NULL, "the error names the tag");
+  CHECK_RESULT(symmem_set_memory_limit(0, 0), SYMMEM_SUCCESS, "no limit");
+
+  for (int cycle = 0; cycle < 100; cycle++) {
+    if (cycle > 0) CHECK_RESULT(symmem_pause(NULL), SYMMEM_SUCCESS, "pause every tag (cycle %d)", cycle);
+    CHECK_RESULT(symmem_resume(NULL), SYMMEM_SUCCESS, "resume every tag (cycle %d)", cycle);
+    CHECK(((unsigned char *)w)[0] == 0x5a && ((unsigned char *)w)[3 * MiB - 1] == 0x5a &&
+              ((unsigned char *)w2)[999] == 0x33,
+          "cycle %d: the backup came back at the same addresses", cycle);
+    if (cycle > 0)
+      CHECK(((unsigned char *)kv)[0] == 0 && ((unsigned char *)kv)[3 * MiB - 1] == 0,
+            "cycle %d: c-kv, without backup, reads zero", cycle);
+  }
+  CHECK_EQ(stat_of("paused_bytes.all.current"), 0, "nothing paused after resume");
+  CHECK_RESULT(symmem_pause("c-kv"), SYMMEM_SUCCESS, "pause c-kv");
+  symmem_clear_last_error();
+  symmem_free(kv, 3 * MiB, 0, NULL);
+  CHECK_EQ(symmem_last_error(), SYMMEM_SUCCESS, "freeing a paused block is allowed");
+  CHECK_RESULT(symmem_validate(0), SYMMEM_SUCCESS, "the allocator is consistent");
+  CHECK_RESULT(symmem_resume("c-kv"), SYMMEM_SUCCESS, "resume c-kv");
+  symmem_free(w, 0, 0, NULL);
+  symmem_free(w2, 0, 0, NULL);
+  symmem_free(other, 0, 0, NULL);
+  CHECK_RESULT(symmem_validate(0), SYMMEM_SUCCESS, "the allocator is consistent");
+  /* Releasing the idle segments frees their host backups too. */
+  CHECK_RESULT(symmem_empty_cache(-1), SYMMEM_SUCCESS, "empty_cache after the cycles");
+  CHECK_EQ(stat_of("segment.all.current"), 0, "every segment released");
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  symmem_clear_last_error();
+  const char *libcuda = getenv("SYMMEM_LIBCUDA");
+  if (strcmp(symmem_backend_name(), "host") && !(libcuda && strstr(libcuda, "fake"))) {
+    check_skip("the C pause test touches memory with the CPU: host backend and fake driver only (python/tests/gpu covers GPUs)");
+    return check_summary();
+  }
+  test_regions();
+  return check_summary();
+}
