@@ -20,6 +20,10 @@ be chosen before CUDA starts), interleaved rep by rep, medians reported:
               rmm wheels are importable, see scripts/gpu_suite.sh)
 Diagnostic variants of symmem (Note [One slow process in three], README):
   symmem_gmp4      the same with GOMAXPROCS=4
+  symmem_gmp1      the same with GOMAXPROCS=1: the runtime as it was before
+                   the library raised GOMAXPROCS to 2 on a one-CPU mask
+                   (export/procs.go, Note [At least two Ps]); symmem beside
+                   it shows whether that removed the slow processes
   symmem_go_free   the Go runtime started before the main thread is pinned,
                    so its threads are not confined to the benchmark's CPU
 
@@ -44,7 +48,7 @@ MODES = ["native", "symmem", "symmem_pool", "passthrough", "c_cache"]
 # alone cost under PyTorch; measured when GOFLOOR_SO names it.
 if os.environ.get("GOFLOOR_SO") and os.path.exists(os.environ["GOFLOOR_SO"]):
     MODES.append("go_cache")
-DIAG_MODES = ["symmem_gmp4", "symmem_go_free"]
+DIAG_MODES = ["symmem_gmp4", "symmem_gmp1", "symmem_go_free"]
 
 
 def rmm_available():
@@ -81,7 +85,7 @@ def setup(mode):
         return contextlib.nullcontext()
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import symmem.torch as st
-    if mode in ("symmem", "symmem_gmp4", "symmem_go_free"):
+    if mode in ("symmem", "symmem_gmp4", "symmem_gmp1", "symmem_go_free"):
         st.use_as_global_allocator()
         return contextlib.nullcontext()
     pool = st.mem_pool()
@@ -273,6 +277,8 @@ def main():
                 env = {"BENCH_CPUS": ",".join(map(str, bench_cpus(threads)))}
                 if mode == "symmem_gmp4":
                     env["GOMAXPROCS"] = "4"
+                if mode == "symmem_gmp1":
+                    env["GOMAXPROCS"] = "1"
                 r = run_child(["--child", "alloc", mode, str(threads)], env)
                 for size, us in r["us"].items():
                     results.setdefault((mode, threads, int(size)), []).append(us)
