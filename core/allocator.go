@@ -150,7 +150,7 @@ type Allocator struct {
 	// tags[id] is the state of tag id here, made at its first allocation
 	// on this device (nil before); tags[0] is the untagged memory.
 	tags []*tagState
-	hist       *history // nil unless recording (Note [Heap snapshots and allocation history])
+	hist *history // nil unless recording (Note [Heap snapshots and allocation history])
 	// leakedSegments counts segments unmapped whose physical memory the
 	// backend failed to release.
 	leakedSegments int

@@ -20,7 +20,7 @@ const (
 	// counted while isInactiveSplit(b). statInactiveSplitBytes is their size.
 	statInactiveSplit
 	statInactiveSplitBytes
-	statPausedBytes                    // bytes of segments whose memory Pause released
+	statPausedBytes // bytes of segments whose memory Pause released
 	numStatKinds
 )
 
