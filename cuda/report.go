@@ -104,6 +104,8 @@ func Report() DriverReport {
 		d.Multicast = attrBool(cu, C.SM_CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED)
 		r.Devices = append(r.Devices, d)
 	}
+	// An empty list, not JSON null, on a machine with one GPU.
+	r.Peers = []PeerReport{}
 	for i := 0; i < int(n); i++ {
 		for j := 0; j < int(n); j++ {
 			if i == j {

@@ -131,28 +131,28 @@ def _gib(n: int) -> str:
 def format_text(rep: Dict[str, Any]) -> str:
     """The report as the lines ``python -m symmem`` prints."""
     L: List[str] = []
-    pkg = rep.get("package", {})
+    pkg = rep.get("package") or {}
     L.append(f"symmem package {pkg.get('version')} at {pkg.get('path')}")
     if "error" in rep:
         L.append(f"library: NOT FOUND\n{rep['error']}")
         return "\n".join(L)
     L.append(f"library {rep.get('version')} at {rep.get('library') or pkg.get('library_loaded')}")
-    b = rep.get("backend", {})
+    b = rep.get("backend") or {}
     L.append(f"backend: {b.get('name')} ({b.get('why')})")
     if b.get("error"):
         L.append(f"  ERROR: {b['error']}")
-    for n in b.get("notes", []):
+    for n in b.get("notes") or []:
         L.append(f"  note: {n}")
     L.append("devices:")
-    for d in rep.get("devices", []):
+    for d in rep.get("devices") or []:
         L.append(f"  {d['index']}: {d['name']}, {_gib(d['total_memory'])} total, {_gib(d['free_memory'])} free"
                  + (f" (error: {d['error']})" if d.get("error") else ""))
-    drv = rep.get("cuda_driver", {})
+    drv = rep.get("cuda_driver") or {}
     if drv.get("error"):
         L.append(f"cuda driver: not available: {drv['error']}")
     else:
         L.append(f"cuda driver: {drv.get('driver_version')} ({drv.get('library')})")
-        for d in drv.get("devices", []):
+        for d in drv.get("devices") or []:
             if d.get("error"):
                 L.append(f"  gpu {d['index']}: error: {d['error']}")
                 continue
@@ -161,23 +161,23 @@ def format_text(rep: Dict[str, Any]) -> str:
                      f"{d['compute_capability']}, {d['uuid']}")
             L.append(f"         VMM {yn(d['vmm'])}, POSIX fd {yn(d['posix_fd'])}, fabric {yn(d['fabric'])}, "
                      f"multicast {yn(d['multicast'])} (queried, never used)")
-        for p in drv.get("peers", []):
+        for p in drv.get("peers") or []:
             L.append(f"  peer {p['from']} -> {p['to']}: access {'yes' if p['access'] else 'no'}, link {p['link']}")
     L.append("libraries:")
-    for name, v in sorted(rep.get("libraries", {}).items()):
+    for name, v in sorted((rep.get("libraries") or {}).items()):
         if isinstance(v, dict):
             keys = sorted(v, key=lambda k: (k != "found", k))
             desc = ", ".join(f"{k} {v[k]}" for k in keys)
         else:
             desc = str(v)
         L.append(f"  {name}: {desc}")
-    s = rep.get("socket_dir", {})
+    s = rep.get("socket_dir") or {}
     L.append(f"socket directory: {s.get('path')} (owner uid {s.get('owner_uid')}, mode {s.get('mode')})"
              + (f" ERROR: {s['error']}" if s.get("error") else ""))
     L.append("settings (SYMMEM_* variables set):")
     if not rep.get("settings"):
         L.append("  none")
-    for st in rep.get("settings", []):
+    for st in rep.get("settings") or []:
         line = f"  {st['name']}={st['value']}: {st['kind']}, read as {st['reading']} (by {st['read_by']})"
         if st.get("error"):
             line += f"  ERROR: {st['error']}"

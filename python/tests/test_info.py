@@ -70,3 +70,21 @@ def test_free_finds_the_device_of_the_pointer():
     before = symmem.memory_stats(dev)["allocation.all.current"]
     symmem.free(p)  # no device given: the library knows it
     assert symmem.memory_stats(dev)["allocation.all.current"] == before - 1
+
+
+def test_text_report_of_a_one_gpu_machine():
+    """A report with JSON nulls where lists and maps are empty (one GPU: no
+    peers) prints instead of failing; seen on an H100 machine."""
+    from symmem.info import format_text
+
+    rep = {
+        "package": None,
+        "backend": {"name": "cuda", "notes": None},
+        "devices": None,
+        "cuda_driver": {"version": "13.0", "devices": None, "peers": None},
+        "libraries": {"nccl": {"found": False}},
+        "socket_dir": None,
+        "settings": None,
+    }
+    text = format_text(rep)
+    assert "libraries:" in text and "nccl" in text
