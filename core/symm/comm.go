@@ -366,8 +366,15 @@ func (g *Group) shareVerdict(what string, localErr error) error {
 	if err != nil {
 		return err
 	}
+	return g.verdictOf(what, raw)
+}
+
+// verdictOf decodes the all-gathered statuses of a step and returns the
+// first failure, the same on every rank, or nil.
+func (g *Group) verdictOf(what string, raw [][]byte) error {
 	sts := make([]status, g.world)
 	for r := range raw {
+		var err error
 		if sts[r], err = decodeStatus(raw[r]); err != nil {
 			return core.Errorf(core.ErrPeer, "group %q: %s: rank %d sent a malformed status: %v", g.name, what, r, err)
 		}

@@ -400,19 +400,7 @@ func (g *Group) exchangePads(localErr error, tr *phaseTrace) error {
 		}
 	}
 	// Every rank learns whether every rank has a pad before descriptors move.
-	raw, err := g.ex.AllGather(0, encodeStatus(statusOf(localErr)))
-	if err == nil {
-		sts := make([]status, g.world)
-		for r := range raw {
-			if sts[r], err = decodeStatus(raw[r]); err != nil {
-				err = core.Errorf(core.ErrPeer, "group %q: rank %d sent a malformed status: %v", g.name, r, err)
-				break
-			}
-		}
-		if err == nil {
-			err = firstFailure(g.name, "group creation (signal pads)", sts)
-		}
-	}
+	err := g.shareVerdict("group creation (signal pads)", localErr)
 	if err == nil {
 		none := func(r, p int) bool { return false } // no buffer segments here
 		tr.mark("pad-status")

@@ -129,22 +129,6 @@ func (g *Group) gatherTag(rec tagRecord, what string) ([]tagRecord, error) {
 	return recs, nil
 }
 
-// shareStatus all-gathers this rank's outcome and returns the first
-// failure, the same on every rank.
-func (g *Group) shareStatus(localErr error, what string) error {
-	raw, err := g.ex.AllGather(0, encodeStatus(statusOf(localErr)))
-	if err != nil {
-		return err
-	}
-	sts := make([]status, g.world)
-	for r := range raw {
-		if sts[r], err = decodeStatus(raw[r]); err != nil {
-			return core.Errorf(core.ErrPeer, "group %q: %s: rank %d sent a malformed status: %v", g.name, what, r, err)
-		}
-	}
-	return firstFailure(g.name, what, sts)
-}
-
 // Pause releases the memory of tag ("" = every live tag of the group's
 // device) on every rank, imports by peers included (Note [Collective pause]).
 // Collective.
@@ -195,7 +179,7 @@ func (g *Group) Pause(tag string) error {
 			localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
 		}
 	}
-	return g.shareStatus(localErr, what+" (releasing memory)")
+	return g.shareVerdict(what+" (releasing memory)", localErr)
 }
 
 // Resume takes back the memory of tag ("" = every paused tag) on every
@@ -238,7 +222,7 @@ func (g *Group) Resume(tag string) error {
 	if localErr != nil {
 		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: %v", g.rank, localErr)
 	}
-	if err := g.shareStatus(localErr, what+" (taking memory back)"); err != nil {
+	if err := g.shareVerdict(what+" (taking memory back)", localErr); err != nil {
 		if localErr == nil {
 			g.repause(tag)
 		}
@@ -326,7 +310,7 @@ func (g *Group) Resume(tag string) error {
 		}
 	}
 	gm.mu.Unlock()
-	if err := g.shareStatus(localErr, what+" (mapping peers' memory)"); err != nil {
+	if err := g.shareVerdict(what+" (mapping peers' memory)", localErr); err != nil {
 		gm.mu.Lock()
 		for _, m := range remapped {
 			g.be.Unmap(g.device, m.addr, m.size)

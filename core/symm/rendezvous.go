@@ -402,16 +402,7 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 		err = fdErr // the verdict could not be shared (records on the broken channel): ours is the cause
 	}
 	if err == nil {
-		sts := make([]status, world)
-		for r := range raw {
-			if sts[r], err = decodeStatus(raw[r]); err != nil {
-				err = core.Errorf(core.ErrPeer, "group %q: rendezvous: rank %d sent a malformed status: %v", g.name, r, err)
-				break
-			}
-		}
-		if err == nil {
-			err = firstFailure(g.name, "rendezvous (mapping peers' memory)", sts)
-		}
+		err = g.verdictOf("rendezvous (mapping peers' memory)", raw)
 	}
 	if err != nil {
 		gm.mu.Lock()
