@@ -126,19 +126,8 @@ func (b *Backend) ownStream(d *device) (C.uintptr_t, error) {
 // waiting for it up to timeout (Note [Bounded waits]). After ErrTimeout the
 // memset may still run: the caller must not free the memory.
 func (b *Backend) MemsetWithin(dev int, addr uintptr, value byte, size uintptr, timeout time.Duration) error {
-	d, err := b.device(dev)
-	if err != nil || size == 0 {
-		return err
-	}
-	s, err := b.ownStream(d)
-	if err != nil {
-		return err
-	}
-	if err := check(C.smcu_memset_async(d.ctx, s, C.ulonglong(addr), C.uchar(value), C.size_t(size)), dev); err != nil {
-		return err
-	}
-	return b.boundedFor(dev, flightKey{dev, "cuStreamSynchronize", core.Stream(s)}, timeout, func() C.smcu_status {
-		return C.smcu_stream_synchronize(d.ctx, s)
+	return b.onOwnStreamWithin(dev, size, timeout, func(d *device, s C.uintptr_t) C.smcu_status {
+		return C.smcu_memset_async(d.ctx, s, C.ulonglong(addr), C.uchar(value), C.size_t(size))
 	})
 }
 
@@ -146,6 +135,14 @@ func (b *Backend) MemsetWithin(dev int, addr uintptr, value byte, size uintptr, 
 // waiting for it up to timeout. After ErrTimeout the copy may still run:
 // the caller must not free either side.
 func (b *Backend) CopyWithin(dev int, dst, src, size uintptr, timeout time.Duration) error {
+	return b.onOwnStreamWithin(dev, size, timeout, func(d *device, s C.uintptr_t) C.smcu_status {
+		return C.smcu_copy_async(d.ctx, s, C.ulonglong(dst), C.ulonglong(src), C.size_t(size))
+	})
+}
+
+// onOwnStreamWithin enqueues op (size bytes of work; none when 0) on the
+// library's own stream of dev and waits for it up to timeout.
+func (b *Backend) onOwnStreamWithin(dev int, size uintptr, timeout time.Duration, op func(d *device, s C.uintptr_t) C.smcu_status) error {
 	d, err := b.device(dev)
 	if err != nil || size == 0 {
 		return err
@@ -154,7 +151,7 @@ func (b *Backend) CopyWithin(dev int, dst, src, size uintptr, timeout time.Durat
 	if err != nil {
 		return err
 	}
-	if err := check(C.smcu_copy_async(d.ctx, s, C.ulonglong(dst), C.ulonglong(src), C.size_t(size)), dev); err != nil {
+	if err := check(op(d, s), dev); err != nil {
 		return err
 	}
 	return b.boundedFor(dev, flightKey{dev, "cuStreamSynchronize", core.Stream(s)}, timeout, func() C.smcu_status {
