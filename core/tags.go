@@ -244,6 +244,22 @@ func filterTags(tags []*tagState, paused bool) []*tagState {
 	return out
 }
 
+// tagsToChange returns the tags that a pause (paused false) or a resume
+// (paused true) of tag acts on: the named one, which must be in that state,
+// or ("") every tag used on this device that is (a.mu held).
+func (a *Allocator) tagsToChange(tag string, paused bool) ([]*tagState, error) {
+	tags, err := a.selectTags(tag)
+	if err != nil {
+		return nil, err
+	}
+	if tag != "" {
+		if err := checkTagState(tags[0], paused, a.device); err != nil {
+			return nil, err
+		}
+	}
+	return filterTags(tags, paused), nil
+}
+
 // Pause releases the physical memory of tag ("" = every live tag used on
 // this device) as Note [Tags and pause] says, and returns the bytes released.
 // A named tag that is already paused is ErrInvalidState; an unknown one
@@ -252,16 +268,10 @@ func filterTags(tags []*tagState, paused bool) []*tagState {
 func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	tags, err := a.selectTags(tag)
+	tags, err := a.tagsToChange(tag, false)
 	if err != nil {
 		return 0, err
 	}
-	if tag != "" {
-		if err := checkTagState(tags[0], false, a.device); err != nil {
-			return 0, err
-		}
-	}
-	tags = filterTags(tags, false)
 	segs := a.segmentsOf(tags)
 	if !o.Collective {
 		for _, seg := range segs {
@@ -333,16 +343,10 @@ func (a *Allocator) markPaused(seg *segment) {
 func (a *Allocator) Resume(tag string) (uint64, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	tags, err := a.selectTags(tag)
+	tags, err := a.tagsToChange(tag, true)
 	if err != nil {
 		return 0, err
 	}
-	if tag != "" {
-		if err := checkTagState(tags[0], true, a.device); err != nil {
-			return 0, err
-		}
-	}
-	tags = filterTags(tags, true)
 	var segs []*segment
 	var need uint64
 	for _, seg := range a.segmentsOf(tags) {
