@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,29 +28,33 @@ import (
 // Note [Kernels compiled at run time]
 //
 // The collectives' CUDA source (kernels/collectives.cu, on top of
-// include/symmem_device.cuh) is embedded in the library. At the first
-// collective on a device (or symmem_collectives_load) the backend:
+// include/symmem_device.cuh) is embedded in the library. It holds thirteen
+// kernels, each built as its own NVRTC program: all-reduce/reduce-scatter
+// for each dtype and op (the op a template argument, so that no kernel
+// carries the other two ops in its unrolled loops) and the all-gather. A
+// kernel is built at its first use on a device, so the first collective
+// waits for one program (a few hundred ms) rather than for all of them;
+// symmem_collectives_load builds every missing one at once, in parallel.
+// For kernel k the backend:
 //
-//  1. loads NVRTC (LoadNVRTC) and reads the device's compute capability;
+//  1. loads NVRTC (LoadNVRTC) and reads the device's compute capability
+//     (once per device: kernelModule);
 //  2. computes the key: SHA-256 of the source, the header, the options and
-//     NVRTC's version; kernel k's cache file is
-//     <cache>/kernels/collectives-<key>-<k>-sm_<arch>.cubin, where <cache> is
-//     $SYMMEM_CACHE_DIR or the user's cache directory (os.UserCacheDir:
-//     $XDG_CACHE_HOME or ~/.cache) + /libsymmem;
+//     NVRTC's version; the cache file is
+//     <cache>/kernels/collectives-<key>-<kernel name>-sm_<arch>.cubin, where
+//     <cache> is $SYMMEM_CACHE_DIR or the user's cache directory
+//     (os.UserCacheDir: $XDG_CACHE_HOME or ~/.cache) + /libsymmem;
 //  3. reads the file and trusts it only if it starts with cacheMagic and
 //     the SHA-256 that follows matches the rest; otherwise compiles with
 //     NVRTC to a cubin for sm_<arch> and writes the file: a temporary file
 //     in the same folder, renamed over the name, so ranks that compile at
 //     once each write a whole file and readers never see a partial one (a
 //     corrupt or truncated file is rebuilt and replaced, never loaded);
-//     The five kernels (one per dtype for all-reduce and reduce-scatter,
-//     all-gather) are five programs (SYMMEM_COLL_ONLY=k) compiled at once
-//     on five threads, so the first use waits for the longest of them;
-//  4. loads each image with cuModuleLoadData and looks its kernel up.
+//  4. loads the image with cuModuleLoadData and looks its kernel up.
 //
 // A cache that cannot be written (read-only home) only costs a compile per
-// process: the reason goes in KernelInfo.Note. The module stays loaded for
-// the life of the process.
+// process: the reason goes in KernelInfo.Note. Modules stay loaded for the
+// life of the process.
 
 //go:embed kernels/collectives.cu
 var collectivesSource string
@@ -57,9 +62,34 @@ var collectivesSource string
 // cacheMagic starts every cache file (then 32 bytes of SHA-256, then the image).
 const cacheMagic = "SYMMEMK1"
 
-// kernelNames are the module's kernels: one per dtype (core.DType order)
-// for all-reduce and reduce-scatter, then all-gather.
-var kernelNames = [...]string{"symmem_coll_float32", "symmem_coll_float16", "symmem_coll_bfloat16", "symmem_coll_int32", "symmem_all_gather"}
+// numReduceKernels are the all-reduce/reduce-scatter kernels, one per
+// (dtype, op); kernel numReduceKernels is the all-gather.
+const (
+	numReduceKernels = 4 * 3
+	allGatherKernel  = numReduceKernels
+	numKernels       = numReduceKernels + 1
+)
+
+// reduceKernel is the index of the kernel for dt and op.
+func reduceKernel(dt core.DType, op core.ReduceOp) int { return int(dt)*3 + int(op) }
+
+// kernelName is kernel k's name in its program: symmem_coll_<dtype>_<op>,
+// or symmem_all_gather.
+func kernelName(k int) string {
+	if k == allGatherKernel {
+		return "symmem_all_gather"
+	}
+	return fmt.Sprintf("symmem_coll_%s_%s", core.DType(k/3), core.ReduceOp(k%3))
+}
+
+// kernelDefines are the macros that make the source build kernel k alone.
+func kernelDefines(k int) []string {
+	if k == allGatherKernel {
+		return nil
+	}
+	return []string{fmt.Sprintf("-DSYMMEM_COLL_DT=%d", k/3), fmt.Sprintf("-DSYMMEM_COLL_OP=%d", k%3),
+		"-DSYMMEM_COLL_NAME=" + kernelName(k)}
+}
 
 const (
 	collThreads   = 512 // SYMMEM_COLL_THREADS of the source
@@ -67,14 +97,27 @@ const (
 	collParamSize = 88  // sizeof(symmem_coll_params), checked by static_assert there
 )
 
-// kernelModule is one device's loaded collectives: one module per kernel
-// (compiled as separate programs, at once: Note [Kernels compiled at run
-// time]).
+// kernelModule is one device's collectives: what building a kernel needs
+// (step 1 of Note [Kernels compiled at run time]) and each kernel once
+// loaded. A kernel is built under its own lock, so that two threads' first
+// uses of different kernels compile at once.
 type kernelModule struct {
-	modules [len(kernelNames)]C.uintptr_t
-	fns     [len(kernelNames)]C.uintptr_t
+	dev     int
+	ctx     C.uintptr_t
+	arch    int
 	sms     int
-	info    core.KernelInfo
+	nv      *NVRTC
+	dir     string // "" : no cache (why: dirWhy)
+	dirWhy  string
+	key     string
+	kernels [numKernels]loadedKernel
+}
+
+type loadedKernel struct {
+	mu     sync.Mutex
+	module C.uintptr_t
+	fn     C.uintptr_t // 0 until loaded
+	info   core.KernelInfo
 }
 
 // compileOptions are NVRTC's options for arch (major*10+minor).
@@ -82,13 +125,19 @@ func compileOptions(arch int) []string {
 	return []string{fmt.Sprintf("--gpu-architecture=sm_%d", arch), "--std=c++17", "-DSYMMEM_NVRTC=1"}
 }
 
-// CompileKernel compiles kernel k of the embedded collectives (kernelNames[k]
-// alone, SYMMEM_COLL_ONLY=k) for arch with nv: step 3 without the cache.
+// CompileKernel compiles kernel k of the embedded collectives alone for
+// arch with nv: step 3 without the cache.
 func CompileKernel(nv *NVRTC, arch, k int) ([]byte, error) {
 	img, _, err := nv.Compile("collectives.cu", collectivesSource,
 		[]Header{{Name: "symmem_device.cuh", Source: include.DeviceHeader}},
-		append(compileOptions(arch), fmt.Sprintf("-DSYMMEM_COLL_ONLY=%d", k)))
+		append(compileOptions(arch), kernelDefines(k)...))
 	return img, err
+}
+
+// imagesKey is step 2's key for arch and nv.
+func imagesKey(nv *NVRTC, arch int) string {
+	return cacheKey(collectivesSource, include.DeviceHeader, strings.Join(compileOptions(arch), " "),
+		fmt.Sprintf("nvrtc %d.%d", nv.Major, nv.Minor))
 }
 
 // cacheDir is where images are cached, or "" with the reason.
@@ -188,38 +237,53 @@ func cachedImage(dir, name string, compile func() ([]byte, error)) (img []byte, 
 	return img, info, nil
 }
 
-// buildImages is steps 2 and 3 for every kernel: the images for arch from
-// the cache in dir ("" : no cache), compiled where missing or corrupt.
-func buildImages(nv *NVRTC, arch int, dir string) (imgs [len(kernelNames)][]byte, info core.KernelInfo, err error) {
-	key := cacheKey(collectivesSource, include.DeviceHeader, strings.Join(compileOptions(arch), " "),
-		fmt.Sprintf("nvrtc %d.%d", nv.Major, nv.Minor))
-	// The five programs at once: NVRTC is thread-safe, and the first use
-	// then takes about the longest compile rather than their sum.
-	var infos [len(kernelNames)]core.KernelInfo
-	var errs [len(kernelNames)]error
+// kernelImage is steps 2 and 3 for kernel k: its image for arch from the
+// cache in dir ("": no cache) under key, compiled where missing or corrupt.
+func kernelImage(nv *NVRTC, arch int, dir, key string, k int) ([]byte, core.KernelInfo, error) {
+	img, info, err := cachedImage(dir, fmt.Sprintf("collectives-%s-%s-sm_%d.cubin", key, kernelName(k), arch),
+		func() ([]byte, error) { return CompileKernel(nv, arch, k) })
+	if err != nil {
+		return nil, info, core.Errorf(core.CodeOf(err), "building the collectives' kernel %s: %v", kernelName(k), err)
+	}
+	return img, info, nil
+}
+
+// buildImages is steps 2 and 3 for kernels ks at once (NVRTC is
+// thread-safe: the wall time is about the longest compile rather than
+// their sum); info sums them up: from the cache only if all were, the wall
+// time as CompileMs or LoadMs.
+func buildImages(nv *NVRTC, arch int, dir string, ks []int) (imgs [][]byte, info core.KernelInfo, err error) {
+	key := imagesKey(nv, arch)
+	imgs = make([][]byte, len(ks))
+	infos := make([]core.KernelInfo, len(ks))
+	errs := make([]error, len(ks))
 	var wg sync.WaitGroup
 	t0 := time.Now()
-	for k := range kernelNames {
+	for i, k := range ks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			imgs[k], infos[k], errs[k] = cachedImage(dir, fmt.Sprintf("collectives-%s-%d-sm_%d.cubin", key, k, arch),
-				func() ([]byte, error) { return CompileKernel(nv, arch, k) })
+			imgs[i], infos[i], errs[i] = kernelImage(nv, arch, dir, key, k)
 		}()
 	}
 	wg.Wait()
-	wall := ms(time.Since(t0))
-	info = core.KernelInfo{Arch: arch, Compiler: nv.String(), FromCache: true, CachePath: dir}
+	info, err = sumInfos(nv, arch, dir, infos, errs, ms(time.Since(t0)))
+	return imgs, info, err
+}
+
+// sumInfos is the KernelInfo of building several kernels in wall ms.
+func sumInfos(nv *NVRTC, arch int, dir string, infos []core.KernelInfo, errs []error, wall float64) (core.KernelInfo, error) {
+	info := core.KernelInfo{Arch: arch, Compiler: nv.String(), FromCache: true, CachePath: dir}
 	var notes []string
-	for k := range kernelNames {
-		if errs[k] != nil {
-			return imgs, info, core.Errorf(core.CodeOf(errs[k]), "building the collectives' kernel %s: %v", kernelNames[k], errs[k])
+	for i := range infos {
+		if errs[i] != nil {
+			return info, errs[i]
 		}
-		info.FromCache = info.FromCache && infos[k].FromCache
-		if infos[k].Note != "" {
-			notes = append(notes, infos[k].Note)
+		info.FromCache = info.FromCache && infos[i].FromCache
+		if infos[i].Note != "" && !slices.Contains(notes, infos[i].Note) {
+			notes = append(notes, infos[i].Note)
 		}
-		if infos[k].CachePath == "" {
+		if infos[i].CachePath == "" {
 			info.CachePath = "" // not (all) cached
 		}
 	}
@@ -229,12 +293,13 @@ func buildImages(nv *NVRTC, arch int, dir string) (imgs [len(kernelNames)][]byte
 		info.CompileMs = wall
 	}
 	info.Note = strings.Join(notes, "; ")
-	return imgs, info, nil
+	return info, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 
-// kernels returns device d's module, loading it at first use.
+// kernels returns device dev's kernelModule (step 1), made at first use;
+// its kernels are built by kernel or LoadKernels.
 func (b *Backend) kernels(dev int) (*kernelModule, error) {
 	d, err := b.device(dev)
 	if err != nil {
@@ -257,52 +322,77 @@ func (b *Backend) kernels(dev int) (*kernelModule, error) {
 	if err != nil {
 		return nil, err
 	}
-	arch := major*10 + minor
 	nv, err := LoadNVRTC()
 	if err != nil {
 		return nil, err
 	}
-	dir, why := cacheDir()
-	imgs, info, err := buildImages(nv, arch, dir)
-	if err != nil {
-		return nil, core.Errorf(core.CodeOf(err), "cuda: device %d: %v", dev, err)
-	}
-	if why != "" {
-		info.Note = strings.TrimPrefix(info.Note+"; "+why, "; ")
-	}
-	m := &kernelModule{sms: sms}
-	t0 := time.Now()
-	for k, n := range kernelNames {
-		err := check(C.smcu_module_load(d.ctx, unsafe.Pointer(&imgs[k][0]), &m.modules[k]), dev)
-		if err == nil {
-			cn := C.CString(n)
-			err = check(C.smcu_module_function(d.ctx, m.modules[k], cn, &m.fns[k]), dev)
-			C.free(unsafe.Pointer(cn))
-			if err != nil {
-				C.smcu_module_unload(d.ctx, m.modules[k])
-			}
-		}
-		if err != nil {
-			for j := 0; j < k; j++ {
-				C.smcu_module_unload(d.ctx, m.modules[j])
-			}
-			return nil, core.Errorf(core.CodeOf(err), "%v (kernel %s for sm_%d from %s)", err, n, arch, nv)
-		}
-	}
-	info.LoadMs += ms(time.Since(t0))
-	m.info = info
+	m := &kernelModule{dev: dev, ctx: d.ctx, arch: major*10 + minor, sms: sms, nv: nv}
+	m.dir, m.dirWhy = cacheDir()
+	m.key = imagesKey(nv, m.arch)
 	d.kern = m
 	return m, nil
 }
 
-// LoadKernels is core.KernelLoader: the collectives' kernels of device,
-// compiled or read from the cache, and loaded.
+// kernel returns kernel k's function, building and loading it at first use
+// (steps 2 to 4), with how that went (zero if it was loaded already).
+func (m *kernelModule) kernel(k int) (C.uintptr_t, core.KernelInfo, error) {
+	lk := &m.kernels[k]
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.fn != 0 {
+		return lk.fn, core.KernelInfo{Arch: m.arch, Compiler: m.nv.String(), FromCache: true, CachePath: m.dir}, nil
+	}
+	img, info, err := kernelImage(m.nv, m.arch, m.dir, m.key, k)
+	if err != nil {
+		return 0, info, core.Errorf(core.CodeOf(err), "cuda: device %d: %v", m.dev, err)
+	}
+	if m.dirWhy != "" {
+		info.Note = strings.TrimPrefix(info.Note+"; "+m.dirWhy, "; ")
+	}
+	t0 := time.Now()
+	var module, fn C.uintptr_t
+	err = check(C.smcu_module_load(m.ctx, unsafe.Pointer(&img[0]), &module), m.dev)
+	if err == nil {
+		cn := C.CString(kernelName(k))
+		err = check(C.smcu_module_function(m.ctx, module, cn, &fn), m.dev)
+		C.free(unsafe.Pointer(cn))
+		if err != nil {
+			C.smcu_module_unload(m.ctx, module)
+		}
+	}
+	if err != nil {
+		return 0, info, core.Errorf(core.CodeOf(err), "%v (kernel %s for sm_%d from %s)", err, kernelName(k), m.arch, m.nv)
+	}
+	info.LoadMs += ms(time.Since(t0))
+	info.Arch, info.Compiler = m.arch, m.nv.String()
+	lk.module, lk.fn, lk.info = module, fn, info
+	return fn, info, nil
+}
+
+// LoadKernels is core.KernelLoader: every collectives kernel of device,
+// compiled or read from the cache where not loaded yet, at once, and loaded.
 func (b *Backend) LoadKernels(dev int) (core.KernelInfo, error) {
 	m, err := b.kernels(dev)
 	if err != nil {
 		return core.KernelInfo{}, err
 	}
-	return m.info, nil
+	infos := make([]core.KernelInfo, numKernels)
+	errs := make([]error, numKernels)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for k := range numKernels {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, infos[k], errs[k] = m.kernel(k)
+		}()
+	}
+	wg.Wait()
+	info, err := sumInfos(m.nv, m.arch, m.dir, infos, errs, ms(time.Since(t0)))
+	if err == nil && m.dirWhy != "" && !strings.Contains(info.Note, m.dirWhy) {
+		info.Note = strings.TrimPrefix(info.Note+"; "+m.dirWhy, "; ")
+	}
+	return info, err
 }
 
 // collGrid is the launch geometry for c: blocks enough for one 16-byte item
@@ -370,9 +460,13 @@ func (b *Backend) LaunchCollective(dev int, s core.Stream, c *core.Collective) e
 	if err != nil {
 		return err
 	}
-	fn := m.fns[len(kernelNames)-1]
+	k := allGatherKernel
 	if c.Kind != core.AllGather {
-		fn = m.fns[c.DType]
+		k = reduceKernel(c.DType, c.Op)
+	}
+	fn, _, err := m.kernel(k)
+	if err != nil {
+		return err
 	}
 	params := packCollParams(c)
 	blocks, threads := collGrid(c)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/libsymmem/libsymmem/core"
 )
@@ -47,6 +48,15 @@ extern "C" __global__ void user(symmem_device_view v, int u, char *dst) {
 	}
 }
 
+// allKernels is every kernel's index.
+func allKernels() []int {
+	ks := make([]int, numKernels)
+	for k := range ks {
+		ks[k] = k
+	}
+	return ks
+}
+
 // The embedded kernels compile with the library's own NVRTC path for
 // Hopper (sm_90) with no GPU needed: at once into an empty cache, each image
 // a cubin with its kernel alone; read back from the cache the second time;
@@ -54,22 +64,28 @@ extern "C" __global__ void user(symmem_device_view v, int u, char *dst) {
 func TestBuildImages(t *testing.T) {
 	nv := nvrtcOrSkip(t)
 	dir := t.TempDir()
-	first, info, err := buildImages(nv, 90, dir)
+	// The first collective builds its kernel alone.
+	t0 := time.Now()
+	if _, info, err := kernelImage(nv, 90, dir, imagesKey(nv, 90), reduceKernel(core.BFloat16, core.OpSum)); err != nil || info.FromCache {
+		t.Fatalf("one kernel: %v %+v", err, info)
+	}
+	t.Logf("first use of one kernel (bfloat16 sum): compile %v", time.Since(t0))
+	first, info, err := buildImages(nv, 90, dir, allKernels())
 	if err != nil || info.FromCache || info.CompileMs <= 0 || info.CachePath != dir || info.Arch != 90 {
 		t.Fatalf("first use: %v %+v", err, info)
 	}
-	t.Logf("first use: compile %.0f ms (5 programs at once)", info.CompileMs)
+	t.Logf("every kernel: compile %.0f ms (%d programs at once, one from the cache)", info.CompileMs, numKernels)
 	for k, img := range first {
 		if !bytes.HasPrefix(img, []byte("\x7fELF")) {
-			t.Fatalf("%s: the image is not a cubin (ELF): % x", kernelNames[k], img[:min(8, len(img))])
+			t.Fatalf("%s: the image is not a cubin (ELF): % x", kernelName(k), img[:min(8, len(img))])
 		}
-		for j, other := range kernelNames {
-			if got := bytes.Contains(img, []byte(other+"\x00")); got != (j == k) {
-				t.Errorf("the image of %s holds %s: %v", kernelNames[k], other, got)
+		for j := range numKernels {
+			if got := bytes.Contains(img, []byte(kernelName(j)+"\x00")); got != (j == k) {
+				t.Errorf("the image of %s holds %s: %v", kernelName(k), kernelName(j), got)
 			}
 		}
 	}
-	again, info, err := buildImages(nv, 90, dir)
+	again, info, err := buildImages(nv, 90, dir, allKernels())
 	if err != nil || !info.FromCache || info.CompileMs != 0 {
 		t.Fatalf("cached: %v %+v", err, info)
 	}
@@ -80,12 +96,30 @@ func TestBuildImages(t *testing.T) {
 		}
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "*.cubin"))
-	if len(files) != len(kernelNames) {
+	if len(files) != numKernels {
 		t.Fatalf("cache files: %v", files)
 	}
 	os.WriteFile(files[2], []byte("SYMMEMK1 garbage"), 0o600)
-	if _, info, err = buildImages(nv, 90, dir); err != nil || info.FromCache || !strings.Contains(info.Note, "rebuilt") {
+	if _, info, err = buildImages(nv, 90, dir, allKernels()); err != nil || info.FromCache || !strings.Contains(info.Note, "rebuilt") {
 		t.Fatalf("corrupt file: %v %+v", err, info)
+	}
+}
+
+// Every (dtype, op) has its kernel, named after both; the all-gather its own.
+func TestKernelNames(t *testing.T) {
+	seen := map[string]bool{}
+	for dt := core.Float32; dt <= core.Int32; dt++ {
+		for op := core.OpSum; op <= core.OpMin; op++ {
+			k := reduceKernel(dt, op)
+			want := "symmem_coll_" + dt.String() + "_" + op.String()
+			if k < 0 || k >= numReduceKernels || kernelName(k) != want || seen[want] {
+				t.Fatalf("%v %v: kernel %d %q", dt, op, k, kernelName(k))
+			}
+			seen[want] = true
+		}
+	}
+	if kernelName(allGatherKernel) != "symmem_all_gather" || kernelDefines(allGatherKernel) != nil || len(seen) != numReduceKernels {
+		t.Fatal("all-gather kernel")
 	}
 }
 

@@ -33,7 +33,7 @@ struct symmem_coll_params {
   unsigned long long count;      /* 64: elements of each rank's input (all-gather: bytes) */
   int kind;                      /* 72: 0 all-reduce, 2 reduce-scatter (all-gather has its kernel) */
   int algo;                      /* 76: 1 one-shot, 2 two-shot */
-  int op;                        /* 80: 0 sum, 1 max, 2 min */
+  int op;                        /* 80: 0 sum, 1 max, 2 min (the kernel's own; checked by the host) */
   int set_base;                  /* 84: the channel's first device set */
 };
 static_assert(sizeof(symmem_device_view) == 40, "symmem_device_view layout");
@@ -42,6 +42,11 @@ static_assert(sizeof(symmem_coll_params) == 88, "symmem_coll_params layout");
 #define SYMMEM_COLL_THREADS 512
 /* Vectors per thread in flight in the reduction loops. */
 #define SYMMEM_COLL_UNROLL 4
+/* The same for in-place one-shot, whose rounds hold every rank's loads of
+ * each item (SYMMEM_COLL_FANIN at once) in registers: 2 items per thread
+ * keep 1 MiB in one round at 64 blocks, and compile in half the time of 4
+ * (the first collective waits for that compile). */
+#define SYMMEM_COLL_INPLACE_UNROLL 2
 /* Ranks whose loads of one vector a thread has in flight at once (small
  * collectives: one vector per thread). */
 #define SYMMEM_COLL_FANIN 8
@@ -110,19 +115,22 @@ template <bool BF> struct symmem_elem16 {
 template <> struct symmem_elem<1> : symmem_elem16<false> {}; /* float16 */
 template <> struct symmem_elem<2> : symmem_elem16<true> {};  /* bfloat16 */
 
-/* op on two values, as the host backend (core/symm/float.go): max and min
- * keep the other operand when one is NaN; int32 sums wrap. */
-static __device__ __forceinline__ float symmem_reduce(int op, float a, float b) {
-  if (op == 1)
+/* OP on two values, as the host backend (core/symm/float.go): max and min
+ * keep the other operand when one is NaN; int32 sums wrap. OP is a template
+ * argument (one kernel per dtype and op): a run-time op would put all three
+ * in every unrolled reduction, tripling the code NVRTC compiles at first
+ * use (Note [Kernels compiled at run time] in cuda/kernels.go). */
+template <int OP> static __device__ __forceinline__ float symmem_reduce(float a, float b) {
+  if (OP == 1)
     return (a != a || b > a) ? b : a;
-  if (op == 2)
+  if (OP == 2)
     return (a != a || b < a) ? b : a;
   return a + b;
 }
-static __device__ __forceinline__ int symmem_reduce(int op, int a, int b) {
-  if (op == 1)
+template <int OP> static __device__ __forceinline__ int symmem_reduce(int a, int b) {
+  if (OP == 1)
     return b > a ? b : a;
-  if (op == 2)
+  if (OP == 2)
     return b < a ? b : a;
   return (int)((unsigned int)a + (unsigned int)b);
 }
@@ -165,7 +173,7 @@ static __device__ __forceinline__ symmem_reduce_plan symmem_plan(const symmem_co
  * offset off of every block, into r. Every rank's load is in flight at once
  * (SYMMEM_COLL_FANIN ranks at a time), so a vector costs one round trip to
  * the peers rather than one per rank. */
-template <int DT>
+template <int DT, int OP>
 static __device__ __forceinline__ void symmem_reduce_vec(const symmem_coll_params &p, unsigned long long off,
                                                          symmem_vec16 &r) {
   typedef symmem_elem<DT> T;
@@ -182,27 +190,24 @@ static __device__ __forceinline__ void symmem_reduce_vec(const symmem_coll_param
       if (q0 + j < v.world)
 #pragma unroll
         for (int k = 0; k < T::E; k++)
-          acc[k] = q0 + j == 0 ? T::get(xs[j], k) : symmem_reduce(p.op, acc[k], T::get(xs[j], k));
+          acc[k] = q0 + j == 0 ? T::get(xs[j], k) : symmem_reduce<OP>(acc[k], T::get(xs[j], k));
   }
 #pragma unroll
   for (int k = 0; k < T::E; k++)
     T::put(r, k, acc[k]);
 }
 
-/* Reduces item i of the plan over every rank into r (a whole vector), or
- * element by element into out_elems (tail or unaligned: up to E elements). */
-template <int DT>
-static __device__ __forceinline__ int symmem_reduce_item(const symmem_coll_params &p, const symmem_reduce_plan &pl,
-                                                         unsigned long long i, symmem_vec16 &r,
-                                                         typename symmem_elem<DT>::acc_t *tail) {
+/* The cold part of symmem_reduce_item: item i element by element into tail
+ * (a tail, or every item of an unaligned plan: up to E elements), out of
+ * line so that its loops are compiled once per kernel rather than at every
+ * unrolled call site. */
+template <int DT, int OP>
+static __device__ __noinline__ int symmem_reduce_elems(const symmem_coll_params &p, const symmem_reduce_plan &pl,
+                                                        unsigned long long i, typename symmem_elem<DT>::acc_t *tail) {
   typedef symmem_elem<DT> T;
   typedef typename T::acc_t A;
   const symmem_device_view &v = p.view;
   const int W = v.world;
-  if (pl.vec && (i + 1) * T::E <= pl.n) {
-    symmem_reduce_vec<DT>(p, pl.src + 16 * i, r);
-    return -1;
-  }
   /* Elements [first, last) of the plan, one at a time. */
   unsigned long long first = pl.vec ? i * T::E : i;
   unsigned long long last = pl.vec ? pl.n : i + 1;
@@ -210,10 +215,24 @@ static __device__ __forceinline__ int symmem_reduce_item(const symmem_coll_param
   for (unsigned long long e = first; e < last; e++, m++) {
     A acc = T::load1(symmem_dev_ptr(v, 0, pl.src + e * T::SIZE));
     for (int q = 1; q < W; q++)
-      acc = symmem_reduce(p.op, acc, T::load1(symmem_dev_ptr(v, q, pl.src + e * T::SIZE)));
+      acc = symmem_reduce<OP>(acc, T::load1(symmem_dev_ptr(v, q, pl.src + e * T::SIZE)));
     tail[m] = acc;
   }
   return m;
+}
+
+/* Reduces item i of the plan over every rank into r (a whole vector), or
+ * element by element into tail (symmem_reduce_elems). */
+template <int DT, int OP>
+static __device__ __forceinline__ int symmem_reduce_item(const symmem_coll_params &p, const symmem_reduce_plan &pl,
+                                                         unsigned long long i, symmem_vec16 &r,
+                                                         typename symmem_elem<DT>::acc_t *tail) {
+  typedef symmem_elem<DT> T;
+  if (pl.vec && (i + 1) * T::E <= pl.n) {
+    symmem_reduce_vec<DT, OP>(p, pl.src + 16 * i, r);
+    return -1;
+  }
+  return symmem_reduce_elems<DT, OP>(p, pl, i, tail);
 }
 
 /* Stores item i's result at dst (the plan's element 0 there). */
@@ -247,7 +266,7 @@ static __device__ __forceinline__ void symmem_put_vec(const symmem_coll_params &
   }
 }
 
-template <int DT> static __device__ __forceinline__ void symmem_coll_reduce(const symmem_coll_params &p) {
+template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_reduce(const symmem_coll_params &p) {
   typedef symmem_elem<DT> T;
   const symmem_device_view &v = p.view;
   const int set = p.set_base + blockIdx.x;
@@ -262,27 +281,27 @@ template <int DT> static __device__ __forceinline__ void symmem_coll_reduce(cons
   if (!symmem_coll_barrier(v, set, false))
     return;
   if (in_place_one_shot) {
-    /* Every rank reads our input: each round reads SYMMEM_COLL_UNROLL
+    /* Every rank reads our input: each round reads SYMMEM_COLL_INPLACE_UNROLL
      * items per thread into registers, meets the peers, then stores (a
      * peer's round-r reads are done before its round-r arrival). No closing
      * barrier is needed: the last round's barrier came after every read. */
-    const unsigned long long per_round = SYMMEM_COLL_UNROLL * nthreads;
+    const unsigned long long per_round = SYMMEM_COLL_INPLACE_UNROLL * nthreads;
     const unsigned long long rounds = (pl.items + per_round - 1) / per_round;
-    symmem_vec16 rs[SYMMEM_COLL_UNROLL];
-    typename T::acc_t tails[SYMMEM_COLL_UNROLL][T::E];
-    int ms[SYMMEM_COLL_UNROLL];
+    symmem_vec16 rs[SYMMEM_COLL_INPLACE_UNROLL];
+    typename T::acc_t tails[SYMMEM_COLL_INPLACE_UNROLL][T::E];
+    int ms[SYMMEM_COLL_INPLACE_UNROLL];
     for (unsigned long long k = 0; k < rounds; k++) {
 #pragma unroll
-      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++) {
+      for (int u = 0; u < SYMMEM_COLL_INPLACE_UNROLL; u++) {
         unsigned long long i = k * per_round + u * nthreads + tid;
         ms[u] = 0;
         if (i < pl.items)
-          ms[u] = symmem_reduce_item<DT>(p, pl, i, rs[u], tails[u]);
+          ms[u] = symmem_reduce_item<DT, OP>(p, pl, i, rs[u], tails[u]);
       }
       if (!symmem_coll_barrier(v, set, false))
         return;
 #pragma unroll
-      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++) {
+      for (int u = 0; u < SYMMEM_COLL_INPLACE_UNROLL; u++) {
         unsigned long long i = k * per_round + u * nthreads + tid;
         if (i < pl.items)
           symmem_store_item<DT>(p.out, pl, i, ms[u], rs[u], tails[u]);
@@ -296,7 +315,7 @@ template <int DT> static __device__ __forceinline__ void symmem_coll_reduce(cons
     /* Small: at most one whole vector per thread, every rank's load of it
      * in flight at once (symmem_reduce_vec). */
     if (tid < nfull) {
-      symmem_reduce_vec<DT>(p, pl.src + 16 * tid, r);
+      symmem_reduce_vec<DT, OP>(p, pl.src + 16 * tid, r);
       symmem_put_vec<DT>(p, pl, two_shot, tid, r);
     }
   } else {
@@ -315,7 +334,7 @@ template <int DT> static __device__ __forceinline__ void symmem_coll_reduce(cons
         for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
 #pragma unroll
           for (int k = 0; k < T::E; k++)
-            acc[u][k] = q == 0 ? T::get(x[u], k) : symmem_reduce(p.op, acc[u][k], T::get(x[u], k));
+            acc[u][k] = q == 0 ? T::get(x[u], k) : symmem_reduce<OP>(acc[u][k], T::get(x[u], k));
       }
 #pragma unroll
       for (int u = 0; u < SYMMEM_COLL_UNROLL; u++) {
@@ -331,7 +350,7 @@ template <int DT> static __device__ __forceinline__ void symmem_coll_reduce(cons
   }
   /* The tail (vector path) or every element (unaligned path). */
   for (unsigned long long i = nfull + tid; i < pl.items; i += nthreads) {
-    int m = symmem_reduce_item<DT>(p, pl, i, r, tail);
+    int m = symmem_reduce_item<DT, OP>(p, pl, i, r, tail);
     if (two_shot) {
       for (int q = 0; q < v.world; q++) {
         int dst = (v.rank + q) % v.world;
@@ -346,32 +365,17 @@ template <int DT> static __device__ __forceinline__ void symmem_coll_reduce(cons
   symmem_coll_barrier(v, set, two_shot);
 }
 
-/* SYMMEM_COLL_ONLY=k builds kernel k alone (cuda/kernels.go compiles the
- * five as separate programs, at once); without it, all of them. */
-#if !defined(SYMMEM_COLL_ONLY) || SYMMEM_COLL_ONLY == 0
-extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_coll_float32(symmem_coll_params p) {
-  symmem_coll_reduce<0>(p);
+/* One program per kernel (cuda/kernels.go compiles each at its first use):
+ * with SYMMEM_COLL_DT and SYMMEM_COLL_OP defined, the all-reduce and
+ * reduce-scatter kernel SYMMEM_COLL_NAME of that dtype (core.DType order)
+ * and op; without them, the all-gather. */
+#if defined(SYMMEM_COLL_DT)
+extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) SYMMEM_COLL_NAME(symmem_coll_params p) {
+  symmem_coll_reduce<SYMMEM_COLL_DT, SYMMEM_COLL_OP>(p);
 }
-#endif
-#if !defined(SYMMEM_COLL_ONLY) || SYMMEM_COLL_ONLY == 1
-extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_coll_float16(symmem_coll_params p) {
-  symmem_coll_reduce<1>(p);
-}
-#endif
-#if !defined(SYMMEM_COLL_ONLY) || SYMMEM_COLL_ONLY == 2
-extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_coll_bfloat16(symmem_coll_params p) {
-  symmem_coll_reduce<2>(p);
-}
-#endif
-#if !defined(SYMMEM_COLL_ONLY) || SYMMEM_COLL_ONLY == 3
-extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_coll_int32(symmem_coll_params p) {
-  symmem_coll_reduce<3>(p);
-}
-#endif
-
+#else
 /* All-gather: count is bytes here. Rank q's input goes to out + q*count;
  * in place (out + rank*count is our input) our own part is not copied. */
-#if !defined(SYMMEM_COLL_ONLY) || SYMMEM_COLL_ONLY == 4
 extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gather(symmem_coll_params p) {
   const symmem_device_view &v = p.view;
   const int set = p.set_base + blockIdx.x;
