@@ -47,6 +47,8 @@ const (
 //   - no two neighbours are both free (free blocks are merged at once);
 //   - a free block is in its segment's pool's freeSet, an allocated block is
 //     in Allocator.live under its address, and never both;
+//   - a cached block (cachedBy != nil) is allocated, in exactly one bin, the
+//     one cachedBy names (Note [Thread caches]);
 //   - heapOff == seg.heapOff + (addr - seg.addr).
 type block struct {
 	seg       *segment
@@ -63,6 +65,10 @@ type block struct {
 	// ctx is the context number of the allocation (Note [Heap snapshots
 	// and allocation history]); 0 when none was attached.
 	ctx uint64
+	// cachedBy is the thread cache that holds the block (Note [Thread
+	// caches]): allocated for its segment, in the live table, freed for the
+	// user. nil when not cached.
+	cachedBy ThreadCache
 
 	// freeSet links, meaningful only while the block is free.
 	left, right *block
@@ -154,6 +160,9 @@ type Allocator struct {
 	// leakedSegments counts segments unmapped whose physical memory the
 	// backend failed to release.
 	leakedSegments int
+	// caches are the thread caches that hold blocks of this device or have
+	// pending counts (Note [Thread caches]); each at most once.
+	caches []ThreadCache
 
 	// hooks run before a segment is released (AddReleaseHook); guarded by
 	// hookMu, taken after mu.
@@ -314,7 +323,7 @@ func (a *Allocator) Alloc(size uintptr, s Stream) (uintptr, error) {
 // taken from that tag's segments only. A paused tag refuses with
 // ErrInvalidState.
 func (a *Allocator) AllocTagged(size uintptr, s Stream, tag TagID) (uintptr, error) {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	t := a.tags[0]
 	if tag != 0 {
@@ -432,10 +441,16 @@ func (a *Allocator) newSegment(size uintptr, sp *streamPools, small bool, reques
 // Free returns the block at ptr. size is checked against the request (0
 // skips the check); the block's own stream is used, whatever s says.
 func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
-	a.mu.Lock()
+	return a.FreeTo(ptr, size, s, nil)
+}
+
+// FreeTo is Free by the thread that owns tc (nil: none), which keeps the
+// block when it may (Note [Thread caches]).
+func (a *Allocator) FreeTo(ptr uintptr, size uintptr, s Stream, tc ThreadCache) error {
+	a.lock()
 	defer a.mu.Unlock()
-	b := a.live.take(ptr)
-	if b == nil {
+	b := a.live.get(ptr)
+	if b == nil || b.cachedBy != nil {
 		return a.explainForeign(ptr)
 	}
 	// A block of a paused segment may be freed: that is bookkeeping only,
@@ -447,19 +462,32 @@ func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
 	seg := b.seg
 	for _, other := range b.streams {
 		if err := a.be.StreamWait(a.device, seg.pools.stream, other); err != nil {
-			a.live.put(ptr, b) // still allocated: the free did not happen
-			return err
+			return err // still allocated: the free did not happen
 		}
 	}
-	small := seg.small
 	a.frees++
-	a.st.block(small, -1, int64(b.size), int64(b.requested))
+	a.st.block(seg.small, -1, int64(b.size), int64(b.requested))
 	if a.hist != nil {
 		// Freed blocks are reusable at once on their stream (the waits on
 		// other streams are enqueued above), so the request completes now.
 		a.record("free_requested", b.addr, b.requested, seg.pools.stream)
 		a.record("free_completed", b.addr, b.requested, seg.pools.stream)
 	}
+	if tc != nil && a.cacheable(b) {
+		a.cacheLocked(b, tc)
+		return mismatch
+	}
+	a.live.take(ptr)
+	a.returnBlockLocked(b)
+	return mismatch
+}
+
+// returnBlockLocked puts b, allocated for its segment but out of the live
+// table and counted as freed, back into its pool, merged with its free
+// neighbours.
+func (a *Allocator) returnBlockLocked(b *block) {
+	seg := b.seg
+	small := seg.small
 	b.ctx = 0
 	b.allocated = false
 	b.requested = 0
@@ -479,7 +507,6 @@ func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
 	}
 	pool.insert(b)
 	a.st.inactiveSplit(b, 1)
-	return mismatch
 }
 
 // absorb merges r, the right neighbour of l, into l; neither is in a pool.
@@ -497,7 +524,7 @@ func (a *Allocator) explainForeign(ptr uintptr) error {
 	if seg := a.heap.segmentAt(ptr); seg != nil {
 		for b := seg.first; b != nil; b = b.next {
 			if ptr >= b.addr && ptr < b.addr+b.size {
-				if b.allocated {
+				if b.allocated && b.cachedBy == nil {
 					return Errorf(ErrInvalidPointer, "%#x is inside the block at %#x (offset %d) on device %d, not its start: free the pointer symmem_alloc returned", ptr, b.addr, ptr-b.addr, a.device)
 				}
 				return Errorf(ErrInvalidPointer, "%#x on device %d is not allocated: already freed (double free?)", ptr, a.device)
@@ -510,7 +537,7 @@ func (a *Allocator) explainForeign(ptr uintptr) error {
 // RecordStream notes that the block holding ptr is used on s too: before it
 // is reused, its own stream will wait for s's work queued up to its free.
 func (a *Allocator) RecordStream(ptr uintptr, s Stream) error {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	b, err := a.lookupLocked(ptr)
 	if err != nil {
@@ -551,12 +578,12 @@ type BlockInfo struct {
 }
 
 func (a *Allocator) lookupLocked(ptr uintptr) (*block, error) {
-	if b := a.live.get(ptr); b != nil {
+	if b := a.live.get(ptr); b != nil && b.cachedBy == nil {
 		return b, nil
 	}
 	if seg := a.heap.segmentAt(ptr); seg != nil {
 		for b := seg.first; b != nil; b = b.next {
-			if ptr >= b.addr && ptr < b.addr+b.size && b.allocated {
+			if ptr >= b.addr && ptr < b.addr+b.size && b.allocated && b.cachedBy == nil {
 				return b, nil
 			}
 		}
@@ -566,7 +593,7 @@ func (a *Allocator) lookupLocked(ptr uintptr) (*block, error) {
 
 // Lookup describes the allocated block that holds ptr (its start or inside).
 func (a *Allocator) Lookup(ptr uintptr) (BlockInfo, error) {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	b, err := a.lookupLocked(ptr)
 	if err != nil {
@@ -581,7 +608,7 @@ func (a *Allocator) Lookup(ptr uintptr) (BlockInfo, error) {
 // ExportSegment returns a new descriptor (the caller closes it) for the
 // physical memory of the segment that starts at segAddr.
 func (a *Allocator) ExportSegment(segAddr uintptr) (int, error) {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	seg := a.heap.segmentAt(segAddr)
 	if seg == nil || seg.addr != segAddr {
@@ -601,6 +628,7 @@ func (a *Allocator) ExportSegment(segAddr uintptr) (int, error) {
 // for all work on the device (DESIGN invariant 4). Which segments go depends
 // only on the allocator's state, never on timing.
 func (a *Allocator) releaseIdle() error {
+	a.drainCachesLocked() // cached blocks keep their segments busy
 	var idle []*segment
 	for _, seg := range a.heap.segments {
 		// A paused segment holds no memory: it stays until its tag resumes.
@@ -656,21 +684,21 @@ func (a *Allocator) releaseSegment(seg *segment) error {
 
 // EmptyCache releases every segment that holds no allocated block.
 func (a *Allocator) EmptyCache() error {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	return a.releaseIdle()
 }
 
 // SetLimit sets the memory limit (0 = none).
 func (a *Allocator) SetLimit(bytes uint64) {
-	a.mu.Lock()
+	a.lock()
 	a.limit = bytes
 	a.mu.Unlock()
 }
 
 // Limit is the memory limit (0 = none).
 func (a *Allocator) Limit() uint64 {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	return a.limit
 }
@@ -680,7 +708,7 @@ func (a *Allocator) TotalMemory() uint64 { return a.total }
 
 // Stats returns every statistic, in StatKeys order.
 func (a *Allocator) Stats() []Stat {
-	a.mu.Lock()
+	a.lock()
 	v := a.st.values(a.limit)
 	a.mu.Unlock()
 	out := make([]Stat, len(v))
@@ -693,7 +721,7 @@ func (a *Allocator) Stats() []Stat {
 // StatValues writes the statistics' values, in StatKeys order, into dst
 // and returns how many there are in all.
 func (a *Allocator) StatValues(dst []int64) int {
-	a.mu.Lock()
+	a.lock()
 	v := a.st.values(a.limit)
 	a.mu.Unlock()
 	copy(dst, v)
@@ -702,14 +730,14 @@ func (a *Allocator) StatValues(dst []int64) int {
 
 // ResetPeakStats sets every peak to its current value.
 func (a *Allocator) ResetPeakStats() {
-	a.mu.Lock()
+	a.lock()
 	a.st.resetPeaks()
 	a.mu.Unlock()
 }
 
 // Counters returns the numbers of successful Alloc and Free calls.
 func (a *Allocator) Counters() (allocs, frees uint64) {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	return a.allocs, a.frees
 }
@@ -717,8 +745,9 @@ func (a *Allocator) Counters() (allocs, frees uint64) {
 // Close releases every segment and the heap, whatever is still allocated.
 // Only for tests and process teardown.
 func (a *Allocator) Close() error {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
+	a.drainCachesLocked()
 	if err := a.be.SynchronizeDevice(a.device); err != nil {
 		return err
 	}

@@ -71,18 +71,19 @@ func (r *Runtime) SetHistory(max int) {
 
 // SetHistory turns this allocator's recording on (max > 0) or off.
 func (a *Allocator) SetHistory(max int) {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	if max <= 0 {
 		a.hist = nil
 		return
 	}
+	a.drainCachesLocked() // every allocation from now on is recorded
 	a.hist = &history{max: max}
 }
 
 // Recording says whether the allocator records its history.
 func (a *Allocator) Recording() bool {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	return a.hist != nil
 }
@@ -97,7 +98,7 @@ func (a *Allocator) record(action string, addr, size uintptr, s Stream) {
 // AttachContext gives the allocated block at ptr, and its latest alloc
 // event, the context number ctx.
 func (a *Allocator) AttachContext(ptr uintptr, ctx uint64) {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	if b := a.live.get(ptr); b != nil {
 		b.ctx = ctx
@@ -119,7 +120,10 @@ type BlockSnapshot struct {
 	Size      uintptr
 	Requested uintptr
 	Allocated bool
-	Context   uint64
+	// ThreadCached: freed for the user, kept in a thread cache (Note
+	// [Thread caches]); not Allocated.
+	ThreadCached bool
+	Context      uint64
 }
 
 // SegmentSnapshot is one segment and its blocks, in address order.
@@ -136,14 +140,14 @@ type SegmentSnapshot struct {
 
 // Snapshot lists the allocator's segments (by address) and its history.
 func (a *Allocator) Snapshot() ([]SegmentSnapshot, []HistoryEvent) {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	segs := make([]SegmentSnapshot, 0, len(a.heap.segments))
 	for _, seg := range a.heap.segments {
 		s := SegmentSnapshot{Device: a.device, Addr: seg.addr, Size: seg.size, Stream: seg.pools.stream, Small: seg.small}
 		for b := seg.first; b != nil; b = b.next {
-			s.Blocks = append(s.Blocks, BlockSnapshot{Addr: b.addr, Size: b.size, Requested: b.requested, Allocated: b.allocated, Context: b.ctx})
-			if b.allocated {
+			s.Blocks = append(s.Blocks, BlockSnapshot{Addr: b.addr, Size: b.size, Requested: b.requested, Allocated: b.allocated && b.cachedBy == nil, ThreadCached: b.cachedBy != nil, Context: b.ctx})
+			if b.allocated && b.cachedBy == nil {
 				s.Allocated += b.size
 				s.Requested += b.requested
 			}

@@ -73,6 +73,7 @@ var settingSpecs = []settingSpec{
 	{name: "SYMMEM_LIBNVRTC", kind: kindText, doc: "path of the NVRTC library"},
 	{name: "SYMMEM_LIBRARY", kind: kindText, reader: "python", doc: "path of libsymmem.so for the Python package"},
 	{name: "SYMMEM_STRICT", kind: kindBool, doc: "abort on an invalid or double-freed pointer"},
+	{name: "SYMMEM_THREAD_CACHE", kind: kindBool, doc: "per-thread caches of freed blocks in front of the allocator"},
 	{name: "SYMMEM_TIMEOUT_MS", kind: kindMillis, positive: true, doc: "default timeout of group waits"},
 	{name: "SYMMEM_SOCKET_DIR", kind: kindText, doc: "directory of rendezvous sockets"},
 	{name: "SYMMEM_ALLOW_OVERLAPPING_DEVICES", kind: kindBool, doc: "let several ranks of a group share a device"},

@@ -21,12 +21,18 @@ const (
 	statInactiveSplit
 	statInactiveSplitBytes
 	statPausedBytes // bytes of segments whose memory Pause released
+	// statThreadCache counts blocks that the user freed and a thread cache
+	// keeps (Note [Thread caches]); statThreadCacheBytes is their size.
+	// Not PyTorch's: reported after every key of the first versions.
+	statThreadCache
+	statThreadCacheBytes
 	numStatKinds
 )
 
 var statKindNames = [numStatKinds]string{
 	"allocation", "segment", "active", "allocated_bytes", "reserved_bytes",
 	"active_bytes", "requested_bytes", "inactive_split", "inactive_split_bytes", "paused_bytes",
+	"thread_cache", "thread_cache_bytes",
 }
 
 // statPool selects the aggregate ("all") or one of the two pools.
@@ -124,11 +130,13 @@ var StatKeys = func() []string {
 	kinds(0, statInactiveSplit)
 	keys = append(keys, "num_alloc_retries", "num_ooms", "num_device_alloc",
 		"num_device_free", "num_sync_all_streams", "memory_limit")
-	kinds(statInactiveSplit, numStatKinds)
+	kinds(statInactiveSplit, statThreadCache)
 	for _, k := range []string{"oversize_allocations", "oversize_segments"} {
 		keys = append(keys, k+".current", k+".peak", k+".allocated", k+".freed")
 	}
-	return append(keys, "max_split_size")
+	keys = append(keys, "max_split_size")
+	kinds(statThreadCache, numStatKinds)
+	return keys
 }()
 
 // Note [Statistics that cannot apply]
@@ -159,9 +167,11 @@ func (s *stats) values(limit uint64) []int64 {
 	kinds(0, statInactiveSplit)
 	v = append(v, s.numAllocRetry, s.numOOM, s.numDeviceAlloc, s.numDeviceFree,
 		s.numSyncAll, int64(limit))
-	kinds(statInactiveSplit, numStatKinds)
+	kinds(statInactiveSplit, statThreadCache)
 	v = append(v, 0, 0, 0, 0, 0, 0, 0, 0) // oversize_*: see the Note above
-	return append(v, -1)                  // max_split_size: no limit
+	v = append(v, -1)                     // max_split_size: no limit
+	kinds(statThreadCache, numStatKinds)
+	return v
 }
 
 // isInactiveSplit says whether b counts in inactive_split: free, in a

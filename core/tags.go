@@ -205,7 +205,7 @@ type PauseOptions struct {
 // TagSegments lists the segments of tag ("" = every tag used here) in heap
 // order, checking that every selected tag is paused (wantPaused) or live.
 func (a *Allocator) TagSegments(tag string, wantPaused bool) ([]SegmentInfo, error) {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	tags, err := a.selectTags(tag)
 	if err != nil {
@@ -266,7 +266,7 @@ func (a *Allocator) tagsToChange(tag string, paused bool) ([]*tagState, error) {
 // ErrInvalidArgument. If waiting for the device or making the backup fails,
 // nothing is unmapped.
 func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	tags, err := a.tagsToChange(tag, false)
 	if err != nil {
@@ -341,7 +341,7 @@ func (a *Allocator) markPaused(seg *segment) {
 // returns ErrOutOfMemory naming the tag and the bytes; the tag stays paused
 // and Resume may be called again.
 func (a *Allocator) Resume(tag string) (uint64, error) {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	tags, err := a.tagsToChange(tag, true)
 	if err != nil {
@@ -435,7 +435,7 @@ func (a *Allocator) Resume(tag string) (uint64, error) {
 
 // TagNames lists the tags used on this device, paused or not, by name.
 func (a *Allocator) TagNames() (live, paused []string) {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	for _, t := range a.tags[1:] {
 		if t == nil {

@@ -9,7 +9,7 @@ import "fmt"
 // the statistics agree with all of it. It returns an *Error of code
 // ErrInternal that names the first broken invariant.
 func (a *Allocator) Validate() error {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	if err := a.validateLocked(); err != nil {
 		return Errorf(ErrInternal, "allocator of device %d: invariant broken: %v", a.device, err)
@@ -22,8 +22,34 @@ func (a *Allocator) validateLocked() error {
 		allocated, nAlloc, requested [numStatPools]int64
 		reserved, nSeg, paused       [numStatPools]int64
 		nSplit, splitBytes           [numStatPools]int64
+		nCached, cachedBytes         [numStatPools]int64
 		freeBlocks                   = map[*freeSet]int{}
 	)
+	// Every bin entry (none is Out: lock() synced them) names a block
+	// cached in that bin; each block is in one bin at most once.
+	inBin := map[uintptr]ThreadCache{}
+	for i, tc := range a.caches {
+		for _, o := range a.caches[:i] {
+			if o == tc {
+				return fmt.Errorf("a thread cache is tracked twice")
+			}
+		}
+		tc.Lock()
+		for j := 0; j < tc.Len(); j++ {
+			e := tc.Entry(j)
+			if _, dup := inBin[e.Addr]; dup || e.Out {
+				tc.Unlock()
+				return fmt.Errorf("thread cache entry %#x is in more than one bin entry, or not synced (out %v)", e.Addr, e.Out)
+			}
+			inBin[e.Addr] = tc
+			b := a.live.get(e.Addr)
+			if b == nil || b.cachedBy != tc || b.size != e.Size || b.seg.pools.stream != e.Stream {
+				tc.Unlock()
+				return fmt.Errorf("thread cache entry %#x (%d bytes) is not a block cached in that bin with that size and stream", e.Addr, e.Size)
+			}
+		}
+		tc.Unlock()
+	}
 	pool := func(small bool) statPool {
 		if small {
 			return poolSmall
@@ -76,9 +102,17 @@ func (a *Allocator) validateLocked() error {
 				}
 				n++
 				p := pool(seg.small)
-				allocated[p] += int64(b.size)
-				requested[p] += int64(b.requested)
-				nAlloc[p]++
+				if b.cachedBy != nil {
+					if inBin[b.addr] != b.cachedBy || b.requested != 0 || len(b.streams) != 0 || seg.pools.tag.id != 0 {
+						return fmt.Errorf("cached block %#x is not in the bin that holds it, or has a request, streams or a tag", b.addr)
+					}
+					nCached[p]++
+					cachedBytes[p] += int64(b.size)
+				} else {
+					allocated[p] += int64(b.size)
+					requested[p] += int64(b.requested)
+					nAlloc[p]++
+				}
 			} else {
 				if prev != nil && !prev.allocated {
 					return fmt.Errorf("free blocks %#x and %#x are neighbours, not merged", prev.addr, b.addr)
@@ -137,8 +171,11 @@ func (a *Allocator) validateLocked() error {
 			}
 		}
 	}
-	if a.live.len() != int(nAlloc[poolSmall]+nAlloc[poolLarge]) {
-		return fmt.Errorf("live map has %d entries for %d allocated blocks", a.live.len(), nAlloc[poolSmall]+nAlloc[poolLarge])
+	if a.live.len() != int(nAlloc[poolSmall]+nAlloc[poolLarge]+nCached[poolSmall]+nCached[poolLarge]) {
+		return fmt.Errorf("live map has %d entries for %d allocated and %d cached blocks", a.live.len(), nAlloc[poolSmall]+nAlloc[poolLarge], nCached[poolSmall]+nCached[poolLarge])
+	}
+	if len(inBin) != int(nCached[poolSmall]+nCached[poolLarge]) {
+		return fmt.Errorf("thread caches hold %d entries for %d cached blocks", len(inBin), nCached[poolSmall]+nCached[poolLarge])
 	}
 	for _, p := range []statPool{poolSmall, poolLarge} {
 		allocated[poolAll] += allocated[p]
@@ -149,6 +186,8 @@ func (a *Allocator) validateLocked() error {
 		nSeg[poolAll] += nSeg[p]
 		nSplit[poolAll] += nSplit[p]
 		splitBytes[poolAll] += splitBytes[p]
+		nCached[poolAll] += nCached[p]
+		cachedBytes[poolAll] += cachedBytes[p]
 	}
 	for p := statPool(0); p < numStatPools; p++ {
 		checks := []struct {
@@ -159,6 +198,7 @@ func (a *Allocator) validateLocked() error {
 			{statRequestedBytes, requested[p]}, {statSegment, nSeg[p]},
 			{statReservedBytes, reserved[p]}, {statPausedBytes, paused[p]},
 			{statInactiveSplit, nSplit[p]}, {statInactiveSplitBytes, splitBytes[p]},
+			{statThreadCache, nCached[p]}, {statThreadCacheBytes, cachedBytes[p]},
 		}
 		for _, c := range checks {
 			s := a.st.by[c.kind][p]

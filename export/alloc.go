@@ -2,6 +2,7 @@ package main
 
 /*
 #include "internal.h"
+#include "tcache.h"
 */
 import "C"
 
@@ -30,15 +31,19 @@ func symmemgo_alloc(size C.size_t, device C.int, stream *C.struct_CUstream_st) (
 	return nil
 }
 
+// symmemgo_free is symmem_free's Go path; tc is the calling thread's bin of
+// the device (NULL: none), where the block may go (Note [Thread caches in
+// C], tcache.h).
+//
 //export symmemgo_free
-func symmemgo_free(ptr unsafe.Pointer, size C.size_t, device C.int, stream *C.struct_CUstream_st) {
+func symmemgo_free(ptr unsafe.Pointer, size C.size_t, device C.int, stream *C.struct_CUstream_st, tc *C.symmemi_tcache) {
 	defer recoverVoid("symmem_free")
 	if ptr == nil {
 		return
 	}
 	a, err := allocatorFor(device)
 	if err == nil {
-		if err = a.Free(uintptr(ptr), uintptr(size), streamOf(stream)); err == nil {
+		if err = a.FreeTo(uintptr(ptr), uintptr(size), streamOf(stream), binOf(tc)); err == nil {
 			return
 		}
 	}

@@ -43,10 +43,8 @@ SYMMEM_FRONT(const char *, backend_name, "none", (void), ())
 SYMMEM_FRONT(const char *, backend_notes, "libsymmem cannot run in a forked child", (void), ())
 SYMMEM_FRONT(int, device_count, 0, (void), ())
 
-// The caching allocator. alloc and free: keep these fronts lean (a C fast
-// path would live here).
-SYMMEM_FRONT(void *, alloc, NULL, (size_t size, int device, symmem_stream_t stream), (size, device, stream))
-SYMMEM_FRONT_VOID(free, (void *ptr, size_t size, int device, symmem_stream_t stream), (ptr, size, device, stream))
+// The caching allocator. alloc and free have fronts written by hand, with
+// the thread caches' fast path (tcache.c).
 SYMMEM_FRONT_VOID(record_stream, (void *ptr, symmem_stream_t stream), (ptr, stream))
 SYMMEM_FRONT_VOID(init, (int device_count), (device_count))
 SYMMEM_FRONT_VOID(reset, (void), ())

@@ -28,8 +28,9 @@
  *   3. export/front_test.go checks that every function of the header has a
  *      front (or is one of the pure-C functions of errors.c/torch_shim.cc)
  *      and that every Go export is a guarded symmemgo_ function.
- * This is also where a C fast path for alloc/free would go: keep their
- * fronts lean (one predictable branch). */
+ * symmem_alloc and symmem_free are fronts written by hand (tcache.c): they
+ * try the calling thread's cache (Note [Thread caches in C], tcache.h)
+ * before Go, after the same fork check (SYMMEMI_REFUSE_IN_CHILD). */
 #ifndef SYMMEM_EXPORT_FRONT_H
 #define SYMMEM_EXPORT_FRONT_H
 #include "symmem.h"
@@ -53,6 +54,19 @@ void symmemi_refuse_in_child(const char *call) __attribute__((cold));
     }                                                                          \
     return symmemgo_##name args;                                               \
   }
+
+/* The first statement of a front written by hand (symmem_alloc and
+ * symmem_free, tcache.c, which try the thread cache before Go): refuses in
+ * a forked child, returning what follows the name. export/front_test.go
+ * checks that every hand-written front starts with it and calls its Go
+ * export. */
+#define SYMMEMI_REFUSE_IN_CHILD(name, ...)                                     \
+  do {                                                                         \
+    if (SYMMEMI_IN_CHILD()) {                                                  \
+      symmemi_refuse_in_child("symmem_" #name);                                \
+      return __VA_ARGS__;                                                      \
+    }                                                                          \
+  } while (0)
 
 /* A front for a function that returns nothing. */
 #define SYMMEM_FRONT_VOID(name, params, args)                                  \

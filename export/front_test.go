@@ -13,9 +13,11 @@ import (
 )
 
 // TestEveryPublicFunctionHasAFront checks Note [The C front]: every function
-// of include/symmem.h is a C front (SYMMEM_FRONT in export/*.c) or plain C
-// that never enters Go (errors.c, torch_shim.cc); every front is in the
-// header; every Go export is a symmemgo_ function with a front and a guard.
+// of include/symmem.h is a C front (SYMMEM_FRONT in export/*.c, or written by
+// hand: starting with SYMMEMI_REFUSE_IN_CHILD and calling its Go export) or
+// plain C that never enters Go (errors.c, torch_shim.cc); every front is in
+// the header; every Go export is a symmemgo_ function with a front and a
+// guard.
 func TestEveryPublicFunctionHasAFront(t *testing.T) {
 	read := func(path string) string {
 		b, err := os.ReadFile(path)
@@ -35,11 +37,28 @@ func TestEveryPublicFunctionHasAFront(t *testing.T) {
 	cFiles := filesEnding(".c")
 	fronts := map[string]bool{}
 	frontRe := regexp.MustCompile(`SYMMEM_FRONT\(\s*[^,]+,\s*([a-z0-9_]+),|SYMMEM_FRONT_VOID\(\s*([a-z0-9_]+),`)
+	// A front by hand: a definition of symmem_NAME whose body starts with
+	// the fork check and runs to the first "}" at the start of a line.
+	byHandRe := regexp.MustCompile(`(?ms)^[a-z_][^;{}]*?\bsymmem_([a-z0-9_]+)\(([^;{)]*)\)\s*\{\n(.*?)\n\}`)
+	byHand := 0
 	for _, f := range cFiles {
-		for _, m := range frontRe.FindAllStringSubmatch(read(f), -1) {
+		text := read(f)
+		for _, m := range frontRe.FindAllStringSubmatch(text, -1) {
 			fronts["symmem_"+m[1]+m[2]] = true
 		}
+		for _, m := range byHandRe.FindAllStringSubmatch(text, -1) {
+			name, body := m[1], m[3]
+			if f == "errors.c" {
+				continue // plain C, never enters Go (pureC below)
+			}
+			require.Regexpf(t, `^\s*SYMMEMI_REFUSE_IN_CHILD\(`+name+`\b`, body, "%s: symmem_%s is written by hand, so its first statement must be SYMMEMI_REFUSE_IN_CHILD(%s, ...)", f, name, name)
+			require.Containsf(t, body, "symmemgo_"+name+"(", "%s: symmem_%s must call symmemgo_%s", f, name, name)
+			require.Falsef(t, fronts["symmem_"+name], "symmem_%s has two fronts", name)
+			fronts["symmem_"+name] = true
+			byHand++
+		}
 	}
+	require.Equal(t, 2, byHand, "symmem_alloc and symmem_free are the fronts written by hand (tcache.c)")
 	pureC := names(regexp.MustCompile(`(?m)^[a-z][^;()]*?\b(symmem_[a-z0-9_]+)\([^;]*\{`), read("errors.c")+read("torch_shim.cc"))
 	for name := range header {
 		require.Truef(t, fronts[name] || pureC[name], "%s is declared in include/symmem.h but has no SYMMEM_FRONT in export/*.c", name)

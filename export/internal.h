@@ -15,6 +15,7 @@ void symmemi_abort(const char *msg, size_t len);
 int symmemi_region_push(int tag); /* new depth, -1 when full */
 int symmemi_region_pop(void);     /* the tag closed, -1 when none is open */
 int symmemi_region_tag(void);     /* the innermost tag, 0 when none */
+extern __thread int symmemi_region_depth; /* open regions of this thread */
 
 /* keep.c: a NUL-terminated copy of s[0..n) kept for the life of the process
  * (Note [Strings kept for the life of the process]). */

@@ -19,19 +19,19 @@ SYMMEM_FRONT(symmem_result, resume_group, UNAVAILABLE, (symmem_group *group, con
 #define SYMMEM_REGION_DEPTH 16
 
 static __thread int region_tags[SYMMEM_REGION_DEPTH];
-static __thread int region_depth;
+__attribute__((visibility("hidden"))) __thread int symmemi_region_depth;
 
 __attribute__((visibility("hidden"))) int symmemi_region_push(int tag) {
-  if (region_depth >= SYMMEM_REGION_DEPTH) return -1;
-  region_tags[region_depth++] = tag;
-  return region_depth;
+  if (symmemi_region_depth >= SYMMEM_REGION_DEPTH) return -1;
+  region_tags[symmemi_region_depth++] = tag;
+  return symmemi_region_depth;
 }
 
 __attribute__((visibility("hidden"))) int symmemi_region_pop(void) {
-  if (region_depth == 0) return -1;
-  return region_tags[--region_depth];
+  if (symmemi_region_depth == 0) return -1;
+  return region_tags[--symmemi_region_depth];
 }
 
 __attribute__((visibility("hidden"))) int symmemi_region_tag(void) {
-  return region_depth == 0 ? 0 : region_tags[region_depth - 1];
+  return symmemi_region_depth == 0 ? 0 : region_tags[symmemi_region_depth - 1];
 }
