@@ -35,6 +35,7 @@ func (a *Allocator) validateLocked() error {
 			}
 		}
 		tc.Lock()
+		a.syncCacheLocked(tc) // its owner may have had hits since lock()
 		for j := 0; j < tc.Len(); j++ {
 			e := tc.Entry(j)
 			if _, dup := inBin[e.Addr]; dup || e.Out {

@@ -215,7 +215,15 @@ size_t symmem_info_json(char *buf, size_t len);
  * share a pointer in PyTorch's bookkeeping.
  * Placement is a pure function of the sequence of calls: two processes making
  * the same calls (streams numbered by first use) receive the same offsets in
- * their heaps. Blocks freed on a stream are reused only on that stream. */
+ * their heaps. Blocks freed on a stream are reused only on that stream.
+ * Thread caches (SYMMEM_THREAD_CACHE, on by default): a block of at most
+ * 10 MiB freed by a thread may be kept in that thread's cache and handed to
+ * its next symmem_alloc of the same rounded size and stream (the newest
+ * first) without entering the allocator's lock; placement is then a pure
+ * function of each thread's own sequence of calls. Allocations inside a
+ * symmem_region_begin region, blocks given to symmem_record_stream and
+ * history recording bypass the caches; symmem_empty_cache, memory limits and
+ * the out-of-memory retry give cached blocks back first. */
 void *symmem_alloc(size_t size, int device, symmem_stream_t stream);
 
 /* Returns ptr to the cache. ptr NULL is a no-op. size, device and stream are
@@ -307,13 +315,20 @@ typedef struct symmem_stat {
  * symmem_empty_cache cannot release). There is no max_split_size option, as
  * in PyTorch's default: max_split_size is -1 and oversize_* are 0.
  * paused_bytes counts segments whose physical memory symmem_pause released
- * (they are not in reserved_bytes then). memory_limit is 0 when there is none. In this order:
+ * (they are not in reserved_bytes then). memory_limit is 0 when there is none.
+ * thread_cache and thread_cache_bytes (not PyTorch's) count the blocks that
+ * the user freed and a thread's cache keeps for that thread's next
+ * symmem_alloc of the same size and stream (SYMMEM_THREAD_CACHE, README):
+ * freed as far as allocation and *_bytes are concerned, still in their
+ * segments. The counts are exact whenever read; segment and reserved_bytes
+ * follow placement, which the caches change. In this order:
  *   STAT.POOL.current, .peak, .allocated, .freed (the seven first STATs)
  *   num_alloc_retries, num_ooms, num_device_alloc, num_device_free,
  *   num_sync_all_streams, memory_limit,
  *   inactive_split.POOL.*, inactive_split_bytes.POOL.*,
  *   oversize_allocations.current/.peak/.allocated/.freed,
- *   oversize_segments.current/.peak/.allocated/.freed, max_split_size */
+ *   oversize_segments.current/.peak/.allocated/.freed, max_split_size,
+ *   thread_cache.POOL.*, thread_cache_bytes.POOL.* */
 size_t symmem_stats(int device, symmem_stat *out, size_t capacity);
 
 /* Heap snapshots and allocation history, in the shape of PyTorch's memory

@@ -286,7 +286,7 @@ static void test_roundtrip(void) {
 static const char *stat_names[] = {"allocation",   "segment",        "active",
                                    "allocated_bytes", "reserved_bytes", "active_bytes",
                                    "requested_bytes", "inactive_split", "inactive_split_bytes",
-                                   "paused_bytes"};
+                                   "paused_bytes", "thread_cache", "thread_cache_bytes"};
 static const char *pool_names[] = {"all", "small_pool", "large_pool"};
 static const char *kind_names[] = {"current", "peak", "allocated", "freed"};
 static const char *extra_names[] = {"num_alloc_retries", "num_ooms",
