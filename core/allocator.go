@@ -345,11 +345,10 @@ func (a *Allocator) AllocTagged(size uintptr, s Stream, tag TagID) (uintptr, err
 	pool := sp.pool(small)
 	b := pool.lowerBound(rounded)
 	if b == nil {
-		seg, err := a.newSegment(a.segmentSize(rounded), sp, small, rounded)
-		if err != nil {
+		var err error
+		if b, err = a.newSegment(a.segmentSize(rounded), sp, small, rounded); err != nil {
 			return 0, err
 		}
-		b = seg.first
 	}
 	pool.remove(b)
 	a.st.inactiveSplit(b, -1)
@@ -377,15 +376,27 @@ func (a *Allocator) AllocTagged(size uintptr, s Stream, tag TagID) (uintptr, err
 	return b.addr, nil
 }
 
-// newSegment maps a new segment of size bytes for sp's pool. Under a memory
-// limit or when the backend runs out, it first releases idle cached segments
-// and tries once more.
-func (a *Allocator) newSegment(size uintptr, sp *streamPools, small bool, request uintptr) (*segment, error) {
+// newSegment maps a new segment of size bytes for sp's pool and returns its
+// one free block. Under a memory limit or when the backend runs out, it
+// first releases idle cached segments and tries once more; when that gave
+// thread-cached blocks back (Note [Thread caches]) and one of them now fits
+// the request, it returns that free block instead.
+func (a *Allocator) newSegment(size uintptr, sp *streamPools, small bool, request uintptr) (*block, error) {
 	overLimit := func() bool {
 		return a.limit != 0 && uint64(a.st.by[statReservedBytes][poolAll].current)+uint64(size) > a.limit
 	}
+	drained := func() *block {
+		if a.st.by[statThreadCache][poolAll].current == 0 {
+			return nil
+		}
+		a.drainCachesLocked()
+		return sp.pool(small).lowerBound(request)
+	}
 	if overLimit() {
 		a.st.numAllocRetry++
+		if b := drained(); b != nil {
+			return b, nil
+		}
 		if err := a.releaseIdle(); err != nil {
 			return nil, err
 		}
@@ -398,6 +409,9 @@ func (a *Allocator) newSegment(size uintptr, sp *streamPools, small bool, reques
 	mem, err := a.be.Create(a.device, size)
 	if err != nil && CodeOf(err) == ErrOutOfMemory {
 		a.st.numAllocRetry++
+		if b := drained(); b != nil {
+			return b, nil
+		}
 		if rerr := a.releaseIdle(); rerr != nil {
 			return nil, rerr
 		}
@@ -435,7 +449,7 @@ func (a *Allocator) newSegment(size uintptr, sp *streamPools, small bool, reques
 	}
 	a.st.add(statSegment, small, 1)
 	a.st.add(statReservedBytes, small, int64(size))
-	return seg, nil
+	return b, nil
 }
 
 // Free returns the block at ptr. size is checked against the request (0

@@ -488,3 +488,28 @@ func TestThreadCacheLeavesHistoryAndRecordedStreamsAlone(t *testing.T) {
 	_, ev := a.Snapshot()
 	require.Len(t, ev, 3, "alloc, free_requested, free_completed: all recorded")
 }
+
+// TestThreadCacheGivesBlocksBackBeforeNewSegments: under a memory limit, a
+// request that no free block fits first takes back the bins' blocks; when
+// one of them then fits, no segment is released or made.
+func TestThreadCacheGivesBlocksBackBeforeNewSegments(t *testing.T) {
+	a := newAllocator(t, nil)
+	th := thread{a, &goBin{}}
+	p, err := th.alloc(1<<20, 0)
+	require.NoError(t, err)
+	q, err := th.alloc(1<<20, 0)
+	require.NoError(t, err)
+	require.NoError(t, th.free(p, 1<<20, 0))
+	require.NoError(t, th.free(q, 1<<20, 0))
+	require.Equal(t, int64(2<<20), stat(t, a, "thread_cache_bytes.all.current"))
+	a.SetLimit(2 << 20)
+	made, released := stat(t, a, "num_device_alloc"), stat(t, a, "num_device_free")
+	r, err := th.alloc(1<<20-512, 0) // another size: no hit
+	require.NoError(t, err)
+	require.Equal(t, p, r, "the merged blocks of the drained bin serve it")
+	require.Equal(t, made, stat(t, a, "num_device_alloc"))
+	require.Equal(t, released, stat(t, a, "num_device_free"))
+	require.Zero(t, stat(t, a, "thread_cache.all.current"))
+	require.NoError(t, th.free(r, 0, 0))
+	require.NoError(t, a.Validate())
+}
