@@ -138,8 +138,9 @@ $(FAKENCCL228): cuda/testdata/fakenccl.c
 	@mkdir -p $(BUILD)
 	$(CC) -shared -fPIC -O1 -Wall -Wextra -Werror -DFAKENCCL_NO_PEER_POINTER -Wl,-soname,libnccl.so.2 -o $@ $< -lpthread
 
-fuzz: ## fuzz the allocator for 60 s
+fuzz: ## fuzz the allocator, with and without thread caches, 60 s each
 	$(GO) test ./core -run '^$$' -fuzz FuzzAllocFree -fuzztime 60s
+	$(GO) test ./core -run '^$$' -fuzz FuzzThreadCache -fuzztime 60s
 
 $(BUILD)/demo: examples/demo.c include/symmem.h $(LIB)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude -o $@ $< $(LINK_LIB)

@@ -513,3 +513,27 @@ func TestThreadCacheGivesBlocksBackBeforeNewSegments(t *testing.T) {
 	require.NoError(t, th.free(r, 0, 0))
 	require.NoError(t, a.Validate())
 }
+
+// FuzzThreadCache: any sequence of calls gives the same placement-
+// independent statistics with a thread cache and without, after every call,
+// and both allocators stay valid (`make fuzz` runs it after FuzzAllocFree).
+func FuzzThreadCache(f *testing.F) {
+	f.Add([]byte{0, 2, 0, 0, 2, 0, 1, 0, 0, 0, 3, 1, 5, 0, 0})
+	f.Add([]byte{0, 7, 1, 0, 7, 1, 1, 0, 1, 2, 0, 0, 3, 0, 0, 6, 0, 0})
+	sizes := []uintptr{0, 1, 512, 700, 4096, 65536, 1 << 20, 3 << 20, 12 << 20}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var ops []tcOp
+		for i := 0; i+2 < len(data) && len(ops) < 200; i += 3 {
+			ops = append(ops, tcOp{kind: int(data[i] % 7), size: sizes[int(data[i+1])%len(sizes)],
+				stream: core.Stream(data[i+1] / 128), pick: int(data[i+2])})
+		}
+		on := thread{newAllocator(t, nil), &goBin{}}
+		off := thread{newAllocator(t, nil), nil}
+		var want []map[string]int64
+		runTC(t, off, ops, func(int) { want = append(want, userStats(t, off.a)) })
+		runTC(t, on, ops, func(i int) {
+			require.Equal(t, want[i], userStats(t, on.a), "op %d (%+v)", i, ops[i])
+			require.NoError(t, on.a.Validate(), "op %d", i)
+		})
+	})
+}
