@@ -16,7 +16,7 @@ package core
 // Only Free puts a block in a bin: the bin of the thread that frees it,
 // when the block is untagged, has no recorded streams, fits its request
 // exactly (size == roundRequest(requested), so a hit gives the same rounded
-// size), is at most maxCachedBlock, and history is not recorded. A full bin
+// size), is at most MaxCachedBlock, and history is not recorded. A full bin
 // gives its oldest available block back to the pools first.
 //
 // The fast path (outside Go) may then, under the bin's lock:
@@ -42,9 +42,9 @@ package core
 // idle segments are released (empty_cache, a memory limit, the OOM retry),
 // and when history recording starts.
 
-// maxCachedBlock is the largest block a thread cache holds: blocks that share
+// MaxCachedBlock is the largest block a thread cache holds: blocks that share
 // segments (Note [How blocks are placed]); bigger ones go back to the pools.
-const maxCachedBlock = midRequest
+const MaxCachedBlock = midRequest
 
 // CacheEntry is one block in a thread cache.
 type CacheEntry struct {
@@ -102,7 +102,7 @@ type ThreadCache interface {
 // its requested size) may go to a thread cache.
 func (a *Allocator) cacheable(b *block) bool {
 	return a.hist == nil && len(b.streams) == 0 && b.seg.pools.tag.id == 0 &&
-		b.size <= maxCachedBlock && b.size == roundRequest(b.requested)
+		b.size <= MaxCachedBlock && b.size == roundRequest(b.requested)
 }
 
 // lock takes mu and syncs every thread cache of the device (Note [Thread

@@ -95,3 +95,7 @@ func (b *cBin) Retire() {
 		b.state = C.SYMMEMI_TC_FREE
 	}
 }
+
+// The C front's size limit (tcache.h) is the core's: this does not compile
+// when they differ.
+var _ = [1]struct{}{}[core.MaxCachedBlock-C.SYMMEMI_TC_MAX_BLOCK]
