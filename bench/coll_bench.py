@@ -33,15 +33,15 @@ ITERS = 20
 REPS = 15
 
 
-def sizes(max_mib):
-    s, out = 4 << 10, []
+def sizes(max_mib, min_kib=4):
+    s, out = min_kib << 10, []
     while s <= max_mib << 20:
         out.append(s)
         s *= 4
     return out
 
 
-def rank_main(rank, world, port, max_mib, out_path):
+def rank_main(rank, world, port, max_mib, out_path, min_kib=4, only=""):
     import torch
     import torch.distributed as dist
 
@@ -104,7 +104,7 @@ def rank_main(rank, world, port, max_mib, out_path):
 
     rows = []
     warm = True  # the first size once more, untimed: clocks and first-use work settle before anything counts
-    for size in [sizes(max_mib)[0]] + sizes(max_mib):
+    for size in [sizes(max_mib, min_kib)[0]] + sizes(max_mib, min_kib):
         n = size // 2  # bf16 elements
         cur = lambda: torch.cuda.current_stream(dev).cuda_stream
         # "libsymmem auto" is in place (as torch's two_shot_all_reduce_),
@@ -126,6 +126,8 @@ def rank_main(rank, world, port, max_mib, out_path):
             if size <= (16 << 20):
                 impls[("all_reduce", "torch one-shot")] = lambda: torch.ops.symm_mem.one_shot_all_reduce(t_in[:n], "sum", gname)
             impls[("all_reduce", "torch two-shot")] = lambda: torch.ops.symm_mem.two_shot_all_reduce_(t_in[:n], "sum", gname)
+        if only:  # --only: the rows whose "coll impl" holds one of these words
+            impls = {k: f for k, f in impls.items() if any(w in " ".join(k) for w in only.split(","))}
         for (coll, impl), fn in impls.items():
             if warm:
                 try:
@@ -154,18 +156,41 @@ def rank_main(rank, world, port, max_mib, out_path):
     dist.destroy_process_group()
 
 
+# The first collective of a process, timed as a user sees it: a one-rank
+# group, a 1 MiB bf16 in-place all-reduce, wall time to the end of the
+# kernel, then the same call again.
+FIRST_COLLECTIVE = """
+import json, os, time, torch, symmem
+torch.cuda.set_device(0)
+g = symmem.Group("firstuse-%d" % os.getpid(), 0, 1, device=0, timeout=60)
+p = symmem.alloc(1 << 20, 0)
+h = symmem.rendezvous(p, g)
+out = {}
+for what in ("first_ms", "second_ms"):
+    t0 = time.perf_counter()
+    h.all_reduce("bfloat16", "sum", 1 << 19, None, 0)
+    torch.cuda.synchronize()
+    out[what] = (time.perf_counter() - t0) * 1e3
+h.release()
+print("FIRST", json.dumps(out))
+"""
+
+
 def kernel_load_times():
-    """First use (empty cache: NVRTC compile) and cached load, each in a
-    fresh process."""
-    code = "import json, symmem; print('LOAD', json.dumps(symmem.collectives_load(0)))"
+    """Each in a fresh process: the first collective (empty cache: NVRTC
+    compiles its one kernel), then every kernel built at once by
+    collectives_load into an empty cache, then loaded from that cache."""
+    load = "import json, symmem; print('LOAD', json.dumps(symmem.collectives_load(0)))"
     out = {}
-    with tempfile.TemporaryDirectory() as cache:
+    for what, code, tag in (("first_collective", FIRST_COLLECTIVE, "FIRST "), ("first_use", load, "LOAD "),
+                            ("cached", load, "LOAD ")):
+        if what != "cached":
+            cache = tempfile.mkdtemp()
         env = dict(os.environ, SYMMEM_CACHE_DIR=cache, SYMMEM_BACKEND="cuda",
                    PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        for what in ("first_use", "cached"):
-            r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-            line = [l for l in r.stdout.splitlines() if l.startswith("LOAD ")]
-            out[what] = json.loads(line[-1][5:]) if line else {"error": r.stderr[-2000:]}
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        line = [l for l in r.stdout.splitlines() if l.startswith(tag)]
+        out[what] = json.loads(line[-1][len(tag):]) if line else {"error": r.stderr[-2000:]}
     return out
 
 
@@ -232,19 +257,22 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/symmem-gpu"))
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--max-mib", type=int, default=256)
+    ap.add_argument("--min-kib", type=int, default=4)
+    ap.add_argument("--only", default="", help="comma-separated words: time only the rows naming one (tuning runs)")
+    ap.add_argument("--no-kernel-times", action="store_true")
     ap.add_argument("--child", nargs=4)
     a = ap.parse_args()
     if a.child:
         rank, world, port, path = a.child
-        rank_main(int(rank), int(world), int(port), a.max_mib, path)
+        rank_main(int(rank), int(world), int(port), a.max_mib, path, a.min_kib, a.only)
         return 0
     os.makedirs(a.out, exist_ok=True)
-    loads = kernel_load_times()
+    loads = {} if a.no_kernel_times else kernel_load_times()
     print("kernels:", json.dumps(loads), flush=True)
     port = 29500 + os.getpid() % 1000
     path = os.path.join(a.out, "coll_bench.json")
     env = dict(os.environ, SYMMEM_BACKEND="cuda")
-    procs = [subprocess.Popen([sys.executable, __file__, "--max-mib", str(a.max_mib), "--child", str(r), str(a.world), str(port), path], env=env)
+    procs = [subprocess.Popen([sys.executable, __file__, "--max-mib", str(a.max_mib), "--min-kib", str(a.min_kib), "--only", a.only, "--child", str(r), str(a.world), str(port), path], env=env)
              for r in range(a.world)]
     rc = [p.wait(timeout=1800) for p in procs]
     if any(rc) or not os.path.exists(path):
