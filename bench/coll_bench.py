@@ -7,7 +7,8 @@ the same run; and the first-use compile and cached load of the kernels.
 
 Timing: every op is captured in a CUDA graph of ITERS calls; the graph is
 replayed REPS times between CUDA events, ranks lined up (torch.distributed
-barrier + synchronize) before each replay; the figure is the median replay
+barrier + synchronize) before each replay, the replays of one size going
+round-robin over the implementations; the figure is the median replay
 divided by ITERS: GPU time per call, without Python's launch overhead (for
 every implementation alike). Sizes: all_reduce and reduce_scatter the bytes
 of each rank's input, all_gather the bytes of the output. Bus bandwidth as
@@ -30,7 +31,7 @@ NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"
 os.environ.update(NO_MULTICAST)
 
 ITERS = 20
-REPS = 15
+REPS = 21
 
 
 def sizes(max_mib, min_kib=4):
@@ -76,7 +77,7 @@ def rank_main(rank, world, port, max_mib, out_path, min_kib=4, only=""):
     nccl_out = torch.empty(maxb // 2 * world, dtype=torch.bfloat16, device=dev)
     stream = torch.cuda.Stream(device=dev)
 
-    def timeit(fn):
+    def capture(fn):
         torch.cuda.synchronize()
         with torch.cuda.stream(stream):
             for _ in range(3):  # warm-up, first-use work outside the capture
@@ -86,21 +87,20 @@ def rank_main(rank, world, port, max_mib, out_path, min_kib=4, only=""):
         with torch.cuda.graph(graph, stream=stream):
             for _ in range(ITERS):
                 fn()
-        times = []
-        for _ in range(REPS):
-            dist.barrier()
-            torch.cuda.synchronize()
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            # replay() runs on the current stream: make that the stream
-            # the events are recorded on.
-            with torch.cuda.stream(stream):
-                a.record(stream)
-                graph.replay()
-                b.record(stream)
-            b.synchronize()
-            times.append(a.elapsed_time(b) * 1e3 / ITERS)
-        del graph
-        return statistics.median(times)
+        return graph
+
+    def replay_us(graph):
+        dist.barrier()
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        # replay() runs on the current stream: make that the stream the
+        # events are recorded on.
+        with torch.cuda.stream(stream):
+            a.record(stream)
+            graph.replay()
+            b.record(stream)
+        b.synchronize()
+        return a.elapsed_time(b) * 1e3 / ITERS
 
     rows = []
     warm = True  # the first size once more, untimed: clocks and first-use work settle before anything counts
@@ -128,25 +128,32 @@ def rank_main(rank, world, port, max_mib, out_path, min_kib=4, only=""):
             impls[("all_reduce", "torch two-shot")] = lambda: torch.ops.symm_mem.two_shot_all_reduce_(t_in[:n], "sum", gname)
         if only:  # --only: the rows whose "coll impl" holds one of these words
             impls = {k: f for k, f in impls.items() if any(w in " ".join(k) for w in only.split(","))}
-        for (coll, impl), fn in impls.items():
-            if warm:
-                try:
-                    timeit(fn)
-                except Exception:  # noqa: BLE001 - reported when timed
-                    pass
-                continue
+        # Every implementation of this size is captured first, then the
+        # replays go round-robin (rep k of every implementation before rep
+        # k+1 of any), so that clock or neighbour drift during the run
+        # weighs on all of them alike rather than on whichever ran first.
+        graphs, times = {}, {}
+        for key, fn in impls.items():
             try:
-                us = timeit(fn)
+                graphs[key] = capture(fn)
+                times[key] = []
             except Exception as exc:  # noqa: BLE001 - reported, the others still run
-                us = None
-                if rank == 0:
-                    print(f"{coll} {impl} {size}: {type(exc).__name__}: {exc}", flush=True)
+                if rank == 0 and not warm:
+                    print(f"{key[0]} {key[1]} {size}: {type(exc).__name__}: {exc}", flush=True)
+        for _ in range(1 if warm else REPS):
+            for key, graph in graphs.items():
+                times[key].append(replay_us(graph))
+        del graphs
+        if warm:
+            warm = False
+            continue
+        for (coll, impl) in impls:
+            us = statistics.median(times[(coll, impl)]) if (coll, impl) in times else None
             factor = 2 * (world - 1) / world if coll == "all_reduce" else (world - 1) / world
             rows.append({"coll": coll, "impl": impl, "bytes": size, "us": us,
                          "busbw_GBps": None if not us else size * factor / us / 1e3})
             if rank == 0 and us is not None:
                 print(f"{coll:15s} {impl:28s} {size:>10d} B {us:9.2f} us {rows[-1]['busbw_GBps']:8.1f} GB/s", flush=True)
-        warm = False
     err = h.device_error()
     h.release()
     if rank == 0:
