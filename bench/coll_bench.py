@@ -7,7 +7,8 @@ the same run; and the first-use compile and cached load of the kernels.
 
 Timing: every op is captured in a CUDA graph of ITERS calls; the graph is
 replayed REPS times between CUDA events, ranks lined up (torch.distributed
-barrier + synchronize) before each replay; the figure is the median replay
+barrier + synchronize) before each replay, the replays of one size going
+round-robin over the implementations; the figure is the median replay
 divided by ITERS: GPU time per call, without Python's launch overhead (for
 every implementation alike). Sizes: all_reduce and reduce_scatter the bytes
 of each rank's input, all_gather the bytes of the output. Bus bandwidth as
@@ -30,18 +31,18 @@ NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"
 os.environ.update(NO_MULTICAST)
 
 ITERS = 20
-REPS = 15
+REPS = 21
 
 
-def sizes(max_mib):
-    s, out = 4 << 10, []
+def sizes(max_mib, min_kib=4):
+    s, out = min_kib << 10, []
     while s <= max_mib << 20:
         out.append(s)
         s *= 4
     return out
 
 
-def rank_main(rank, world, port, max_mib, out_path):
+def rank_main(rank, world, port, max_mib, out_path, min_kib=4, only=""):
     import torch
     import torch.distributed as dist
 
@@ -76,7 +77,7 @@ def rank_main(rank, world, port, max_mib, out_path):
     nccl_out = torch.empty(maxb // 2 * world, dtype=torch.bfloat16, device=dev)
     stream = torch.cuda.Stream(device=dev)
 
-    def timeit(fn):
+    def capture(fn):
         torch.cuda.synchronize()
         with torch.cuda.stream(stream):
             for _ in range(3):  # warm-up, first-use work outside the capture
@@ -86,25 +87,24 @@ def rank_main(rank, world, port, max_mib, out_path):
         with torch.cuda.graph(graph, stream=stream):
             for _ in range(ITERS):
                 fn()
-        times = []
-        for _ in range(REPS):
-            dist.barrier()
-            torch.cuda.synchronize()
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            # replay() runs on the current stream: make that the stream
-            # the events are recorded on.
-            with torch.cuda.stream(stream):
-                a.record(stream)
-                graph.replay()
-                b.record(stream)
-            b.synchronize()
-            times.append(a.elapsed_time(b) * 1e3 / ITERS)
-        del graph
-        return statistics.median(times)
+        return graph
+
+    def replay_us(graph):
+        dist.barrier()
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        # replay() runs on the current stream: make that the stream the
+        # events are recorded on.
+        with torch.cuda.stream(stream):
+            a.record(stream)
+            graph.replay()
+            b.record(stream)
+        b.synchronize()
+        return a.elapsed_time(b) * 1e3 / ITERS
 
     rows = []
     warm = True  # the first size once more, untimed: clocks and first-use work settle before anything counts
-    for size in [sizes(max_mib)[0]] + sizes(max_mib):
+    for size in [sizes(max_mib, min_kib)[0]] + sizes(max_mib, min_kib):
         n = size // 2  # bf16 elements
         cur = lambda: torch.cuda.current_stream(dev).cuda_stream
         # "libsymmem auto" is in place (as torch's two_shot_all_reduce_),
@@ -126,25 +126,34 @@ def rank_main(rank, world, port, max_mib, out_path):
             if size <= (16 << 20):
                 impls[("all_reduce", "torch one-shot")] = lambda: torch.ops.symm_mem.one_shot_all_reduce(t_in[:n], "sum", gname)
             impls[("all_reduce", "torch two-shot")] = lambda: torch.ops.symm_mem.two_shot_all_reduce_(t_in[:n], "sum", gname)
-        for (coll, impl), fn in impls.items():
-            if warm:
-                try:
-                    timeit(fn)
-                except Exception:  # noqa: BLE001 - reported when timed
-                    pass
-                continue
+        if only:  # --only: the rows whose "coll impl" holds one of these words
+            impls = {k: f for k, f in impls.items() if any(w in " ".join(k) for w in only.split(","))}
+        # Every implementation of this size is captured first, then the
+        # replays go round-robin (rep k of every implementation before rep
+        # k+1 of any), so that clock or neighbour drift during the run
+        # weighs on all of them alike rather than on whichever ran first.
+        graphs, times = {}, {}
+        for key, fn in impls.items():
             try:
-                us = timeit(fn)
+                graphs[key] = capture(fn)
+                times[key] = []
             except Exception as exc:  # noqa: BLE001 - reported, the others still run
-                us = None
-                if rank == 0:
-                    print(f"{coll} {impl} {size}: {type(exc).__name__}: {exc}", flush=True)
+                if rank == 0 and not warm:
+                    print(f"{key[0]} {key[1]} {size}: {type(exc).__name__}: {exc}", flush=True)
+        for _ in range(1 if warm else REPS):
+            for key, graph in graphs.items():
+                times[key].append(replay_us(graph))
+        del graphs
+        if warm:
+            warm = False
+            continue
+        for (coll, impl) in impls:
+            us = statistics.median(times[(coll, impl)]) if (coll, impl) in times else None
             factor = 2 * (world - 1) / world if coll == "all_reduce" else (world - 1) / world
             rows.append({"coll": coll, "impl": impl, "bytes": size, "us": us,
                          "busbw_GBps": None if not us else size * factor / us / 1e3})
             if rank == 0 and us is not None:
                 print(f"{coll:15s} {impl:28s} {size:>10d} B {us:9.2f} us {rows[-1]['busbw_GBps']:8.1f} GB/s", flush=True)
-        warm = False
     err = h.device_error()
     h.release()
     if rank == 0:
@@ -154,18 +163,41 @@ def rank_main(rank, world, port, max_mib, out_path):
     dist.destroy_process_group()
 
 
+# The first collective of a process, timed as a user sees it: a one-rank
+# group, a 1 MiB bf16 in-place all-reduce, wall time to the end of the
+# kernel, then the same call again.
+FIRST_COLLECTIVE = """
+import json, os, time, torch, symmem
+torch.cuda.set_device(0)
+g = symmem.Group("firstuse-%d" % os.getpid(), 0, 1, device=0, timeout=60)
+p = symmem.alloc(1 << 20, 0)
+h = symmem.rendezvous(p, g)
+out = {}
+for what in ("first_ms", "second_ms"):
+    t0 = time.perf_counter()
+    h.all_reduce("bfloat16", "sum", 1 << 19, None, 0)
+    torch.cuda.synchronize()
+    out[what] = (time.perf_counter() - t0) * 1e3
+h.release()
+print("FIRST", json.dumps(out))
+"""
+
+
 def kernel_load_times():
-    """First use (empty cache: NVRTC compile) and cached load, each in a
-    fresh process."""
-    code = "import json, symmem; print('LOAD', json.dumps(symmem.collectives_load(0)))"
+    """Each in a fresh process: the first collective (empty cache: NVRTC
+    compiles its one kernel), then every kernel built at once by
+    collectives_load into an empty cache, then loaded from that cache."""
+    load = "import json, symmem; print('LOAD', json.dumps(symmem.collectives_load(0)))"
     out = {}
-    with tempfile.TemporaryDirectory() as cache:
+    for what, code, tag in (("first_collective", FIRST_COLLECTIVE, "FIRST "), ("first_use", load, "LOAD "),
+                            ("cached", load, "LOAD ")):
+        if what != "cached":
+            cache = tempfile.mkdtemp()
         env = dict(os.environ, SYMMEM_CACHE_DIR=cache, SYMMEM_BACKEND="cuda",
                    PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        for what in ("first_use", "cached"):
-            r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-            line = [l for l in r.stdout.splitlines() if l.startswith("LOAD ")]
-            out[what] = json.loads(line[-1][5:]) if line else {"error": r.stderr[-2000:]}
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        line = [l for l in r.stdout.splitlines() if l.startswith(tag)]
+        out[what] = json.loads(line[-1][len(tag):]) if line else {"error": r.stderr[-2000:]}
     return out
 
 
@@ -232,19 +264,22 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/symmem-gpu"))
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--max-mib", type=int, default=256)
+    ap.add_argument("--min-kib", type=int, default=4)
+    ap.add_argument("--only", default="", help="comma-separated words: time only the rows naming one (tuning runs)")
+    ap.add_argument("--no-kernel-times", action="store_true")
     ap.add_argument("--child", nargs=4)
     a = ap.parse_args()
     if a.child:
         rank, world, port, path = a.child
-        rank_main(int(rank), int(world), int(port), a.max_mib, path)
+        rank_main(int(rank), int(world), int(port), a.max_mib, path, a.min_kib, a.only)
         return 0
     os.makedirs(a.out, exist_ok=True)
-    loads = kernel_load_times()
+    loads = {} if a.no_kernel_times else kernel_load_times()
     print("kernels:", json.dumps(loads), flush=True)
     port = 29500 + os.getpid() % 1000
     path = os.path.join(a.out, "coll_bench.json")
     env = dict(os.environ, SYMMEM_BACKEND="cuda")
-    procs = [subprocess.Popen([sys.executable, __file__, "--max-mib", str(a.max_mib), "--child", str(r), str(a.world), str(port), path], env=env)
+    procs = [subprocess.Popen([sys.executable, __file__, "--max-mib", str(a.max_mib), "--min-kib", str(a.min_kib), "--only", a.only, "--child", str(r), str(a.world), str(port), path], env=env)
              for r in range(a.world)]
     rc = [p.wait(timeout=1800) for p in procs]
     if any(rc) or not os.path.exists(path):

@@ -1,7 +1,11 @@
 package core
 
 import (
+	"io/fs"
 	"math"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -113,4 +117,40 @@ func TestEverySpecReadable(t *testing.T) {
 			st.Text(s.name, "")
 		}
 	}
+}
+
+// Note [Settings] holds: no code outside this parser reads a SYMMEM_*
+// variable itself (such a variable would be reported as a typo, and its
+// errors never), and the README's settings table lists every setting the
+// library reads.
+func TestSettingsReadOnlyHereAndDocumented(t *testing.T) {
+	root := filepath.Join("..")
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	require.NoError(t, err)
+	for _, s := range settingSpecs {
+		if s.reader == "" && !strings.Contains(string(readme), "`"+s.name+"`") {
+			t.Errorf("README's settings table does not list %s", s.name)
+		}
+	}
+	direct := regexp.MustCompile(`os\.(Getenv|LookupEnv)\("SYMMEM_`)
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "build" || strings.HasPrefix(d.Name(), ".")) && path != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if loc := direct.FindIndex(src); loc != nil {
+			t.Errorf("%s reads a SYMMEM_ variable itself (line %d): ask core.Current()", path, 1+strings.Count(string(src[:loc[0]]), "\n"))
+		}
+		return nil
+	})
+	require.NoError(t, err)
 }

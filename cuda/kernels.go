@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -142,7 +143,7 @@ func imagesKey(nv *NVRTC, arch int) string {
 
 // cacheDir is where images are cached, or "" with the reason.
 func cacheDir() (string, string) {
-	if d := os.Getenv("SYMMEM_CACHE_DIR"); d != "" {
+	if d := core.Current().Text("SYMMEM_CACHE_DIR", ""); d != "" {
 		return filepath.Join(d, "kernels"), ""
 	}
 	d, err := os.UserCacheDir()
@@ -395,8 +396,20 @@ func (b *Backend) LoadKernels(dev int) (core.KernelInfo, error) {
 	return info, err
 }
 
+// collBlocks is the most blocks a collective runs on: collMaxBlocks (the
+// pad sets one channel owns), or fewer with SYMMEM_COLL_MAX_BLOCKS (for
+// tuning; every rank of a group must use the same value, as with any
+// setting that changes the launch geometry).
+var collBlocks = func() uint64 {
+	n, err := strconv.Atoi(core.Current().Text("SYMMEM_COLL_MAX_BLOCKS", ""))
+	if err != nil || n <= 0 || n > collMaxBlocks {
+		return collMaxBlocks
+	}
+	return uint64(n)
+}()
+
 // collGrid is the launch geometry for c: blocks enough for one 16-byte item
-// per thread, at most collMaxBlocks; threads per block collThreads, or for a
+// per thread, at most collBlocks; threads per block collThreads, or for a
 // single block only as many warps as its items (and the barrier's one thread
 // per rank) need: a tiny collective's __syncthreads and launch wait on fewer
 // warps. Every rank computes the same geometry from the same arguments,
@@ -416,7 +429,7 @@ func collGrid(c *core.Collective) (blocks, threads uint32) {
 	items := (work + 15) / 16
 	g := (items + collThreads - 1) / collThreads
 	if g > 1 {
-		return uint32(min(g, collMaxBlocks)), collThreads
+		return uint32(min(g, collBlocks)), collThreads
 	}
 	t := (max(items, w, 1) + 31) / 32 * 32
 	return 1, uint32(min(t, collThreads))

@@ -2,9 +2,7 @@ package symm
 
 import (
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -131,12 +129,7 @@ func autoAllReduce(world int, n uintptr, inPlace, outInBlock bool) core.Algo {
 // OneShotMaxBytes is the largest all-reduce (bytes of each rank's input)
 // that AlgoAuto runs one-shot in place, or at world >= 3 (Note [All-reduce
 // choice]); SYMMEM_ONE_SHOT_MAX_BYTES overrides it.
-var OneShotMaxBytes = func() uintptr {
-	if v, err := strconv.ParseUint(os.Getenv("SYMMEM_ONE_SHOT_MAX_BYTES"), 0, 64); err == nil {
-		return uintptr(v)
-	}
-	return 256 << 10
-}()
+var OneShotMaxBytes = uintptr(core.Current().Size("SYMMEM_ONE_SHOT_MAX_BYTES", 256<<10))
 
 // CollArgs is one collective call.
 type CollArgs struct {
