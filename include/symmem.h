@@ -222,8 +222,11 @@ size_t symmem_info_json(char *buf, size_t len);
  * first) without entering the allocator's lock; placement is then a pure
  * function of each thread's own sequence of calls. Allocations inside a
  * symmem_region_begin region, blocks given to symmem_record_stream and
- * history recording bypass the caches; symmem_empty_cache, memory limits and
- * the out-of-memory retry give cached blocks back first. */
+ * history recording bypass the caches; symmem_empty_cache, memory limits,
+ * the out-of-memory retry and group creation give cached blocks back first.
+ * A block one rank freed into its cache between group creation and a
+ * symmetric allocation can move that allocation (symmem_rendezvous then
+ * reports the diverged placement): call symmem_empty_cache first. */
 void *symmem_alloc(size_t size, int device, symmem_stream_t stream);
 
 /* Returns ptr to the cache. ptr NULL is a no-op. size, device and stream are

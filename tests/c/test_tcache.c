@@ -119,6 +119,53 @@ static int child_sequence(void) {
   return symmem_validate(0) == SYMMEM_SUCCESS ? 0 : 1;
 }
 
+/* Child: one rank of a 2-rank group; rank 0 allocates and frees scratch
+ * memory first (its bin keeps it), which group creation gives back, so the
+ * rendezvous finds the same heap offsets on both ranks. */
+static int child_rank(int rank, const char *name) {
+  if (rank == 0) {
+    void *scratch = symmem_alloc(1 * MiB, 0, NULL);
+    symmem_free(scratch, 1 * MiB, 0, NULL);
+    if (S("thread_cache.all.current") != 1) return 2;
+  }
+  symmem_group *g = NULL;
+  symmem_handle *h = NULL;
+  if (symmem_group_create(name, rank, 2, 0, 30000, &g) != SYMMEM_SUCCESS) return 3;
+  if (S("thread_cache.all.current") != 0) return 4;
+  void *buf = symmem_alloc(4096, 0, NULL);
+  int rc = symmem_rendezvous(buf, g, &h) == SYMMEM_SUCCESS ? 0 : 5;
+  if (rc) fprintf(stderr, "rank %d: %s\n", rank, symmem_last_error_message());
+  symmem_handle_release(h);
+  symmem_free(buf, 4096, 0, NULL);
+  symmem_group_destroy(g);
+  return rc;
+}
+
+static void test_group_after_scratch(const char *self) {
+  char name[64];
+  snprintf(name, sizeof name, "tcache-%ld", (long)getpid());
+  char **env = env_with_cache("1");
+  size_t n = 0;
+  while (env[n]) n++;
+  char **env2 = calloc(n + 2, sizeof *env2);
+  memcpy(env2, env, n * sizeof *env2);
+  env2[n] = "SYMMEM_ALLOW_OVERLAPPING_DEVICES=1";
+  pid_t pid[2];
+  for (int r = 0; r < 2; r++) {
+    char *argv[] = {(char *)self, "--rank", r ? "1" : "0", name, NULL};
+    pid[r] = check_spawn_self(argv, env2, 1, 2);
+  }
+  for (int r = 0; r < 2; r++) {
+    int st = pid[r] > 0 ? check_wait_pid(pid[r], 60) : -1;
+    char sbuf[128];
+    CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+          "rank %d: scratch memory a rank freed into its bin before the group does not move its symmetric buffer (%s)", r,
+          check_status_str(st, sbuf, sizeof sbuf));
+  }
+  free(env2);
+  free(env);
+}
+
 static void test_placement(const char *self) {
   char *on = run_child(self, "--placement", "1");
   char *off = run_child(self, "--placement", "0");
@@ -458,6 +505,7 @@ static void test_fork_after_caching(void) {
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--placement")) return child_placement();
   if (argc > 1 && !strcmp(argv[1], "--sequence")) return child_sequence();
+  if (argc > 3 && !strcmp(argv[1], "--rank")) return child_rank(atoi(argv[2]), argv[3]);
   const char *on = getenv("SYMMEM_THREAD_CACHE");
   if (on && (!strcmp(on, "0") || !strcasecmp(on, "false") || !strcasecmp(on, "off") || !strcasecmp(on, "no"))) {
     check_info("SYMMEM_THREAD_CACHE=%s here: the in-process checks need the caches; the children still run both ways", on);
@@ -466,6 +514,7 @@ int main(int argc, char **argv) {
   }
   host_memory = strcmp(symmem_backend_name(), "host") == 0;
   test_placement(argv[0]);
+  test_group_after_scratch(argv[0]);
   test_hits_and_statistics();
   test_bad_frees();
   test_other_threads_bins();
