@@ -87,7 +87,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     step bench-nccl python3 bench/nccl_bench.py --gpus 2 --out "$out"
   fi
   # SYMMEM_TRACE=1: each rank prints the phases of every rendezvous (in the log)
-  step bench-symm env SYMMEM_TRACE=1 python3 bench/symm_bench.py --out "$out"
+  step bench-symm env SYMMEM_TRACE=1 python3 bench/symm_bench.py --reps ${BENCH_REPS:-3} --out "$out"
   if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
     step bench-coll python3 bench/coll_bench.py --world 2 --out "$out"
   fi
