@@ -7,7 +7,10 @@ Run on a GPU machine (see README, "Measured"):
 Allocators compared, each in a fresh process (the global allocator can only
 be chosen before CUDA starts), interleaved rep by rep, medians reported:
   native      PyTorch's own CUDACachingAllocator
-  symmem      libsymmem as the global allocator (change_current_allocator)
+  symmem      libsymmem as the global allocator (change_current_allocator),
+              with its thread caches (the default)
+  symmem_nocache  the same with SYMMEM_THREAD_CACHE=0: every call enters Go
+              (the 64 MiB size is never cached: blocks over 10 MiB)
   symmem_pool libsymmem inside torch.cuda.MemPool (PyTorch caches on top)
   passthrough a pluggable allocator that calls cudaMalloc/cudaFree each time
               (shared/baselines/trivial_alloc.cu, built with nvcc)
@@ -43,7 +46,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = (4096, 1 << 20, 64 << 20)
-MODES = ["native", "symmem", "symmem_pool", "passthrough", "c_cache"]
+MODES = ["native", "symmem", "symmem_nocache", "symmem_pool", "passthrough", "c_cache"]
 # A minimal Go c-shared free list (bench/gofloor) shows what the C->Go calls
 # alone cost under PyTorch; measured when GOFLOOR_SO names it.
 if os.environ.get("GOFLOOR_SO") and os.path.exists(os.environ["GOFLOOR_SO"]):
@@ -85,7 +88,7 @@ def setup(mode):
         return contextlib.nullcontext()
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import symmem.torch as st
-    if mode in ("symmem", "symmem_gmp4", "symmem_gmp1", "symmem_go_free"):
+    if mode in ("symmem", "symmem_nocache", "symmem_gmp4", "symmem_gmp1", "symmem_go_free"):
         st.use_as_global_allocator()
         return contextlib.nullcontext()
     pool = st.mem_pool()
@@ -279,6 +282,8 @@ def main():
                     env["GOMAXPROCS"] = "4"
                 if mode == "symmem_gmp1":
                     env["GOMAXPROCS"] = "1"
+                if mode == "symmem_nocache":
+                    env["SYMMEM_THREAD_CACHE"] = "0"
                 r = run_child(["--child", "alloc", mode, str(threads)], env)
                 for size, us in r["us"].items():
                     results.setdefault((mode, threads, int(size)), []).append(us)
