@@ -137,6 +137,11 @@ func (a *Allocator) syncCachesLocked() {
 // syncCacheLocked makes the core see what tc's fast path did: its Out
 // entries become allocated blocks, its counts go into the statistics.
 func (a *Allocator) syncCacheLocked(tc ThreadCache) {
+	p := tc.TakePending()
+	hits := p.Hits[PendingCount][0]
+	if hits == 0 {
+		return // no hit since the last sync, so no entry is Out
+	}
 	for i := 0; i < tc.Len(); {
 		e := tc.Entry(i)
 		if !e.Out {
@@ -150,11 +155,6 @@ func (a *Allocator) syncCacheLocked(tc ThreadCache) {
 		b.cachedBy = nil
 		b.requested = e.Requested
 		tc.Remove(i)
-	}
-	p := tc.TakePending()
-	hits := p.Hits[PendingCount][0]
-	if hits == 0 {
-		return
 	}
 	a.allocs += uint64(hits)
 	a.frees += uint64(hits - p.Net[PendingCount][0])

@@ -2,6 +2,7 @@
 // path (Note [Thread caches in C], tcache.h; Note [Thread caches] in
 // core/threadcache.go).
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
@@ -23,9 +24,22 @@ static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 static __thread symmemi_tcache **my_bins;
 static __thread int exited;
 
+static inline void spin_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
 static inline void tc_lock(symmemi_tcache *tc) {
   while (__atomic_exchange_n(&tc->lock, 1, __ATOMIC_ACQUIRE) != 0) {
-    while (__atomic_load_n(&tc->lock, __ATOMIC_RELAXED) != 0) __builtin_ia32_pause();
+    // Held by the core (syncing this bin) for a few microseconds at most;
+    // on a busy machine its thread may be descheduled: yield then.
+    for (int spins = 0; __atomic_load_n(&tc->lock, __ATOMIC_RELAXED) != 0; spins++) {
+      if (spins < 100) spin_pause();
+      else sched_yield();
+    }
   }
 }
 

@@ -75,6 +75,9 @@ func (b *cBin) Push(e core.CacheEntry) {
 
 func (b *cBin) TakePending() core.CachePending {
 	var p core.CachePending
+	if b.hits[core.PendingCount][0] == 0 {
+		return p // nothing since the last take: every count is 0
+	}
 	for q := range core.NumPending {
 		for pool := range 3 {
 			p.Hits[q][pool] = int64(b.hits[q][pool])
