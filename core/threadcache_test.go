@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/host"
 	"github.com/stretchr/testify/require"
 )
 
@@ -103,6 +104,15 @@ func (b *goBin) undo(p, size uintptr) bool {
 		return true
 	}
 	return false
+}
+
+// tcAllocator is an allocator on the host backend, whatever SYMMEM_BACKEND
+// says: these tests use made-up stream handles (record_stream makes the
+// backend wait on them), and the thread caches' logic is the core's alone.
+func tcAllocator(t testing.TB) *core.Allocator {
+	hb, err := host.New()
+	require.NoError(t, err)
+	return newAllocator(t, hb)
 }
 
 // thread is one caller: its bin (nil: caches off) and how it calls.
@@ -253,8 +263,8 @@ func TestThreadCacheKeepsUserStatisticsExact(t *testing.T) {
 	for seed := int64(1); seed <= 6; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			ops := tcOps(seed, 600)
-			on := thread{newAllocator(t, nil), &goBin{}}
-			off := thread{newAllocator(t, nil), nil}
+			on := thread{tcAllocator(t), &goBin{}}
+			off := thread{tcAllocator(t), nil}
 			var want []map[string]int64
 			runTC(t, off, ops, func(i int) {
 				want = append(want, userStats(t, off.a))
@@ -282,12 +292,12 @@ func TestThreadCacheKeepsUserStatisticsExact(t *testing.T) {
 // thread gets back the block it freed last (not the best fit).
 func TestThreadCachePlacementIsAPureFunctionOfTheThreadsCalls(t *testing.T) {
 	ops := tcOps(11, 800)
-	first := runTC(t, thread{newAllocator(t, nil), &goBin{}}, ops, nil)
-	second := runTC(t, thread{newAllocator(t, nil), &goBin{}}, ops, nil)
+	first := runTC(t, thread{tcAllocator(t), &goBin{}}, ops, nil)
+	second := runTC(t, thread{tcAllocator(t), &goBin{}}, ops, nil)
 	require.Equal(t, first, second)
 
 	for _, cached := range []bool{false, true} {
-		th := thread{newAllocator(t, nil), nil}
+		th := thread{tcAllocator(t), nil}
 		if cached {
 			th.bin = &goBin{}
 		}
@@ -314,7 +324,7 @@ func TestThreadCachePlacementIsAPureFunctionOfTheThreadsCalls(t *testing.T) {
 // set limits, read statistics and validate; some exit with full bins (marked
 // dead, adopted by the next call). At the end every count is zero.
 func TestThreadCachesUnderConcurrency(t *testing.T) {
-	a := newAllocator(t, nil)
+	a := tcAllocator(t)
 	const threads = 6
 	var mu sync.Mutex
 	var shared []live // blocks any thread may free
@@ -428,7 +438,7 @@ func TestThreadCachesUnderConcurrency(t *testing.T) {
 // freed again, by that thread or another, is a double free; a block another
 // thread's hit handed out (not yet synced) is freed correctly by any thread.
 func TestThreadCacheDoubleFreesAndForeignThreads(t *testing.T) {
-	a := newAllocator(t, nil)
+	a := tcAllocator(t)
 	t1, t2 := thread{a, &goBin{}}, thread{a, &goBin{}}
 	p, err := t1.alloc(4096, 0)
 	require.NoError(t, err)
@@ -467,7 +477,7 @@ func TestThreadCacheDoubleFreesAndForeignThreads(t *testing.T) {
 // TestThreadCacheLeavesHistoryAndRecordedStreamsAlone: blocks with
 // recorded streams never enter a bin, and turning history on drains bins.
 func TestThreadCacheLeavesHistoryAndRecordedStreamsAlone(t *testing.T) {
-	a := newAllocator(t, nil)
+	a := tcAllocator(t)
 	th := thread{a, &goBin{}}
 	p, err := th.alloc(512, 0)
 	require.NoError(t, err)
@@ -493,7 +503,7 @@ func TestThreadCacheLeavesHistoryAndRecordedStreamsAlone(t *testing.T) {
 // request that no free block fits first takes back the bins' blocks; when
 // one of them then fits, no segment is released or made.
 func TestThreadCacheGivesBlocksBackBeforeNewSegments(t *testing.T) {
-	a := newAllocator(t, nil)
+	a := tcAllocator(t)
 	th := thread{a, &goBin{}}
 	p, err := th.alloc(1<<20, 0)
 	require.NoError(t, err)
@@ -527,8 +537,8 @@ func FuzzThreadCache(f *testing.F) {
 			ops = append(ops, tcOp{kind: int(data[i] % 7), size: sizes[int(data[i+1])%len(sizes)],
 				stream: core.Stream(data[i+1] / 128), pick: int(data[i+2])})
 		}
-		on := thread{newAllocator(t, nil), &goBin{}}
-		off := thread{newAllocator(t, nil), nil}
+		on := thread{tcAllocator(t), &goBin{}}
+		off := thread{tcAllocator(t), nil}
 		var want []map[string]int64
 		runTC(t, off, ops, func(int) { want = append(want, userStats(t, off.a)) })
 		runTC(t, on, ops, func(i int) {
