@@ -363,6 +363,34 @@ static void test_other_threads_bins(void) {
   CHECK_EQ(S("reserved_bytes.all.current"), 0, "every segment released");
 }
 
+static void *cache_one_block(void *arg) {
+  void *p = symmem_alloc(512, 0, NULL);
+  symmem_free(p, 512, 0, NULL); /* kept in this thread's bin */
+  *(int64_t *)arg = S("thread_cache.all.current");
+  return NULL;
+}
+
+/* Many short-lived threads, one after another, each exiting with a block in
+ * its bin: the next call adopts the dead bin, and new threads reuse the
+ * retired structs. */
+static void test_short_lived_threads(void) {
+  symmem_empty_cache(0);
+  int bad = 0;
+  for (int i = 0; i < 300; i++) {
+    int64_t seen = -1;
+    pthread_t t;
+    pthread_create(&t, NULL, cache_one_block, &seen);
+    pthread_join(t, NULL);
+    /* The thread saw its own block cached, plus none left by the previous
+     * thread (adopted at this thread's first call). */
+    bad += seen != 1;
+  }
+  CHECK_EQ(bad, 0, "300 threads in turn: each saw exactly its own cached block");
+  CHECK_EQ(S("thread_cache.all.current"), 0, "the last one's bin was adopted");
+  CHECK_RESULT(symmem_validate(0), SYMMEM_SUCCESS, "valid");
+  symmem_empty_cache(0);
+}
+
 /* Threads that fill their bins and exit; threads that free each other's
  * blocks; empty_cache and validate meanwhile. */
 #define NT 6
@@ -518,6 +546,7 @@ int main(int argc, char **argv) {
   test_hits_and_statistics();
   test_bad_frees();
   test_other_threads_bins();
+  test_short_lived_threads();
   test_threads();
   test_limit_and_oom_retry();
   test_fork_after_caching();
