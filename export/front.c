@@ -87,6 +87,7 @@ SYMMEM_FRONT(void *, handle_signal_pad_ptr, NULL, (const symmem_handle *handle, 
 SYMMEM_FRONT(void *const *, handle_buffer_ptrs, NULL, (const symmem_handle *handle), (handle))
 SYMMEM_FRONT(void *const *, handle_signal_pad_ptrs, NULL, (const symmem_handle *handle), (handle))
 SYMMEM_FRONT(void *const *, handle_buffer_ptrs_dev, NULL, (const symmem_handle *handle), (handle))
+SYMMEM_FRONT(symmem_result, handle_describe, UNAVAILABLE, (const symmem_handle *handle, symmem_handle_desc *desc), (handle, desc))
 SYMMEM_FRONT(void *const *, handle_signal_pad_ptrs_dev, NULL, (const symmem_handle *handle), (handle))
 // Groups over an NCCL communicator.
 SYMMEM_FRONT(symmem_result, group_create_nccl, OUT_NULL_THEN(out, UNAVAILABLE),

@@ -340,6 +340,27 @@ func symmemgo_handle_buffer_ptrs_dev(handle uintptr) (result unsafe.Pointer) {
 	})
 }
 
+//export symmemgo_handle_describe
+func symmemgo_handle_describe(handle uintptr, desc *C.symmem_handle_desc) (result C.int) {
+	defer recoverCall("symmem_handle_describe", &result, C.int(core.ErrInternal))
+	if desc == nil {
+		return setLastError("symmem_handle_describe", core.Errorf(core.ErrInvalidArgument, "desc is NULL"))
+	}
+	h, err := handleOf(handle)
+	if err != nil {
+		return setLastError("symmem_handle_describe", err)
+	}
+	bufs, bufsDev := h.BufferPtrs()
+	pads, padsDev := h.SignalPadPtrs()
+	*desc = C.symmem_handle_desc{
+		rank: C.int(h.Rank()), world_size: C.int(h.World()),
+		buffer_size: C.size_t(h.BufferSize()), offset: C.size_t(h.Offset()), signal_pad_size: C.size_t(h.SignalPadSize()),
+		buffer_ptrs: (*unsafe.Pointer)(ptrAt(bufs)), signal_pad_ptrs: (*unsafe.Pointer)(ptrAt(pads)),
+		buffer_ptrs_dev: (*unsafe.Pointer)(ptrAt(bufsDev)), signal_pad_ptrs_dev: (*unsafe.Pointer)(ptrAt(padsDev)),
+	}
+	return C.SYMMEM_SUCCESS
+}
+
 //export symmemgo_handle_signal_pad_ptrs_dev
 func symmemgo_handle_signal_pad_ptrs_dev(handle uintptr) (result unsafe.Pointer) {
 	defer recoverCall("symmem_handle_signal_pad_ptrs_dev", &result, nil)

@@ -518,6 +518,27 @@ void *const *symmem_handle_signal_pad_ptrs(const symmem_handle *handle);
 void *const *symmem_handle_buffer_ptrs_dev(const symmem_handle *handle);
 void *const *symmem_handle_signal_pad_ptrs_dev(const symmem_handle *handle);
 
+/* Every property above at once, as the getters return them one by one: for
+ * bindings that read them all after each rendezvous (one call instead of
+ * nine). */
+typedef struct symmem_handle_desc {
+  int rank;
+  int world_size;
+  size_t buffer_size;
+  size_t offset;
+  size_t signal_pad_size;
+  void *const *buffer_ptrs;
+  void *const *signal_pad_ptrs;
+  void *const *buffer_ptrs_dev;
+  void *const *signal_pad_ptrs_dev;
+} symmem_handle_desc;
+
+/* Fills *desc with handle's properties. SYMMEM_ERROR_INVALID_ARGUMENT when
+ * desc is NULL or handle is not a live handle (desc untouched). The arrays
+ * are the handle's, with the getters' lifetime. Thread-safe. */
+symmem_result symmem_handle_describe(const symmem_handle *handle,
+                                     symmem_handle_desc *desc);
+
 /* Signals. Slot channel*world_size + sender of the receiver's signal pad is
  * a 32-bit count: how many signals the sender has put to the receiver on that
  * channel (modulo 2^32; only the sender writes it). A channel is in

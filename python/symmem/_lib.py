@@ -115,6 +115,22 @@ class SymmemKernelInfo(Structure):
     ]
 
 
+class SymmemHandleDesc(Structure):
+    """``struct symmem_handle_desc`` (see symmem.h)."""
+
+    _fields_ = [
+        ("rank", c_int),
+        ("world_size", c_int),
+        ("buffer_size", c_size_t),
+        ("offset", c_size_t),
+        ("signal_pad_size", c_size_t),
+        ("buffer_ptrs", POINTER(c_void_p)),
+        ("signal_pad_ptrs", POINTER(c_void_p)),
+        ("buffer_ptrs_dev", c_void_p),
+        ("signal_pad_ptrs_dev", c_void_p),
+    ]
+
+
 # int (*symmem_allgather_fn)(const void *send, void *recv,
 #                            size_t bytes_per_rank, void *user);
 ALLGATHER_FN = CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_void_p)
@@ -186,6 +202,7 @@ PROTOTYPES = {
     "symmem_handle_signal_pad_ptrs": (POINTER(c_void_p), [_handle_p]),
     "symmem_handle_buffer_ptrs_dev": (c_void_p, [_handle_p]),
     "symmem_handle_signal_pad_ptrs_dev": (c_void_p, [_handle_p]),
+    "symmem_handle_describe": (_result, [_handle_p, POINTER(SymmemHandleDesc)]),
     # Groups over an NCCL communicator
     "symmem_group_create_nccl": (_result, [c_void_p, c_char_p, c_int64, c_uint, POINTER(_group_p)]),
     "symmem_nccl_version": (c_int, []),

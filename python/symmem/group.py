@@ -262,6 +262,17 @@ class Group:
         return f"<symmem.Group {self.name!r} rank={getattr(self, 'rank', '?')}/{getattr(self, 'world_size', '?')}{state}>"
 
 
+_backend_of_handles: Optional[str] = None
+
+
+def _remember_backend() -> str:
+    """The backend's name, asked once: a handle exists, so the backend is
+    open, and it is the process's until the process ends."""
+    global _backend_of_handles
+    _backend_of_handles = backend_name()
+    return _backend_of_handles
+
+
 class Handle:
     """The result of a rendezvous: every rank's buffer and signal pad.
 
@@ -282,17 +293,29 @@ class Handle:
         self._finalizer = weakref.finalize(self, _release_handle, self._ptr)
         self._finalizer.atexit = False
         lib = _lib.lib()
-        self.rank = int(lib.symmem_handle_rank(ptr))
-        self.world_size = int(lib.symmem_handle_world_size(ptr))
-        self.buffer_size = int(lib.symmem_handle_buffer_size(ptr))
-        self.offset = int(lib.symmem_handle_offset(ptr))
-        self.signal_pad_size = int(lib.symmem_handle_signal_pad_size(ptr))
-        self.buffer_ptrs = self._ptr_list(lib.symmem_handle_buffer_ptrs(ptr))
-        self.signal_pad_ptrs = self._ptr_list(lib.symmem_handle_signal_pad_ptrs(ptr))
-        self.buffer_ptrs_dev = int(lib.symmem_handle_buffer_ptrs_dev(ptr) or 0)
-        self.signal_pad_ptrs_dev = int(lib.symmem_handle_signal_pad_ptrs_dev(ptr) or 0)
+        if lib.has("symmem_handle_describe"):
+            # Every property in one call (a rendezvous again is a few µs in
+            # the library; nine getters through ctypes cost as much again).
+            d = _lib.SymmemHandleDesc()
+            check(lib.symmem_handle_describe(ptr, ctypes.byref(d)), "symmem_handle_describe")
+            self.rank, self.world_size = d.rank, d.world_size
+            self.buffer_size, self.offset, self.signal_pad_size = d.buffer_size, d.offset, d.signal_pad_size
+            self.buffer_ptrs = self._ptr_list(d.buffer_ptrs)
+            self.signal_pad_ptrs = self._ptr_list(d.signal_pad_ptrs)
+            self.buffer_ptrs_dev = d.buffer_ptrs_dev or 0
+            self.signal_pad_ptrs_dev = d.signal_pad_ptrs_dev or 0
+        else:  # a library older than symmem_handle_describe
+            self.rank = int(lib.symmem_handle_rank(ptr))
+            self.world_size = int(lib.symmem_handle_world_size(ptr))
+            self.buffer_size = int(lib.symmem_handle_buffer_size(ptr))
+            self.offset = int(lib.symmem_handle_offset(ptr))
+            self.signal_pad_size = int(lib.symmem_handle_signal_pad_size(ptr))
+            self.buffer_ptrs = self._ptr_list(lib.symmem_handle_buffer_ptrs(ptr))
+            self.signal_pad_ptrs = self._ptr_list(lib.symmem_handle_signal_pad_ptrs(ptr))
+            self.buffer_ptrs_dev = int(lib.symmem_handle_buffer_ptrs_dev(ptr) or 0)
+            self.signal_pad_ptrs_dev = int(lib.symmem_handle_signal_pad_ptrs_dev(ptr) or 0)
         self.device = group.device if group is not None else 0
-        self.kind = backend_name()
+        self.kind = _backend_of_handles or _remember_backend()
         # The views handed out (get_buffer, get_signal_pad): release()
         # invalidates them and their memoryviews first.
         self._views: List[weakref.ref] = []
@@ -303,7 +326,7 @@ class Handle:
     def _ptr_list(self, arr) -> List[int]:
         if not arr:
             raise make_error(Result.INTERNAL, "symmem.Handle: the library returned no pointer array")
-        return [int(arr[r] or 0) for r in range(self.world_size)]
+        return [p or 0 for p in arr[: self.world_size]]
 
     @property
     def ptr(self) -> int:

@@ -55,6 +55,7 @@
 #pragma weak symmem_handle_signal_pad_ptrs
 #pragma weak symmem_handle_buffer_ptrs_dev
 #pragma weak symmem_handle_signal_pad_ptrs_dev
+#pragma weak symmem_handle_describe
 #pragma weak symmem_put_signal
 #pragma weak symmem_wait_signal
 #pragma weak symmem_barrier
@@ -75,6 +76,7 @@ static int missing_exports(void) {
       E(symmem_handle_buffer_ptr),     E(symmem_handle_signal_pad_ptr),
       E(symmem_handle_buffer_ptrs),    E(symmem_handle_signal_pad_ptrs),
       E(symmem_handle_buffer_ptrs_dev), E(symmem_handle_signal_pad_ptrs_dev),
+      E(symmem_handle_describe),
       E(symmem_put_signal),            E(symmem_wait_signal),
       E(symmem_barrier),
 #undef E
@@ -300,6 +302,16 @@ static int rank_main(const char *mode, int rank, const char *name, int shm_fd) {
       if (!sp[r] || sp[r] != symmem_handle_signal_pad_ptr(h[i], r)) consistent = 0;
     }
     CHECK(consistent, "handle %d: buffer_ptrs/signal_pad_ptrs agree with buffer_ptr/signal_pad_ptr", i);
+    symmem_handle_desc d;
+    memset(&d, 0xab, sizeof d);
+    CHECK_RESULT(symmem_handle_describe(h[i], &d), SYMMEM_SUCCESS, "handle %d: describe", i);
+    CHECK(d.rank == rank && d.world_size == WORLD && d.buffer_size == in.block_size && d.offset == off &&
+              d.signal_pad_size == pad && d.buffer_ptrs == bp && d.signal_pad_ptrs == sp &&
+              d.buffer_ptrs_dev == symmem_handle_buffer_ptrs_dev(h[i]) &&
+              d.signal_pad_ptrs_dev == symmem_handle_signal_pad_ptrs_dev(h[i]),
+          "handle %d: describe gives what the getters give (rank %d world %d size %zu offset %zu pad %zu)", i, d.rank,
+          d.world_size, d.buffer_size, d.offset, d.signal_pad_size);
+    CHECK_RESULT(symmem_handle_describe(h[i], NULL), SYMMEM_ERROR_INVALID_ARGUMENT, "handle %d: describe into NULL", i);
     int distinct = 1;
     for (int r = 0; bp && r < WORLD; r++)
       for (int q = r + 1; q < WORLD; q++)
@@ -493,6 +505,11 @@ static int rank_main(const char *mode, int rank, const char *name, int shm_fd) {
   }
   CHECK_RESULT(symmem_barrier(h[0], 0, TIMEOUT_MS, NULL), SYMMEM_SUCCESS, "barrier");
   CHECK_RESULT(symmem_handle_release(h[2]), SYMMEM_SUCCESS, "release handle 2 (block already freed)");
+  {
+    symmem_handle_desc d = {.rank = -7};
+    CHECK_RESULT(symmem_handle_describe(h[2], &d), SYMMEM_ERROR_INVALID_ARGUMENT, "describe a released handle");
+    CHECK(d.rank == -7, "a failed describe leaves desc untouched");
+  }
   h[2] = NULL;
 
   /* --- mismatch: sizes --------------------------------------------------- */
