@@ -126,6 +126,27 @@ func symmemgo_empty_cache(device C.int) (result C.int) {
 	return setLastError(call, err)
 }
 
+//export symmemgo_thread_caches_drain
+func symmemgo_thread_caches_drain(device C.int) (result C.int) {
+	defer recoverCall("symmem_thread_caches_drain", &result, C.int(core.ErrInternal))
+	call := describeDevice("symmem_thread_caches_drain", device)
+	if device == -1 {
+		rt, err := runtimeOrError()
+		if err != nil {
+			return setLastError(call, err)
+		}
+		for _, a := range rt.Allocators() {
+			a.DrainThreadCaches()
+		}
+		return 0
+	}
+	a, err := allocatorFor(device)
+	if err == nil {
+		a.DrainThreadCaches()
+	}
+	return setLastError(call, err)
+}
+
 //export symmemgo_set_memory_limit
 func symmemgo_set_memory_limit(device C.int, bytes C.size_t) (result C.int) {
 	defer recoverCall("symmem_set_memory_limit", &result, C.int(core.ErrInternal))

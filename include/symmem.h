@@ -226,7 +226,9 @@ size_t symmem_info_json(char *buf, size_t len);
  * the out-of-memory retry and group creation give cached blocks back first.
  * A block one rank freed into its cache between group creation and a
  * symmetric allocation can move that allocation (symmem_rendezvous then
- * reports the diverged placement): call symmem_empty_cache first. */
+ * reports the diverged placement): call symmem_thread_caches_drain (or
+ * symmem_empty_cache) first; the Python package's symmem.empty and
+ * symmem.torch.empty do. */
 void *symmem_alloc(size_t size, int device, symmem_stream_t stream);
 
 /* Returns ptr to the cache. ptr NULL is a no-op. size, device and stream are
@@ -284,6 +286,15 @@ void symmem_memory_fraction(double fraction, int device);
  * go, and invariant 2 (placement is a pure function of the call sequence,
  * which keeps offsets symmetric across ranks) forbids that. */
 symmem_result symmem_empty_cache(int device);
+
+/* Gives every block held in a thread cache (symmem_alloc's comment) of
+ * device (-1: every device) back to the allocator, as if the caches were
+ * off for every free so far: the allocator's placement then sees what it
+ * would have seen without them, so that an allocation made next on every
+ * rank lands at the same offset even where one rank freed scratch memory
+ * that the others did not. No device synchronisation, no segment released.
+ * SYMMEM_ERROR_INVALID_DEVICE for a bad device. Thread-safe. */
+symmem_result symmem_thread_caches_drain(int device);
 
 /* Sets device's memory limit: reserved bytes (segments) never exceed it;
  * an allocation that would first releases idle cached segments and then

@@ -203,6 +203,7 @@ PROTOTYPES = {
     "symmem_handle_buffer_ptrs_dev": (c_void_p, [_handle_p]),
     "symmem_handle_signal_pad_ptrs_dev": (c_void_p, [_handle_p]),
     "symmem_handle_describe": (_result, [_handle_p, POINTER(SymmemHandleDesc)]),
+    "symmem_thread_caches_drain": (_result, [c_int]),
     # Groups over an NCCL communicator
     "symmem_group_create_nccl": (_result, [c_void_p, c_char_p, c_int64, c_uint, POINTER(_group_p)]),
     "symmem_nccl_version": (c_int, []),

@@ -128,6 +128,15 @@ def empty_cache(device: int = -1) -> None:
     check(_lib.lib().symmem_empty_cache(device), "symmem_empty_cache")
 
 
+def thread_caches_drain(device: int = -1) -> None:
+    """Give the blocks held in thread caches of device (-1: every device)
+    back to the allocator (symmem_thread_caches_drain): the next allocation
+    is placed as without the caches, the same on every rank even where one
+    rank freed scratch memory the others did not. :func:`symmem.empty` and
+    ``symmem.torch.empty`` do it before allocating."""
+    check(_lib.lib().symmem_thread_caches_drain(device), "symmem_thread_caches_drain")
+
+
 def set_memory_limit(device: int, nbytes: int) -> None:
     """Cap device's reserved bytes at nbytes (0 removes the limit)."""
     if nbytes < 0:

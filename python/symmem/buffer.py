@@ -20,8 +20,8 @@ import ctypes
 import weakref
 from typing import Any, List, Optional
 
-from . import allocator
-from .errors import Result, make_error
+from . import _lib, allocator
+from .errors import Result, check, make_error
 
 __all__ = ["Buffer", "empty"]
 
@@ -248,8 +248,16 @@ class Buffer:
 
 
 def empty(nbytes: int, device: int = 0, stream=0) -> Buffer:
-    """Allocate nbytes on device (uninitialised) and return an owning Buffer."""
+    """Allocate nbytes on device (uninitialised) and return an owning Buffer.
+
+    Buffers from here are the ones rendezvous sees: the thread caches are
+    drained first (:func:`symmem.thread_caches_drain`), so that the buffer's
+    offset is the same on every rank that makes the same allocations, even
+    where one rank freed scratch memory the others did not."""
     raw_stream = allocator._stream(stream) or 0
+    lib = _lib.lib()
+    if lib.has("symmem_thread_caches_drain"):
+        check(lib.symmem_thread_caches_drain(device), "symmem_thread_caches_drain")
     ptr = allocator.alloc(nbytes, device, raw_stream)
     try:
         return Buffer(ptr, nbytes, device, owning=True, stream=raw_stream)

@@ -115,3 +115,28 @@ def test_raw_copy_and_memset(clean_device):
         symmem.copy(0, a.ptr, 8)
     a.free()
     b.free()
+
+
+def test_empty_drains_thread_caches(clean_device):
+    """symmem.empty gives thread-cached blocks back before it allocates, so a
+    buffer meant for a rendezvous lands where it would without the caches
+    (here: where the freed scratch block was), not behind a block that only
+    this rank's cache holds."""
+    if symmem.memory_stats(0).get("thread_cache.all.current") is None:
+        pytest.fail("the library reports no thread_cache statistics")
+    scratch = symmem.alloc(1 << 20, 0)
+    symmem.free(scratch, 1 << 20, 0)
+    cached = symmem.memory_stats(0)["thread_cache.all.current"]
+    if cached == 0:
+        pytest.skip("thread caches are off here (SYMMEM_THREAD_CACHE=0)")
+    assert cached == 1
+    with symmem.empty(4096) as buf:
+        assert symmem.memory_stats(0)["thread_cache.all.current"] == 0
+        assert buf.ptr == scratch, "the buffer takes the drained block's place, as without caches"
+    # The buffer's own block went to the cache when it was freed;
+    # thread_caches_drain by itself gives it back, a bad device is refused.
+    assert symmem.memory_stats(0)["thread_cache.all.current"] == 1
+    symmem.thread_caches_drain(0)
+    assert symmem.memory_stats(0)["thread_cache.all.current"] == 0
+    with pytest.raises(symmem.SymmemError):
+        symmem.thread_caches_drain(999)

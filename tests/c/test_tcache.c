@@ -120,10 +120,15 @@ static int child_sequence(void) {
 }
 
 /* Child: one rank of a 2-rank group; rank 0 allocates and frees scratch
- * memory first (its bin keeps it), which group creation gives back, so the
- * rendezvous finds the same heap offsets on both ranks. */
-static int child_rank(int rank, const char *name) {
-  if (rank == 0) {
+ * memory (its bin keeps it) before the group (mode "before": group creation
+ * gives it back) or after it (mode "drain": symmem_thread_caches_drain
+ * gives it back; mode "keep": nothing does). The rendezvous on the next
+ * allocation then finds the same heap offsets on both ranks, except in
+ * "keep", where it must fail with the placement diverged (the exit status
+ * says which happened). */
+static int child_rank(int rank, const char *name, const char *mode) {
+  int before = !strcmp(mode, "before"), drain = !strcmp(mode, "drain");
+  if (rank == 0 && before) {
     void *scratch = symmem_alloc(1 * MiB, 0, NULL);
     symmem_free(scratch, 1 * MiB, 0, NULL);
     if (S("thread_cache.all.current") != 1) return 2;
@@ -132,18 +137,28 @@ static int child_rank(int rank, const char *name) {
   symmem_handle *h = NULL;
   if (symmem_group_create(name, rank, 2, 0, 30000, &g) != SYMMEM_SUCCESS) return 3;
   if (S("thread_cache.all.current") != 0) return 4;
+  if (rank == 0 && !before) {
+    void *scratch = symmem_alloc(1 * MiB, 0, NULL);
+    symmem_free(scratch, 1 * MiB, 0, NULL);
+    if (S("thread_cache.all.current") != 1) return 2;
+  }
+  if (drain) {
+    if (symmem_thread_caches_drain(0) != SYMMEM_SUCCESS) return 6;
+    if (S("thread_cache.all.current") != 0) return 7;
+  }
   void *buf = symmem_alloc(4096, 0, NULL);
-  int rc = symmem_rendezvous(buf, g, &h) == SYMMEM_SUCCESS ? 0 : 5;
-  if (rc) fprintf(stderr, "rank %d: %s\n", rank, symmem_last_error_message());
-  symmem_handle_release(h);
+  symmem_result r = symmem_rendezvous(buf, g, &h);
+  int rc = r == SYMMEM_SUCCESS ? 0 : r == SYMMEM_ERROR_MISMATCH ? 10 : 5;
+  if (rc && !(rc == 10 && !strcmp(mode, "keep"))) fprintf(stderr, "rank %d: %s\n", rank, symmem_last_error_message());
+  if (h) symmem_handle_release(h);
   symmem_free(buf, 4096, 0, NULL);
   symmem_group_destroy(g);
   return rc;
 }
 
-static void test_group_after_scratch(const char *self) {
+static void test_group_after_scratch(const char *self, const char *mode, int want, const char *what) {
   char name[64];
-  snprintf(name, sizeof name, "tcache-%ld", (long)getpid());
+  snprintf(name, sizeof name, "tcache-%s-%ld", mode, (long)getpid());
   char **env = env_with_cache("1");
   size_t n = 0;
   while (env[n]) n++;
@@ -152,15 +167,14 @@ static void test_group_after_scratch(const char *self) {
   env2[n] = "SYMMEM_ALLOW_OVERLAPPING_DEVICES=1";
   pid_t pid[2];
   for (int r = 0; r < 2; r++) {
-    char *argv[] = {(char *)self, "--rank", r ? "1" : "0", name, NULL};
+    char *argv[] = {(char *)self, "--rank", r ? "1" : "0", name, (char *)mode, NULL};
     pid[r] = check_spawn_self(argv, env2, 1, 2);
   }
   for (int r = 0; r < 2; r++) {
     int st = pid[r] > 0 ? check_wait_pid(pid[r], 60) : -1;
     char sbuf[128];
-    CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-          "rank %d: scratch memory a rank freed into its bin before the group does not move its symmetric buffer (%s)", r,
-          check_status_str(st, sbuf, sizeof sbuf));
+    CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == want, "rank %d: %s (%s, want exit %d)", r, what,
+          check_status_str(st, sbuf, sizeof sbuf), want);
   }
   free(env2);
   free(env);
@@ -533,7 +547,7 @@ static void test_fork_after_caching(void) {
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--placement")) return child_placement();
   if (argc > 1 && !strcmp(argv[1], "--sequence")) return child_sequence();
-  if (argc > 3 && !strcmp(argv[1], "--rank")) return child_rank(atoi(argv[2]), argv[3]);
+  if (argc > 4 && !strcmp(argv[1], "--rank")) return child_rank(atoi(argv[2]), argv[3], argv[4]);
   const char *on = getenv("SYMMEM_THREAD_CACHE");
   if (on && (!strcmp(on, "0") || !strcasecmp(on, "false") || !strcasecmp(on, "off") || !strcasecmp(on, "no"))) {
     check_info("SYMMEM_THREAD_CACHE=%s here: the in-process checks need the caches; the children still run both ways", on);
@@ -542,7 +556,13 @@ int main(int argc, char **argv) {
   }
   host_memory = strcmp(symmem_backend_name(), "host") == 0;
   test_placement(argv[0]);
-  test_group_after_scratch(argv[0]);
+  test_group_after_scratch(argv[0], "before", 0,
+                           "scratch memory a rank freed into its bin before the group does not move its symmetric buffer");
+  test_group_after_scratch(argv[0], "drain", 0,
+                           "scratch freed after the group, then symmem_thread_caches_drain: the symmetric buffer does not move");
+  test_group_after_scratch(argv[0], "keep", 10,
+                           "scratch freed after the group and left in the bin moves the symmetric buffer: MISMATCH (the limit "
+                           "symmem_thread_caches_drain exists for)");
   test_hits_and_statistics();
   test_bad_frees();
   test_other_threads_bins();
