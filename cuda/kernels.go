@@ -83,6 +83,15 @@ func kernelName(k int) string {
 	return fmt.Sprintf("symmem_coll_%s_%s", core.DType(k/3), core.ReduceOp(k%3))
 }
 
+// allKernels is every kernel's index.
+func allKernels() []int {
+	ks := make([]int, numKernels)
+	for k := range ks {
+		ks[k] = k
+	}
+	return ks
+}
+
 // kernelDefines are the macros that make the source build kernel k alone.
 func kernelDefines(k int) []string {
 	if k == allGatherKernel {
@@ -114,11 +123,11 @@ type kernelModule struct {
 	kernels [numKernels]loadedKernel
 }
 
+// loadedKernel is one kernel's function once loaded (its module stays
+// loaded for the life of the process).
 type loadedKernel struct {
-	mu     sync.Mutex
-	module C.uintptr_t
-	fn     C.uintptr_t // 0 until loaded
-	info   core.KernelInfo
+	mu sync.Mutex
+	fn C.uintptr_t // 0 until loaded
 }
 
 // compileOptions are NVRTC's options for arch (major*10+minor).
@@ -249,13 +258,23 @@ func kernelImage(nv *NVRTC, arch int, dir, key string, k int) ([]byte, core.Kern
 	return img, info, nil
 }
 
-// buildImages is steps 2 and 3 for kernels ks at once (NVRTC is
-// thread-safe: the wall time is about the longest compile rather than
-// their sum); info sums them up: from the cache only if all were, the wall
-// time as CompileMs or LoadMs.
-func buildImages(nv *NVRTC, arch int, dir string, ks []int) (imgs [][]byte, info core.KernelInfo, err error) {
+// buildImages is steps 2 and 3 for kernels ks at once (buildAtOnce).
+func buildImages(nv *NVRTC, arch int, dir string, ks []int) ([][]byte, core.KernelInfo, error) {
 	key := imagesKey(nv, arch)
-	imgs = make([][]byte, len(ks))
+	imgs := make([][]byte, len(ks))
+	info, err := buildAtOnce(nv, arch, dir, ks, func(i, k int) (info core.KernelInfo, err error) {
+		imgs[i], info, err = kernelImage(nv, arch, dir, key, k)
+		return info, err
+	})
+	return imgs, info, err
+}
+
+// buildAtOnce runs build(i, ks[i]) for every kernel of ks on a goroutine of
+// its own (NVRTC is thread-safe: the wall time is about the longest compile
+// rather than their sum) and sums up what they did: from the cache only if
+// all were, the wall time as CompileMs or LoadMs, the notes once each; the
+// first error if any.
+func buildAtOnce(nv *NVRTC, arch int, dir string, ks []int, build func(i, k int) (core.KernelInfo, error)) (core.KernelInfo, error) {
 	infos := make([]core.KernelInfo, len(ks))
 	errs := make([]error, len(ks))
 	var wg sync.WaitGroup
@@ -264,16 +283,11 @@ func buildImages(nv *NVRTC, arch int, dir string, ks []int) (imgs [][]byte, info
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			imgs[i], infos[i], errs[i] = kernelImage(nv, arch, dir, key, k)
+			infos[i], errs[i] = build(i, k)
 		}()
 	}
 	wg.Wait()
-	info, err = sumInfos(nv, arch, dir, infos, errs, ms(time.Since(t0)))
-	return imgs, info, err
-}
-
-// sumInfos is the KernelInfo of building several kernels in wall ms.
-func sumInfos(nv *NVRTC, arch int, dir string, infos []core.KernelInfo, errs []error, wall float64) (core.KernelInfo, error) {
+	wall := ms(time.Since(t0))
 	info := core.KernelInfo{Arch: arch, Compiler: nv.String(), FromCache: true, CachePath: dir}
 	var notes []string
 	for i := range infos {
@@ -347,9 +361,6 @@ func (m *kernelModule) kernel(k int) (C.uintptr_t, core.KernelInfo, error) {
 	if err != nil {
 		return 0, info, core.Errorf(core.CodeOf(err), "cuda: device %d: %v", m.dev, err)
 	}
-	if m.dirWhy != "" {
-		info.Note = strings.TrimPrefix(info.Note+"; "+m.dirWhy, "; ")
-	}
 	t0 := time.Now()
 	var module, fn C.uintptr_t
 	err = check(C.smcu_module_load(m.ctx, unsafe.Pointer(&img[0]), &module), m.dev)
@@ -366,7 +377,7 @@ func (m *kernelModule) kernel(k int) (C.uintptr_t, core.KernelInfo, error) {
 	}
 	info.LoadMs += ms(time.Since(t0))
 	info.Arch, info.Compiler = m.arch, m.nv.String()
-	lk.module, lk.fn, lk.info = module, fn, info
+	lk.fn = fn
 	return fn, info, nil
 }
 
@@ -377,20 +388,11 @@ func (b *Backend) LoadKernels(dev int) (core.KernelInfo, error) {
 	if err != nil {
 		return core.KernelInfo{}, err
 	}
-	infos := make([]core.KernelInfo, numKernels)
-	errs := make([]error, numKernels)
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for k := range numKernels {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, infos[k], errs[k] = m.kernel(k)
-		}()
-	}
-	wg.Wait()
-	info, err := sumInfos(m.nv, m.arch, m.dir, infos, errs, ms(time.Since(t0)))
-	if err == nil && m.dirWhy != "" && !strings.Contains(info.Note, m.dirWhy) {
+	info, err := buildAtOnce(m.nv, m.arch, m.dir, allKernels(), func(_, k int) (core.KernelInfo, error) {
+		_, info, err := m.kernel(k)
+		return info, err
+	})
+	if err == nil && m.dirWhy != "" {
 		info.Note = strings.TrimPrefix(info.Note+"; "+m.dirWhy, "; ")
 	}
 	return info, err

@@ -48,15 +48,6 @@ extern "C" __global__ void user(symmem_device_view v, int u, char *dst) {
 	}
 }
 
-// allKernels is every kernel's index.
-func allKernels() []int {
-	ks := make([]int, numKernels)
-	for k := range ks {
-		ks[k] = k
-	}
-	return ks
-}
-
 // The embedded kernels compile with the library's own NVRTC path for
 // Hopper (sm_90) with no GPU needed: at once into an empty cache, each image
 // a cubin with its kernel alone; read back from the cache the second time;
