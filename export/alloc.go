@@ -103,48 +103,42 @@ func symmemgo_memory_fraction(fraction C.double, device C.int) {
 	a.SetLimit(limit)
 }
 
+// onDevices runs f on device's allocator, or on every device's for -1,
+// stopping at the first error, which becomes call's last error.
+func onDevices(call string, device C.int, f func(*core.Allocator) error) C.int {
+	call = describeDevice(call, device)
+	if device != -1 {
+		a, err := allocatorFor(device)
+		if err == nil {
+			err = f(a)
+		}
+		return setLastError(call, err)
+	}
+	rt, err := runtimeOrError()
+	if err != nil {
+		return setLastError(call, err)
+	}
+	for _, a := range rt.Allocators() {
+		if err := f(a); err != nil {
+			return setLastError(call, err)
+		}
+	}
+	return 0
+}
+
 //export symmemgo_empty_cache
 func symmemgo_empty_cache(device C.int) (result C.int) {
 	defer recoverCall("symmem_empty_cache", &result, C.int(core.ErrInternal))
-	call := describeDevice("symmem_empty_cache", device)
-	if device == -1 {
-		rt, err := runtimeOrError()
-		if err != nil {
-			return setLastError(call, err)
-		}
-		for _, a := range rt.Allocators() {
-			if err := a.EmptyCache(); err != nil {
-				return setLastError(call, err)
-			}
-		}
-		return 0
-	}
-	a, err := allocatorFor(device)
-	if err == nil {
-		err = a.EmptyCache()
-	}
-	return setLastError(call, err)
+	return onDevices("symmem_empty_cache", device, (*core.Allocator).EmptyCache)
 }
 
 //export symmemgo_thread_caches_drain
 func symmemgo_thread_caches_drain(device C.int) (result C.int) {
 	defer recoverCall("symmem_thread_caches_drain", &result, C.int(core.ErrInternal))
-	call := describeDevice("symmem_thread_caches_drain", device)
-	if device == -1 {
-		rt, err := runtimeOrError()
-		if err != nil {
-			return setLastError(call, err)
-		}
-		for _, a := range rt.Allocators() {
-			a.DrainThreadCaches()
-		}
-		return 0
-	}
-	a, err := allocatorFor(device)
-	if err == nil {
+	return onDevices("symmem_thread_caches_drain", device, func(a *core.Allocator) error {
 		a.DrainThreadCaches()
-	}
-	return setLastError(call, err)
+		return nil
+	})
 }
 
 //export symmemgo_set_memory_limit

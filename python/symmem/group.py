@@ -293,27 +293,16 @@ class Handle:
         self._finalizer = weakref.finalize(self, _release_handle, self._ptr)
         self._finalizer.atexit = False
         lib = _lib.lib()
-        if lib.has("symmem_handle_describe"):
-            # Every property in one call (a rendezvous again is a few µs in
-            # the library; nine getters through ctypes cost as much again).
-            d = _lib.SymmemHandleDesc()
-            check(lib.symmem_handle_describe(ptr, ctypes.byref(d)), "symmem_handle_describe")
-            self.rank, self.world_size = d.rank, d.world_size
-            self.buffer_size, self.offset, self.signal_pad_size = d.buffer_size, d.offset, d.signal_pad_size
-            self.buffer_ptrs = self._ptr_list(d.buffer_ptrs)
-            self.signal_pad_ptrs = self._ptr_list(d.signal_pad_ptrs)
-            self.buffer_ptrs_dev = d.buffer_ptrs_dev or 0
-            self.signal_pad_ptrs_dev = d.signal_pad_ptrs_dev or 0
-        else:  # a library older than symmem_handle_describe
-            self.rank = int(lib.symmem_handle_rank(ptr))
-            self.world_size = int(lib.symmem_handle_world_size(ptr))
-            self.buffer_size = int(lib.symmem_handle_buffer_size(ptr))
-            self.offset = int(lib.symmem_handle_offset(ptr))
-            self.signal_pad_size = int(lib.symmem_handle_signal_pad_size(ptr))
-            self.buffer_ptrs = self._ptr_list(lib.symmem_handle_buffer_ptrs(ptr))
-            self.signal_pad_ptrs = self._ptr_list(lib.symmem_handle_signal_pad_ptrs(ptr))
-            self.buffer_ptrs_dev = int(lib.symmem_handle_buffer_ptrs_dev(ptr) or 0)
-            self.signal_pad_ptrs_dev = int(lib.symmem_handle_signal_pad_ptrs_dev(ptr) or 0)
+        # Every property in one call (a library without it raises
+        # UnavailableError naming itself as older than this package).
+        d = _lib.SymmemHandleDesc()
+        check(lib.symmem_handle_describe(ptr, ctypes.byref(d)), "symmem_handle_describe")
+        self.rank, self.world_size = d.rank, d.world_size
+        self.buffer_size, self.offset, self.signal_pad_size = d.buffer_size, d.offset, d.signal_pad_size
+        self.buffer_ptrs = self._ptr_list(d.buffer_ptrs)
+        self.signal_pad_ptrs = self._ptr_list(d.signal_pad_ptrs)
+        self.buffer_ptrs_dev = d.buffer_ptrs_dev or 0
+        self.signal_pad_ptrs_dev = d.signal_pad_ptrs_dev or 0
         self.device = group.device if group is not None else 0
         self.kind = _backend_of_handles or _remember_backend()
         # The views handed out (get_buffer, get_signal_pad): release()
