@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -613,6 +614,11 @@ func (ch *Channel) openMember(start, deadline time.Time) error {
 	last := "rank 0 never listened on the socket: it has not started, it failed, or it completed the group without us (another process may already hold this rank)"
 	var lastReject *core.Error
 	rep := core.StartWait(ch.cfg.Name, ch.cfg.Rank, "connection", deadline)
+	// Woken by rank 0's bind rather than sleeping past it (Note [Waking a
+	// joining rank]); made at the first miss.
+	var watch *dirWatch
+	watchTried := false
+	defer func() { watch.close() }()
 	for {
 		rep.Tick(func() string { return "rank 0 (" + last + ")" })
 		if !time.Now().Before(deadline) {
@@ -630,7 +636,15 @@ func (ch *Channel) openMember(start, deadline time.Time) error {
 		case nil:
 		case unix.ENOENT, unix.ECONNREFUSED, unix.EAGAIN, unix.EINTR:
 			c.close()
-			sleepBackoffMax(&backoff, deadline, joinBackoffMax)
+			if !watchTried {
+				// Connect again at once, now watched: a bind between the
+				// failed connect and the watch is not missed.
+				watchTried = true
+				if watch = watchDir(filepath.Dir(path)); watch != nil {
+					continue
+				}
+			}
+			waitBackoff(watch, &backoff, deadline, joinBackoffMax)
 			continue
 		case unix.EACCES, unix.EPERM:
 			c.close()

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/host"
@@ -167,6 +168,11 @@ func runFaultWorkload(t *testing.T, name string, world int, caps *core.Capabilit
 	for r := 0; r < world; r++ {
 		fbs[r] = faultbe.New(faultBackend(t))
 		fbs[r].Caps = caps
+		if caps != nil && caps.DevicePointerArrays {
+			// A GPU's granularity too: the pad's spare end then holds the
+			// pointer arrays (Note [Pointer arrays in the pad]).
+			fbs[r].Gran = 2 << 20
+		}
 		e := &rankEnv{rt: core.NewRuntime(fbs[r]), rank: r, world: world, name: name, dir: dir, timeout: 10 * time.Second}
 		if !fbs[r].Capabilities().SharedDevice {
 			e.device = r // one device per rank (the fake driver has 2)
@@ -428,4 +434,91 @@ func TestMemoryUseSeesSharedMemory(t *testing.T) {
 	require.NoError(t, be.Unreserve(0, addr, size))
 	require.NoError(t, be.Release(mem))
 	require.Equal(t, before, memoryNow(t))
+}
+
+// TestPointerArraysLiveInThePad: with device pointer arrays and a GPU's
+// 2 MiB granularity (over the SYMMEM_BACKEND backend's memory), group
+// creation makes one allocation per rank, the pad, whose spare end holds
+// the handles' device pointer arrays (Note [Pointer arrays in the pad]);
+// they are still right, and everything is given back at the end.
+func TestPointerArraysLiveInThePad(t *testing.T) {
+	if !faultBackend(t).Capabilities().SharedDevice && faultBackend(t).DeviceCount() < 2 {
+		t.Skip("needs a device per rank (2)")
+	}
+	const gran = 2 << 20
+	dir := sockDir(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r := 0; r < 2; r++ {
+		fb := faultbe.New(faultBackend(t))
+		fb.Caps = &core.Capabilities{StreamSignals: fb.Capabilities().StreamSignals, DevicePointerArrays: true, SharedDevice: fb.Capabilities().SharedDevice}
+		fb.Gran = gran
+		e := &rankEnv{rt: core.NewRuntime(fb), rank: r, world: 2, name: "arrays-in-pad", dir: dir, timeout: 10 * time.Second}
+		if !fb.Capabilities().SharedDevice {
+			e.device = r
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[e.rank] = func() error {
+				a, err := e.rt.Allocator(e.device)
+				if err != nil {
+					return err
+				}
+				buf, err := a.Alloc(64<<10, 0)
+				if err != nil {
+					return err
+				}
+				defer a.Free(buf, 64<<10, 0)
+				created := fb.Count("Create")
+				g, err := New(e.opts(e.name, e.rank, e.world))
+				if err != nil {
+					return err
+				}
+				if n := fb.Count("Create") - created; n != 1 {
+					return fmt.Errorf("group creation made %d allocations, want 1 (the pad)", n)
+				}
+				h, err := g.Rendezvous(buf)
+				if err != nil {
+					return err
+				}
+				pad := h.padPtrs[e.rank]
+				if h.devArr == h.arr || h.devArr < pad+DefaultSignalPadSize+deviceRegionBytes(2) || h.devArr+32 > pad+gran {
+					return fmt.Errorf("device arrays at %#x: not in the spare end of the pad [%#x, %#x)", h.devArr, pad, pad+gran)
+				}
+				if n := fb.Count("Create") - created; n != 1 {
+					return fmt.Errorf("group creation and a rendezvous made %d allocations, want 1 (the pad)", n)
+				}
+				got := make([]uintptr, 4)
+				if err := h.gm.copyOut(uintptr(unsafe.Pointer(&got[0])), h.devArr, 32); err != nil {
+					return err
+				}
+				want := append(append([]uintptr(nil), h.bufPtrs...), h.padPtrs...)
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					return fmt.Errorf("device arrays hold %#x, want %#x", got, want)
+				}
+				if err := h.Release(); err != nil {
+					return err
+				}
+				// A copy into the arrays that times out may still land:
+				// the pad that holds them is then leaked, not unmapped.
+				fb.Add(faultbe.Rule{Method: "CopyWithin", Nth: 1, Code: core.ErrTimeout})
+				if h, err := g.Rendezvous(buf); err == nil || core.CodeOf(err) != core.ErrTimeout {
+					if h != nil {
+						h.Release()
+					}
+					return fmt.Errorf("a rendezvous whose copy into the pointer arrays timed out: %v, want a TIMEOUT", err)
+				}
+				err = g.Destroy()
+				if err == nil || !strings.Contains(err.Error(), "signal pad") || !strings.Contains(err.Error(), "deliberately leaked") || g.gm.leaked == 0 {
+					return fmt.Errorf("destroying the group after a timed-out copy into its pad: %v, want the pad declared leaked", err)
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
 }

@@ -211,20 +211,6 @@ func newGroup(o Options, rt *core.Runtime, alloc *core.Allocator) (*Group, error
 	}
 	g.gm = &groupMem{be: g.be, device: o.Device, gran: gran, name: o.Name, rank: o.Rank, world: o.World,
 		timeout: o.Timeout, refs: 1, maps: map[mapKey]*peerMap{}}
-	if localErr == nil && g.be.Capabilities().DevicePointerArrays {
-		// The device memory for handles' pointer arrays (one chunk serves
-		// many handles) is made with the group, the per-group setup, not in
-		// the first rendezvous, the per-buffer step (it took ~2 ms there on
-		// H200s). The slot size is allocArrays's.
-		g.gm.dev = newDeviceSlab(g.be, o.Device, gran, uintptr(2*g.world*8))
-		a, err := g.gm.dev.alloc()
-		if err != nil {
-			localErr = core.Errorf(core.CodeOf(err), "rank %d: device memory for pointer arrays: %v", o.Rank, err)
-		} else {
-			g.gm.dev.release(a)
-		}
-	}
-	tr.mark("pointer-arrays")
 	if err := g.exchangePads(localErr, tr); err != nil {
 		g.gm.mu.Lock()
 		if g.gm.dev != nil {
@@ -398,11 +384,18 @@ func (g *Group) exchangePads(localErr error, tr *phaseTrace) error {
 		gm.mu.Lock()
 		p, localErr = gm.makePads(g.padSize)
 		gm.pads = p
-		gm.mu.Unlock()
-		tr.mark("make-pad")
 		if localErr != nil {
 			localErr = core.Errorf(core.CodeOf(localErr), "rank %d: cannot make its signal pad of %d bytes: %v", g.rank, g.padSize, localErr)
+		} else if g.be.Capabilities().DevicePointerArrays {
+			// Device memory for handles' pointer arrays, made with the
+			// group (the per-group step) rather than at the first
+			// rendezvous: Note [Pointer arrays in the pad].
+			if err := gm.makeDeviceSlab(p); err != nil {
+				localErr = core.Errorf(core.CodeOf(err), "rank %d: device memory for pointer arrays: %v", g.rank, err)
+			}
 		}
+		gm.mu.Unlock()
+		tr.mark("make-pad")
 	}
 	// Every rank learns whether every rank has a pad before descriptors move.
 	err := g.shareVerdict("group creation (signal pads)", localErr)

@@ -249,6 +249,38 @@ func (gm *groupMem) makePads(size uintptr) (*pads, error) {
 	return p, nil
 }
 
+// Note [Pointer arrays in the pad]
+//
+// Kernels read a handle's pointer arrays from device memory, which comes in
+// granules (2 MiB on H200) while a group's arrays take 16 bytes per rank
+// per handle. Each group made its own granule for them (cuMemCreate,
+// reserve, map, access for every peer GPU): 0.7 to 5.6 ms of group creation
+// on 2 H200. The pad is a granule too, of which the pad and the library's
+// region use 64 KiB and a few KiB: the device slab is seeded with the rest
+// of this rank's pad, so a group's arrays need no memory of their own
+// until its handles' arrays outgrow the pad's spare end (more than ~60,000
+// live handles at 2 ranks). Peers map our whole pad but only ever touch its
+// first padSize + deviceRegionBytes bytes. The pad then lives as long as
+// the slab: both go with the group's memory (unrefLocked), and a slab
+// tainted by a timed-out copy leaks the pad with it.
+
+// makeDeviceSlab makes the device slab for handles' pointer arrays, seeded
+// with the spare end of this rank's pad p, and takes a slot from it so
+// that a rank that cannot have one fails group creation (gm.mu held).
+func (gm *groupMem) makeDeviceSlab(p *pads) error {
+	gm.dev = newDeviceSlab(gm.be, gm.device, gm.gran, uintptr(2*gm.world*8))
+	used := roundUp(p.size+deviceRegionBytes(gm.world), 256)
+	if used < p.phys {
+		gm.dev.seed(p.addr[gm.rank]+used, p.phys-used)
+	}
+	a, err := gm.dev.alloc()
+	if err != nil {
+		return err
+	}
+	gm.dev.release(a)
+	return nil
+}
+
 // dropPeerPads unmaps the peers' pads (ready becomes false).
 func (gm *groupMem) dropPeerPads(p *pads) error {
 	var errs []error
@@ -275,18 +307,26 @@ func (gm *groupMem) unrefLocked() error {
 			errs = append(errs, gm.dropPeerMap(m))
 			delete(gm.maps, k)
 		}
+		// A tainted device slab (a copy into it may still land) is leaked,
+		// and with it the pad whose spare end it was seeded with.
+		padTainted := gm.dev != nil && gm.dev.tainted && gm.dev.seeded
+		if gm.dev != nil {
+			errs = append(errs, gm.dev.close())
+			gm.dev = nil
+		}
 		if p := gm.pads; p != nil {
 			errs = append(errs, gm.dropPeerPads(p))
-			errs = append(errs, gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
+			if padTainted {
+				gm.leaked++
+				errs = append(errs, core.Errorf(core.ErrTimeout, "this rank's signal pad (%d bytes at %#x) left mapped (deliberately leaked): it holds the pointer arrays a timed-out copy may still write", p.phys, p.addr[gm.rank]))
+			} else {
+				errs = append(errs, gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
+			}
 			gm.pads = nil
 		}
 		if gm.host != nil {
 			errs = append(errs, gm.host.close())
 			gm.host = nil
-		}
-		if gm.dev != nil {
-			errs = append(errs, gm.dev.close())
-			gm.dev = nil
 		}
 		return errors.Join(errs...)
 	})
@@ -315,8 +355,12 @@ type slab struct {
 	put    func(addr, size uintptr) error
 	chunks []uintptr
 	free   []uintptr
+	// seeded: slots were also carved from memory the slab does not own
+	// (seed: the spare end of the group's pad), which close leaves alone.
+	seeded bool
 	// tainted: a copy into a slot timed out and may still land, so the
-	// chunks are never unmapped (close leaks them, and says so).
+	// chunks are never unmapped (close leaks them, and says so; the owner
+	// of seeded memory must leak it too).
 	tainted bool
 }
 
@@ -385,10 +429,22 @@ func (s *slab) alloc() (uintptr, error) {
 
 func (s *slab) release(a uintptr) { s.free = append(s.free, a) }
 
+// seed adds the whole slots of [addr, addr+size), memory that someone else
+// owns and that must outlive the slab (close does not give it back).
+func (s *slab) seed(addr, size uintptr) {
+	for a := addr; a+s.slot <= addr+size; a += s.slot {
+		s.free = append(s.free, a)
+		s.seeded = true
+	}
+}
+
 func (s *slab) close() error {
 	if s.tainted {
 		n := len(s.chunks)
 		s.chunks, s.free = nil, nil
+		if n == 0 { // only seeded slots: their owner leaks them and says so
+			return nil
+		}
 		return core.Errorf(core.ErrTimeout, "%d chunk(s) of pointer arrays left mapped (deliberately leaked): a copy into them timed out and may still run", n)
 	}
 	var errs []error

@@ -69,6 +69,9 @@ type Backend struct {
 	// Caps, when set, replaces Inner's capabilities (to run a code path of
 	// another backend, e.g. device pointer arrays, over host memory).
 	Caps *core.Capabilities
+	// Gran, when set, replaces Inner's granularity (a multiple of it: a
+	// GPU's 2 MiB over host memory).
+	Gran uintptr
 
 	mu       sync.Mutex
 	rules    []*armed
@@ -197,6 +200,9 @@ func (b *Backend) Capabilities() core.Capabilities {
 func (b *Backend) Granularity(device int) (uintptr, error) {
 	if err := b.enter("Granularity"); err != nil {
 		return 0, err
+	}
+	if b.Gran != 0 {
+		return b.Gran, nil
 	}
 	return b.Inner.Granularity(device)
 }
