@@ -42,6 +42,9 @@ static_assert(sizeof(symmem_coll_params) == 88, "symmem_coll_params layout");
 #define SYMMEM_COLL_THREADS 512
 /* Vectors per thread in flight in the reduction loops. */
 #define SYMMEM_COLL_UNROLL 4
+/* Ranks whose loads of those vectors are in flight at once in the large
+ * reduction loop (SYMMEM_COLL_PAIR * SYMMEM_COLL_UNROLL vectors). */
+#define SYMMEM_COLL_PAIR 2
 /* The same for in-place one-shot, whose rounds hold every rank's loads of
  * each item (SYMMEM_COLL_FANIN at once) in registers: 2 items per thread
  * keep 1 MiB in one round at 64 blocks, and compile in half the time of 4
@@ -319,22 +322,33 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
       symmem_put_vec<DT>(p, pl, two_shot, tid, r);
     }
   } else {
-    /* Whole vectors, SYMMEM_COLL_UNROLL per thread at a time: every
-     * rank's loads of the batch are in flight together before the stores. */
+    /* Whole vectors, SYMMEM_COLL_UNROLL per thread at a time, from
+     * SYMMEM_COLL_PAIR ranks at once: the loads of a batch from a pair of
+     * ranks (at 2 ranks, every load of the batch) are in flight together
+     * before they are reduced, then the stores. One rank at a time left the
+     * local loads and the peer's in separate round trips. */
     for (unsigned long long i0 = tid; i0 < nfull; i0 += SYMMEM_COLL_UNROLL * nthreads) {
       A acc[SYMMEM_COLL_UNROLL][T::E];
-      symmem_vec16 x[SYMMEM_COLL_UNROLL];
-      for (int q = 0; q < v.world; q++) {
-        const char *src = symmem_dev_ptr(v, q, pl.src);
+      symmem_vec16 x[SYMMEM_COLL_PAIR][SYMMEM_COLL_UNROLL];
+      for (int q0 = 0; q0 < v.world; q0 += SYMMEM_COLL_PAIR) {
 #pragma unroll
-        for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
-          if (i0 + u * nthreads < nfull)
-            x[u] = symmem_dev_load16(src + 16 * (i0 + u * nthreads));
+        for (int j = 0; j < SYMMEM_COLL_PAIR; j++) {
+          if (q0 + j < v.world) {
+            const char *src = symmem_dev_ptr(v, q0 + j, pl.src);
 #pragma unroll
-        for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+            for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+              if (i0 + u * nthreads < nfull)
+                x[j][u] = symmem_dev_load16(src + 16 * (i0 + u * nthreads));
+          }
+        }
 #pragma unroll
-          for (int k = 0; k < T::E; k++)
-            acc[u][k] = q == 0 ? T::get(x[u], k) : symmem_reduce<OP>(acc[u][k], T::get(x[u], k));
+        for (int j = 0; j < SYMMEM_COLL_PAIR; j++)
+          if (q0 + j < v.world)
+#pragma unroll
+            for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+#pragma unroll
+              for (int k = 0; k < T::E; k++)
+                acc[u][k] = q0 + j == 0 ? T::get(x[j][u], k) : symmem_reduce<OP>(acc[u][k], T::get(x[j][u], k));
       }
 #pragma unroll
       for (int u = 0; u < SYMMEM_COLL_UNROLL; u++) {
@@ -343,8 +357,8 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
           break;
 #pragma unroll
         for (int k = 0; k < T::E; k++)
-          T::put(x[u], k, acc[u][k]);
-        symmem_put_vec<DT>(p, pl, two_shot, i, x[u]);
+          T::put(x[0][u], k, acc[u][k]);
+        symmem_put_vec<DT>(p, pl, two_shot, i, x[0][u]);
       }
     }
   }
