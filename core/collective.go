@@ -81,8 +81,9 @@ const (
 	AlgoAuto Algo = 0
 	// AlgoOneShot: every rank reads every rank's whole input and reduces.
 	AlgoOneShot Algo = 1
-	// AlgoTwoShot: rank r reduces slice r and stores it into every rank's
-	// output (a reduce-scatter then an all-gather by direct stores).
+	// AlgoTwoShot: rank r reduces slice r into its own output, then reads
+	// every peer's reduced slice from the peer's output (a reduce-scatter
+	// then an all-gather, both by direct loads).
 	AlgoTwoShot Algo = 2
 )
 

@@ -682,9 +682,9 @@ symmem_result symmem_resume_group(symmem_group *group, const char *tag);
  *                   (r+1)*count/W)). In place when out is slice r of the input.
  *
  * All-reduce runs one-shot (every rank reads every rank's whole input) or
- * two-shot (rank r reduces slice r and stores it into every rank's out: out
- * must then lie inside the rendezvoused block, at the same offset on every
- * rank; in place qualifies). SYMMEM_ALGO_AUTO picks one-shot up to 256 KiB of
+ * two-shot (rank r reduces slice r into its own out, then reads every
+ * peer's reduced slice from the peer's out: out must then lie inside the
+ * rendezvoused block, at the same offset on every rank; in place qualifies). SYMMEM_ALGO_AUTO picks one-shot up to 256 KiB of
  * input (SYMMEM_ONE_SHOT_MAX_BYTES overrides), when out is outside the
  * block, and on 2 ranks whenever out is not in place; two-shot otherwise.
  *

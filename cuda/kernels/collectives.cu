@@ -7,14 +7,16 @@
  *
  * One kernel per call, whatever the phase count: a block barrier with the
  * peers' same-index blocks (the inputs are ready), the work, spread over
- * the whole grid with 16-byte loads and stores, a block barrier again
- * (every peer is done reading our input; stores into peers are visible).
- * Block b of collective channel c uses device set c*64 + b.
+ * the whole grid with 16-byte loads and stores (two-shot: its two phases
+ * with a block barrier between them), a block barrier again (every peer is
+ * done reading our memory). Only loads cross NVLink; every store is to
+ * this rank's own memory. Block b of collective channel c uses device set
+ * c*64 + b.
  *
- * Which barriers publish (symmem_coll_barrier): only the closing barrier of
- * two-shot, whose stores into peers' outs must be visible to them when it
- * returns, signals with release at system scope (a system-scope fence that
- * waits for every outstanding store: the costliest part of a barrier). The
+ * Which barriers publish (symmem_coll_barrier): only two-shot's middle
+ * barrier, after which the peers read the slice we reduced into our out,
+ * signals with release at system scope (a system-scope fence that waits
+ * for every outstanding store: the costliest part of a barrier). The
  * others only order reads before a peer's later writes, or announce an
  * input that earlier kernels of the stream wrote (a kernel's writes are
  * performed in its GPU's memory when the next kernel of the stream starts,
@@ -147,9 +149,9 @@ struct symmem_reduce_plan {
 };
 
 template <int DT>
-static __device__ __forceinline__ symmem_reduce_plan symmem_plan(const symmem_coll_params &p) {
+static __device__ __forceinline__ symmem_reduce_plan symmem_plan(const symmem_coll_params &p, int me) {
   typedef symmem_elem<DT> T;
-  const int W = p.view.world, me = p.view.rank;
+  const int W = p.view.world;
   symmem_reduce_plan pl;
   unsigned long long lo = 0, hi = p.count;
   if (p.kind == 2) { /* reduce-scatter: slice me */
@@ -253,19 +255,32 @@ static __device__ __forceinline__ void symmem_store_item(char *dst, const symmem
     T::store1(dst + (first + k) * T::SIZE, tail[k]);
 }
 
-/* Stores whole vector i of the plan's result: into out, or (two-shot) into
- * slice me of every rank's out, which only this rank reads or writes. */
+/* Two-shot's second phase for slice q: the slice as rank q reduced it,
+ * read from rank q's out into ours, item by item exactly as rank q's
+ * threads reduced them (whole vector i by thread i % nthreads, then the
+ * tail or every element as symmem_coll_reduce's tail loop), so that each
+ * block reads only what the same-index block of rank q wrote before their
+ * block barrier. */
 template <int DT>
-static __device__ __forceinline__ void symmem_put_vec(const symmem_coll_params &p, const symmem_reduce_plan &pl,
-                                                      bool two_shot, unsigned long long i, const symmem_vec16 &x) {
+static __device__ __forceinline__ void symmem_pull_slice(char *dst, const char *src, const symmem_reduce_plan &pl,
+                                                         unsigned long long tid, unsigned long long nthreads) {
   typedef symmem_elem<DT> T;
-  if (!two_shot) {
-    symmem_dev_store16(p.out + 16 * i, x);
-    return;
+  const unsigned long long nfull = pl.vec ? pl.n / T::E : 0;
+  for (unsigned long long i0 = tid; i0 < nfull; i0 += SYMMEM_COLL_UNROLL * nthreads) {
+    symmem_vec16 x[SYMMEM_COLL_UNROLL];
+#pragma unroll
+    for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+      if (i0 + u * nthreads < nfull)
+        x[u] = symmem_dev_load16(src + 16 * (i0 + u * nthreads));
+#pragma unroll
+    for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+      if (i0 + u * nthreads < nfull)
+        symmem_dev_store16(dst + 16 * (i0 + u * nthreads), x[u]);
   }
-  for (int q = 0; q < p.view.world; q++) {
-    int dst = (p.view.rank + q) % p.view.world;
-    symmem_dev_store16(symmem_dev_ptr(p.view, dst, (unsigned long long)p.out_offset + pl.lo * T::SIZE) + 16 * i, x);
+  for (unsigned long long i = nfull + tid; i < pl.items; i += nthreads) {
+    unsigned long long first = pl.vec ? i * T::E : i, last = pl.vec ? pl.n : i + 1;
+    for (unsigned long long b = first * T::SIZE; b < last * T::SIZE; b++)
+      dst[b] = src[b];
   }
 }
 
@@ -273,11 +288,15 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
   typedef symmem_elem<DT> T;
   const symmem_device_view &v = p.view;
   const int set = p.set_base + blockIdx.x;
-  const symmem_reduce_plan pl = symmem_plan<DT>(p);
+  const symmem_reduce_plan pl = symmem_plan<DT>(p, v.rank);
   const unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
   const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
   const bool two_shot = p.kind == 0 && p.algo == 2;
   const bool in_place_one_shot = p.kind == 0 && !two_shot && p.out == symmem_dev_ptr(v, v.rank, p.in_offset);
+  /* Where element 0 of the plan's result goes: out, or (two-shot) slice me
+   * of our own out, which no peer reads or writes before the middle
+   * barrier. */
+  char *const dst = two_shot ? p.out + pl.lo * T::SIZE : p.out;
   symmem_vec16 r;
   typename T::acc_t tail[T::E];
 
@@ -319,7 +338,7 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
      * in flight at once (symmem_reduce_vec). */
     if (tid < nfull) {
       symmem_reduce_vec<DT, OP>(p, pl.src + 16 * tid, r);
-      symmem_put_vec<DT>(p, pl, two_shot, tid, r);
+      symmem_dev_store16(dst + 16 * tid, r);
     }
   } else {
     /* Whole vectors, SYMMEM_COLL_UNROLL per thread at a time, from
@@ -358,25 +377,32 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
 #pragma unroll
         for (int k = 0; k < T::E; k++)
           T::put(x[0][u], k, acc[u][k]);
-        symmem_put_vec<DT>(p, pl, two_shot, i, x[0][u]);
+        symmem_dev_store16(dst + 16 * i, x[0][u]);
       }
     }
   }
   /* The tail (vector path) or every element (unaligned path). */
   for (unsigned long long i = nfull + tid; i < pl.items; i += nthreads) {
     int m = symmem_reduce_item<DT, OP>(p, pl, i, r, tail);
-    if (two_shot) {
-      for (int q = 0; q < v.world; q++) {
-        int dst = (v.rank + q) % v.world;
-        symmem_store_item<DT>(symmem_dev_ptr(v, dst, (unsigned long long)p.out_offset + pl.lo * T::SIZE), pl, i, m,
-                              r, tail);
-      }
-    } else {
-      symmem_store_item<DT>(p.out, pl, i, m, r, tail);
+    symmem_store_item<DT>(dst, pl, i, m, r, tail);
+  }
+  if (two_shot) {
+    /* Our slice is reduced into our out: publish it (release at system
+     * scope), then read every peer's reduced slice from its out into ours
+     * (Note [Two-shot pulls] in core/symm/coll.go). */
+    if (!symmem_coll_barrier(v, set, true))
+      return;
+    for (int k = 1; k < v.world; k++) {
+      const int q = (v.rank + k) % v.world;
+      const symmem_reduce_plan pq = symmem_plan<DT>(p, q);
+      symmem_pull_slice<DT>(p.out + pq.lo * T::SIZE,
+                            symmem_dev_ptr(v, q, (unsigned long long)p.out_offset + pq.lo * T::SIZE), pq, tid,
+                            nthreads);
     }
   }
-  /* Two-shot publishes its stores into the peers; the others only read. */
-  symmem_coll_barrier(v, set, two_shot);
+  /* Only reads of peers' memory are left to order before their next
+   * writes: a relaxed signal (see the head of this file). */
+  symmem_coll_barrier(v, set, false);
 }
 
 /* One program per kernel (cuda/kernels.go compiles each at its first use):
