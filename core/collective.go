@@ -81,9 +81,10 @@ const (
 	AlgoAuto Algo = 0
 	// AlgoOneShot: every rank reads every rank's whole input and reduces.
 	AlgoOneShot Algo = 1
-	// AlgoTwoShot: rank r reduces slice r into its own output, then reads
-	// every peer's reduced slice from the peer's output (a reduce-scatter
-	// then an all-gather, both by direct loads).
+	// AlgoTwoShot: rank r reduces slice r, then every rank's output gets
+	// every reduced slice (a reduce-scatter then an all-gather, by direct
+	// stores into the peers or, for large calls, by direct loads: Note
+	// [Two-shot pulls] in core/symm/coll.go).
 	AlgoTwoShot Algo = 2
 )
 
@@ -106,6 +107,10 @@ type Collective struct {
 	DType DType
 	Op    ReduceOp
 	Algo  Algo // never AlgoAuto here: resolved by the caller
+	// Pull, for two-shot: each rank reduces its slice into its own out and
+	// then reads the peers' reduced slices, rather than storing its slice
+	// into every rank's out (Note [Two-shot pulls] in core/symm/coll.go).
+	Pull bool
 	// Count is the number of elements of each rank's input.
 	Count uintptr
 	Rank  int

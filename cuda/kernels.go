@@ -456,7 +456,11 @@ func packCollParams(c *core.Collective) [collParamSize]byte {
 	}
 	le.PutUint64(p[64:], count)
 	le.PutUint32(p[72:], uint32(c.Kind))
-	le.PutUint32(p[76:], uint32(c.Algo))
+	algo := uint32(c.Algo)
+	if c.Algo == core.AlgoTwoShot && c.Pull {
+		algo = 3 // the kernel's two-shot pull
+	}
+	le.PutUint32(p[76:], algo)
 	le.PutUint32(p[80:], uint32(c.Op))
 	le.PutUint32(p[84:], uint32(c.Channel*collMaxBlocks))
 	return p

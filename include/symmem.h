@@ -98,6 +98,10 @@
  *   SYMMEM_ONE_SHOT_MAX_BYTES=n     the largest all-reduce SYMMEM_ALGO_AUTO runs
  *                                   one-shot in place or on 3+ ranks
  *                                   (default 262144)
+ *   SYMMEM_TWO_SHOT_PULL_MIN_BYTES=n  the smallest two-shot all-reduce whose
+ *                                   second phase reads the peers' slices
+ *                                   rather than storing into the peers
+ *                                   (default 8 MiB)
  */
 #ifndef SYMMEM_H
 #define SYMMEM_H

@@ -74,8 +74,8 @@ func (h *Handle) setWord(r, set, i int) *uint32 {
 //
 // all_reduce, all_gather and reduce_scatter read every rank's input in the
 // rendezvoused block: count elements at the handle's offset. Every rank
-// calls with the same arguments (out may differ unless two-shot, which reads
-// the peers' outs, runs). What each writes, with W ranks and rank r:
+// calls with the same arguments (out may differ unless two-shot, which
+// writes or reads the peers' outs, runs). What each writes, with W ranks and rank r:
 //
 //	all_reduce      count elements to out (default: in place), the
 //	                reduction in rank order 0..W-1, in fp32 for bf16/fp16
@@ -86,11 +86,12 @@ func (h *Handle) setWord(r, set, i int) *uint32 {
 //	                of slice r; in place when out is slice r of the input.
 //
 // Every collective is: a barrier (the inputs are ready), the work, a barrier
-// (nobody overwrites memory a peer is reading). One-shot all-reduce reads
-// every rank's whole input; two-shot reduces slice r (slices of
-// ceil(count/W) elements rounded up to 16 bytes) into its own out, then
-// reads every peer's reduced slice from the peer's out (Note [Two-shot
-// pulls]), so it needs out inside the block (at the same offset
+// (nobody overwrites memory a peer is reading; stores into peers are
+// done). One-shot all-reduce reads every rank's whole input; two-shot
+// reduces slice r (slices of ceil(count/W) elements rounded up to 16 bytes)
+// and stores it into every rank's out, or for large calls into its own out
+// and then reads every peer's reduced slice from the peer's out (Note
+// [Two-shot pulls]), so it needs out inside the block (at the same offset
 // everywhere: in place or another part of the block); auto picks by world
 // size, size and placement (Note [All-reduce choice]).
 // Pointers must be 16-byte aligned (the kernels load and store 16 bytes);
@@ -98,14 +99,19 @@ func (h *Handle) setWord(r, set, i int) *uint32 {
 
 // Note [Two-shot pulls]
 //
-// Two-shot used to push: rank r stored its reduced slice into every rank's
-// out, and a publishing closing barrier made the stores visible. It now
-// pulls: rank r stores its reduced slice into its own out, a block barrier
-// publishes it (release at system scope), and rank r then reads slice q
-// from rank q's out for every peer q. Nothing crosses NVLink but loads, as
-// in one-shot, which measured faster than two-shot's pushes at 2 ranks on
-// H200 (806.7 against 838.5 us at 256 MiB). The same bytes move: (W-1)*n/W
-// read by each phase. Why no store races a read: in phase 1 rank r writes
+// Two-shot's second phase has two forms. Push: rank r stores its reduced
+// slice into every rank's out, and a publishing closing barrier makes the
+// stores visible. Pull: rank r stores its reduced slice into its own out, a
+// block barrier publishes it (release at system scope), and rank r then
+// reads slice q from rank q's out for every peer q: nothing crosses NVLink
+// but loads, as in one-shot, for the same bytes ((W-1)*n/W in each phase).
+// Measured in place on 2 x H200 (bf16, bench/coll_bench.py, each against
+// torch's two_shot_all_reduce_ in the same run): push 1.002 / 1.004 / 1.015
+// x torch at 16 / 64 / 256 MiB, pull 0.989 / 0.998 / 0.993 x; but at 4 MiB
+// push 0.92 x and pull 1.02 x, and at 1 MiB pull 1.06 x (its extra barrier
+// and the serial second phase weigh there). So two-shot pulls from
+// TwoShotPullMinBytes (8 MiB, between the measured 4 and 16) and pushes
+// below. Why no store races a read in a pull: in phase 1 rank r writes
 // only slice r of its own out and reads only slice r of every input, which
 // no other rank writes; in phase 2 it writes the other slices of its own
 // out, which its peers read only in phase 1 (in place, out is the input),
@@ -114,7 +120,7 @@ func (h *Handle) setWord(r, set, i int) *uint32 {
 // with the thread of the same index that reduced it on the slice's owner
 // (symmem_pull_slice), so block b reads only what the peers' block b
 // wrote before the barrier they shared. The host backend runs the same
-// three barriers.
+// barriers and makes the same choice.
 
 // Note [All-reduce choice]
 //
@@ -146,6 +152,11 @@ func autoAllReduce(world int, n uintptr, inPlace, outInBlock bool) core.Algo {
 	}
 	return core.AlgoTwoShot
 }
+
+// TwoShotPullMinBytes is the smallest two-shot all-reduce (bytes of each
+// rank's input) whose second phase pulls (Note [Two-shot pulls]);
+// SYMMEM_TWO_SHOT_PULL_MIN_BYTES overrides it (the same on every rank).
+var TwoShotPullMinBytes = uintptr(core.Current().Size("SYMMEM_TWO_SHOT_PULL_MIN_BYTES", 8<<20))
 
 // OneShotMaxBytes is the largest all-reduce (bytes of each rank's input)
 // that AlgoAuto runs one-shot in place, or at world >= 3 (Note [All-reduce
@@ -265,9 +276,10 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 	} else if algo == core.AlgoTwoShot && outOff < 0 {
 		return bad("two-shot reads every rank's out, so out must lie inside the rendezvoused block (out %#x is outside [%#x, +%d))", out, base, h.bufSize)
 	}
+	pull := algo == core.AlgoTwoShot && inBytes >= TwoShotPullMinBytes
 	_, bufs := h.BufferPtrs() // device arrays (the host ones on the host backend)
 	_, pads := h.SignalPadPtrs()
-	return &core.Collective{Kind: a.Kind, DType: a.DType, Op: a.Op, Algo: algo, Count: a.Count, Rank: h.rank, World: h.world,
+	return &core.Collective{Kind: a.Kind, DType: a.DType, Op: a.Op, Algo: algo, Pull: pull, Count: a.Count, Rank: h.rank, World: h.world,
 		Buffers: bufs, Pads: pads, PadSize: h.padSize, InOffset: h.offset, Out: out, OutOffset: outOff,
 		Channel: a.Channel, TimeoutNs: uint64(h.timeout.Nanoseconds())}, nil
 }
@@ -364,6 +376,14 @@ func (h *Handle) runHost(c *core.Collective) error {
 		per := c.Count / uintptr(w)
 		tmp := reduceHost(c, h.bufPtrs, c.InOffset+uintptr(me)*per*es, per)
 		store = func() { copy(bytesAt(c.Out, per*es), tmp) }
+	case c.Algo == core.AlgoTwoShot && !c.Pull:
+		// Stores into every rank's out before the closing barrier: rank r
+		// alone reads and writes slice r anywhere, so no store races a read.
+		lo, hi := twoShotSlice(c.Count, es, w, me)
+		tmp := reduceHost(c, h.bufPtrs, c.InOffset+lo*es, hi-lo)
+		for p := 0; p < w; p++ {
+			copy(bytesAt(h.bufPtrs[p]+uintptr(c.OutOffset)+lo*es, (hi-lo)*es), tmp)
+		}
 	case c.Algo == core.AlgoTwoShot:
 		// Note [Two-shot pulls]: slice me reduced into our own out, a
 		// barrier, then every peer's reduced slice read from its out.

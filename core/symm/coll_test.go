@@ -26,6 +26,13 @@ func TestProcessesCollectives(t *testing.T) {
 			allOK(t, runProcs(t, "coll", world, 120*time.Second, 0))
 		})
 	}
+	// Every two-shot call pulls (Note [Two-shot pulls]): at the sizes of
+	// the scenario two-shot otherwise pushes.
+	for _, world := range []int{2, 4} {
+		t.Run(fmt.Sprint(world, "-pull"), func(t *testing.T) {
+			allOK(t, runProcs(t, "coll", world, 120*time.Second, 1))
+		})
+	}
 }
 
 func TestProcessesCollectivesBadInput(t *testing.T) {
@@ -187,6 +194,9 @@ var allDTypes = []core.DType{core.Float32, core.Float16, core.BFloat16, core.Int
 var allOps = []core.ReduceOp{core.OpSum, core.OpMax, core.OpMin}
 
 func scColl(e *rankEnv, a *core.Allocator) error {
+	if e.arg == 1 { // every rank alike: the push/pull choice must agree
+		TwoShotPullMinBytes = 0
+	}
 	const size = 256 << 10
 	// The input starts 4096 bytes into the block, so that an in-place
 	// all-gather (out = input - rank*count elements) stays inside it.
@@ -447,6 +457,7 @@ func TestDeviceHeaderConstants(t *testing.T) {
 // out is.
 func TestCollAutoAllReduce(t *testing.T) {
 	big, small := OneShotMaxBytes+16, OneShotMaxBytes
+	require.Less(t, OneShotMaxBytes, TwoShotPullMinBytes, "two-shot pushes between the two, where it measured faster")
 	cases := []struct {
 		world               int
 		n                   uintptr

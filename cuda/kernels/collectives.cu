@@ -7,17 +7,18 @@
  *
  * One kernel per call, whatever the phase count: a block barrier with the
  * peers' same-index blocks (the inputs are ready), the work, spread over
- * the whole grid with 16-byte loads and stores (two-shot: its two phases
- * with a block barrier between them), a block barrier again (every peer is
- * done reading our memory). Only loads cross NVLink; every store is to
- * this rank's own memory. Block b of collective channel c uses device set
- * c*64 + b.
+ * the whole grid with 16-byte loads and stores (two-shot pull: its two
+ * phases with a block barrier between them), a block barrier again (every
+ * peer is done reading our memory; two-shot push: its stores into peers
+ * are visible). Block b of collective channel c uses device set c*64 + b.
  *
- * Which barriers publish (symmem_coll_barrier): only two-shot's middle
- * barrier, after which the peers read the slice we reduced into our out,
- * signals with release at system scope (a system-scope fence that waits
- * for every outstanding store: the costliest part of a barrier). The
- * others only order reads before a peer's later writes, or announce an
+ * Which barriers publish (symmem_coll_barrier): two-shot push's closing
+ * barrier, whose stores into peers' outs must be visible to them when it
+ * returns, and two-shot pull's middle barrier, after which the peers read
+ * the slice we reduced into our out, signal with release at system scope
+ * (a system-scope fence that waits for every outstanding store: the
+ * costliest part of a barrier). The others only order reads before a
+ * peer's later writes, or announce an
  * input that earlier kernels of the stream wrote (a kernel's writes are
  * performed in its GPU's memory when the next kernel of the stream starts,
  * and peers read that memory over NVLink): their signals are relaxed, as
@@ -34,7 +35,7 @@ struct symmem_coll_params {
   long long out_offset;          /* 56: out's offset in every block (two-shot), or -1 */
   unsigned long long count;      /* 64: elements of each rank's input (all-gather: bytes) */
   int kind;                      /* 72: 0 all-reduce, 2 reduce-scatter (all-gather has its kernel) */
-  int algo;                      /* 76: 1 one-shot, 2 two-shot */
+  int algo;                      /* 76: 1 one-shot, 2 two-shot (push), 3 two-shot (pull) */
   int op;                        /* 80: 0 sum, 1 max, 2 min (the kernel's own; checked by the host) */
   int set_base;                  /* 84: the channel's first device set */
 };
@@ -158,7 +159,7 @@ static __device__ __forceinline__ symmem_reduce_plan symmem_plan(const symmem_co
     unsigned long long per = p.count / W;
     lo = me * per;
     hi = lo + per;
-  } else if (p.algo == 2) { /* two-shot: slices of whole vectors */
+  } else if (p.algo >= 2) { /* two-shot: slices of whole vectors */
     unsigned long long nv = (p.count + T::E - 1) / T::E;
     unsigned long long per = (nv + W - 1) / W * T::E;
     lo = me * per < p.count ? me * per : p.count;
@@ -167,7 +168,7 @@ static __device__ __forceinline__ symmem_reduce_plan symmem_plan(const symmem_co
   pl.lo = lo;
   pl.n = hi - lo;
   pl.src = p.in_offset + lo * T::SIZE;
-  unsigned long long dst = p.algo == 2 && p.kind == 0 ? (unsigned long long)p.out_offset + lo * T::SIZE
+  unsigned long long dst = p.algo >= 2 && p.kind == 0 ? (unsigned long long)p.out_offset + lo * T::SIZE
                                                       : (unsigned long long)p.out;
   pl.vec = ((pl.src | dst) & 15) == 0;
   pl.items = pl.vec ? pl.n / T::E + (pl.n % T::E != 0) : pl.n;
@@ -255,7 +256,25 @@ static __device__ __forceinline__ void symmem_store_item(char *dst, const symmem
     T::store1(dst + (first + k) * T::SIZE, tail[k]);
 }
 
-/* Two-shot's second phase for slice q: the slice as rank q reduced it,
+/* Stores whole vector i of the plan's result at dst: into our out, or
+ * (two-shot push) into slice me of every rank's out, which only this rank
+ * reads or writes. */
+template <int DT>
+static __device__ __forceinline__ void symmem_put_vec(const symmem_coll_params &p, const symmem_reduce_plan &pl,
+                                                      bool push, char *dst, unsigned long long i,
+                                                      const symmem_vec16 &x) {
+  typedef symmem_elem<DT> T;
+  if (!push) {
+    symmem_dev_store16(dst + 16 * i, x);
+    return;
+  }
+  for (int q = 0; q < p.view.world; q++) {
+    int r = (p.view.rank + q) % p.view.world;
+    symmem_dev_store16(symmem_dev_ptr(p.view, r, (unsigned long long)p.out_offset + pl.lo * T::SIZE) + 16 * i, x);
+  }
+}
+
+/* Two-shot pull's second phase for slice q: the slice as rank q reduced it,
  * read from rank q's out into ours, item by item exactly as rank q's
  * threads reduced them (whole vector i by thread i % nthreads, then the
  * tail or every element as symmem_coll_reduce's tail loop), so that each
@@ -291,11 +310,12 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
   const symmem_reduce_plan pl = symmem_plan<DT>(p, v.rank);
   const unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
   const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
-  const bool two_shot = p.kind == 0 && p.algo == 2;
+  const bool two_shot = p.kind == 0 && p.algo >= 2;
+  const bool pull = two_shot && p.algo == 3, push = two_shot && !pull;
   const bool in_place_one_shot = p.kind == 0 && !two_shot && p.out == symmem_dev_ptr(v, v.rank, p.in_offset);
-  /* Where element 0 of the plan's result goes: out, or (two-shot) slice me
-   * of our own out, which no peer reads or writes before the middle
-   * barrier. */
+  /* Where element 0 of the plan's result goes here: out, or (two-shot)
+   * slice me of our own out, which no peer reads or writes before the
+   * closing barrier (push) or the middle one (pull). */
   char *const dst = two_shot ? p.out + pl.lo * T::SIZE : p.out;
   symmem_vec16 r;
   typename T::acc_t tail[T::E];
@@ -338,7 +358,7 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
      * in flight at once (symmem_reduce_vec). */
     if (tid < nfull) {
       symmem_reduce_vec<DT, OP>(p, pl.src + 16 * tid, r);
-      symmem_dev_store16(dst + 16 * tid, r);
+      symmem_put_vec<DT>(p, pl, push, dst, tid, r);
     }
   } else {
     /* Whole vectors, SYMMEM_COLL_UNROLL per thread at a time, from
@@ -370,23 +390,30 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
                 acc[u][k] = q0 + j == 0 ? T::get(x[j][u], k) : symmem_reduce<OP>(acc[u][k], T::get(x[j][u], k));
       }
 #pragma unroll
-      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++) {
-        unsigned long long i = i0 + u * nthreads;
-        if (i >= nfull)
-          break;
+      for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
 #pragma unroll
         for (int k = 0; k < T::E; k++)
           T::put(x[0][u], k, acc[u][k]);
-        symmem_dev_store16(dst + 16 * i, x[0][u]);
+      /* Into our out, then (push) into every peer's. */
+      for (int q = 0; q < (push ? v.world : 1); q++) {
+        char *d = q == 0 ? dst
+                         : symmem_dev_ptr(v, (v.rank + q) % v.world, (unsigned long long)p.out_offset) + pl.lo * T::SIZE;
+#pragma unroll
+        for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+          if (i0 + u * nthreads < nfull)
+            symmem_dev_store16(d + 16 * (i0 + u * nthreads), x[0][u]);
       }
     }
   }
   /* The tail (vector path) or every element (unaligned path). */
   for (unsigned long long i = nfull + tid; i < pl.items; i += nthreads) {
     int m = symmem_reduce_item<DT, OP>(p, pl, i, r, tail);
-    symmem_store_item<DT>(dst, pl, i, m, r, tail);
+    for (int k = 0; k < (push ? v.world : 1); k++)
+      symmem_store_item<DT>(k == 0 ? dst : symmem_dev_ptr(v, (v.rank + k) % v.world, (unsigned long long)p.out_offset) +
+                                               pl.lo * T::SIZE,
+                            pl, i, m, r, tail);
   }
-  if (two_shot) {
+  if (pull) {
     /* Our slice is reduced into our out: publish it (release at system
      * scope), then read every peer's reduced slice from its out into ours
      * (Note [Two-shot pulls] in core/symm/coll.go). */
@@ -400,9 +427,10 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
                             nthreads);
     }
   }
-  /* Only reads of peers' memory are left to order before their next
-   * writes: a relaxed signal (see the head of this file). */
-  symmem_coll_barrier(v, set, false);
+  /* Push publishes its stores into the peers; otherwise only reads of
+   * peers' memory are left to order before their next writes: a relaxed
+   * signal (see the head of this file). */
+  symmem_coll_barrier(v, set, push);
 }
 
 /* One program per kernel (cuda/kernels.go compiles each at its first use):
