@@ -114,7 +114,8 @@ var _ Exchange = (*ShmExchange)(nil)
 // or every rank gets an error.
 func NewShmExchange(ch *Channel) (*ShmExchange, error) {
 	world, me := ch.World(), ch.Rank()
-	x := &ShmExchange{ch: ch, name: ch.Name(), rank: me, world: world, slot: shmSlotSize(world), pids: ch.Pids(), spin: shmSpin(world)}
+	x := &ShmExchange{ch: ch, name: ch.Name(), rank: me, world: world, slot: shmSlotSize(world), pids: ch.Pids()}
+	x.spin = shmSpin(world, x.pids)
 	if world > shmMaxWorld {
 		return nil, core.Errorf(core.ErrInvalidArgument, "group %q: a control page for %d ranks: at most %d", x.name, world, shmMaxWorld)
 	}
@@ -214,17 +215,42 @@ func indexByte(s string, c byte) int {
 }
 
 // shmSpin is how long a waiter spins before it sleeps: SYMMEM_SHM_SPIN_US
-// (0 sleeps at once), else 50 µs where this process may run on at least
-// as many CPUs as the group has ranks, and 0 where it may not (a spinning
-// rank would then hold the CPU that the rank it waits for needs).
-func shmSpin(world int) time.Duration {
+// (0 sleeps at once), else 50 µs where the group's ranks may run on at
+// least as many CPUs as there are ranks, and 0 where they may not (a
+// spinning rank would then hold the CPU that the rank it waits for needs).
+// The CPUs are the union of the ranks' affinity masks (pids, ours
+// included): ranks pinned one CPU each, as benchmarks and launchers pin
+// them, spin; ranks sharing one CPU do not. This process's own mask alone
+// said "one CPU, two ranks: sleep" for the pinned ranks of
+// bench/symm_bench.py, whose every warm rendezvous then paid a futex
+// wake-up.
+func shmSpin(world int, pids []int32) time.Duration {
 	if d := core.Current().Duration("SYMMEM_SHM_SPIN_US", -1); d >= 0 {
 		return d
 	}
-	if runtime.NumCPU() < world {
+	if groupCPUs(pids) < world {
 		return 0
 	}
 	return 50 * time.Microsecond
+}
+
+// groupCPUs counts the CPUs that the processes pids (and this one) may run
+// on; a mask it cannot read counts as this process's.
+func groupCPUs(pids []int32) int {
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		return runtime.NumCPU()
+	}
+	for _, pid := range pids {
+		var set unix.CPUSet
+		if pid <= 0 || unix.SchedGetaffinity(int(pid), &set) != nil {
+			continue
+		}
+		for i := range all {
+			all[i] |= set[i]
+		}
+	}
+	return all.Count()
 }
 
 func (x *ShmExchange) rankStride() int { return shmRankHeader + 2*(8+x.slot) }

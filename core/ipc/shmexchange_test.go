@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // shmRecord is rank r's record of round i: lengths vary per rank and round,
@@ -210,4 +214,57 @@ func TestShmExchangeInProcess(t *testing.T) {
 	if err != nil || len(got) != 1 || string(got[0]) != "only" {
 		t.Fatalf("%q %v", got, err)
 	}
+}
+
+// TestSpinCountsTheGroupsCPUs: the spin decision counts the CPUs of every
+// rank's affinity mask: two processes pinned to two CPUs have two, pinned
+// to one CPU they have one.
+func TestSpinCountsTheGroupsCPUs(t *testing.T) {
+	var mine unix.CPUSet
+	require.NoError(t, unix.SchedGetaffinity(0, &mine))
+	var cpus []int
+	for c := 0; c < 1024 && len(cpus) < 2; c++ {
+		if mine.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	if len(cpus) < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	done := make(chan error)
+	go func() {
+		// This thread is pinned and dies with the goroutine (no unlock).
+		runtime.LockOSThread()
+		done <- func() error {
+			var one, other unix.CPUSet
+			one.Set(cpus[0])
+			other.Set(cpus[1])
+			if err := unix.SchedSetaffinity(0, &one); err != nil {
+				return err
+			}
+			child := exec.Command("sleep", "30")
+			if err := child.Start(); err != nil {
+				return err
+			}
+			defer func() { child.Process.Kill(); child.Wait() }()
+			pid := child.Process.Pid
+			if err := unix.SchedSetaffinity(pid, &other); err != nil {
+				return err
+			}
+			if n := groupCPUs([]int32{int32(pid)}); n != 2 {
+				return fmt.Errorf("pinned to CPUs %d and %d: counted %d CPUs, want 2", cpus[0], cpus[1], n)
+			}
+			if err := unix.SchedSetaffinity(pid, &one); err != nil {
+				return err
+			}
+			if n := groupCPUs([]int32{int32(pid)}); n != 1 {
+				return fmt.Errorf("both pinned to CPU %d: counted %d CPUs, want 1", cpus[0], n)
+			}
+			if d := shmSpin(2, []int32{int32(pid)}); d != 0 {
+				return fmt.Errorf("two ranks on one CPU spin for %v, want 0", d)
+			}
+			return nil
+		}()
+	}()
+	require.NoError(t, <-done)
 }
