@@ -97,7 +97,8 @@
  *                                   (default ~/.cache/libsymmem/kernels)
  *   SYMMEM_ONE_SHOT_MAX_BYTES=n     the largest all-reduce SYMMEM_ALGO_AUTO runs
  *                                   one-shot in place or on 3+ ranks
- *                                   (default 262144)
+ *                                   (default 262144; in place on 2 ranks
+ *                                   1 MiB)
  *   SYMMEM_TWO_SHOT_PULL_MIN_BYTES=n  the smallest two-shot all-reduce whose
  *                                   second phase reads the peers' slices
  *                                   rather than storing into the peers
@@ -686,10 +687,12 @@ symmem_result symmem_resume_group(symmem_group *group, const char *tag);
  *                   (r+1)*count/W)). In place when out is slice r of the input.
  *
  * All-reduce runs one-shot (every rank reads every rank's whole input) or
- * two-shot (rank r reduces slice r into its own out, then reads every
- * peer's reduced slice from the peer's out: out must then lie inside the
- * rendezvoused block, at the same offset on every rank; in place qualifies). SYMMEM_ALGO_AUTO picks one-shot up to 256 KiB of
- * input (SYMMEM_ONE_SHOT_MAX_BYTES overrides), when out is outside the
+ * two-shot (rank r reduces slice r, then every rank's out gets every
+ * reduced slice, stored into the peers' outs below 8 MiB, read from them
+ * from 8 MiB on: out must then lie inside the rendezvoused block, at the
+ * same offset on every rank; in place qualifies). SYMMEM_ALGO_AUTO picks
+ * one-shot up to 256 KiB of input, on 2 ranks up to 1 MiB in place
+ * (SYMMEM_ONE_SHOT_MAX_BYTES overrides both), when out is outside the
  * block, and on 2 ranks whenever out is not in place; two-shot otherwise.
  *
  * cuda backend: one kernel, compiled at first use with NVRTC (found as

@@ -2,6 +2,7 @@ package symm
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -126,19 +127,25 @@ func (h *Handle) setWord(r, set, i int) *uint32 {
 //
 // Bytes over NVLink per rank for an all-reduce of n bytes on W ranks:
 // one-shot reads (W-1)*n from the peers; two-shot reads (W-1)*n/W (its
-// slice of every peer's input) and stores (W-1)*n/W (its reduced slice into
-// every peer's out), 2*(W-1)*n/W in all, spread over both directions of
-// the links. At W = 2 both move n bytes per rank; one-shot does it with
-// reads alone and one kernel phase less, and measured faster at every size
+// slice of every peer's input) and moves (W-1)*n/W more (the reduced
+// slices, stored into the peers or read from them: Note [Two-shot pulls]),
+// 2*(W-1)*n/W in all. At W = 2 both move n bytes per rank; one-shot does
+// it in one kernel phase, and measured faster at every size out of place
 // on 2 x H200 (bench/coll_bench.py, first GPU run: 64 MiB 208.5 us against
-// 216.3, 256 MiB 806.7 against 838.5), so auto is one-shot at W = 2, except in
+// two-shot's 216.3, 256 MiB 806.7 against 838.5; with the pull, 805.6
+// against 810.3), so auto is one-shot at W = 2, except in
 // place above OneShotMaxBytes: in place, a rank may store only what every
 // peer has read, so the one-shot kernel reads, meets its peers and stores
 // in rounds of one barrier each (Note [Collectives]), which costs a barrier
 // per round at large sizes; two-shot (in place by construction, one
-// closing barrier) runs those. From W = 3 on one-shot reads (W-1)*n
-// against two-shot's 2*(W-1)*n/W <= 4/3*n: one-shot only for small
-// messages (latency: one phase), two-shot above OneShotMaxBytes.
+// closing barrier) runs those. How far in-place one-shot pays at W = 2 was
+// measured (three runs on 2 x H200, this session's kernels): at 1 MiB it
+// took 10.46 / 9.56 / 9.43 us against two-shot's 12.54 / 10.29 / 10.12
+// (torch's two-shot 11.21 / 10.23 / 10.17), at 4 MiB 23.86 against 18.92:
+// so in place at W = 2 it runs up to OneShotInPlaceMaxBytes2 (1 MiB).
+// From W = 3 on one-shot reads (W-1)*n against two-shot's 2*(W-1)*n/W <=
+// 4/3*n: one-shot only for small messages (latency: one phase), two-shot
+// above OneShotMaxBytes.
 
 // autoAllReduce is AlgoAuto resolved for world ranks and n bytes of input;
 // outInBlock says whether out lies inside the rendezvoused block at one
@@ -147,7 +154,7 @@ func autoAllReduce(world int, n uintptr, inPlace, outInBlock bool) core.Algo {
 	switch {
 	case !outInBlock || n <= OneShotMaxBytes:
 		return core.AlgoOneShot
-	case world == 2 && !inPlace:
+	case world == 2 && (!inPlace || n <= OneShotInPlaceMaxBytes2):
 		return core.AlgoOneShot
 	}
 	return core.AlgoTwoShot
@@ -159,9 +166,18 @@ func autoAllReduce(world int, n uintptr, inPlace, outInBlock bool) core.Algo {
 var TwoShotPullMinBytes = uintptr(core.Current().Size("SYMMEM_TWO_SHOT_PULL_MIN_BYTES", 8<<20))
 
 // OneShotMaxBytes is the largest all-reduce (bytes of each rank's input)
-// that AlgoAuto runs one-shot in place, or at world >= 3 (Note [All-reduce
-// choice]); SYMMEM_ONE_SHOT_MAX_BYTES overrides it.
-var OneShotMaxBytes = uintptr(core.Current().Size("SYMMEM_ONE_SHOT_MAX_BYTES", 256<<10))
+// that AlgoAuto runs one-shot in place, or at world >= 3, and
+// OneShotInPlaceMaxBytes2 the largest it runs one-shot in place at world 2
+// (Note [All-reduce choice]); SYMMEM_ONE_SHOT_MAX_BYTES overrides both.
+var OneShotMaxBytes, OneShotInPlaceMaxBytes2 = oneShotMax()
+
+func oneShotMax() (any, two uintptr) {
+	const unset = math.MaxUint64
+	if v := core.Current().Size("SYMMEM_ONE_SHOT_MAX_BYTES", unset); v != unset {
+		return uintptr(v), uintptr(v)
+	}
+	return 256 << 10, 1 << 20
+}
 
 // CollArgs is one collective call.
 type CollArgs struct {

@@ -458,6 +458,7 @@ func TestDeviceHeaderConstants(t *testing.T) {
 func TestCollAutoAllReduce(t *testing.T) {
 	big, small := OneShotMaxBytes+16, OneShotMaxBytes
 	require.Less(t, OneShotMaxBytes, TwoShotPullMinBytes, "two-shot pushes between the two, where it measured faster")
+	require.Less(t, OneShotInPlaceMaxBytes2, TwoShotPullMinBytes)
 	cases := []struct {
 		world               int
 		n                   uintptr
@@ -468,7 +469,10 @@ func TestCollAutoAllReduce(t *testing.T) {
 		{2, big, false, true, core.AlgoOneShot},
 		{2, big, false, false, core.AlgoOneShot},
 		{2, 256 << 20, false, true, core.AlgoOneShot},
-		{2, big, true, true, core.AlgoTwoShot},
+		{2, big, true, true, core.AlgoOneShot},
+		{2, OneShotInPlaceMaxBytes2, true, true, core.AlgoOneShot},
+		{2, OneShotInPlaceMaxBytes2 + 16, true, true, core.AlgoTwoShot},
+		{2, OneShotInPlaceMaxBytes2 + 16, true, false, core.AlgoOneShot},
 		{4, small, false, true, core.AlgoOneShot},
 		{4, big, false, true, core.AlgoTwoShot},
 		{4, big, true, true, core.AlgoTwoShot},
