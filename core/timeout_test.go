@@ -39,3 +39,15 @@ func TestParseMillis(t *testing.T) {
 		require.Equal(t, ErrInvalidArgument, CodeOf(err), s)
 	}
 }
+
+// TestNapSleepsAtLeastItsDuration: below and above a millisecond (the two
+// ways Nap sleeps), never less than asked; zero and negative return.
+func TestNapSleepsAtLeastItsDuration(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second, 30 * time.Microsecond, 900 * time.Microsecond, 2 * time.Millisecond} {
+		t0 := time.Now()
+		Nap(d)
+		if got := time.Since(t0); got < d {
+			t.Errorf("Nap(%v) returned after %v", d, got)
+		}
+	}
+}

@@ -288,7 +288,7 @@ func waitWord(word *uint32, v uint32, atLeast bool, timeout time.Duration, addr 
 				}
 				return core.Errorf(core.ErrTimeout, "host: the word at %#x did not %s %d within %v (it holds %d)", addr, want, v, timeout, atomic.LoadUint32(word))
 			}
-			time.Sleep(sleep)
+			core.Nap(sleep)
 			if sleep < 50*time.Microsecond {
 				sleep *= 2
 			}

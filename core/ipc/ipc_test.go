@@ -12,7 +12,6 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/internal/ranktest"
-	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
@@ -709,25 +708,4 @@ func TestProcessesProgressLinesNameMissingRanks(t *testing.T) {
 	if strings.Contains(res[0].Out, "symmem: group") {
 		t.Fatalf("SYMMEM_WAIT_REPORT_S=0 must print nothing:\n%s", res[0].Out)
 	}
-}
-
-// TestDirWatchWakesOnCreate: a watch of the socket directory returns from
-// a long wait when an entry appears (Note [Waking a joining rank]), and
-// after its bound when none does.
-func TestDirWatchWakesOnCreate(t *testing.T) {
-	dir := t.TempDir()
-	w := watchDir(dir)
-	require.NotNil(t, w, "inotify watch of %s", dir)
-	defer w.close()
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		os.WriteFile(filepath.Join(dir, "g.sock"), nil, 0o600)
-	}()
-	t0 := time.Now()
-	w.wait(time.Minute)
-	require.Less(t, time.Since(t0), 30*time.Second, "the wait did not end when the entry appeared")
-	require.FileExists(t, filepath.Join(dir, "g.sock"))
-	t0 = time.Now()
-	w.wait(30 * time.Millisecond) // events were drained: this one times out
-	require.GreaterOrEqual(t, time.Since(t0), 25*time.Millisecond)
 }

@@ -561,7 +561,7 @@ func (x *ShmExchange) abort(err error) error {
 	}
 	// Another rank is writing its verdict: wait for it (briefly).
 	for i := 0; i < 1000 && x.abortReady().Load() == 0; i++ {
-		time.Sleep(10 * time.Microsecond)
+		core.Nap(10 * time.Microsecond)
 	}
 	if e := x.abortErr(); e != nil {
 		return e

@@ -347,7 +347,7 @@ func (h *Handle) hostBarrier(set int, deadline time.Time) error {
 					return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v in a collective's barrier (device set %d): rank %d never arrived",
 						h.name, me, h.timeout, set, p)
 				}
-				time.Sleep(sleep)
+				core.Nap(sleep)
 				if sleep < 100*time.Microsecond {
 					sleep *= 2
 				}

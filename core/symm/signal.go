@@ -220,7 +220,7 @@ func (h *Handle) waitHost(src, channel int, deadline time.Time) waitOutcome {
 				rep = core.StartWait(h.name, h.rank, fmt.Sprintf("signal %d on channel %d", n, channel), deadline)
 			}
 			rep.Tick(func() string { return fmt.Sprintf("rank %d", src) })
-			time.Sleep(sleep)
+			core.Nap(sleep)
 			if sleep < 100*time.Microsecond {
 				sleep *= 2
 			}
