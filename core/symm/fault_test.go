@@ -440,11 +440,20 @@ func TestMemoryUseSeesSharedMemory(t *testing.T) {
 // 2 MiB granularity (over the SYMMEM_BACKEND backend's memory), group
 // creation makes one allocation per rank, the pad, whose spare end holds
 // the handles' device pointer arrays (Note [Pointer arrays in the pad]);
-// they are still right, and everything is given back at the end.
+// they are still right, also after every rank changed the pad size before
+// the first rendezvous (the pad made with the group, and the slots in it,
+// are gone then: the arrays must be in the new pad), and everything is
+// given back at the end.
 func TestPointerArraysLiveInThePad(t *testing.T) {
 	if !faultBackend(t).Capabilities().SharedDevice && faultBackend(t).DeviceCount() < 2 {
 		t.Skip("needs a device per rank (2)")
 	}
+	for _, resize := range []bool{false, true} {
+		t.Run(fmt.Sprint("resized=", resize), func(t *testing.T) { testPointerArraysInPad(t, resize) })
+	}
+}
+
+func testPointerArraysInPad(t *testing.T, resize bool) {
 	const gran = 2 << 20
 	dir := sockDir(t)
 	var wg sync.WaitGroup
@@ -453,7 +462,7 @@ func TestPointerArraysLiveInThePad(t *testing.T) {
 		fb := faultbe.New(faultBackend(t))
 		fb.Caps = &core.Capabilities{StreamSignals: fb.Capabilities().StreamSignals, DevicePointerArrays: true, SharedDevice: fb.Capabilities().SharedDevice}
 		fb.Gran = gran
-		e := &rankEnv{rt: core.NewRuntime(fb), rank: r, world: 2, name: "arrays-in-pad", dir: dir, timeout: 10 * time.Second}
+		e := &rankEnv{rt: core.NewRuntime(fb), rank: r, world: 2, name: fmt.Sprint("arrays-in-pad-", resize), dir: dir, timeout: 10 * time.Second}
 		if !fb.Capabilities().SharedDevice {
 			e.device = r
 		}
@@ -478,16 +487,23 @@ func TestPointerArraysLiveInThePad(t *testing.T) {
 				if n := fb.Count("Create") - created; n != 1 {
 					return fmt.Errorf("group creation made %d allocations, want 1 (the pad)", n)
 				}
+				padSize, pads := uintptr(DefaultSignalPadSize), 1
+				if resize {
+					padSize, pads = 32<<10, 2
+					if err := g.SetSignalPadSize(padSize); err != nil {
+						return err
+					}
+				}
 				h, err := g.Rendezvous(buf)
 				if err != nil {
 					return err
 				}
 				pad := h.padPtrs[e.rank]
-				if h.devArr == h.arr || h.devArr < pad+DefaultSignalPadSize+deviceRegionBytes(2) || h.devArr+32 > pad+gran {
+				if h.devArr == h.arr || h.devArr < pad+padSize+deviceRegionBytes(2) || h.devArr+32 > pad+gran {
 					return fmt.Errorf("device arrays at %#x: not in the spare end of the pad [%#x, %#x)", h.devArr, pad, pad+gran)
 				}
-				if n := fb.Count("Create") - created; n != 1 {
-					return fmt.Errorf("group creation and a rendezvous made %d allocations, want 1 (the pad)", n)
+				if n := fb.Count("Create") - created; n != pads {
+					return fmt.Errorf("group creation and a rendezvous made %d allocations, want %d (the pads)", n, pads)
 				}
 				got := make([]uintptr, 4)
 				if err := h.gm.copyOut(uintptr(unsafe.Pointer(&got[0])), h.devArr, 32); err != nil {

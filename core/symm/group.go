@@ -351,15 +351,22 @@ func (g *Group) SetSignalPadSize(bytes uintptr) error {
 	if bytes == g.padSize {
 		return nil
 	}
-	// The pads made with the group go; the first rendezvous makes and
-	// exchanges pads of the new size (and fails with ErrMismatch on every
-	// rank if the ranks did not all set the same size).
+	// The pads made with the group go, and with them the device slab seeded
+	// with this rank's pad (Note [Pointer arrays in the pad]; no handle
+	// holds a slot before the first rendezvous); the first rendezvous makes
+	// and exchanges pads of the new size (and fails with ErrMismatch on
+	// every rank if the ranks did not all set the same size).
 	gm := g.gm
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
 	if p := gm.pads; p != nil {
 		err := gm.syncThen("the signal pads made with the group", func() error {
-			return errors.Join(gm.dropPeerPads(p), gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
+			var errs []error
+			if gm.dev != nil {
+				errs = append(errs, gm.dev.close())
+				gm.dev = nil
+			}
+			return errors.Join(append(errs, gm.dropPeerPads(p), gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))...)
 		})
 		gm.pads = nil
 		if err != nil {

@@ -51,6 +51,12 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	if gm.pads == nil && localErr == nil {
 		if gm.pads, localErr = gm.makePads(g.padSize); localErr != nil {
 			localErr = core.Errorf(core.CodeOf(localErr), "rank %d: cannot make its signal pad of %d bytes: %v", me, g.padSize, localErr)
+		} else if g.be.Capabilities().DevicePointerArrays && gm.dev == nil {
+			// A pad of a new size (SetSignalPadSize dropped the slab with
+			// the old pad): Note [Pointer arrays in the pad].
+			if err := gm.makeDeviceSlab(gm.pads); err != nil {
+				localErr = core.Errorf(core.CodeOf(err), "rank %d: device memory for pointer arrays: %v", me, err)
+			}
 		}
 	}
 	if gm.pads != nil {
