@@ -260,8 +260,11 @@ static int rank_main(const char *mode, int rank, const char *name, int shm_fd) {
                "set_signal_pad_size(not a multiple of 4)");
   CHECK_RESULT(symmem_group_set_signal_pad_size(g, 4 * WORLD - 4), SYMMEM_ERROR_INVALID_ARGUMENT,
                "set_signal_pad_size(< 4*world)");
-  CHECK_RESULT(symmem_group_set_signal_pad_size(g, 64 * KiB), SYMMEM_SUCCESS,
-               "set_signal_pad_size(64 KiB) before the first rendezvous");
+  /* A real change (the default is 64 KiB): the pads made with the group go,
+   * and the first rendezvous makes and exchanges pads of 32 KiB (and, on
+   * cuda, puts the handles' device pointer arrays in the new pad). */
+  CHECK_RESULT(symmem_group_set_signal_pad_size(g, 32 * KiB), SYMMEM_SUCCESS,
+               "set_signal_pad_size(32 KiB) before the first rendezvous");
 
   /* --- buffers, rendezvous ---------------------------------------------- */
   void *p[NBUF];
@@ -293,7 +296,7 @@ static int rank_main(const char *mode, int rank, const char *name, int shm_fd) {
     CHECK_EQ(symmem_handle_buffer_size(h[i]), in.block_size, "handle %d: buffer size is the block size", i);
     CHECK_EQ(symmem_handle_offset(h[i]), off, "handle %d: offset of the rendezvous pointer", i);
     size_t pad = symmem_handle_signal_pad_size(h[i]);
-    CHECK(pad == 64 * KiB, "handle %d: signal pad size %zu (64 KiB set)", i, pad);
+    CHECK(pad == 32 * KiB, "handle %d: signal pad size %zu (32 KiB set)", i, pad);
     void *const *bp = symmem_handle_buffer_ptrs(h[i]);
     void *const *sp = symmem_handle_signal_pad_ptrs(h[i]);
     int consistent = bp && sp;
