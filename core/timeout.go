@@ -79,8 +79,16 @@ func DefaultTimeout() time.Duration {
 // connect, the host backend's signal and barrier waits) slept a millisecond
 // per step instead: the connect phase of group creation was 1.2-1.5 ms in
 // about half the groups, on the GPUs too. Nap sleeps the calling thread
-// with nanosleep below a millisecond (the runtime gives its P to another
-// thread meanwhile), and with time.Sleep from there on.
+// with nanosleep below a millisecond, and with time.Sleep from there on.
+//
+// A nanosleep is a system call during which the thread keeps its P (the
+// runtime's right to run Go code) until sysmon takes it. Whether threads
+// napping on every P starve others was checked rather than assumed:
+// GOMAXPROCS=2, four C threads in host-backend signal waits (napping), a
+// fifth making 2000 symmem_alloc/symmem_free pairs through Go
+// (SYMMEM_THREAD_CACHE=0): 0.8-1.2 ms for all of them, the slowest pair
+// 0.13 ms; and goroutines and timers ran while two goroutines napped on
+// the two Ps.
 
 // Nap sleeps for d, as precisely as the kernel allows (Note [Short sleeps]).
 func Nap(d time.Duration) {

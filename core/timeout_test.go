@@ -51,3 +51,4 @@ func TestNapSleepsAtLeastItsDuration(t *testing.T) {
 		}
 	}
 }
+
