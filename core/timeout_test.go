@@ -51,4 +51,3 @@ func TestNapSleepsAtLeastItsDuration(t *testing.T) {
 		}
 	}
 }
-
