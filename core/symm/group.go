@@ -212,12 +212,6 @@ func newGroup(o Options, rt *core.Runtime, alloc *core.Allocator) (*Group, error
 	g.gm = &groupMem{be: g.be, device: o.Device, gran: gran, name: o.Name, rank: o.Rank, world: o.World,
 		timeout: o.Timeout, refs: 1, maps: map[mapKey]*peerMap{}}
 	if err := g.exchangePads(localErr, tr); err != nil {
-		g.gm.mu.Lock()
-		if g.gm.dev != nil {
-			g.gm.dev.close()
-			g.gm.dev = nil
-		}
-		g.gm.mu.Unlock()
 		g.closeChannels()
 		return nil, err
 	}
@@ -359,16 +353,9 @@ func (g *Group) SetSignalPadSize(bytes uintptr) error {
 	gm := g.gm
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
-	if p := gm.pads; p != nil {
-		err := gm.syncThen("the signal pads made with the group", func() error {
-			var errs []error
-			if gm.dev != nil {
-				errs = append(errs, gm.dev.close())
-				gm.dev = nil
-			}
-			return errors.Join(append(errs, gm.dropPeerPads(p), gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))...)
-		})
-		gm.pads = nil
+	if gm.pads != nil {
+		err := gm.syncThen("the signal pads made with the group", gm.dropPadsLocked)
+		gm.pads, gm.dev = nil, nil // left mapped if the synchronisation failed
 		if err != nil {
 			return core.Errorf(core.CodeOf(err), "group %q: dropping the signal pads made with the group: %v", g.name, err)
 		}
@@ -414,10 +401,7 @@ func (g *Group) exchangePads(localErr error, tr *phaseTrace) error {
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
 	if err != nil {
-		if p != nil {
-			gm.unmapRelease(p.addr[gm.rank], p.phys, p.own)
-		}
-		gm.pads = nil
+		gm.dropPadsLocked() // nothing on the device uses them yet; err says why
 		return err
 	}
 	gm.pads.ready = true

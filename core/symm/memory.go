@@ -307,29 +307,38 @@ func (gm *groupMem) unrefLocked() error {
 			errs = append(errs, gm.dropPeerMap(m))
 			delete(gm.maps, k)
 		}
-		// A tainted device slab (a copy into it may still land) is leaked,
-		// and with it the pad whose spare end it was seeded with.
-		padTainted := gm.dev != nil && gm.dev.tainted && gm.dev.seeded
-		if gm.dev != nil {
-			errs = append(errs, gm.dev.close())
-			gm.dev = nil
-		}
-		if p := gm.pads; p != nil {
-			errs = append(errs, gm.dropPeerPads(p))
-			if padTainted {
-				gm.leaked++
-				errs = append(errs, core.Errorf(core.ErrTimeout, "this rank's signal pad (%d bytes at %#x) left mapped (deliberately leaked): it holds the pointer arrays a timed-out copy may still write", p.phys, p.addr[gm.rank]))
-			} else {
-				errs = append(errs, gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
-			}
-			gm.pads = nil
-		}
+		errs = append(errs, gm.dropPadsLocked())
 		if gm.host != nil {
 			errs = append(errs, gm.host.close())
 			gm.host = nil
 		}
 		return errors.Join(errs...)
 	})
+}
+
+// dropPadsLocked gives back the pads (the peers' mappings and this rank's
+// own) and the device slab seeded with this rank's pad, which go together
+// (Note [Pointer arrays in the pad]): a slab tainted by a timed-out copy
+// is leaked, and with it the pad that holds its slots. The device is
+// synchronised or unused (mu held).
+func (gm *groupMem) dropPadsLocked() error {
+	var errs []error
+	padTainted := gm.dev != nil && gm.dev.tainted && gm.dev.seeded
+	if gm.dev != nil {
+		errs = append(errs, gm.dev.close())
+		gm.dev = nil
+	}
+	if p := gm.pads; p != nil {
+		errs = append(errs, gm.dropPeerPads(p))
+		if padTainted {
+			gm.leaked++
+			errs = append(errs, core.Errorf(core.ErrTimeout, "this rank's signal pad (%d bytes at %#x) left mapped (deliberately leaked): it holds the pointer arrays a timed-out copy may still write", p.phys, p.addr[gm.rank]))
+		} else {
+			errs = append(errs, gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
+		}
+		gm.pads = nil
+	}
+	return errors.Join(errs...)
 }
 
 // putMapLocked drops one reference to m and unmaps it when none is left
