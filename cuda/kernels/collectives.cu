@@ -256,22 +256,16 @@ static __device__ __forceinline__ void symmem_store_item(char *dst, const symmem
     T::store1(dst + (first + k) * T::SIZE, tail[k]);
 }
 
-/* Stores whole vector i of the plan's result at dst: into our out, or
- * (two-shot push) into slice me of every rank's out, which only this rank
- * reads or writes. */
+/* Where the plan's element 0 goes in the out of rank (me + k) % world:
+ * k = 0 is dst, here; two-shot push stores slice me into every rank's out
+ * (k = 0 .. world-1), which only this rank reads or writes. */
 template <int DT>
-static __device__ __forceinline__ void symmem_put_vec(const symmem_coll_params &p, const symmem_reduce_plan &pl,
-                                                      bool push, char *dst, unsigned long long i,
-                                                      const symmem_vec16 &x) {
-  typedef symmem_elem<DT> T;
-  if (!push) {
-    symmem_dev_store16(dst + 16 * i, x);
-    return;
-  }
-  for (int q = 0; q < p.view.world; q++) {
-    int r = (p.view.rank + q) % p.view.world;
-    symmem_dev_store16(symmem_dev_ptr(p.view, r, (unsigned long long)p.out_offset + pl.lo * T::SIZE) + 16 * i, x);
-  }
+static __device__ __forceinline__ char *symmem_push_dst(const symmem_coll_params &p, const symmem_reduce_plan &pl,
+                                                        char *dst, int k) {
+  if (k == 0)
+    return dst;
+  return symmem_dev_ptr(p.view, (p.view.rank + k) % p.view.world, (unsigned long long)p.out_offset) +
+         pl.lo * symmem_elem<DT>::SIZE;
 }
 
 /* Two-shot pull's second phase for slice q: the slice as rank q reduced it,
@@ -358,7 +352,8 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
      * in flight at once (symmem_reduce_vec). */
     if (tid < nfull) {
       symmem_reduce_vec<DT, OP>(p, pl.src + 16 * tid, r);
-      symmem_put_vec<DT>(p, pl, push, dst, tid, r);
+      for (int k = 0; k < (push ? v.world : 1); k++)
+        symmem_dev_store16(symmem_push_dst<DT>(p, pl, dst, k) + 16 * tid, r);
     }
   } else {
     /* Whole vectors, SYMMEM_COLL_UNROLL per thread at a time, from
@@ -395,9 +390,8 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
         for (int k = 0; k < T::E; k++)
           T::put(x[0][u], k, acc[u][k]);
       /* Into our out, then (push) into every peer's. */
-      for (int q = 0; q < (push ? v.world : 1); q++) {
-        char *d = q == 0 ? dst
-                         : symmem_dev_ptr(v, (v.rank + q) % v.world, (unsigned long long)p.out_offset) + pl.lo * T::SIZE;
+      for (int k = 0; k < (push ? v.world : 1); k++) {
+        char *d = symmem_push_dst<DT>(p, pl, dst, k);
 #pragma unroll
         for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
           if (i0 + u * nthreads < nfull)
@@ -409,9 +403,7 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
   for (unsigned long long i = nfull + tid; i < pl.items; i += nthreads) {
     int m = symmem_reduce_item<DT, OP>(p, pl, i, r, tail);
     for (int k = 0; k < (push ? v.world : 1); k++)
-      symmem_store_item<DT>(k == 0 ? dst : symmem_dev_ptr(v, (v.rank + k) % v.world, (unsigned long long)p.out_offset) +
-                                               pl.lo * T::SIZE,
-                            pl, i, m, r, tail);
+      symmem_store_item<DT>(symmem_push_dst<DT>(p, pl, dst, k), pl, i, m, r, tail);
   }
   if (pull) {
     /* Our slice is reduced into our out: publish it (release at system
