@@ -13,8 +13,7 @@ The library is looked for, in order, at
 The error lists every place tried and why each failed.
 
 Every function of include/symmem.h is declared here with its argtypes and
-restype. A function that the loaded library lacks (an older build, or a build
-whose symmetric part has not landed yet) is replaced by a stub that raises
+restype. A function that the loaded library lacks (an older or partial build) is replaced by a stub that raises
 :class:`symmem.UnavailableError` naming the symbol, so that the allocator can be
 used from a library that only has the allocator.
 
@@ -41,7 +40,9 @@ from ctypes import (
     c_void_p,
 )
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional, TypeVar
+
+from .errors import Result, UnavailableError, make_error
 
 __all__ = [
     "LibraryNotFoundError",
@@ -54,6 +55,11 @@ __all__ = [
     "lib",
     "library_path",
     "has",
+    "check",
+    "check_pointer",
+    "check_last_error",
+    "error_from_last",
+    "strerror",
 ]
 
 # The version of include/symmem.h these prototypes were written against
@@ -312,12 +318,10 @@ class _Missing:
         self.path = path
 
     def __call__(self, *args, **kwargs):
-        from .errors import Result, UnavailableError
-
         raise UnavailableError(
             Result.UNAVAILABLE,
             f"{self.name}: not exported by {self.path} (the library is older than "
-            f"the package, or this part of it is not built yet)",
+            f"the package, or was built without this part)",
         )
 
 
@@ -392,8 +396,6 @@ def _after_fork_in_child() -> None:
 
 
 def _refuse_forked_child() -> None:
-    from .errors import Result, UnavailableError
-
     raise UnavailableError(
         Result.UNAVAILABLE,
         f"process {os.getpid()} was forked after libsymmem was loaded; the library's "
@@ -423,3 +425,78 @@ def library_path() -> str:
 def has(name: str) -> bool:
     """Whether the loaded library exports the function ``name``."""
     return lib().has(name)
+
+
+# Results into exceptions. They live here, beside the library handle, so that
+# errors.py needs nothing from this module (no import circle).
+
+def strerror(code: int) -> str:
+    """The library's fixed description of a code."""
+    s = lib().symmem_strerror(int(code))
+    if not s or s == b"unknown result code":  # one static string for every unknown code
+        return f"unknown result {int(code)}"
+    return s.decode("utf-8", "replace")
+
+
+def _last_message() -> str:
+    s = lib().symmem_last_error_message()
+    return s.decode("utf-8", "replace") if s else ""
+
+
+def error_from_last(fallback_code: int = Result.INTERNAL, what: str = "") -> SymmemError:
+    """An exception built from the calling thread's last error.
+
+    When the last error is SUCCESS (the library failed without saying why),
+    fallback_code and a message naming ``what`` are used instead.
+    """
+    code = int(lib().symmem_last_error())
+    if code == Result.SUCCESS:
+        return make_error(fallback_code, f"{what}: failed without setting an error")
+    return make_error(code, _last_message())
+
+
+def check(code: int, what: str = "") -> None:
+    """Raise the matching SymmemError unless code is SUCCESS.
+
+    The message is the thread's last error message when the last error has
+    the same code (it always should), else the code's description.
+    """
+    code = int(code)
+    if code == Result.SUCCESS:
+        return
+    library = lib()
+    message = _last_message() if int(library.symmem_last_error()) == code else ""
+    if not message:
+        message = f"{what}: {strerror(code)}" if what else strerror(code)
+    raise make_error(code, message)
+
+
+T = TypeVar("T")
+
+
+def check_pointer(fn: Callable[..., Optional[int]], *args, what: str = "") -> int:
+    """Call a pointer-returning function; raise from the last error on NULL.
+
+    The last error is cleared first, so a stale error from an earlier call is
+    never reported for this one.
+    """
+    library = lib()
+    library.symmem_clear_last_error()
+    ptr = fn(*args)
+    if not ptr:
+        raise error_from_last(what=what or getattr(fn, "__name__", "call"))
+    return ptr
+
+
+def check_last_error(fn: Callable[..., T], *args, what: str = "") -> T:
+    """Call a function that reports failure only through the last error.
+
+    For void functions such as symmem_free: clear, call, raise if set.
+    """
+    library = lib()
+    library.symmem_clear_last_error()
+    out = fn(*args)
+    code = int(library.symmem_last_error())
+    if code != Result.SUCCESS:
+        raise make_error(code, _last_message())
+    return out

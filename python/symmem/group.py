@@ -25,7 +25,8 @@ from typing import Callable, List, Optional, Sequence, Tuple, Union
 from . import _coll, _lib
 from .allocator import _stream, backend_name
 from .buffer import Buffer
-from .errors import Result, SymmemError, check, make_error
+from ._lib import check
+from .errors import Result, SymmemError, make_error
 
 __all__ = ["AllGather", "Group", "Handle", "nccl_version", "rendezvous"]
 

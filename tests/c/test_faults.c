@@ -1,5 +1,5 @@
 /*
- * test_faults.c - failure paths of issue 14 that need a C process:
+ * test_faults.c - failure paths that need a C process:
  *   - group creation with 0..4 descriptors left returns an error (EMFILE
  *     named) or times out, never aborts in the Go runtime;
  *   - a forked child that touches the parent's library memory faults
