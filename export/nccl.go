@@ -23,11 +23,11 @@ const symmemNCCLNoWindows = 1
 //export symmemgo_group_create_nccl
 func symmemgo_group_create_nccl(comm unsafe.Pointer, name *C.char, timeoutMs C.int64_t, flags C.uint, out *uintptr) (result C.int) {
 	defer recoverCall("symmem_group_create_nccl", &result, C.int(core.ErrInternal))
-	n := "NULL"
-	if name != nil {
-		n = fmt.Sprintf("%q", C.GoString(name))
+	n := "" // a name is quoted by the errors about it (groupCall)
+	if name == nil {
+		n = "name=NULL, "
 	}
-	call := fmt.Sprintf("symmem_group_create_nccl(comm=%p, name=%s, flags=%#x)", comm, n, uint(flags))
+	call := fmt.Sprintf("symmem_group_create_nccl(comm=%p, %sflags=%#x)", comm, n, uint(flags))
 	if out == nil {
 		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "out is NULL"))
 	}
