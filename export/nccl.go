@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/ipc"
 	"github.com/libsymmem/libsymmem/core/symm"
 	"github.com/libsymmem/libsymmem/cuda"
 )
@@ -37,6 +38,9 @@ func symmemgo_group_create_nccl(comm unsafe.Pointer, name *C.char, timeoutMs C.i
 	}
 	if flags&^symmemNCCLNoWindows != 0 {
 		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags)))
+	}
+	if err := ipc.ValidateName(C.GoString(name)); err != nil { // before NCCL loads
+		return setLastError(call, err)
 	}
 	rt, err := runtimeOrError()
 	if err != nil {

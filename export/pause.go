@@ -182,6 +182,10 @@ func symmemgo_resume_group(group uintptr, tag *C.char) (result C.int) {
 func groupTagCall(name string, group uintptr, tag *C.char, f func(*symm.Group, string) error) C.int {
 	call := describeTag(name, tag)
 	g, err := groupOf(group)
+	if t := goTag(tag); err == nil && t != "" {
+		// A malformed tag fails here, quoted once, before the collective.
+		err = core.CheckName("tag", t, core.MaxTagLen)
+	}
 	if err == nil {
 		err = f(g, goTag(tag))
 	}

@@ -42,7 +42,7 @@ from ctypes import (
 from pathlib import Path
 from typing import Callable, List, Optional, TypeVar
 
-from .errors import Result, UnavailableError, make_error
+from .errors import Result, UnavailableError, make_error, quote
 
 __all__ = [
     "LibraryNotFoundError",
@@ -279,7 +279,23 @@ def candidates() -> List[str]:
 
 
 def _describe(c: str) -> str:
-    return c if "/" in c else f"{c} (through the system loader: LD_LIBRARY_PATH, ld.so cache)"
+    return quote(c) if "/" in c else f"{c} (through the system loader: LD_LIBRARY_PATH, ld.so cache)"
+
+
+def _loader_reason(exc: BaseException, path: str) -> str:
+    """The loader's message without the path it starts with (the path is
+    quoted once, by the caller)."""
+    text = str(exc)
+    if path and path in text:
+        text = text.replace(path, "", 1).lstrip(": ")
+    return text
+
+
+def _is_file(c: str) -> bool:
+    try:
+        return Path(c).is_file()
+    except OSError:  # a name too long for the file system, for one
+        return False
 
 
 def _load_first() -> "Library":
@@ -287,13 +303,13 @@ def _load_first() -> "Library":
     every one tried with why it failed."""
     tried = []
     for c in candidates():
-        if "/" in c and not Path(c).is_file():
+        if "/" in c and not _is_file(c):
             tried.append(f"  {_describe(c)}: no such file")
             continue
         try:
             return Library(c)
         except LibraryNotFoundError as exc:
-            tried.append(f"  {_describe(c)}: {exc}")
+            tried.append(f"  {_describe(c)}: {_loader_reason(exc.__cause__ or exc, c)}")
     where = "\n".join(tried)
     if os.environ.get(ENV_LIBRARY):
         hint = f"${ENV_LIBRARY} is set, so only it was tried"
@@ -333,7 +349,7 @@ class Library:
             # RTLD_GLOBAL is not needed; the default mode keeps symbols local.
             self.cdll = ctypes.CDLL(str(path))
         except OSError as exc:
-            raise LibraryNotFoundError(f"cannot load {path}: {exc}") from exc
+            raise LibraryNotFoundError(f"cannot load {quote(str(path))}: {_loader_reason(exc, str(path))}") from exc
         self.path = Path(_loaded_path(self.cdll) or str(path))
         self.missing: List[str] = []
         for name, (restype, argtypes) in PROTOTYPES.items():

@@ -31,6 +31,7 @@ __all__ = [
     "InternalError",
     "error_class",
     "make_error",
+    "quote",
 ]
 
 
@@ -155,3 +156,21 @@ def error_class(code: int) -> Type[SymmemError]:
 def make_error(code: int, message: str = "") -> SymmemError:
     """An exception of the right class for code."""
     return error_class(code)(code, message)
+
+
+QUOTE_MAX_CHARS = 64
+
+
+def quote(s: str) -> str:
+    """s quoted for a message, cut at 64 characters with its length stated
+    (the library's rule, Note [Bounded messages] in core/quote.go):
+    ``"aaaa…" (3000 characters)``."""
+    s = str(s)
+
+    def esc(part: str) -> str:
+        body = part.replace("\\", "\\\\").replace('"', '\\"')
+        return "".join(c if c.isprintable() else repr(c)[1:-1] for c in body)
+
+    if len(s) <= QUOTE_MAX_CHARS:
+        return f'"{esc(s)}"'
+    return f'"{esc(s[:QUOTE_MAX_CHARS])}…" ({len(s)} characters)'
