@@ -337,7 +337,7 @@ typedef struct symmem_stat {
  * (they are not in reserved_bytes then). memory_limit is 0 when there is none.
  * thread_cache and thread_cache_bytes (not PyTorch's) count the blocks that
  * the user freed and a thread's cache keeps for that thread's next
- * symmem_alloc of the same size and stream (SYMMEM_THREAD_CACHE, README):
+ * symmem_alloc of the same size and stream (SYMMEM_THREAD_CACHE, docs/design.md):
  * freed as far as allocation and *_bytes are concerned, still in their
  * segments. The counts are exact whenever read; segment and reserved_bytes
  * follow placement, which the caches change. In this order:
@@ -697,7 +697,7 @@ symmem_result symmem_resume_group(symmem_group *group, const char *tag);
  *
  * cuda backend: one kernel, compiled at first use with NVRTC (found as
  * SYMMEM_LIBNVRTC, PyTorch's nvidia-cuda-nvrtc wheel or the CUDA toolkit) and
- * cached on disk (README, "Collectives"), enqueued on stream and returning at once; capturable
+ * cached on disk (docs/design.md, "Collectives and kernels"), enqueued on stream and returning at once; capturable
  * in CUDA graphs; it waits for its peers on the GPU with the counting
  * barriers of include/symmem_device.cuh, bounded by the group's timeout (a
  * wait that gives up records the flag symmem_handle_device_error reads).
