@@ -164,7 +164,14 @@ symmem_result symmem_last_error(void);
 /* The message of the last failure on the calling thread, "" if none. The
  * library owns the string: it stays valid until the next failing call on the
  * same thread. Never NULL. Messages are kept whole up to 64 KiB; a longer
- * one is cut at a word boundary and ends with an ellipsis (U+2026). */
+ * one is cut at a word boundary and ends with an ellipsis (U+2026).
+ * A string the caller passed (a group name, a tag, a path, a setting's
+ * value) appears at most once in a message, quoted and cut at 64
+ * characters with an ellipsis and its length ("aaaa", U+2026, then
+ * " (3000 characters)"). Messages stay under 1 KiB, except
+ * those of collective calls that list a value per rank (mismatched sizes,
+ * offsets or backends, ranks that never arrived), which grow with the
+ * world size. */
 const char *symmem_last_error_message(void);
 
 /* Copies the last error message into buf (capacity len, always NUL-terminated
