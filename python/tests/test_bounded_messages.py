@@ -5,6 +5,7 @@ length ("aaaa…" (10240 characters)), and no message reaches 1 KiB
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import sys
 import pytest
 
 import symmem
+from symmem import _lib
 from symmem.errors import quote
 
 LONG = 10240
@@ -54,6 +56,27 @@ def test_long_group_name_over_nccl():
     with pytest.raises(symmem.InvalidArgumentError) as e:
         symmem.Group.from_nccl(0x1000, "n" * LONG)
     check_message(e.value.message, "n")
+
+
+def c_message(rc):
+    """The last error of a C call made here through ctypes."""
+    assert rc == symmem.Result.INVALID_ARGUMENT, rc
+    return _lib.lib().symmem_last_error_message().decode()
+
+
+# The Python classes check names before the C calls do; the C API gets the
+# same 10 KiB names here directly.
+def test_long_names_through_the_c_api():
+    lib = _lib.lib()
+    out = _lib._group_p()
+    check_message(c_message(lib.symmem_group_create(b"c" * LONG, 0, 1, 0, 5000, ctypes.byref(out))), "c")
+    noop = _lib.ALLGATHER_FN(lambda send, recv, n, user: 0)
+    check_message(c_message(lib.symmem_group_create_with_allgather(
+        b"d" * LONG, 0, 1, 0, 5000, noop, None, ctypes.byref(out))), "d")
+    check_message(c_message(lib.symmem_group_create_nccl(0x1000, b"e" * LONG, 5000, 0, ctypes.byref(out))), "e")
+    for fn in (lib.symmem_pause, lib.symmem_resume):
+        check_message(c_message(fn(b"f" * LONG)), "f")
+    check_message(c_message(lib.symmem_region_begin(b"f" * LONG, 0)), "f")
 
 
 def test_long_bad_name_quotes_it_once():
