@@ -279,7 +279,9 @@ def candidates() -> List[str]:
 
 
 def _describe(c: str) -> str:
-    return quote(c) if "/" in c else f"{c} (through the system loader: LD_LIBRARY_PATH, ld.so cache)"
+    if c == os.environ.get(ENV_LIBRARY):  # the user's path: quoted and cut (errors.quote)
+        return quote(c)
+    return c if "/" in c else f"{c} (through the system loader: LD_LIBRARY_PATH, ld.so cache)"
 
 
 def _loader_reason(exc: BaseException, path: str) -> str:
