@@ -106,8 +106,10 @@ suite-install: $(LIB) $(BUILD)/symmem-info
 suite-wheel: $(LIB)
 	@$(RUN) wheel plain -- sh scripts/test_wheel.sh
 
+# readme: every README block runs; the tracked tree holds no build output and
+# no narration (tests/test_tree.py).
 suite-readme: $(LIB)
-	@$(RUN) readme pytest -- sh -c 'SYMMEM_LIBRARY=$(ROOT)/$(LIB) $(PYTHON) -m pytest -q -rs tests/test_readme.py'
+	@$(RUN) readme pytest -- sh -c 'SYMMEM_LIBRARY=$(ROOT)/$(LIB) $(PYTHON) -m pytest -q -rs tests/test_readme.py tests/test_tree.py'
 
 # The single suites, by hand.
 test-go: suite-go ## go vet and go test -race

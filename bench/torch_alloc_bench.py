@@ -1,7 +1,7 @@
 """Per-call cost of torch.empty + del under five allocators, and a small
 transformer's training speed and peak memory, native vs libsymmem.
 
-Run on a GPU machine (see README, "Measured"):
+Run on a GPU machine (figures: docs/measurements.md):
     python3 bench/torch_alloc_bench.py --reps 5 --out bench-results
 
 Allocators compared, each in a fresh process (the global allocator can only
@@ -21,12 +21,12 @@ be chosen before CUDA starts), interleaved rep by rep, medians reported:
               calls per tensor
   rmm         RMM's rmm_torch_allocator on a pool memory resource (when the
               rmm wheels are importable, see scripts/gpu_suite.sh)
-Diagnostic variants of symmem (Note [One slow process in three], README):
+Diagnostic variants of symmem (docs/speed.md, "GOMAXPROCS"):
   symmem_gmp4      the same with GOMAXPROCS=4
-  symmem_gmp1      the same with GOMAXPROCS=1: the runtime as it was before
-                   the library raised GOMAXPROCS to 2 on a one-CPU mask
+  symmem_gmp1      the same with GOMAXPROCS=1: the runtime without the
+                   library's raise of GOMAXPROCS to 2 on a one-CPU mask
                    (export/procs.go, Note [At least two Ps]); symmem beside
-                   it shows whether that removed the slow processes
+                   it shows what the raise is worth
   symmem_go_free   the Go runtime started before the main thread is pinned,
                    so its threads are not confined to the benchmark's CPU
 

@@ -171,11 +171,11 @@ func OpenBackend(want string) (Backend, []string, error) {
 		}
 		notes = append(notes, fmt.Sprintf("%s backend unavailable: %v", r.name, err))
 		if want == r.name {
-			return nil, notes, Errorf(ErrUnavailable, "backend %q: %v", want, err)
+			return nil, notes, Errorf(ErrUnavailable, "backend %s: %v", Quote(want), err)
 		}
 	}
 	if want != "" && want != "auto" {
-		err := Errorf(ErrUnavailable, "SYMMEM_BACKEND=%q names no known backend (known: auto, %s): no backend was opened; unset it or pick one of these", want, backendNames(regs))
+		err := Errorf(ErrUnavailable, "SYMMEM_BACKEND=%s names no known backend (known: auto, %s): no backend was opened; unset it or pick one of these", Quote(want), backendNames(regs))
 		return nil, append(notes, err.Error()), err
 	}
 	return nil, notes, Errorf(ErrUnavailable, "no backend could be opened: %v", notes)

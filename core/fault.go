@@ -19,10 +19,10 @@ import (
 // The Go runtime makes its network poller (an epoll descriptor and an
 // eventfd) the first time anything starts a timer or polls a descriptor,
 // and if it cannot, it aborts the whole process ("netpollinit failed").
-// Under libsymmem that first time used to be the first group creation (a
-// rank waiting for rank 0 sleeps between connection attempts), so a process
-// with one or two descriptors left died instead of getting an error. The
-// poller is started here, when the library loads, while descriptors are
+// Left to itself, under libsymmem that first time would be the first group
+// creation (a rank waiting for rank 0 sleeps between connection attempts),
+// so a process with one or two descriptors left would die instead of
+// getting an error. The poller is started here, when the library loads, while descriptors are
 // still there; running out later is then an ordinary EMFILE that the call
 // that met it reports (DescribeErrno names it).
 func init() { time.Sleep(time.Nanosecond) }

@@ -167,8 +167,8 @@ func TestUnmappedSegmentLeavesThePool(t *testing.T) {
 	require.NoError(t, a.Free(q, 4096, 0))
 }
 
-// TestValidatorCatchesUnmappedSegment: the state point 13 of issue 14 found
-// (an unmapped segment still cached) is reported by the validator.
+// TestValidatorCatchesUnmappedSegment: an unmapped segment still cached is
+// reported by the validator.
 func TestValidatorCatchesUnmappedSegment(t *testing.T) {
 	a := newAllocator(t, nil)
 	p, err := a.Alloc(4096, 0)

@@ -31,6 +31,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // settingKind says how a variable's text is read.
@@ -190,12 +191,21 @@ func ParseSettings(environ []string) *Settings {
 	return st
 }
 
+// settingName is a variable's name for a message: as it is, or quoted and
+// cut when it is long (Note [Bounded messages]).
+func settingName(name string) string {
+	if utf8.RuneCountInString(name) <= QuoteMaxChars {
+		return name
+	}
+	return Quote(name)
+}
+
 // read parses s.Raw as spec says, setting the typed value and Reading, or Err.
 func (s *Setting) read(spec settingSpec) {
 	var err error
 	switch spec.kind {
 	case kindText, kindBackend:
-		s.Reading = strconv.Quote(s.Raw)
+		s.Reading = Quote(s.Raw)
 	case kindBool:
 		if s.b, err = ParseBool(s.Raw); err == nil {
 			s.Reading = strconv.FormatBool(s.b)
@@ -208,7 +218,7 @@ func (s *Setting) read(spec settingSpec) {
 			}
 		}
 	case kindChoice:
-		s.Reading = strconv.Quote(s.Raw)
+		s.Reading = Quote(s.Raw)
 		ok := false
 		for _, c := range spec.choices {
 			ok = ok || s.Raw == c
@@ -232,7 +242,7 @@ func (s *Setting) read(spec settingSpec) {
 		}
 	}
 	if err != nil {
-		s.Err = Errorf(ErrInvalidArgument, "%s=%q cannot be read as a %s: %v", s.Name, s.Raw, kindNames[spec.kind], err)
+		s.Err = Errorf(ErrInvalidArgument, "%s=%s cannot be read as a %s: %v", s.Name, Quote(s.Raw), kindNames[spec.kind], err)
 		s.Reading = "unreadable: " + err.Error()
 	}
 }
@@ -438,7 +448,7 @@ func (st *Settings) Notes() []string {
 		case s.Err != nil:
 			out = append(out, "setting "+s.Err.Error()+" (allocations and groups fail until it is fixed)")
 		case !s.Known:
-			out = append(out, fmt.Sprintf("setting %s=%q: %s", s.Name, s.Raw, s.Reading))
+			out = append(out, fmt.Sprintf("setting %s=%s: %s", settingName(s.Name), Quote(s.Raw), s.Reading))
 		}
 	}
 	return out

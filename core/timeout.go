@@ -44,7 +44,7 @@ func ParseMillis(s string) (time.Duration, error) {
 		return Forever, nil
 	}
 	if err != nil {
-		return 0, Errorf(ErrInvalidArgument, "%q is not a count of milliseconds", s)
+		return 0, Errorf(ErrInvalidArgument, "%s is not a count of milliseconds", Quote(s))
 	}
 	if v == 0 {
 		return 0, Errorf(ErrInvalidArgument, "a timeout of 0 ms")

@@ -78,8 +78,8 @@ func New() (*Backend, error) {
 	}
 	if n <= 0 {
 		return nil, core.Errorf(core.ErrUnavailable,
-			"cuda: the CUDA driver %q reports no devices (CUDA_VISIBLE_DEVICES=%q)",
-			path, os.Getenv("CUDA_VISIBLE_DEVICES"))
+			"cuda: the CUDA driver %s reports no devices (CUDA_VISIBLE_DEVICES=%s)",
+			core.Quote(path), core.Quote(os.Getenv("CUDA_VISIBLE_DEVICES")))
 	}
 	b := &Backend{path: path, devs: make([]*device, n), syncTimeout: syncTimeoutFromEnv()}
 	for i := range b.devs {

@@ -165,6 +165,22 @@ func openC(path string, noload bool) (unsafe.Pointer, string) {
 	return h, C.GoString(&msg[0])
 }
 
+// withoutPath is the loader's message msg about path without path in it
+// (the message quotes the path once already, Note [Bounded messages]):
+// dlerror starts with the path, and cuts it when it is long.
+func withoutPath(msg, path string) string {
+	if path == "" {
+		return msg
+	}
+	if i := strings.Index(msg, path); i >= 0 {
+		return strings.TrimLeft(msg[:i]+msg[i+len(path):], ": ")
+	}
+	if strings.HasPrefix(path, msg) {
+		return "the loader's message names only the path"
+	}
+	return msg
+}
+
 // realPath is the file the dynamic linker loaded h from, or name.
 func realPath(h unsafe.Pointer, name string) string {
 	var buf [4096]C.char
@@ -200,7 +216,7 @@ func OpenLibrary(s LibrarySpec) (*Library, error) {
 			if explicit != "" {
 				return nil, core.Errorf(core.ErrUnavailable,
 					"cannot load %s from %s=%s: another copy is already loaded in this process (%s); unset %s or point it at that file",
-					s.What, s.Env, explicit, realPath(h, name), s.Env)
+					s.What, s.Env, core.Quote(explicit), realPath(h, name), s.Env)
 			}
 			return found(h, name, "already loaded"), nil
 		}
@@ -209,7 +225,7 @@ func OpenLibrary(s LibrarySpec) (*Library, error) {
 	if explicit != "" {
 		h, msg := openC(explicit, false)
 		if h == nil {
-			return nil, core.Errorf(core.ErrUnavailable, "cannot load %s from %s=%q: %s", s.What, s.Env, explicit, msg)
+			return nil, core.Errorf(core.ErrUnavailable, "cannot load %s from %s=%s: %s", s.What, s.Env, core.Quote(explicit), withoutPath(msg, explicit))
 		}
 		return found(h, explicit, "$"+s.Env), nil
 	}
@@ -301,7 +317,7 @@ func (l *Library) Resolve(syms []Symbol, version int, versionText string, table 
 
 // tooOld is the error for a missing required symbol.
 func (l *Library) tooOld(s Symbol, version int, versionText string) error {
-	what := fmt.Sprintf("%s %q", l.Spec.What, l.Path)
+	what := fmt.Sprintf("%s %s", l.Spec.What, core.Quote(l.Path))
 	if versionText != "" {
 		what += " (version " + versionText + ")"
 	}

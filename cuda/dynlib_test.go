@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -46,8 +47,8 @@ func TestOpenLibraryExplicitThenAlreadyLoaded(t *testing.T) {
 	_, err := OpenLibrary(spec)
 	require.Error(t, err)
 	assert.Equal(t, core.ErrUnavailable, core.CodeOf(err))
-	assert.Contains(t, err.Error(), "SYMMEM_LIBSMTEST_A=")
-	assert.Contains(t, err.Error(), "missing.so")
+	assert.Contains(t, err.Error(), "SYMMEM_LIBSMTEST_A="+core.Quote(filepath.Join(dir, "missing.so")))
+	assert.Contains(t, err.Error(), ": cannot open shared object file", "the loader's reason, without the path again")
 
 	t.Setenv(spec.Env, lib)
 	l, err := OpenLibrary(spec)
@@ -71,7 +72,7 @@ func TestOpenLibraryExplicitThenAlreadyLoaded(t *testing.T) {
 	_, err = OpenLibrary(spec)
 	require.Error(t, err)
 	assert.Equal(t, core.ErrUnavailable, core.CodeOf(err))
-	assert.Contains(t, err.Error(), other)
+	assert.Contains(t, err.Error(), core.Quote(other))
 	assert.Contains(t, err.Error(), lib)
 	assert.Contains(t, err.Error(), "already loaded")
 }
@@ -163,4 +164,22 @@ func TestResolveByVersion(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, missing)
 	assert.NotNil(t, table[1])
+}
+
+// A 10 KiB path in the variable comes back once, cut (Note [Bounded
+// messages]), with the loader's reason when it gave one.
+func TestOpenLibraryLongExplicitPath(t *testing.T) {
+	spec := LibrarySpec{What: "the test library", Env: "SYMMEM_LIBSMTEST_L", Sonames: []string{"libsmtest_l.so.1"}}
+	long := "/" + strings.Repeat("p", 10239)
+	t.Setenv(spec.Env, long)
+	_, err := OpenLibrary(spec)
+	require.Error(t, err)
+	assert.Equal(t, core.ErrUnavailable, core.CodeOf(err))
+	assert.Less(t, len(err.Error()), 1024, err.Error())
+	assert.Contains(t, err.Error(), "(10240 characters)")
+	assert.Equal(t, 1, strings.Count(err.Error(), strings.Repeat("p", 63)), err.Error())
+
+	assert.Equal(t, "cannot open shared object file", withoutPath("/x/y.so: cannot open shared object file", "/x/y.so"))
+	assert.Equal(t, "the loader's message names only the path", withoutPath(long[:511], long))
+	assert.Equal(t, "other", withoutPath("other", "/x/y.so"))
 }

@@ -86,15 +86,15 @@ func loadDriver() (string, error) {
 		C.smcu_install(tab)
 		driver = lib
 	case driver.handle != lib.handle:
-		return "", core.Errorf(core.ErrUnavailable, "cuda: cannot use the CUDA driver library %q: the driver %q is already loaded in this process",
-			lib.Path, driver.Path)
+		return "", core.Errorf(core.ErrUnavailable, "cuda: cannot use the CUDA driver library %s: the driver %s is already loaded in this process",
+			core.Quote(lib.Path), core.Quote(driver.Path))
 	}
 
 	// cuInit is cheap once it has succeeded, and retried when it has not.
 	if st := C.smcu_init(); st.res != C.SM_CUDA_SUCCESS {
 		r := int(st.res)
-		return "", core.Errorf(core.ErrUnavailable, "cuda: cuInit(0) failed with the driver %q: %s (%s)",
-			lib.Path, errorName(r), errorString(r))
+		return "", core.Errorf(core.ErrUnavailable, "cuda: cuInit(0) failed with the driver %s: %s (%s)",
+			core.Quote(lib.Path), errorName(r), errorString(r))
 	}
 	driverReady.Store(true)
 	return lib.Path, nil

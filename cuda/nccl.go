@@ -87,17 +87,17 @@ func LoadNCCL() (NCCLInfo, error) {
 	}
 	fn := lib.Sym("ncclGetVersion")
 	if fn == nil {
-		return NCCLInfo{}, core.Errorf(core.ErrUnavailable, "nccl: %q (found as %s) has no ncclGetVersion: it is not NCCL", lib.Path, lib.How)
+		return NCCLInfo{}, core.Errorf(core.ErrUnavailable, "nccl: %s (found as %s) has no ncclGetVersion: it is not NCCL", core.Quote(lib.Path), lib.How)
 	}
 	var v C.int
 	if r := C.smnc_call_version(fn, &v); r != C.SM_NCCL_SUCCESS {
-		return NCCLInfo{}, core.Errorf(core.ErrUnavailable, "nccl: ncclGetVersion of %q failed with result %d", lib.Path, int(r))
+		return NCCLInfo{}, core.Errorf(core.ErrUnavailable, "nccl: ncclGetVersion of %s failed with result %d", core.Quote(lib.Path), int(r))
 	}
 	info := NCCLInfo{Path: lib.Path, How: lib.How, Version: int(v)}
 	if info.Version < NCCLMinVersion {
 		return NCCLInfo{}, core.Errorf(core.ErrUnavailable,
-			"nccl: %q (found as %s) is NCCL %s; libsymmem needs NCCL %s or newer (symmetric window registration); set %s to a newer libnccl.so.2",
-			lib.Path, lib.How, info.VersionText(), ncclVersionName(NCCLMinVersion), EnvNCCL)
+			"nccl: %s (found as %s) is NCCL %s; libsymmem needs NCCL %s or newer (symmetric window registration); set %s to a newer libnccl.so.2",
+			core.Quote(lib.Path), lib.How, info.VersionText(), ncclVersionName(NCCLMinVersion), EnvNCCL)
 	}
 	tab := C.malloc(C.size_t(len(ncclSymbols)) * C.size_t(unsafe.Sizeof(uintptr(0))))
 	defer C.free(tab)

@@ -79,7 +79,7 @@ func LoadNVRTC() (*NVRTC, error) {
 	var major, minor C.int
 	if r := C.smnv_version(tab, &major, &minor); r != 0 {
 		C.free(unsafe.Pointer(tab))
-		return nil, core.Errorf(core.ErrUnavailable, "NVRTC %q: nvrtcVersion failed (%d)", lib.Path, int(r))
+		return nil, core.Errorf(core.ErrUnavailable, "NVRTC %s: nvrtcVersion failed (%d)", core.Quote(lib.Path), int(r))
 	}
 	nvrtcState.nv = &NVRTC{Lib: lib, Major: int(major), Minor: int(minor), tab: tab}
 	return nvrtcState.nv, nil

@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/ipc"
 	"github.com/libsymmem/libsymmem/core/symm"
 	"github.com/libsymmem/libsymmem/cuda"
 )
@@ -23,11 +24,11 @@ const symmemNCCLNoWindows = 1
 //export symmemgo_group_create_nccl
 func symmemgo_group_create_nccl(comm unsafe.Pointer, name *C.char, timeoutMs C.int64_t, flags C.uint, out *uintptr) (result C.int) {
 	defer recoverCall("symmem_group_create_nccl", &result, C.int(core.ErrInternal))
-	n := "NULL"
-	if name != nil {
-		n = fmt.Sprintf("%q", C.GoString(name))
+	n := "" // a name is quoted by the errors about it (groupCall)
+	if name == nil {
+		n = "name=NULL, "
 	}
-	call := fmt.Sprintf("symmem_group_create_nccl(comm=%p, name=%s, flags=%#x)", comm, n, uint(flags))
+	call := fmt.Sprintf("symmem_group_create_nccl(comm=%p, %sflags=%#x)", comm, n, uint(flags))
 	if out == nil {
 		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "out is NULL"))
 	}
@@ -37,6 +38,9 @@ func symmemgo_group_create_nccl(comm unsafe.Pointer, name *C.char, timeoutMs C.i
 	}
 	if flags&^symmemNCCLNoWindows != 0 {
 		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags)))
+	}
+	if err := ipc.ValidateName(C.GoString(name)); err != nil { // before NCCL loads
+		return setLastError(call, err)
 	}
 	rt, err := runtimeOrError()
 	if err != nil {

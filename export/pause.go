@@ -9,7 +9,6 @@ package main
 import "C"
 
 import (
-	"fmt"
 	"sync/atomic"
 
 	"github.com/libsymmem/libsymmem/core"
@@ -42,11 +41,13 @@ func goTag(tag *C.char) string {
 	return C.GoString(tag)
 }
 
+// describeTag names the call; a tag is quoted by the errors about it
+// (core.Quote, once; Note [Bounded messages]), not here.
 func describeTag(call string, tag *C.char) string {
 	if tag == nil {
 		return call + "(tag=NULL)"
 	}
-	return fmt.Sprintf("%s(tag=%q)", call, C.GoString(tag))
+	return call
 }
 
 //export symmemgo_region_begin
@@ -181,6 +182,10 @@ func symmemgo_resume_group(group uintptr, tag *C.char) (result C.int) {
 func groupTagCall(name string, group uintptr, tag *C.char, f func(*symm.Group, string) error) C.int {
 	call := describeTag(name, tag)
 	g, err := groupOf(group)
+	if t := goTag(tag); err == nil && t != "" {
+		// A malformed tag fails here, quoted once, before the collective.
+		err = core.CheckName("tag", t, core.MaxTagLen)
+	}
 	if err == nil {
 		err = f(g, goTag(tag))
 	}

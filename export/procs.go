@@ -16,9 +16,9 @@ import (
 // P. Then a callback contends for that P with the runtime's own work (the
 // GC's background workers, sysmon's retaking of Ps held across syscalls and
 // C calls), and when it loses it sleeps on a futex and waits for a context
-// switch on the one CPU: this is the likely cause of the "one slow process in
-// three" seen as the global allocator (docs/speed.md, Note [One slow process
-// in three]). With two Ps a callback finds a free one. The OS still runs all
+// switch on the one CPU: under such pinning one process in three ran as the
+// global allocator at about twice the time per tensor (docs/speed.md,
+// "GOMAXPROCS"). With two Ps a callback finds a free one. The OS still runs all
 // threads on the one CPU; the second P only keeps a callback from queueing
 // behind runtime work that is not running.
 //

@@ -117,12 +117,15 @@ func createGroup(call string, name *C.char, rank, world, device C.int, timeoutMs
 	return 0
 }
 
+// groupCall describes a group creation's arguments but the name: the
+// errors about a name quote it themselves (core.Quote, once; Note [Bounded
+// messages]), and every error of a group names the group.
 func groupCall(name *C.char, rank, world, device C.int) string {
-	n := "NULL"
-	if name != nil {
-		n = fmt.Sprintf("%q", C.GoString(name))
+	n := ""
+	if name == nil {
+		n = "name=NULL, "
 	}
-	return fmt.Sprintf("(name=%s, rank=%d, world_size=%d, device=%d)", n, int(rank), int(world), int(device))
+	return fmt.Sprintf("(%srank=%d, world_size=%d, device=%d)", n, int(rank), int(world), int(device))
 }
 
 //export symmemgo_group_create

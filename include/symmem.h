@@ -164,7 +164,14 @@ symmem_result symmem_last_error(void);
 /* The message of the last failure on the calling thread, "" if none. The
  * library owns the string: it stays valid until the next failing call on the
  * same thread. Never NULL. Messages are kept whole up to 64 KiB; a longer
- * one is cut at a word boundary and ends with an ellipsis (U+2026). */
+ * one is cut at a word boundary and ends with an ellipsis (U+2026).
+ * A string the caller passed (a group name, a tag, a path, a setting's
+ * value) appears at most once in a message, quoted and cut at 64
+ * characters with an ellipsis and its length ("aaaa", U+2026, then
+ * " (3000 characters)"). Messages stay under 1 KiB, except
+ * those of collective calls that list a value per rank (mismatched sizes,
+ * offsets or backends, ranks that never arrived), which grow with the
+ * world size. */
 const char *symmem_last_error_message(void);
 
 /* Copies the last error message into buf (capacity len, always NUL-terminated
@@ -337,7 +344,7 @@ typedef struct symmem_stat {
  * (they are not in reserved_bytes then). memory_limit is 0 when there is none.
  * thread_cache and thread_cache_bytes (not PyTorch's) count the blocks that
  * the user freed and a thread's cache keeps for that thread's next
- * symmem_alloc of the same size and stream (SYMMEM_THREAD_CACHE, README):
+ * symmem_alloc of the same size and stream (SYMMEM_THREAD_CACHE, docs/design.md):
  * freed as far as allocation and *_bytes are concerned, still in their
  * segments. The counts are exact whenever read; segment and reserved_bytes
  * follow placement, which the caches change. In this order:
@@ -697,7 +704,7 @@ symmem_result symmem_resume_group(symmem_group *group, const char *tag);
  *
  * cuda backend: one kernel, compiled at first use with NVRTC (found as
  * SYMMEM_LIBNVRTC, PyTorch's nvidia-cuda-nvrtc wheel or the CUDA toolkit) and
- * cached on disk (README, "Collectives"), enqueued on stream and returning at once; capturable
+ * cached on disk (docs/design.md, "Collectives and kernels"), enqueued on stream and returning at once; capturable
  * in CUDA graphs; it waits for its peers on the GPU with the counting
  * barriers of include/symmem_device.cuh, bounded by the group's timeout (a
  * wait that gives up records the flag symmem_handle_device_error reads).

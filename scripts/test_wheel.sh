@@ -15,7 +15,6 @@ unset SYMMEM_LIBRARY || true
 python3 -m venv --without-pip "$t/venv"
 py=$t/venv/bin/python
 python3 -m pip --python "$py" install -q --no-index --no-build-isolation --no-deps "$root"
-whl=$(ls "$root"/dist/*.whl 2>/dev/null | head -1 || true)
 cd "$t/elsewhere"
 "$py" - <<'PY'
 import os, symmem

@@ -587,10 +587,10 @@ func (ch *Channel) admit(c *conn, f *frame, notes *[]string) (ok bool, fatal err
 	r := int(f.rank)
 	switch {
 	case h.name != ch.cfg.Name:
-		return refuse(core.ErrMismatch, true, "group %q: pid %d asked for group %q", ch.cfg.Name, c.pid, h.name)
+		return refuse(core.ErrMismatch, true, "group %q: pid %d asked for group %s", ch.cfg.Name, c.pid, core.Quote(h.name))
 	case h.token != ch.cfg.Token:
-		return refuse(core.ErrMismatch, true, "group %q: pid %d (rank %d) has job token %q, rank 0 (pid %d) has %q: another job uses the same group name (set SYMMEM_JOB_TOKEN or use distinct names)",
-			ch.cfg.Name, c.pid, r, h.token, os.Getpid(), ch.cfg.Token)
+		return refuse(core.ErrMismatch, true, "group %q: pid %d (rank %d) has job token %s, rank 0 (pid %d) has %s: another job uses the same group name (set SYMMEM_JOB_TOKEN or use distinct names)",
+			ch.cfg.Name, c.pid, r, core.Quote(h.token), os.Getpid(), core.Quote(ch.cfg.Token))
 	case int(h.world) != ch.cfg.World:
 		msg := fmt.Sprintf("group %q: world size mismatch: rank %d (pid %d) has world size %d, rank 0 (pid %d) has %d",
 			ch.cfg.Name, r, c.pid, h.world, os.Getpid(), ch.cfg.World)

@@ -98,11 +98,11 @@ func PrepareDir(dir string) error {
 		if err == unix.EACCES || err == unix.EPERM {
 			code = core.ErrPermission
 		}
-		return core.Errorf(code, "cannot create the socket directory %s: %v", dir, err)
+		return core.Errorf(code, "cannot create the socket directory %s: %v", core.Quote(dir), err)
 	}
 	var st unix.Stat_t
 	if err := unix.Lstat(dir, &st); err != nil {
-		return core.Errorf(core.ErrBackend, "cannot stat the socket directory %s: %v", dir, err)
+		return core.Errorf(core.ErrBackend, "cannot stat the socket directory %s: %v", core.Quote(dir), err)
 	}
 	return checkDir(dir, &st, uint32(os.Getuid()))
 }
@@ -112,13 +112,13 @@ func PrepareDir(dir string) error {
 // no permission bit for group or others.
 func checkDir(dir string, st *unix.Stat_t, uid uint32) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return core.Errorf(core.ErrPermission, "the socket directory %s is not a directory (a symbolic link or file is refused)", dir)
+		return core.Errorf(core.ErrPermission, "the socket directory %s is not a directory (a symbolic link or file is refused)", core.Quote(dir))
 	}
 	if st.Uid != uid {
-		return core.Errorf(core.ErrPermission, "the socket directory %s is owned by uid %d, not by this process's uid %d; refusing to use it (set SYMMEM_SOCKET_DIR to a private directory)", dir, st.Uid, uid)
+		return core.Errorf(core.ErrPermission, "the socket directory %s is owned by uid %d, not by this process's uid %d; refusing to use it (set SYMMEM_SOCKET_DIR to a private directory)", core.Quote(dir), st.Uid, uid)
 	}
 	if st.Mode&0o077 != 0 {
-		return core.Errorf(core.ErrPermission, "the socket directory %s has mode %04o: group/other permissions are refused, it must be 0700 (chmod 700 %s)", dir, st.Mode&0o7777, dir)
+		return core.Errorf(core.ErrPermission, "the socket directory %s has mode %04o: group/other permissions are refused, it must be 0700 (chmod 700 it)", core.Quote(dir), st.Mode&0o7777)
 	}
 	return nil
 }
@@ -175,7 +175,7 @@ func (c *Config) normalize() error {
 		return err
 	}
 	if p := c.sockPath(); len(p) > maxSockPath {
-		return core.Errorf(core.ErrInvalidArgument, "the socket path %s has %d bytes, a Unix socket path holds at most %d: use a shorter SYMMEM_SOCKET_DIR or group name", p, len(p), maxSockPath)
+		return core.Errorf(core.ErrInvalidArgument, "the socket path %s has %d bytes, a Unix socket path holds at most %d: use a shorter SYMMEM_SOCKET_DIR or group name", core.Quote(p), len(p), maxSockPath)
 	}
 	return nil
 }

@@ -131,7 +131,7 @@ func (h *Handle) setWord(r, set, i int) *uint32 {
 // slices, stored into the peers or read from them: Note [Two-shot pulls]),
 // 2*(W-1)*n/W in all. At W = 2 both move n bytes per rank; one-shot does
 // it in one kernel phase, and measured faster at every size out of place
-// on 2 x H200 (bench/coll_bench.py, first GPU run: 64 MiB 208.5 us against
+// on 2 x H200 (bench/coll_bench.py, 2026-11-22: 64 MiB 208.5 us against
 // two-shot's 216.3, 256 MiB 806.7 against 838.5; with the pull, 805.6
 // against 810.3), so auto is one-shot at W = 2, except in
 // place above OneShotMaxBytes: in place, a rank may store only what every

@@ -23,7 +23,7 @@ Symmetric memory (mirrors torch.distributed._symmetric_memory)::
             h.barrier()
 """
 
-from ._lib import HEADER_VERSION, LibraryNotFoundError, library_path
+from ._lib import HEADER_VERSION, LibraryNotFoundError, library_path, strerror
 from ._version import __version__
 from .info import info
 from .allocator import (
@@ -64,7 +64,6 @@ from .errors import (
     SymmemError,
     TimeoutError,
     UnavailableError,
-    strerror,
 )
 from .exchange import KeyValueAllGather
 from .group import Group, Handle, rendezvous

@@ -82,7 +82,7 @@ def collectives_load(device: int = 0) -> dict:
     import ctypes
 
     from . import _lib
-    from .errors import check
+    from ._lib import check
 
     info = _lib.SymmemKernelInfo()
     check(_lib.lib().symmem_collectives_load(int(device), ctypes.byref(info)), "symmem_collectives_load")

@@ -13,8 +13,7 @@ The library is looked for, in order, at
 The error lists every place tried and why each failed.
 
 Every function of include/symmem.h is declared here with its argtypes and
-restype. A function that the loaded library lacks (an older build, or a build
-whose symmetric part has not landed yet) is replaced by a stub that raises
+restype. A function that the loaded library lacks (an older or partial build) is replaced by a stub that raises
 :class:`symmem.UnavailableError` naming the symbol, so that the allocator can be
 used from a library that only has the allocator.
 
@@ -41,7 +40,9 @@ from ctypes import (
     c_void_p,
 )
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional, TypeVar
+
+from .errors import Result, UnavailableError, make_error, quote
 
 __all__ = [
     "LibraryNotFoundError",
@@ -54,6 +55,11 @@ __all__ = [
     "lib",
     "library_path",
     "has",
+    "check",
+    "check_pointer",
+    "check_last_error",
+    "error_from_last",
+    "strerror",
 ]
 
 # The version of include/symmem.h these prototypes were written against
@@ -273,7 +279,25 @@ def candidates() -> List[str]:
 
 
 def _describe(c: str) -> str:
+    if c == os.environ.get(ENV_LIBRARY):  # the user's path: quoted and cut (errors.quote)
+        return quote(c)
     return c if "/" in c else f"{c} (through the system loader: LD_LIBRARY_PATH, ld.so cache)"
+
+
+def _loader_reason(exc: BaseException, path: str) -> str:
+    """The loader's message without the path it starts with (the path is
+    quoted once, by the caller)."""
+    text = str(exc)
+    if path and path in text:
+        text = text.replace(path, "", 1).lstrip(": ")
+    return text
+
+
+def _is_file(c: str) -> bool:
+    try:
+        return Path(c).is_file()
+    except OSError:  # a name too long for the file system, for one
+        return False
 
 
 def _load_first() -> "Library":
@@ -281,13 +305,13 @@ def _load_first() -> "Library":
     every one tried with why it failed."""
     tried = []
     for c in candidates():
-        if "/" in c and not Path(c).is_file():
+        if "/" in c and not _is_file(c):
             tried.append(f"  {_describe(c)}: no such file")
             continue
         try:
             return Library(c)
         except LibraryNotFoundError as exc:
-            tried.append(f"  {_describe(c)}: {exc}")
+            tried.append(f"  {_describe(c)}: {_loader_reason(exc.__cause__ or exc, c)}")
     where = "\n".join(tried)
     if os.environ.get(ENV_LIBRARY):
         hint = f"${ENV_LIBRARY} is set, so only it was tried"
@@ -312,12 +336,10 @@ class _Missing:
         self.path = path
 
     def __call__(self, *args, **kwargs):
-        from .errors import Result, UnavailableError
-
         raise UnavailableError(
             Result.UNAVAILABLE,
             f"{self.name}: not exported by {self.path} (the library is older than "
-            f"the package, or this part of it is not built yet)",
+            f"the package, or was built without this part)",
         )
 
 
@@ -329,7 +351,7 @@ class Library:
             # RTLD_GLOBAL is not needed; the default mode keeps symbols local.
             self.cdll = ctypes.CDLL(str(path))
         except OSError as exc:
-            raise LibraryNotFoundError(f"cannot load {path}: {exc}") from exc
+            raise LibraryNotFoundError(f"cannot load {quote(str(path))}: {_loader_reason(exc, str(path))}") from exc
         self.path = Path(_loaded_path(self.cdll) or str(path))
         self.missing: List[str] = []
         for name, (restype, argtypes) in PROTOTYPES.items():
@@ -392,8 +414,6 @@ def _after_fork_in_child() -> None:
 
 
 def _refuse_forked_child() -> None:
-    from .errors import Result, UnavailableError
-
     raise UnavailableError(
         Result.UNAVAILABLE,
         f"process {os.getpid()} was forked after libsymmem was loaded; the library's "
@@ -423,3 +443,78 @@ def library_path() -> str:
 def has(name: str) -> bool:
     """Whether the loaded library exports the function ``name``."""
     return lib().has(name)
+
+
+# Results into exceptions. They live here, beside the library handle, so that
+# errors.py needs nothing from this module (no import circle).
+
+def strerror(code: int) -> str:
+    """The library's fixed description of a code."""
+    s = lib().symmem_strerror(int(code))
+    if not s or s == b"unknown result code":  # one static string for every unknown code
+        return f"unknown result {int(code)}"
+    return s.decode("utf-8", "replace")
+
+
+def _last_message() -> str:
+    s = lib().symmem_last_error_message()
+    return s.decode("utf-8", "replace") if s else ""
+
+
+def error_from_last(fallback_code: int = Result.INTERNAL, what: str = "") -> SymmemError:
+    """An exception built from the calling thread's last error.
+
+    When the last error is SUCCESS (the library failed without saying why),
+    fallback_code and a message naming ``what`` are used instead.
+    """
+    code = int(lib().symmem_last_error())
+    if code == Result.SUCCESS:
+        return make_error(fallback_code, f"{what}: failed without setting an error")
+    return make_error(code, _last_message())
+
+
+def check(code: int, what: str = "") -> None:
+    """Raise the matching SymmemError unless code is SUCCESS.
+
+    The message is the thread's last error message when the last error has
+    the same code (it always should), else the code's description.
+    """
+    code = int(code)
+    if code == Result.SUCCESS:
+        return
+    library = lib()
+    message = _last_message() if int(library.symmem_last_error()) == code else ""
+    if not message:
+        message = f"{what}: {strerror(code)}" if what else strerror(code)
+    raise make_error(code, message)
+
+
+T = TypeVar("T")
+
+
+def check_pointer(fn: Callable[..., Optional[int]], *args, what: str = "") -> int:
+    """Call a pointer-returning function; raise from the last error on NULL.
+
+    The last error is cleared first, so a stale error from an earlier call is
+    never reported for this one.
+    """
+    library = lib()
+    library.symmem_clear_last_error()
+    ptr = fn(*args)
+    if not ptr:
+        raise error_from_last(what=what or getattr(fn, "__name__", "call"))
+    return ptr
+
+
+def check_last_error(fn: Callable[..., T], *args, what: str = "") -> T:
+    """Call a function that reports failure only through the last error.
+
+    For void functions such as symmem_free: clear, call, raise if set.
+    """
+    library = lib()
+    library.symmem_clear_last_error()
+    out = fn(*args)
+    code = int(library.symmem_last_error())
+    if code != Result.SUCCESS:
+        raise make_error(code, _last_message())
+    return out

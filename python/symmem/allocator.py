@@ -11,7 +11,8 @@ import ctypes
 from typing import Dict, NamedTuple, Optional
 
 from . import _lib
-from .errors import Result, check, check_last_error, check_pointer, make_error
+from ._lib import check, check_last_error, check_pointer
+from .errors import Result, make_error
 
 __all__ = [
     "version",

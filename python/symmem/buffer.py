@@ -21,7 +21,8 @@ import weakref
 from typing import Any, List, Optional
 
 from . import _lib, allocator
-from .errors import Result, check, make_error
+from ._lib import check
+from .errors import Result, make_error
 
 __all__ = ["Buffer", "empty"]
 

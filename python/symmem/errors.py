@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import builtins
 import enum
-from typing import Callable, Dict, Optional, Type, TypeVar, Union
-
-from . import _lib
+from typing import Dict, Type, Union
 
 __all__ = [
     "Result",
@@ -31,11 +29,9 @@ __all__ = [
     "PermissionError",
     "InvalidStateError",
     "InternalError",
-    "check",
-    "check_pointer",
-    "check_last_error",
-    "error_from_last",
-    "strerror",
+    "error_class",
+    "make_error",
+    "quote",
 ]
 
 
@@ -72,7 +68,11 @@ class SymmemError(Exception):
         except ValueError:
             code = int(code)
         self.code = code
-        self.message = message or strerror(int(code))
+        # Without a message (made by hand, not from the library), the code
+        # says what it can; the library's own text is symmem.strerror(code).
+        if not message:
+            message = code.name.lower().replace("_", " ") if isinstance(code, Result) else f"unknown result {code}"
+        self.message = message
         super().__init__(self.message)
 
     def __str__(self) -> str:
@@ -158,73 +158,19 @@ def make_error(code: int, message: str = "") -> SymmemError:
     return error_class(code)(code, message)
 
 
-def strerror(code: int) -> str:
-    """The library's fixed description of a code."""
-    s = _lib.lib().symmem_strerror(int(code))
-    if not s or s == b"unknown result code":  # one static string for every unknown code
-        return f"unknown result {int(code)}"
-    return s.decode("utf-8", "replace")
+QUOTE_MAX_CHARS = 64
 
 
-def _last_message() -> str:
-    s = _lib.lib().symmem_last_error_message()
-    return s.decode("utf-8", "replace") if s else ""
+def quote(s: str) -> str:
+    """s quoted for a message, cut at 64 characters with its length stated
+    (the library's rule, Note [Bounded messages] in core/quote.go):
+    ``"aaaa…" (3000 characters)``."""
+    s = str(s)
 
+    def esc(part: str) -> str:
+        body = part.replace("\\", "\\\\").replace('"', '\\"')
+        return "".join(c if c.isprintable() else repr(c)[1:-1] for c in body)
 
-def error_from_last(fallback_code: int = Result.INTERNAL, what: str = "") -> SymmemError:
-    """An exception built from the calling thread's last error.
-
-    When the last error is SUCCESS (the library failed without saying why),
-    fallback_code and a message naming ``what`` are used instead.
-    """
-    code = int(_lib.lib().symmem_last_error())
-    if code == Result.SUCCESS:
-        return make_error(fallback_code, f"{what}: failed without setting an error")
-    return make_error(code, _last_message())
-
-
-def check(code: int, what: str = "") -> None:
-    """Raise the matching SymmemError unless code is SUCCESS.
-
-    The message is the thread's last error message when the last error has
-    the same code (it always should), else the code's description.
-    """
-    code = int(code)
-    if code == Result.SUCCESS:
-        return
-    lib = _lib.lib()
-    message = _last_message() if int(lib.symmem_last_error()) == code else ""
-    if not message:
-        message = f"{what}: {strerror(code)}" if what else strerror(code)
-    raise make_error(code, message)
-
-
-T = TypeVar("T")
-
-
-def check_pointer(fn: Callable[..., Optional[int]], *args, what: str = "") -> int:
-    """Call a pointer-returning function; raise from the last error on NULL.
-
-    The last error is cleared first, so a stale error from an earlier call is
-    never reported for this one.
-    """
-    lib = _lib.lib()
-    lib.symmem_clear_last_error()
-    ptr = fn(*args)
-    if not ptr:
-        raise error_from_last(what=what or getattr(fn, "__name__", "call"))
-    return ptr
-
-
-def check_last_error(fn: Callable[..., T], *args, what: str = "") -> T:
-    """Call a function that reports failure only through the last error.
-
-    For void functions such as symmem_free: clear, call, raise if set.
-    """
-    lib = _lib.lib()
-    lib.symmem_clear_last_error()
-    out = fn(*args)
-    code = int(lib.symmem_last_error())
-    if code != Result.SUCCESS:
-        raise make_error(code, _last_message())
-    return out
+    if len(s) <= QUOTE_MAX_CHARS:
+        return f'"{esc(s)}"'
+    return f'"{esc(s[:QUOTE_MAX_CHARS])}…" ({len(s)} characters)'

@@ -25,7 +25,8 @@ from typing import Callable, List, Optional, Sequence, Tuple, Union
 from . import _coll, _lib
 from .allocator import _stream, backend_name
 from .buffer import Buffer
-from .errors import Result, SymmemError, check, make_error
+from ._lib import check
+from .errors import Result, SymmemError, make_error, quote
 
 __all__ = ["AllGather", "Group", "Handle", "nccl_version", "rendezvous"]
 
@@ -118,7 +119,7 @@ class Group:
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise make_error(
                 Result.INVALID_ARGUMENT,
-                f"symmem.Group: bad name {name!r} (letters, digits, '.', '_', '-'; 1 to 64 characters)",
+                f"symmem.Group: bad name {quote(name)} (letters, digits, '.', '_', '-'; 1 to 64 characters)",
             )
         self.name = name
         # Known before the library confirms them, for the all-gather callback.
@@ -162,7 +163,7 @@ class Group:
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise make_error(
                 Result.INVALID_ARGUMENT,
-                f"symmem.Group.from_nccl: bad name {name!r} (letters, digits, '.', '_', '-'; 1 to 64 characters)",
+                f"symmem.Group.from_nccl: bad name {quote(name)} (letters, digits, '.', '_', '-'; 1 to 64 characters)",
             )
         self = cls.__new__(cls)
         self.name = name

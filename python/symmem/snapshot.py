@@ -31,7 +31,8 @@ import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import _lib
-from .errors import Result, check, make_error
+from ._lib import check
+from .errors import Result, make_error
 
 __all__ = ["memory_snapshot", "record_memory_history", "dump_snapshot", "segment_svg"]
 

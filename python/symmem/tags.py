@@ -24,7 +24,7 @@ import contextlib
 from typing import Iterator, Optional
 
 from . import _lib
-from .errors import check
+from ._lib import check
 
 __all__ = ["REGION_BACKUP", "region", "pause", "resume"]
 

@@ -7,7 +7,7 @@
   parallel runs never meet.
 * Makes python/ and this folder importable, here and in spawned processes.
 * A library without the symmetric part fails the symmetric tests, unless
-  SYMMEM_PARTIAL_LIBRARY=1 (development: the allocator landed first), where
+  SYMMEM_PARTIAL_LIBRARY=1 (a library built with the allocator only), where
   they skip.
 
 The environment is set at import time, before symmem loads the library

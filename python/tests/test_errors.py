@@ -10,7 +10,8 @@ import pytest
 
 import symmem
 from symmem import _lib
-from symmem.errors import Result, check, error_class, make_error
+from symmem._lib import check
+from symmem.errors import Result, error_class, make_error
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Failure paths of the Python package (issue 14): timeouts that saturate and
+"""Failure paths of the Python package: timeouts that saturate and
 default to SYMMEM_TIMEOUT_MS, memoryviews released with their handle or
 buffer, strerror of unknown codes."""
 

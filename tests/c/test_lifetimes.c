@@ -1,7 +1,6 @@
 /*
  * test_lifetimes.c - releasing and destroying while other threads use the
- * objects, and a peer that dies while we wait for it (issue 14, points 1, 12
- * and 14), through the C ABI on whatever backend runs (host in CI, the fake
+ * objects, and a peer that dies while we wait for it, through the C ABI on whatever backend runs (host in CI, the fake
  * driver, GPUs in scripts/gpu_suite.sh). Two ranks, spawned as processes
  * (never forked):
  *   A. rank 0 destroys a group while another thread waits in a rendezvous

@@ -1,7 +1,7 @@
 /*
  * test_tcache.c - the thread caches of symmem_alloc/symmem_free (Note
  * [Thread caches in C], export/tcache.h): placement per thread with the
- * cache on and as before with SYMMEM_THREAD_CACHE=0 (children run with each
+ * cache on and best-fit placement with SYMMEM_THREAD_CACHE=0 (children run with each
  * setting), exact statistics, threads freeing each other's blocks, threads
  * exiting with full bins, double frees in the caller's bin and another
  * thread's, foreign and interior pointers, empty_cache while other threads
