@@ -385,8 +385,17 @@ func TestConcurrentAllocFree(t *testing.T) {
 					live = append(live, p)
 				} else {
 					k := r.Intn(len(live))
-					got := make([]byte, 1) // on the heap: the backend gets its address
-					if err := a.Backend().Copy(a.Device(), 0, uintptr(unsafe.Pointer(&got[0])), live[k], 1); err != nil || got[0] != byte(g) {
+					// The backend writes through got's address as a uintptr: a
+					// buffer that did not escape would live on this goroutine's
+					// stack, which may move during the call (the write then
+					// lands in the old stack and got reads 0). Pinning puts it
+					// on the heap and keeps it there.
+					got := make([]byte, 1)
+					var pin runtime.Pinner
+					pin.Pin(&got[0])
+					err := a.Backend().Copy(a.Device(), 0, uintptr(unsafe.Pointer(&got[0])), live[k], 1)
+					pin.Unpin()
+					if err != nil || got[0] != byte(g) {
 						t.Errorf("goroutine %d: block %#x was overwritten (%d, %v)", g, live[k], got[0], err)
 					}
 					if err := a.Free(live[k], 0, 0); err != nil {
