@@ -13,7 +13,9 @@
  *     the signal index is 0;
  *   - machines: ranks with different SYMMEM_MACHINE_ID (processes) get
  *     separate LSA teams and NULL peer pointers across;
- *   - the 2.28 stand-in exports none of 2.29's functions.
+ *   - the 2.28 stand-in exports none of 2.29's functions;
+ *   - with the stand-in driver (build/libcuda_fake.so) in the process, a call
+ *     runs after the work queued before it on its stream.
  *
  * Ranks are threads of this process (each with its own communicator), or
  * processes where the machine identity must differ.
@@ -317,6 +319,63 @@ static void run_machines(const char *self, const char *lib, const char *const ma
   free(env);
 }
 
+/* ---- stream order with the stand-in driver ------------------------------ */
+
+static uint32_t order_flag;
+
+static void *release_flag(void *arg) {
+  (void)arg;
+  usleep(200 * 1000);
+  __atomic_store_n(&order_flag, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+/* A stream waits for a flag, then sets the input; the all-reduce enqueued
+ * after them must see the input set, however late the flag comes. */
+static void check_stream_order(const char *cuda_path) {
+  void *cu = dlopen(cuda_path, RTLD_NOW | RTLD_LOCAL);
+  if (!CHECK(cu != NULL, "dlopen the stand-in driver %s", cuda_path))
+    return;
+  setenv("SYMMEM_LIBCUDA", cuda_path, 1); /* where the NCCL stand-in finds it */
+  int (*init)(unsigned) = (int (*)(unsigned))dlsym(cu, "cuInit");
+  int (*dev_get)(int *, int) = (int (*)(int *, int))dlsym(cu, "cuDeviceGet");
+  int (*retain)(void **, int) = (int (*)(void **, int))dlsym(cu, "cuDevicePrimaryCtxRetain");
+  int (*set_cur)(void *) = (int (*)(void *))dlsym(cu, "cuCtxSetCurrent");
+  int (*stream_create)(void **, unsigned) = (int (*)(void **, unsigned))dlsym(cu, "cuStreamCreate");
+  int (*wait32)(void *, unsigned long long, uint32_t, unsigned) =
+      (int (*)(void *, unsigned long long, uint32_t, unsigned))dlsym(cu, "cuStreamWaitValue32_v2");
+  int (*memset8)(unsigned long long, unsigned char, size_t, void *) =
+      (int (*)(unsigned long long, unsigned char, size_t, void *))dlsym(cu, "cuMemsetD8Async");
+  int (*sync)(void *) = (int (*)(void *))dlsym(cu, "cuStreamSynchronize");
+  int d = -1;
+  void *ctx = NULL, *stream = NULL;
+  if (!CHECK(init && dev_get && retain && set_cur && stream_create && wait32 && memset8 && sync &&
+                 init(0) == 0 && dev_get(&d, 0) == 0 && retain(&ctx, d) == 0 && set_cur(ctx) == 0 &&
+                 stream_create(&stream, 0) == 0,
+             "the stand-in driver gives a context and a stream"))
+    return;
+  ncclComm_t c = NULL;
+  if (!CHECK(nc.init(&c, 1, make_id("order"), 0) == 0, "a communicator of one rank"))
+    return;
+  int32_t in[4] = {0}, out[4] = {0};
+  order_flag = 0;
+  CHECK(wait32(stream, (unsigned long long)(uintptr_t)&order_flag, 1, 0 /* GEQ */) == 0 &&
+            memset8((unsigned long long)(uintptr_t)in, 1, sizeof in, stream) == 0,
+        "queue a wait for the flag, then the input");
+  pthread_t th;
+  pthread_create(&th, NULL, release_flag, NULL);
+  double t0 = check_now_s();
+  int r = nc.all_reduce(in, out, 4, ncclInt32, ncclSum, c, stream);
+  double waited = check_now_s() - t0;
+  CHECK(r == 0 && out[0] == 0x01010101 && out[3] == 0x01010101,
+        "the all-reduce ran after the queued work (out %#x, waited %.2f s)", (unsigned)out[0], waited);
+  CHECK(waited > 0.1, "it waited for the flag (%.2f s)", waited);
+  pthread_join(th, NULL);
+  sync(stream);
+  nc.destroy(c);
+  unsetenv("SYMMEM_LIBCUDA");
+}
+
 int main(int argc, char **argv) {
   if (argc == 5 && !strcmp(argv[1], "--machines"))
     return rank_machines(argv[2], atoi(argv[3]), atoi(argv[4]));
@@ -354,6 +413,13 @@ int main(int argc, char **argv) {
   run_threads("mismatch", 2, body_mismatch);
   run_threads("split", 4, body_split);
   run_threads("signals", 3, body_signals);
+
+  const char *cu = getenv("SYMMEM_LIBCUDA");
+  char cuda_path[4096];
+  if (realpath(cu && *cu ? cu : "build/libcuda_fake.so", cuda_path) != NULL)
+    check_stream_order(cuda_path);
+  else
+    CHECK(0, "the stand-in driver is built (make build/libcuda_fake.so)");
 
   const char *two_by_two[] = {"a", "a", "b", "b"}, *three[] = {"a", "b", "c"};
   run_machines(argv[0], lib, two_by_two, 4);
