@@ -302,7 +302,9 @@ func (c *NCCLComm) PeerPointer(win, offset uintptr, peer int) (ptr uintptr, ok b
 // Between machines every byte travels through NCCL on the caller's
 // communicator; libsymmem adds no transport (DESIGN.md, third round). The
 // methods below are what core/symm finds by type assertion on a group's
-// Communicator (core/symm/engine.go):
+// Communicator (core/symm/engine.go); cuda/ncclengine presents an NCCLComm
+// to core/symm, since Split's result there is a symm.Communicator, a type
+// this package cannot name:
 //
 //   - AllReduce, ReduceScatter, AllGatherTyped: ncclAllReduce,
 //     ncclReduceScatter, ncclAllGather with the element type, enqueued on
