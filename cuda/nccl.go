@@ -521,13 +521,28 @@ func (c *NCCLComm) oneSidedArgs(call string, peer, slot int) error {
 	return nil
 }
 
+// oneSidedFail is the error of ncclSignal or ncclWaitSignal refused with
+// res. Their arguments were checked here, so ncclInvalidArgument (4) means that
+// NCCL cannot serve the call on this communicator: NCCL 2.29 refuses
+// one-sided calls where the communicator lacks host RMA support (symmetric
+// memory, and every rank in one LSA team or a network plugin with RMA).
+// That is core.ErrUnavailable, so that a caller can fall back.
+func (c *NCCLComm) oneSidedFail(call string, res C.int) error {
+	err := c.fail(call, res)
+	if res != 4 {
+		return err
+	}
+	return core.Errorf(core.ErrUnavailable, "%v; NCCL %s serves one-sided calls only on communicators with host RMA support (symmetric memory, and every rank in one LSA team or an RMA-capable network plugin)",
+		err, c.info.VersionText())
+}
+
 // Signal enqueues on stream one signal to peer's slot (ncclSignal).
 func (c *NCCLComm) Signal(stream core.Stream, peer, slot int) error {
 	if err := c.oneSidedArgs("ncclSignal", peer, slot); err != nil {
 		return err
 	}
 	if r := C.smnc_signal(c.ctx, C.uintptr_t(c.ptr), C.uintptr_t(stream), C.int(peer), C.int(slot)); r != 0 {
-		return c.fail(fmt.Sprintf("ncclSignal(peer %d, signal %d)", peer, slot), r)
+		return c.oneSidedFail(fmt.Sprintf("ncclSignal(peer %d, signal %d)", peer, slot), r)
 	}
 	return nil
 }
@@ -546,7 +561,7 @@ func (c *NCCLComm) WaitSignal(stream core.Stream, peer, slot, count int) error {
 		return nil
 	}
 	if r := C.smnc_wait_signal(c.ctx, C.uintptr_t(c.ptr), C.uintptr_t(stream), C.int(peer), C.int(slot), C.int(count)); r != 0 {
-		return c.fail(fmt.Sprintf("ncclWaitSignal(peer %d, signal %d, %d signals)", peer, slot, count), r)
+		return c.oneSidedFail(fmt.Sprintf("ncclWaitSignal(peer %d, signal %d, %d signals)", peer, slot, count), r)
 	}
 	return nil
 }

@@ -88,6 +88,7 @@ func TestNCCLEngine(t *testing.T) {
 		runRanks(t, cur, "signals", 3, []string{"a", "b", "c"}, "FAKENCCL_TIMEOUT_MS=2000")
 	})
 	t.Run("one-sided on NCCL 2.28", func(t *testing.T) { runRanks(t, old, "old", 2, nil) })
+	t.Run("one-sided without host RMA", func(t *testing.T) { runRanks(t, cur, "norma", 2, nil, "FAKENCCL_NO_HOST_RMA=1") })
 	t.Run("LSA teams, 2 machines of 2", func(t *testing.T) { runRanks(t, cur, "lsa", 4, []string{"a", "a", "b", "b"}) })
 	t.Run("LSA teams, 3 machines of 1", func(t *testing.T) { runRanks(t, cur, "lsa", 3, []string{"a", "b", "c"}) })
 	t.Run("LSA teams, one machine", func(t *testing.T) { runRanks(t, cur, "lsa", 3, nil) })
@@ -126,6 +127,8 @@ func TestChildNCCLRank(t *testing.T) {
 		scenarioOld(t, e)
 	case "lsa":
 		scenarioLSA(t, e)
+	case "norma":
+		scenarioNoHostRMA(t, e)
 	default:
 		t.Fatalf("unknown scenario %q", scenario)
 	}
@@ -534,6 +537,23 @@ func scenarioOld(t *testing.T, e *rankEnv) {
 	require.NoError(t, child.AllReduce(0, b.addr(), b.addr(), 1, core.Float32, core.OpSum))
 	assert.Equal(t, float32(3), math.Float32frombits(load(core.Float32, b.b, 0)))
 	require.NoError(t, child.Close())
+}
+
+// NCCL 2.29 on a communicator without host RMA support refuses the
+// one-sided calls: UNAVAILABLE, so that the caller falls back.
+func scenarioNoHostRMA(t *testing.T, e *rankEnv) {
+	c := e.comm
+	ok, _ := c.OneSided()
+	require.True(t, ok, "the library has the API; this communicator cannot use it")
+	for name, err := range map[string]error{
+		"Signal":     c.Signal(0, 1-e.rank, 0),
+		"WaitSignal": c.WaitSignal(0, 1-e.rank, 0, 1),
+	} {
+		require.Error(t, err, name)
+		assert.Equal(t, core.ErrUnavailable, core.CodeOf(err), "%s: %v", name, err)
+		assert.Contains(t, err.Error(), "host RMA support", name)
+		assert.Contains(t, err.Error(), "invalid argument", name)
+	}
 }
 
 func scenarioLSA(t *testing.T, e *rankEnv) {

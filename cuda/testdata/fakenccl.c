@@ -36,6 +36,8 @@
  *     ncclSystemError after $FAKENCCL_TIMEOUT_MS; ncclPutSignal copies into
  *     the peer's window (the source must lie in a window of the
  *     communicator, as NCCL requires) before its signal;
+ *     $FAKENCCL_NO_HOST_RMA=1 refuses all three with ncclInvalidArgument, as
+ *     NCCL 2.29 does on a communicator without host RMA support;
  *   - ncclTeamLsa: the consecutive ranks around this one on its machine;
  *     ncclTeamWorld: every rank;
  *   - ncclCommWindowRegister: collective (an all-gather of address, size and
@@ -884,6 +886,9 @@ static ncclResult_t one_sided_args(ncclComm_t c, const char *call, int peer, int
   if (sigIdx != 0 || ctx != 0 || flags != 0)
     return failf(c, ncclInvalidArgument, "fake: %s: signal index %d, context %d, flags %u: NCCL 2.29 takes 0, 0, 0", call,
                  sigIdx, ctx, flags);
+  const char *no_rma = getenv("FAKENCCL_NO_HOST_RMA");
+  if (no_rma != NULL && strcmp(no_rma, "1") == 0)
+    return failf(c, ncclInvalidArgument, "fake: %s: the communicator has no host RMA support", call);
   return ncclSuccess;
 }
 
