@@ -256,6 +256,9 @@ func (c *NCCLComm) Describe() string {
 // AllGather enqueues ncclAllGather of bytesPerRank bytes per rank from
 // send into recv (device memory) on stream.
 func (c *NCCLComm) AllGather(stream core.Stream, send, recv, bytesPerRank uintptr) error {
+	if err := c.usable("ncclAllGather"); err != nil {
+		return err
+	}
 	if r := C.smnc_all_gather(c.ctx, C.uintptr_t(c.ptr), C.uintptr_t(stream), C.ulonglong(send), C.ulonglong(recv), C.size_t(bytesPerRank), C.SM_NCCL_UINT8); r != 0 {
 		return c.fail("ncclAllGather", r)
 	}
@@ -265,6 +268,9 @@ func (c *NCCLComm) AllGather(stream core.Stream, send, recv, bytesPerRank uintpt
 // RegisterWindow registers [addr, addr+size) as a symmetric window
 // (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC). Collective.
 func (c *NCCLComm) RegisterWindow(addr, size uintptr) (uintptr, error) {
+	if err := c.usable("ncclCommWindowRegister"); err != nil {
+		return 0, err
+	}
 	var w C.uintptr_t
 	if r := C.smnc_window_register(c.ctx, C.uintptr_t(c.ptr), C.ulonglong(addr), C.size_t(size), &w); r != 0 {
 		return 0, c.fail(fmt.Sprintf("ncclCommWindowRegister(%#x, %d bytes, NCCL_WIN_COLL_SYMMETRIC)", addr, size), r)
@@ -277,6 +283,9 @@ func (c *NCCLComm) RegisterWindow(addr, size uintptr) (uintptr, error) {
 
 // DeregisterWindow undoes RegisterWindow.
 func (c *NCCLComm) DeregisterWindow(win uintptr) error {
+	if err := c.usable("ncclCommWindowDeregister"); err != nil {
+		return err
+	}
 	if r := C.smnc_window_deregister(c.ctx, C.uintptr_t(c.ptr), C.uintptr_t(win)); r != 0 {
 		return c.fail("ncclCommWindowDeregister", r)
 	}
@@ -289,6 +298,9 @@ func (c *NCCLComm) DeregisterWindow(win uintptr) error {
 func (c *NCCLComm) PeerPointer(win, offset uintptr, peer int) (ptr uintptr, ok bool, err error) {
 	if C.smnc_has_peer_pointer() == 0 {
 		return 0, false, nil
+	}
+	if err := c.usable("ncclGetPeerDevicePointer"); err != nil {
+		return 0, true, err
 	}
 	var p C.ulonglong
 	if r := C.smnc_peer_pointer(c.ctx, C.uintptr_t(win), C.size_t(offset), C.int(peer), &p); r != 0 {
