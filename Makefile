@@ -82,7 +82,7 @@ suite-go-fakecuda: $(FAKECUDA)
 	@$(RUN) go-fakecuda go -- sh -c '$(FAKE_ENV) $(GO) test -race -count=1 -v \
 	  -run "UnderInjectedFaults|FailedSync|UnmappedSegment|PointerArraysLiveInThePad" ./core ./core/symm'
 
-suite-c: $(CTEST_BIN) $(FAKENCCL) $(FAKENCCL228)
+suite-c: $(CTEST_BIN) $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228)
 	@$(RUN) c c -- sh -c 'rc=0; for t in $(CTEST_BIN); do echo "== $$t"; \
 	  ( . tests/c/env.sh; $$t ) || rc=1; done; exit $$rc'
 

@@ -29,12 +29,20 @@ const char *const smnc_symbol_names[] = {
 };
 const int smnc_symbol_count = (int)(sizeof smnc_symbol_names / sizeof smnc_symbol_names[0]);
 
+_Static_assert(sizeof(sm_ncclWaitSignalDesc_t) == 16, "ncclWaitSignalDesc_t is four ints");
+_Static_assert(sizeof(sm_ncclTeam_t) == 12, "ncclTeam_t is three ints");
 _Static_assert(sizeof(smnc_table) == sizeof smnc_symbol_names / sizeof smnc_symbol_names[0] * sizeof(void *),
                "smnc_table must hold exactly one pointer per symbol");
 
 void smnc_install(const void *ptrs) { memcpy(&smnc, ptrs, sizeof smnc); }
 
 int smnc_has_peer_pointer(void) { return smnc.ncclGetPeerDevicePointer != NULL; }
+
+int smnc_has_one_sided(void) {
+  return smnc.ncclSignal != NULL && smnc.ncclWaitSignal != NULL && smnc.ncclPutSignal != NULL;
+}
+
+int smnc_has_team_lsa(void) { return smnc.ncclTeamLsa != NULL; }
 
 int smnc_get_version(int *version) { return smnc.ncclGetVersion(version); }
 
@@ -59,9 +67,67 @@ int smnc_comm_cu_device(uintptr_t comm, int *device) {
 }
 
 int smnc_all_gather(uintptr_t ctx, uintptr_t comm, uintptr_t stream, unsigned long long send,
-                    unsigned long long recv, size_t bytes) {
-  SMNC_IN_CTX(ctx, smnc.ncclAllGather((const void *)(uintptr_t)send, (void *)(uintptr_t)recv, bytes,
-                                      SM_NCCL_UINT8, (sm_ncclComm_t)comm, (sm_cudaStream_t)stream));
+                    unsigned long long recv, size_t sendcount, int datatype) {
+  SMNC_IN_CTX(ctx, smnc.ncclAllGather((const void *)(uintptr_t)send, (void *)(uintptr_t)recv, sendcount,
+                                      datatype, (sm_ncclComm_t)comm, (sm_cudaStream_t)stream));
+}
+
+int smnc_all_reduce(uintptr_t ctx, uintptr_t comm, uintptr_t stream, unsigned long long send,
+                    unsigned long long recv, size_t count, int datatype, int op) {
+  SMNC_IN_CTX(ctx, smnc.ncclAllReduce((const void *)(uintptr_t)send, (void *)(uintptr_t)recv, count, datatype,
+                                      op, (sm_ncclComm_t)comm, (sm_cudaStream_t)stream));
+}
+
+int smnc_reduce_scatter(uintptr_t ctx, uintptr_t comm, uintptr_t stream, unsigned long long send,
+                        unsigned long long recv, size_t recvcount, int datatype, int op) {
+  SMNC_IN_CTX(ctx, smnc.ncclReduceScatter((const void *)(uintptr_t)send, (void *)(uintptr_t)recv, recvcount,
+                                          datatype, op, (sm_ncclComm_t)comm, (sm_cudaStream_t)stream));
+}
+
+static int smnc_split(uintptr_t comm, int color, int key, uintptr_t *newcomm) {
+  sm_ncclComm_t n = NULL;
+  int r = smnc.ncclCommSplit((sm_ncclComm_t)comm, color, key, &n, NULL);
+  *newcomm = (uintptr_t)n;
+  return r;
+}
+
+int smnc_comm_split(uintptr_t ctx, uintptr_t comm, int color, int key, uintptr_t *newcomm) {
+  SMNC_IN_CTX(ctx, smnc_split(comm, color, key, newcomm));
+}
+
+int smnc_comm_destroy(uintptr_t ctx, uintptr_t comm) {
+  SMNC_IN_CTX(ctx, smnc.ncclCommDestroy((sm_ncclComm_t)comm));
+}
+
+int smnc_signal(uintptr_t ctx, uintptr_t comm, uintptr_t stream, int peer, int sig) {
+  SMNC_IN_CTX(ctx, smnc.ncclSignal(peer, sig, 0, 0, (sm_ncclComm_t)comm, (sm_cudaStream_t)stream));
+}
+
+static int smnc_wait(uintptr_t comm, uintptr_t stream, int peer, int sig, int count) {
+  sm_ncclWaitSignalDesc_t d = {.opCnt = count, .peer = peer, .sigIdx = sig, .ctx = 0};
+  return smnc.ncclWaitSignal(1, &d, (sm_ncclComm_t)comm, (sm_cudaStream_t)stream);
+}
+
+int smnc_wait_signal(uintptr_t ctx, uintptr_t comm, uintptr_t stream, int peer, int sig, int count) {
+  SMNC_IN_CTX(ctx, smnc_wait(comm, stream, peer, sig, count));
+}
+
+int smnc_put_signal(uintptr_t ctx, uintptr_t comm, uintptr_t stream, unsigned long long send, size_t count,
+                    int datatype, int peer, uintptr_t win, size_t offset, int sig) {
+  SMNC_IN_CTX(ctx, smnc.ncclPutSignal((const void *)(uintptr_t)send, count, datatype, peer, (sm_ncclWindow_t)win,
+                                      offset, sig, 0, 0, (sm_ncclComm_t)comm, (sm_cudaStream_t)stream));
+}
+
+static int smnc_team(uintptr_t comm, int *nranks, int *rank, int *stride) {
+  sm_ncclTeam_t t = smnc.ncclTeamLsa((sm_ncclComm_t)comm);
+  *nranks = t.nRanks;
+  *rank = t.rank;
+  *stride = t.stride;
+  return 0;
+}
+
+int smnc_team_lsa(uintptr_t ctx, uintptr_t comm, int *nranks, int *rank, int *stride) {
+  SMNC_IN_CTX(ctx, smnc_team(comm, nranks, rank, stride));
 }
 
 static int smnc_register(uintptr_t comm, unsigned long long addr, size_t size, uintptr_t *win) {

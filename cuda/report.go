@@ -147,7 +147,7 @@ func init() {
 			return map[string]any{"found": false, "error": err.Error(), "variable": EnvNCCL}
 		}
 		return map[string]any{"found": true, "version": info.VersionText(), "path": info.Path, "found_by": info.How,
-			"peer_pointers": info.PeerPointers}
+			"peer_pointers": info.PeerPointers, "one_sided": info.OneSided, "lsa_team": info.LSATeam}
 	})
 	core.RegisterInfo("nvrtc", func() any {
 		nv, err := LoadNVRTC()
