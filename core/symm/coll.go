@@ -414,6 +414,25 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 	return c, nil
 }
 
+// DeviceErrorText says what a device error flag records: nil for 0 and
+// for a timeout (the flag itself names the peer and set), ErrMismatch for a
+// peer's different collective arguments, ErrPeer for a peer's exit.
+func (h *Handle) DeviceErrorText(v uint32) error {
+	if v&devFlagFailed == 0 {
+		return nil
+	}
+	peer, set := int(v>>16&0x1fff), int(v&0xffff)
+	switch v >> 29 & 3 {
+	case devCauseMismatch:
+		return core.Errorf(core.ErrMismatch, "group %q: rank %d: the device error flag %#x says that rank %d called a collective with other arguments than this rank (kernel block %d of collective channel %d; no data moved); the group's device barriers are no longer balanced: use another group",
+			h.name, h.rank, v, peer, set%collMaxBlocks, set/collMaxBlocks)
+	case devCausePeerExited:
+		return core.Errorf(core.ErrPeer, "group %q: rank %d: the device error flag %#x says that rank %d's process exited while a kernel waited for it (device set %d)",
+			h.name, h.rank, v, peer, set)
+	}
+	return nil
+}
+
 // DeviceError is word 0 of this rank's device region: 0, or what the first
 // kernel wait that gave up recorded (Note [Pad partition]).
 func (h *Handle) DeviceError() (uint32, error) {
@@ -457,7 +476,7 @@ func (h *Handle) hostBarrier(set int, deadline time.Time) error {
 				default:
 				}
 				if !time.Now().Before(deadline) {
-					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, 0x80000000|uint32(p)<<16|uint32(set))
+					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCauseTimeout, p, set))
 					return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v in a collective's barrier (device set %d): rank %d never arrived",
 						h.name, me, h.timeout, set, p)
 				}
@@ -474,12 +493,13 @@ func (h *Handle) hostBarrier(set int, deadline time.Time) error {
 
 // checkAgreement compares the arguments every peer published at the
 // opening barrier on set with ours (Note [Collective agreement]); on a
-// difference the error names every rank's arguments, the same on every rank.
-func (h *Handle) checkAgreement(set int, args uint64, digest uint32) error {
+// difference the error names every rank's arguments, the same on every rank,
+// and peer is the first that differs.
+func (h *Handle) checkAgreement(set int, args uint64, digest uint32) (peer int, err error) {
 	me, w := h.rank, h.world
 	all := make([]uint64, w)
 	all[me] = args
-	differ := false
+	differ := -1
 	for p := 0; p < w; p++ {
 		if p == me {
 			continue
@@ -488,16 +508,16 @@ func (h *Handle) checkAgreement(set int, args uint64, digest uint32) error {
 		tagged := atomic.LoadUint64((*uint64)(ptrAt(slot)))
 		all[p] = atomic.LoadUint64((*uint64)(ptrAt(slot + 8)))
 		if tagged>>32 != uint64(atomic.LoadUint32(h.setWord(me, set, w+p))) {
-			return core.Errorf(core.ErrPeer, "group %q: rank %d published no collective arguments with its arrival (device set %d)", h.name, p, set)
+			return p, core.Errorf(core.ErrPeer, "group %q: rank %d published no collective arguments with its arrival (device set %d)", h.name, p, set)
 		}
-		if uint32(tagged) != digest || all[p] != args {
-			differ = true
+		if differ < 0 && (uint32(tagged) != digest || all[p] != args) {
+			differ = p
 		}
 	}
-	if !differ {
-		return nil
+	if differ < 0 {
+		return -1, nil
 	}
-	return core.Errorf(core.ErrMismatch, "group %q: rank %d: the ranks called different collectives (nothing was moved): %s",
+	return differ, core.Errorf(core.ErrMismatch, "group %q: rank %d: the ranks called different collectives (nothing was moved): %s",
 		h.name, me, byValue(w, func(r int) string { return argsText(all[r]) }))
 }
 
@@ -530,7 +550,8 @@ func (h *Handle) runHost(c *core.Collective) error {
 	if err := h.hostBarrier(set, deadline); err != nil {
 		return err
 	}
-	if err := h.checkAgreement(set, args, c.Digest); err != nil {
+	if peer, err := h.checkAgreement(set, args, c.Digest); err != nil {
+		atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCauseMismatch, peer, set))
 		// Every rank sees a difference when not all agree; one more
 		// barrier keeps the slots until all have read them, and the
 		// counts balanced for the next call.

@@ -2,6 +2,9 @@ package symm
 
 import (
 	"fmt"
+	"go/constant"
+	"go/token"
+	"go/types"
 	"math"
 	"os"
 	"regexp"
@@ -530,7 +533,8 @@ func TestDeviceHeaderConstants(t *testing.T) {
 	for name, want := range map[string]int{
 		"SYMMEM_DEV_HEADER_WORDS": devRegionHeaderWords, "SYMMEM_DEV_SETS": devSets,
 		"SYMMEM_DEV_LIBRARY_SETS": CollChannels * collMaxBlocks, "SYMMEM_DEV_COLL_CHANNELS": CollChannels,
-		"SYMMEM_DEV_COLL_MAX_BLOCKS": collMaxBlocks,
+		"SYMMEM_DEV_COLL_MAX_BLOCKS": collMaxBlocks, "SYMMEM_DEV_CAUSE_TIMEOUT": devCauseTimeout,
+		"SYMMEM_DEV_CAUSE_MISMATCH": devCauseMismatch, "SYMMEM_DEV_CAUSE_PEER_EXITED": devCausePeerExited,
 	} {
 		m := regexp.MustCompile(`#define ` + name + ` (\d+)`).FindSubmatch(src)
 		if m == nil {
@@ -540,6 +544,23 @@ func TestDeviceHeaderConstants(t *testing.T) {
 		if got, _ := strconv.Atoi(string(m[1])); got != want {
 			t.Errorf("%s = %d in the header, %d in Go", name, got, want)
 		}
+	}
+}
+
+// SYMMEM_DEV_REGION_BYTES(world) of the header, evaluated as Go constant
+// arithmetic, is deviceRegionBytes(world).
+func TestDeviceHeaderRegionBytes(t *testing.T) {
+	src, err := os.ReadFile("../../include/symmem_device.cuh")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?s)#define SYMMEM_DEV_REGION_BYTES\(world\)(.*?[^\\])\n`).FindSubmatch(src)
+	require.NotNil(t, m, "SYMMEM_DEV_REGION_BYTES(world) is not defined")
+	body := strings.NewReplacer("\\\n", " ", "ull", "", "SYMMEM_DEV_HEADER_WORDS", fmt.Sprint(devRegionHeaderWords),
+		"SYMMEM_DEV_SETS", fmt.Sprint(devSets), "SYMMEM_DEV_LIBRARY_SETS", fmt.Sprint(libSets)).Replace(string(m[1]))
+	for _, world := range []int{1, 2, 3, 8} {
+		tv, err := types.Eval(token.NewFileSet(), nil, token.NoPos, strings.ReplaceAll(body, "(world)", fmt.Sprint(world)))
+		require.NoError(t, err, body)
+		got, _ := constant.Uint64Val(tv.Value)
+		require.Equal(t, uint64(deviceRegionBytes(world)), got, "world %d: %s", world, body)
 	}
 }
 
