@@ -464,6 +464,7 @@ func (h *Handle) hostBarrier(set int, deadline time.Time) error {
 		n := atomic.LoadUint32(seen) + 1
 		arr := h.setWord(me, set, p)
 		sleep := time.Microsecond
+		var checked time.Time
 		for k := 0; !core.Reached(atomic.LoadUint32(arr), n); k++ {
 			switch {
 			case k < 200:
@@ -475,10 +476,15 @@ func (h *Handle) hostBarrier(set int, deadline time.Time) error {
 					return h.releasedDuring(fmt.Sprintf("a collective's barrier (device set %d)", set))
 				default:
 				}
-				if !time.Now().Before(deadline) {
+				now := time.Now()
+				if !now.Before(deadline) {
 					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCauseTimeout, p, set))
 					return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v in a collective's barrier (device set %d): rank %d never arrived",
 						h.name, me, h.timeout, set, p)
+				}
+				if h.peerExited(p, now, &checked) && !core.Reached(atomic.LoadUint32(arr), n) {
+					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCausePeerExited, p, set))
+					return h.gm.live.Exited(p, fmt.Sprintf("rank %d's collective (device set %d)", me, set))
 				}
 				core.Nap(sleep)
 				if sleep < 100*time.Microsecond {

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/ipc"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,6 +21,9 @@ type groupMem struct {
 	rank    int
 	world   int
 	timeout time.Duration // the group's: bounds memsets and copies (memsetZero, copyOut)
+	// live watches the peers' processes for the waits on the pads (Note
+	// [Dead peers] in core/ipc); closed with the memory.
+	live *ipc.Liveness
 
 	mu sync.Mutex
 	// refs = (1 while the group is not destroyed) + (live handles). The
@@ -308,6 +312,7 @@ func (gm *groupMem) unrefLocked() error {
 			delete(gm.maps, k)
 		}
 		errs = append(errs, gm.dropPadsLocked())
+		gm.live.Close()
 		if gm.host != nil {
 			errs = append(errs, gm.host.close())
 			gm.host = nil
