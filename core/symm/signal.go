@@ -185,10 +185,10 @@ func (h *Handle) putHost(dst, channel int) {
 type waitOutcome int
 
 const (
-	waitReached  waitOutcome = iota
-	waitTimedOut             // the deadline passed
-	waitReleased             // the handle was released meanwhile (Note [Calls in flight])
-	waitPeerExited           // the peer's process exited (Note [Dead peers] in core/ipc)
+	waitReached    waitOutcome = iota
+	waitTimedOut               // the deadline passed
+	waitReleased               // the handle was released meanwhile (Note [Calls in flight])
+	waitPeerExited             // the peer's process exited (Note [Dead peers] in core/ipc)
 )
 
 // waitHost takes the next number for (src, channel) and polls src's count in
