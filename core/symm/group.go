@@ -408,6 +408,7 @@ func (g *Group) exchangePads(localErr error, tr *phaseTrace) error {
 		return err
 	}
 	gm.pads.ready = true
+	gm.watchPeers(gm.pads.addr[gm.rank] + gm.pads.size)
 	return nil
 }
 

@@ -24,6 +24,9 @@ type groupMem struct {
 	// live watches the peers' processes for the waits on the pads (Note
 	// [Dead peers] in core/ipc); closed with the memory.
 	live *ipc.Liveness
+	// watch writes the abort word of our device region when a peer exits
+	// (cuda; deadpeer.go); nil on the host backend.
+	watch *peerWatch
 
 	mu sync.Mutex
 	// refs = (1 while the group is not destroyed) + (live handles). The
@@ -305,6 +308,7 @@ func (gm *groupMem) unrefLocked() error {
 	if gm.refs > 0 {
 		return nil
 	}
+	gm.stopWatch()
 	return gm.syncThen("the group's memory (signal pads, peer mappings, pointer arrays)", func() error {
 		var errs []error
 		for k, m := range gm.maps { // none should remain: handles hold them
@@ -327,6 +331,7 @@ func (gm *groupMem) unrefLocked() error {
 // is leaked, and with it the pad that holds its slots. The device is
 // synchronised or unused (mu held).
 func (gm *groupMem) dropPadsLocked() error {
+	gm.stopWatch()
 	var errs []error
 	padTainted := gm.dev != nil && gm.dev.tainted && gm.dev.seeded
 	if gm.dev != nil {
