@@ -88,7 +88,10 @@ func TestSocketDirChecks(t *testing.T) {
 		t.Fatalf("mode %v", st.Mode())
 	}
 	os.Chmod(d, 0o750)
-	wantCode(t, PrepareDir(d), core.ErrPermission, "0750")
+	wantCode(t, PrepareDir(d), core.ErrPermission, "0750", fmt.Sprintf("private subfolder such as %s/symmem-%d", d, os.Getuid()))
+	if err := PrepareDir(d); strings.Contains(err.Error(), "chmod") {
+		t.Fatalf("a shared folder such as /tmp must not be chmod-ed: %v", err)
+	}
 	os.Chmod(d, 0o700)
 	// A symbolic link is refused even if it points to a good directory.
 	l := filepath.Join(base, "link")
