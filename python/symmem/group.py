@@ -25,7 +25,7 @@ from typing import Callable, List, Optional, Sequence, Tuple, Union
 from . import _coll, _lib
 from .allocator import _stream, backend_name
 from .buffer import Buffer
-from .errors import Result, SymmemError, check, make_error
+from .errors import Result, SymmemError, check, int_arg, make_error
 
 __all__ = ["AllGather", "Group", "Handle", "nccl_version", "rendezvous"]
 
@@ -121,8 +121,12 @@ class Group:
                 f"symmem.Group: bad name {name!r} (letters, digits, '.', '_', '-'; 1 to 64 characters)",
             )
         self.name = name
+        w = "symmem.Group"
+        rank, world_size, device = int_arg(rank, "rank", w), int_arg(world_size, "world_size", w), int_arg(device, "device", w)
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
+            raise TypeError(f"{w}: timeout must be a number of seconds or None, not {type(timeout).__name__} {timeout!r}")
         # Known before the library confirms them, for the all-gather callback.
-        self.rank, self.world_size, self.device = int(rank), int(world_size), int(device)
+        self.rank, self.world_size, self.device = rank, world_size, device
         self._ptr: Optional[int] = None
         self._finalizer = None
         self._allgather = allgather
@@ -500,12 +504,11 @@ class Handle:
 
 
 def _address(buf_or_ptr) -> int:
-    if isinstance(buf_or_ptr, int):
-        return buf_or_ptr
-    ptr = getattr(buf_or_ptr, "ptr", None)
-    if isinstance(ptr, int):
-        return ptr
-    raise make_error(Result.INVALID_ARGUMENT, f"symmem.rendezvous: expected a Buffer or an int address, got {type(buf_or_ptr).__name__}")
+    if isinstance(buf_or_ptr, Buffer):
+        return buf_or_ptr.ptr
+    if isinstance(buf_or_ptr, bool) or not hasattr(type(buf_or_ptr), "__index__"):
+        raise TypeError(f"symmem.rendezvous: expected a Buffer or an int address, not {type(buf_or_ptr).__name__} {buf_or_ptr!r}")
+    return buf_or_ptr.__index__()
 
 
 def rendezvous(buf_or_ptr: Union[Buffer, int], group: Group) -> Handle:
@@ -517,7 +520,7 @@ def rendezvous(buf_or_ptr: Union[Buffer, int], group: Group) -> Handle:
     when ranks disagree on sizes, offsets, hosts or devices.
     """
     if not isinstance(group, Group):
-        raise make_error(Result.INVALID_ARGUMENT, f"symmem.rendezvous: expected a symmem.Group, got {type(group).__name__}")
+        raise TypeError(f"symmem.rendezvous: expected a symmem.Group, not {type(group).__name__}")
     ptr = _address(buf_or_ptr)
     out = ctypes.c_void_p()
     rc = _lib.lib().symmem_rendezvous(ptr, group.ptr, ctypes.byref(out))
