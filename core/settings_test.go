@@ -127,9 +127,15 @@ func TestSettingsReadOnlyHereAndDocumented(t *testing.T) {
 	root := filepath.Join("..")
 	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
 	require.NoError(t, err)
+	docs, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	for _, d := range docs {
+		b, err := os.ReadFile(d)
+		require.NoError(t, err)
+		readme = append(readme, b...)
+	}
 	for _, s := range settingSpecs {
 		if s.reader == "" && !strings.Contains(string(readme), "`"+s.name+"`") {
-			t.Errorf("README's settings table does not list %s", s.name)
+			t.Errorf("neither the README's settings table nor docs/ lists %s", s.name)
 		}
 	}
 	direct := regexp.MustCompile(`os\.(Getenv|LookupEnv)\("SYMMEM_`)
@@ -153,4 +159,21 @@ func TestSettingsReadOnlyHereAndDocumented(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
+}
+
+// A SYMMEM_* variable that is no setting gives one warning line naming the
+// nearest setting; SYMMEM_QUIET=1 silences it.
+func TestUnknownSettingWarning(t *testing.T) {
+	var out strings.Builder
+	ParseSettings([]string{"SYMMEM_TIMEOUT=5000", "SYMMEM_TIMEOUT_MS=100", "PATH=/bin"}).WarnUnknown(&out)
+	require.Equal(t, "symmem: warning: SYMMEM_TIMEOUT=\"5000\" is not a libsymmem setting and is ignored; did you mean SYMMEM_TIMEOUT_MS? (SYMMEM_QUIET=1 silences this)\n", out.String())
+	out.Reset()
+	ParseSettings([]string{"SYMMEM_TIMEOUT=5000", "SYMMEM_QUIET=1"}).WarnUnknown(&out)
+	require.Empty(t, out.String())
+	out.Reset()
+	ParseSettings([]string{"SYMMEM_ZZZZZZZZZZZZ=1"}).WarnUnknown(&out)
+	require.Contains(t, out.String(), "lists the settings")
+	out.Reset()
+	ParseSettings([]string{"SYMMEM_TIMEOUT_MS=100"}).WarnUnknown(&out)
+	require.Empty(t, out.String())
 }

@@ -111,3 +111,16 @@ def test_text_report_on_the_host_backend_needs_no_gpu_libraries():
     rep["backend"]["name"] = "cuda"
     text = format_text(rep)
     assert "not needed" not in text and "pip install nvidia-cuda-nvrtc" in text, text
+
+
+def test_a_misspelt_setting_warns_once_at_load():
+    code = "import symmem; symmem.free(symmem.alloc(64))"
+    env = dict(os.environ, SYMMEM_TIMEOUT="5000")
+    env.pop("SYMMEM_QUIET", None)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    lines = [line for line in p.stderr.splitlines() if "SYMMEM_TIMEOUT=" in line]
+    assert len(lines) == 1 and "did you mean SYMMEM_TIMEOUT_MS?" in lines[0], p.stderr
+    env["SYMMEM_QUIET"] = "1"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0 and "SYMMEM_TIMEOUT" not in p.stderr, p.stderr
