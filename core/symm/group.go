@@ -215,6 +215,7 @@ func newGroup(o Options, rt *core.Runtime, alloc *core.Allocator) (*Group, error
 		g.gm.live, localErr = ipc.NewLiveness(o.Name, o.Rank, ch.Pids())
 	}
 	if err := g.exchangePads(localErr, tr); err != nil {
+		g.gm.live.Close()
 		g.closeChannels()
 		return nil, err
 	}
