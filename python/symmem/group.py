@@ -450,8 +450,11 @@ class Handle:
         self._collective("reduce_scatter", _coll.REDUCE_SCATTER, dtype, op, count, out, None, channel, stream)
 
     def device_error(self) -> int:
-        """This rank's device error flag: 0, or 0x80000000 | peer << 16 |
-        set of the first kernel wait that gave up."""
+        """This rank's device error flag: 0, or 0x80000000 | cause << 29 |
+        peer << 16 | set of the first kernel wait that gave up (cause 0: a
+        timeout). Raises MismatchError when a peer called a collective with
+        other arguments (cause 1) and PeerError when a peer's process exited
+        during a wait (cause 2), naming the peer (symmem_handle_device_error)."""
         flag = ctypes.c_uint32()
         check(_lib.lib().symmem_handle_device_error(self.ptr, ctypes.byref(flag)), "symmem_handle_device_error")
         return int(flag.value)

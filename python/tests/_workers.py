@@ -348,4 +348,8 @@ def collectives_mismatch(rank: int, world: int, name: str) -> Dict:
                         out[what] = (type(e).__name__, int(e.code), e.message, local.read(0, 4096) == b"\xee" * 4096)
                 h.all_reduce("float32", count=64, out=local.ptr)
                 out["after"] = "ok"
+                try:
+                    out["device_error"] = h.device_error()
+                except symmem.SymmemError as e:
+                    out["device_error"] = (type(e).__name__, e.message)
     return out

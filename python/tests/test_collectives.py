@@ -75,3 +75,5 @@ def test_collectives_whose_ranks_disagree(world):
             assert "all_reduce(float32, sum, count 256, one_shot)" in msg, (rank, what, msg)
             assert untouched, (rank, what)
         assert res["after"] == "ok"
+        name, msg = res["device_error"]  # the flag records the first mismatch
+        assert name == "MismatchError" and "called a collective with other arguments" in msg, res["device_error"]
