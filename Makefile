@@ -29,7 +29,7 @@ FAKECUDA    := $(BUILD)/libcuda_fake.so
 FAKE_ENV    := SYMMEM_BACKEND=cuda SYMMEM_LIBCUDA=$(ROOT)/$(FAKECUDA)
 
 .PHONY: all build help test test-go test-c test-python test-fakecuda test-install demo bench \
-  install uninstall clean fuzz gpu-artifacts wheel info
+  install uninstall clean fuzz gpu-artifacts wheel info check-toolchain
 
 all: build
 build: $(LIB) $(BUILD)/symmem-info
@@ -38,7 +38,12 @@ help: ## this list
 	@grep -E '^[a-z][a-zA-Z_-]*:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort | \
 	  awk -F'\t' '{printf "  make %-16s %s\n", $$1, $$2}'
 
-$(LIBSO): $(GOFILES) VERSION
+# The Go and C compiler check of `pip install .` (buildsys/symmem_build.py;
+# the minimum Go is go.mod's), first, with the same message.
+check-toolchain:
+	@GO=$(GO) CC=$(CC) $(PYTHON) buildsys/symmem_build.py check-toolchain
+
+$(LIBSO): $(GOFILES) VERSION | check-toolchain
 	@mkdir -p $(BUILD)
 	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -trimpath \
 	  -ldflags "-s -w -extldflags '-Wl,--version-script=$(ROOT)/export/symmem.map -Wl,-soname,$(SONAME)'" \

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import sysconfig
 import tarfile
 import tempfile
@@ -52,19 +53,33 @@ def _check_toolchain() -> str:
         raise BuildError(
             f"building symmem needs Go >= {need[0]}.{need[1]} (to build libsymmem.so) and a C compiler, "
             f"but '{go}' is not on PATH. Install Go from your package manager or https://go.dev/dl/ "
-            "(or set GO to its path) and run pip again."
+            "(or set GO to its path) and build again."
         )
     out = subprocess.run([where, "env", "GOVERSION"], capture_output=True, text=True).stdout.strip()
     m = re.match(r"go(\d+)\.(\d+)", out)
     if not m or (int(m.group(1)), int(m.group(2))) < need:
         raise BuildError(
             f"building symmem needs Go >= {need[0]}.{need[1]}, but {where} is {out or 'of unknown version'}. "
-            "Install a newer Go (or set GO to one) and run pip again."
+            "Install a newer Go (or set GO to one) and build again."
         )
     cc = os.environ.get("CC", "cc")
     if shutil.which(cc.split()[0]) is None:
         raise BuildError(f"building symmem needs a C compiler for cgo, but '{cc}' is not on PATH (install gcc, or set CC)")
     return where
+
+
+def main(argv: list) -> int:
+    """`python3 buildsys/symmem_build.py check-toolchain`: the Makefile's
+    first step, so that `make` and `pip install .` say the same thing."""
+    if argv[1:] != ["check-toolchain"]:
+        print("usage: symmem_build.py check-toolchain", file=sys.stderr)
+        return 2
+    try:
+        _check_toolchain()
+    except BuildError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _build_library(out_dir: Path) -> Path:
@@ -171,3 +186,7 @@ def get_requires_for_build_wheel(config_settings=None):
 
 def get_requires_for_build_sdist(config_settings=None):
     return []
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

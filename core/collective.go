@@ -134,6 +134,10 @@ type Collective struct {
 	Channel int
 	// TimeoutNs bounds every wait of a kernel (Note [Pad partition]).
 	TimeoutNs uint64
+	// Digest is the 32-bit digest of the call's arguments that every rank
+	// publishes at the opening barrier and compares with its peers' (Note
+	// [Collective agreement] in core/symm/coll.go).
+	Digest uint32
 }
 
 // CollectiveLauncher is implemented by backends that run collectives as

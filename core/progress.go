@@ -80,8 +80,10 @@ func (w *WaitReport) Tick(missing func() string) {
 	for !now.Before(w.next) {
 		w.next = w.next.Add(w.interval)
 	}
+	// A wait may tick once more after its deadline: never "-0 s".
+	left := max(w.deadline.Sub(now), 0)
 	line := fmt.Sprintf("symmem: group %q rank %d: waiting %.0f s for %s: %s not arrived yet (gives up in %.0f s)\n",
-		w.group, w.rank, now.Sub(w.start).Seconds(), w.what, missing(), time.Until(w.deadline).Seconds())
+		w.group, w.rank, now.Sub(w.start).Seconds(), w.what, missing(), left.Seconds())
 	waitOutMu.Lock()
 	io.WriteString(waitOut, line)
 	waitOutMu.Unlock()

@@ -24,6 +24,7 @@ package core
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"sort"
@@ -88,12 +89,17 @@ var settingSpecs = []settingSpec{
 	{name: "SYMMEM_CACHE_DIR", kind: kindText, doc: "where compiled kernels are cached (else the user's cache directory)"},
 	{name: "SYMMEM_ONE_SHOT_MAX_BYTES", kind: kindSize, doc: "largest all-reduce run one-shot in place or at 3+ ranks"},
 	{name: "SYMMEM_TWO_SHOT_PULL_MIN_BYTES", kind: kindSize, doc: "smallest two-shot all-reduce whose second phase pulls"},
+	{name: "SYMMEM_QUIET", kind: kindBool, doc: "no warning line on stderr at load for SYMMEM_* variables that are no setting"},
 	{name: "SYMMEM_COLL_MAX_BLOCKS", kind: kindChoice, choices: []string{"8", "16", "24", "32", "48", "64"}, doc: "most blocks a collective kernel runs on (64)"},
 	// Read by the test suites, not the library (listed so that they are not
 	// reported as unknown).
 	{name: "SYMMEM_REQUIRE_GPU", kind: kindBool, reader: "tests", doc: "GPU tests fail instead of skipping"},
 	{name: "SYMMEM_REQUIRE_NVRTC", kind: kindBool, reader: "tests", doc: "NVRTC tests fail instead of skipping"},
 	{name: "SYMMEM_PARTIAL_LIBRARY", kind: kindBool, reader: "tests", doc: "symmetric tests skip on an allocator-only library"},
+	{name: "SYMMEM_TEST_VIA_COPY", kind: kindBool, reader: "tests", doc: "C tests reach host memory through symmem_copy"},
+	{name: "SYMMEM_GPU_TEST_TIMEOUT", kind: kindSeconds, reader: "tests", doc: "seconds a GPU test's ranks may run"},
+	{name: "SYMMEM_GPU_TEST_BUDGET", kind: kindSeconds, reader: "tests", doc: "seconds test_symm_gpu.py may run in all"},
+	{name: "SYMMEM_CI_CACHE", kind: kindText, reader: "ci", doc: "where .ci/run keeps NVRTC between runs"},
 }
 
 // Setting is one SYMMEM_* variable found in the environment and how it was
@@ -436,6 +442,36 @@ func (st *Settings) Err() error {
 		}
 	}
 	return nil
+}
+
+// Warnings are the lines WarnUnknown prints: one per SYMMEM_* variable
+// that is no setting, naming the nearest setting where one is close.
+func (st *Settings) Warnings() []string {
+	var out []string
+	for _, n := range st.order {
+		s := st.byName[n]
+		if s.Known {
+			continue
+		}
+		hint := "python -m symmem or symmem-info lists the settings"
+		if near := nearestSetting(s.Name); near != "" {
+			hint = "did you mean " + near + "?"
+		}
+		out = append(out, fmt.Sprintf("symmem: warning: %s=%q is not a libsymmem setting and is ignored; %s (SYMMEM_QUIET=1 silences this)",
+			s.Name, s.Raw, hint))
+	}
+	return out
+}
+
+// WarnUnknown prints Warnings to w, one line each, unless SYMMEM_QUIET is
+// set: the library does it once, when it is loaded.
+func (st *Settings) WarnUnknown(w io.Writer) {
+	if st.Bool("SYMMEM_QUIET", false) {
+		return
+	}
+	for _, l := range st.Warnings() {
+		io.WriteString(w, l+"\n")
+	}
 }
 
 // Notes says what is wrong with the settings, one line per problem:

@@ -154,3 +154,20 @@ func TestSettingsReadOnlyHereAndDocumented(t *testing.T) {
 	})
 	require.NoError(t, err)
 }
+
+// A SYMMEM_* variable that is no setting gives one warning line naming the
+// nearest setting; SYMMEM_QUIET=1 silences it.
+func TestUnknownSettingWarning(t *testing.T) {
+	var out strings.Builder
+	ParseSettings([]string{"SYMMEM_TIMEOUT=5000", "SYMMEM_TIMEOUT_MS=100", "PATH=/bin"}).WarnUnknown(&out)
+	require.Equal(t, "symmem: warning: SYMMEM_TIMEOUT=\"5000\" is not a libsymmem setting and is ignored; did you mean SYMMEM_TIMEOUT_MS? (SYMMEM_QUIET=1 silences this)\n", out.String())
+	out.Reset()
+	ParseSettings([]string{"SYMMEM_TIMEOUT=5000", "SYMMEM_QUIET=1"}).WarnUnknown(&out)
+	require.Empty(t, out.String())
+	out.Reset()
+	ParseSettings([]string{"SYMMEM_ZZZZZZZZZZZZ=1"}).WarnUnknown(&out)
+	require.Contains(t, out.String(), "lists the settings")
+	out.Reset()
+	ParseSettings([]string{"SYMMEM_TIMEOUT_MS=100"}).WarnUnknown(&out)
+	require.Empty(t, out.String())
+}

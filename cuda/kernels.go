@@ -104,7 +104,7 @@ func kernelDefines(k int) []string {
 const (
 	collThreads   = 512 // SYMMEM_COLL_THREADS of the source
 	collMaxBlocks = 64  // SYMMEM_DEV_COLL_MAX_BLOCKS
-	collParamSize = 88  // sizeof(symmem_coll_params), checked by static_assert there
+	collParamSize = 96  // sizeof(symmem_coll_params), checked by static_assert there
 )
 
 // kernelModule is one device's collectives: what building a kernel needs
@@ -463,6 +463,7 @@ func packCollParams(c *core.Collective) [collParamSize]byte {
 	le.PutUint32(p[76:], algo)
 	le.PutUint32(p[80:], uint32(c.Op))
 	le.PutUint32(p[84:], uint32(c.Channel*collMaxBlocks))
+	le.PutUint32(p[88:], c.Digest)
 	return p
 }
 

@@ -41,6 +41,7 @@ extern "C" __global__ void user(symmem_device_view v, int u, char *dst) {
   symmem_dev_put_block(v, (v.rank + 1) % v.world, 4096, dst, 1000);
   if (!symmem_dev_barrier_grid(v, u + 1)) return;
   if (threadIdx.x == 0) { symmem_dev_signal(v, 0, 300); symmem_dev_wait(v, 0, 300); }
+  if (threadIdx.x == 1 && !symmem_dev_aborted(v, 300)) { *symmem_dev_arg_slot(v, 0, 0, 1) = 0; symmem_dev_fail_cause(v, SYMMEM_DEV_CAUSE_MISMATCH, 0, 300); }
   dst[0] = (char)symmem_dev_float_to_bf16(symmem_dev_f16_to_float(symmem_dev_float_to_f16(1.5f)));
 }`
 	if _, log, err := nv.Compile("user.cu", src, []Header{{Name: "symmem_device.cuh", Source: deviceHeaderForTest()}}, compileOptions(90)); err != nil {

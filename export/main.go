@@ -12,6 +12,7 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -26,6 +27,11 @@ import (
 func main() {}
 
 var strict = core.Current().Bool("SYMMEM_STRICT", false)
+
+// At load, one line on stderr for each SYMMEM_* variable that is no
+// setting (a misspelt SYMMEM_TIMEOUT would otherwise do nothing), unless
+// SYMMEM_QUIET is set (Note [Settings]).
+func init() { core.Current().WarnUnknown(os.Stderr) }
 
 // runtimeOrError returns the process runtime, or the reason there is none.
 func runtimeOrError() (*core.Runtime, error) { return core.Default() }

@@ -463,7 +463,9 @@ func symmemgo_handle_device_error(handle uintptr, flag *C.uint32_t) (result C.in
 		var v uint32
 		if v, err = h.DeviceError(); err == nil {
 			*flag = C.uint32_t(v)
-			return 0
+			if err = h.DeviceErrorText(v); err == nil {
+				return 0
+			}
 		}
 	}
 	return setLastError("symmem_handle_device_error", err)

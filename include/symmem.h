@@ -586,8 +586,10 @@ symmem_result symmem_handle_describe(const symmem_handle *handle,
  * one (rank, channel) run in call order when they go to one stream (or to
  * streams the caller orders). On the host backend they run on the calling
  * thread (puts are atomic adds) and wait_signal fails with
- * SYMMEM_ERROR_TIMEOUT after timeout_ms (<= 0: the group's timeout), consuming
- * nothing. A rank or channel out of range is SYMMEM_ERROR_INVALID_ARGUMENT
+ * SYMMEM_ERROR_TIMEOUT after timeout_ms (<= 0: the group's timeout), or with
+ * SYMMEM_ERROR_PEER within about 10 ms when the awaited rank's process exits
+ * (naming its rank, pid and exit status; a stopped process still gets the
+ * timeout), consuming nothing. A rank or channel out of range is SYMMEM_ERROR_INVALID_ARGUMENT
  * naming the bounds. After a failed signal call the counts of its channel may
  * disagree between ranks: use another channel or group. */
 symmem_result symmem_put_signal(symmem_handle *handle, int dst_rank,
@@ -712,7 +714,17 @@ symmem_result symmem_resume_group(symmem_group *group, const char *tag);
  * different channels (symmem_collective); the library's collectives never
  * touch the signal channels of symmem_put_signal / symmem_wait_signal.
  * host backend: they run on the calling thread and return when done
- * (SYMMEM_ERROR_TIMEOUT after the group's timeout, naming the missing rank).
+ * (SYMMEM_ERROR_TIMEOUT after the group's timeout, naming the missing rank;
+ * SYMMEM_ERROR_PEER within about 10 ms when a peer's process exits, naming
+ * its rank, pid and exit status).
+ *
+ * Every rank compares every peer's (collective, dtype, op, count, resolved
+ * algorithm) with its own at the call's opening barrier, before any data
+ * moves (docs/diagnostics.md): on the host backend a difference is
+ * SYMMEM_ERROR_MISMATCH on every rank naming every rank's call, nothing
+ * moved, the group still usable; on cuda the kernel returns without touching
+ * out and the device error flag records the mismatch
+ * (symmem_handle_device_error).
  *
  * Errors, with nothing enqueued: SYMMEM_ERROR_INVALID_ARGUMENT for an unknown
  * dtype, op, algorithm or channel, count past the buffer (count*size >
@@ -782,11 +794,16 @@ symmem_result symmem_collective(symmem_handle *handle, symmem_coll coll,
                                 symmem_stream_t stream);
 
 /* Reads this rank's device error flag (the library's part of its signal pad,
- * include/symmem_device.cuh): 0 while every kernel wait succeeded, else
- * 0x80000000 | peer << 16 | set of the first wait that gave up (the kernel's
- * results are then undefined; use another group). On cuda a copy from the
- * device, ordered after nothing: synchronise the collectives' streams first to
- * see what their kernels recorded. */
+ * include/symmem_device.cuh) into *flag: 0 while every kernel wait
+ * succeeded, else 0x80000000 | cause << 29 | peer << 16 | set of the first
+ * failure (the kernel's results are then undefined; use another group).
+ * Returns SYMMEM_SUCCESS for 0 and for a timeout (cause 0: the flag names
+ * the peer waited for), SYMMEM_ERROR_MISMATCH when peer called a collective
+ * with other arguments (cause 1; out was left untouched) and
+ * SYMMEM_ERROR_PEER when peer's process exited during a wait (cause 2), the
+ * last error naming the rank; *flag is filled in every case. On cuda a copy
+ * from the device, ordered after nothing: synchronise the collectives'
+ * streams first to see what their kernels recorded. */
 symmem_result symmem_handle_device_error(const symmem_handle *handle,
                                          uint32_t *flag);
 

@@ -46,10 +46,18 @@
  *
  * The device region, in 32-bit words:
  *
- *   word 0          the error flag: 0, or the first wait that gave up:
- *                   0x80000000 | peer << 16 | set (symmem_handle_device_error
- *                   reads it on the host)
- *   words 1..15     reserved
+ *   word 0          the error flag: 0, or the first failure:
+ *                   0x80000000 | cause << 29 | peer << 16 | set
+ *                   (symmem_handle_device_error reads it on the host), cause
+ *                   SYMMEM_DEV_CAUSE_TIMEOUT (a wait for peer gave up),
+ *                   SYMMEM_DEV_CAUSE_MISMATCH (peer called a collective with
+ *                   other arguments) or SYMMEM_DEV_CAUSE_PEER_EXITED (peer's
+ *                   process exited while we waited)
+ *   word 1          the abort word: 0, or 0x80000000 |
+ *                   SYMMEM_DEV_CAUSE_PEER_EXITED << 29 | peer << 16, written
+ *                   by the library on the host when it sees rank peer's
+ *                   process exit
+ *   words 2..15     reserved
  *   set s           2*world words at SYMMEM_DEV_HEADER_WORDS + s*2*world, for
  *                   s in [0, SYMMEM_DEV_SETS):
  *                     arrivals[w] (word w): how many times rank w arrived at
@@ -58,6 +66,14 @@
  *                     seen[w] (word world + w): how many of rank w's arrivals
  *                       this rank has consumed (only this rank writes);
  *                       seen[rank] is the set's grid-barrier counter.
+ *
+ * After the sets, at the first 8-byte aligned address
+ * (symmem_dev_arg_slot), the argument slots of the library's sets: for set
+ * s < SYMMEM_DEV_LIBRARY_SETS and sender w, 16 bytes at 16 * (s*world + w):
+ * the 64-bit word arrival << 32 | digest that rank w's collective published
+ * with its arrival at s's opening barrier, then a 64-bit word the host
+ * backend fills with the packed arguments (core/symm/coll.go, Note
+ * [Collective agreement]).
  *
  * Sets [0, SYMMEM_DEV_LIBRARY_SETS) belong to the library's collectives:
  * collective channel c, kernel block b uses set c*SYMMEM_DEV_COLL_MAX_BLOCKS +
@@ -94,7 +110,11 @@
  * device region (the first failure only, atomicCAS from 0) and returns false;
  * the barrier then returns false in every thread of the block, and the
  * caller should return (its results are undefined; the group's counts are no
- * longer balanced: use another group). It never traps, so the context and
+ * longer balanced: use another group). A wait also gives up at once, without
+ * waiting for the timeout, when the abort word is set (a peer's process
+ * exited: the flag then records SYMMEM_DEV_CAUSE_PEER_EXITED) or when the
+ * flag already records a mismatch (another block of this rank found that a
+ * peer called a collective with other arguments). It never traps, so the context and
  * other work on the GPU survive. Define SYMMEM_DEV_TRAP_ON_TIMEOUT before
  * including this header to trap instead.
  */
@@ -109,9 +129,16 @@
 #define SYMMEM_DEV_COLL_MAX_BLOCKS 64
 #define SYMMEM_DEV_LIBRARY_SETS 256
 #define SYMMEM_DEV_USER_SETS (SYMMEM_DEV_SETS - SYMMEM_DEV_LIBRARY_SETS)
-/* Bytes of the device region for world ranks. */
-#define SYMMEM_DEV_REGION_BYTES(world) (4ull * (SYMMEM_DEV_HEADER_WORDS + SYMMEM_DEV_SETS * 2ull * (world)))
+/* Bytes of the device region for world ranks: the words, up to 4 bytes of
+ * alignment, the argument slots. */
+#define SYMMEM_DEV_REGION_BYTES(world)                                                        \
+  (4ull * (SYMMEM_DEV_HEADER_WORDS + SYMMEM_DEV_SETS * 2ull * (world)) + 8ull +               \
+   16ull * SYMMEM_DEV_LIBRARY_SETS * (world))
 #define SYMMEM_DEV_DEFAULT_TIMEOUT_NS 10000000000ull
+/* Causes of the error flag (word 0), in bits 29..30. */
+#define SYMMEM_DEV_CAUSE_TIMEOUT 0
+#define SYMMEM_DEV_CAUSE_MISMATCH 1
+#define SYMMEM_DEV_CAUSE_PEER_EXITED 2
 
 /* The view of a handle, passed to kernels by value (40 bytes; the
  * library's collectives pass the same layout). */
@@ -200,6 +227,16 @@ static __device__ __forceinline__ unsigned int *symmem_dev_set_word(const symmem
   return symmem_dev_region(v, r, SYMMEM_DEV_HEADER_WORDS + (unsigned long long)s * 2 * v.world + i);
 }
 
+/* The argument slot (set s, sender) of rank r's region: two 64-bit words
+ * (s < SYMMEM_DEV_LIBRARY_SETS). */
+static __device__ __forceinline__ unsigned long long *symmem_dev_arg_slot(const symmem_device_view &v, int r, int s,
+                                                                         int sender) {
+  unsigned long long a = (unsigned long long)symmem_dev_region(v, r, SYMMEM_DEV_HEADER_WORDS +
+                                                                         (unsigned long long)SYMMEM_DEV_SETS * 2 * v.world);
+  a = (a + 7) & ~7ull;
+  return (unsigned long long *)a + 2 * ((unsigned long long)s * v.world + sender);
+}
+
 /* ---- put / get (thread level) -------------------------------------------- */
 
 /* Copies n bytes from src to dst, both of which may be any rank's memory,
@@ -257,17 +294,39 @@ static __device__ __forceinline__ void symmem_dev_get_block(const symmem_device_
 
 /* ---- signals and waits (thread level) ------------------------------------ */
 
-/* Records a failed wait in our region's word 0 (first failure only). */
-static __device__ __forceinline__ void symmem_dev_fail(const symmem_device_view &v, int peer, int set) {
-  atomicCAS(symmem_dev_region(v, v.rank, 0), 0u, 0x80000000u | ((unsigned)peer & 0x7fff) << 16 | ((unsigned)set & 0xffff));
+/* Records a failure of cause (SYMMEM_DEV_CAUSE_*) with (peer, set) in our
+ * region's word 0 (first failure only). */
+static __device__ __forceinline__ void symmem_dev_fail_cause(const symmem_device_view &v, unsigned int cause, int peer,
+                                                             int set) {
+  atomicCAS(symmem_dev_region(v, v.rank, 0), 0u,
+            0x80000000u | (cause & 3) << 29 | ((unsigned)peer & 0x1fff) << 16 | ((unsigned)set & 0xffff));
 #ifdef SYMMEM_DEV_TRAP_ON_TIMEOUT
   __trap();
 #endif
 }
 
+/* Records a failed wait (a timeout) in our region's word 0. */
+static __device__ __forceinline__ void symmem_dev_fail(const symmem_device_view &v, int peer, int set) {
+  symmem_dev_fail_cause(v, SYMMEM_DEV_CAUSE_TIMEOUT, peer, set);
+}
+
+/* Whether a wait on set should give up before its timeout: the abort word
+ * is set (a peer exited: recorded in the flag with this set) or the flag
+ * already records a mismatch. */
+static __device__ __forceinline__ bool symmem_dev_aborted(const symmem_device_view &v, int set) {
+  unsigned int ab = *(volatile unsigned int *)symmem_dev_region(v, v.rank, 1);
+  if (ab != 0) {
+    symmem_dev_fail_cause(v, SYMMEM_DEV_CAUSE_PEER_EXITED, (int)(ab >> 16 & 0x1fff), set);
+    return true;
+  }
+  unsigned int fl = *(volatile unsigned int *)symmem_dev_region(v, v.rank, 0);
+  return (fl >> 29) == (4u | SYMMEM_DEV_CAUSE_MISMATCH);
+}
+
 /* Waits until the word at p has reached expected (wrap-around safe), for at
  * most the view's timeout; on expiry records (peer, set) in the error flag
- * and returns false. Acquire at system scope. */
+ * and returns false; false at once when symmem_dev_aborted. Acquire at
+ * system scope. */
 static __device__ __forceinline__ bool symmem_dev_wait_reached(const symmem_device_view &v, const unsigned int *p,
                                                                unsigned int expected, int peer, int set) {
   if (symmem_dev_reached(symmem_dev_ld_acquire(p), expected))
@@ -275,6 +334,8 @@ static __device__ __forceinline__ bool symmem_dev_wait_reached(const symmem_devi
   unsigned long long limit = v.timeout_ns ? v.timeout_ns : SYMMEM_DEV_DEFAULT_TIMEOUT_NS;
   unsigned long long start = symmem_dev_globaltimer();
   while (!symmem_dev_reached(symmem_dev_ld_acquire(p), expected)) {
+    if (symmem_dev_aborted(v, set))
+      return false;
     if (symmem_dev_globaltimer() - start > limit) {
       symmem_dev_fail(v, peer, set);
       return false;

@@ -39,6 +39,11 @@ out=$(SYMMEM_BACKEND=host "$pre/bin/symmem-info")
 echo "$out" | tail -4
 echo "$out" | grep -q '"version": "'"$(cat VERSION)"'"' || { echo "FAIL: symmem-info shows no version"; exit 1; }
 echo "$out" | grep -q '^self-test: PASS' || { echo "FAIL: symmem-info self-test"; exit 1; }
+# --json is one JSON document and nothing else; --help works; a bad option is refused.
+SYMMEM_BACKEND=host "$pre/bin/symmem-info" --json | python3 -c 'import json, sys; d = json.load(sys.stdin); assert d["version"], d' ||
+  { echo "FAIL: symmem-info --json is not JSON alone"; exit 1; }
+"$pre/bin/symmem-info" --help | grep -q '^usage: symmem-info' || { echo "FAIL: symmem-info --help"; exit 1; }
+if "$pre/bin/symmem-info" --bogus 2>/dev/null; then echo "FAIL: symmem-info accepted --bogus"; exit 1; fi
 
 make --no-print-directory uninstall PREFIX="$pre"
 left=$(find "$pre" \( -type f -o -type l \) ! -path "$pre/app*" ! -path "$pre/cmake*" | head)

@@ -69,5 +69,11 @@ except symmem_build.BuildError as e:
     assert 'needs Go >=' in str(e), e; print('GO=$go:', e)
 else:
     raise SystemExit('expected BuildError for GO=$go')"
+  # make checks first, with the same message (not go.mod's "invalid go version").
+  out=$(MAKEFLAGS= make --no-print-directory GO=$go BUILD="$t/mk" "$t/mk/libsymmem.so.0" 2>&1) && { echo "make built with GO=$go"; exit 1; }
+  case $out in
+    *"building symmem needs Go >="*) echo "make with GO=$go: $out" ;;
+    *) echo "make with GO=$go did not say which Go it needs: $out"; exit 1 ;;
+  esac
 done
 echo "1 passed, 0 failed"

@@ -6,6 +6,8 @@
  *
  *   symmem-info                  report and self-test
  *   symmem-info --no-self-test   report only
+ *   symmem-info --json           the report alone: one JSON document
+ *   symmem-info --help           this usage
  */
 #include <spawn.h>
 #include <stdio.h>
@@ -80,9 +82,34 @@ static int self_test(const char *argv0) {
   return pass ? 0 : 1;
 }
 
+static const char usage[] =
+    "usage: symmem-info [--json | --no-self-test | --help]\n"
+    "  (no option)     what libsymmem finds here (JSON), then a self-test:\n"
+    "                  allocate and free, a 2-process group, rendezvous, barrier\n"
+    "  --json          the report alone, as one JSON document (no self-test)\n"
+    "  --no-self-test  the report, without the self-test\n"
+    "  --help          this text\n"
+    "Exit status: 0, or 1 when the report or the self-test fails, 2 on a bad option.\n";
+
 int main(int argc, char **argv) {
   if (argc == 4 && strcmp(argv[1], "--rank") == 0)
     return run_rank(argv[3], atoi(argv[2]));
+  int report_only = 0;
+  if (argc > 2) {
+    fprintf(stderr, "symmem-info: one option at most\n%s", usage);
+    return 2;
+  }
+  if (argc == 2) {
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+      fputs(usage, stdout);
+      return 0;
+    }
+    if (strcmp(argv[1], "--json") != 0 && strcmp(argv[1], "--no-self-test") != 0) {
+      fprintf(stderr, "symmem-info: unknown option %s\n%s", argv[1], usage);
+      return 2;
+    }
+    report_only = 1;
+  }
   size_t n = symmem_info_json(NULL, 0);
   char *json = malloc(n + 1);
   if (json == NULL || symmem_info_json(json, n + 1) != n) {
@@ -92,7 +119,7 @@ int main(int argc, char **argv) {
   }
   printf("%s\n", json);
   free(json);
-  if (argc == 2 && strcmp(argv[1], "--no-self-test") == 0)
+  if (report_only)
     return 0;
   printf("self-test:\n");
   fflush(stdout);

@@ -39,6 +39,10 @@ type Channel struct {
 	conns []*conn
 	// pids[r] is rank r's process id, as rank 0 saw it at SO_PEERCRED.
 	pids []int32
+	// otherRank0s are the pids of other processes of this job that claimed
+	// rank 0 while we, rank 0, waited for the ranks (admit; openRoot fails
+	// shortly after the first, naming them all).
+	otherRank0s []int32
 	// controlFD is the control page that came with the welcome (made, on
 	// rank 0) when cfg.ControlPage, until NewShmExchange takes it; -1 if
 	// none, with controlErr saying why on rank 0.
@@ -258,6 +262,7 @@ func (ch *Channel) listen(deadline time.Time) (lfd int, ino uint64, err error) {
 	}
 	defer unix.Close(lock)
 	backoff := time.Millisecond
+	asked := int32(-1) // the holder we asked whether it is our rank 0
 	for {
 		if err := flock(lock, unix.LOCK_EX); err != nil {
 			return -1, 0, core.Errorf(core.ErrBackend, "group %q: flock %s: %v", ch.cfg.Name, ch.cfg.lockPath(), err)
@@ -266,6 +271,12 @@ func (ch *Channel) listen(deadline time.Time) (lfd int, ino uint64, err error) {
 		flock(lock, unix.LOCK_UN)
 		if err != nil || lfd >= 0 {
 			return lfd, ino, err
+		}
+		if busyPid != asked {
+			asked = busyPid
+			if err := ch.claimRank0(deadline); err != nil {
+				return -1, 0, err
+			}
 		}
 		if !time.Now().Before(deadline) {
 			return -1, 0, core.Errorf(core.ErrTimeout, "group %q: the socket %s was held for %v by another live group of the same name (pid %d): another job uses this group name, or its rank 0 never completed; use a distinct name or SYMMEM_JOB_TOKEN",
@@ -329,6 +340,44 @@ func (ch *Channel) tryBind() (lfd int, ino uint64, busyPid int32, err error) {
 		return -1, 0, 0, core.Errorf(core.ErrBackend, "group %q: stat %s: %v", ch.cfg.Name, path, err)
 	}
 	return fd, st.Ino, 0, nil
+}
+
+// claimRank0 introduces us as rank 0 to the process that listens on our
+// socket: if it is rank 0 of this job (same name, token and world size), it
+// refuses us as a second rank 0 and fails its own group too (admit), and we
+// return that refusal; any other answer (another job's group, no answer
+// within a second) returns nil and we keep waiting for the name.
+func (ch *Channel) claimRank0(deadline time.Time) error {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	c := &conn{fd: fd, rank: 0}
+	defer c.close()
+	if unix.Connect(fd, &unix.SockaddrUnix{Name: ch.cfg.sockPath()}) != nil {
+		return nil
+	}
+	cred, err := peerCred(fd)
+	if err != nil || cred.Uid != ch.uid {
+		return nil
+	}
+	soon := time.Now().Add(time.Second)
+	if soon.After(deadline) {
+		soon = deadline
+	}
+	me := hello{world: uint32(ch.cfg.World), pid: uint32(os.Getpid()), name: ch.cfg.Name, token: ch.cfg.Token}
+	if c.send(header{kind: kHello, rank: 0}, me.encode(), nil, soon) != nil {
+		return nil
+	}
+	f, err := c.recv(soon)
+	if err != nil {
+		return nil
+	}
+	f.closeFDs()
+	if f.kind == kReject && f.flags&flagRetry == 0 {
+		return &core.Error{Code: f.code, Msg: string(f.payload)}
+	}
+	return nil
 }
 
 // probe tells whether a process listens on path (and which, if it can).
@@ -423,6 +472,7 @@ func (ch *Channel) openRoot(deadline time.Time) (err error) {
 	}()
 	joined := 1
 	rep := core.StartWait(ch.cfg.Name, 0, "connection", deadline)
+	var rank0Since time.Time // when the first other process claimed rank 0
 	for joined < ch.cfg.World {
 		rep.Tick(func() string { return ch.missingConns() })
 		// The poll set: the listener, then pending, then joined ranks (a
@@ -439,7 +489,18 @@ func (ch *Channel) openRoot(deadline time.Time) (err error) {
 				joinedRanks = append(joinedRanks, r)
 			}
 		}
-		n, perr := unix.Poll(pfds, pollTimeout(rep.Wake(deadline)))
+		// Other processes that claim rank 0: fail once every rank has
+		// (everyone was started as rank 0) or shortly after the first.
+		if k := len(ch.otherRank0s); k > 0 && (k >= ch.cfg.World-1 || !time.Now().Before(rank0Since.Add(rank0Grace))) {
+			return core.Errorf(core.ErrMismatch, "%s", ch.rank0Claims())
+		} else if k > 0 && rank0Since.IsZero() {
+			rank0Since = time.Now()
+		}
+		wake := rep.Wake(deadline)
+		if !rank0Since.IsZero() && rank0Since.Add(rank0Grace).Before(wake) {
+			wake = rank0Since.Add(rank0Grace)
+		}
+		n, perr := unix.Poll(pfds, pollTimeout(wake))
 		if perr == unix.EINTR {
 			continue
 		}
@@ -447,7 +508,7 @@ func (ch *Channel) openRoot(deadline time.Time) (err error) {
 			return core.Errorf(core.ErrBackend, "group %q: poll: %v", ch.cfg.Name, perr)
 		}
 		if n == 0 {
-			if time.Now().Before(deadline) {
+			if time.Now().Before(deadline) || len(ch.otherRank0s) > 0 {
 				continue
 			}
 			var missing []int
@@ -596,6 +657,9 @@ func (ch *Channel) admit(c *conn, f *frame, notes *[]string) (ok bool, fatal err
 			ch.cfg.Name, r, c.pid, h.world, os.Getpid(), ch.cfg.World)
 		refuse(core.ErrMismatch, false, "%s", msg)
 		return false, &core.Error{Code: core.ErrMismatch, Msg: msg}
+	case r == 0:
+		ch.otherRank0s = append(ch.otherRank0s, c.pid)
+		return refuse(core.ErrMismatch, false, "%s", ch.rank0Claims())
 	case r <= 0 || r >= ch.cfg.World:
 		return refuse(core.ErrInvalidArgument, false, "group %q: pid %d claims rank %d, out of [1, %d)", ch.cfg.Name, c.pid, r, ch.cfg.World)
 	case ch.conns[r] != nil:
@@ -606,6 +670,28 @@ func (ch *Channel) admit(c *conn, f *frame, notes *[]string) (ok bool, fatal err
 	ch.conns[r] = c
 	ch.pids[r] = c.pid
 	return true, nil
+}
+
+// rank0Grace is how long rank 0 goes on, after another process of its job
+// claimed rank 0, for the others that may claim it too (all processes
+// started as rank 0), before it fails: each is told at once.
+const rank0Grace = 2 * time.Second
+
+// rank0Claims names this process and every other that claimed rank 0.
+func (ch *Channel) rank0Claims() string {
+	pids := fmt.Sprintf("pid %d", os.Getpid())
+	for i, p := range ch.otherRank0s {
+		sep := ", "
+		if i == len(ch.otherRank0s)-1 {
+			sep = " and "
+		}
+		pids += fmt.Sprintf("%spid %d", sep, p)
+	}
+	n := "two"
+	if k := len(ch.otherRank0s) + 1; k > 2 {
+		n = fmt.Sprint(k)
+	}
+	return fmt.Sprintf("group %q: %s processes claim rank 0: %s (were they all started as rank 0? check the rank each one passes)", ch.cfg.Name, n, pids)
 }
 
 // reject answers a connection we refuse (best effort).

@@ -114,11 +114,14 @@ func checkDir(dir string, st *unix.Stat_t, uid uint32) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return core.Errorf(core.ErrPermission, "the socket directory %s is not a directory (a symbolic link or file is refused)", core.Quote(dir))
 	}
+	// The way out is a private folder of our own inside it (made with mode
+	// 0700), never opening up or closing down a shared folder such as /tmp.
+	private := filepath.Join(dir, fmt.Sprintf("symmem-%d", uid))
 	if st.Uid != uid {
-		return core.Errorf(core.ErrPermission, "the socket directory %s is owned by uid %d, not by this process's uid %d; refusing to use it (set SYMMEM_SOCKET_DIR to a private directory)", core.Quote(dir), st.Uid, uid)
+		return core.Errorf(core.ErrPermission, "the socket directory %s is owned by uid %d, not by this process's uid %d; refusing to use it (set SYMMEM_SOCKET_DIR to a private subfolder such as %s, which is made with mode 0700)", core.Quote(dir), st.Uid, uid, core.Quote(private))
 	}
 	if st.Mode&0o077 != 0 {
-		return core.Errorf(core.ErrPermission, "the socket directory %s has mode %04o: group/other permissions are refused, it must be 0700 (chmod 700 it)", core.Quote(dir), st.Mode&0o7777)
+		return core.Errorf(core.ErrPermission, "the socket directory %s has mode %04o: other users could reach it, so it is refused (set SYMMEM_SOCKET_DIR to a private subfolder such as %s, which is made with mode 0700)", core.Quote(dir), st.Mode&0o7777, core.Quote(private))
 	}
 	return nil
 }

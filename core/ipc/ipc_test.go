@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -87,7 +88,10 @@ func TestSocketDirChecks(t *testing.T) {
 		t.Fatalf("mode %v", st.Mode())
 	}
 	os.Chmod(d, 0o750)
-	wantCode(t, PrepareDir(d), core.ErrPermission, "0750")
+	wantCode(t, PrepareDir(d), core.ErrPermission, "0750", fmt.Sprintf("private subfolder such as %s/symmem-%d", d, os.Getuid()))
+	if err := PrepareDir(d); strings.Contains(err.Error(), "chmod") {
+		t.Fatalf("a shared folder such as /tmp must not be chmod-ed: %v", err)
+	}
 	os.Chmod(d, 0o700)
 	// A symbolic link is refused even if it points to a good directory.
 	l := filepath.Join(base, "link")
@@ -338,6 +342,25 @@ func TestDuplicateRankRefused(t *testing.T) {
 	for r := 0; r < 3; r++ {
 		if errs[r] != nil {
 			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+	}
+}
+
+// Both processes started as rank 0 (a forgotten RANK variable): each is
+// told at once that two processes claim rank 0, naming both pids, rather
+// than waiting for a rank that never comes.
+func TestEveryProcessRank0(t *testing.T) {
+	start := time.Now()
+	res := runRanks(t, "join", "allzero", 2, sockDir(t), []rankSpec{{Rank: 0}, {Rank: 0}}, "SYMMEM_IPC_TIMEOUT_MS=20000")
+	for i, r := range res {
+		t.Logf("process %d: code %d: %s", i, r.Code, r.Msg)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %v (the timeout is 20 s)", d)
+	}
+	for i, r := range res {
+		if core.Code(r.Code) != core.ErrMismatch || !regexp.MustCompile(`two processes claim rank 0: pid \d+ and pid \d+`).MatchString(r.Msg) {
+			t.Fatalf("process %d: code %d: %s\n%s", i, r.Code, r.Msg, r.Out)
 		}
 	}
 }

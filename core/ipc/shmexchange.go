@@ -87,10 +87,9 @@ type ShmExchange struct {
 	world int
 	slot  int
 	pids  []int32
-	// pidfds[r] watches rank r (-1 for ourselves, or where pidfd_open is
-	// not available: then kill(pid, 0) decides).
-	pidfds []int
-	spin   time.Duration
+	// live watches the peers' processes (Note [Dead peers]).
+	live *Liveness
+	spin time.Duration
 	// cancelled is set by Cancel; genWord is the address of the page's
 	// futex word, for Cancel's wake-up (a system call on an address is
 	// harmless even after the page is unmapped).
@@ -325,22 +324,9 @@ func (x *ShmExchange) checkHeader() error {
 	return nil
 }
 
-func (x *ShmExchange) openPidfds() error {
-	x.pidfds = make([]int, x.world)
-	for r := range x.pidfds {
-		x.pidfds[r] = -1
-		if r == x.rank || x.pids[r] <= 0 {
-			continue
-		}
-		fd, err := unix.PidfdOpen(int(x.pids[r]), 0)
-		if err == unix.ESRCH {
-			return core.Errorf(core.ErrPeer, "group %q: %s exited while the group was made", x.name, x.who(r))
-		}
-		if err == nil {
-			x.pidfds[r] = fd
-		}
-	}
-	return nil
+func (x *ShmExchange) openPidfds() (err error) {
+	x.live, err = NewLiveness(x.name, x.rank, x.pids)
+	return err
 }
 
 func (x *ShmExchange) who(r int) string {
@@ -501,8 +487,8 @@ func (x *ShmExchange) waitAll(n uint64, deadline time.Time, timeout time.Duratio
 			return err
 		}
 		for _, r := range x.missing(n) {
-			if x.gone(r) {
-				return x.abort(core.Errorf(core.ErrPeer, "group %q: %s exited or failed during all-gather #%d (control page)", x.name, x.who(r), n))
+			if x.live.Gone(r) {
+				return x.abort(x.live.Exited(r, fmt.Sprintf("all-gather #%d (control page)", n)))
 			}
 		}
 		left := time.Until(deadline)
@@ -528,19 +514,6 @@ func (x *ShmExchange) waitAll(n uint64, deadline time.Time, timeout time.Duratio
 		}
 		x.sleepers().Add(^uint32(0))
 	}
-}
-
-// gone reports whether rank r's process has exited.
-func (x *ShmExchange) gone(r int) bool {
-	if fd := x.pidfds[r]; fd >= 0 {
-		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(p, 0)
-		return err == nil && n > 0
-	}
-	if x.pids[r] <= 0 {
-		return false
-	}
-	return unix.Kill(int(x.pids[r]), 0) == unix.ESRCH
 }
 
 // abort records err as the group's verdict unless another rank's came
@@ -619,12 +592,7 @@ func (x *ShmExchange) release() {
 		unix.Munmap(x.page)
 	}
 	x.page = nil
-	for i, fd := range x.pidfds {
-		if fd >= 0 {
-			unix.Close(fd)
-			x.pidfds[i] = -1
-		}
-	}
+	x.live.Close()
 }
 
 // FUTEX_WAIT and FUTEX_WAKE of linux/futex.h (x/sys/unix has the syscall

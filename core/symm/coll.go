@@ -22,9 +22,16 @@ import (
 // states the same layout (SYMMEM_DEV_*; TestDeviceHeaderConstants checks that
 // both agree). In 32-bit words from the region's start:
 //
-//	word 0                  the error flag: 0, or the first failed wait of a
-//	                        kernel: 0x80000000 | peer<<16 | set
-//	words 1..15             reserved (zero)
+//	word 0                  the error flag: 0, or the first failure of a
+//	                        kernel: 0x80000000 | cause<<29 | peer<<16 | set,
+//	                        cause 0 a wait timed out, 1 the peer's
+//	                        collective arguments differ (Note [Collective
+//	                        agreement]), 2 the peer's process exited
+//	word 1                  the abort word: 0, or 0x80000000 | 2<<29 |
+//	                        peer<<16 written by the host when it sees
+//	                        rank peer's process exit (Note [Dead peers]);
+//	                        waiting kernels give up when they see it
+//	words 2..15             reserved (zero)
 //	set s, s in [0, 512)    2*world words at 16 + s*2*world:
 //	                        arrivals[w]: how many times rank w has arrived at
 //	                                     this set's barrier in our pad (only w
@@ -37,6 +44,13 @@ import (
 // [0, CollChannels)), kernel block b (in [0, collMaxBlocks)) uses set
 // c*collMaxBlocks + b. Sets [256, 512) are users' device barriers
 // (symmem_dev_barrier_* of the device header take a set in [0, 256)).
+//
+// After the sets, at the first 8-byte aligned address, the argument slots
+// of the library's sets: for set s in [0, 256) and sender w, 16 bytes at
+// 16*(s*world + w): a 64-bit word arrival<<32 | digest (what rank w
+// published with its arrival number at set s's opening barrier of a
+// collective), then a 64-bit word of the packed arguments (written by the
+// host backend only; Note [Collective agreement]).
 //
 // A barrier on set s: add 1 to arrivals[me] of s in every peer's region,
 // then for each peer p wait until arrivals[p] in ours has reached seen[p]+1
@@ -57,9 +71,32 @@ const (
 	collMaxBlocks = 64
 )
 
-// deviceRegionBytes is the size of the library's region of a pad.
+// deviceRegionBytes is the size of the library's region of a pad: the
+// words, up to 4 bytes of alignment, the argument slots.
 func deviceRegionBytes(world int) uintptr {
-	return uintptr(4 * (devRegionHeaderWords + devSets*2*world))
+	return uintptr(4*(devRegionHeaderWords+devSets*2*world) + 8 + 16*libSets*world)
+}
+
+// libSets is the number of the library's sets (CollChannels*collMaxBlocks).
+const libSets = CollChannels * collMaxBlocks
+
+// Error flag causes (word 0 of the region, Note [Pad partition]).
+const (
+	devFlagFailed      = 0x80000000
+	devCauseTimeout    = 0
+	devCauseMismatch   = 1
+	devCausePeerExited = 2
+)
+
+func devFlag(cause, peer, set int) uint32 {
+	return devFlagFailed | uint32(cause)<<29 | uint32(peer&0x1fff)<<16 | uint32(set&0xffff)
+}
+
+// argSlot is the address of the argument slot (set, sender) in rank r's
+// region (Note [Pad partition]).
+func (h *Handle) argSlot(r, set, sender int) uintptr {
+	words := h.padPtrs[r] + h.padSize + uintptr(4*(devRegionHeaderWords+devSets*2*h.world))
+	return (words+7)&^7 + uintptr(16*(set*h.world+sender))
 }
 
 // regionWord is the address of word i of rank r's device region.
@@ -146,6 +183,81 @@ func (h *Handle) setWord(r, set, i int) *uint32 {
 // From W = 3 on one-shot reads (W-1)*n against two-shot's 2*(W-1)*n/W <=
 // 4/3*n: one-shot only for small messages (latency: one phase), two-shot
 // above OneShotMaxBytes.
+
+// Note [Collective agreement]
+//
+// Ranks that pass different arguments to one collective would read and
+// write past each other (different counts, element types, reductions or
+// phase counts), so every rank compares every peer's arguments with its
+// own before any data moves, with no host round trip: at the opening
+// barrier of a call (block b's set on the GPU, the channel's first set on
+// the host), each rank stores into each peer p's argument slot (set, me)
+// the word arrival<<32 | digest, where arrival is the number of the arrival
+// it is about to make at p (seen[p]+1 of its own region: barriers are
+// balanced, so that is also the count p waits for) and digest a 32-bit hash
+// of the packed arguments (argsWord: kind, dtype, op, resolved algorithm,
+// count; op is 0 for all_gather, which has none), then arrives. After its
+// wait for p, a rank reads the slot (set, p) of its own region until its
+// arrival half is the one it waited for (the slot and the arrival are
+// separate stores, which a kernel does not order without a system-scope
+// fence; the tag makes a stale slot visible instead), and compares digests.
+// A difference fails the call on every rank before the work (if not all
+// ranks agree, each rank differs from at least one peer): the host backend
+// returns ErrMismatch naming every rank's arguments (it also stores the
+// packed arguments in the slot's second word, its atomics order both
+// stores before the arrival, and one more barrier keeps the slots until
+// every rank has read them); a kernel records devCauseMismatch with the
+// peer in the error flag and returns with out untouched. A kernel that
+// finds a tag past the arrival it waited for knows that the peer has
+// already failed this call and moved on: a mismatch too. Blocks that a
+// rank launched and a peer did not (the grid follows the count) find no
+// arrival: they give up as soon as the flag of their own rank holds a
+// mismatch (or the abort word is set), not at the timeout.
+//
+// Cost: on the host, two atomic stores per peer and two loads; on the GPU,
+// per block and peer one more 8-byte relaxed store into the peer (issued
+// with the arrival, no fence) and one local load after the wait, which the
+// peer's store has normally reached with its arrival: no extra round trip.
+// The digest is 32 bits: two different argument sets collide with
+// probability 2^-32 on the GPU (the host backend compares the packed
+// arguments exactly).
+
+// argsWord packs what all ranks of a collective must agree on (Note
+// [Collective agreement]); algo is the kernel's: 1 one-shot, 2 two-shot
+// push, 3 two-shot pull. count < 2^56 (it fits in a buffer).
+func argsWord(c *core.Collective) uint64 {
+	algo := uint64(c.Algo)
+	if c.Algo == core.AlgoTwoShot && c.Pull {
+		algo = 3
+	}
+	op := uint64(c.Op)
+	if c.Kind == core.AllGather {
+		op = 0
+	}
+	return uint64(c.Count)&(1<<56-1) | uint64(c.Kind)&3<<56 | uint64(c.DType)&3<<58 | op&3<<60 | algo&3<<62
+}
+
+// argsDigest is the 32-bit digest of argsWord (a splitmix64 finalizer).
+func argsDigest(w uint64) uint32 {
+	w ^= w >> 30
+	w *= 0xbf58476d1ce4e5b9
+	w ^= w >> 27
+	w *= 0x94d049bb133111eb
+	w ^= w >> 31
+	return uint32(w >> 32)
+}
+
+// argsText names packed arguments as a call would: all_reduce(float32,
+// sum, count 1024, one_shot).
+func argsText(w uint64) string {
+	kind, dt, op, algo := core.CollKind(w>>56&3), core.DType(w>>58&3), core.ReduceOp(w>>60&3), w>>62
+	count := w & (1<<56 - 1)
+	algos := [...]string{"algo 0", "one_shot", "two_shot", "two_shot (pull)"}
+	if kind == core.AllGather {
+		return fmt.Sprintf("%s(%s, count %d)", kind, dt, count)
+	}
+	return fmt.Sprintf("%s(%s, %s, count %d, %s)", kind, dt, op, count, algos[algo])
+}
 
 // autoAllReduce is AlgoAuto resolved for world ranks and n bytes of input;
 // outInBlock says whether out lies inside the rendezvoused block at one
@@ -295,9 +407,30 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 	pull := algo == core.AlgoTwoShot && inBytes >= TwoShotPullMinBytes
 	_, bufs := h.BufferPtrs() // device arrays (the host ones on the host backend)
 	_, pads := h.SignalPadPtrs()
-	return &core.Collective{Kind: a.Kind, DType: a.DType, Op: a.Op, Algo: algo, Pull: pull, Count: a.Count, Rank: h.rank, World: h.world,
+	c := &core.Collective{Kind: a.Kind, DType: a.DType, Op: a.Op, Algo: algo, Pull: pull, Count: a.Count, Rank: h.rank, World: h.world,
 		Buffers: bufs, Pads: pads, PadSize: h.padSize, InOffset: h.offset, Out: out, OutOffset: outOff,
-		Channel: a.Channel, TimeoutNs: uint64(h.timeout.Nanoseconds())}, nil
+		Channel: a.Channel, TimeoutNs: uint64(h.timeout.Nanoseconds())}
+	c.Digest = argsDigest(argsWord(c))
+	return c, nil
+}
+
+// DeviceErrorText says what a device error flag records: nil for 0 and
+// for a timeout (the flag itself names the peer and set), ErrMismatch for a
+// peer's different collective arguments, ErrPeer for a peer's exit.
+func (h *Handle) DeviceErrorText(v uint32) error {
+	if v&devFlagFailed == 0 {
+		return nil
+	}
+	peer, set := int(v>>16&0x1fff), int(v&0xffff)
+	switch v >> 29 & 3 {
+	case devCauseMismatch:
+		return core.Errorf(core.ErrMismatch, "group %q: rank %d: the device error flag %#x says that rank %d called a collective with other arguments than this rank (kernel block %d of collective channel %d; no data moved); the group's device barriers are no longer balanced: use another group",
+			h.name, h.rank, v, peer, set%collMaxBlocks, set/collMaxBlocks)
+	case devCausePeerExited:
+		return core.Errorf(core.ErrPeer, "group %q: rank %d: the device error flag %#x says that rank %d's process exited while a kernel waited for it (device set %d)",
+			h.name, h.rank, v, peer, set)
+	}
+	return nil
 }
 
 // DeviceError is word 0 of this rank's device region: 0, or what the first
@@ -331,6 +464,7 @@ func (h *Handle) hostBarrier(set int, deadline time.Time) error {
 		n := atomic.LoadUint32(seen) + 1
 		arr := h.setWord(me, set, p)
 		sleep := time.Microsecond
+		var checked time.Time
 		for k := 0; !core.Reached(atomic.LoadUint32(arr), n); k++ {
 			switch {
 			case k < 200:
@@ -342,10 +476,15 @@ func (h *Handle) hostBarrier(set int, deadline time.Time) error {
 					return h.releasedDuring(fmt.Sprintf("a collective's barrier (device set %d)", set))
 				default:
 				}
-				if !time.Now().Before(deadline) {
-					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, 0x80000000|uint32(p)<<16|uint32(set))
+				now := time.Now()
+				if !now.Before(deadline) {
+					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCauseTimeout, p, set))
 					return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v in a collective's barrier (device set %d): rank %d never arrived",
 						h.name, me, h.timeout, set, p)
+				}
+				if h.peerExited(p, now, &checked) && !core.Reached(atomic.LoadUint32(arr), n) {
+					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCausePeerExited, p, set))
+					return h.gm.live.Exited(p, fmt.Sprintf("rank %d's collective (device set %d)", me, set))
 				}
 				core.Nap(sleep)
 				if sleep < 100*time.Microsecond {
@@ -356,6 +495,36 @@ func (h *Handle) hostBarrier(set int, deadline time.Time) error {
 		atomic.StoreUint32(seen, n)
 	}
 	return nil
+}
+
+// checkAgreement compares the arguments every peer published at the
+// opening barrier on set with ours (Note [Collective agreement]); on a
+// difference the error names every rank's arguments, the same on every rank,
+// and peer is the first that differs.
+func (h *Handle) checkAgreement(set int, args uint64, digest uint32) (peer int, err error) {
+	me, w := h.rank, h.world
+	all := make([]uint64, w)
+	all[me] = args
+	differ := -1
+	for p := 0; p < w; p++ {
+		if p == me {
+			continue
+		}
+		slot := h.argSlot(me, set, p)
+		tagged := atomic.LoadUint64((*uint64)(ptrAt(slot)))
+		all[p] = atomic.LoadUint64((*uint64)(ptrAt(slot + 8)))
+		if tagged>>32 != uint64(atomic.LoadUint32(h.setWord(me, set, w+p))) {
+			return p, core.Errorf(core.ErrPeer, "group %q: rank %d published no collective arguments with its arrival (device set %d)", h.name, p, set)
+		}
+		if differ < 0 && (uint32(tagged) != digest || all[p] != args) {
+			differ = p
+		}
+	}
+	if differ < 0 {
+		return -1, nil
+	}
+	return differ, core.Errorf(core.ErrMismatch, "group %q: rank %d: the ranks called different collectives (nothing was moved): %s",
+		h.name, me, byValue(w, func(r int) string { return argsText(all[r]) }))
 }
 
 // bytesAt views n bytes at addr.
@@ -376,7 +545,25 @@ func (h *Handle) runHost(c *core.Collective) error {
 	es := c.DType.Size()
 	me, w := h.rank, h.world
 	input := func(r int) uintptr { return h.bufPtrs[r] + c.InOffset }
+	args := argsWord(c)
+	for i := 1; i < w; i++ { // Note [Collective agreement]
+		p := (me + i) % w
+		n := atomic.LoadUint32(h.setWord(me, set, w+p)) + 1
+		slot := h.argSlot(p, set, me)
+		atomic.StoreUint64((*uint64)(ptrAt(slot+8)), args)
+		atomic.StoreUint64((*uint64)(ptrAt(slot)), uint64(n)<<32|uint64(c.Digest))
+	}
 	if err := h.hostBarrier(set, deadline); err != nil {
+		return err
+	}
+	if peer, err := h.checkAgreement(set, args, c.Digest); err != nil {
+		atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCauseMismatch, peer, set))
+		// Every rank sees a difference when not all agree; one more
+		// barrier keeps the slots until all have read them, and the
+		// counts balanced for the next call.
+		if berr := h.hostBarrier(set, deadline); berr != nil {
+			return berr
+		}
 		return err
 	}
 	var store func()

@@ -2,10 +2,14 @@ package symm
 
 import (
 	"fmt"
+	"go/constant"
+	"go/token"
+	"go/types"
 	"math"
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,6 +41,95 @@ func TestProcessesCollectives(t *testing.T) {
 
 func TestProcessesCollectivesBadInput(t *testing.T) {
 	allOK(t, runProcs(t, "coll-bad", 2, 60*time.Second, 0))
+}
+
+// Note [Collective agreement]: every kind of difference fails every rank
+// with ErrMismatch naming every rank's call, leaves the output untouched,
+// and leaves the group usable (a matching call then succeeds).
+func TestProcessesCollectivesMismatch(t *testing.T) {
+	for _, world := range []int{2, 4} {
+		t.Run(fmt.Sprint(world), func(t *testing.T) {
+			allOK(t, runProcs(t, "coll-mismatch", world, 60*time.Second, 0))
+		})
+	}
+}
+
+// mismatchCases: what the last rank passes instead of the others' call
+// (all_reduce float32 sum, 256 elements, one-shot, into local memory),
+// and what the message must say of it.
+var mismatchCases = []struct {
+	what   string
+	mod    func(a *CollArgs)
+	theirs string
+}{
+	{"count", func(a *CollArgs) { a.Count = 128 }, "all_reduce(float32, sum, count 128, one_shot)"},
+	{"dtype", func(a *CollArgs) { a.DType = core.Int32 }, "all_reduce(int32, sum, count 256, one_shot)"},
+	{"op", func(a *CollArgs) { a.Op = core.OpMax }, "all_reduce(float32, max, count 256, one_shot)"},
+	{"kind", func(a *CollArgs) { a.Kind = core.AllGather }, "all_gather(float32, count 256)"},
+	{"algo", func(a *CollArgs) { a.Algo = core.AlgoTwoShot; a.Out = 0 }, "all_reduce(float32, sum, count 256, two_shot)"},
+}
+
+func scCollMismatch(e *rankEnv, a *core.Allocator) error {
+	const size = 64 << 10
+	h, done, err := joinRendezvous(e, a, size)
+	if err != nil {
+		return err
+	}
+	defer done()
+	local, err := a.Alloc(size, 0)
+	if err != nil {
+		return err
+	}
+	last := e.world - 1
+	others := "ranks " + ranksText(func() []int {
+		r := make([]int, last)
+		for i := range r {
+			r[i] = i
+		}
+		return r
+	}())
+	if last == 1 {
+		others = "rank 0"
+	}
+	for _, m := range mismatchCases {
+		args := CollArgs{Kind: core.AllReduce, DType: core.Float32, Op: core.OpSum, Algo: core.AlgoOneShot, Count: 256, Out: local}
+		if e.rank == last {
+			m.mod(&args)
+		}
+		// A marker in out and in the input: nothing may be moved.
+		in := h.bufPtrs[e.rank] + h.offset
+		for i := uintptr(0); i < size/4; i += 4 {
+			*(*uint32)(ptrAt(local + i)) = 0xdeadbeef
+		}
+		for i := uintptr(0); i < 1024; i += 4 {
+			*(*uint32)(ptrAt(in + i)) = uint32(e.rank + 1)
+		}
+		err := h.Collective(args)
+		if core.CodeOf(err) != core.ErrMismatch {
+			return fmt.Errorf("%s: got %v, want MISMATCH", m.what, err)
+		}
+		want := []string{others + ": all_reduce(float32, sum, count 256, one_shot)", fmt.Sprintf("rank %d: %s", last, m.theirs)}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				return fmt.Errorf("%s: message %q lacks %q", m.what, err, w)
+			}
+		}
+		for i := uintptr(0); i < size/4; i += 4 {
+			if v := *(*uint32)(ptrAt(local + i)); v != 0xdeadbeef {
+				return fmt.Errorf("%s: out byte %d changed to %#x", m.what, i, v)
+			}
+		}
+		for i := uintptr(0); i < 1024; i += 4 {
+			if v := *(*uint32)(ptrAt(in + i)); v != uint32(e.rank+1) {
+				return fmt.Errorf("%s: input byte %d changed to %#x", m.what, i, v)
+			}
+		}
+		// The group is still balanced: a matching call works.
+		if err := runCase(h, collCase{core.AllReduce, core.Float32, core.OpSum, core.AlgoAuto, 100, "local"}, local, size/2, 1); err != nil {
+			return fmt.Errorf("after the %s mismatch: %w", m.what, err)
+		}
+	}
+	return nil
 }
 
 // Two groups at once (concurrent goroutines), and pair subgroups beside
@@ -440,7 +533,8 @@ func TestDeviceHeaderConstants(t *testing.T) {
 	for name, want := range map[string]int{
 		"SYMMEM_DEV_HEADER_WORDS": devRegionHeaderWords, "SYMMEM_DEV_SETS": devSets,
 		"SYMMEM_DEV_LIBRARY_SETS": CollChannels * collMaxBlocks, "SYMMEM_DEV_COLL_CHANNELS": CollChannels,
-		"SYMMEM_DEV_COLL_MAX_BLOCKS": collMaxBlocks,
+		"SYMMEM_DEV_COLL_MAX_BLOCKS": collMaxBlocks, "SYMMEM_DEV_CAUSE_TIMEOUT": devCauseTimeout,
+		"SYMMEM_DEV_CAUSE_MISMATCH": devCauseMismatch, "SYMMEM_DEV_CAUSE_PEER_EXITED": devCausePeerExited,
 	} {
 		m := regexp.MustCompile(`#define ` + name + ` (\d+)`).FindSubmatch(src)
 		if m == nil {
@@ -450,6 +544,23 @@ func TestDeviceHeaderConstants(t *testing.T) {
 		if got, _ := strconv.Atoi(string(m[1])); got != want {
 			t.Errorf("%s = %d in the header, %d in Go", name, got, want)
 		}
+	}
+}
+
+// SYMMEM_DEV_REGION_BYTES(world) of the header, evaluated as Go constant
+// arithmetic, is deviceRegionBytes(world).
+func TestDeviceHeaderRegionBytes(t *testing.T) {
+	src, err := os.ReadFile("../../include/symmem_device.cuh")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?s)#define SYMMEM_DEV_REGION_BYTES\(world\)(.*?[^\\])\n`).FindSubmatch(src)
+	require.NotNil(t, m, "SYMMEM_DEV_REGION_BYTES(world) is not defined")
+	body := strings.NewReplacer("\\\n", " ", "ull", "", "SYMMEM_DEV_HEADER_WORDS", fmt.Sprint(devRegionHeaderWords),
+		"SYMMEM_DEV_SETS", fmt.Sprint(devSets), "SYMMEM_DEV_LIBRARY_SETS", fmt.Sprint(libSets)).Replace(string(m[1]))
+	for _, world := range []int{1, 2, 3, 8} {
+		tv, err := types.Eval(token.NewFileSet(), nil, token.NoPos, strings.ReplaceAll(body, "(world)", fmt.Sprint(world)))
+		require.NoError(t, err, body)
+		got, _ := constant.Uint64Val(tv.Value)
+		require.Equal(t, uint64(deviceRegionBytes(world)), got, "world %d: %s", world, body)
 	}
 }
 

@@ -211,7 +211,11 @@ func newGroup(o Options, rt *core.Runtime, alloc *core.Allocator) (*Group, error
 	}
 	g.gm = &groupMem{be: g.be, device: o.Device, gran: gran, name: o.Name, rank: o.Rank, world: o.World,
 		timeout: o.Timeout, refs: 1, maps: map[mapKey]*peerMap{}}
+	if localErr == nil {
+		g.gm.live, localErr = ipc.NewLiveness(o.Name, o.Rank, ch.Pids())
+	}
 	if err := g.exchangePads(localErr, tr); err != nil {
+		g.gm.live.Close()
 		g.closeChannels()
 		return nil, err
 	}
@@ -405,6 +409,7 @@ func (g *Group) exchangePads(localErr error, tr *phaseTrace) error {
 		return err
 	}
 	gm.pads.ready = true
+	gm.watchPeers(gm.pads.addr[gm.rank] + gm.pads.size)
 	return nil
 }
 

@@ -55,8 +55,12 @@ func scReleaseDuringWait(e *rankEnv, a *core.Allocator) error {
 	if err := g.Destroy(); err != nil {
 		return err
 	}
-	if e.rank != 0 { // rank 1 leaves at once; rank 0 keeps its mappings
-		return h.Release()
+	if e.rank != 0 { // rank 1 releases at once; rank 0 keeps its mappings
+		err := h.Release()
+		// Alive while rank 0's waits are cut short by its Release (a
+		// process that exits would fail them first: Note [Dead peers]).
+		time.Sleep(3 * time.Second)
+		return err
 	}
 	waitErr := make(chan error, 2)
 	go func() { waitErr <- h.WaitSignal(1, 0, 0, 60*time.Second) }()

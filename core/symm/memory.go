@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/ipc"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,6 +21,12 @@ type groupMem struct {
 	rank    int
 	world   int
 	timeout time.Duration // the group's: bounds memsets and copies (memsetZero, copyOut)
+	// live watches the peers' processes for the waits on the pads (Note
+	// [Dead peers] in core/ipc); closed with the memory.
+	live *ipc.Liveness
+	// watch writes the abort word of our device region when a peer exits
+	// (cuda; deadpeer.go); nil on the host backend.
+	watch *peerWatch
 
 	mu sync.Mutex
 	// refs = (1 while the group is not destroyed) + (live handles). The
@@ -301,6 +308,7 @@ func (gm *groupMem) unrefLocked() error {
 	if gm.refs > 0 {
 		return nil
 	}
+	gm.stopWatch()
 	return gm.syncThen("the group's memory (signal pads, peer mappings, pointer arrays)", func() error {
 		var errs []error
 		for k, m := range gm.maps { // none should remain: handles hold them
@@ -308,6 +316,7 @@ func (gm *groupMem) unrefLocked() error {
 			delete(gm.maps, k)
 		}
 		errs = append(errs, gm.dropPadsLocked())
+		gm.live.Close()
 		if gm.host != nil {
 			errs = append(errs, gm.host.close())
 			gm.host = nil
@@ -322,6 +331,7 @@ func (gm *groupMem) unrefLocked() error {
 // is leaked, and with it the pad that holds its slots. The device is
 // synchronised or unused (mu held).
 func (gm *groupMem) dropPadsLocked() error {
+	gm.stopWatch()
 	var errs []error
 	padTainted := gm.dev != nil && gm.dev.tainted && gm.dev.seeded
 	if gm.dev != nil {

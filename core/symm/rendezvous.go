@@ -178,6 +178,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	gm.mu.Lock()
 	if needPads {
 		gm.pads.ready = true
+		gm.watchPeers(gm.pads.addr[gm.rank] + gm.pads.size)
 	}
 	h.padSize, h.sig = gm.pads.size, gm.pads.sig
 	for p := 0; p < world; p++ {

@@ -153,6 +153,8 @@ func runScenario(sc string, e *rankEnv) error {
 		return scCollBad(e, a)
 	case "coll-groups":
 		return scCollGroups(e, a)
+	case "coll-mismatch":
+		return scCollMismatch(e, a)
 	}
 	if f, ok := moreScenarios[sc]; ok {
 		return f(e, a)

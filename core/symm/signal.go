@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/ipc"
 )
 
 // Note [Signals]
@@ -131,6 +132,8 @@ func (h *Handle) WaitSignal(src, channel int, s core.Stream, timeout time.Durati
 	switch h.waitHost(src, channel, time.Now().Add(timeout)) {
 	case waitReleased:
 		return h.releasedDuring(fmt.Sprintf("a wait for rank %d's signal on channel %d", src, channel))
+	case waitPeerExited:
+		return h.gm.live.Exited(src, fmt.Sprintf("rank %d's wait for its signal on channel %d", h.rank, channel))
 	case waitTimedOut:
 		return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v waiting for rank %d's signal on channel %d",
 			h.name, h.rank, timeout, src, channel)
@@ -182,14 +185,15 @@ func (h *Handle) putHost(dst, channel int) {
 type waitOutcome int
 
 const (
-	waitReached  waitOutcome = iota
-	waitTimedOut             // the deadline passed
-	waitReleased             // the handle was released meanwhile (Note [Calls in flight])
+	waitReached    waitOutcome = iota
+	waitTimedOut               // the deadline passed
+	waitReleased               // the handle was released meanwhile (Note [Calls in flight])
+	waitPeerExited             // the peer's process exited (Note [Dead peers] in core/ipc)
 )
 
 // waitHost takes the next number for (src, channel) and polls src's count in
-// our pad until it reaches that number, the deadline passes or the handle is
-// released; unless reached, it gives the number back.
+// our pad until it reaches that number, the deadline passes, src's process
+// exits or the handle is released; unless reached, it gives the number back.
 func (h *Handle) waitHost(src, channel int, deadline time.Time) waitOutcome {
 	c := h.sig
 	seen := &c.seen[c.index(src, channel)]
@@ -197,6 +201,7 @@ func (h *Handle) waitHost(src, channel int, deadline time.Time) waitOutcome {
 	word := (*uint32)(ptrAt(h.slot(h.rank, src, channel)))
 	sleep := time.Microsecond
 	var rep *core.WaitReport // made when the wait becomes long (not on the fast path)
+	var checked time.Time    // when src's process was last checked
 	for i := 0; ; i++ {
 		if core.Reached(atomic.LoadUint32(word), n) {
 			return waitReached
@@ -212,9 +217,14 @@ func (h *Handle) waitHost(src, channel int, deadline time.Time) waitOutcome {
 				return waitReleased
 			default:
 			}
-			if !time.Now().Before(deadline) {
+			now := time.Now()
+			if !now.Before(deadline) {
 				atomic.AddUint32(seen, ^uint32(0))
 				return waitTimedOut
+			}
+			if h.peerExited(src, now, &checked) && !core.Reached(atomic.LoadUint32(word), n) {
+				atomic.AddUint32(seen, ^uint32(0))
+				return waitPeerExited
 			}
 			if i == 300 {
 				rep = core.StartWait(h.name, h.rank, fmt.Sprintf("signal %d on channel %d", n, channel), deadline)
@@ -226,6 +236,18 @@ func (h *Handle) waitHost(src, channel int, deadline time.Time) waitOutcome {
 			}
 		}
 	}
+}
+
+// peerExited reports whether rank r's process has exited, checking at most
+// every ipc.LivenessCheckEvery (checked is when it last did; Note [Dead
+// peers] in core/ipc). Callers read the awaited count once more after a
+// true, so that a peer that arrived and then exited is not reported.
+func (h *Handle) peerExited(r int, now time.Time, checked *time.Time) bool {
+	if now.Sub(*checked) < ipc.LivenessCheckEvery {
+		return false
+	}
+	*checked = now
+	return h.gm.live.Gone(r)
 }
 
 // releasedDuring is the error of a wait cut short by Release.
@@ -313,6 +335,8 @@ func (h *Handle) hostStep(channel int, dsts, srcs []int, deadline time.Time, tim
 		switch h.waitHost(src, channel, deadline) {
 		case waitReleased:
 			return h.releasedDuring(fmt.Sprintf("a barrier on channel %d", channel))
+		case waitPeerExited:
+			return h.gm.live.Exited(src, fmt.Sprintf("rank %d's barrier on channel %d", h.rank, channel))
 		case waitTimedOut:
 			late = append(late, src)
 		}

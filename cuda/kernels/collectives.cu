@@ -6,7 +6,8 @@
  * the host backend computes exactly the same results.
  *
  * One kernel per call, whatever the phase count: a block barrier with the
- * peers' same-index blocks (the inputs are ready), the work, spread over
+ * peers' same-index blocks (the inputs are ready; it also compares the
+ * call's arguments with the peers', symmem_coll_open), the work, spread over
  * the whole grid with 16-byte loads and stores (two-shot pull: its two
  * phases with a block barrier between them), a block barrier again (every
  * peer is done reading our memory; two-shot push: its stores into peers
@@ -38,9 +39,11 @@ struct symmem_coll_params {
   int algo;                      /* 76: 1 one-shot, 2 two-shot (push), 3 two-shot (pull) */
   int op;                        /* 80: 0 sum, 1 max, 2 min (the kernel's own; checked by the host) */
   int set_base;                  /* 84: the channel's first device set */
+  unsigned int digest;           /* 88: digest of the call's arguments (Note [Collective agreement]) */
+  int reserved;                  /* 92 */
 };
 static_assert(sizeof(symmem_device_view) == 40, "symmem_device_view layout");
-static_assert(sizeof(symmem_coll_params) == 88, "symmem_coll_params layout");
+static_assert(sizeof(symmem_coll_params) == 96, "symmem_coll_params layout");
 
 #define SYMMEM_COLL_THREADS 512
 /* Vectors per thread in flight in the reduction loops. */
@@ -73,6 +76,52 @@ static __device__ __forceinline__ bool symmem_coll_barrier(const symmem_device_v
     else
       asm volatile("red.relaxed.sys.global.add.u32 [%0], %1;" ::"l"(arrivals), "r"(1u) : "memory");
     ok = symmem_dev_wait(v, p, set);
+  }
+  return __syncthreads_and(ok);
+}
+
+/* The opening barrier of a collective, which also compares the call's
+ * arguments with every peer's (core/symm/coll.go, Note [Collective
+ * agreement]): thread p stores arrival << 32 | digest into peer p's argument
+ * slot (set, rank), where arrival is the number of the arrival it then makes
+ * (relaxed, as symmem_coll_barrier's unpublishing signal), waits for p's
+ * arrival, then reads p's slot in our region until it carries that arrival
+ * number (the two stores of p are not ordered: the tag shows a stale slot)
+ * and compares digests. A tag past the arrival means p already failed this
+ * call and moved on. A difference records SYMMEM_DEV_CAUSE_MISMATCH with p;
+ * false in every thread then, before any data moved. */
+static __device__ __forceinline__ bool symmem_coll_open(const symmem_device_view &v, int set, unsigned int digest) {
+  __syncthreads();
+  bool ok = true;
+  int p = threadIdx.x;
+  if (p < v.world && p != v.rank) {
+    const unsigned int n = *(volatile unsigned int *)symmem_dev_set_word(v, v.rank, set, v.world + p) + 1;
+    const unsigned long long mine = (unsigned long long)n << 32 | digest;
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(symmem_dev_arg_slot(v, p, set, v.rank)), "l"(mine)
+                 : "memory");
+    asm volatile("red.relaxed.sys.global.add.u32 [%0], %1;" ::"l"(symmem_dev_set_word(v, p, set, v.rank)), "r"(1u)
+                 : "memory");
+    ok = symmem_dev_wait(v, p, set);
+    if (ok) {
+      const unsigned long long *slot = symmem_dev_arg_slot(v, v.rank, set, p);
+      unsigned long long limit = v.timeout_ns ? v.timeout_ns : SYMMEM_DEV_DEFAULT_TIMEOUT_NS;
+      unsigned long long start = symmem_dev_globaltimer();
+      unsigned long long theirs;
+      for (;;) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(theirs) : "l"(slot) : "memory");
+        if (symmem_dev_reached((unsigned int)(theirs >> 32), n))
+          break;
+        if (symmem_dev_aborted(v, set) || symmem_dev_globaltimer() - start > limit) {
+          symmem_dev_fail(v, p, set);
+          ok = false;
+          break;
+        }
+      }
+      if (ok && theirs != mine) {
+        symmem_dev_fail_cause(v, SYMMEM_DEV_CAUSE_MISMATCH, p, set);
+        ok = false;
+      }
+    }
   }
   return __syncthreads_and(ok);
 }
@@ -314,7 +363,7 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
   symmem_vec16 r;
   typename T::acc_t tail[T::E];
 
-  if (!symmem_coll_barrier(v, set, false))
+  if (!symmem_coll_open(v, set, p.digest))
     return;
   if (in_place_one_shot) {
     /* Every rank reads our input: each round reads SYMMEM_COLL_INPLACE_UNROLL
@@ -441,7 +490,7 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gat
   const int set = p.set_base + blockIdx.x;
   const unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
   const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
-  if (!symmem_coll_barrier(v, set, false))
+  if (!symmem_coll_open(v, set, p.digest))
     return;
   const unsigned long long nvec = p.count / 16, total = nvec * v.world;
   if ((p.count & 15) == 0 && total <= SYMMEM_COLL_UNROLL * nthreads) {

@@ -12,7 +12,7 @@ from typing import Dict, NamedTuple, Optional
 
 from . import _lib
 from ._lib import check, check_last_error, check_pointer
-from .errors import Result, make_error
+from .errors import Result, int_arg, make_error
 
 __all__ = [
     "version",
@@ -85,6 +85,7 @@ def alloc(size: int, device: int = 0, stream=0) -> int:
     Raises OutOfMemoryError, InvalidDeviceError, UnavailableError, ...
     Size 0 returns a distinct pointer that must be freed like any other.
     """
+    size, device = int_arg(size, "size", "symmem.alloc"), int_arg(device, "device", "symmem.alloc")
     if size < 0:
         raise make_error(Result.INVALID_ARGUMENT, f"symmem.alloc: negative size {size}")
     if size > _SIZE_MAX:
@@ -93,8 +94,9 @@ def alloc(size: int, device: int = 0, stream=0) -> int:
     return int(check_pointer(lib.symmem_alloc, size, device, _stream(stream), what="symmem_alloc"))
 
 
-def free(ptr: int, size: Optional[int] = None, device: Optional[int] = None, stream=0) -> None:
-    """Return ptr to the cache.
+def free(ptr, size: Optional[int] = None, device: Optional[int] = None, stream=0) -> None:
+    """Return ptr (an int, or an owning Buffer from :func:`symmem.empty`,
+    which is freed as its own ``free()`` does) to the cache.
 
     size, device and stream are what the allocation was made with. When size
     or device is None it is looked up (symmem_pointer_get_info), so that a
@@ -103,6 +105,17 @@ def free(ptr: int, size: Optional[int] = None, device: Optional[int] = None, str
     InvalidPointerError for a pointer not allocated here, an interior pointer
     or a double free. ptr 0 is a no-op.
     """
+    from .buffer import Buffer
+
+    if isinstance(ptr, Buffer):
+        if not ptr.owning:
+            raise make_error(Result.INVALID_ARGUMENT, "symmem.free: this Buffer is a view (of a peer's memory or of "
+                             "memory it does not own): only the owner frees memory")
+        ptr.free()
+        return
+    ptr = int_arg(ptr, "ptr", "symmem.free")
+    size = None if size is None else int_arg(size, "size", "symmem.free")
+    device = None if device is None else int_arg(device, "device", "symmem.free")
     if not ptr:
         return
     lib = _lib.lib()
@@ -121,12 +134,13 @@ def free(ptr: int, size: Optional[int] = None, device: Optional[int] = None, str
 def record_stream(ptr: int, stream) -> None:
     """Mark that ptr is also used on stream (see symmem_record_stream)."""
     lib = _lib.lib()
+    ptr = int_arg(ptr, "ptr", "symmem.record_stream")
     check_last_error(lib.symmem_record_stream, ptr, _stream(stream), what="symmem_record_stream")
 
 
 def empty_cache(device: int = -1) -> None:
     """Release idle cached segments of device (-1: every device)."""
-    check(_lib.lib().symmem_empty_cache(device), "symmem_empty_cache")
+    check(_lib.lib().symmem_empty_cache(int_arg(device, "device", "symmem.empty_cache")), "symmem_empty_cache")
 
 
 def thread_caches_drain(device: int = -1) -> None:
@@ -140,6 +154,7 @@ def thread_caches_drain(device: int = -1) -> None:
 
 def set_memory_limit(device: int, nbytes: int) -> None:
     """Cap device's reserved bytes at nbytes (0 removes the limit)."""
+    device, nbytes = int_arg(device, "device", "symmem.set_memory_limit"), int_arg(nbytes, "nbytes", "symmem.set_memory_limit")
     if nbytes < 0:
         raise make_error(Result.INVALID_ARGUMENT, f"symmem.set_memory_limit: negative limit {nbytes}")
     check(_lib.lib().symmem_set_memory_limit(device, nbytes), "symmem_set_memory_limit")
@@ -148,6 +163,7 @@ def set_memory_limit(device: int, nbytes: int) -> None:
 def get_memory_limit(device: int = 0) -> int:
     """device's memory limit in bytes (0: none)."""
     out = ctypes.c_size_t(0)
+    device = int_arg(device, "device", "symmem.get_memory_limit")
     check(_lib.lib().symmem_get_memory_limit(device, ctypes.byref(out)), "symmem_get_memory_limit")
     return int(out.value)
 
@@ -165,6 +181,7 @@ def memory_stats(device: int = 0) -> Dict[str, int]:
     "num_device_alloc", "memory_limit". Keys come in the library's order.
     """
     lib = _lib.lib()
+    device = int_arg(device, "device", "symmem.memory_stats")
     lib.symmem_clear_last_error()
     n = int(lib.symmem_stats(device, None, 0))
     if n == 0:
@@ -204,6 +221,7 @@ def pointer_info(ptr: int) -> PointerInfo:
     Raises InvalidPointerError if ptr is not inside one.
     """
     info = _lib.SymmemPointerInfo()
+    ptr = int_arg(ptr, "ptr", "symmem.pointer_info")
     check(_lib.lib().symmem_pointer_get_info(ptr, ctypes.byref(info)), "symmem_pointer_get_info")
     return PointerInfo(
         block=int(info.block or 0),
@@ -222,15 +240,19 @@ def copy(dst: int, src: int, nbytes: int, device: int = 0, stream=0) -> None:
     handle) or host memory; on cuda the copy is queued on stream and waited
     for. nbytes 0 is a no-op.
     """
+    w = "symmem.copy"
+    dst, src, nbytes, device = int_arg(dst, "dst", w), int_arg(src, "src", w), int_arg(nbytes, "nbytes", w), int_arg(device, "device", w)
     rc = _lib.lib().symmem_copy(dst or None, src or None, nbytes, device, _stream(stream))
     check(rc, "symmem_copy")
 
 
 def memset(dst: int, value: int, nbytes: int, device: int = 0, stream=0) -> None:
     """Set nbytes at address dst to value (a byte) with the backend; waits."""
+    w = "symmem.memset"
+    dst, value, nbytes, device = int_arg(dst, "dst", w), int_arg(value, "value", w), int_arg(nbytes, "nbytes", w), int_arg(device, "device", w)
     check(_lib.lib().symmem_memset(dst or None, value, nbytes, device, _stream(stream)), "symmem_memset")
 
 
 def validate(device: int = 0) -> None:
     """Run the allocator's invariant checker; raises InternalError if broken."""
-    check(_lib.lib().symmem_validate(device), "symmem_validate")
+    check(_lib.lib().symmem_validate(int_arg(device, "device", "symmem.validate")), "symmem_validate")

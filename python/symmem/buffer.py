@@ -22,7 +22,7 @@ from typing import Any, List, Optional
 
 from . import _lib, allocator
 from ._lib import check
-from .errors import Result, make_error
+from .errors import Result, int_arg, make_error
 
 __all__ = ["Buffer", "empty"]
 
@@ -255,6 +255,7 @@ def empty(nbytes: int, device: int = 0, stream=0) -> Buffer:
     drained first (:func:`symmem.thread_caches_drain`), so that the buffer's
     offset is the same on every rank that makes the same allocations, even
     where one rank freed scratch memory the others did not."""
+    nbytes, device = int_arg(nbytes, "nbytes", "symmem.empty"), int_arg(device, "device", "symmem.empty")
     raw_stream = allocator._stream(stream) or 0
     lib = _lib.lib()
     if lib.has("symmem_thread_caches_drain"):

@@ -153,6 +153,16 @@ def error_class(code: int) -> Type[SymmemError]:
     return _CLASSES.get(int(code), SymmemError)
 
 
+def int_arg(value, name: str, what: str) -> int:
+    """value as an int for the C call what, or TypeError saying that name
+    must be an int: 4096.0 or "4096" are refused rather than converted or
+    passed to ctypes (anything with __index__, such as numpy's integers,
+    is an int; bool is not)."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{what}: {name} must be an int, not {type(value).__name__} {value!r}")
+    return value.__index__()
+
+
 def make_error(code: int, message: str = "") -> SymmemError:
     """An exception of the right class for code."""
     return error_class(code)(code, message)

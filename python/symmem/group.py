@@ -26,7 +26,7 @@ from . import _coll, _lib
 from .allocator import _stream, backend_name
 from .buffer import Buffer
 from ._lib import check
-from .errors import Result, SymmemError, make_error, quote
+from .errors import Result, SymmemError, int_arg, make_error, quote
 
 __all__ = ["AllGather", "Group", "Handle", "nccl_version", "rendezvous"]
 
@@ -122,8 +122,12 @@ class Group:
                 f"symmem.Group: bad name {quote(name)} (letters, digits, '.', '_', '-'; 1 to 64 characters)",
             )
         self.name = name
+        w = "symmem.Group"
+        rank, world_size, device = int_arg(rank, "rank", w), int_arg(world_size, "world_size", w), int_arg(device, "device", w)
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
+            raise TypeError(f"{w}: timeout must be a number of seconds or None, not {type(timeout).__name__} {timeout!r}")
         # Known before the library confirms them, for the all-gather callback.
-        self.rank, self.world_size, self.device = int(rank), int(world_size), int(device)
+        self.rank, self.world_size, self.device = rank, world_size, device
         self._ptr: Optional[int] = None
         self._finalizer = None
         self._allgather = allgather
@@ -447,8 +451,11 @@ class Handle:
         self._collective("reduce_scatter", _coll.REDUCE_SCATTER, dtype, op, count, out, None, channel, stream)
 
     def device_error(self) -> int:
-        """This rank's device error flag: 0, or 0x80000000 | peer << 16 |
-        set of the first kernel wait that gave up."""
+        """This rank's device error flag: 0, or 0x80000000 | cause << 29 |
+        peer << 16 | set of the first kernel wait that gave up (cause 0: a
+        timeout). Raises MismatchError when a peer called a collective with
+        other arguments (cause 1) and PeerError when a peer's process exited
+        during a wait (cause 2), naming the peer (symmem_handle_device_error)."""
         flag = ctypes.c_uint32()
         check(_lib.lib().symmem_handle_device_error(self.ptr, ctypes.byref(flag)), "symmem_handle_device_error")
         return int(flag.value)
@@ -501,12 +508,11 @@ class Handle:
 
 
 def _address(buf_or_ptr) -> int:
-    if isinstance(buf_or_ptr, int):
-        return buf_or_ptr
-    ptr = getattr(buf_or_ptr, "ptr", None)
-    if isinstance(ptr, int):
-        return ptr
-    raise make_error(Result.INVALID_ARGUMENT, f"symmem.rendezvous: expected a Buffer or an int address, got {type(buf_or_ptr).__name__}")
+    if isinstance(buf_or_ptr, Buffer):
+        return buf_or_ptr.ptr
+    if isinstance(buf_or_ptr, bool) or not hasattr(type(buf_or_ptr), "__index__"):
+        raise TypeError(f"symmem.rendezvous: expected a Buffer or an int address, not {type(buf_or_ptr).__name__} {buf_or_ptr!r}")
+    return buf_or_ptr.__index__()
 
 
 def rendezvous(buf_or_ptr: Union[Buffer, int], group: Group) -> Handle:
@@ -518,7 +524,7 @@ def rendezvous(buf_or_ptr: Union[Buffer, int], group: Group) -> Handle:
     when ranks disagree on sizes, offsets, hosts or devices.
     """
     if not isinstance(group, Group):
-        raise make_error(Result.INVALID_ARGUMENT, f"symmem.rendezvous: expected a symmem.Group, got {type(group).__name__}")
+        raise TypeError(f"symmem.rendezvous: expected a symmem.Group, not {type(group).__name__}")
     ptr = _address(buf_or_ptr)
     out = ctypes.c_void_p()
     rc = _lib.lib().symmem_rendezvous(ptr, group.ptr, ctypes.byref(out))

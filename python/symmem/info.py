@@ -147,8 +147,14 @@ def format_text(rep: Dict[str, Any]) -> str:
     for d in rep.get("devices") or []:
         L.append(f"  {d['index']}: {d['name']}, {_gib(d['total_memory'])} total, {_gib(d['free_memory'])} free"
                  + (f" (error: {d['error']})" if d.get("error") else ""))
+    # The host backend needs none of the GPU libraries: what is missing
+    # there is said as such, without install advice.
+    host = b.get("name") == "host"
+    unneeded = "not needed for the host backend"
     drv = rep.get("cuda_driver") or {}
-    if drv.get("error"):
+    if drv.get("error") and host:
+        L.append(f"cuda driver: {unneeded} (not found; SYMMEM_LIBCUDA names it)")
+    elif drv.get("error"):
         L.append(f"cuda driver: not available: {drv['error']}")
     else:
         L.append(f"cuda driver: {drv.get('driver_version')} ({drv.get('library')})")
@@ -165,7 +171,9 @@ def format_text(rep: Dict[str, Any]) -> str:
             L.append(f"  peer {p['from']} -> {p['to']}: access {'yes' if p['access'] else 'no'}, link {p['link']}")
     L.append("libraries:")
     for name, v in sorted((rep.get("libraries") or {}).items()):
-        if isinstance(v, dict):
+        if isinstance(v, dict) and host and not v.get("found"):
+            desc = f"{unneeded} (not found; SYMMEM_LIB{name.upper()} names it)"
+        elif isinstance(v, dict):
             keys = sorted(v, key=lambda k: (k != "found", k))
             desc = ", ".join(f"{k} {v[k]}" for k in keys)
         else:

@@ -321,3 +321,35 @@ def collectives(rank: int, world: int, name: str, count: int) -> Dict:
                 out["errors"] = errors
                 out["device_error"] = h.device_error()
     return out
+
+
+def collectives_mismatch(rank: int, world: int, name: str) -> Dict:
+    """The last rank calls with another count, dtype, op, kind or algorithm
+    than the others; every rank reports what it got, and whether its output
+    stayed untouched. A matching call then works."""
+    dev = device_of(rank)
+    out: Dict = {}
+    calls = {
+        "count": lambda h, local, last: h.all_reduce("float32", count=128 if last else 256, out=local, algo="one_shot"),
+        "dtype": lambda h, local, last: h.all_reduce("int32" if last else "float32", count=256, out=local, algo="one_shot"),
+        "op": lambda h, local, last: h.all_reduce("float32", "max" if last else "sum", count=256, out=local, algo="one_shot"),
+        "kind": lambda h, local, last: (h.all_gather if last else h.all_reduce)("float32", count=256, out=local),
+        "algo": lambda h, local, last: h.all_reduce("float32", count=256, algo="two_shot" if last else "one_shot"),
+    }
+    with symmem.Group(name, rank, world, device=dev, timeout=TIMEOUT) as g:
+        with symmem.empty(1 << 16, dev) as buf, symmem.empty(1 << 16, dev) as local:
+            with symmem.rendezvous(buf, g) as h:
+                for what, call in calls.items():
+                    local.write(b"\xee" * 4096)
+                    try:
+                        call(h, local.ptr, rank == world - 1)
+                        out[what] = None
+                    except symmem.SymmemError as e:
+                        out[what] = (type(e).__name__, int(e.code), e.message, local.read(0, 4096) == b"\xee" * 4096)
+                h.all_reduce("float32", count=64, out=local.ptr)
+                out["after"] = "ok"
+                try:
+                    out["device_error"] = h.device_error()
+                except symmem.SymmemError as e:
+                    out["device_error"] = (type(e).__name__, e.message)
+    return out

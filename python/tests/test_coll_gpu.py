@@ -98,3 +98,24 @@ def test_user_kernel_built_with_nvcc(tmp_path):
         outs.append((p.returncode, o, e))
     for rank, (rc, o, e) in enumerate(outs):
         assert rc == 0 and "RESULT ok" in o, f"rank {rank}: exit {rc}\n{o}\n{e}"
+
+
+@pytest.mark.parametrize("mode", ["overlap2", "overlap4"])
+def test_collectives_whose_ranks_disagree_or_die(tmp_path, mode):
+    """docs/diagnostics.md on the GPU, ranks sharing one GPU: a mismatched
+    all-reduce leaves out untouched and the flag says MISMATCH on every rank;
+    an all-reduce whose last rank exits returns soon after the exit and the
+    flag says PEER naming it."""
+    recs = tsg.launch("coll_disagree.py", mode, tmp_path)
+    world = len(recs)
+    for rec in recs:
+        res = rec["result"]
+        m = res["mismatch"]
+        assert m["raised"] == "MismatchError" and "called a collective with other arguments" in m["message"], m
+        assert m["untouched"], m
+        assert m["seconds"] < res["timeout"] / 2, m
+        if rec["rank"] == world - 1:
+            continue
+        d = res["dead"]
+        assert d["raised"] == "PeerError" and f"rank {world - 1}'s process exited" in d["message"], d
+        assert d["seconds"] < 0.3 + 5, d

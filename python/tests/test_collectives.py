@@ -50,3 +50,30 @@ def test_collectives_through_the_handle(world, count):
         assert "past the buffer" in errors["count"][2]
         assert "16-byte aligned" in errors["misaligned"][2]
         assert "overlaps the input" in errors["overlap"][2]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_collectives_whose_ranks_disagree(world):
+    """Every kind of difference is MismatchError on every rank, naming every
+    rank's call, with out untouched; the group still works after it."""
+    if os.environ.get("SYMMEM_BACKEND") == "cuda" and "fake" in os.environ.get("SYMMEM_LIBCUDA", ""):
+        pytest.skip("make test-fakecuda: the fake CUDA driver runs no kernels (tests/c/test_symm.c checks the flag)")
+    results = run_ranks(_workers.collectives_mismatch, world, f"mis-{uuid.uuid4().hex[:12]}")
+    theirs = {
+        "count": "all_reduce(float32, sum, count 128, one_shot)",
+        "dtype": "all_reduce(int32, sum, count 256, one_shot)",
+        "op": "all_reduce(float32, max, count 256, one_shot)",
+        "kind": "all_gather(float32, count 256)",
+        "algo": "all_reduce(float32, sum, count 256, two_shot)",
+    }
+    last = world - 1
+    for rank, res in enumerate(results):
+        for what, call in theirs.items():
+            name, code, msg, untouched = res[what]
+            assert (name, code) == ("MismatchError", Result.MISMATCH), (rank, what, res[what])
+            assert f"rank {last}: {call}" in msg, (rank, what, msg)
+            assert "all_reduce(float32, sum, count 256, one_shot)" in msg, (rank, what, msg)
+            assert untouched, (rank, what)
+        assert res["after"] == "ok"
+        name, msg = res["device_error"]  # the flag records the first mismatch
+        assert name == "MismatchError" and "called a collective with other arguments" in msg, res["device_error"]

@@ -88,3 +88,39 @@ def test_text_report_of_a_one_gpu_machine():
     }
     text = format_text(rep)
     assert "libraries:" in text and "nccl" in text
+
+
+def test_text_report_on_the_host_backend_needs_no_gpu_libraries():
+    """On the host backend, a missing driver, NCCL or NVRTC is not an error:
+    the report says they are not needed there, with no install advice; on
+    cuda the same report keeps the reasons."""
+    from symmem.info import format_text
+
+    missing = "cannot load NVRTC: not found. Install it: pip install nvidia-cuda-nvrtc"
+    rep = {
+        "backend": {"name": "host", "why": "automatic selection", "notes": []},
+        "devices": [],
+        "cuda_driver": {"error": "cuda: cannot load the CUDA driver library: libcuda.so.1 not found"},
+        "libraries": {"nccl": {"found": False, "error": "cannot load NCCL"}, "nvrtc": {"found": False, "error": missing}},
+    }
+    text = format_text(rep)
+    for what in ("cuda driver", "nccl", "nvrtc"):
+        line = next(line for line in text.splitlines() if line.strip().startswith(what + ":"))
+        assert "not needed for the host backend" in line, line
+    assert "pip install" not in text and "cannot load" not in text, text
+    rep["backend"]["name"] = "cuda"
+    text = format_text(rep)
+    assert "not needed" not in text and "pip install nvidia-cuda-nvrtc" in text, text
+
+
+def test_a_misspelt_setting_warns_once_at_load():
+    code = "import symmem; symmem.free(symmem.alloc(64))"
+    env = dict(os.environ, SYMMEM_TIMEOUT="5000")
+    env.pop("SYMMEM_QUIET", None)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    lines = [line for line in p.stderr.splitlines() if "SYMMEM_TIMEOUT=" in line]
+    assert len(lines) == 1 and "did you mean SYMMEM_TIMEOUT_MS?" in lines[0], p.stderr
+    env["SYMMEM_QUIET"] = "1"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0 and "SYMMEM_TIMEOUT" not in p.stderr, p.stderr

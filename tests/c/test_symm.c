@@ -482,6 +482,51 @@ static int rank_main(const char *mode, int rank, const char *name, int shm_fd) {
     uint32_t flag = 1;
     CHECK_RESULT(symmem_handle_device_error(h[0], &flag), SYMMEM_SUCCESS, "device_error");
     CHECK_EQ(flag, 0u, "no kernel wait gave up");
+    /* The last rank passes another count: MISMATCH on every rank, naming
+     * both calls, nothing moved, and the device error flag says so. */
+    for (int i = 0; i < N; i++)
+      vals[i] = (rank + 1) * 1000 + i;
+    CHECK(check_mem_write(p[0], vals, sizeof vals, dev) == 0, "input of the mismatched all-reduce written");
+    CHECK_RESULT(symmem_all_reduce(h[0], SYMMEM_INT32, SYMMEM_SUM, rank == WORLD - 1 ? N - 1 : N, NULL, NULL),
+                 SYMMEM_ERROR_MISMATCH, "all_reduce with rank %d's count %d", WORLD - 1, N - 1);
+    const char *msg = symmem_last_error_message();
+    CHECK(strstr(msg, "ranks 0, 1, 2: all_reduce(int32, sum, count 1001, one_shot)") &&
+              strstr(msg, "rank 3: all_reduce(int32, sum, count 1000, one_shot)"),
+          "the message names every rank's call: %s", msg);
+    CHECK(check_mem_read(vals, p[0], sizeof vals, dev) == 0, "input after the mismatch read");
+    wrong = 0;
+    for (int i = 0; i < N; i++)
+      wrong += vals[i] != (rank + 1) * 1000 + i;
+    CHECK_EQ(wrong, 0, "the mismatched all-reduce moved nothing");
+    CHECK_RESULT(symmem_handle_device_error(h[0], &flag), SYMMEM_ERROR_MISMATCH, "device_error after a mismatch");
+    CHECK(flag >> 29 == 5 && strstr(symmem_last_error_message(), "called a collective with other arguments"),
+          "the flag %#x records a mismatch: %s", flag, symmem_last_error_message());
+    CHECK(check_mem_write(p[0], saved, sizeof saved, dev) == 0, "the pattern put back");
+    flag = 0;
+    CHECK(check_mem_write((char *)symmem_handle_signal_pad_ptr(h[0], rank) + symmem_handle_signal_pad_size(h[0]),
+                          &flag, 4, dev) == 0, "device error flag cleared");
+  }
+  {
+    /* The flag's causes as symmem_handle_device_error reports them (the
+     * kernels' codes, include/symmem_device.cuh), on any backend: written
+     * into word 0 of our device region by hand. */
+    char *word0 = (char *)symmem_handle_signal_pad_ptr(h[0], rank) + symmem_handle_signal_pad_size(h[0]);
+    struct {
+      uint32_t flag;
+      symmem_result want;
+      const char *says;
+    } causes[] = {{0x80000000u | 1u << 16 | 5u, SYMMEM_SUCCESS, ""},
+                  {0xA0000000u | 2u << 16 | 65u, SYMMEM_ERROR_MISMATCH, "rank 2 called a collective with other arguments"},
+                  {0xC0000000u | 3u << 16 | 7u, SYMMEM_ERROR_PEER, "rank 3's process exited"}};
+    for (size_t k = 0; k < sizeof causes / sizeof *causes; k++) {
+      uint32_t flag = causes[k].flag, got = 0;
+      CHECK(check_mem_write(word0, &flag, 4, dev) == 0, "flag %#x written", flag);
+      CHECK_RESULT(symmem_handle_device_error(h[0], &got), causes[k].want, "device_error with flag %#x", flag);
+      CHECK(got == flag && strstr(symmem_last_error_message(), causes[k].says), "flag %#x read back (%#x): %s", flag,
+            got, symmem_last_error_message());
+    }
+    uint32_t zero = 0;
+    CHECK(check_mem_write(word0, &zero, 4, dev) == 0, "device error flag cleared");
   }
   if (host_memory) {
     /* A wait nobody answers times out, within bounds. */
