@@ -121,15 +121,23 @@ func TestEverySpecReadable(t *testing.T) {
 
 // Note [Settings] holds: no code outside this parser reads a SYMMEM_*
 // variable itself (such a variable would be reported as a typo, and its
-// errors never), and the README's settings table lists every setting the
-// library reads.
+// errors never), and the documentation (the README's settings table, or
+// the docs/ page of the feature, such as docs/machines.md for the testing
+// setting SYMMEM_MACHINE_ID) lists every setting the library reads.
 func TestSettingsReadOnlyHereAndDocumented(t *testing.T) {
 	root := filepath.Join("..")
 	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
 	require.NoError(t, err)
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	require.NoError(t, err)
+	for _, p := range pages {
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		readme = append(readme, b...)
+	}
 	for _, s := range settingSpecs {
 		if s.reader == "" && !strings.Contains(string(readme), "`"+s.name+"`") {
-			t.Errorf("README's settings table does not list %s", s.name)
+			t.Errorf("neither README's settings table nor a page of docs/ lists %s", s.name)
 		}
 	}
 	direct := regexp.MustCompile(`os\.(Getenv|LookupEnv)\("SYMMEM_`)

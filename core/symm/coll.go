@@ -204,6 +204,9 @@ func (h *Handle) Collective(a CollArgs) error {
 	if err != nil || c == nil {
 		return err
 	}
+	if h.span != nil {
+		return h.spanCollective(a, c)
+	}
 	be := h.gm.be
 	if l, ok := be.(core.CollectiveLauncher); ok {
 		return l.LaunchCollective(h.gm.device, a.Stream, c)

@@ -399,8 +399,8 @@ func (g *Group) checkPeerPointers(h *Handle, win uintptr, blockOff uintptr) erro
 			localErr = core.Errorf(core.CodeOf(err), "rank %d: NCCL's pointer to rank %d's window: %v", g.rank, p, err)
 			break
 		}
-		if ptr == 0 {
-			continue // not reachable by load/store in NCCL's view
+		if ptr == 0 || h.bufPtrs[p] == 0 {
+			continue // not reachable by load/store in NCCL's view, or on another machine (Note [Local teams])
 		}
 		if err := errors.Join(g.readBytes(ours, h.bufPtrs[p]), g.readBytes(theirs, ptr)); err != nil {
 			localErr = core.Errorf(core.CodeOf(err), "rank %d: reading rank %d's block: %v", g.rank, p, err)

@@ -34,6 +34,9 @@ type Handle struct {
 	maps   []*peerMap // the peer mappings we hold a reference to
 	// sig counts the signals of the group's pads (shared by its handles).
 	sig *signalCounts
+	// span reaches the ranks on other machines; nil on one machine (Note
+	// [Collectives across machines]).
+	span *span
 
 	// window is our segment's NCCL window on groups over a communicator
 	// (0 otherwise), windowOffset the rendezvous pointer's offset in it.
@@ -231,7 +234,12 @@ func (h *Handle) checkChannel(c int) error {
 	return nil
 }
 
-// BufferPtr is rank r's block, mapped here.
+// MappedPeers is the number of peers whose block and pad this process maps:
+// the other ranks of its local team (Note [Local teams]).
+func (h *Handle) MappedPeers() int { return len(h.maps) }
+
+// BufferPtr is rank r's block, mapped here (0 for a rank on another
+// machine).
 func (h *Handle) BufferPtr(r int) (uintptr, error) {
 	if err := h.checkRank("rank", r); err != nil {
 		return 0, err

@@ -257,7 +257,7 @@ func (g *Group) Resume(tag string) error {
 			out[dst] = append(out[dst], fds[i])
 		}
 	}
-	in, err := g.ch.AllToAllFDs(0, out)
+	in, err := g.allToAllFDs(out)
 	for _, fd := range fds {
 		if fd >= 0 {
 			unix.Close(fd)
@@ -270,7 +270,7 @@ func (g *Group) Resume(tag string) error {
 	gm.mu.Lock()
 	var remapped []*peerMap
 	for src := 0; src < g.world; src++ {
-		if src == me {
+		if src == me || !g.isLocal(src) {
 			continue
 		}
 		var want []*peerMap
