@@ -122,7 +122,7 @@ type memberRecord struct {
 	// whose records go through the caller's all-gather.
 	nonce  [16]byte
 	device int32
-	uuid     string // the device's UUID where the backend knows it
+	uuid   string // the device's UUID where the backend knows it
 	// overlap: SYMMEM_ALLOW_OVERLAPPING_DEVICES=1 is set on this rank.
 	overlap bool
 }

@@ -70,10 +70,12 @@ func newTestComms(world int, timeout time.Duration, machine []string, oneSided b
 	return cs
 }
 
-func (c *testComm) Rank() int        { return c.rank }
-func (c *testComm) World() int       { return c.hub.world }
-func (c *testComm) Device() int      { return 0 }
-func (c *testComm) Describe() string { return fmt.Sprintf("test communicator (rank %d of %d)", c.rank, c.hub.world) }
+func (c *testComm) Rank() int   { return c.rank }
+func (c *testComm) World() int  { return c.hub.world }
+func (c *testComm) Device() int { return 0 }
+func (c *testComm) Describe() string {
+	return fmt.Sprintf("test communicator (rank %d of %d)", c.rank, c.hub.world)
+}
 
 // round runs one collective call: work sees every rank's args.
 func (c *testComm) round(arg any, work func(all []any) error, after ...func()) error {
