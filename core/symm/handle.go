@@ -39,9 +39,11 @@ type Handle struct {
 	span *span
 
 	// window is our segment's NCCL window on groups over a communicator
-	// (0 otherwise), windowOffset the rendezvous pointer's offset in it.
-	// Valid while the block is allocated (the window goes with the segment).
-	window, windowOffset uintptr
+	// (nil otherwise), windowOffset the rendezvous pointer's offset in it.
+	// Its ncclWindow_t is 0 while the segment is paused and once it is
+	// released.
+	window       *window
+	windowOffset uintptr
 
 	// life counts the calls in flight that touch the pads, so that Release
 	// never unmaps under them (Note [Calls in flight]).
@@ -274,4 +276,12 @@ func (h *Handle) SignalPads() []uintptr { return append([]uintptr(nil), h.padPtr
 // Window is the NCCL window (an ncclWindow_t) that holds the buffer, and
 // the rendezvous pointer's offset in it; 0, 0 when the group has no
 // communicator or windows are off. Valid while the buffer is allocated.
-func (h *Handle) Window() (win, offset uintptr) { return h.window, h.windowOffset }
+func (h *Handle) Window() (win, offset uintptr) {
+	if h.window == nil {
+		return 0, 0
+	}
+	if win = h.window.win.Load(); win == 0 {
+		return 0, 0
+	}
+	return win, h.windowOffset
+}

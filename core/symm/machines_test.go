@@ -503,3 +503,87 @@ func TestMachinesDeadRemoteRank(t *testing.T) {
 		}
 	}
 }
+
+// pause_group on a group that spans machines: each machine drops and remakes
+// its local mappings, the NCCL windows are deregistered before the memory
+// goes and registered again, collectively, by the resume; afterwards local
+// writes, the contents (backed up) and collectives across machines work.
+func TestMachinesPauseResume(t *testing.T) {
+	for _, name := range []string{"2x2", "3x1"} {
+		machines := layouts[name]
+		t.Run(name, func(t *testing.T) {
+			tag := "mm-pause-" + name
+			id, err := core.RegisterTag(tag, true)
+			require.NoError(t, err)
+			requireAllOK(t, runMachines(t, mmConfig{machines: machines, engine: "comm"}, func(r *mmRank) error {
+				buf, err := r.a.AllocTagged(pauseBlock, 0, id)
+				if err != nil {
+					return err
+				}
+				g, err := New(r.o)
+				if err != nil {
+					return err
+				}
+				defer g.Destroy()
+				h, err := g.Rendezvous(buf)
+				if err != nil {
+					return err
+				}
+				defer h.Release()
+				mark := words(buf, pauseBlock/8)
+				for i := r.world; i < len(mark); i += 4096 {
+					mark[i] = uint64(r.rank)<<32 | uint64(i)
+				}
+				for cycle := 0; cycle < 2; cycle++ {
+					reg, dereg, _ := g.WindowCounts()
+					win, _ := h.Window()
+					if win == 0 {
+						return fmt.Errorf("cycle %d: no window before the pause", cycle)
+					}
+					if err := localWrites(g, h, 10*cycle); err != nil {
+						return err
+					}
+					if err := g.Pause(tag); err != nil {
+						return err
+					}
+					if w, _ := h.Window(); w != 0 {
+						return fmt.Errorf("cycle %d: the window %#x outlived the paused memory", cycle, w)
+					}
+					if _, d, live := g.WindowCounts(); d != dereg+1 || live != 0 {
+						return fmt.Errorf("cycle %d: paused: %d deregistered (want %d), %d live", cycle, d, dereg+1, live)
+					}
+					if err := g.Resume(tag); err != nil {
+						return err
+					}
+					if rg, _, live := g.WindowCounts(); rg != reg+1 || live != 1 {
+						return fmt.Errorf("cycle %d: resumed: %d registered (want %d), %d live", cycle, rg, reg+1, live)
+					}
+					if w, _ := h.Window(); w == 0 {
+						return fmt.Errorf("cycle %d: no window after the resume", cycle)
+					}
+					for i := r.world; i < len(mark); i += 4096 {
+						if mark[i] != uint64(r.rank)<<32|uint64(i) {
+							return fmt.Errorf("cycle %d: word %d of our block is %#x after the resume", cycle, i, mark[i])
+						}
+					}
+					if err := localWrites(g, h, 10*cycle+1); err != nil {
+						return err
+					}
+					// A rendezvous on the resumed segment registers nothing.
+					h2, err := g.Rendezvous(buf)
+					if err != nil {
+						return err
+					}
+					h2.Release()
+					if rg, _, _ := g.WindowCounts(); rg != reg+1 {
+						return fmt.Errorf("cycle %d: a rendezvous after the resume registered again", cycle)
+					}
+				}
+				if err := collCheck(h, core.AllReduce, core.Float32, core.OpSum, uintptr(64*r.world), 1); err != nil {
+					return err
+				}
+				return h.Barrier(0, 0, 0)
+			}))
+		})
+	}
+}

@@ -147,7 +147,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 
 	// 2b. The segment as an NCCL window (Note [NCCL groups]), before
 	// anything is mapped, so that a failure here leaves nothing to undo.
-	var win uintptr
+	var win *window
 	if g.wins != nil {
 		if win, err = g.registerWindow(info, recs); err != nil {
 			return nil, err
@@ -206,9 +206,9 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 
 	// 5. NCCL's view of the peers' windows (NCCL >= 2.29): a collective
 	// check whose failure releases the handle on every rank.
-	if win != 0 {
+	if win != nil {
 		h.window, h.windowOffset = win, ptr-info.Segment.Addr
-		if err := g.checkPeerPointers(h, win, info.Addr-info.Segment.Addr); err != nil {
+		if err := g.checkPeerPointers(h, win.win.Load(), info.Addr-info.Segment.Addr); err != nil {
 			h.Release()
 			return nil, err
 		}
