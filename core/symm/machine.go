@@ -64,6 +64,18 @@ func (m machineIdentity) String() string {
 	return fmt.Sprintf("host %s (boot id %s)", m.hostname, m.bootID)
 }
 
+// MachineInfo is a machine identity for reports.
+type MachineInfo struct {
+	Hostname, BootID, Simulated string
+	Err                         error
+}
+
+// ThisMachine is this process's machine identity, as read at load.
+func ThisMachine() MachineInfo {
+	m := thisMachine
+	return MachineInfo{Hostname: m.hostname, BootID: m.bootID, Simulated: m.simulated, Err: m.err}
+}
+
 // bootIDPath is the kernel's boot id.
 const bootIDPath = "/proc/sys/kernel/random/boot_id"
 
