@@ -189,11 +189,11 @@ func newGroup(o Options, rt *core.Runtime, alloc *core.Allocator) (*Group, error
 			token = ipc.JobToken()
 		}
 		token += "/" + hex.EncodeToString(g.members[0].nonce[:])
-		cfg := ipc.Config{Name: o.Name, Rank: g.localRank, World: len(g.team), Timeout: o.Timeout, Dir: o.SocketDir, Token: token}
-		if len(g.machines) > 1 {
+		cfg := ipc.Config{Name: o.Name, Rank: g.sockRank, World: len(g.sock), Timeout: o.Timeout, Dir: o.SocketDir, Token: token}
+		if len(g.machines) > 1 || g.nteams > 1 {
 			// Teams of one group that share a socket directory (machines
 			// imitated on one host) must not share a socket.
-			cfg.Socket = fmt.Sprintf("%s.team%d", o.Name, g.team[0])
+			cfg.Socket = fmt.Sprintf("%s.team%d", o.Name, g.sock[0])
 		}
 		ch, err := ipc.Open(cfg)
 		if err != nil {
@@ -267,6 +267,15 @@ func (g *Group) agreeMembers() error {
 		me.status = statusOf(core.Errorf(core.CodeOf(g.machine.err), "rank %d (pid %d): %v", g.rank, me.pid, g.machine.err))
 	}
 	rand.Read(me.nonce[:])
+	if f, ok := g.be.(fabricBackend); ok {
+		// The answer is the record's; a failure to ask is this rank's
+		// failure (the device is broken), reported to every rank.
+		dom, _, err := f.FabricDomain(g.device)
+		if err != nil && me.status.code == core.Success {
+			me.status = statusOf(core.Errorf(core.CodeOf(err), "rank %d: the device's fabric domain: %v", g.rank, err))
+		}
+		me.fabric = dom
+	}
 	if u, ok := g.be.(deviceUUIDer); ok {
 		if s, err := u.DeviceUUID(g.device); err == nil {
 			me.uuid = s

@@ -7,6 +7,7 @@ package symm
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/host"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // mmRank is one rank of a multi-machine test.
@@ -35,6 +37,8 @@ type mmConfig struct {
 	timeout time.Duration
 	// identity, if set, gives rank r's identity instead of the default.
 	identity func(r int) machineIdentity
+	// backend, if set, wraps rank r's host backend.
+	backend func(r int, be *host.Backend) core.Backend
 }
 
 func simulated(k int) machineIdentity {
@@ -57,8 +61,12 @@ func runMachines(t *testing.T, c mmConfig, fn func(r *mmRank) error) []error {
 	errs := make([]error, world)
 	var wg sync.WaitGroup
 	for r := 0; r < world; r++ {
-		be, err := host.New()
+		hb, err := host.New()
 		require.NoError(t, err)
+		var be core.Backend = hb
+		if c.backend != nil {
+			be = c.backend(r, hb)
+		}
 		rt := core.NewRuntime(be)
 		a, err := rt.Allocator(0)
 		require.NoError(t, err)
@@ -586,4 +594,91 @@ func TestMachinesPauseResume(t *testing.T) {
 			}))
 		})
 	}
+}
+
+// fabricHost is the host backend with fabric handles, for the tests of
+// Note [Fabric teams]: a handle names the memory's memfd as
+// /proc/<pid>/fd/<n>, which an importer opens (the ranks of a test share
+// the process, so every handle is reachable), and the device's domain is
+// whatever the test says.
+type fabricHost struct {
+	*host.Backend
+	domain string
+}
+
+func (b *fabricHost) FabricDomain(dev int) (string, string, error) {
+	if b.domain == "" {
+		return "", "no fabric domain in this test", nil
+	}
+	return b.domain, "", nil
+}
+
+func (b *fabricHost) ExportFabric(m core.Memory) ([]byte, error) {
+	h := make([]byte, 64)
+	copy(h, fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), int(m)))
+	return h, nil
+}
+
+func (b *fabricHost) ImportFabric(dev int, h []byte) (core.Memory, error) {
+	fd, err := unix.Open(strings.TrimRight(string(h), "\x00"), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, core.Errorf(core.ErrBackend, "opening the fabric handle %q: %v", h, err)
+	}
+	return b.Backend.Import(dev, fd)
+}
+
+// Ranks on two machines of one NVLink domain form one team: they map each
+// other through fabric handles, ranks of one machine through descriptors;
+// a third machine outside the domain stays remote. Pause and resume remap
+// every peer of the team.
+func TestMachinesFabricTeam(t *testing.T) {
+	machines := []int{0, 0, 1, 1, 2}
+	domains := []string{"rack-a/1", "rack-a/1", "rack-a/1", "rack-a/1", ""}
+	tag := "mm-fabric"
+	id, err := core.RegisterTag(tag, true)
+	require.NoError(t, err)
+	requireAllOK(t, runMachines(t, mmConfig{machines: machines, engine: "comm",
+		backend: func(r int, be *host.Backend) core.Backend { return &fabricHost{Backend: be, domain: domains[r]} },
+	}, func(r *mmRank) error {
+		buf, err := r.a.AllocTagged(pauseBlock, 0, id)
+		if err != nil {
+			return err
+		}
+		g, err := New(r.o)
+		if err != nil {
+			return err
+		}
+		defer g.Destroy()
+		h, err := g.Rendezvous(buf)
+		if err != nil {
+			return err
+		}
+		defer h.Release()
+		team := []int{0, 1, 2, 3}
+		if r.rank == 4 {
+			team = []int{4}
+		}
+		if g.LocalSize() != len(team) || g.Machines() != 3 || !g.fabricSpan {
+			return fmt.Errorf("rank %d: local size %d, %d machines, fabric span %v", r.rank, g.LocalSize(), g.Machines(), g.fabricSpan)
+		}
+		if got, want := h.MappedPeers(), len(team)-1; got != want {
+			return fmt.Errorf("rank %d: %d mapped peers, want %d", r.rank, got, want)
+		}
+		for round := 0; round < 2; round++ {
+			if err := localWrites(g, h, round); err != nil {
+				return err
+			}
+			if err := g.Pause(tag); err != nil {
+				return err
+			}
+			if err := g.Resume(tag); err != nil {
+				return err
+			}
+		}
+		// Local writes after the resume reach every peer of the team again.
+		if err := localWrites(g, h, 7); err != nil {
+			return err
+		}
+		return collCheck(h, core.AllReduce, core.Int32, core.OpMax, uintptr(16*r.world), 3)
+	}))
 }

@@ -356,9 +356,14 @@ func (g *Group) Resume(tag string) error {
 		fds[i] = -1
 	}
 	out := make([][]int, g.world)
+	fabricSegs := map[uint64]uintptr{} // wanted by a peer of our team on another machine
 	for i, s := range segs {
 		for dst := 0; dst < g.world; dst++ {
 			if !need(dst, me, s) {
+				continue
+			}
+			if !g.bySocket(dst) {
+				fabricSegs[s.HeapOff] = s.Addr
 				continue
 			}
 			if fds[i] < 0 {
@@ -387,7 +392,7 @@ func (g *Group) Resume(tag string) error {
 	gm.mu.Lock()
 	var remapped []*peerMap
 	for src := 0; src < g.world; src++ {
-		if src == me || !g.isLocal(src) {
+		if src == me || !g.bySocket(src) {
 			continue
 		}
 		var want []*peerMap
@@ -427,6 +432,48 @@ func (g *Group) Resume(tag string) error {
 		}
 	}
 	gm.mu.Unlock()
+	if g.fabricSpan {
+		// Peers of our team on other machines: fabric handles through the
+		// all-gather (Note [Fabric teams]).
+		frs, err := g.fabricGather(localErr, false, fabricSegs)
+		if err != nil {
+			g.repause(tag)
+			return err
+		}
+		gm.mu.Lock()
+		for src := 0; src < g.world && localErr == nil; src++ {
+			if !g.crossTeam(me, src) {
+				continue
+			}
+			if frs[src].status.code != core.Success {
+				localErr = core.Errorf(core.ErrPeer, "rank %d: rank %d could not send its fabric handles: %s", me, src, frs[src].status.msg)
+				break
+			}
+			for _, s := range recs[src].segs {
+				if !need(me, src, s) {
+					continue
+				}
+				m := gm.maps[mapKey{src, s.HeapOff}]
+				h := frs[src].segs[s.HeapOff]
+				var mem core.Memory
+				var err error = core.Errorf(core.ErrPeer, "no fabric handle arrived")
+				if fb, ok := g.be.(fabricBackend); ok && len(h) > 0 {
+					if mem, err = fb.ImportFabric(g.device, h); err == nil {
+						if err = g.be.Map(g.device, m.addr, m.size, mem); err != nil {
+							g.be.Release(mem)
+						}
+					}
+				}
+				if err != nil {
+					localErr = core.Errorf(core.CodeOf(err), "rank %d: mapping rank %d's segment at heap offset %#x again through its fabric handle: %v", me, src, s.HeapOff, err)
+					break
+				}
+				m.mem, m.paused = mem, false
+				remapped = append(remapped, m)
+			}
+		}
+		gm.mu.Unlock()
+	}
 	if err := g.shareVerdict(what+" (mapping peers' memory)", localErr); err != nil {
 		gm.mu.Lock()
 		for _, m := range remapped {

@@ -118,6 +118,9 @@ type memberRecord struct {
 	// simulated is SYMMEM_MACHINE_ID on that rank, "" if unset (Note
 	// [Machine identity]).
 	simulated string
+	// fabric names the rank's NVLink domain where its device's memory
+	// carries fabric handles, else "" (Note [Fabric teams]).
+	fabric string
 	// nonce is random: rank 0's becomes part of the job token of groups
 	// whose records go through the caller's all-gather.
 	nonce  [16]byte
@@ -140,6 +143,7 @@ func (m *memberRecord) encode() []byte {
 	w.str(m.hostname)
 	w.str(m.bootID)
 	w.str(m.simulated)
+	w.str(m.fabric)
 	w.b = append(w.b, m.nonce[:]...)
 	w.u32(uint32(m.device))
 	w.str(m.uuid)
@@ -159,6 +163,7 @@ func decodeMember(b []byte) (m memberRecord, err error) {
 	m.hostname = r.str()
 	m.bootID = r.str()
 	m.simulated = r.str()
+	m.fabric = r.str()
 	copy(m.nonce[:], r.take(16))
 	m.device = int32(r.u32())
 	m.uuid = r.str()

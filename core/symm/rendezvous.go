@@ -161,7 +161,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	// need(r, p): rank r lacks peer p's current segment, and p is on r's
 	// machine (Note [Local teams]: remote ranks are never mapped).
 	need := func(r, p int) bool {
-		return r != p && g.machineOf[r] == g.machineOf[p] && recs[r].held[p] != recs[p].segID+1
+		return r != p && g.teamOf[r] == g.teamOf[p] && recs[r].held[p] != recs[p].segID+1
 	}
 	anyNeed := needPads
 	for r := 0; r < world && !anyNeed; r++ {
@@ -305,14 +305,14 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 		}
 	}
 	padFD, segFD := -1, -1
-	if needPads {
+	if needPads && len(g.sock) > 1 {
 		var err error
 		padFD, err = gm.be.Export(gm.pads.own)
 		note(err)
 	}
 	sendSeg := false
 	for r := 0; r < world; r++ {
-		sendSeg = sendSeg || need(r, me)
+		sendSeg = sendSeg || (need(r, me) && g.bySocket(r))
 	}
 	if sendSeg {
 		var err error
@@ -322,7 +322,7 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 	tr.mark("export")
 	out := make([][]int, world)
 	for dst := 0; dst < world; dst++ {
-		if dst == me || !g.isLocal(dst) {
+		if dst == me || !g.bySocket(dst) {
 			continue
 		}
 		if needPads && padFD >= 0 {
@@ -358,7 +358,7 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 	p := gm.pads
 	for src := 0; src < world; src++ {
 		fds := in[src]
-		if src == me || !g.isLocal(src) {
+		if src == me || !g.bySocket(src) {
 			continue
 		}
 		want := 0
@@ -399,6 +399,12 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 			fresh[src] = &peerMap{key: mapKey{src, info.Segment.HeapOff}, id: recs[src].segID, addr: addr, size: size, mem: mem}
 		}
 	}
+	gm.mu.Unlock()
+	if g.fabricSpan {
+		note(g.exchangeFabric(info, recs, needPads, need, fresh, localErr))
+		tr.mark("fabric")
+	}
+	gm.mu.Lock()
 	if localErr == nil && prepare != nil {
 		note(prepare())
 	}

@@ -62,37 +62,38 @@ import (
 type span struct {
 	machineOf []int
 	machines  []machineIdentity
+	teamOf    []int
 	// comm is the group's communicator, nil when it has none.
 	comm Communicator
 }
 
 func (g *Group) newSpan() *span {
-	if len(g.machines) <= 1 {
+	if g.nteams <= 1 {
 		return nil
 	}
-	return &span{machineOf: g.machineOf, machines: g.machines, comm: g.comm}
+	return &span{machineOf: g.machineOf, machines: g.machines, teamOf: g.teamOf, comm: g.comm}
 }
 
-// local says whether ranks a and b share a machine.
-func (s *span) local(a, b int) bool { return s.machineOf[a] == s.machineOf[b] }
+// local says whether ranks a and b are in one team (map each other).
+func (s *span) local(a, b int) bool { return s.teamOf[a] == s.teamOf[b] }
 
 // where names rank r and its machine.
 func (s *span) where(r int) string {
 	return fmt.Sprintf("rank %d on %s", r, s.machines[s.machineOf[r]])
 }
 
-// remote names the ranks not on me's machine, by machine.
+// remote names the ranks not in me's team, by machine.
 func (s *span) remote(me int) string {
 	var parts []string
 	for i, m := range s.machines {
-		if i == s.machineOf[me] {
-			continue
-		}
 		var ranks []int
 		for r, k := range s.machineOf {
-			if k == i {
+			if k == i && !s.local(me, r) {
 				ranks = append(ranks, r)
 			}
+		}
+		if len(ranks) == 0 {
+			continue
 		}
 		parts = append(parts, fmt.Sprintf("rank(s) %s on %s", ranksText(ranks), m))
 	}
