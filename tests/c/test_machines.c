@@ -53,6 +53,11 @@ static int has_engine(const char *path) {
 /* machines[r] of the layout named by argv: "2x2" or "3x1". */
 static int machine_of(const char *layout, int r) { return !strcmp(layout, "2x2") ? r / 2 : r; }
 
+/* The fabric job: every rank's device is in one NVLink domain (the stand-in
+ * driver's FAKECUDA_FABRIC_CLUSTER), so the team is the whole group. */
+static int fabric_job(void) { return getenv("FAKECUDA_FABRIC_CLUSTER") != NULL; }
+static int team_of(const char *layout, int r) { return fabric_job() ? 0 : machine_of(layout, r); }
+
 /* Waits for the work queued on the legacy stream. */
 static void sync_stream(int dev) {
   uint64_t a = 1, b = 0;
@@ -74,9 +79,9 @@ static void local_barrier(symmem_group *g, symmem_handle *h, int channel) {
 /* The team, pointers and local writes. */
 static void check_team(symmem_group *g, symmem_handle *h, const char *layout) {
   int world = symmem_group_world_size(g), me = symmem_group_rank(g), dev = symmem_group_device(g);
-  int mine = machine_of(layout, me), local_size = 0, local_rank = -1;
+  int mine = team_of(layout, me), local_size = 0, local_rank = -1;
   for (int r = 0; r < world; r++) {
-    if (machine_of(layout, r) == mine) {
+    if (team_of(layout, r) == mine) {
       if (r == me)
         local_rank = local_size;
       local_size++;
@@ -89,13 +94,13 @@ static void check_team(symmem_group *g, symmem_handle *h, const char *layout) {
   CHECK_EQ(symmem_group_local_rank(NULL), -1, "local_rank(NULL)");
   char name[256], want[32];
   size_t n = symmem_group_machine(g, me, name, sizeof name);
-  snprintf(want, sizeof want, "machine \"m%d\"", mine);
+  snprintf(want, sizeof want, "machine \"m%d\"", machine_of(layout, me));
   CHECK(n > 0 && n < sizeof name && strstr(name, want) != NULL, "symmem_group_machine names %s: %s", want, name);
   CHECK_EQ(symmem_handle_mapped_peers(h), local_size - 1, "mapped peers");
   void *const *bufs = symmem_handle_buffer_ptrs(h);
   void *const *pads = symmem_handle_signal_pad_ptrs(h);
   for (int r = 0; r < world; r++) {
-    int local = machine_of(layout, r) == mine;
+    int local = team_of(layout, r) == mine;
     CHECK_EQ(symmem_group_is_local(g, r), local, "is_local(%d)", r);
     CHECK((symmem_handle_buffer_ptr(h, r) != NULL) == local, "rank %d's buffer pointer is %s", r, local ? "mapped" : "NULL");
     CHECK((symmem_handle_signal_pad_ptr(h, r) != NULL) == local, "rank %d's pad pointer is %s", r, local ? "mapped" : "NULL");
@@ -112,7 +117,7 @@ static void check_team(symmem_group *g, symmem_handle *h, const char *layout) {
   }
   local_barrier(g, h, 1);
   for (int w = 0; w < world; w++) {
-    if (machine_of(layout, w) != mine)
+    if (team_of(layout, w) != mine)
       continue;
     uint64_t got = 0;
     symmem_copy(&got, (char *)symmem_handle_buffer_ptr(h, me) + 8 * w, 8, dev, NULL);
@@ -281,6 +286,7 @@ static int rank_sockets(const char *job, int rank, int world) {
 static char sock_root[4096];
 
 static void run_job(const char *self, const char *mode, const char *layout, int world, const char *lib, int shared_dir) {
+  int fabric = !strcmp(mode, "fabric");
   char job[96];
   snprintf(job, sizeof job, "mt-%d-%s-%s", (int)getpid(), mode, layout);
   check_info("job %s: %d ranks (%s), NCCL %s", job, world, layout, lib);
@@ -292,6 +298,7 @@ static void run_job(const char *self, const char *mode, const char *layout, int 
   int fake_driver = getenv("SYMMEM_LIBCUDA") != NULL;
   for (size_t i = 0; i < ne; i++)
     if (strncmp(environ[i], "SYMMEM_LIBNCCL=", 15) && strncmp(environ[i], "SYMMEM_BACKEND=", 15) &&
+        strncmp(environ[i], "FAKECUDA_FABRIC", 15) &&
         strncmp(environ[i], "SYMMEM_MACHINE_ID=", 18) && strncmp(environ[i], "SYMMEM_SOCKET_DIR=", 18))
       env[k++] = environ[i];
   char libvar[4200];
@@ -300,6 +307,10 @@ static void run_job(const char *self, const char *mode, const char *layout, int 
   env[k++] = fake_driver ? "SYMMEM_BACKEND=cuda" : "SYMMEM_BACKEND=host";
   env[k++] = !strcmp(mode, "dead") ? "FAKENCCL_TIMEOUT_MS=3000" : "FAKENCCL_TIMEOUT_MS=60000";
   env[k++] = "SYMMEM_ALLOW_OVERLAPPING_DEVICES=1";
+  if (fabric) {
+    env[k++] = "FAKECUDA_FABRIC_OK=1";
+    env[k++] = "FAKECUDA_FABRIC_CLUSTER=rack-1";
+  }
   size_t fixed = k;
   pid_t pid[8];
   int out[8];
@@ -352,7 +363,7 @@ int main(int argc, char **argv) {
       return rank_sockets(job, rank, world);
     if (!strcmp(mode, "dead"))
       return rank_dead(job, layout, rank, world);
-    int engine = has_engine(getenv("SYMMEM_LIBNCCL"));
+    int engine = has_engine(getenv("SYMMEM_LIBNCCL")) && !fabric_job();
     return rank_nccl(job, layout, rank, world, engine, !strcmp(mode, "nccl228"));
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -366,6 +377,13 @@ int main(int argc, char **argv) {
   run_job(argv[0], "nccl", "2x2", 4, lib[0], 0);
   run_job(argv[0], "nccl", "3x1", 3, lib[0], 0);
   run_job(argv[0], "sockets", "2x2", 3, lib[0], 1);
+  if (getenv("SYMMEM_LIBCUDA") != NULL) {
+    /* The stand-in driver with fabric handles and one NVLink domain: the
+     * ranks of both machines form one team and map each other. */
+    run_job(argv[0], "fabric", "2x2", 4, lib[0], 0);
+  } else {
+    check_info("the fabric job runs on the stand-in driver (SYMMEM_LIBCUDA): make test's c-fakecuda suite");
+  }
   if (has_engine(lib[0])) {
     run_job(argv[0], "nccl228", "2x2", 4, lib[1], 0);
     run_job(argv[0], "dead", "2x2", 4, lib[0], 0);
