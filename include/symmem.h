@@ -629,8 +629,11 @@ symmem_result symmem_handle_describe(const symmem_handle *handle,
  * group's NCCL communicator: put/wait through NCCL's one-sided signals
  * (ncclSignal / ncclWaitSignal, NCCL 2.29 or later: with an older NCCL they
  * are SYMMEM_ERROR_UNAVAILABLE naming the version found and 2.29), enqueued
- * on stream; a barrier of a group that spans machines signals through them
- * too, or without them runs an NCCL all-reduce of one int32 on stream. On a
+ * on stream. NCCL 2.29 has one signal slot per peer: across machines only
+ * channel 0 carries signals (another channel is SYMMEM_ERROR_INVALID_ARGUMENT
+ * naming the limit). A barrier of a group that spans machines signals
+ * through them too, or, without them or on another channel, runs an NCCL
+ * all-reduce of one int32 on stream. On a
  * group with no communicator (symmem_group_create_with_allgather) they are
  * SYMMEM_ERROR_UNAVAILABLE naming the missing engine. */
 symmem_result symmem_put_signal(symmem_handle *handle, int dst_rank,

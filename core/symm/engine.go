@@ -44,6 +44,12 @@ type oneSided interface {
 	WaitSignal(stream core.Stream, peer, slot, count int) error
 }
 
+// signalSlots: how many one-sided signal slots per peer the communicator
+// has (NCCL 2.29: one). A barrier on a channel without a slot runs through
+// an all-reduce instead; a signal to a remote rank on such a channel is
+// refused by the communicator, naming the limit.
+type signalSlots interface{ SignalSlots() int }
+
 // lsaTeam: which peers NCCL can reach by load/store (NCCL's LSA team: the
 // ranks of this rank's machine or NVLink domain). ok=false: NCCL cannot say
 // (< 2.29). Used to cross-check the group's own local team.

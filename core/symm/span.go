@@ -47,7 +47,12 @@ import (
 //     to and from a remote one through the one-sided API, slot = channel;
 //     with an NCCL older than 2.29 that is SYMMEM_ERROR_UNAVAILABLE naming
 //     the version found and the one needed. Each (sender, receiver, channel)
-//     is one counting semaphore either way (Note [Signals]).
+//     is one counting semaphore either way (Note [Signals]). NCCL 2.29 has
+//     one signal slot per peer, so across machines only channel 0 carries
+//     signals (the communicator refuses others, naming its limit; channels
+//     are never folded onto one slot, which would let a wait on one
+//     channel consume a signal of another); a barrier on a channel without
+//     a slot runs through the all-reduce.
 //   - a group made with the caller's all-gather and no communicator maps
 //     its local team and nothing else: a collective, a barrier or a remote
 //     signal on it is SYMMEM_ERROR_UNAVAILABLE naming the missing engine.
@@ -191,7 +196,7 @@ func (h *Handle) spanBarrier(channel int, s core.Stream, timeout time.Duration) 
 	if h.span.comm == nil {
 		return h.noEngine(what)
 	}
-	if osig, err := h.oneSidedOf(what); err == nil {
+	if osig, err := h.oneSidedOf(what); err == nil && h.hasSlot(channel) {
 		return h.signalBarrier(osig, channel, s, timeout)
 	}
 	red, ok := h.span.comm.(reducer)
@@ -203,6 +208,15 @@ func (h *Handle) spanBarrier(channel int, s core.Stream, timeout time.Duration) 
 		return h.engineErr(what, err)
 	}
 	return nil
+}
+
+// hasSlot says whether the communicator has a one-sided signal slot for
+// channel (when it does not say, every channel is assumed to have one).
+func (h *Handle) hasSlot(channel int) bool {
+	if n, ok := h.span.comm.(signalSlots); ok {
+		return channel < n.SignalSlots()
+	}
+	return true
 }
 
 // signalBarrier: a signal to every peer, then a wait for every peer; local

@@ -199,7 +199,7 @@ static int rank_nccl(const char *job, const char *layout, int rank, int world, i
   CHECK_RESULT(symmem_group_create_nccl(comm, name, 20000, 0, &g), SYMMEM_SUCCESS, "group over the communicator");
   if (g == NULL)
     return check_summary();
-  size_t nbytes = 2 << 20;
+  size_t nbytes = 16 << 20; /* inputs below 8 MiB, outputs (all-gather: world x input) above */
   char *buf = symmem_alloc(nbytes, 0, NULL);
   symmem_handle *h = NULL;
   CHECK_RESULT(symmem_rendezvous(buf, g, &h), SYMMEM_SUCCESS, "rendezvous across machines");
@@ -216,13 +216,18 @@ static int rank_nccl(const char *job, const char *layout, int rank, int world, i
     check_collectives(h, buf, nbytes, rank, world);
     CHECK_RESULT(symmem_barrier(h, 0, 20000, NULL), SYMMEM_SUCCESS, "barrier across machines");
     if (old) {
-      CHECK_RESULT(symmem_put_signal(h, remote, 2, NULL), SYMMEM_ERROR_UNAVAILABLE, "a remote signal on NCCL 2.28");
+      CHECK_RESULT(symmem_put_signal(h, remote, 0, NULL), SYMMEM_ERROR_UNAVAILABLE, "a remote signal on NCCL 2.28");
       CHECK(strstr(symmem_last_error_message(), "2.29") != NULL, "the message names 2.29: %s", symmem_last_error_message());
     } else {
+      /* NCCL 2.29 has one signal slot per peer: channel 0 across machines. */
       for (int i = 0; i < 3; i++)
-        CHECK_RESULT(symmem_put_signal(h, remote, 2, NULL), SYMMEM_SUCCESS, "signal %d to rank %d", i, remote);
+        CHECK_RESULT(symmem_put_signal(h, remote, 0, NULL), SYMMEM_SUCCESS, "signal %d to rank %d", i, remote);
       for (int i = 0; i < 3; i++)
-        CHECK_RESULT(symmem_wait_signal(h, remote, 2, 20000, NULL), SYMMEM_SUCCESS, "wait %d for rank %d", i, remote);
+        CHECK_RESULT(symmem_wait_signal(h, remote, 0, 20000, NULL), SYMMEM_SUCCESS, "wait %d for rank %d", i, remote);
+      CHECK_RESULT(symmem_put_signal(h, remote, 1, NULL), SYMMEM_ERROR_INVALID_ARGUMENT, "a remote signal on a channel NCCL has no slot for");
+      CHECK(strstr(symmem_last_error_message(), "signal slot") != NULL, "the message names NCCL's slots: %s", symmem_last_error_message());
+      /* A barrier on a channel without a slot runs through an all-reduce. */
+      CHECK_RESULT(symmem_barrier(h, 3, 20000, NULL), SYMMEM_SUCCESS, "barrier on channel 3 across machines");
     }
     CHECK_RESULT(symmem_barrier(h, 0, 20000, NULL), SYMMEM_SUCCESS, "barrier across machines");
     sync_stream(0);
