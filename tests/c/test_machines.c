@@ -219,11 +219,14 @@ static int rank_nccl(const char *job, const char *layout, int rank, int world, i
       CHECK_RESULT(symmem_put_signal(h, remote, 0, NULL), SYMMEM_ERROR_UNAVAILABLE, "a remote signal on NCCL 2.28");
       CHECK(strstr(symmem_last_error_message(), "2.29") != NULL, "the message names 2.29: %s", symmem_last_error_message());
     } else {
-      /* NCCL 2.29 has one signal slot per peer: channel 0 across machines. */
-      for (int i = 0; i < 3; i++)
-        CHECK_RESULT(symmem_put_signal(h, remote, 0, NULL), SYMMEM_SUCCESS, "signal %d to rank %d", i, remote);
-      for (int i = 0; i < 3; i++)
-        CHECK_RESULT(symmem_wait_signal(h, remote, 0, 20000, NULL), SYMMEM_SUCCESS, "wait %d for rank %d", i, remote);
+      /* Three signals to every rank of the other machines, then three waits
+       * for each (NCCL 2.29 has one signal slot per peer: channel 0). */
+      for (int r = 0; r < world; r++)
+        for (int i = 0; i < 3 && symmem_group_is_local(g, r) == 0; i++)
+          CHECK_RESULT(symmem_put_signal(h, r, 0, NULL), SYMMEM_SUCCESS, "signal %d to rank %d", i, r);
+      for (int r = 0; r < world; r++)
+        for (int i = 0; i < 3 && symmem_group_is_local(g, r) == 0; i++)
+          CHECK_RESULT(symmem_wait_signal(h, r, 0, 20000, NULL), SYMMEM_SUCCESS, "wait %d for rank %d", i, r);
       CHECK_RESULT(symmem_put_signal(h, remote, 1, NULL), SYMMEM_ERROR_INVALID_ARGUMENT, "a remote signal on a channel NCCL has no slot for");
       CHECK(strstr(symmem_last_error_message(), "signal slot") != NULL, "the message names NCCL's slots: %s", symmem_last_error_message());
       /* A barrier on a channel without a slot runs through an all-reduce. */
