@@ -180,12 +180,16 @@ def nccl_group(rank: int, world: int, machines: List[int], job: str, engine: boo
                     results[f"{kind}/{op}/{count}"] = got == want
         info["collectives"] = results
         h.barrier(timeout=TIMEOUT)
-        remote = next(r for r in range(world) if not g.is_local(r))
+        # Two signals to every rank of the other machines, then two waits for
+        # each, on channel 0 (NCCL 2.29 has one signal slot per peer).
+        remote = [r for r in range(world) if not g.is_local(r)]
         try:
-            for _ in range(2):
-                h.put_signal(remote, 2)
-            for _ in range(2):
-                h.wait_signal(remote, 2, timeout=TIMEOUT)
+            for r in remote:
+                for _ in range(2):
+                    h.put_signal(r, 0)
+            for r in remote:
+                for _ in range(2):
+                    h.wait_signal(r, 0, timeout=TIMEOUT)
             info["remote_signal"] = None
         except symmem.SymmemError as e:
             info["remote_signal"] = (int(e.code), str(e))
