@@ -24,7 +24,10 @@ import (
 //
 //	word 0                  the error flag: 0, or the first failed wait of a
 //	                        kernel: 0x80000000 | peer<<16 | set
-//	words 1..15             reserved (zero)
+//	word 1                  the buffer of the all-reduce that is a barrier
+//	                        across machines (Note [Collectives across
+//	                        machines]; its value means nothing)
+//	words 2..15             reserved (zero)
 //	set s, s in [0, 512)    2*world words at 16 + s*2*world:
 //	                        arrivals[w]: how many times rank w has arrived at
 //	                                     this set's barrier in our pad (only w
