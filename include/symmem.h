@@ -84,6 +84,10 @@
  *                                   (default $TMPDIR/symmem-<uid>, mode 0700)
  *   SYMMEM_ALLOW_OVERLAPPING_DEVICES=1  let several ranks of a group share a
  *                                   device (correctness testing)
+ *   SYMMEM_MACHINE_ID=s             testing: the machine this process claims
+ *                                   to be on, to imitate several machines on
+ *                                   one host (never joins two real machines;
+ *                                   see symmem_group_local_rank)
  *   SYMMEM_JOB_TOKEN=s              tells apart two jobs that use the same group
  *                                   name (default: torchrun's or Slurm's job id)
  *   SYMMEM_HEAP_RESERVE=bytes       address space reserved per heap range
@@ -494,8 +498,14 @@ int symmem_group_device(const symmem_group *group);
  * of another machine. Collectives, barriers and signals to such ranks go
  * through the group's NCCL communicator (docs/machines.md).
  *
+ * Ranks whose devices share an NVLink domain (fabric handles on, and a
+ * driver that names the fabric cluster and clique) form one team across
+ * machines: their memory travels as fabric handles through the group's
+ * all-gather.
+ *
  * local_rank: this rank's index in its team; local_size: the team's size;
- * is_local: 1 if rank is on this process's machine, 0 if not. Each returns -1
+ * is_local: 1 if rank is in this process's team (its machine, or its NVLink
+ * domain), so mapped here, 0 if not. Each returns -1
  * with the last error on a NULL group or, for is_local, a rank out of range.
  * Thread-safe. */
 int symmem_group_local_rank(const symmem_group *group);
