@@ -49,16 +49,27 @@ func (b *Backend) FabricDomain(dev int) (domain, why string, err error) {
 			return "", "", err
 		}
 	}
+	if v, ok := d.domain.Load().(*fabricDomain); ok {
+		return v.domain, v.why, nil
+	}
+	var v fabricDomain
 	if on, why, _ := b.FabricHandles(dev); !on {
-		return "", "no fabric handles: " + why, nil
+		v.why = "no fabric handles: " + why
+	} else {
+		var uuid [16]C.uchar
+		var clique C.uint
+		if st := C.smcu_fabric_domain(d.cu, &uuid[0], &clique); st.res != C.SM_CUDA_SUCCESS {
+			v.why = fmt.Sprintf("the driver does not name the GPU's fabric cluster (%s: %s)", C.GoString(st.call), errorName(int(st.res)))
+		} else {
+			v.domain = fmt.Sprintf("%s/%d", hex.EncodeToString(C.GoBytes(unsafe.Pointer(&uuid[0]), 16)), uint(clique))
+		}
 	}
-	var uuid [16]C.uchar
-	var clique C.uint
-	if st := C.smcu_fabric_domain(d.cu, &uuid[0], &clique); st.res != C.SM_CUDA_SUCCESS {
-		return "", fmt.Sprintf("the driver does not name the GPU's fabric cluster (%s: %s)", C.GoString(st.call), errorName(int(st.res))), nil
-	}
-	return fmt.Sprintf("%s/%d", hex.EncodeToString(C.GoBytes(unsafe.Pointer(&uuid[0]), 16)), uint(clique)), "", nil
+	d.domain.Store(&v)
+	return v.domain, v.why, nil
 }
+
+// fabricDomain is FabricDomain's answer for a device.
+type fabricDomain struct{ domain, why string }
 
 // FabricHandleSize is the size of a fabric handle (CUmemFabricHandle).
 const FabricHandleSize = 64
