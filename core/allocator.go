@@ -638,6 +638,26 @@ func (a *Allocator) ExportSegment(segAddr uintptr) (int, error) {
 	return fd, err
 }
 
+// ExportSegmentWith is ExportSegment for another kind of handle: export
+// runs on the segment's memory, under the allocator's lock (so that the
+// segment cannot go meanwhile), and the segment counts as exported.
+func (a *Allocator) ExportSegmentWith(segAddr uintptr, export func(m Memory) error) error {
+	a.lock()
+	defer a.mu.Unlock()
+	seg := a.heap.segmentAt(segAddr)
+	if seg == nil || seg.addr != segAddr {
+		return Errorf(ErrInvalidPointer, "%#x is not the start of a segment on device %d", segAddr, a.device)
+	}
+	if seg.paused {
+		return Errorf(ErrInvalidState, "the segment at %#x on device %d belongs to tag %q, which is paused", segAddr, a.device, seg.pools.tag.name)
+	}
+	err := export(seg.mem)
+	if err == nil {
+		seg.exported = true
+	}
+	return err
+}
+
 // releaseIdle releases every segment with no allocated block, after waiting
 // for all work on the device (DESIGN invariant 4). Which segments go depends
 // only on the allocator's state, never on timing.

@@ -78,6 +78,7 @@ var settingSpecs = []settingSpec{
 	{name: "SYMMEM_THREAD_CACHE", kind: kindBool, doc: "per-thread caches of freed blocks in front of the allocator"},
 	{name: "SYMMEM_TIMEOUT_MS", kind: kindMillis, positive: true, doc: "default timeout of group waits"},
 	{name: "SYMMEM_SOCKET_DIR", kind: kindText, doc: "directory of rendezvous sockets"},
+	{name: "SYMMEM_MACHINE_ID", kind: kindText, doc: "testing: the machine this process claims to be on, to imitate several machines on one host (never merges two real machines)"},
 	{name: "SYMMEM_ALLOW_OVERLAPPING_DEVICES", kind: kindBool, doc: "let several ranks of a group share a device"},
 	{name: "SYMMEM_JOB_TOKEN", kind: kindText, doc: "tells apart jobs that use the same group name"},
 	{name: "SYMMEM_HEAP_RESERVE", kind: kindSize, positive: true, doc: "address space reserved per heap range"},

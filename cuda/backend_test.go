@@ -780,3 +780,34 @@ func osThreads(t *testing.T) int {
 	t.Fatal("no Threads: line in /proc/self/status")
 	return 0
 }
+
+// The device's NVLink domain and, where it has one, a fabric handle's round
+// trip: memory exported as a fabric handle, imported and mapped again shows
+// the same bytes (Note [Fabric handles]).
+func TestBackendFabricDomain(t *testing.T) {
+	b := requireGPU(t)
+	domain, why, err := b.FabricDomain(0)
+	require.NoError(t, err)
+	t.Logf("fabric domain of device 0: %q (%s)", domain, why)
+	if domain == "" {
+		require.NotEmpty(t, why, "no domain must say why")
+		if isFake() && os.Getenv("FAKECUDA_FABRIC_OK") == "" {
+			assert.Contains(t, why, "CUDA_ERROR_NOT_PERMITTED")
+		}
+		return
+	}
+	gran, err := b.Granularity(0)
+	require.NoError(t, err)
+	s1 := newSegment(t, b, 0, gran)
+	h, err := b.ExportFabric(s1.mem)
+	require.NoError(t, err)
+	require.Len(t, h, FabricHandleSize)
+	m2, err := b.ImportFabric(0, h)
+	require.NoError(t, err)
+	s2 := mapSegment(t, b, 0, gran, m2)
+	require.NoError(t, b.Memset(0, 0, s1.addr, 0x3A, gran))
+	requireAll(t, download(t, b, 0, s2.addr, gran), 0x3A, "written through the exporter's mapping, read through the fabric import")
+	_, err = b.ImportFabric(0, h[:10])
+	require.Equal(t, core.ErrInvalidArgument, core.CodeOf(err))
+	t.Logf("fabric handle round trip: ok")
+}

@@ -53,6 +53,9 @@ type device struct {
 
 	fabric    atomic.Int32 // fabricUntried, fabricOn or fabricOff
 	fabricWhy atomic.Value // string: why fabric handles are off, for messages
+	// domain caches FabricDomain's answer once fabric handles are settled
+	// (a *fabricDomain): every group creation asks.
+	domain atomic.Value
 }
 
 // attribute reads a device attribute (no context needed).

@@ -289,6 +289,23 @@ typedef union sm_CUstreamBatchMemOpParams_union {
      unsigned int blockDimZ, unsigned int sharedMemBytes, T(CUstream) hStream,         \
      void **kernelParams, void **extra))
 
+/* Functions that newer drivers have and older ones lack; resolved as
+ * optional (left NULL when missing) and kept out of the ABI check, which
+ * compiles against whatever cuda.h the GPU machine has. The fabric cluster
+ * and clique of a device (CUDA 13): which GPUs share one NVLink domain, so
+ * that ranks on different machines in it can map each other through fabric
+ * handles (Note [Fabric teams] in core/symm). */
+typedef struct sm_CUcliqueInfo_st {
+  int type; /* CUcliqueType: 0 = CU_CLIQUE_TYPE_UNICAST_POINTER */
+  unsigned int id;
+} sm_CUcliqueInfo;
+
+#define SM_CU_OPTIONAL_FUNCTIONS(X, T)                                                 \
+  X(cuDeviceGetFabricClusterUuid, cuDeviceGetFabricClusterUuid,                        \
+    (T(CUuuid) *uuid, T(CUdevice) dev))                                                \
+  X(cuDeviceGetCliqueInfo, cuDeviceGetCliqueInfo,                                      \
+    (T(CUcliqueInfo) *cliqueInfo, size_t *count, T(CUdevice) dev))
+
 /* The type mapper for our own declarations: T(CUdevice) -> sm_CUdevice. */
 #define SM_CU_PREFIXED(name) sm_##name
 

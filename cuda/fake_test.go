@@ -111,3 +111,20 @@ func TestChildOpenError(t *testing.T) {
 	assert.Contains(t, err.Error(), os.Getenv(EnvLibrary), "the message must name the library")
 	assert.Equal(t, core.ErrUnavailable, core.CodeOf(err))
 }
+
+// The fabric path on the stand-in driver: fabric handles accepted
+// (FAKECUDA_FABRIC_OK) and a fabric cluster reported, or no cluster.
+func TestFakeDriverFabric(t *testing.T) {
+	if isFake() {
+		t.Skip("already running against the fake driver")
+	}
+	lib := buildFake(t, "libcuda_fake.so")
+	out, err := runChild(t, "^TestBackendFabricDomain$", EnvLibrary+"="+lib, envRequireGPU+"=1", envFake+"=1",
+		"FAKECUDA_FABRIC_OK=1", "FAKECUDA_FABRIC_CLUSTER=rack-1", "FAKECUDA_FABRIC_CLIQUE=7")
+	require.NoError(t, err, "child:\n%s", out)
+	assert.Regexp(t, `fabric domain of device 0: "[0-9a-f]{32}/7"`, out)
+	assert.Contains(t, out, "fabric handle round trip: ok")
+	out, err = runChild(t, "^TestBackendFabricDomain$", EnvLibrary+"="+lib, envRequireGPU+"=1", envFake+"=1", "FAKECUDA_FABRIC_OK=1")
+	require.NoError(t, err, "child:\n%s", out)
+	assert.Contains(t, out, "the driver does not name the GPU's fabric cluster")
+}

@@ -47,9 +47,10 @@ var driverSymbols = func() []Symbol {
 	}
 	syms := make([]Symbol, int(C.smcu_symbol_count))
 	names := unsafe.Slice((**C.char)(unsafe.Pointer(&C.smcu_symbol_names)), len(syms))
+	optional := len(syms) - int(C.smcu_optional_count)
 	for i := range syms {
 		n := C.GoString(names[i])
-		syms[i] = Symbol{Name: n, Alt: alt[n]}
+		syms[i] = Symbol{Name: n, Alt: alt[n], Optional: i >= optional}
 	}
 	return syms
 }()

@@ -21,9 +21,16 @@ static smcu_table smcu;
 const char *const smcu_symbol_names[] = {
 #define SMCU_NAME(api, symbol, params) #symbol,
     SM_CU_FUNCTIONS(SMCU_NAME, SM_CU_PREFIXED)
+    SM_CU_OPTIONAL_FUNCTIONS(SMCU_NAME, SM_CU_PREFIXED)
 #undef SMCU_NAME
 };
 const int smcu_symbol_count = (int)(sizeof smcu_symbol_names / sizeof smcu_symbol_names[0]);
+static const char *const smcu_optional_names[] = {
+#define SMCU_NAME(api, symbol, params) #symbol,
+    SM_CU_OPTIONAL_FUNCTIONS(SMCU_NAME, SM_CU_PREFIXED)
+#undef SMCU_NAME
+};
+const int smcu_optional_count = (int)(sizeof smcu_optional_names / sizeof smcu_optional_names[0]);
 
 /* The table is a struct of function pointers, filled as an array. */
 _Static_assert(sizeof(smcu_table) == sizeof smcu_symbol_names / sizeof smcu_symbol_names[0] * sizeof(void *),
@@ -253,6 +260,38 @@ smcu_status smcu_export_fd(uintptr_t ctx, unsigned long long handle, int *fd) {
   SMCU_IN_CTX(ctx, "cuMemExportToShareableHandle",
               smcu.cuMemExportToShareableHandle(fd, handle,
                                                 SM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+}
+
+smcu_status smcu_fabric_domain(int dev, unsigned char *uuid16, unsigned int *clique) {
+  if (smcu.cuDeviceGetFabricClusterUuid == NULL || smcu.cuDeviceGetCliqueInfo == NULL)
+    return SMCU_STATUS(SM_CUDA_ERROR_NOT_SUPPORTED, "cuDeviceGetFabricClusterUuid (CUDA 13 drivers)");
+  sm_CUuuid u;
+  sm_CUresult r = smcu.cuDeviceGetFabricClusterUuid(&u, dev);
+  if (r != SM_CUDA_SUCCESS)
+    return SMCU_STATUS(r, "cuDeviceGetFabricClusterUuid");
+  memcpy(uuid16, u.bytes, 16);
+  sm_CUcliqueInfo info[16];
+  size_t n = sizeof info / sizeof info[0];
+  r = smcu.cuDeviceGetCliqueInfo(info, &n, dev);
+  if (r != SM_CUDA_SUCCESS)
+    return SMCU_STATUS(r, "cuDeviceGetCliqueInfo");
+  for (size_t i = 0; i < n && i < sizeof info / sizeof info[0]; i++) {
+    if (info[i].type == 0) { /* CU_CLIQUE_TYPE_UNICAST_POINTER */
+      *clique = info[i].id;
+      return SMCU_OK;
+    }
+  }
+  return SMCU_STATUS(SM_CUDA_ERROR_NOT_SUPPORTED, "cuDeviceGetCliqueInfo (no unicast clique)");
+}
+
+smcu_status smcu_export_fabric(uintptr_t ctx, unsigned long long handle, unsigned char *out64) {
+  SMCU_IN_CTX(ctx, "cuMemExportToShareableHandle(FABRIC)",
+              smcu.cuMemExportToShareableHandle(out64, handle, SM_CU_MEM_HANDLE_TYPE_FABRIC, 0));
+}
+
+smcu_status smcu_import_fabric(uintptr_t ctx, const unsigned char *in64, unsigned long long *handle) {
+  SMCU_IN_CTX(ctx, "cuMemImportFromShareableHandle(FABRIC)",
+              smcu.cuMemImportFromShareableHandle(handle, (void *)in64, SM_CU_MEM_HANDLE_TYPE_FABRIC));
 }
 
 smcu_status smcu_import_fd(uintptr_t ctx, int fd, unsigned long long *handle) {

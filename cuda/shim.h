@@ -32,12 +32,15 @@ typedef struct smcu_status {
 typedef struct smcu_table {
 #define SMCU_FIELD(api, symbol, params) sm_CUresult(*symbol) params;
   SM_CU_FUNCTIONS(SMCU_FIELD, SM_CU_PREFIXED)
+  SM_CU_OPTIONAL_FUNCTIONS(SMCU_FIELD, SM_CU_PREFIXED)
 #undef SMCU_FIELD
 } smcu_table;
 
-/* The symbol names of smcu_table's fields, in order, and their number. */
+/* The symbol names of smcu_table's fields, in order, and their number; the
+ * last smcu_optional_count of them are optional (NULL when missing). */
 extern const char *const smcu_symbol_names[];
 extern const int smcu_symbol_count;
+extern const int smcu_optional_count;
 
 /* Publishes a resolved table: ptrs holds smcu_symbol_count function
  * pointers in smcu_symbol_names order (dynlib.go's Library.Resolve fills
@@ -63,6 +66,15 @@ smcu_status smcu_device_get(int ordinal, int *dev);
 smcu_status smcu_device_attribute(int dev, int attr, int *value);
 smcu_status smcu_device_name(int dev, char *buf, int len);
 smcu_status smcu_device_uuid(int dev, unsigned char *out16);
+
+/* The device's fabric cluster UUID and unicast clique id. res is
+ * SM_CUDA_ERROR_NOT_SUPPORTED (call names the function) when the driver
+ * lacks the functions or the device reports no clique. */
+smcu_status smcu_fabric_domain(int dev, unsigned char *uuid16, unsigned int *clique);
+
+/* Exports m as a 64-byte fabric handle into out64 / imports one. */
+smcu_status smcu_export_fabric(uintptr_t ctx, unsigned long long handle, unsigned char *out64);
+smcu_status smcu_import_fabric(uintptr_t ctx, const unsigned char *in64, unsigned long long *handle);
 smcu_status smcu_can_access_peer(int dev, int peer, int *can);
 smcu_status smcu_p2p_attribute(int dev, int peer, int attr, int *value);
 smcu_status smcu_device_total_mem(int dev, size_t *bytes);

@@ -74,6 +74,11 @@ SYMMEM_FRONT(symmem_result, group_destroy, UNAVAILABLE, (symmem_group *group), (
 SYMMEM_FRONT(int, group_rank, -1, (const symmem_group *group), (group))
 SYMMEM_FRONT(int, group_world_size, -1, (const symmem_group *group), (group))
 SYMMEM_FRONT(int, group_device, -1, (const symmem_group *group), (group))
+SYMMEM_FRONT(int, group_local_rank, -1, (const symmem_group *group), (group))
+SYMMEM_FRONT(int, group_local_size, -1, (const symmem_group *group), (group))
+SYMMEM_FRONT(int, group_is_local, -1, (const symmem_group *group, int rank), (group, rank))
+SYMMEM_FRONT(size_t, group_machine, 0, (const symmem_group *group, int rank, char *buf, size_t len), (group, rank, buf, len))
+SYMMEM_FRONT(int, handle_mapped_peers, -1, (const symmem_handle *handle), (handle))
 SYMMEM_FRONT(symmem_result, group_set_signal_pad_size, UNAVAILABLE, (symmem_group *group, size_t bytes), (group, bytes))
 SYMMEM_FRONT(symmem_result, rendezvous, OUT_NULL_THEN(out, UNAVAILABLE),
              (void *ptr, symmem_group *group, symmem_handle **out), (ptr, group, out))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/ipc"
+	"github.com/libsymmem/libsymmem/core/symm"
 	"github.com/libsymmem/libsymmem/cuda"
 )
 
@@ -26,7 +27,17 @@ type infoReport struct {
 	Driver        cuda.DriverReport `json:"cuda_driver"`
 	Libraries     map[string]any    `json:"libraries"`
 	SocketDir     socketDirReport   `json:"socket_dir"`
+	Machine       machineReport     `json:"machine"`
 	Settings      []settingReport   `json:"settings"`
+}
+
+// machineReport is this process's machine identity (Note [Machine
+// identity] in core/symm).
+type machineReport struct {
+	Hostname  string `json:"hostname"`
+	BootID    string `json:"boot_id"`
+	Simulated string `json:"simulated,omitempty"`
+	Error     string `json:"error,omitempty"`
 }
 
 type backendReport struct {
@@ -41,7 +52,17 @@ type deviceReport struct {
 	Name        string `json:"name"`
 	TotalMemory uint64 `json:"total_memory"`
 	FreeMemory  uint64 `json:"free_memory"`
-	Error       string `json:"error,omitempty"`
+	// FabricDomain is the device's NVLink domain where its memory carries
+	// fabric handles (ranks on other machines in it map this one's memory);
+	// FabricNote says why there is none (Note [Fabric handles] in cuda).
+	FabricDomain string `json:"fabric_domain,omitempty"`
+	FabricNote   string `json:"fabric_note,omitempty"`
+	Error        string `json:"error,omitempty"`
+}
+
+// fabricDomainer is a backend that can name its devices' NVLink domain.
+type fabricDomainer interface {
+	FabricDomain(dev int) (domain, why string, err error)
 }
 
 type socketDirReport struct {
@@ -92,6 +113,13 @@ func buildInfo() infoReport {
 				dr.Error = err.Error()
 			}
 			dr.FreeMemory, dr.TotalMemory = free, total
+			if f, ok := rt.Backend.(fabricDomainer); ok {
+				if dom, why, err := f.FabricDomain(d); err != nil {
+					dr.FabricNote = err.Error()
+				} else {
+					dr.FabricDomain, dr.FabricNote = dom, why
+				}
+			}
 			r.Devices = append(r.Devices, dr)
 		}
 	}
@@ -102,6 +130,11 @@ func buildInfo() infoReport {
 		}
 	}
 	r.Libraries = core.InfoSections()
+	m := symm.ThisMachine()
+	r.Machine = machineReport{Hostname: m.Hostname, BootID: m.BootID, Simulated: m.Simulated}
+	if m.Err != nil {
+		r.Machine.Error = m.Err.Error()
+	}
 	dir, err := ipc.SocketDir()
 	r.SocketDir.Path = dir
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/libsymmem/libsymmem/core/ipc"
 	"github.com/libsymmem/libsymmem/core/symm"
 	"github.com/libsymmem/libsymmem/cuda"
+	"github.com/libsymmem/libsymmem/cuda/ncclengine"
 )
 
 // symmemNCCLNoWindows is SYMMEM_NCCL_NO_WINDOWS of symmem.h.
@@ -50,7 +51,7 @@ func symmemgo_group_create_nccl(comm unsafe.Pointer, name *C.char, timeoutMs C.i
 	if err != nil {
 		return setLastError(call, err)
 	}
-	g, err := symm.New(symm.Options{Name: C.GoString(name), Comm: c, NoWindows: flags&symmemNCCLNoWindows != 0,
+	g, err := symm.New(symm.Options{Name: C.GoString(name), Comm: ncclengine.New(c), NoWindows: flags&symmemNCCLNoWindows != 0,
 		Timeout: millis(timeoutMs), Runtime: rt})
 	if err != nil {
 		return setLastError(call, err)

@@ -192,6 +192,62 @@ func symmemgo_group_world_size(group uintptr) (result C.int) {
 	return groupInt("symmem_group_world_size", group, (*symm.Group).World)
 }
 
+//export symmemgo_group_local_rank
+func symmemgo_group_local_rank(group uintptr) (result C.int) {
+	defer recoverCall("symmem_group_local_rank", &result, -1)
+	return groupInt("symmem_group_local_rank", group, (*symm.Group).LocalRank)
+}
+
+//export symmemgo_group_local_size
+func symmemgo_group_local_size(group uintptr) (result C.int) {
+	defer recoverCall("symmem_group_local_size", &result, -1)
+	return groupInt("symmem_group_local_size", group, (*symm.Group).LocalSize)
+}
+
+//export symmemgo_group_is_local
+func symmemgo_group_is_local(group uintptr, rank C.int) (result C.int) {
+	defer recoverCall("symmem_group_is_local", &result, -1)
+	g, err := groupOf(group)
+	var local bool
+	if err == nil {
+		local, err = g.IsLocal(int(rank))
+	}
+	if err != nil {
+		setLastError("symmem_group_is_local", err)
+		return -1
+	}
+	if local {
+		return 1
+	}
+	return 0
+}
+
+//export symmemgo_group_machine
+func symmemgo_group_machine(group uintptr, rank C.int, buf *C.char, length C.size_t) (result C.size_t) {
+	defer recoverCall("symmem_group_machine", &result, 0)
+	g, err := groupOf(group)
+	var name string
+	if err == nil {
+		name, err = g.MachineOf(int(rank))
+	}
+	if err != nil {
+		setLastError("symmem_group_machine", err)
+		return 0
+	}
+	return copyOut([]byte(name), buf, length)
+}
+
+//export symmemgo_handle_mapped_peers
+func symmemgo_handle_mapped_peers(handle uintptr) (result C.int) {
+	defer recoverCall("symmem_handle_mapped_peers", &result, -1)
+	h, err := handleOf(handle)
+	if err != nil {
+		setLastError("symmem_handle_mapped_peers", err)
+		return -1
+	}
+	return C.int(h.MappedPeers())
+}
+
 //export symmemgo_group_device
 func symmemgo_group_device(group uintptr) (result C.int) {
 	defer recoverCall("symmem_group_device", &result, -1)

@@ -84,6 +84,10 @@
  *                                   (default $TMPDIR/symmem-<uid>, mode 0700)
  *   SYMMEM_ALLOW_OVERLAPPING_DEVICES=1  let several ranks of a group share a
  *                                   device (correctness testing)
+ *   SYMMEM_MACHINE_ID=s             testing: the machine this process claims
+ *                                   to be on, to imitate several machines on
+ *                                   one host (never joins two real machines;
+ *                                   see symmem_group_local_rank)
  *   SYMMEM_JOB_TOKEN=s              tells apart two jobs that use the same group
  *                                   name (default: torchrun's or Slurm's job id)
  *   SYMMEM_HEAP_RESERVE=bytes       address space reserved per heap range
@@ -489,6 +493,40 @@ int symmem_group_rank(const symmem_group *group);
 int symmem_group_world_size(const symmem_group *group);
 int symmem_group_device(const symmem_group *group);
 
+/* Local teams. A group made over an NCCL communicator or with
+ * symmem_group_create_with_allgather may hold ranks on several machines (a
+ * group made with symmem_group_create needs one and refuses several with
+ * SYMMEM_ERROR_MISMATCH naming them). Each rank's machine is its host name
+ * and kernel boot id, read when the library loads (SYMMEM_MACHINE_ID replaces
+ * it for tests imitating machines on one host; two ranks claiming one machine
+ * under different kernels are refused). The ranks of one machine form its
+ * local team, in rank order: only they map each other's buffers and signal
+ * pads, and a handle's pointers (and pointer arrays) hold NULL for every rank
+ * of another machine. Collectives, barriers and signals to such ranks go
+ * through the group's NCCL communicator (docs/machines.md).
+ *
+ * Ranks whose devices share an NVLink domain (fabric handles on, and a
+ * driver that names the fabric cluster and clique) form one team across
+ * machines: their memory travels as fabric handles through the group's
+ * all-gather.
+ *
+ * local_rank: this rank's index in its team; local_size: the team's size;
+ * is_local: 1 if rank is in this process's team (its machine, or its NVLink
+ * domain), so mapped here, 0 if not. Each returns -1
+ * with the last error on a NULL group or, for is_local, a rank out of range.
+ * Thread-safe. */
+int symmem_group_local_rank(const symmem_group *group);
+int symmem_group_local_size(const symmem_group *group);
+int symmem_group_is_local(const symmem_group *group, int rank);
+
+/* Names rank's machine for messages ("host n1 (boot id ...)", or
+ * "machine \"a\" (SYMMEM_MACHINE_ID on host n1)"): writes at most len bytes
+ * into buf (NUL-terminated when len > 0) and returns the name's length
+ * without the NUL, like snprintf. Returns 0 with the last error on a NULL
+ * group or a rank out of range. */
+size_t symmem_group_machine(const symmem_group *group, int rank, char *buf,
+                            size_t len);
+
 /* Sets the size of each rank's signal pad (bytes, multiple of 4, >= 4*world)
  * of group. Only before the group's first rendezvous. Default 64 KiB: pads of
  * that size are made and exchanged by symmem_group_create; another size set
@@ -500,10 +538,13 @@ symmem_result symmem_group_set_signal_pad_size(symmem_group *group,
 /* Collective: every rank of group calls it with a pointer into a block of its
  * own, allocated by symmem_alloc on the group's device by the same sequence
  * of calls on every rank. ptr may point inside the block. Validates on every
- * rank that block sizes, heap offsets, the pointer's offset in its block,
- * hosts and devices agree (a mismatch is
+ * rank that block sizes, heap offsets, the pointer's offset in its block
+ * and devices agree (a mismatch is
  * SYMMEM_ERROR_MISMATCH naming the ranks that differ). On success *out owns a
- * handle whose buffer pointers are the peers' blocks mapped here. A handle
+ * handle whose buffer pointers are the peers' blocks mapped here (those of
+ * this machine's ranks: NULL for the others, see symmem_group_is_local); on
+ * a group over an NCCL communicator the block's segment is also registered
+ * as a window, collectively, which is how remote ranks reach it. A handle
  * stays valid after the block is freed, until released. */
 symmem_result symmem_rendezvous(void *ptr, symmem_group *group,
                                 symmem_handle **out);
@@ -528,11 +569,14 @@ size_t symmem_handle_offset(const symmem_handle *handle);
 /* The size of each rank's signal pad. */
 size_t symmem_handle_signal_pad_size(const symmem_handle *handle);
 /* rank's block (start of block) / signal pad, mapped in this process. NULL
- * with SYMMEM_ERROR_INVALID_ARGUMENT when rank is out of range. */
+ * with SYMMEM_ERROR_INVALID_ARGUMENT when rank is out of range; NULL (and no
+ * error) for a rank on another machine, which is never mapped (see
+ * symmem_group_is_local). */
 void *symmem_handle_buffer_ptr(const symmem_handle *handle, int rank);
 void *symmem_handle_signal_pad_ptr(const symmem_handle *handle, int rank);
 /* Arrays of world_size pointers, owned by the handle: in host memory, and in
- * device memory for kernels (on the host backend the same array). Read-only:
+ * device memory for kernels (on the host backend the same array); NULL
+ * entries for ranks on other machines. Read-only:
  * handles of one group whose pointers are equal (a rendezvous again on the
  * same buffer) share the arrays, which live until the last of them is
  * released. */
@@ -555,6 +599,13 @@ typedef struct symmem_handle_desc {
   void *const *buffer_ptrs_dev;
   void *const *signal_pad_ptrs_dev;
 } symmem_handle_desc;
+
+/* The number of peers whose buffer and signal pad this process maps: the
+ * other ranks of its local team (world_size - 1 on one machine). -1 with the
+ * last error if handle is not a live handle. (A getter of its own rather than
+ * a field of symmem_handle_desc: a program built against a header with the
+ * smaller struct would be written past its end.) */
+int symmem_handle_mapped_peers(const symmem_handle *handle);
 
 /* Fills *desc with handle's properties. SYMMEM_ERROR_INVALID_ARGUMENT when
  * desc is NULL or handle is not a live handle (desc untouched). The arrays
@@ -591,7 +642,19 @@ symmem_result symmem_handle_describe(const symmem_handle *handle,
  * (naming its rank, pid and exit status; a stopped process still gets the
  * timeout), consuming nothing. A rank or channel out of range is SYMMEM_ERROR_INVALID_ARGUMENT
  * naming the bounds. After a failed signal call the counts of its channel may
- * disagree between ranks: use another channel or group. */
+ * disagree between ranks: use another channel or group.
+ *
+ * Ranks on other machines (symmem_group_is_local 0) are reached through the
+ * group's NCCL communicator: put/wait through NCCL's one-sided signals
+ * (ncclSignal / ncclWaitSignal, NCCL 2.29 or later: with an older NCCL they
+ * are SYMMEM_ERROR_UNAVAILABLE naming the version found and 2.29), enqueued
+ * on stream. NCCL 2.29 has one signal slot per peer: across machines only
+ * channel 0 carries signals (another channel is SYMMEM_ERROR_INVALID_ARGUMENT
+ * naming the limit). A barrier of a group that spans machines signals
+ * through them too, or, without them or on another channel, runs an NCCL
+ * all-reduce of one int32 on stream. On a
+ * group with no communicator (symmem_group_create_with_allgather) they are
+ * SYMMEM_ERROR_UNAVAILABLE naming the missing engine. */
 symmem_result symmem_put_signal(symmem_handle *handle, int dst_rank,
                                 int channel, symmem_stream_t stream);
 symmem_result symmem_wait_signal(symmem_handle *handle, int src_rank,
@@ -725,6 +788,16 @@ symmem_result symmem_resume_group(symmem_group *group, const char *tag);
  * moved, the group still usable; on cuda the kernel returns without touching
  * out and the device error flag records the mismatch
  * (symmem_handle_device_error).
+ *
+ * A group whose ranks are on several machines (symmem_group_local_size <
+ * world_size) runs the whole collective on its NCCL communicator instead
+ * (ncclAllReduce / ncclAllGather / ncclReduceScatter with the call's dtype and
+ * op, on stream, reading the input in the block, which the rendezvous
+ * registered as an NCCL window): the same results as on one machine, up to
+ * NCCL's reduction order for float types; the algorithm argument is checked
+ * but NCCL chooses its own. Without a communicator (a group of
+ * symmem_group_create_with_allgather) that is SYMMEM_ERROR_UNAVAILABLE
+ * naming the missing engine. docs/machines.md.
  *
  * Errors, with nothing enqueued: SYMMEM_ERROR_INVALID_ARGUMENT for an unknown
  * dtype, op, algorithm or channel, count past the buffer (count*size >

@@ -57,7 +57,9 @@
  *                   SYMMEM_DEV_CAUSE_PEER_EXITED << 29 | peer << 16, written
  *                   by the library on the host when it sees rank peer's
  *                   process exit
- *   words 2..15     reserved
+ *   word 2          the library's: the buffer of the all-reduce that is a
+ *                   barrier across machines (its value means nothing)
+ *   words 3..15     reserved
  *   set s           2*world words at SYMMEM_DEV_HEADER_WORDS + s*2*world, for
  *                   s in [0, SYMMEM_DEV_SETS):
  *                     arrivals[w] (word w): how many times rank w arrived at

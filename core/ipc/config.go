@@ -141,6 +141,11 @@ type Config struct {
 	// passes it with the welcome, for NewShmExchange (Note [Shared-memory
 	// control page]). All ranks must agree.
 	ControlPage bool
+	// Socket is the socket's file name without ".sock"; "" means Name.
+	// Groups that span machines name one socket per local team, so that
+	// teams imitating machines on one host never meet (Note [Local teams]
+	// in core/symm).
+	Socket string
 }
 
 // maxSockPath is the longest path a sockaddr_un holds (108 with its NUL).
@@ -183,7 +188,12 @@ func (c *Config) normalize() error {
 	return nil
 }
 
-func (c *Config) sockPath() string { return filepath.Join(c.Dir, c.Name+".sock") }
+func (c *Config) sockPath() string {
+	if c.Socket != "" {
+		return filepath.Join(c.Dir, c.Socket+".sock")
+	}
+	return filepath.Join(c.Dir, c.Name+".sock")
+}
 
 // lockPath is the one lock file of the socket directory, shared by every
 // group name (a file per name would stay behind for every name ever used).

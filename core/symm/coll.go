@@ -31,7 +31,10 @@ import (
 //	                        peer<<16 written by the host when it sees
 //	                        rank peer's process exit (Note [Dead peers]);
 //	                        waiting kernels give up when they see it
-//	words 2..15             reserved (zero)
+//	word 2                  the buffer of the all-reduce that is a barrier
+//	                        across machines (Note [Collectives across
+//	                        machines]; its value means nothing)
+//	words 3..15             reserved (zero)
 //	set s, s in [0, 512)    2*world words at 16 + s*2*world:
 //	                        arrivals[w]: how many times rank w has arrived at
 //	                                     this set's barrier in our pad (only w
@@ -315,6 +318,9 @@ func (h *Handle) Collective(a CollArgs) error {
 	c, err := h.plan(a)
 	if err != nil || c == nil {
 		return err
+	}
+	if h.span != nil {
+		return h.spanCollective(a, c)
 	}
 	be := h.gm.be
 	if l, ok := be.(core.CollectiveLauncher); ok {

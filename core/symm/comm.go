@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -244,18 +245,24 @@ func (cg *commGather) close() error {
 	return err
 }
 
-// window is a segment of ours registered with the communicator.
+// window is a segment of ours registered with the communicator. win is
+// the ncclWindow_t, 0 while the segment is paused or once it is released
+// (handles read it: Handle.Window).
 type window struct {
 	segID uint64
 	addr  uintptr
 	size  uintptr
-	win   uintptr
+	win   atomic.Uintptr
 }
 
 // windows are a group's NCCL windows, by the heap offset of their segment.
 type windows struct {
 	mu sync.Mutex
 	m  map[uint64]*window
+	// paused holds the windows of segments that a collective pause
+	// deregistered, by heap offset, until the resume registers them again
+	// (Note [Collective pause]).
+	paused map[uint64]*window
 	// registered and deregistered count calls (tests check them).
 	registered, deregistered int
 	removeHook               func()
@@ -290,7 +297,8 @@ func (g *Group) Communicator() Communicator { return g.comm }
 func (g *Group) dropWindowLocked(heapOff uint64, x *window) error {
 	delete(g.wins.m, heapOff)
 	g.wins.deregistered++
-	if err := g.comm.DeregisterWindow(x.win); err != nil {
+	win := x.win.Swap(0)
+	if err := g.comm.DeregisterWindow(win); err != nil {
 		return core.Errorf(core.CodeOf(err), "group %q: deregistering the window of the segment at %#x (%d bytes): %v", g.name, x.addr, x.size, err)
 	}
 	return nil
@@ -310,7 +318,7 @@ func (g *Group) onSegmentRelease(seg core.SegmentInfo) error {
 // registerWindow makes sure every rank holds a window for the rendezvous'
 // segment (Note [NCCL groups]); collective, g.coll held. It returns our
 // window and shares the verdict.
-func (g *Group) registerWindow(info core.BlockInfo, recs []blockRecord) (uintptr, error) {
+func (g *Group) registerWindow(info core.BlockInfo, recs []blockRecord) (*window, error) {
 	seg := info.Segment
 	need := false
 	for r := range recs {
@@ -320,7 +328,7 @@ func (g *Group) registerWindow(info core.BlockInfo, recs []blockRecord) (uintptr
 	if !need {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		return w.m[seg.HeapOff].win, nil
+		return w.m[seg.HeapOff], nil
 	}
 	var localErr error
 	w.mu.Lock()
@@ -335,28 +343,31 @@ func (g *Group) registerWindow(info core.BlockInfo, recs []blockRecord) (uintptr
 		return err
 	})
 	if core.CodeOf(err) == core.ErrTimeout {
-		return 0, err
+		return nil, err
 	}
 	if localErr == nil && err != nil {
 		localErr = core.Errorf(core.CodeOf(err), "rank %d: registering its segment at %#x (%d bytes) as a window: %v", g.rank, seg.Addr, seg.Size, err)
 	}
+	var x *window
 	if err == nil {
+		x = &window{segID: seg.ID, addr: seg.Addr, size: seg.Size}
+		x.win.Store(win)
 		w.mu.Lock()
 		w.registered++
-		w.m[seg.HeapOff] = &window{segID: seg.ID, addr: seg.Addr, size: seg.Size, win: win}
+		w.m[seg.HeapOff] = x
 		w.mu.Unlock()
 	}
 	if err := g.shareVerdict("rendezvous (NCCL window registration)", localErr); err != nil {
-		if win != 0 && localErr == nil {
+		if x != nil && localErr == nil {
 			w.mu.Lock()
-			if x := w.m[seg.HeapOff]; x != nil && x.win == win {
+			if w.m[seg.HeapOff] == x {
 				g.dropWindowLocked(seg.HeapOff, x)
 			}
 			w.mu.Unlock()
 		}
-		return 0, err
+		return nil, err
 	}
-	return win, nil
+	return x, nil
 }
 
 // shareVerdict all-gathers local outcomes: every rank gets the first
@@ -399,8 +410,8 @@ func (g *Group) checkPeerPointers(h *Handle, win uintptr, blockOff uintptr) erro
 			localErr = core.Errorf(core.CodeOf(err), "rank %d: NCCL's pointer to rank %d's window: %v", g.rank, p, err)
 			break
 		}
-		if ptr == 0 {
-			continue // not reachable by load/store in NCCL's view
+		if ptr == 0 || h.bufPtrs[p] == 0 {
+			continue // not reachable by load/store in NCCL's view, or on another machine (Note [Local teams])
 		}
 		if err := errors.Join(g.readBytes(ours, h.bufPtrs[p]), g.readBytes(theirs, ptr)); err != nil {
 			localErr = core.Errorf(core.CodeOf(err), "rank %d: reading rank %d's block: %v", g.rank, p, err)

@@ -45,6 +45,9 @@ type Options struct {
 	// SocketDir and JobToken override the ipc defaults (tests).
 	SocketDir string
 	JobToken  string
+	// machine overrides this process's identity (tests that run ranks of
+	// several imitated machines in one process).
+	machine *machineIdentity
 }
 
 // deviceUUIDer is implemented by backends that can name a device
@@ -68,6 +71,9 @@ type Group struct {
 	ex      ipc.Exchange
 	shm     *ipc.ShmExchange // the control page when ex is it, else nil
 	members []memberRecord
+	// machine is this process's identity (thisMachine unless a test says).
+	machine machineIdentity
+	teams
 	// comm, cg and wins are set on groups over a communicator (Note [NCCL
 	// groups]); wins is nil when windows are off.
 	comm Communicator
@@ -156,52 +162,69 @@ func New(o Options) (*Group, error) {
 }
 
 // newGroup is New once the exchange is known.
+//
+// Socket groups connect first (the channel carries their records) and may
+// hold one machine only. Groups whose records go through the caller's
+// all-gather (or a communicator) learn every rank's machine from the member
+// records first, then open the channel among their local team alone
+// (Note [Local teams]).
 func newGroup(o Options, rt *core.Runtime, alloc *core.Allocator) (*Group, error) {
 	tr := startTrace("group %q rank %d creation", o.Name, o.Rank)
 	defer tr.done()
-	token := o.JobToken
-	var ex ipc.Exchange
+	g := &Group{name: o.Name, rank: o.Rank, world: o.World, device: o.Device, timeout: o.Timeout,
+		be: rt.Backend, alloc: alloc, padSize: DefaultSignalPadSize, machine: thisMachine}
+	if o.machine != nil {
+		g.machine = *o.machine
+	}
 	if o.AllGather != nil {
-		fx := &ipc.FuncExchange{Rank: o.Rank, World: o.World, Fn: o.AllGather}
-		ex = fx
-		// The caller's all-gather already connects exactly this job's
-		// ranks: use it to agree on a token that no other job can present.
-		t, err := agreeToken(fx)
-		if err != nil {
+		g.ex = &ipc.FuncExchange{Rank: o.Rank, World: o.World, Fn: o.AllGather}
+		if err := g.agreeMembers(); err != nil {
 			return nil, err
 		}
+		tr.mark("members")
+		// The caller's all-gather already connects exactly this job's
+		// ranks: rank 0's nonce is a token that no other job can present.
+		token := o.JobToken
 		if token == "" {
 			token = ipc.JobToken()
 		}
-		token += "/" + t
-	}
-	ch, err := ipc.Open(ipc.Config{Name: o.Name, Rank: o.Rank, World: o.World, Timeout: o.Timeout, Dir: o.SocketDir, Token: token,
-		ControlPage: ex == nil && useShmExchange()})
-	if err != nil {
-		return nil, err
-	}
-	tr.mark("connect")
-	var shm *ipc.ShmExchange
-	if ex == nil {
-		ex = ch
+		token += "/" + hex.EncodeToString(g.members[0].nonce[:])
+		cfg := ipc.Config{Name: o.Name, Rank: g.sockRank, World: len(g.sock), Timeout: o.Timeout, Dir: o.SocketDir, Token: token}
+		if len(g.machines) > 1 || g.nteams > 1 {
+			// Teams of one group that share a socket directory (machines
+			// imitated on one host) must not share a socket.
+			cfg.Socket = fmt.Sprintf("%s.team%d", o.Name, g.sock[0])
+		}
+		ch, err := ipc.Open(cfg)
+		if err != nil {
+			return nil, err
+		}
+		g.ch = ch
+		tr.mark("connect")
+	} else {
+		ch, err := ipc.Open(ipc.Config{Name: o.Name, Rank: o.Rank, World: o.World, Timeout: o.Timeout, Dir: o.SocketDir, Token: o.JobToken,
+			ControlPage: useShmExchange()})
+		if err != nil {
+			return nil, err
+		}
+		g.ch, g.ex = ch, ch
+		tr.mark("connect")
 		if useShmExchange() {
 			// Records through the group's shared-memory page (Note
 			// [Shared-memory control page]); descriptors stay on ch.
-			if shm, err = ipc.NewShmExchange(ch); err != nil {
+			if g.shm, err = ipc.NewShmExchange(ch); err != nil {
 				ch.Close()
 				return nil, err
 			}
-			ex = shm
+			g.ex = g.shm
 		}
+		tr.mark("control-page")
+		if err := g.agreeMembers(); err != nil {
+			g.closeChannels()
+			return nil, err
+		}
+		tr.mark("members")
 	}
-	tr.mark("control-page")
-	g := &Group{name: o.Name, rank: o.Rank, world: o.World, device: o.Device, timeout: o.Timeout,
-		be: rt.Backend, alloc: alloc, ch: ch, ex: ex, shm: shm, padSize: DefaultSignalPadSize}
-	if err := g.agreeMembers(); err != nil {
-		g.closeChannels()
-		return nil, err
-	}
-	tr.mark("members")
 	// What fails here fails on this rank only; it is carried into the pad
 	// exchange's all-gathered status, so that every rank returns the same
 	// verdict (Note [Why every verdict is shared]).
@@ -212,7 +235,7 @@ func newGroup(o Options, rt *core.Runtime, alloc *core.Allocator) (*Group, error
 	g.gm = &groupMem{be: g.be, device: o.Device, gran: gran, name: o.Name, rank: o.Rank, world: o.World,
 		timeout: o.Timeout, refs: 1, maps: map[mapKey]*peerMap{}}
 	if localErr == nil {
-		g.gm.live, localErr = ipc.NewLiveness(o.Name, o.Rank, ch.Pids())
+		g.gm.live, localErr = ipc.NewLiveness(o.Name, o.Rank, g.socketTeamPids())
 	}
 	if err := g.exchangePads(localErr, tr); err != nil {
 		g.gm.live.Close()
@@ -220,6 +243,22 @@ func newGroup(o Options, rt *core.Runtime, alloc *core.Allocator) (*Group, error
 		return nil, err
 	}
 	return g, nil
+}
+
+// socketTeamPids is the pid of every rank of the socket team (as the
+// channel's peer credentials give them), by group rank, and 0 for the ranks
+// outside it: a pid names a process only under this machine's kernel, so
+// ranks on other machines (NCCL or fabric teams) are never watched by pid
+// (Note [Dead peers]); their death reaches us through the engine.
+func (g *Group) socketTeamPids() []int32 {
+	byChannel := g.ch.Pids()
+	pids := make([]int32, g.world)
+	for i, r := range g.sock {
+		if i < len(byChannel) {
+			pids[r] = byChannel[i]
+		}
+	}
+	return pids
 }
 
 // useShmExchange: records go through a shared-memory page unless
@@ -235,25 +274,28 @@ func (g *Group) closeChannels() error {
 	return g.ch.Close()
 }
 
-// agreeToken all-gathers random bytes and returns rank 0's, in hex.
-func agreeToken(fx *ipc.FuncExchange) (string, error) {
-	var mine [16]byte
-	rand.Read(mine[:])
-	all, err := fx.AllGather(0, mine[:])
-	if err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(all[0]), nil
-}
-
 // agreeMembers all-gathers every rank's member record and checks that the
-// ranks can share memory: one backend, one machine (kernel), and distinct
-// devices unless SYMMEM_ALLOW_OVERLAPPING_DEVICES=1 on every rank (the host
-// backend has one device, which every rank shares by design).
+// ranks can share memory: one backend, machine identities that hold
+// together (Note [Machine identity]), one machine for socket groups, and
+// distinct devices on each machine unless SYMMEM_ALLOW_OVERLAPPING_DEVICES=1
+// on every rank (the host backend has one device, which every rank shares
+// by design). It sets the group's local team (Note [Local teams]).
 func (g *Group) agreeMembers() error {
-	hostname, bootID := hostIdentity()
-	me := memberRecord{pid: uint32(os.Getpid()), backend: g.be.Name(),
-		hostname: hostname, bootID: bootID, device: int32(g.device)}
+	me := memberRecord{status: statusOf(g.machine.err), pid: uint32(os.Getpid()), backend: g.be.Name(),
+		hostname: g.machine.hostname, bootID: g.machine.bootID, simulated: g.machine.simulated, device: int32(g.device)}
+	if g.machine.err != nil {
+		me.status = statusOf(core.Errorf(core.CodeOf(g.machine.err), "rank %d (pid %d): %v", g.rank, me.pid, g.machine.err))
+	}
+	rand.Read(me.nonce[:])
+	if f, ok := g.be.(fabricBackend); ok {
+		// The answer is the record's; a failure to ask is this rank's
+		// failure (the device is broken), reported to every rank.
+		dom, _, err := f.FabricDomain(g.device)
+		if err != nil && me.status.code == core.Success {
+			me.status = statusOf(core.Errorf(core.CodeOf(err), "rank %d: the device's fabric domain: %v", g.rank, err))
+		}
+		me.fabric = dom
+	}
 	if u, ok := g.be.(deviceUUIDer); ok {
 		if s, err := u.DeviceUUID(g.device); err == nil {
 			me.uuid = s
@@ -280,9 +322,14 @@ func (g *Group) agreeMembers() error {
 	if d := byValue(g.world, func(r int) string { return ms[r].backend }); d != "" {
 		return core.Errorf(core.ErrMismatch, "group %q: the ranks use different backends (%s): set SYMMEM_BACKEND alike on every rank", g.name, d)
 	}
-	if d := byValue(g.world, func(r int) string { return ms[r].bootID + "\x00" + ms[r].hostname }); d != "" {
-		d = byValue(g.world, func(r int) string { return fmt.Sprintf("host %s (boot id %s)", ms[r].hostname, ms[r].bootID) })
-		return core.Errorf(core.ErrMismatch, "group %q: the ranks are on different machines (%s): symmetric memory needs one machine", g.name, d)
+	if err := g.formTeams(); err != nil {
+		return err
+	}
+	if _, callers := g.ex.(*ipc.FuncExchange); !callers {
+		if len(g.machines) > 1 {
+			d := byValue(g.world, func(r int) string { return ms[r].machine().String() })
+			return core.Errorf(core.ErrMismatch, "group %q: the ranks are on different machines (%s): a group over this host's sockets needs one machine; make it over an NCCL communicator or with an all-gather to span machines", g.name, d)
+		}
 	}
 	if g.be.Capabilities().SharedDevice { // every rank has the same backend by now
 		return nil
@@ -300,10 +347,11 @@ func (g *Group) agreeMembers() error {
 		if m.uuid == "" {
 			what = fmt.Sprintf("device %d", m.device)
 		}
-		if q, ok := seen[what]; ok {
+		key := fmt.Sprintf("%d/%s", g.machineOf[r], what) // device numbers repeat across machines
+		if q, ok := seen[key]; ok {
 			return core.Errorf(core.ErrMismatch, "group %q: ranks %d and %d both use %s; each rank needs its own device (set SYMMEM_ALLOW_OVERLAPPING_DEVICES=1 on every rank to allow it for testing)", g.name, q, r, what)
 		}
-		seen[what] = r
+		seen[key] = r
 	}
 	return nil
 }

@@ -34,11 +34,16 @@ type Handle struct {
 	maps   []*peerMap // the peer mappings we hold a reference to
 	// sig counts the signals of the group's pads (shared by its handles).
 	sig *signalCounts
+	// span reaches the ranks on other machines; nil on one machine (Note
+	// [Collectives across machines]).
+	span *span
 
 	// window is our segment's NCCL window on groups over a communicator
-	// (0 otherwise), windowOffset the rendezvous pointer's offset in it.
-	// Valid while the block is allocated (the window goes with the segment).
-	window, windowOffset uintptr
+	// (nil otherwise), windowOffset the rendezvous pointer's offset in it.
+	// Its ncclWindow_t is 0 while the segment is paused and once it is
+	// released.
+	window       *window
+	windowOffset uintptr
 
 	// life counts the calls in flight that touch the pads, so that Release
 	// never unmaps under them (Note [Calls in flight]).
@@ -231,7 +236,12 @@ func (h *Handle) checkChannel(c int) error {
 	return nil
 }
 
-// BufferPtr is rank r's block, mapped here.
+// MappedPeers is the number of peers whose block and pad this process maps:
+// the other ranks of its local team (Note [Local teams]).
+func (h *Handle) MappedPeers() int { return len(h.maps) }
+
+// BufferPtr is rank r's block, mapped here (0 for a rank on another
+// machine).
 func (h *Handle) BufferPtr(r int) (uintptr, error) {
 	if err := h.checkRank("rank", r); err != nil {
 		return 0, err
@@ -266,4 +276,12 @@ func (h *Handle) SignalPads() []uintptr { return append([]uintptr(nil), h.padPtr
 // Window is the NCCL window (an ncclWindow_t) that holds the buffer, and
 // the rendezvous pointer's offset in it; 0, 0 when the group has no
 // communicator or windows are off. Valid while the buffer is allocated.
-func (h *Handle) Window() (win, offset uintptr) { return h.window, h.windowOffset }
+func (h *Handle) Window() (win, offset uintptr) {
+	if h.window == nil {
+		return 0, 0
+	}
+	if win = h.window.win.Load(); win == 0 {
+		return 0, 0
+	}
+	return win, h.windowOffset
+}

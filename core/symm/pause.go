@@ -48,6 +48,9 @@ type tagRecord struct {
 	// held lists (peer, heap offset) of the peers' segments this rank has
 	// paused imports of (resume only): where it needs a descriptor.
 	held []mapKey
+	// wins lists the heap offsets of the tag's segments whose NCCL window
+	// the pause deregistered (resume only): registered again, collectively.
+	wins []uint64
 }
 
 func (t *tagRecord) encode() []byte {
@@ -63,6 +66,10 @@ func (t *tagRecord) encode() []byte {
 	for _, k := range t.held {
 		w.u32(uint32(k.peer))
 		w.u64(k.heapOff)
+	}
+	w.u32(uint32(len(t.wins)))
+	for _, off := range t.wins {
+		w.u64(off)
 	}
 	return w.b
 }
@@ -87,6 +94,13 @@ func decodeTag(p []byte, world int) (t tagRecord, err error) {
 			return t, fmt.Errorf("peer %d out of range", k.peer)
 		}
 		t.held = append(t.held, k)
+	}
+	n = int(r.u32())
+	if n > len(p)/8 {
+		return t, errShort
+	}
+	for i := 0; i < n && r.err == nil; i++ {
+		t.wins = append(t.wins, r.u64())
 	}
 	return t, r.err
 }
@@ -175,11 +189,105 @@ func (g *Group) Pause(tag string) error {
 	}
 	gm.mu.Unlock()
 	if localErr == nil {
+		// The windows of the tag's segments are deregistered by the
+		// release hook before the memory goes (NCCL keeps a mapping of
+		// its own); the resume registers them again.
+		wins := g.windowsOf(segs)
 		if _, err := g.alloc.Pause(tag, core.PauseOptions{Collective: true}); err != nil {
 			localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
 		}
+		g.keepPausedWindows(wins)
 	}
 	return g.shareVerdict(what+" (releasing memory)", localErr)
+}
+
+// windowsOf returns the windows this rank holds for segs.
+func (g *Group) windowsOf(segs []core.SegmentInfo) map[uint64]*window {
+	if g.wins == nil {
+		return nil
+	}
+	g.wins.mu.Lock()
+	defer g.wins.mu.Unlock()
+	ws := map[uint64]*window{}
+	for _, s := range segs {
+		if x := g.wins.m[s.HeapOff]; x != nil && x.segID == s.ID {
+			ws[s.HeapOff] = x
+		}
+	}
+	return ws
+}
+
+// keepPausedWindows remembers the windows of ws that a pause deregistered.
+func (g *Group) keepPausedWindows(ws map[uint64]*window) {
+	if len(ws) == 0 {
+		return
+	}
+	g.wins.mu.Lock()
+	defer g.wins.mu.Unlock()
+	if g.wins.paused == nil {
+		g.wins.paused = map[uint64]*window{}
+	}
+	for off, x := range ws {
+		if g.wins.m[off] != x {
+			g.wins.paused[off] = x
+		}
+	}
+}
+
+// registerResumed registers again, collectively, the windows that the
+// pause of segs deregistered on some rank (the union over ranks, in heap
+// order, from the resume records), and shares the verdict.
+func (g *Group) registerResumed(what string, segs []core.SegmentInfo, recs []tagRecord) error {
+	if g.wins == nil {
+		return nil
+	}
+	var offs []uint64
+	for _, r := range recs {
+		for _, off := range r.wins {
+			if !slices.Contains(offs, off) {
+				offs = append(offs, off)
+			}
+		}
+	}
+	if len(offs) == 0 {
+		return nil
+	}
+	slices.Sort(offs)
+	var localErr error
+	for _, off := range offs {
+		i := slices.IndexFunc(segs, func(s core.SegmentInfo) bool { return s.HeapOff == off })
+		if i < 0 {
+			localErr = core.Errorf(core.ErrInternal, "rank %d: no segment of the tag at heap offset %#x to register", g.rank, off)
+			break // the verdict fails every rank before it registers more
+		}
+		s := segs[i]
+		var win uintptr
+		err := g.cg.bounded("ncclCommWindowRegister", func() error {
+			var err error
+			win, err = g.comm.RegisterWindow(s.Addr, s.Size)
+			return err
+		})
+		if err != nil {
+			if localErr == nil {
+				localErr = core.Errorf(core.CodeOf(err), "rank %d: registering its resumed segment at %#x (%d bytes) as a window again: %v", g.rank, s.Addr, s.Size, err)
+			}
+			if core.CodeOf(err) == core.ErrTimeout {
+				return localErr
+			}
+			continue
+		}
+		g.wins.mu.Lock()
+		x := g.wins.paused[off]
+		delete(g.wins.paused, off)
+		if x == nil || x.segID != s.ID {
+			x = &window{segID: s.ID, addr: s.Addr, size: s.Size}
+		}
+		x.win.Store(win)
+		g.wins.m[off] = x
+		g.wins.registered++
+		g.wins.mu.Unlock()
+	}
+	return g.shareVerdict(what+" (NCCL windows)", localErr)
 }
 
 // Resume takes back the memory of tag ("" = every paused tag) on every
@@ -206,6 +314,15 @@ func (g *Group) Resume(tag string) error {
 		}
 	}
 	gm.mu.Unlock()
+	if g.wins != nil {
+		g.wins.mu.Lock()
+		for _, s := range segs {
+			if x := g.wins.paused[s.HeapOff]; x != nil && x.segID == s.ID {
+				rec.wins = append(rec.wins, s.HeapOff)
+			}
+		}
+		g.wins.mu.Unlock()
+	}
 	slices.SortFunc(rec.held, func(a, b mapKey) int {
 		if a.peer != b.peer {
 			return a.peer - b.peer
@@ -239,9 +356,14 @@ func (g *Group) Resume(tag string) error {
 		fds[i] = -1
 	}
 	out := make([][]int, g.world)
+	fabricSegs := map[uint64]uintptr{} // wanted by a peer of our team on another machine
 	for i, s := range segs {
 		for dst := 0; dst < g.world; dst++ {
 			if !need(dst, me, s) {
+				continue
+			}
+			if !g.bySocket(dst) {
+				fabricSegs[s.HeapOff] = s.Addr
 				continue
 			}
 			if fds[i] < 0 {
@@ -257,7 +379,7 @@ func (g *Group) Resume(tag string) error {
 			out[dst] = append(out[dst], fds[i])
 		}
 	}
-	in, err := g.ch.AllToAllFDs(0, out)
+	in, err := g.allToAllFDs(out)
 	for _, fd := range fds {
 		if fd >= 0 {
 			unix.Close(fd)
@@ -270,7 +392,7 @@ func (g *Group) Resume(tag string) error {
 	gm.mu.Lock()
 	var remapped []*peerMap
 	for src := 0; src < g.world; src++ {
-		if src == me {
+		if src == me || !g.bySocket(src) {
 			continue
 		}
 		var want []*peerMap
@@ -310,6 +432,48 @@ func (g *Group) Resume(tag string) error {
 		}
 	}
 	gm.mu.Unlock()
+	if g.fabricSpan {
+		// Peers of our team on other machines: fabric handles through the
+		// all-gather (Note [Fabric teams]).
+		frs, err := g.fabricGather(localErr, false, fabricSegs)
+		if err != nil {
+			g.repause(tag)
+			return err
+		}
+		gm.mu.Lock()
+		for src := 0; src < g.world && localErr == nil; src++ {
+			if !g.crossTeam(me, src) {
+				continue
+			}
+			if frs[src].status.code != core.Success {
+				localErr = core.Errorf(core.ErrPeer, "rank %d: rank %d could not send its fabric handles: %s", me, src, frs[src].status.msg)
+				break
+			}
+			for _, s := range recs[src].segs {
+				if !need(me, src, s) {
+					continue
+				}
+				m := gm.maps[mapKey{src, s.HeapOff}]
+				h := frs[src].segs[s.HeapOff]
+				var mem core.Memory
+				var err error = core.Errorf(core.ErrPeer, "no fabric handle arrived")
+				if fb, ok := g.be.(fabricBackend); ok && len(h) > 0 {
+					if mem, err = fb.ImportFabric(g.device, h); err == nil {
+						if err = g.be.Map(g.device, m.addr, m.size, mem); err != nil {
+							g.be.Release(mem)
+						}
+					}
+				}
+				if err != nil {
+					localErr = core.Errorf(core.CodeOf(err), "rank %d: mapping rank %d's segment at heap offset %#x again through its fabric handle: %v", me, src, s.HeapOff, err)
+					break
+				}
+				m.mem, m.paused = mem, false
+				remapped = append(remapped, m)
+			}
+		}
+		gm.mu.Unlock()
+	}
 	if err := g.shareVerdict(what+" (mapping peers' memory)", localErr); err != nil {
 		gm.mu.Lock()
 		for _, m := range remapped {
@@ -321,7 +485,9 @@ func (g *Group) Resume(tag string) error {
 		g.repause(tag)
 		return err
 	}
-	return nil
+	// The memory is back everywhere; a failure to register a window again
+	// leaves it so (the next rendezvous on the segment registers it).
+	return g.registerResumed(what, segs, recs)
 }
 
 // repause undoes this rank's part of a failed collective resume. Its own

@@ -3,6 +3,7 @@ package symm
 import (
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -155,4 +156,66 @@ func TestProcessesMemberOutOfDescriptors(t *testing.T) {
 		t.Fatalf("took %v: the ranks waited for the timeout", d)
 	}
 	allFail(t, res, core.ErrBackend, "rank 1 (pid", "ran out of file descriptors", "EMFILE")
+}
+
+func init() { moreScenarios["fd-starved-identity"] = scFDStarvedIdentity }
+
+// scFDStarvedIdentity: rank 0 has no descriptor to spare when the group is
+// made (Note [Machine identity]): the identity was read when the library
+// loaded, so nothing is mistaken for a machine mismatch; rank 0 fails with
+// its own EMFILE and the others name rank 0.
+func scFDStarvedIdentity(e *rankEnv, a *core.Allocator) error {
+	if e.rank == 0 {
+		if thisMachine.err != nil || thisMachine.bootID == "" {
+			return fmt.Errorf("the identity read at load: %q, %v", thisMachine.bootID, thisMachine.err)
+		}
+		var saved unix.Rlimit
+		unix.Getrlimit(unix.RLIMIT_NOFILE, &saved)
+		ents, _ := os.ReadDir("/proc/self/fd")
+		top := 0
+		for _, d := range ents {
+			var fd int
+			fmt.Sscan(d.Name(), &fd)
+			top = max(top, fd+1)
+		}
+		for fd := 0; fd < top; fd++ { // fill the holes: no spare at all
+			if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+				if nfd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+					defer unix.Close(nfd)
+				}
+			}
+		}
+		lim := saved
+		lim.Cur = uint64(top)
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			return err
+		}
+		defer unix.Setrlimit(unix.RLIMIT_NOFILE, &saved)
+	}
+	g, err := New(e.opts(e.name, e.rank, e.world))
+	if err == nil {
+		g.Destroy()
+		return fmt.Errorf("rank %d: the group formed with rank 0 out of descriptors", e.rank)
+	}
+	if strings.Contains(err.Error(), "different machines") {
+		return fmt.Errorf("rank %d: a descriptor shortage reported as a machine mismatch: %v", e.rank, err)
+	}
+	return err
+}
+
+func TestProcessesIdentityWithoutDescriptors(t *testing.T) {
+	res := runProcs(t, "fd-starved-identity", 3, 3*time.Second, 0)
+	for _, r := range res {
+		want := core.ErrTimeout
+		if r.Rank == 0 {
+			want = core.ErrBackend
+		}
+		if core.Code(r.Code) != want {
+			t.Fatalf("rank %d: code %d (%s), want %s: %s\n%s", r.Rank, r.Code, core.Code(r.Code), want, r.Msg, r.Out)
+		}
+		t.Logf("rank %d: %s", r.Rank, r.Msg)
+		if r.Rank == 0 && !strings.Contains(r.Msg, "EMFILE") {
+			t.Fatalf("rank 0's message lacks EMFILE: %s", r.Msg)
+		}
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 
@@ -14,7 +13,7 @@ import (
 // Records are what ranks all-gather. Each starts with a version and a kind
 // byte, then a status (code, message: a rank's local failure, shared so that
 // every rank fails the same way), then the kind's fields.
-const recordVersion = 1
+const recordVersion = 2
 
 const (
 	recMember     = 1 // at group creation: who and where this rank is
@@ -116,10 +115,24 @@ type memberRecord struct {
 	backend  string
 	hostname string
 	bootID   string // the kernel's boot id: identifies the machine
-	device   int32
-	uuid     string // the device's UUID where the backend knows it
+	// simulated is SYMMEM_MACHINE_ID on that rank, "" if unset (Note
+	// [Machine identity]).
+	simulated string
+	// fabric names the rank's NVLink domain where its device's memory
+	// carries fabric handles, else "" (Note [Fabric teams]).
+	fabric string
+	// nonce is random: rank 0's becomes part of the job token of groups
+	// whose records go through the caller's all-gather.
+	nonce  [16]byte
+	device int32
+	uuid   string // the device's UUID where the backend knows it
 	// overlap: SYMMEM_ALLOW_OVERLAPPING_DEVICES=1 is set on this rank.
 	overlap bool
+}
+
+// machine is the identity the record claims.
+func (m *memberRecord) machine() machineIdentity {
+	return machineIdentity{hostname: m.hostname, bootID: m.bootID, simulated: m.simulated}
 }
 
 func (m *memberRecord) encode() []byte {
@@ -129,6 +142,9 @@ func (m *memberRecord) encode() []byte {
 	w.str(m.backend)
 	w.str(m.hostname)
 	w.str(m.bootID)
+	w.str(m.simulated)
+	w.str(m.fabric)
+	w.b = append(w.b, m.nonce[:]...)
 	w.u32(uint32(m.device))
 	w.str(m.uuid)
 	if m.overlap {
@@ -146,6 +162,9 @@ func decodeMember(b []byte) (m memberRecord, err error) {
 	m.backend = r.str()
 	m.hostname = r.str()
 	m.bootID = r.str()
+	m.simulated = r.str()
+	m.fabric = r.str()
+	copy(m.nonce[:], r.take(16))
 	m.device = int32(r.u32())
 	m.uuid = r.str()
 	m.overlap = r.u8() != 0
@@ -279,14 +298,4 @@ func byValue(world int, val func(r int) string) string {
 		parts[i] = fmt.Sprintf("%s %s: %s", word, ranksText(groups[v]), v)
 	}
 	return strings.Join(parts, "; ")
-}
-
-// hostIdentity is this machine's name and its kernel's boot id (two
-// processes can share memory only under one kernel).
-func hostIdentity() (hostname, bootID string) {
-	hostname, _ = os.Hostname()
-	if b, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
-		bootID = strings.TrimSpace(string(b))
-	}
-	return hostname, bootID
 }

@@ -43,7 +43,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 		}
 	}
 	h := &Handle{gm: gm, life: newLifetime(), name: g.name, rank: me, world: world, bufSize: info.Size, offset: ptr - info.Addr,
-		timeout: g.timeout, bufPtrs: make([]uintptr, world), padPtrs: make([]uintptr, world)}
+		timeout: g.timeout, bufPtrs: make([]uintptr, world), padPtrs: make([]uintptr, world), span: g.newSpan()}
 	rec := blockRecord{held: make([]uint64, world), padSize: uint64(g.padSize)}
 	pinned := make([]*peerMap, world)
 	succeeded := false
@@ -97,7 +97,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	// stale (then the exchange refills the arrays before its own verdict).
 	holdsAll := localErr == nil && gm.pads.ready
 	for p := 0; p < world && holdsAll; p++ {
-		holdsAll = p == me || pinned[p] != nil
+		holdsAll = p == me || pinned[p] != nil || !g.isLocal(p)
 	}
 	if holdsAll {
 		if err := fill(nil); err != nil {
@@ -147,7 +147,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 
 	// 2b. The segment as an NCCL window (Note [NCCL groups]), before
 	// anything is mapped, so that a failure here leaves nothing to undo.
-	var win uintptr
+	var win *window
 	if g.wins != nil {
 		if win, err = g.registerWindow(info, recs); err != nil {
 			return nil, err
@@ -158,8 +158,11 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	// 3. Descriptors, only where some rank lacks something; the exchange
 	// ends with a verdict of its own, after the arrays are refilled.
 	needPads := !recs[0].padsReady
-	// need(r, p): rank r lacks peer p's current segment.
-	need := func(r, p int) bool { return r != p && recs[r].held[p] != recs[p].segID+1 }
+	// need(r, p): rank r lacks peer p's current segment, and p is on r's
+	// machine (Note [Local teams]: remote ranks are never mapped).
+	need := func(r, p int) bool {
+		return r != p && g.teamOf[r] == g.teamOf[p] && recs[r].held[p] != recs[p].segID+1
+	}
 	anyNeed := needPads
 	for r := 0; r < world && !anyNeed; r++ {
 		for p := 0; p < world; p++ {
@@ -182,7 +185,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	}
 	h.padSize, h.sig = gm.pads.size, gm.pads.sig
 	for p := 0; p < world; p++ {
-		if p == me {
+		if p == me || !g.isLocal(p) {
 			continue
 		}
 		m := fresh[p]
@@ -204,9 +207,9 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 
 	// 5. NCCL's view of the peers' windows (NCCL >= 2.29): a collective
 	// check whose failure releases the handle on every rank.
-	if win != 0 {
+	if win != nil {
 		h.window, h.windowOffset = win, ptr-info.Segment.Addr
-		if err := g.checkPeerPointers(h, win, info.Addr-info.Segment.Addr); err != nil {
+		if err := g.checkPeerPointers(h, win.win.Load(), info.Addr-info.Segment.Addr); err != nil {
 			h.Release()
 			return nil, err
 		}
@@ -303,14 +306,14 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 		}
 	}
 	padFD, segFD := -1, -1
-	if needPads {
+	if needPads && len(g.sock) > 1 {
 		var err error
 		padFD, err = gm.be.Export(gm.pads.own)
 		note(err)
 	}
 	sendSeg := false
 	for r := 0; r < world; r++ {
-		sendSeg = sendSeg || need(r, me)
+		sendSeg = sendSeg || (need(r, me) && g.bySocket(r))
 	}
 	if sendSeg {
 		var err error
@@ -320,7 +323,7 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 	tr.mark("export")
 	out := make([][]int, world)
 	for dst := 0; dst < world; dst++ {
-		if dst == me {
+		if dst == me || !g.bySocket(dst) {
 			continue
 		}
 		if needPads && padFD >= 0 {
@@ -330,7 +333,7 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 			out[dst] = append(out[dst], segFD)
 		}
 	}
-	in, err := g.ch.AllToAllFDs(0, out)
+	in, err := g.allToAllFDs(out)
 	for _, fd := range []int{padFD, segFD} {
 		if fd >= 0 {
 			unix.Close(fd)
@@ -338,8 +341,8 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 	}
 	var fdErr error
 	if err != nil {
-		if g.rank == 0 || !ipc.IsLocalShortage(err) {
-			return err // rank 0 has told every rank (or every rank saw it)
+		if g.localRank == 0 || !ipc.IsLocalShortage(err) {
+			return err // the team's rank 0 has told every rank (or every rank saw it)
 		}
 		// This rank alone ran out of descriptors receiving: the others
 		// succeeded and wait in the verdict below. Join it with the
@@ -356,7 +359,7 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 	p := gm.pads
 	for src := 0; src < world; src++ {
 		fds := in[src]
-		if src == me {
+		if src == me || !g.bySocket(src) {
 			continue
 		}
 		want := 0
@@ -397,6 +400,12 @@ func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool,
 			fresh[src] = &peerMap{key: mapKey{src, info.Segment.HeapOff}, id: recs[src].segID, addr: addr, size: size, mem: mem}
 		}
 	}
+	gm.mu.Unlock()
+	if g.fabricSpan {
+		note(g.exchangeFabric(info, recs, needPads, need, fresh, localErr))
+		tr.mark("fabric")
+	}
+	gm.mu.Lock()
 	if localErr == nil && prepare != nil {
 		note(prepare())
 	}

@@ -109,6 +109,9 @@ func (h *Handle) PutSignal(dst, channel int, s core.Stream, timeout time.Duratio
 		return err
 	}
 	defer h.life.leave()
+	if h.span != nil && !h.span.local(h.rank, dst) {
+		return h.spanPut(dst, channel, s)
+	}
 	if h.onStreams() {
 		return h.streamSignals(s, h.timeoutOr(timeout), channel, []int{dst}, nil)
 	}
@@ -126,6 +129,9 @@ func (h *Handle) WaitSignal(src, channel int, s core.Stream, timeout time.Durati
 	}
 	defer h.life.leave()
 	timeout = h.timeoutOr(timeout)
+	if h.span != nil && !h.span.local(h.rank, src) {
+		return h.spanWait(src, channel, s)
+	}
 	if h.onStreams() {
 		return h.streamSignals(s, timeout, channel, nil, []int{src})
 	}
@@ -307,6 +313,9 @@ func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) erro
 	}
 	defer h.life.leave()
 	timeout = h.timeoutOr(timeout)
+	if h.span != nil {
+		return h.spanBarrier(channel, s, timeout)
+	}
 	steps, froms := h.barrierRounds()
 	if h.onStreams() {
 		for i := range steps {

@@ -14,7 +14,15 @@
  *     events and cross-stream ordering behave as on a GPU;
  *   - a device reports fabric handle support but cuMemCreate refuses
  *     FABRIC handles with CUDA_ERROR_NOT_PERMITTED, as on the H200s without
- *     an IMEX channel (FAKECUDA_FABRIC_OK=1 accepts them);
+ *     an IMEX channel (FAKECUDA_FABRIC_OK=1 accepts them). A fabric handle
+ *     (64 bytes) names the memory's memfd as /proc/<pid>/fd/<n> of the
+ *     exporting process, which an importer of the same user opens: memory
+ *     crosses processes, and with SYMMEM_MACHINE_ID imitated machines, the
+ *     way a fabric handle crosses machines of one NVLink domain;
+ *     FAKECUDA_FABRIC_CLUSTER (any text, made into the 16-byte cluster UUID)
+ *     and FAKECUDA_FABRIC_CLIQUE (a number) are what
+ *     cuDeviceGetFabricClusterUuid / cuDeviceGetCliqueInfo report (without
+ *     the first they return CUDA_ERROR_NOT_SUPPORTED);
  *   - FAKECUDA_DEVICES (default 2) devices of FAKECUDA_MEMORY_MB (default
  *     1024) MiB each; FAKECUDA_INIT_FAIL=1 makes cuInit fail with
  *     CUDA_ERROR_NO_DEVICE; built with -DFAKECUDA_NO_MEMCREATE it lacks
@@ -246,11 +254,52 @@ sm_CUresult cuCtxSetCurrent(sm_CUcontext ctx) {
 
 /* ---- physical memory ------------------------------------------------------- */
 
+/* The stand-in's fabric handle: 64 bytes, as CUmemFabricHandle. */
+#define FAKE_FABRIC_MAGIC 0x62616673656b6166ull /* "fakesfab" */
+typedef struct {
+  uint64_t magic;
+  uint32_t pid;
+  int32_t fd;
+  uint64_t size;
+  unsigned char reserved[40];
+} fake_fabric_handle;
+_Static_assert(sizeof(fake_fabric_handle) == 64, "a fabric handle is 64 bytes");
+
+sm_CUresult cuDeviceGetFabricClusterUuid(sm_CUuuid *uuid, sm_CUdevice dev) {
+  NEED_INIT;
+  NEED_DEVICE(dev);
+  const char *c = getenv("FAKECUDA_FABRIC_CLUSTER");
+  if (c == NULL || *c == 0)
+    return SM_CUDA_ERROR_NOT_SUPPORTED;
+  memset(uuid, 0, sizeof *uuid);
+  for (size_t i = 0; c[i] != 0; i++)
+    ((unsigned char *)uuid)[i % 16] ^= (unsigned char)(c[i] * (i + 1));
+  return SM_CUDA_SUCCESS;
+}
+
+sm_CUresult cuDeviceGetCliqueInfo(sm_CUcliqueInfo *info, size_t *count, sm_CUdevice dev) {
+  NEED_INIT;
+  NEED_DEVICE(dev);
+  const char *c = getenv("FAKECUDA_FABRIC_CLUSTER");
+  if (c == NULL || *c == 0)
+    return SM_CUDA_ERROR_NOT_SUPPORTED;
+  if (count == NULL || (*count > 0 && info == NULL))
+    return SM_CUDA_ERROR_INVALID_VALUE;
+  const char *q = getenv("FAKECUDA_FABRIC_CLIQUE");
+  if (*count > 0) {
+    info[0].type = 0; /* unicast pointer */
+    info[0].id = q != NULL ? (unsigned int)strtoul(q, NULL, 10) : 0;
+  }
+  *count = 1;
+  return SM_CUDA_SUCCESS;
+}
+
 static struct {
   int live;
   int fd;
   size_t size;
   int dev; /* -1 for imported memory, which is not counted */
+  int fabric; /* created with FABRIC among its handle types */
 } fake_alloc[FAKE_MAX_ALLOCS];
 
 static sm_CUresult fake_check_prop(const sm_CUmemAllocationProp *prop) {
@@ -285,6 +334,7 @@ static sm_CUresult fake_new_handle(int fd, size_t size, int dev, sm_CUmemGeneric
       fake_alloc[i].fd = fd;
       fake_alloc[i].size = size;
       fake_alloc[i].dev = dev;
+      fake_alloc[i].fabric = 0;
       *h = (sm_CUmemGenericAllocationHandle)(0x10000 + i);
       return SM_CUDA_SUCCESS;
     }
@@ -325,8 +375,10 @@ sm_CUresult cuMemCreate(sm_CUmemGenericAllocationHandle *handle, size_t size,
     return SM_CUDA_ERROR_OUT_OF_MEMORY;
   }
   r = fake_new_handle(fd, size, dev, handle);
-  if (r == SM_CUDA_SUCCESS)
+  if (r == SM_CUDA_SUCCESS) {
     fake_used[dev] += size;
+    fake_alloc[*handle - 0x10000].fabric = (prop->requestedHandleTypes & SM_CU_MEM_HANDLE_TYPE_FABRIC) != 0;
+  }
   else
     close(fd);
   pthread_mutex_unlock(&fake_mu);
@@ -364,6 +416,18 @@ sm_CUresult cuMemExportToShareableHandle(void *shareableHandle, sm_CUmemGenericA
                                          sm_CUmemAllocationHandleType handleType,
                                          unsigned long long flags) {
   NEED_CTX;
+  if (handleType == SM_CU_MEM_HANDLE_TYPE_FABRIC && flags == 0) {
+    pthread_mutex_lock(&fake_mu);
+    int i = fake_slot(handle);
+    int ok = i >= 0 && fake_alloc[i].fabric;
+    fake_fabric_handle h = {FAKE_FABRIC_MAGIC, (uint32_t)getpid(), ok ? fake_alloc[i].fd : -1,
+                            ok ? (uint64_t)fake_alloc[i].size : 0, {0}};
+    pthread_mutex_unlock(&fake_mu);
+    if (!ok)
+      return SM_CUDA_ERROR_INVALID_VALUE; /* not created with FABRIC */
+    memcpy(shareableHandle, &h, sizeof h);
+    return SM_CUDA_SUCCESS;
+  }
   if (handleType != SM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags != 0)
     return SM_CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&fake_mu);
@@ -381,9 +445,22 @@ sm_CUresult cuMemExportToShareableHandle(void *shareableHandle, sm_CUmemGenericA
 sm_CUresult cuMemImportFromShareableHandle(sm_CUmemGenericAllocationHandle *handle, void *osHandle,
                                            sm_CUmemAllocationHandleType shHandleType) {
   NEED_CTX;
-  if (shHandleType != SM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+  int fd;
+  if (shHandleType == SM_CU_MEM_HANDLE_TYPE_FABRIC) {
+    fake_fabric_handle h;
+    memcpy(&h, osHandle, sizeof h);
+    if (h.magic != FAKE_FABRIC_MAGIC || h.fd < 0)
+      return SM_CUDA_ERROR_INVALID_VALUE;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%u/fd/%d", h.pid, h.fd);
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+      return errno == ENOENT ? SM_CUDA_ERROR_INVALID_VALUE : SM_CUDA_ERROR_NOT_PERMITTED;
+  } else if (shHandleType == SM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    fd = fcntl((int)(intptr_t)osHandle, F_DUPFD_CLOEXEC, 0); /* the caller keeps its fd */
+  } else {
     return SM_CUDA_ERROR_INVALID_VALUE;
-  int fd = fcntl((int)(intptr_t)osHandle, F_DUPFD_CLOEXEC, 0); /* the caller keeps its fd */
+  }
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0 || st.st_size <= 0) {
     if (fd >= 0)

@@ -19,7 +19,9 @@
  *     nearest even once, max and min as fmaxf/fminf. In place as NCCL
  *     defines it. Messages of any size travel in pieces of at most 256 KiB
  *     per rank. A rank that does not arrive within $FAKENCCL_TIMEOUT_MS
- *     (default 120000) makes it fail with ncclSystemError and a last error;
+ *     (default 120000) makes it fail with ncclRemoteError ("remote process
+ *     exited or there was a network error", what NCCL reports for a peer
+ *     that is gone) and a last error naming the rank;
  *     ranks passing different counts, types or reductions fail with
  *     ncclInvalidUsage;
  *   - ncclCommSplit: collective; ranks of one color (NCCL_SPLIT_NOCOLOR -1:
@@ -33,7 +35,7 @@
  *     flags are 0: a count of signals per (receiver, sender) in the shared
  *     file; ncclWaitSignal waits (on the calling thread) until opCnt more
  *     signals than it consumed before have arrived, or fails with
- *     ncclSystemError after $FAKENCCL_TIMEOUT_MS; ncclPutSignal copies into
+ *     ncclRemoteError after $FAKENCCL_TIMEOUT_MS; ncclPutSignal copies into
  *     the peer's window (the source must lie in a window of the
  *     communicator, as NCCL requires) before its signal;
  *     $FAKENCCL_NO_HOST_RMA=1 refuses all three with ncclInvalidArgument, as
@@ -415,12 +417,12 @@ static ncclResult_t gather(ncclComm_t c, const void *send, size_t n, void *recv)
   uint64_t k = c->gen++;
   fake_slot *me = &c->sh->slot[c->rank];
   if (k >= 2 && wait_all(c, 1, k - 1) != 0)
-    return ncclSystemError;
+    return ncclRemoteError;
   memcpy(me->data[k % 2], send, n);
   me->len[k % 2] = n;
   __atomic_store_n(&me->posted, k + 1, __ATOMIC_RELEASE);
   if (wait_all(c, 0, k + 1) != 0)
-    return ncclSystemError;
+    return ncclRemoteError;
   ncclResult_t res = ncclSuccess;
   for (int r = 0; r < c->nranks; r++) {
     fake_slot *s = &c->sh->slot[r];
@@ -924,7 +926,7 @@ ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *descs, ncclComm_t c
     uint64_t got;
     while ((got = __atomic_load_n(&c->sh->signals[c->rank][p], __ATOMIC_ACQUIRE)) < want) {
       if (now_ms() > end)
-        return failf(c, ncclSystemError,
+        return failf(c, ncclRemoteError,
                      "fake: ncclWaitSignal: rank %d waited %ld ms for %d signal(s) from rank %d; %" PRIu64
                      " of them arrived",
                      c->rank, timeout_ms(), descs[i].opCnt, p, got - c->consumed[p]);

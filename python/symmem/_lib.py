@@ -193,6 +193,10 @@ PROTOTYPES = {
     "symmem_group_rank": (c_int, [_group_p]),
     "symmem_group_world_size": (c_int, [_group_p]),
     "symmem_group_device": (c_int, [_group_p]),
+    "symmem_group_local_rank": (c_int, [_group_p]),
+    "symmem_group_local_size": (c_int, [_group_p]),
+    "symmem_group_is_local": (c_int, [_group_p, c_int]),
+    "symmem_group_machine": (c_size_t, [_group_p, c_int, c_char_p, c_size_t]),
     "symmem_group_set_signal_pad_size": (_result, [_group_p, c_size_t]),
     # Rendezvous and handles
     "symmem_rendezvous": (_result, [c_void_p, _group_p, POINTER(_handle_p)]),
@@ -209,6 +213,7 @@ PROTOTYPES = {
     "symmem_handle_buffer_ptrs_dev": (c_void_p, [_handle_p]),
     "symmem_handle_signal_pad_ptrs_dev": (c_void_p, [_handle_p]),
     "symmem_handle_describe": (_result, [_handle_p, POINTER(SymmemHandleDesc)]),
+    "symmem_handle_mapped_peers": (c_int, [_handle_p]),
     "symmem_thread_caches_drain": (_result, [c_int]),
     # Groups over an NCCL communicator
     "symmem_group_create_nccl": (_result, [c_void_p, c_char_p, c_int64, c_uint, POINTER(_group_p)]),

@@ -25,7 +25,7 @@ from typing import Callable, List, Optional, Sequence, Tuple, Union
 from . import _coll, _lib
 from .allocator import _stream, backend_name
 from .buffer import Buffer
-from ._lib import check
+from ._lib import check, error_from_last
 from .errors import Result, SymmemError, int_arg, make_error, quote
 
 __all__ = ["AllGather", "Group", "Handle", "nccl_version", "rendezvous"]
@@ -190,6 +190,41 @@ class Group:
         self.device = int(lib.symmem_group_device(self._ptr))
         return self
 
+    # -- local teams (docs/machines.md) -------------------------------------
+
+    @property
+    def local_rank(self) -> int:
+        """This rank's index among the group's ranks on its machine."""
+        return self._int("symmem_group_local_rank")
+
+    @property
+    def local_size(self) -> int:
+        """How many of the group's ranks share this process's machine."""
+        return self._int("symmem_group_local_size")
+
+    def is_local(self, rank: int) -> bool:
+        """Whether rank is on this process's machine (its buffers are mapped here)."""
+        v = int(_lib.lib().symmem_group_is_local(self.ptr, int(rank)))
+        if v < 0:
+            raise error_from_last(what="symmem_group_is_local")
+        return v == 1
+
+    def machine(self, rank: int) -> str:
+        """Names rank's machine, as the library's messages do."""
+        lib = _lib.lib()
+        n = int(lib.symmem_group_machine(self.ptr, int(rank), None, 0))
+        if n == 0:
+            raise error_from_last(what="symmem_group_machine")
+        buf = ctypes.create_string_buffer(n + 1)
+        lib.symmem_group_machine(self.ptr, int(rank), buf, n + 1)
+        return buf.value.decode(errors="replace")
+
+    def _int(self, fn: str) -> int:
+        v = int(getattr(_lib.lib(), fn)(self.ptr))
+        if v < 0:
+            raise error_from_last(what=fn)
+        return v
+
     def nccl_window_counts(self) -> Tuple[int, int, int]:
         """(registered, deregistered, live) NCCL windows of this group."""
         r, d, l = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
@@ -309,6 +344,8 @@ class Handle:
         self.buffer_ptrs_dev = d.buffer_ptrs_dev or 0
         self.signal_pad_ptrs_dev = d.signal_pad_ptrs_dev or 0
         self.device = group.device if group is not None else 0
+        # Peers mapped here: the other ranks of this machine (docs/machines.md).
+        self.mapped_peers = int(lib.symmem_handle_mapped_peers(ptr))
         self.kind = _backend_of_handles or _remember_backend()
         # The views handed out (get_buffer, get_signal_pad): release()
         # invalidates them and their memoryviews first.
@@ -345,6 +382,7 @@ class Handle:
         """
         self.ptr  # raises once released
         self._check_rank(rank, "get_buffer")
+        self._check_mapped(rank, "get_buffer")
         avail = self.buffer_size - self.offset
         if nbytes is None:
             nbytes = avail - offset
@@ -356,6 +394,19 @@ class Handle:
             )
         return self._view(self.buffer_ptrs[rank] + self.offset + offset, nbytes)
 
+    def _check_mapped(self, rank: int, what: str) -> None:
+        """Raises for a rank on another machine: its memory is not mapped here."""
+        if self.buffer_ptrs[rank]:
+            return
+        where = ""
+        if self._group is not None and self._group._ptr is not None:
+            where = f" ({self._group.machine(rank)}; this process is on {self._group.machine(self.rank)})"
+        raise make_error(
+            Result.INVALID_ARGUMENT,
+            f"symmem.Handle.{what}: rank {rank} is on another machine{where}: its memory is not mapped "
+            f"in this process; reach it through the group's collectives or signals (NCCL)",
+        )
+
     def _view(self, ptr: int, nbytes: int) -> Buffer:
         view = Buffer(ptr, nbytes, self.device, self.kind, keep=self)
         self._views = [r for r in self._views if r() is not None]
@@ -366,6 +417,7 @@ class Handle:
         """A view (not owning) of rank's signal pad."""
         self.ptr
         self._check_rank(rank, "get_signal_pad")
+        self._check_mapped(rank, "get_signal_pad")
         return self._view(self.signal_pad_ptrs[rank], self.signal_pad_size)
 
     # put_signal, wait_signal and barrier sit in loops of their callers:

@@ -147,6 +147,16 @@ def format_text(rep: Dict[str, Any]) -> str:
     for d in rep.get("devices") or []:
         L.append(f"  {d['index']}: {d['name']}, {_gib(d['total_memory'])} total, {_gib(d['free_memory'])} free"
                  + (f" (error: {d['error']})" if d.get("error") else ""))
+        if d.get("fabric_domain"):
+            L.append(f"     fabric handles: on, NVLink domain {d['fabric_domain']}")
+        elif d.get("fabric_note"):
+            L.append(f"     fabric handles: off ({d['fabric_note']}); peers are mapped through POSIX file descriptors")
+    m = rep.get("machine") or {}
+    if m:
+        what = f"host {m.get('hostname')}, boot id {m.get('boot_id')}"
+        if m.get("simulated"):
+            what = f"machine {m['simulated']!r} (SYMMEM_MACHINE_ID) on " + what
+        L.append(f"machine: {what}" + (f" (ERROR: {m['error']})" if m.get("error") else ""))
     # The host backend needs none of the GPU libraries: what is missing
     # there is said as such, without install advice.
     host = b.get("name") == "host"

@@ -376,6 +376,14 @@ def group_for(
     store works for every backend, needs no device tensors and launches no
     NCCL work. File descriptors always travel over libsymmem's Unix socket
     channel.
+
+    The process group may span machines (torchrun on several nodes): the
+    returned group's ``local_rank``, ``local_size`` and ``is_local(rank)``
+    describe this machine's ranks, the only ones whose memory is mapped here
+    (``get_buffer`` of another machine's rank raises, naming it). On an NCCL
+    process group, collectives, barriers and signals to the other machines
+    go through its communicator (docs/machines.md); on a store-based group
+    they are UnavailableError, naming the missing engine.
     """
     if isinstance(group, Group):
         return group
@@ -645,7 +653,9 @@ def all_reduce(tensor, op: str = "sum", group=None, out=None, algo: Optional[str
     current stream; in place unless out is given. Returns the result tensor.
     The first call on a tensor rendezvouses on it (collective).
     algo: None/"auto", "one_shot", "two_shot" (torch.ops.symm_mem's
-    one_shot_all_reduce / two_shot_all_reduce_)."""
+    one_shot_all_reduce / two_shot_all_reduce_). On an NCCL process group
+    that spans machines the whole collective runs on its communicator, on
+    the current stream (all_gather and reduce_scatter too)."""
     h = _coll_handle(tensor, group)
     h.handle.all_reduce(tensor.dtype, op, tensor.numel(), None if out is None else out, _current_stream(tensor), algo=algo)
     return tensor if out is None else out

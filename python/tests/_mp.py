@@ -10,10 +10,11 @@ traceback; a rank that hangs or dies fails the test instead of hanging it.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import queue
 import time
 import traceback
-from typing import Any, Callable, List
+from typing import Any, Callable, Dict, List, Optional
 
 
 class RankFailed(AssertionError):
@@ -31,17 +32,31 @@ def _entry(fn: Callable, rank: int, world: int, args: tuple, out) -> None:
             out.put((rank, "err", None, traceback.format_exc()))
 
 
-def run_ranks(fn: Callable, world: int, *args: Any, timeout: float = 120.0, allow_errors: bool = False) -> List[Any]:
+def run_ranks(fn: Callable, world: int, *args: Any, timeout: float = 120.0, allow_errors: bool = False,
+              env: Optional[Callable[[int], Dict[str, str]]] = None) -> List[Any]:
     """Results of fn(rank, world, *args) for each rank (see module doc).
 
     With allow_errors=True, a rank's exception is returned as its result
-    instead of failing the test (for tests that expect errors).
+    instead of failing the test (for tests that expect errors). env(rank),
+    if given, is extra environment of that rank's process, in place when the
+    process starts (the library reads its settings from the environment the
+    process started with: setting them later from Python is not seen).
     """
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [ctx.Process(target=_entry, args=(fn, r, world, args, out), daemon=True) for r in range(world)]
-    for p in procs:
-        p.start()
+    for r, p in enumerate(procs):
+        extra = env(r) if env is not None else {}
+        saved = {k: os.environ.get(k) for k in extra}
+        os.environ.update(extra)
+        try:
+            p.start()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
     results: dict = {}
     deadline = time.monotonic() + timeout
     try:

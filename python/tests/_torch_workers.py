@@ -88,3 +88,45 @@ def mismatch(rank: int, world: int, init_file: str) -> Dict:
             return {"raised": type(e).__name__}
     finally:
         dist.destroy_process_group()
+
+
+def across_machines(rank: int, world: int, init_file: str) -> Dict:
+    """A gloo process group whose ranks claim two machines (the process's
+    SYMMEM_MACHINE_ID, set by the test): group_for exposes the local team,
+    a remote rank's get_buffer raises naming it and its machine, local
+    peers' rows are written and read, and a collective, which needs NCCL
+    between machines, is UNAVAILABLE naming the missing engine."""
+    torch, dist, dev = _init(rank, world, init_file)
+    import symmem
+    import symmem.torch as st
+
+    try:
+        t = st.empty(world, 64, dtype=torch.float32, device=dev)
+        t.zero_()
+        g = st.group_for(dist.group.WORLD, device=dev.index or 0)
+        h = st.rendezvous(t, dist.group.WORLD)
+        local = [r for r in range(world) if g.is_local(r)]
+        remote = [r for r in range(world) if not g.is_local(r)]
+        try:
+            h.get_buffer(remote[0], (world, 64), torch.float32)
+            remote_error = ""
+        except symmem.SymmemError as e:
+            remote_error = str(e)
+        dist.barrier()
+        for peer in local:
+            h.get_buffer(peer, (world, 64), torch.float32)[rank].fill_(rank * 100 + peer)
+        _sync(torch, dev)
+        dist.barrier()
+        rows_ok = all(bool(torch.all(t[w].cpu() == w * 100 + rank)) for w in local)
+        try:
+            st.all_reduce(t, group=dist.group.WORLD)
+            coll_error = ""
+        except symmem.SymmemError as e:
+            coll_error = f"{type(e).__name__}: {e}"
+        dist.barrier()
+        h.release()
+        del t
+        return {"local": (g.local_rank, g.local_size), "remote": remote, "remote_error": remote_error,
+                "rows_ok": rows_ok, "coll_error": coll_error}
+    finally:
+        dist.destroy_process_group()

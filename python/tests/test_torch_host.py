@@ -98,3 +98,25 @@ def test_rendezvous_mismatch_with_a_process_group(tmp_path):
 
     results = run_ranks(_torch_workers.mismatch, 2, str(tmp_path / "pg"), timeout=240)
     assert [r["raised"] for r in results] == ["MismatchError", "MismatchError"]
+
+
+@pytest.mark.usefixtures("symmetric")
+def test_process_group_across_machines(tmp_path):
+    """Ranks 0, 1 on imitated machine m0, ranks 2, 3 on m1 (docs/machines.md)."""
+    import _torch_workers
+    from _mp import run_ranks
+
+    def env(rank):
+        d = tmp_path / f"sock-m{rank // 2}"
+        d.mkdir(mode=0o700, exist_ok=True)
+        return {"SYMMEM_MACHINE_ID": f"m{rank // 2}", "SYMMEM_SOCKET_DIR": str(d)}
+
+    results = run_ranks(_torch_workers.across_machines, 4, str(tmp_path / "pg"), timeout=240, env=env)
+    for rank, res in enumerate(results):
+        assert res["local"] == (rank % 2, 2)
+        other = [2, 3] if rank < 2 else [0, 1]
+        assert res["remote"] == other
+        assert f"rank {other[0]} is on another machine" in res["remote_error"]
+        assert f'machine "m{1 - rank // 2}"' in res["remote_error"]
+        assert res["rows_ok"]
+        assert res["coll_error"].startswith("UnavailableError") and "engine between machines" in res["coll_error"]

@@ -39,7 +39,7 @@ typedef struct {
 
 enum { ncclInt32 = 2, ncclFloat16 = 6, ncclFloat32 = 7, ncclBfloat16 = 9 };
 enum { ncclSum = 0, ncclMax = 2, ncclMin = 3 };
-enum { ncclSystemError = 2, ncclInvalidArgument = 4, ncclInvalidUsage = 5 };
+enum { ncclSystemError = 2, ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclRemoteError = 6 };
 
 static struct {
   int (*version)(int *);
@@ -219,7 +219,7 @@ static void body_signals(rank_arg *a, ncclComm_t c) {
   d.opCnt = 1;
   double t0 = check_now_s();
   int r = nc.wait_signal(1, &d, c, NULL);
-  CHECK(r == ncclSystemError && strstr(nc.last(c), "waited") != NULL && check_now_s() - t0 < 10,
+  CHECK(r == ncclRemoteError && strstr(nc.last(c), "waited") != NULL && check_now_s() - t0 < 10,
         "rank %d: a fourth never comes: a bounded wait (%.1f s): %s", me, check_now_s() - t0, nc.last(c));
   CHECK_EQ(nc.signal(next, 1, 0, 0, c, NULL), ncclInvalidArgument, "rank %d: signal index 1: %s", me, nc.last(c));
   CHECK_EQ(nc.signal(w, 0, 0, 0, c, NULL), ncclInvalidArgument, "rank %d: no peer %d", me, w);

@@ -1,0 +1,120 @@
+package symm
+
+// Group creation and rendezvous on one machine, in one process (one
+// goroutine and runtime per rank), through the sockets and through a
+// caller's all-gather: go test -run '^$' -bench Group ./core/symm
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/host"
+)
+
+// benchGather is an in-process all-gather: call n of every rank meets in
+// one slot.
+type benchGather struct {
+	world int
+	mu    sync.Mutex
+	cond  *sync.Cond
+	calls map[int]*benchRound
+}
+
+type benchRound struct {
+	parts [][]byte
+	n     int
+	done  int
+}
+
+func (b *benchGather) fn(rank int) func(send, recv []byte) error {
+	call := 0
+	return func(send, recv []byte) error {
+		call++
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		r := b.calls[call]
+		if r == nil {
+			r = &benchRound{parts: make([][]byte, b.world)}
+			b.calls[call] = r
+		}
+		r.parts[rank] = append([]byte(nil), send...)
+		r.n++
+		b.cond.Broadcast()
+		for r.n < b.world {
+			b.cond.Wait()
+		}
+		for q, p := range r.parts {
+			copy(recv[q*len(send):], p)
+		}
+		if r.done++; r.done == b.world {
+			delete(b.calls, call)
+		}
+		return nil
+	}
+}
+
+func benchGroups(b *testing.B, world int, gather bool) {
+	dir := sockDir(b)
+	rts := make([]*core.Runtime, world)
+	bufs := make([]uintptr, world)
+	for r := range rts {
+		be, err := host.New()
+		if err != nil {
+			b.Fatal(err)
+		}
+		rts[r] = core.NewRuntime(be)
+		a, _ := rts[r].Allocator(0)
+		bufs[r], _ = a.Alloc(1<<20, 0)
+	}
+	var create, rdv time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		bg := &benchGather{world: world, calls: map[int]*benchRound{}}
+		bg.cond = sync.NewCond(&bg.mu)
+		var wg sync.WaitGroup
+		errs := make([]error, world)
+		times := make([][2]time.Duration, world)
+		for r := 0; r < world; r++ {
+			wg.Add(1)
+			go func(r int) {
+				defer wg.Done()
+				o := Options{Name: fmt.Sprintf("bench-%d", i), Rank: r, World: world, Timeout: 20 * time.Second, Runtime: rts[r], SocketDir: dir, JobToken: "bench"}
+				if gather {
+					o.AllGather = bg.fn(r)
+				}
+				t0 := time.Now()
+				g, err := New(o)
+				if err != nil {
+					errs[r] = err
+					return
+				}
+				t1 := time.Now()
+				h, err := g.Rendezvous(bufs[r])
+				times[r] = [2]time.Duration{t1.Sub(t0), time.Since(t1)}
+				if err == nil {
+					h.Release()
+				}
+				errs[r] = err
+				g.Destroy()
+			}(r)
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		create += max(times[0][0], times[world-1][0])
+		rdv += max(times[0][1], times[world-1][1])
+	}
+	b.ReportMetric(float64(create.Microseconds())/float64(b.N), "create-us")
+	b.ReportMetric(float64(rdv.Microseconds())/float64(b.N), "rendezvous-us")
+}
+
+func BenchmarkGroupSockets2(b *testing.B) { benchGroups(b, 2, false) }
+func BenchmarkGroupSockets4(b *testing.B) { benchGroups(b, 4, false) }
+func BenchmarkGroupGather2(b *testing.B)  { benchGroups(b, 2, true) }
+func BenchmarkGroupGather4(b *testing.B)  { benchGroups(b, 4, true) }

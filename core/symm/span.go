@@ -1,0 +1,253 @@
+package symm
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/libsymmem/libsymmem/core"
+)
+
+// Note [Collectives across machines]
+//
+// On a group whose ranks are on several machines (Note [Local teams]) the
+// library carries no byte between machines itself: the group's communicator
+// (NCCL) does, through its optional capabilities (core/symm/engine.go).
+//
+//   - all_reduce, all_gather, reduce_scatter run whole on the communicator
+//     (reducer: ncclAllReduce / ncclAllGather / ncclReduceScatter with the
+//     call's datatype and op) on the caller's stream, reading this rank's
+//     input in the rendezvoused block, which the rendezvous registered as
+//     an NCCL symmetric window, so NCCL's symmetric kernels and, where it
+//     has them, its network one-sided paths (GIN) run on it. The arguments
+//     are checked exactly as on one machine; `algo` chooses among our own
+//     kernels and has no effect here. A hierarchical form (reduce-scatter
+//     over the local team's mapped memory with our kernels, NCCL between
+//     machines on a communicator split by local rank, all-gather over the
+//     local team) would move each byte across the network once instead of
+//     NCCL's own choice, but NCCL already builds that hierarchy (its NVLS/
+//     tree/ring algorithms are topology-aware, and with windows its
+//     symmetric kernels run the intra-node part), so handing it the whole
+//     collective is the measured-safe default; the hierarchical form is not
+//     built.
+//   - Reduction order and determinism: NCCL's order, not rank order. For
+//     a fixed communicator, algorithm and protocol (NCCL_ALGO/NCCL_PROTO
+//     pinned, same topology) NCCL's results repeat run to run; they may
+//     differ in the last bits from the one-machine kernels (which reduce in
+//     rank order with fp32 accumulation) for float types. int32 sums, max
+//     and min are exact, so equal everywhere.
+//   - barrier: with NCCL's one-sided API (2.29+, oneSided) a signal to every
+//     peer and a wait for one from every peer on the barrier's channel:
+//     local peers through the signal pads as on one machine, remote ones
+//     through ncclSignal / ncclWaitSignal. Without it, an in-place
+//     all-reduce of one int32 on this rank's pad (word 2 of the library's
+//     region, Note [Pad partition]): a collective returns on no rank before
+//     every rank has entered it.
+//   - put_signal / wait_signal: to and from a local peer through the pads;
+//     to and from a remote one through the one-sided API, slot = channel;
+//     with an NCCL older than 2.29 that is SYMMEM_ERROR_UNAVAILABLE naming
+//     the version found and the one needed. Each (sender, receiver, channel)
+//     is one counting semaphore either way (Note [Signals]). NCCL 2.29 has
+//     one signal slot per peer, so across machines only channel 0 carries
+//     signals (the communicator refuses others, naming its limit; channels
+//     are never folded onto one slot, which would let a wait on one
+//     channel consume a signal of another); a barrier on a channel without
+//     a slot runs through the all-reduce.
+//   - a group made with the caller's all-gather and no communicator maps
+//     its local team and nothing else: a collective, a barrier or a remote
+//     signal on it is SYMMEM_ERROR_UNAVAILABLE naming the missing engine.
+//
+// A rank that died on another machine leaves NCCL waiting: the host-side
+// wait that follows (a stream or device synchronisation, or the engine's own
+// bounded wait) fails with ErrTimeout; the message names the ranks of the
+// other machines and their machines.
+
+// span is what a handle of a group that spans machines needs to reach its
+// remote ranks; nil on a group of one machine.
+type span struct {
+	machineOf []int
+	machines  []machineIdentity
+	teamOf    []int
+	// comm is the group's communicator, nil when it has none.
+	comm Communicator
+}
+
+func (g *Group) newSpan() *span {
+	if g.nteams <= 1 {
+		return nil
+	}
+	return &span{machineOf: g.machineOf, machines: g.machines, teamOf: g.teamOf, comm: g.comm}
+}
+
+// local says whether ranks a and b are in one team (map each other).
+func (s *span) local(a, b int) bool { return s.teamOf[a] == s.teamOf[b] }
+
+// where names rank r and its machine.
+func (s *span) where(r int) string {
+	return fmt.Sprintf("rank %d on %s", r, s.machines[s.machineOf[r]])
+}
+
+// remote names the ranks not in me's team, by machine.
+func (s *span) remote(me int) string {
+	var parts []string
+	for i, m := range s.machines {
+		var ranks []int
+		for r, k := range s.machineOf {
+			if k == i && !s.local(me, r) {
+				ranks = append(ranks, r)
+			}
+		}
+		if len(ranks) == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("rank(s) %s on %s", ranksText(ranks), m))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// noEngine is the error of an operation that needs an engine between
+// machines on a group that has none.
+func (h *Handle) noEngine(what string) error {
+	return core.Errorf(core.ErrUnavailable, "group %q: %s needs an engine between machines: the group spans %d machines (this is %s; %s) and was made without a communicator (symmem_group_create_with_allgather); make it over an NCCL communicator (symmem_group_create_nccl)",
+		h.name, what, len(h.span.machines), h.span.machines[h.span.machineOf[h.rank]], h.span.remote(h.rank))
+}
+
+// engineErr wraps a failure of the communicator with where the other
+// ranks are.
+func (h *Handle) engineErr(what string, err error) error {
+	return core.Errorf(core.CodeOf(err), "group %q: rank %d: %s over %s: %v (ranks on other machines: %s)", h.name, h.rank, what, h.span.comm.Describe(), err, h.span.remote(h.rank))
+}
+
+// spanCollective runs a checked collective c on the group's communicator
+// (Note [Collectives across machines]).
+func (h *Handle) spanCollective(a CollArgs, c *core.Collective) error {
+	if h.span.comm == nil {
+		return h.noEngine(c.Kind.String())
+	}
+	red, ok := h.span.comm.(reducer)
+	if !ok {
+		return core.Errorf(core.ErrUnavailable, "group %q: %s across machines needs typed collectives from %s, which it lacks", h.name, c.Kind, h.span.comm.Describe())
+	}
+	in := h.bufPtrs[h.rank] + c.InOffset
+	var err error
+	switch c.Kind {
+	case core.AllReduce:
+		err = red.AllReduce(a.Stream, in, c.Out, c.Count, c.DType, c.Op)
+	case core.AllGather:
+		err = red.AllGatherTyped(a.Stream, in, c.Out, c.Count, c.DType)
+	case core.ReduceScatter:
+		err = red.ReduceScatter(a.Stream, in, c.Out, c.Count/uintptr(h.world), c.DType, c.Op)
+	}
+	if err != nil {
+		return h.engineErr(c.Kind.String(), err)
+	}
+	return nil
+}
+
+// oneSidedOf returns the communicator's one-sided API, or why there is none.
+func (h *Handle) oneSidedOf(what string) (oneSided, error) {
+	if h.span.comm == nil {
+		return nil, h.noEngine(what)
+	}
+	osig, ok := h.span.comm.(oneSided)
+	if !ok {
+		return nil, core.Errorf(core.ErrUnavailable, "group %q: %s needs NCCL's one-sided signals (NCCL 2.29 or later); %s has none", h.name, what, h.span.comm.Describe())
+	}
+	if ok, version := osig.OneSided(); !ok {
+		return nil, core.Errorf(core.ErrUnavailable, "group %q: %s needs NCCL's one-sided signals, from NCCL 2.29; the loaded NCCL is %s", h.name, what, version)
+	}
+	return osig, nil
+}
+
+// spanPut signals remote rank dst on channel through the communicator.
+func (h *Handle) spanPut(dst, channel int, s core.Stream) error {
+	what := fmt.Sprintf("a signal to %s", h.span.where(dst))
+	osig, err := h.oneSidedOf(what)
+	if err != nil {
+		return err
+	}
+	if err := osig.Signal(s, dst, channel); err != nil {
+		return h.engineErr(what, err)
+	}
+	return nil
+}
+
+// spanWait waits for a signal from remote rank src on channel.
+func (h *Handle) spanWait(src, channel int, s core.Stream) error {
+	what := fmt.Sprintf("a wait for a signal from %s", h.span.where(src))
+	osig, err := h.oneSidedOf(what)
+	if err != nil {
+		return err
+	}
+	if err := osig.WaitSignal(s, src, channel, 1); err != nil {
+		return h.engineErr(what, err)
+	}
+	return nil
+}
+
+// barrierWord is word 2 of this rank's device region: the buffer of the
+// all-reduce that serves as a barrier across machines (its value means
+// nothing).
+func (h *Handle) barrierWord() uintptr { return h.padPtrs[h.rank] + h.padSize + 8 }
+
+// spanBarrier is Barrier on a group that spans machines.
+func (h *Handle) spanBarrier(channel int, s core.Stream, timeout time.Duration) error {
+	what := fmt.Sprintf("a barrier on channel %d", channel)
+	if h.span.comm == nil {
+		return h.noEngine(what)
+	}
+	if osig, err := h.oneSidedOf(what); err == nil && h.hasSlot(channel) {
+		return h.signalBarrier(osig, channel, s, timeout)
+	}
+	red, ok := h.span.comm.(reducer)
+	if !ok {
+		return core.Errorf(core.ErrUnavailable, "group %q: %s across machines needs NCCL's one-sided signals or its typed collectives; %s has neither", h.name, what, h.span.comm.Describe())
+	}
+	w := h.barrierWord()
+	if err := red.AllReduce(s, w, w, 1, core.Int32, core.OpSum); err != nil {
+		return h.engineErr(what, err)
+	}
+	return nil
+}
+
+// hasSlot says whether the communicator has a one-sided signal slot for
+// channel (when it does not say, every channel is assumed to have one).
+func (h *Handle) hasSlot(channel int) bool {
+	if n, ok := h.span.comm.(signalSlots); ok {
+		return channel < n.SignalSlots()
+	}
+	return true
+}
+
+// signalBarrier: a signal to every peer, then a wait for every peer; local
+// peers through the pads, remote ones through osig.
+func (h *Handle) signalBarrier(osig oneSided, channel int, s core.Stream, timeout time.Duration) error {
+	var local, remote []int
+	for i := 1; i < h.world; i++ {
+		p := (h.rank + i) % h.world
+		if h.span.local(h.rank, p) {
+			local = append(local, p)
+		} else {
+			remote = append(remote, p)
+		}
+	}
+	what := fmt.Sprintf("a barrier on channel %d", channel)
+	for _, p := range remote {
+		if err := osig.Signal(s, p, channel); err != nil {
+			return h.engineErr(what, err)
+		}
+	}
+	if h.onStreams() {
+		if err := h.streamSignals(s, timeout, channel, local, local); err != nil {
+			return err
+		}
+	} else if err := h.hostStep(channel, local, local, time.Now().Add(timeout), timeout); err != nil {
+		return err
+	}
+	for _, p := range remote {
+		if err := osig.WaitSignal(s, p, channel, 1); err != nil {
+			return h.engineErr(what+" waiting for "+h.span.where(p), err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,253 @@
+package symm
+
+import (
+	"fmt"
+
+	"github.com/libsymmem/libsymmem/core"
+)
+
+// Note [Local teams]
+//
+// A group made over a communicator or the caller's all-gather may hold ranks
+// on several machines (Note [Machine identity]). Its ranks split into local
+// teams, one per machine: the ranks whose member records name the same
+// machine, in rank order. Only inside a team do descriptors travel (the
+// group's Unix-socket channel connects the team alone: rank 0 of the team
+// listens) and do ranks map each other's buffers and signal pads; a remote
+// rank has a NULL buffer and pad pointer in every handle, as nvshmem_ptr and
+// ncclGetPeerDevicePointer give NULL for a peer out of reach. Data and
+// signals to remote ranks go through the group's communicator (Note
+// [Collectives across machines]).
+//
+// Every rank computes the teams from the same all-gathered records, so
+// every rank agrees on them without another exchange. A socket group
+// connects every rank through one host's socket and so holds one machine;
+// it refuses several, naming them.
+
+// Note [Fabric teams]
+//
+// Where a rank's device makes memory with fabric handles and the driver
+// names its NVLink domain (fabric cluster UUID and clique: Note [Fabric
+// handles] in cuda), its member record carries the domain, and ranks of one
+// domain form one team even across machines: they map each other as ranks
+// of one machine do. Inside such a team, ranks of one machine still pass
+// file descriptors over their sockets; between its machines the 64-byte
+// fabric handles travel through the group's all-gather (fabricGather), one
+// extra all-gather per descriptor exchange, made on every rank whenever
+// some team spans machines (a decision every rank takes from the same
+// records). Ranks without a domain form teams by machine. A rank with a
+// domain and one without on the same machine are in different teams (they
+// do not map each other): every GPU of a machine normally reports alike.
+
+// teams is how a group's ranks split over machines and teams. Invariants
+// (checkTeam):
+//
+//	len(machineOf) == len(teamOf) == len(teamIdx) == world
+//	machines and teams are numbered in order of their lowest rank
+//	ranks of one team are on one machine or share a fabric domain
+//	team == { r : teamOf[r] == teamOf[rank] }, ascending
+//	team[localRank] == rank, teamIdx[r] == index of r in team, else -1
+//	sock == { r in team : machineOf[r] == machineOf[rank] }, ascending,
+//	sock[sockRank] == rank (the ranks the group's socket channel connects)
+type teams struct {
+	machineOf []int
+	machines  []machineIdentity
+	teamOf    []int
+	nteams    int
+	team      []int
+	localRank int
+	teamIdx   []int
+	sock      []int
+	sockRank  int
+	// fabricSpan: some team spans machines (fabric handles travel).
+	fabricSpan bool
+}
+
+// formTeams sets g.teams from g.members, refusing identities that do not
+// hold together: two ranks that claim one machine with different boot ids
+// (SYMMEM_MACHINE_ID set alike on two real machines) are never one team.
+func (g *Group) formTeams() error {
+	ms := g.members
+	t := teams{machineOf: make([]int, g.world), teamOf: make([]int, g.world), teamIdx: make([]int, g.world)}
+	byKey := map[string]int{}
+	teamKey := map[string]int{}
+	for r := range ms {
+		id := ms[r].machine()
+		i, ok := byKey[id.key()]
+		if !ok {
+			i = len(t.machines)
+			byKey[id.key()] = i
+			t.machines = append(t.machines, id)
+		}
+		t.machineOf[r] = i
+		key := fmt.Sprintf("machine %d", i)
+		if ms[r].fabric != "" {
+			key = "fabric " + ms[r].fabric
+		}
+		k, ok := teamKey[key]
+		if !ok {
+			k = len(teamKey)
+			teamKey[key] = k
+		}
+		t.teamOf[r] = k
+	}
+	t.nteams = len(teamKey)
+	for i, id := range t.machines {
+		var ranks []int
+		for r := range ms {
+			if t.machineOf[r] == i {
+				ranks = append(ranks, r)
+			}
+		}
+		if d := byValue(len(ranks), func(k int) string {
+			return fmt.Sprintf("host %s (boot id %s)", ms[ranks[k]].hostname, ms[ranks[k]].bootID)
+		}); d != "" {
+			return core.Errorf(core.ErrMismatch, "group %q: ranks %s claim one machine, %s, but run under different kernels (in the order of those ranks: %s): SYMMEM_MACHINE_ID imitates machines on one host and cannot join two real ones; give each machine its own",
+				g.name, ranksText(ranks), id, d)
+		}
+	}
+	for r := range ms {
+		t.teamIdx[r] = -1
+		if t.teamOf[r] == t.teamOf[g.rank] {
+			t.teamIdx[r] = len(t.team)
+			t.team = append(t.team, r)
+			if t.machineOf[r] == t.machineOf[g.rank] {
+				if r == g.rank {
+					t.sockRank = len(t.sock)
+				}
+				t.sock = append(t.sock, r)
+			}
+		}
+		for q := 0; q < r; q++ {
+			t.fabricSpan = t.fabricSpan || (t.teamOf[q] == t.teamOf[r] && t.machineOf[q] != t.machineOf[r])
+		}
+	}
+	t.localRank = t.teamIdx[g.rank]
+	g.teams = t
+	return g.checkTeam()
+}
+
+// checkTeam checks the invariants of g.teams.
+func (g *Group) checkTeam() error {
+	t := &g.teams
+	bad := func(format string, args ...any) error {
+		return core.Errorf(core.ErrInternal, "group %q: local team: "+format, append([]any{g.name}, args...)...)
+	}
+	if len(t.machineOf) != g.world || len(t.teamOf) != g.world || len(t.teamIdx) != g.world {
+		return bad("%d machine entries, %d team entries and %d team indices for %d ranks", len(t.machineOf), len(t.teamOf), len(t.teamIdx), g.world)
+	}
+	nextM, nextT := 0, 0
+	for r := range t.machineOf {
+		m, k := t.machineOf[r], t.teamOf[r]
+		if m < 0 || m >= len(t.machines) || m > nextM || k < 0 || k >= t.nteams || k > nextT {
+			return bad("rank %d is on machine %d of %d and in team %d of %d (both numbered by their lowest rank)", r, m, len(t.machines), k, t.nteams)
+		}
+		if m == nextM {
+			nextM++
+		}
+		if k == nextT {
+			nextT++
+		}
+		for q := 0; q < r; q++ {
+			if t.teamOf[q] == k && t.machineOf[q] != m && (g.members == nil || g.members[r].fabric == "" || g.members[q].fabric != g.members[r].fabric) {
+				return bad("ranks %d and %d are in one team on different machines without a common fabric domain", q, r)
+			}
+		}
+	}
+	k, s := 0, 0
+	for r := range t.teamOf {
+		local := t.teamOf[r] == t.teamOf[g.rank]
+		switch {
+		case local && (k >= len(t.team) || t.team[k] != r || t.teamIdx[r] != k):
+			return bad("rank %d is in this team but not at index %d of the team %v", r, k, t.team)
+		case !local && t.teamIdx[r] != -1:
+			return bad("rank %d is in another team but has team index %d", r, t.teamIdx[r])
+		}
+		if local {
+			k++
+			if t.machineOf[r] == t.machineOf[g.rank] {
+				if s >= len(t.sock) || t.sock[s] != r {
+					return bad("rank %d is in this team on this machine but not at index %d of the socket team %v", r, s, t.sock)
+				}
+				s++
+			}
+		}
+	}
+	if k != len(t.team) || s != len(t.sock) || t.localRank < 0 || t.localRank >= len(t.team) || t.team[t.localRank] != g.rank ||
+		t.sockRank < 0 || t.sockRank >= len(t.sock) || t.sock[t.sockRank] != g.rank {
+		return bad("team %v (local rank %d), socket team %v (rank %d), rank %d", t.team, t.localRank, t.sock, t.sockRank, g.rank)
+	}
+	return nil
+}
+
+// isLocal says whether rank r is in this rank's local team (it maps r).
+func (g *Group) isLocal(r int) bool { return g.teamIdx[r] >= 0 }
+
+// LocalRank is this rank's index in its local team, LocalSize the team's
+// size (Note [Local teams]).
+func (g *Group) LocalRank() int { return g.localRank }
+func (g *Group) LocalSize() int { return len(g.team) }
+
+// fabricBackend is a backend whose memory can carry fabric handles (Note
+// [Fabric teams]): cuda's Backend.
+type fabricBackend interface {
+	FabricDomain(dev int) (domain, why string, err error)
+	ExportFabric(m core.Memory) ([]byte, error)
+	ImportFabric(dev int, h []byte) (core.Memory, error)
+}
+
+// Machines is the number of machines the group spans.
+func (g *Group) Machines() int { return len(g.machines) }
+
+// IsLocal says whether rank r shares this process's machine.
+func (g *Group) IsLocal(r int) (bool, error) {
+	if r < 0 || r >= g.world {
+		return false, core.Errorf(core.ErrInvalidArgument, "group %q: rank %d is out of range [0, %d)", g.name, r, g.world)
+	}
+	return g.isLocal(r), nil
+}
+
+// MachineOf names rank r's machine for messages ("host n2 (boot id ...)").
+func (g *Group) MachineOf(r int) (string, error) {
+	if r < 0 || r >= g.world {
+		return "", core.Errorf(core.ErrInvalidArgument, "group %q: rank %d is out of range [0, %d)", g.name, r, g.world)
+	}
+	return g.machines[g.machineOf[r]].String(), nil
+}
+
+// bySocket says whether rank r is reached over this machine's sockets: in
+// our team and on our machine.
+func (g *Group) bySocket(r int) bool {
+	return g.teamOf[r] == g.teamOf[g.rank] && g.machineOf[r] == g.machineOf[g.rank]
+}
+
+// allToAllFDs passes descriptors inside the socket team: out[r] goes to
+// rank r (only ranks bySocket may have any), and in[r] came from rank r
+// (nil for the others). The channel numbers the socket team's ranks
+// 0..size-1.
+func (g *Group) allToAllFDs(out [][]int) ([][]int, error) {
+	lout := make([][]int, len(g.sock))
+	idx := make(map[int]int, len(g.sock))
+	for i, r := range g.sock {
+		idx[r] = i
+	}
+	for r, fds := range out {
+		if len(fds) == 0 {
+			continue
+		}
+		i, ok := idx[r]
+		if !ok {
+			return nil, core.Errorf(core.ErrInternal, "group %q: descriptors for rank %d, which is not on this machine's sockets", g.name, r)
+		}
+		lout[i] = fds
+	}
+	lin, err := g.ch.AllToAllFDs(0, lout)
+	if err != nil {
+		return nil, err
+	}
+	in := make([][]int, g.world)
+	for i, fds := range lin {
+		in[g.sock[i]] = fds
+	}
+	return in, nil
+}
