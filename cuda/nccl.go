@@ -312,7 +312,7 @@ func (c *NCCLComm) PeerPointer(win, offset uintptr, peer int) (ptr uintptr, ok b
 // Note [NCCL as the engine]
 //
 // Between machines every byte travels through NCCL on the caller's
-// communicator; libsymmem adds no transport (DESIGN.md, third round). The
+// communicator; libsymmem adds no transport of its own. The
 // methods below are what core/symm finds by type assertion on a group's
 // Communicator (core/symm/engine.go); cuda/ncclengine presents an NCCLComm
 // to core/symm, since Split's result there is a symm.Communicator, a type

@@ -88,7 +88,7 @@ func TestSocketDirChecks(t *testing.T) {
 		t.Fatalf("mode %v", st.Mode())
 	}
 	os.Chmod(d, 0o750)
-	wantCode(t, PrepareDir(d), core.ErrPermission, "0750", fmt.Sprintf("private subfolder such as %s/symmem-%d", d, os.Getuid()))
+	wantCode(t, PrepareDir(d), core.ErrPermission, "0750", "private subfolder such as "+core.Quote(fmt.Sprintf("%s/symmem-%d", d, os.Getuid())))
 	if err := PrepareDir(d); strings.Contains(err.Error(), "chmod") {
 		t.Fatalf("a shared folder such as /tmp must not be chmod-ed: %v", err)
 	}

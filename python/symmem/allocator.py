@@ -105,13 +105,11 @@ def free(ptr, size: Optional[int] = None, device: Optional[int] = None, stream=0
     InvalidPointerError for a pointer not allocated here, an interior pointer
     or a double free. ptr 0 is a no-op.
     """
-    from .buffer import Buffer
-
-    if isinstance(ptr, Buffer):
-        if not ptr.owning:
-            raise make_error(Result.INVALID_ARGUMENT, "symmem.free: this Buffer is a view (of a peer's memory or of "
-                             "memory it does not own): only the owner frees memory")
-        ptr.free()
+    # A symmem.Buffer frees itself (buffer.py imports this module, so the
+    # Buffer is recognised by the method it has, not by its class).
+    free_buffer = getattr(type(ptr), "_free_through_symmem_free", None)
+    if free_buffer is not None:
+        free_buffer(ptr)
         return
     ptr = int_arg(ptr, "ptr", "symmem.free")
     size = None if size is None else int_arg(size, "size", "symmem.free")

@@ -89,6 +89,13 @@ class Buffer:
         """Whether an owning buffer has been freed."""
         return self._finalizer is not None and not self._finalizer.alive
 
+    def _free_through_symmem_free(self) -> None:
+        """symmem.free(buffer): only the owner frees memory."""
+        if not self.owning:
+            raise make_error(Result.INVALID_ARGUMENT, "symmem.free: this Buffer is a view (of a peer's memory or of "
+                             "memory it does not own): only the owner frees memory")
+        self.free()
+
     def free(self) -> None:
         """Free the memory now (owning buffers; for views it only releases
         the memoryviews handed out).
