@@ -121,15 +121,22 @@ func TestEverySpecReadable(t *testing.T) {
 
 // Note [Settings] holds: no code outside this parser reads a SYMMEM_*
 // variable itself (such a variable would be reported as a typo, and its
-// errors never), and the README's settings table lists every setting the
-// library reads.
+// errors never), and the settings tables of the README and the docs/ pages
+// list every setting the library reads.
 func TestSettingsReadOnlyHereAndDocumented(t *testing.T) {
 	root := filepath.Join("..")
 	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
 	require.NoError(t, err)
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	require.NoError(t, err)
+	for _, page := range pages {
+		text, err := os.ReadFile(page)
+		require.NoError(t, err)
+		readme = append(readme, text...)
+	}
 	for _, s := range settingSpecs {
 		if s.reader == "" && !strings.Contains(string(readme), "`"+s.name+"`") {
-			t.Errorf("README's settings table does not list %s", s.name)
+			t.Errorf("no settings table (README.md, docs/*.md) lists %s", s.name)
 		}
 	}
 	direct := regexp.MustCompile(`os\.(Getenv|LookupEnv)\("SYMMEM_`)

@@ -2,8 +2,10 @@ package core
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -44,10 +46,37 @@ type TagID int32
 // MaxTagLen is the longest tag name.
 const MaxTagLen = 64
 
+// BackupKind says where a tag's contents go while it is paused.
+type BackupKind uint8
+
+const (
+	// BackupNone: the contents are dropped; a resume zero-fills.
+	BackupNone BackupKind = iota
+	// BackupPinned: a host copy in pinned memory where the backend has
+	// it (HostMemory), pinned ahead of the first pause (Note [Pinned ahead]).
+	BackupPinned
+	// BackupPageable: a host copy in anonymous pageable memory, which the
+	// kernel may swap or reclaim; copies run slower than from pinned memory
+	// (torch_memory_saver's cpu_backup_backend="mmap").
+	BackupPageable
+)
+
+func (k BackupKind) String() string {
+	switch k {
+	case BackupNone:
+		return "none"
+	case BackupPinned:
+		return "pinned"
+	case BackupPageable:
+		return "pageable"
+	}
+	return fmt.Sprintf("BackupKind(%d)", uint8(k))
+}
+
 // tagInfo is what the process knows of a tag, whatever the device.
 type tagInfo struct {
 	name   string
-	backup bool
+	backup BackupKind
 }
 
 // tagRegistry numbers tags process-wide. Tags are never forgotten: an ID
@@ -79,9 +108,12 @@ func CheckName(what, name string, maxLen int) error {
 }
 
 // RegisterTag returns the ID of tag name, making it on first use. backup
-// (keep a host copy across a pause) is a property of the tag: every region
-// of a tag must ask for the same.
-func RegisterTag(name string, backup bool) (TagID, error) {
+// (where a host copy is kept across a pause) is a property of the tag:
+// every region of a tag must ask for the same.
+func RegisterTag(name string, backup BackupKind) (TagID, error) {
+	if backup > BackupPageable {
+		return 0, Errorf(ErrInvalidArgument, "tag %q: unknown backup kind %d", name, uint8(backup))
+	}
 	if err := CheckName("tag", name, MaxTagLen); err != nil {
 		return 0, err
 	}
@@ -90,7 +122,7 @@ func RegisterTag(name string, backup bool) (TagID, error) {
 	defer r.Unlock()
 	if id, ok := r.byName[name]; ok {
 		if r.info[id].backup != backup {
-			return 0, Errorf(ErrInvalidArgument, "tag %q was opened with backup=%v before; every region of a tag must ask for the same backup", name, r.info[id].backup)
+			return 0, Errorf(ErrInvalidArgument, "tag %q was opened with backup %v before; every region of a tag must ask for the same backup", name, r.info[id].backup)
 		}
 		return id, nil
 	}
@@ -127,7 +159,7 @@ func tagInfoOf(id TagID) (tagInfo, bool) {
 type tagState struct {
 	id     TagID
 	name   string
-	backup bool
+	backup BackupKind
 	paused bool
 }
 
@@ -200,6 +232,35 @@ type PauseOptions struct {
 	// Collective: the caller (symm.Group.Pause) drops the peers' imports
 	// of exported segments itself, so they may be paused.
 	Collective bool
+	// Backup overrides, for this pause only, what the tag keeps.
+	Backup PauseBackup
+}
+
+// PauseBackup chooses what one pause keeps of a tag's contents.
+type PauseBackup uint8
+
+const (
+	// PauseBackupAsTag: what the tag's regions asked for.
+	PauseBackupAsTag PauseBackup = iota
+	// PauseDiscard: no host copy, even for a tag with backup; the resume
+	// zero-fills (vLLM's sleep of a tag it does not offload).
+	PauseDiscard
+	// PauseKeep: a host copy even for a tag without backup (pinned where
+	// the backend has it, unless the tag asked for pageable).
+	PauseKeep
+)
+
+// backupFor is the kind of host copy a pause with option o makes of seg.
+func backupFor(seg *segment, o PauseBackup) BackupKind {
+	switch o {
+	case PauseDiscard:
+		return BackupNone
+	case PauseKeep:
+		if seg.pools.tag.backup == BackupNone {
+			return BackupPinned
+		}
+	}
+	return seg.pools.tag.backup
 }
 
 // TagSegments lists the segments of tag ("" = every tag used here) in heap
@@ -294,16 +355,22 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 		}
 	}
 	for _, seg := range segs {
-		if !seg.pools.tag.backup {
+		kind := backupFor(seg, o.Backup)
+		if kind == BackupNone {
 			continue
 		}
-		if seg.backup == 0 {
-			if seg.backup, err = a.allocHost(seg.size); err != nil {
-				return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: a host backup of %d bytes: %v; nothing was released", seg.pools.tag.name, a.device, seg.size, err)
-			}
+		if err := a.ensureBackup(seg, kind); err != nil {
+			return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: a host backup of %d bytes: %v; nothing was released", seg.pools.tag.name, a.device, seg.size, err)
 		}
 		if err := a.be.Copy(a.device, 0, seg.backup, seg.addr, seg.size); err != nil {
+			seg.backupValid = false
 			return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: copying %d bytes at %#x to the host: %v; nothing was released", seg.pools.tag.name, a.device, seg.size, seg.addr, err)
+		}
+		seg.backupValid = true
+	}
+	for _, seg := range segs {
+		if backupFor(seg, o.Backup) == BackupNone {
+			seg.backupValid = false
 		}
 	}
 	for _, t := range tags {
@@ -411,7 +478,7 @@ func (a *Allocator) Resume(tag string) (uint64, error) {
 		mems = append(mems, m)
 	}
 	for _, seg := range segs {
-		if seg.backup != 0 {
+		if seg.backupValid {
 			err = a.be.Copy(a.device, 0, seg.addr, seg.backup, seg.size)
 		} else {
 			err = a.be.Memset(a.device, 0, seg.addr, 0, seg.size)
@@ -453,35 +520,153 @@ func (a *Allocator) TagNames() (live, paused []string) {
 }
 
 // HostMemory is implemented by backends that allocate host memory suited to
-// copies with their devices (pinned memory on cuda). Backups use it where it
-// exists, and anonymous memory otherwise.
+// copies with their devices (pinned memory on cuda). Pinned backups use it
+// where it exists, and anonymous memory otherwise.
 type HostMemory interface {
 	AllocHost(device int, size uintptr) (uintptr, error)
 	FreeHost(device int, addr, size uintptr) error
 }
 
-func (a *Allocator) allocHost(size uintptr) (uintptr, error) {
-	if h, ok := a.be.(HostMemory); ok {
-		return h.AllocHost(a.device, size)
-	}
-	p, err := unix.MmapPtr(-1, 0, nil, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		return 0, Errorf(ErrOutOfMemory, "mmap of %d bytes of host memory: %v", size, err)
-	}
-	return uintptr(p), nil
+// Note [Pinned ahead]
+//
+// A pinned host copy makes the pause's copy run at the link's speed, but
+// pinning costs more than the copy: cuMemHostAlloc of 4 GiB takes about 2 s
+// on an H200 host, the copy about 80 ms. So a segment of a tag with pinned
+// backup starts pinning its host copy in the background when the segment is
+// created, and the first pause finds it ready (or waits for what is left of
+// it, at most SYMMEM_TIMEOUT_MS). SYMMEM_BACKUP_PIN_AHEAD bounds the bytes
+// pinned this way per device (default: no bound; 0 turns it off); a segment
+// over the bound pins at its first pause, as without pinning ahead. The
+// copy is kept for the next cycles (later pauses never pin), and goes with
+// the segment. Pinning ahead holds host memory while the tag is live: that
+// is the price of a first pause at copy speed, and what the bound limits.
+//
+// Only the allocation runs in the background; a.mu is never taken there,
+// and the segment learns the address at its first pause or release
+// (prepin.done), so a segment released before its pinning finished hands
+// the memory back when it arrives.
+
+// prepin is a host copy being pinned ahead for one segment.
+type prepin struct {
+	done chan struct{} // closed when addr, err are set
+	addr uintptr
+	err  error
 }
 
-// dropBackup frees seg's host backup, if any.
-func (a *Allocator) dropBackup(seg *segment) {
-	if seg.backup == 0 {
+// startPinAhead begins pinning seg's host copy in the background, if the
+// backend pins host memory and the bound allows (a.mu held).
+func (a *Allocator) startPinAhead(seg *segment) {
+	h, ok := a.be.(HostMemory)
+	if !ok || seg.pools.tag == nil || seg.pools.tag.backup != BackupPinned {
 		return
 	}
-	if h, ok := a.be.(HostMemory); ok {
-		_ = h.FreeHost(a.device, seg.backup, seg.size)
-	} else {
-		_ = unix.MunmapPtr(ptrAt(seg.backup), seg.size)
+	limit := Current().Size("SYMMEM_BACKUP_PIN_AHEAD", math.MaxUint64)
+	if a.pinnedAhead+uint64(seg.size) > limit {
+		return
 	}
-	seg.backup = 0
+	a.pinnedAhead += uint64(seg.size)
+	seg.pinnedAhead = true
+	p := &prepin{done: make(chan struct{})}
+	seg.prepin = p
+	dev, size := a.device, seg.size
+	go func() {
+		p.addr, p.err = h.AllocHost(dev, size)
+		close(p.done)
+	}()
+}
+
+// ensureBackup gives seg a host copy of kind (a.mu held): the one it has,
+// the one pinned ahead (waiting for it), or a new one.
+func (a *Allocator) ensureBackup(seg *segment, kind BackupKind) error {
+	if seg.backup != 0 {
+		return nil
+	}
+	if p := seg.prepin; p != nil {
+		select {
+		case <-p.done:
+		case <-time.After(DefaultTimeout()):
+			return Errorf(ErrTimeout, "pinning %d bytes of host memory ahead did not finish within %v", seg.size, DefaultTimeout())
+		}
+		seg.prepin = nil
+		if p.err == nil {
+			seg.backup, seg.backupPinned = p.addr, true
+			return nil
+		}
+		// Pinning ahead failed (host memory was short then): try again now.
+	}
+	if kind == BackupPinned {
+		if h, ok := a.be.(HostMemory); ok {
+			p, err := h.AllocHost(a.device, seg.size)
+			if err != nil {
+				return err
+			}
+			seg.backup, seg.backupPinned = p, true
+			return nil
+		}
+	}
+	p, err := unix.MmapPtr(-1, 0, nil, seg.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return Errorf(ErrOutOfMemory, "mmap of %d bytes of host memory: %v", seg.size, err)
+	}
+	seg.backup, seg.backupPinned = uintptr(p), false
+	return nil
+}
+
+// dropBackup frees seg's host copy, if any, and one still being pinned
+// ahead once it arrives.
+func (a *Allocator) dropBackup(seg *segment) {
+	if seg.pinnedAhead {
+		a.pinnedAhead -= uint64(seg.size)
+		seg.pinnedAhead = false
+	}
+	h, _ := a.be.(HostMemory)
+	if p := seg.prepin; p != nil {
+		seg.prepin = nil
+		dev, size := a.device, seg.size
+		go func() {
+			<-p.done
+			if p.err == nil {
+				_ = h.FreeHost(dev, p.addr, size)
+			}
+		}()
+	}
+	if seg.backup != 0 {
+		if seg.backupPinned {
+			_ = h.FreeHost(a.device, seg.backup, seg.size)
+		} else {
+			_ = unix.MunmapPtr(ptrAt(seg.backup), seg.size)
+		}
+	}
+	seg.backup, seg.backupPinned, seg.backupValid = 0, false, false
+}
+
+// BackupOf returns the address of the host copy of [ptr, ptr+size), which
+// must lie in one segment, and whether that segment is paused. The copy is
+// what the last pause saved: ErrInvalidState when there is none (the tag
+// has no backup, the last pause discarded it, or it never paused).
+func (a *Allocator) BackupOf(ptr, size uintptr) (uintptr, bool, error) {
+	a.lock()
+	defer a.mu.Unlock()
+	for _, seg := range a.heap.segments {
+		if ptr < seg.addr || ptr >= seg.addr+seg.size {
+			continue
+		}
+		if size > seg.addr+seg.size-ptr {
+			return 0, false, Errorf(ErrInvalidArgument, "%d bytes at %#x run past the end of their segment [%#x, %#x)", size, ptr, seg.addr, seg.addr+seg.size)
+		}
+		if !seg.backupValid {
+			why := "its tag has no backup"
+			switch {
+			case seg.pools.tag.backup != BackupNone && seg.paused:
+				why = "its last pause discarded the contents"
+			case seg.pools.tag.backup != BackupNone:
+				why = "it was never paused"
+			}
+			return 0, seg.paused, Errorf(ErrInvalidState, "%#x (tag %q on device %d) has no host copy: %s", ptr, seg.pools.tag.name, a.device, why)
+		}
+		return seg.backup + (ptr - seg.addr), seg.paused, nil
+	}
+	return 0, false, Errorf(ErrInvalidPointer, "%#x is not in memory of device %d's allocator", ptr, a.device)
 }
 
 // ptrAt turns an address of memory that Go does not manage into a pointer

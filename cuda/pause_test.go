@@ -18,9 +18,9 @@ func TestBackendPauseResume(t *testing.T) {
 	require.NoError(t, err)
 	defer a.Close()
 	var _ core.HostMemory = b
-	w, err := core.RegisterTag("cuda-test-weights", true)
+	w, err := core.RegisterTag("cuda-test-weights", core.BackupPinned)
 	require.NoError(t, err)
-	kv, err := core.RegisterTag("cuda-test-kv", false)
+	kv, err := core.RegisterTag("cuda-test-kv", core.BackupNone)
 	require.NoError(t, err)
 	const n = 64 << 20
 	pw, err := a.AllocTagged(n, 0, w)

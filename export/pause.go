@@ -11,16 +11,54 @@ import "C"
 import (
 	"fmt"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/symm"
 )
 
-// regionFlagBackup is SYMMEM_REGION_BACKUP; regionFlagsKnown every flag.
+// The region flags (SYMMEM_REGION_BACKUP, SYMMEM_REGION_BACKUP_PAGEABLE)
+// and the pause flags (SYMMEM_PAUSE_DISCARD, SYMMEM_PAUSE_KEEP).
 const (
-	regionFlagBackup = 1
-	regionFlagsKnown = regionFlagBackup
+	regionFlagBackup   = 1
+	regionFlagPageable = 2
+	regionFlagsKnown   = regionFlagBackup | regionFlagPageable
+
+	pauseFlagDiscard = 1
+	pauseFlagKeep    = 2
+	pauseFlagsKnown  = pauseFlagDiscard | pauseFlagKeep
 )
+
+// backupKindOf reads the region flags' backup kind.
+func backupKindOf(flags C.uint) (core.BackupKind, error) {
+	if flags&^regionFlagsKnown != 0 {
+		return 0, core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^regionFlagsKnown))
+	}
+	switch {
+	case flags&regionFlagPageable != 0 && flags&regionFlagBackup == 0:
+		return 0, core.Errorf(core.ErrInvalidArgument, "SYMMEM_REGION_BACKUP_PAGEABLE needs SYMMEM_REGION_BACKUP")
+	case flags&regionFlagPageable != 0:
+		return core.BackupPageable, nil
+	case flags&regionFlagBackup != 0:
+		return core.BackupPinned, nil
+	}
+	return core.BackupNone, nil
+}
+
+// pauseBackupOf reads the pause flags.
+func pauseBackupOf(flags C.uint) (core.PauseBackup, error) {
+	switch {
+	case flags&^pauseFlagsKnown != 0:
+		return 0, core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^pauseFlagsKnown))
+	case flags == pauseFlagsKnown:
+		return 0, core.Errorf(core.ErrInvalidArgument, "SYMMEM_PAUSE_DISCARD and SYMMEM_PAUSE_KEEP exclude each other")
+	case flags&pauseFlagDiscard != 0:
+		return core.PauseDiscard, nil
+	case flags&pauseFlagKeep != 0:
+		return core.PauseKeep, nil
+	}
+	return core.PauseBackupAsTag, nil
+}
 
 // openRegions counts the regions open on every thread. While it is 0 the
 // allocation path does not ask C for the thread's tag.
@@ -35,11 +73,18 @@ func currentTag() core.TagID {
 }
 
 // goTag turns a C tag (NULL = every tag) into the core's ("" = every tag).
-func goTag(tag *C.char) string {
+// An empty C string is not "every tag": an unset string in a caller's
+// configuration must not pause (and, without backup, zero) every tag, so it
+// is ErrInvalidArgument, as any tag outside 1..64 characters.
+func goTag(tag *C.char) (string, error) {
 	if tag == nil {
-		return ""
+		return "", nil
 	}
-	return C.GoString(tag)
+	t := C.GoString(tag)
+	if t == "" {
+		return "", core.Errorf(core.ErrInvalidArgument, "the tag is the empty string: tags have 1 to %d characters; pass NULL for every tag", core.MaxTagLen)
+	}
+	return t, nil
 }
 
 func describeTag(call string, tag *C.char) string {
@@ -56,10 +101,11 @@ func symmemgo_region_begin(tag *C.char, flags C.uint) (result C.int) {
 	if tag == nil {
 		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "tag is NULL"))
 	}
-	if flags&^regionFlagsKnown != 0 {
-		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^regionFlagsKnown)))
+	kind, err := backupKindOf(flags)
+	if err != nil {
+		return setLastError(call, err)
 	}
-	id, err := core.RegisterTag(C.GoString(tag), flags&regionFlagBackup != 0)
+	id, err := core.RegisterTag(C.GoString(tag), kind)
 	if err != nil {
 		return setLastError(call, err)
 	}
@@ -141,22 +187,75 @@ func checkTagKnown(tag string) error {
 //export symmemgo_pause
 func symmemgo_pause(tag *C.char) (result C.int) {
 	defer recoverCall("symmem_pause", &result, C.int(core.ErrInternal))
-	t := goTag(tag)
-	err := checkTagKnown(t)
+	return pauseTag("symmem_pause", tag, 0)
+}
+
+//export symmemgo_pause_with
+func symmemgo_pause_with(tag *C.char, flags C.uint) (result C.int) {
+	defer recoverCall("symmem_pause_with", &result, C.int(core.ErrInternal))
+	return pauseTag("symmem_pause_with", tag, flags)
+}
+
+func pauseTag(call string, tag *C.char, flags C.uint) C.int {
+	t, err := goTag(tag)
+	var backup core.PauseBackup
+	if err == nil {
+		backup, err = pauseBackupOf(flags)
+	}
+	if err == nil {
+		err = checkTagKnown(t)
+	}
 	if err == nil {
 		err = forTag(t, false, func(a *core.Allocator) error {
-			_, err := a.Pause(t, core.PauseOptions{})
+			_, err := a.Pause(t, core.PauseOptions{Backup: backup})
 			return err
 		})
 	}
-	return setLastError(describeTag("symmem_pause", tag), err)
+	return setLastError(describeTag(call, tag), err)
+}
+
+//export symmemgo_backup_pointer
+func symmemgo_backup_pointer(ptr unsafe.Pointer, size C.size_t, host *unsafe.Pointer, paused *C.int) (result C.int) {
+	defer recoverCall("symmem_backup_pointer", &result, C.int(core.ErrInternal))
+	call := fmt.Sprintf("symmem_backup_pointer(%p, %d)", ptr, uint64(size))
+	if host == nil {
+		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "host is NULL"))
+	}
+	*host = nil
+	if ptr == nil {
+		return setLastError(call, core.Errorf(core.ErrInvalidPointer, "ptr is NULL"))
+	}
+	var found error = core.Errorf(core.ErrInvalidPointer, "%p was not allocated by libsymmem", ptr)
+	err := eachAllocator(func(a *core.Allocator) error {
+		addr, isPaused, err := a.BackupOf(uintptr(ptr), uintptr(size))
+		if core.CodeOf(err) == core.ErrInvalidPointer {
+			return nil
+		}
+		found = err
+		if err == nil {
+			*host = ptrAt(addr)
+			if paused != nil {
+				*paused = 0
+				if isPaused {
+					*paused = 1
+				}
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		err = found
+	}
+	return setLastError(call, err)
 }
 
 //export symmemgo_resume
 func symmemgo_resume(tag *C.char) (result C.int) {
 	defer recoverCall("symmem_resume", &result, C.int(core.ErrInternal))
-	t := goTag(tag)
-	err := checkTagKnown(t)
+	t, err := goTag(tag)
+	if err == nil {
+		err = checkTagKnown(t)
+	}
 	if err == nil {
 		err = forTag(t, true, func(a *core.Allocator) error {
 			_, err := a.Resume(t)
@@ -180,9 +279,13 @@ func symmemgo_resume_group(group uintptr, tag *C.char) (result C.int) {
 
 func groupTagCall(name string, group uintptr, tag *C.char, f func(*symm.Group, string) error) C.int {
 	call := describeTag(name, tag)
-	g, err := groupOf(group)
+	t, err := goTag(tag)
+	var g *symm.Group
 	if err == nil {
-		err = f(g, goTag(tag))
+		g, err = groupOf(group)
+	}
+	if err == nil {
+		err = f(g, t)
 	}
 	return setLastError(call, err)
 }

@@ -68,7 +68,7 @@ from .errors import (
 )
 from .exchange import KeyValueAllGather
 from .group import Group, Handle, rendezvous
-from .tags import REGION_BACKUP, pause, region, resume
+from .tags import REGION_BACKUP, REGION_BACKUP_PAGEABLE, backup_pointer, pause, region, resume
 from ._coll import collectives_load
 from .group import Group, Handle, nccl_version, rendezvous
 
@@ -78,6 +78,8 @@ __all__ = [
     "nccl_version",
     # tags and pause
     "REGION_BACKUP",
+    "REGION_BACKUP_PAGEABLE",
+    "backup_pointer",
     "pause",
     "region",
     "resume",

@@ -9,7 +9,9 @@ addresses::
     symmem.pause("weights")      # physical memory released, w stays reserved
     symmem.resume("weights")     # same address, contents restored
 
-Without ``backup=True`` the contents are ZERO after a resume. Memory that a
+Without ``backup=True`` the contents are ZERO after a resume. The host copy
+is pinned memory, pinned ahead of the first pause (``backup="pageable"``: an
+anonymous mapping the kernel may reclaim). Memory that a
 rendezvous shared with other processes is paused collectively:
 ``symmem.pause(tag, group=g)`` on every rank of ``g``.
 
@@ -21,14 +23,28 @@ thread, through libsymmem as the global allocator or a ``MemPool``, included.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 from typing import Iterator, Optional
 
 from . import _lib
 from .errors import check
 
-__all__ = ["REGION_BACKUP", "region", "pause", "resume"]
+__all__ = ["REGION_BACKUP", "REGION_BACKUP_PAGEABLE", "region", "pause", "resume", "backup_pointer"]
 
 REGION_BACKUP = 1  # SYMMEM_REGION_BACKUP
+REGION_BACKUP_PAGEABLE = 2  # SYMMEM_REGION_BACKUP_PAGEABLE
+PAUSE_DISCARD = 1  # SYMMEM_PAUSE_DISCARD
+PAUSE_KEEP = 2  # SYMMEM_PAUSE_KEEP
+
+
+def _region_flags(backup) -> int:
+    if backup is False or backup is None:
+        return 0
+    if backup is True or backup == "pinned":
+        return REGION_BACKUP
+    if backup == "pageable":
+        return REGION_BACKUP | REGION_BACKUP_PAGEABLE
+    raise ValueError(f"backup must be False, True, 'pinned' or 'pageable', not {backup!r}")
 
 
 def _tag_arg(tag: Optional[str]) -> Optional[bytes]:
@@ -43,13 +59,14 @@ def _tag_arg(tag: Optional[str]) -> Optional[bytes]:
 def region(tag: str, backup: bool = False) -> Iterator[None]:
     """Tag this thread's allocations with ``tag`` inside the ``with`` block.
 
-    ``backup`` keeps a host copy of the tag's memory across a pause; every
+    ``backup`` keeps a host copy of the tag's memory across a pause (True or
+    "pinned": pinned memory; "pageable": reclaimable anonymous memory); every
     region of a tag must ask for the same. Regions nest (the innermost wins).
     """
     lib = _lib.lib()
     if not isinstance(tag, str):
         raise TypeError(f"tag must be a str, not {type(tag).__name__}")
-    check(lib.symmem_region_begin(tag.encode(), REGION_BACKUP if backup else 0), "symmem_region_begin")
+    check(lib.symmem_region_begin(tag.encode(), _region_flags(backup)), "symmem_region_begin")
     try:
         yield
     finally:
@@ -63,18 +80,28 @@ def _group_ptr(group) -> int:
     return ptr
 
 
-def pause(tag: Optional[str] = None, group=None) -> None:
-    """Release the physical memory of ``tag`` (None: every tag).
+def pause(tag: Optional[str] = None, group=None, backup: Optional[bool] = None) -> None:
+    """Release the physical memory of ``tag`` (None: every tag; "" is an
+    error, not every tag).
 
     Waits for the device's work, copies the contents to the host if the tag
-    asked for backup, unmaps and releases; addresses stay reserved. With
-    ``group`` (a :class:`symmem.Group`), collective: every rank calls it, and
-    the peers' mappings of the tag's rendezvoused buffers go too.
+    asked for backup, unmaps and releases; addresses stay reserved.
+    ``backup`` overrides the tag for this pause: False discards the contents
+    (zero after the resume), True keeps a host copy of a tag without backup.
+    With ``group`` (a :class:`symmem.Group`), collective: every rank calls
+    it, and the peers' mappings of the tag's rendezvoused buffers go too
+    (``backup`` is not available there).
     """
     lib = _lib.lib()
     if group is None:
-        check(lib.symmem_pause(_tag_arg(tag)), "symmem_pause")
+        if backup is None:
+            check(lib.symmem_pause(_tag_arg(tag)), "symmem_pause")
+        else:
+            flags = PAUSE_KEEP if backup else PAUSE_DISCARD
+            check(lib.symmem_pause_with(_tag_arg(tag), flags), "symmem_pause_with")
     else:
+        if backup is not None:
+            raise ValueError("symmem.pause: backup= is not available with group= (symmem_pause_group follows the tag)")
         check(lib.symmem_pause_group(_group_ptr(group), _tag_arg(tag)), "symmem_pause_group")
 
 
@@ -91,3 +118,15 @@ def resume(tag: Optional[str] = None, group=None) -> None:
         check(lib.symmem_resume(_tag_arg(tag)), "symmem_resume")
     else:
         check(lib.symmem_resume_group(_group_ptr(group), _tag_arg(tag)), "symmem_resume_group")
+
+
+def backup_pointer(ptr: int, size: int):
+    """The host copy of ``size`` bytes at ``ptr`` (within one segment): a
+    pair (host address, paused now). The copy is what the last pause of the
+    tag saved; :class:`symmem.InvalidStateError` when there is none (no
+    backup, discarded, never paused)."""
+    lib = _lib.lib()
+    host = ctypes.c_void_p()
+    paused = ctypes.c_int()
+    check(lib.symmem_backup_pointer(ptr, size, ctypes.byref(host), ctypes.byref(paused)), "symmem_backup_pointer")
+    return int(host.value or 0), bool(paused.value)

@@ -161,3 +161,62 @@ def test_a_peer_that_leaves_during_a_collective_pause():
             continue  # exited
         assert res["code"] in (int(symmem.Result.PEER), int(symmem.Result.TIMEOUT)), res
         assert "rank 1" in res["message"], res
+
+
+def test_the_empty_tag_is_refused_everywhere():
+    """"" is not every tag: pause, resume, region and the group calls refuse
+    it and nothing is paused."""
+    tag = unique("live")
+    with symmem.region(tag):
+        p = symmem.alloc(4096)
+    ctypes.memset(p, 0x42, 4096)
+    for call in (symmem.pause, symmem.resume):
+        with pytest.raises(symmem.InvalidArgumentError, match="empty"):
+            call("")
+    with pytest.raises(symmem.InvalidArgumentError, match="empty"):
+        symmem.pause("", backup=False)
+    with pytest.raises(symmem.InvalidArgumentError):
+        with symmem.region(""):
+            pass
+    with symmem.Group(unique("empty-tag"), 0, 1) as g:
+        with pytest.raises(symmem.InvalidArgumentError, match="empty"):
+            symmem.pause("", group=g)
+        with pytest.raises(symmem.InvalidArgumentError, match="empty"):
+            symmem.resume("", group=g)
+    assert stats()["paused_bytes.all.current"] == 0
+    assert ctypes.string_at(p, 4) == b"\x42" * 4
+    symmem.free(p)
+
+
+def test_pageable_backup_and_per_pause_choices():
+    pg, kv = unique("pageable"), unique("kv")
+    with symmem.region(pg, backup="pageable"):
+        p = symmem.alloc(MiB)
+    with symmem.region(kv):
+        q = symmem.alloc(MiB)
+    with pytest.raises(ValueError, match="pageable"):
+        with symmem.region(unique("x"), backup="disk"):
+            pass
+    ctypes.memset(p, 0x61, MiB)
+    ctypes.memset(q, 0x62, MiB)
+    with pytest.raises(symmem.InvalidStateError, match="never paused"):
+        symmem.backup_pointer(p, 16)
+    symmem.pause(pg)
+    host, paused = symmem.backup_pointer(p + 8, 8)
+    assert paused and ctypes.string_at(host, 8) == b"\x61" * 8
+    symmem.pause(kv, backup=True)
+    host, _ = symmem.backup_pointer(q, MiB)
+    assert ctypes.string_at(host + MiB - 2, 2) == b"\x62\x62"
+    symmem.resume(kv)
+    symmem.resume(pg)
+    assert ctypes.string_at(q, 2) == b"\x62\x62" and ctypes.string_at(p + MiB - 1, 1) == b"\x61"
+    symmem.pause(pg, backup=False)
+    with pytest.raises(symmem.InvalidStateError, match="discarded"):
+        symmem.backup_pointer(p, 16)
+    symmem.resume(pg)
+    assert ctypes.string_at(p, 4) == b"\0" * 4
+    with symmem.Group(unique("no-flags"), 0, 1) as g:
+        with pytest.raises(ValueError, match="group"):
+            symmem.pause(pg, group=g, backup=False)
+    symmem.free(p)
+    symmem.free(q)
