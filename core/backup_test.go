@@ -188,7 +188,7 @@ func TestPageableBackupIsNotPinned(t *testing.T) {
 	host, paused, err := a.BackupOf(p, 1<<20)
 	require.NoError(t, err)
 	require.True(t, paused)
-	require.Equal(t, byte(0x66), *(*byte)(unsafe.Pointer(host)))
+	require.Equal(t, byte(0x66), hostByte(host))
 	_, err = a.Resume(name)
 	require.NoError(t, err)
 	require.Equal(t, byte(0x66), peek(t, a, p, 1)[0])
@@ -230,7 +230,7 @@ func TestPauseBackupOverrides(t *testing.T) {
 	host, paused, err := a.BackupOf(pkv+100, 16)
 	require.NoError(t, err)
 	require.True(t, paused)
-	require.Equal(t, byte(0x22), *(*byte)(unsafe.Pointer(host)))
+	require.Equal(t, byte(0x22), hostByte(host))
 	_, err = a.Resume("")
 	require.NoError(t, err)
 	require.Equal(t, byte(0), peek(t, a, pw, 1)[0], "discarded: zero after the resume")
@@ -258,4 +258,9 @@ func TestRegisterTagRefusesUnknownKinds(t *testing.T) {
 	_, err = core.RegisterTag(name, core.BackupPinned)
 	require.Equal(t, core.ErrInvalidArgument, core.CodeOf(err))
 	require.Contains(t, err.Error(), "pageable")
+}
+
+// hostByte reads the byte at a host address that Go does not manage.
+func hostByte(addr uintptr) byte {
+	return *(*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr)))
 }
