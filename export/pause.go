@@ -17,11 +17,13 @@ import (
 	"github.com/libsymmem/libsymmem/core/symm"
 )
 
-// The region flags (SYMMEM_REGION_BACKUP, SYMMEM_REGION_BACKUP_PAGEABLE)
-// and the pause flags (SYMMEM_PAUSE_DISCARD, SYMMEM_PAUSE_KEEP).
+// The region flags (SYMMEM_REGION_BACKUP, SYMMEM_REGION_BACKUP_PAGEABLE,
+// SYMMEM_REGION_UNTAGGED) and the pause flags (SYMMEM_PAUSE_DISCARD,
+// SYMMEM_PAUSE_KEEP).
 const (
 	regionFlagBackup   = 1
 	regionFlagPageable = 2
+	regionFlagUntagged = 4
 	regionFlagsKnown   = regionFlagBackup | regionFlagPageable
 
 	pauseFlagDiscard = 1
@@ -64,12 +66,21 @@ func pauseBackupOf(flags C.uint) (core.PauseBackup, error) {
 // allocation path does not ask C for the thread's tag.
 var openRegions atomic.Int64
 
-// currentTag is the calling thread's innermost open region's tag (0: none).
+// defaultTag is the tag of allocations made outside every region
+// (symmem_set_default_tag; 0: untagged). pause.c keeps a copy for C.
+var defaultTag atomic.Int32
+
+// currentTag is the tag of the calling thread's allocations: its innermost
+// open region's (0 for an untagged region), else the default tag.
 func currentTag() core.TagID {
 	if openRegions.Load() == 0 {
-		return 0
+		return core.TagID(defaultTag.Load())
 	}
-	return core.TagID(C.symmemi_region_tag())
+	t := C.symmemi_region_tag()
+	if t < 0 {
+		return core.TagID(defaultTag.Load())
+	}
+	return core.TagID(t)
 }
 
 // goTag turns a C tag (NULL = every tag) into the core's ("" = every tag).
@@ -98,21 +109,48 @@ func describeTag(call string, tag *C.char) string {
 func symmemgo_region_begin(tag *C.char, flags C.uint) (result C.int) {
 	defer recoverCall("symmem_region_begin", &result, C.int(core.ErrInternal))
 	call := describeTag("symmem_region_begin", tag)
-	if tag == nil {
+	var id core.TagID
+	switch {
+	case flags == regionFlagUntagged && tag == nil:
+		// An untagged region: id 0.
+	case flags&regionFlagUntagged != 0:
+		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "SYMMEM_REGION_UNTAGGED takes a NULL tag and no other flag"))
+	case tag == nil:
 		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "tag is NULL"))
-	}
-	kind, err := backupKindOf(flags)
-	if err != nil {
-		return setLastError(call, err)
-	}
-	id, err := core.RegisterTag(C.GoString(tag), kind)
-	if err != nil {
-		return setLastError(call, err)
+	default:
+		kind, err := backupKindOf(flags)
+		if err == nil {
+			id, err = core.RegisterTag(C.GoString(tag), kind)
+		}
+		if err != nil {
+			return setLastError(call, err)
+		}
 	}
 	if C.symmemi_region_push(C.int(id)) < 0 {
 		return setLastError(call, core.Errorf(core.ErrInvalidState, "this thread has 16 regions open already"))
 	}
 	openRegions.Add(1)
+	return 0
+}
+
+//export symmemgo_set_default_tag
+func symmemgo_set_default_tag(tag *C.char, flags C.uint) (result C.int) {
+	defer recoverCall("symmem_set_default_tag", &result, C.int(core.ErrInternal))
+	call := describeTag("symmem_set_default_tag", tag)
+	var id core.TagID
+	if tag != nil {
+		kind, err := backupKindOf(flags)
+		if err == nil {
+			id, err = core.RegisterTag(C.GoString(tag), kind)
+		}
+		if err != nil {
+			return setLastError(call, err)
+		}
+	} else if flags != 0 {
+		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "flags %#x with a NULL tag (no default tag)", uint(flags)))
+	}
+	defaultTag.Store(int32(id))
+	C.symmemi_set_default_tag(C.int(id))
 	return 0
 }
 

@@ -620,6 +620,9 @@ symmem_result symmem_barrier(symmem_handle *handle, int channel,
 /* With SYMMEM_REGION_BACKUP: the host copy is pageable anonymous memory
  * (the kernel may swap or reclaim it; copies are slower) instead of pinned. */
 #define SYMMEM_REGION_BACKUP_PAGEABLE 2u
+/* With a NULL tag and no other flag: an untagged region, whose allocations
+ * carry no tag whatever the outer regions and the default tag say. */
+#define SYMMEM_REGION_UNTAGGED 4u
 
 /* Pause flags (symmem_pause_with): what this pause keeps, whatever the tag's
  * regions asked for. */
@@ -631,10 +634,18 @@ symmem_result symmem_barrier(symmem_handle *handle, int channel,
  * through libsymmem) carry tag. Regions nest (16 deep per thread; the
  * innermost wins). flags: 0, SYMMEM_REGION_BACKUP, or SYMMEM_REGION_BACKUP |
  * SYMMEM_REGION_BACKUP_PAGEABLE; every region of a tag must pass the same
- * flags. Returns INVALID_ARGUMENT for a bad, empty or NULL tag, unknown
+ * flags. symmem_region_begin(NULL, SYMMEM_REGION_UNTAGGED) opens an untagged
+ * region. Returns INVALID_ARGUMENT for a bad, empty or NULL tag, unknown
  * flags, PAGEABLE without BACKUP, or flags that differ from the tag's; INVALID_STATE when 16
  * regions are open. The tag string is copied. Thread-safe (per thread). */
 symmem_result symmem_region_begin(const char *tag, unsigned flags);
+
+/* Sets the process's default tag: allocations made on any thread outside
+ * every region carry tag (flags as for symmem_region_begin, the same for
+ * every use of the tag); NULL (flags 0) clears it. Returns INVALID_ARGUMENT
+ * as symmem_region_begin does. While a default tag is set, small untagged
+ * allocations skip the thread caches. Thread-safe. */
+symmem_result symmem_set_default_tag(const char *tag, unsigned flags);
 
 /* Closes the calling thread's innermost region. INVALID_STATE when none is
  * open on this thread. */

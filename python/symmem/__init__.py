@@ -68,7 +68,16 @@ from .errors import (
 )
 from .exchange import KeyValueAllGather
 from .group import Group, Handle, rendezvous
-from .tags import REGION_BACKUP, REGION_BACKUP_PAGEABLE, backup_pointer, pause, region, resume
+from .tags import (
+    REGION_BACKUP,
+    REGION_BACKUP_PAGEABLE,
+    backup_pointer,
+    pause,
+    region,
+    resume,
+    set_default_tag,
+    untagged,
+)
 from ._coll import collectives_load
 from .group import Group, Handle, nccl_version, rendezvous
 
@@ -80,6 +89,8 @@ __all__ = [
     "REGION_BACKUP",
     "REGION_BACKUP_PAGEABLE",
     "backup_pointer",
+    "set_default_tag",
+    "untagged",
     "pause",
     "region",
     "resume",

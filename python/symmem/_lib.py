@@ -219,6 +219,7 @@ PROTOTYPES = {
     # Tags and pause
     "symmem_region_begin": (_result, [c_char_p, c_uint]),
     "symmem_region_end": (_result, []),
+    "symmem_set_default_tag": (_result, [c_char_p, c_uint]),
     "symmem_pause": (_result, [c_char_p]),
     "symmem_pause_with": (_result, [c_char_p, c_uint]),
     "symmem_resume": (_result, [c_char_p]),

@@ -29,10 +29,20 @@ from typing import Iterator, Optional
 from . import _lib
 from .errors import check
 
-__all__ = ["REGION_BACKUP", "REGION_BACKUP_PAGEABLE", "region", "pause", "resume", "backup_pointer"]
+__all__ = [
+    "REGION_BACKUP",
+    "REGION_BACKUP_PAGEABLE",
+    "region",
+    "untagged",
+    "set_default_tag",
+    "pause",
+    "resume",
+    "backup_pointer",
+]
 
 REGION_BACKUP = 1  # SYMMEM_REGION_BACKUP
 REGION_BACKUP_PAGEABLE = 2  # SYMMEM_REGION_BACKUP_PAGEABLE
+REGION_UNTAGGED = 4  # SYMMEM_REGION_UNTAGGED
 PAUSE_DISCARD = 1  # SYMMEM_PAUSE_DISCARD
 PAUSE_KEEP = 2  # SYMMEM_PAUSE_KEEP
 
@@ -71,6 +81,30 @@ def region(tag: str, backup: bool = False) -> Iterator[None]:
         yield
     finally:
         check(lib.symmem_region_end(), "symmem_region_end")
+
+
+@contextlib.contextmanager
+def untagged() -> Iterator[None]:
+    """Inside the ``with`` block this thread's allocations carry no tag,
+    whatever the outer regions and the default tag say."""
+    lib = _lib.lib()
+    check(lib.symmem_region_begin(None, REGION_UNTAGGED), "symmem_region_begin")
+    try:
+        yield
+    finally:
+        check(lib.symmem_region_end(), "symmem_region_end")
+
+
+def set_default_tag(tag: Optional[str], backup=False) -> None:
+    """Tag every allocation made outside a region, on every thread, with
+    ``tag`` (``backup`` as for :func:`region`); None clears it."""
+    lib = _lib.lib()
+    if tag is None:
+        check(lib.symmem_set_default_tag(None, 0), "symmem_set_default_tag")
+        return
+    if not isinstance(tag, str):
+        raise TypeError(f"tag must be a str or None, not {type(tag).__name__}")
+    check(lib.symmem_set_default_tag(tag.encode(), _region_flags(backup)), "symmem_set_default_tag")
 
 
 def _group_ptr(group) -> int:

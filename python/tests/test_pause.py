@@ -220,3 +220,40 @@ def test_pageable_backup_and_per_pause_choices():
             symmem.pause(pg, group=g, backup=False)
     symmem.free(p)
     symmem.free(q)
+
+
+def test_default_tag_and_untagged_regions():
+    """A default tag tags what every thread allocates outside regions (also
+    small blocks, which then skip the thread caches); an untagged region
+    opts out; clearing it restores untagged allocations."""
+    tag = unique("default")
+    symmem.set_default_tag(tag, backup=True)
+    try:
+        p = symmem.alloc(4096)
+        got = []
+        t = threading.Thread(target=lambda: got.append(symmem.alloc(4096)))
+        t.start()
+        t.join()
+        with symmem.untagged():
+            u = symmem.alloc(4096)
+        with symmem.region(unique("inner")):
+            with symmem.untagged():
+                u2 = symmem.alloc(4096)
+    finally:
+        symmem.set_default_tag(None)
+    after = symmem.alloc(4096)
+    for q, v in ((p, 1), (got[0], 2), (u, 3), (u2, 4), (after, 5)):
+        ctypes.memset(q, v, 4096)
+    symmem.pause(tag)
+    # The default tag's blocks are paused; the untagged ones stay readable.
+    assert symmem.backup_pointer(p, 4096)[1] and symmem.backup_pointer(got[0], 16)[1]
+    for q, v in ((u, 3), (u2, 4), (after, 5)):
+        assert ctypes.string_at(q, 1) == bytes([v])
+        with pytest.raises(symmem.InvalidStateError, match="no backup"):
+            symmem.backup_pointer(q, 16)
+    symmem.resume(tag)
+    assert ctypes.string_at(p, 1) == b"\1" and ctypes.string_at(got[0] + 4095, 1) == b"\2"
+    with pytest.raises(symmem.InvalidArgumentError):
+        symmem.set_default_tag("")
+    for q in (p, got[0], u, u2, after):
+        symmem.free(q)

@@ -174,6 +174,31 @@ static void test_backup_choices(void) {
   symmem_free(pg, 0, 0, NULL);
   symmem_free(nb, 0, 0, NULL);
   CHECK_RESULT(symmem_empty_cache(-1), SYMMEM_SUCCESS, "empty_cache frees the host copies with their segments");
+
+  /* The default tag and untagged regions. */
+  CHECK_RESULT(symmem_region_begin("c-x", SYMMEM_REGION_UNTAGGED), SYMMEM_ERROR_INVALID_ARGUMENT, "UNTAGGED with a tag");
+  CHECK_RESULT(symmem_region_begin(NULL, SYMMEM_REGION_UNTAGGED | SYMMEM_REGION_BACKUP), SYMMEM_ERROR_INVALID_ARGUMENT,
+               "UNTAGGED with another flag");
+  CHECK_RESULT(symmem_set_default_tag("", 0), SYMMEM_ERROR_INVALID_ARGUMENT, "an empty default tag");
+  CHECK_RESULT(symmem_set_default_tag(NULL, SYMMEM_REGION_BACKUP), SYMMEM_ERROR_INVALID_ARGUMENT, "flags without a tag");
+  CHECK_RESULT(symmem_set_default_tag("c-default", SYMMEM_REGION_BACKUP), SYMMEM_SUCCESS, "a default tag");
+  unsigned char *d = symmem_alloc(512, 0, NULL);
+  CHECK_RESULT(symmem_region_begin(NULL, SYMMEM_REGION_UNTAGGED), SYMMEM_SUCCESS, "an untagged region");
+  unsigned char *u = symmem_alloc(512, 0, NULL);
+  CHECK_RESULT(symmem_region_end(), SYMMEM_SUCCESS, "end the untagged region");
+  CHECK_RESULT(symmem_set_default_tag(NULL, 0), SYMMEM_SUCCESS, "no default tag");
+  CHECK(d && u, "allocations");
+  memset(d, 0x71, 512);
+  memset(u, 0x72, 512);
+  CHECK_RESULT(symmem_pause("c-default"), SYMMEM_SUCCESS, "pause the default tag");
+  CHECK(u[0] == 0x72, "the untagged block stays");
+  CHECK_RESULT(symmem_backup_pointer(d, 512, &host, &paused), SYMMEM_SUCCESS, "the default tag's copy");
+  CHECK(paused == 1 && ((unsigned char *)host)[511] == 0x71, "the default tag's block was paused with its copy");
+  CHECK_RESULT(symmem_resume("c-default"), SYMMEM_SUCCESS, "resume the default tag");
+  CHECK(d[0] == 0x71, "restored");
+  symmem_free(d, 0, 0, NULL);
+  symmem_free(u, 0, 0, NULL);
+  CHECK_RESULT(symmem_empty_cache(-1), SYMMEM_SUCCESS, "empty_cache");
 }
 
 int main(void) {
