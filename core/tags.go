@@ -500,6 +500,32 @@ func (a *Allocator) Resume(tag string) (uint64, error) {
 	return need, nil
 }
 
+// TagBytes returns the bytes of tag's segments on this device, live and
+// paused (0, 0 for a tag registered but not used here; ErrInvalidArgument
+// for an unknown one).
+func (a *Allocator) TagBytes(tag string) (live, paused uint64, err error) {
+	id, ok := LookupTag(tag)
+	if !ok {
+		if err := CheckName("tag", tag, MaxTagLen); err != nil {
+			return 0, 0, err
+		}
+		return 0, 0, Errorf(ErrInvalidArgument, "tag %q is unknown: no region of it was opened", tag)
+	}
+	a.lock()
+	defer a.mu.Unlock()
+	for _, seg := range a.heap.segments {
+		if seg.pools.tag == nil || seg.pools.tag.id != id {
+			continue
+		}
+		if seg.paused {
+			paused += uint64(seg.size)
+		} else {
+			live += uint64(seg.size)
+		}
+	}
+	return live, paused, nil
+}
+
 // TagNames lists the tags used on this device, paused or not, by name.
 func (a *Allocator) TagNames() (live, paused []string) {
 	a.lock()

@@ -252,6 +252,37 @@ func pauseTag(call string, tag *C.char, flags C.uint) C.int {
 	return setLastError(describeTag(call, tag), err)
 }
 
+//export symmemgo_tag_bytes
+func symmemgo_tag_bytes(tag *C.char, live, paused *C.size_t) (result C.int) {
+	defer recoverCall("symmem_tag_bytes", &result, C.int(core.ErrInternal))
+	call := describeTag("symmem_tag_bytes", tag)
+	if tag == nil {
+		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "tag is NULL"))
+	}
+	t, err := goTag(tag)
+	var sumLive, sumPaused uint64
+	if err == nil {
+		err = checkTagKnown(t)
+	}
+	if err == nil {
+		err = eachAllocator(func(a *core.Allocator) error {
+			l, p, err := a.TagBytes(t)
+			sumLive += l
+			sumPaused += p
+			return err
+		})
+	}
+	if err == nil {
+		if live != nil {
+			*live = C.size_t(sumLive)
+		}
+		if paused != nil {
+			*paused = C.size_t(sumPaused)
+		}
+	}
+	return setLastError(call, err)
+}
+
 //export symmemgo_backup_pointer
 func symmemgo_backup_pointer(ptr unsafe.Pointer, size C.size_t, host *unsafe.Pointer, paused *C.int) (result C.int) {
 	defer recoverCall("symmem_backup_pointer", &result, C.int(core.ErrInternal))
@@ -272,11 +303,11 @@ func symmemgo_backup_pointer(ptr unsafe.Pointer, size C.size_t, host *unsafe.Poi
 		found = err
 		if err == nil {
 			*host = ptrAt(addr)
-			if paused != nil {
-				*paused = 0
-				if isPaused {
-					*paused = 1
-				}
+		}
+		if paused != nil {
+			*paused = 0
+			if isPaused {
+				*paused = 1
 			}
 		}
 		return nil

@@ -672,10 +672,16 @@ symmem_result symmem_pause(const char *tag);
  * copy made once is kept for later cycles whatever later pauses choose. */
 symmem_result symmem_pause_with(const char *tag, unsigned flags);
 
+/* The bytes of tag's segments on every device: *live mapped now, *paused
+ * released by a pause (either pointer may be NULL). INVALID_ARGUMENT for
+ * NULL, the empty string or a tag no region ever opened. Thread-safe. */
+symmem_result symmem_tag_bytes(const char *tag, size_t *live, size_t *paused);
+
 /* The host copy of [ptr, ptr + size) (within one segment): *host is its
  * address in the copy that the last pause of ptr's tag saved (valid until
  * the segment is released; it changes at the next pause), and *paused
- * (unless NULL) whether the segment is paused now. INVALID_STATE when there
+ * (unless NULL) whether the segment is paused now (set also when the call
+ * fails with INVALID_STATE, for memory of libsymmem without a copy). INVALID_STATE when there
  * is no such copy (the tag has no backup, the last pause discarded it, or
  * it never paused); INVALID_POINTER for memory libsymmem did not allocate;
  * INVALID_ARGUMENT for a NULL host or a range past the segment. */

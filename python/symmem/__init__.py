@@ -69,6 +69,7 @@ from .errors import (
 from .exchange import KeyValueAllGather
 from .group import Group, Handle, rendezvous
 from .tags import (
+    tag_bytes,
     REGION_BACKUP,
     REGION_BACKUP_PAGEABLE,
     backup_pointer,
@@ -90,6 +91,7 @@ __all__ = [
     "REGION_BACKUP_PAGEABLE",
     "backup_pointer",
     "set_default_tag",
+    "tag_bytes",
     "untagged",
     "pause",
     "region",

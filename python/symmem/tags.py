@@ -27,7 +27,7 @@ import ctypes
 from typing import Iterator, Optional
 
 from . import _lib
-from .errors import check
+from .errors import Result, check
 
 __all__ = [
     "REGION_BACKUP",
@@ -38,6 +38,8 @@ __all__ = [
     "pause",
     "resume",
     "backup_pointer",
+    "backup_state",
+    "tag_bytes",
 ]
 
 REGION_BACKUP = 1  # SYMMEM_REGION_BACKUP
@@ -159,8 +161,40 @@ def backup_pointer(ptr: int, size: int):
     pair (host address, paused now). The copy is what the last pause of the
     tag saved; :class:`symmem.InvalidStateError` when there is none (no
     backup, discarded, never paused)."""
+    host, paused = backup_state(ptr, size)
+    if host is None:
+        _raise_backup_error(ptr, size)
+    return host, paused
+
+
+def backup_state(ptr: int, size: int):
+    """As :func:`backup_pointer`, but a missing copy is (None, paused now)
+    instead of an error; other errors (memory libsymmem did not allocate,
+    a range past its segment) raise."""
     lib = _lib.lib()
     host = ctypes.c_void_p()
     paused = ctypes.c_int()
-    check(lib.symmem_backup_pointer(ptr, size, ctypes.byref(host), ctypes.byref(paused)), "symmem_backup_pointer")
+    rc = lib.symmem_backup_pointer(ptr, size, ctypes.byref(host), ctypes.byref(paused))
+    if rc == Result.INVALID_STATE:
+        return None, bool(paused.value)
+    check(rc, "symmem_backup_pointer")
     return int(host.value or 0), bool(paused.value)
+
+
+def _raise_backup_error(ptr: int, size: int) -> None:
+    """Raise the error of symmem_backup_pointer for ptr, if any."""
+    lib = _lib.lib()
+    host = ctypes.c_void_p()
+    check(lib.symmem_backup_pointer(ptr, size, ctypes.byref(host), None), "symmem_backup_pointer")
+
+
+def tag_bytes(tag: str):
+    """(live, paused): the bytes of ``tag``'s segments on every device,
+    mapped now and released by a pause."""
+    if not isinstance(tag, str):
+        raise TypeError(f"tag must be a str, not {type(tag).__name__}")
+    lib = _lib.lib()
+    live = ctypes.c_size_t()
+    paused = ctypes.c_size_t()
+    check(lib.symmem_tag_bytes(tag.encode(), ctypes.byref(live), ctypes.byref(paused)), "symmem_tag_bytes")
+    return int(live.value), int(paused.value)
