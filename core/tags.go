@@ -354,6 +354,8 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 			return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: the segment at %#x: %v; nothing was released", seg.pools.tag.name, a.device, seg.addr, err)
 		}
 	}
+	var copies []FillOrCopy
+	var copied []*segment
 	for _, seg := range segs {
 		kind := backupFor(seg, o.Backup)
 		if kind == BackupNone {
@@ -362,10 +364,14 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 		if err := a.ensureBackup(seg, kind); err != nil {
 			return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: a host backup of %d bytes: %v; nothing was released", seg.pools.tag.name, a.device, seg.size, err)
 		}
-		if err := a.be.Copy(a.device, 0, seg.backup, seg.addr, seg.size); err != nil {
-			seg.backupValid = false
-			return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: copying %d bytes at %#x to the host: %v; nothing was released", seg.pools.tag.name, a.device, seg.size, seg.addr, err)
-		}
+		seg.backupValid = false // until the copy below has succeeded
+		copies = append(copies, FillOrCopy{Dst: seg.backup, Src: seg.addr, Size: seg.size})
+		copied = append(copied, seg)
+	}
+	if err := a.fillOrCopy(copies); err != nil {
+		return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: copying %d segments to the host: %v; nothing was released", tag, a.device, len(copies), err)
+	}
+	for _, seg := range copied {
 		seg.backupValid = true
 	}
 	for _, seg := range segs {
@@ -477,16 +483,22 @@ func (a *Allocator) Resume(tag string) (uint64, error) {
 		}
 		mems = append(mems, m)
 	}
-	for _, seg := range segs {
+	restores := make([]FillOrCopy, len(segs))
+	for i, seg := range segs {
 		if seg.backupValid {
-			err = a.be.Copy(a.device, 0, seg.addr, seg.backup, seg.size)
+			restores[i] = FillOrCopy{Dst: seg.addr, Src: seg.backup, Size: seg.size}
 		} else {
-			err = a.be.Memset(a.device, 0, seg.addr, 0, seg.size)
+			restores[i] = FillOrCopy{Dst: seg.addr, Size: seg.size, Fill: true}
 		}
-		if err != nil {
-			undo()
-			return 0, Errorf(CodeOf(err), "resuming tag %q on device %d: restoring %d bytes at %#x: %v; nothing was mapped, the tag stays paused", what, a.device, seg.size, seg.addr, err)
+	}
+	if err := a.fillOrCopy(restores); err != nil {
+		if CodeOf(err) == ErrTimeout {
+			// The restores may still be running into the new memory:
+			// it must not be released under them (DESIGN invariant 4).
+			return 0, Errorf(ErrTimeout, "resuming tag %q on device %d: restoring %d bytes did not finish: %v; the device is stuck: the memory mapped for it stays mapped (leaked, it may still be written) and the tag stays paused", what, a.device, need, err)
 		}
+		undo()
+		return 0, Errorf(CodeOf(err), "resuming tag %q on device %d: restoring %d bytes: %v; nothing was mapped, the tag stays paused", what, a.device, need, err)
 	}
 	for i, seg := range segs {
 		seg.paused = false
@@ -543,6 +555,29 @@ func (a *Allocator) TagNames() (live, paused []string) {
 	sort.Strings(live)
 	sort.Strings(paused)
 	return live, paused
+}
+
+// fillOrCopy runs ops: in one batch on backends with BatchMemOps (one wait,
+// bounded by SYMMEM_TIMEOUT_MS), else one by one on the default stream.
+func (a *Allocator) fillOrCopy(ops []FillOrCopy) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	if b, ok := a.be.(BatchMemOps); ok {
+		return b.FillOrCopyWithin(a.device, ops, DefaultTimeout())
+	}
+	for _, op := range ops {
+		var err error
+		if op.Fill {
+			err = a.be.Memset(a.device, 0, op.Dst, op.Value, op.Size)
+		} else {
+			err = a.be.Copy(a.device, 0, op.Dst, op.Src, op.Size)
+		}
+		if err != nil {
+			return Errorf(CodeOf(err), "%d bytes at %#x: %v", op.Size, op.Dst, err)
+		}
+	}
+	return nil
 }
 
 // HostMemory is implemented by backends that allocate host memory suited to

@@ -51,3 +51,30 @@ func TestBackendPauseResume(t *testing.T) {
 	require.NoError(t, a.Free(pkv, 0, 0))
 	require.NoError(t, a.EmptyCache())
 }
+
+// FillOrCopyWithin queues fills and copies in order on the library's own
+// stream and waits once: a later op sees an earlier one's result.
+func TestFillOrCopyWithinRunsInOrder(t *testing.T) {
+	b := requireGPU(t)
+	a, err := core.NewAllocator(b, 0)
+	require.NoError(t, err)
+	defer a.Close()
+	const n = 4 << 20
+	p, err := a.Alloc(n, 0)
+	require.NoError(t, err)
+	q, err := a.Alloc(n, 0)
+	require.NoError(t, err)
+	ops := []core.FillOrCopy{
+		{Dst: p, Size: n, Fill: true, Value: 0x3a},
+		{Dst: q, Src: p, Size: n},
+		{Dst: p, Size: n / 2, Fill: true, Value: 0x11},
+		{Dst: p, Size: 0, Fill: true, Value: 0xff}, // nothing to do
+	}
+	require.NoError(t, b.FillOrCopyWithin(0, ops, core.DefaultTimeout()))
+	requireAll(t, download(t, b, 0, q, n), 0x3a, "the copy ran after the first fill")
+	requireAll(t, download(t, b, 0, p, n/2), 0x11, "the second fill ran last")
+	requireAll(t, download(t, b, 0, p+n/2, n/2), 0x3a, "the rest of the first fill")
+	require.NoError(t, b.FillOrCopyWithin(0, nil, core.DefaultTimeout()), "an empty batch")
+	require.NoError(t, a.Free(p, 0, 0))
+	require.NoError(t, a.Free(q, 0, 0))
+}

@@ -525,3 +525,9 @@ def test_entry_point_is_declared():
         text = f.read()
     assert '[project.entry-points."vllm.general_plugins"]' in text
     assert 'symmem = "symmem.compat.vllm:register"' in text
+    sys.path.insert(0, os.path.join(root, "buildsys"))
+    try:
+        import symmem_build
+    finally:
+        sys.path.pop(0)
+    assert symmem_build.ENTRY_POINTS == "[vllm.general_plugins]\nsymmem = symmem.compat.vllm:register\n", "the wheel carries it"
