@@ -264,3 +264,43 @@ func TestRegisterTagRefusesUnknownKinds(t *testing.T) {
 func hostByte(addr uintptr) byte {
 	return *(*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr)))
 }
+
+// countingBackend counts the Memset calls that reach the backend.
+type countingBackend struct {
+	core.Backend
+	memsets atomic.Int64
+}
+
+func (b *countingBackend) Memset(dev int, s core.Stream, addr uintptr, v byte, n uintptr) error {
+	b.memsets.Add(1)
+	return b.Backend.Memset(dev, s, addr, v, n)
+}
+
+// ResumeOptions.NoFill skips the zero-fill of memory without a host copy,
+// and still restores the copies.
+func TestResumeWithoutFill(t *testing.T) {
+	be := &countingBackend{Backend: testBackend(t)}
+	a := newAllocator(t, be)
+	kvName, kv := kindTag(t, "kv", core.BackupNone)
+	wName, w := kindTag(t, "w", core.BackupPinned)
+	p, err := a.AllocTagged(1<<20, 0, kv)
+	require.NoError(t, err)
+	q, err := a.AllocTagged(1<<20, 0, w)
+	require.NoError(t, err)
+	poke(t, a, q, 0x4d, 1<<20)
+	for _, name := range []string{kvName, wName} {
+		_, err = a.Pause(name, core.PauseOptions{})
+		require.NoError(t, err)
+	}
+	before := be.memsets.Load()
+	_, err = a.ResumeWith("", core.ResumeOptions{NoFill: true})
+	require.NoError(t, err)
+	require.Equal(t, before, be.memsets.Load(), "no zero-fill")
+	require.Equal(t, byte(0x4d), peek(t, a, q+(1<<20)-1, 1)[0], "the copy is restored")
+	_, err = a.Pause(kvName, core.PauseOptions{})
+	require.NoError(t, err)
+	_, err = a.Resume(kvName)
+	require.NoError(t, err)
+	require.Equal(t, before+1, be.memsets.Load(), "a plain resume zero-fills")
+	require.Equal(t, byte(0), peek(t, a, p, 1)[0])
+}

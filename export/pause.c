@@ -15,6 +15,7 @@ SYMMEM_FRONT(symmem_result, set_default_tag, UNAVAILABLE, (const char *tag, unsi
 SYMMEM_FRONT(symmem_result, pause, UNAVAILABLE, (const char *tag), (tag))
 SYMMEM_FRONT(symmem_result, pause_with, UNAVAILABLE, (const char *tag, unsigned flags), (tag, flags))
 SYMMEM_FRONT(symmem_result, resume, UNAVAILABLE, (const char *tag), (tag))
+SYMMEM_FRONT(symmem_result, resume_with, UNAVAILABLE, (const char *tag, unsigned flags), (tag, flags))
 SYMMEM_FRONT(symmem_result, tag_bytes, UNAVAILABLE, (const char *tag, size_t *live, size_t *paused), (tag, live, paused))
 SYMMEM_FRONT(symmem_result, backup_pointer, UNAVAILABLE, (const void *ptr, size_t size, void **host, int *paused), (ptr, size, host, paused))
 SYMMEM_FRONT(symmem_result, pause_group, UNAVAILABLE, (symmem_group *group, const char *tag), (group, tag))

@@ -321,17 +321,34 @@ func symmemgo_backup_pointer(ptr unsafe.Pointer, size C.size_t, host *unsafe.Poi
 //export symmemgo_resume
 func symmemgo_resume(tag *C.char) (result C.int) {
 	defer recoverCall("symmem_resume", &result, C.int(core.ErrInternal))
+	return resumeTag("symmem_resume", tag, 0)
+}
+
+//export symmemgo_resume_with
+func symmemgo_resume_with(tag *C.char, flags C.uint) (result C.int) {
+	defer recoverCall("symmem_resume_with", &result, C.int(core.ErrInternal))
+	return resumeTag("symmem_resume_with", tag, flags)
+}
+
+// resumeFlagNoFill is SYMMEM_RESUME_NO_FILL.
+const resumeFlagNoFill = 1
+
+func resumeTag(call string, tag *C.char, flags C.uint) C.int {
 	t, err := goTag(tag)
+	if err == nil && flags&^resumeFlagNoFill != 0 {
+		err = core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^resumeFlagNoFill))
+	}
 	if err == nil {
 		err = checkTagKnown(t)
 	}
 	if err == nil {
+		o := core.ResumeOptions{NoFill: flags&resumeFlagNoFill != 0}
 		err = forTag(t, true, func(a *core.Allocator) error {
-			_, err := a.Resume(t)
+			_, err := a.ResumeWith(t, o)
 			return err
 		})
 	}
-	return setLastError(describeTag("symmem_resume", tag), err)
+	return setLastError(describeTag(call, tag), err)
 }
 
 //export symmemgo_pause_group

@@ -47,6 +47,7 @@ REGION_BACKUP_PAGEABLE = 2  # SYMMEM_REGION_BACKUP_PAGEABLE
 REGION_UNTAGGED = 4  # SYMMEM_REGION_UNTAGGED
 PAUSE_DISCARD = 1  # SYMMEM_PAUSE_DISCARD
 PAUSE_KEEP = 2  # SYMMEM_PAUSE_KEEP
+RESUME_NO_FILL = 1  # SYMMEM_RESUME_NO_FILL
 
 
 def _region_flags(backup) -> int:
@@ -141,18 +142,25 @@ def pause(tag: Optional[str] = None, group=None, backup: Optional[bool] = None) 
         check(lib.symmem_pause_group(_group_ptr(group), _tag_arg(tag)), "symmem_pause_group")
 
 
-def resume(tag: Optional[str] = None, group=None) -> None:
+def resume(tag: Optional[str] = None, group=None, zero: bool = True) -> None:
     """Take back the memory of ``tag`` (None: every paused tag) at the same
-    addresses and restore its backup (zero without one).
+    addresses and restore its backup (zero without one; with ``zero=False``
+    memory without a host copy is left undefined, which saves a pass over
+    it at device bandwidth).
 
     Raises :class:`symmem.OutOfMemoryError` naming the tag and the bytes when
     memory runs out; nothing stays half-mapped and the call can be retried.
-    With ``group``, collective, like :func:`pause`.
+    With ``group``, collective, like :func:`pause` (always zero-filled).
     """
     lib = _lib.lib()
     if group is None:
-        check(lib.symmem_resume(_tag_arg(tag)), "symmem_resume")
+        if zero:
+            check(lib.symmem_resume(_tag_arg(tag)), "symmem_resume")
+        else:
+            check(lib.symmem_resume_with(_tag_arg(tag), RESUME_NO_FILL), "symmem_resume_with")
     else:
+        if not zero:
+            raise ValueError("symmem.resume: zero=False is not available with group= (symmem_resume_group zero-fills)")
         check(lib.symmem_resume_group(_group_ptr(group), _tag_arg(tag)), "symmem_resume_group")
 
 

@@ -215,9 +215,14 @@ def test_pageable_backup_and_per_pause_choices():
         symmem.backup_pointer(p, 16)
     symmem.resume(pg)
     assert ctypes.string_at(p, 4) == b"\0" * 4
+    symmem.pause(pg)
+    symmem.resume(pg, zero=False)  # the copy is restored all the same
+    assert ctypes.string_at(p, 4) == b"\0" * 4
     with symmem.Group(unique("no-flags"), 0, 1) as g:
         with pytest.raises(ValueError, match="group"):
             symmem.pause(pg, group=g, backup=False)
+        with pytest.raises(ValueError, match="group"):
+            symmem.resume(pg, group=g, zero=False)
     symmem.free(p)
     symmem.free(q)
 
