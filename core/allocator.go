@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"os"
 	"sort"
 	"sync"
 )
@@ -101,12 +102,13 @@ type segment struct {
 	exported bool
 	// backup is the host copy of the segment (size bytes, kept for the
 	// next cycle; 0 = none yet); backupPinned says it came from HostMemory
-	// (else anonymous mmap); backupValid that it holds what the last pause
+	// (else a mapping: anonymous, or of backupFile for a disk backup); backupValid that it holds what the last pause
 	// saved, so a resume restores it (else zero-fills). prepin is the copy
 	// being pinned ahead, pinnedAhead that the segment counts in
 	// Allocator.pinnedAhead (Note [Pinned ahead]).
 	backup       uintptr
 	backupPinned bool
+	backupFile   *os.File // the file of a disk backup (BackupDisk)
 	backupValid  bool
 	prepin       *prepin
 	pinnedAhead  bool

@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -303,4 +304,53 @@ func TestResumeWithoutFill(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before+1, be.memsets.Load(), "a plain resume zero-fills")
 	require.Equal(t, byte(0), peek(t, a, p, 1)[0])
+}
+
+// A disk backup lives in an unlinked file of the backup directory: the
+// contents survive the pause, the process does not keep the pages, and
+// the file goes with the segment.
+func TestDiskBackup(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, core.SetBackupDir(dir))
+	t.Cleanup(func() { _ = core.SetBackupDir("") })
+	a := newAllocator(t, nil)
+	name, id := kindTag(t, "w", core.BackupDisk)
+	const n = 3 << 20
+	p, err := a.AllocTagged(n, 0, id)
+	require.NoError(t, err)
+	poke(t, a, p, 0x5e, n)
+	for cycle := 0; cycle < 3; cycle++ {
+		_, err = a.Pause(name, core.PauseOptions{})
+		require.NoError(t, err)
+		host, paused, err := a.BackupOf(p+n-1, 1)
+		require.NoError(t, err)
+		require.True(t, paused)
+		require.Equal(t, byte(0x5e), hostByte(host), "the file holds the contents")
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		require.Empty(t, entries, "the file is unlinked")
+		_, err = a.Resume(name)
+		require.NoError(t, err)
+		require.Equal(t, byte(0x5e), peek(t, a, p, 1)[0], "cycle %d", cycle)
+		require.Equal(t, byte(0x5e), peek(t, a, p+n-1, 1)[0], "cycle %d", cycle)
+	}
+	require.NoError(t, a.Free(p, 0, 0))
+	require.NoError(t, a.EmptyCache())
+}
+
+func TestDiskBackupNeedsADirectory(t *testing.T) {
+	require.Equal(t, core.ErrInvalidArgument, core.CodeOf(core.SetBackupDir("/proc/no/such/dir")))
+	t.Setenv("SYMMEM_BACKUP_DIR", "/proc/self/no-such-dir")
+	core.ReloadSettings()
+	t.Cleanup(func() { core.ReloadSettings() })
+	require.Equal(t, "/proc/self/no-such-dir", core.BackupDir())
+	a := newAllocator(t, nil)
+	name, id := kindTag(t, "w", core.BackupDisk)
+	p, err := a.AllocTagged(1<<20, 0, id)
+	require.NoError(t, err)
+	_, err = a.Pause(name, core.PauseOptions{})
+	require.Equal(t, core.ErrInvalidState, core.CodeOf(err))
+	require.Contains(t, err.Error(), "SYMMEM_BACKUP_DIR")
+	_, _, err = a.BackupOf(p, 1)
+	require.Equal(t, core.ErrInvalidState, core.CodeOf(err), "nothing was paused")
 }

@@ -78,6 +78,7 @@ var settingSpecs = []settingSpec{
 	{name: "SYMMEM_SOCKET_DIR", kind: kindText, doc: "directory of rendezvous sockets"},
 	{name: "SYMMEM_ALLOW_OVERLAPPING_DEVICES", kind: kindBool, doc: "let several ranks of a group share a device"},
 	{name: "SYMMEM_JOB_TOKEN", kind: kindText, doc: "tells apart jobs that use the same group name"},
+	{name: "SYMMEM_BACKUP_DIR", kind: kindText, doc: "directory of disk backups of paused tags (default: the temporary directory)"},
 	{name: "SYMMEM_BACKUP_PIN_AHEAD", kind: kindSize, doc: "host copies of tags with pinned backup pinned ahead of the first pause, bytes per device (0: off)"},
 	{name: "SYMMEM_HEAP_RESERVE", kind: kindSize, positive: true, doc: "address space reserved per heap range"},
 	{name: "SYMMEM_TRACE", kind: kindBool, doc: "print the phases of each rendezvous to stderr"},

@@ -1,10 +1,13 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -59,6 +62,11 @@ const (
 	// kernel may swap or reclaim; copies run slower than from pinned memory
 	// (torch_memory_saver's cpu_backup_backend="mmap").
 	BackupPageable
+	// BackupDisk: a host copy in a file of the backup directory
+	// (SetBackupDir, SYMMEM_BACKUP_DIR, else the temporary directory),
+	// mapped shared; after the pause's copy it is written out and its pages
+	// dropped from memory, and the resume reads it back.
+	BackupDisk
 )
 
 func (k BackupKind) String() string {
@@ -69,6 +77,8 @@ func (k BackupKind) String() string {
 		return "pinned"
 	case BackupPageable:
 		return "pageable"
+	case BackupDisk:
+		return "disk"
 	}
 	return fmt.Sprintf("BackupKind(%d)", uint8(k))
 }
@@ -111,7 +121,7 @@ func CheckName(what, name string, maxLen int) error {
 // (where a host copy is kept across a pause) is a property of the tag:
 // every region of a tag must ask for the same.
 func RegisterTag(name string, backup BackupKind) (TagID, error) {
-	if backup > BackupPageable {
+	if backup > BackupDisk {
 		return 0, Errorf(ErrInvalidArgument, "tag %q: unknown backup kind %d", name, uint8(backup))
 	}
 	if err := CheckName("tag", name, MaxTagLen); err != nil {
@@ -372,6 +382,11 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 		return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: copying %d segments to the host: %v; nothing was released", tag, a.device, len(copies), err)
 	}
 	for _, seg := range copied {
+		if seg.backupFile != nil {
+			if err := spillBackup(seg); err != nil {
+				return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: the segment at %#x: %v; nothing was released", seg.pools.tag.name, a.device, seg.addr, err)
+			}
+		}
 		seg.backupValid = true
 	}
 	for _, seg := range segs {
@@ -681,11 +696,84 @@ func (a *Allocator) ensureBackup(seg *segment, kind BackupKind) error {
 			return nil
 		}
 	}
+	if kind == BackupDisk {
+		return a.diskBackup(seg)
+	}
 	p, err := unix.MmapPtr(-1, 0, nil, seg.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		return Errorf(ErrOutOfMemory, "mmap of %d bytes of host memory: %v", seg.size, err)
 	}
 	seg.backup, seg.backupPinned = uintptr(p), false
+	return nil
+}
+
+// backupDir is the directory of disk backups set by SetBackupDir ("":
+// SYMMEM_BACKUP_DIR, else the temporary directory).
+var backupDir atomic.Value
+
+// SetBackupDir sets the directory of disk backups (made if missing); ""
+// goes back to SYMMEM_BACKUP_DIR, else the temporary directory. Files
+// already made stay where they are.
+func SetBackupDir(dir string) error {
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return Errorf(ErrInvalidArgument, "backup directory %q: %v", dir, err)
+		}
+	}
+	backupDir.Store(dir)
+	return nil
+}
+
+// BackupDir is the directory where disk backups go.
+func BackupDir() string {
+	if d, _ := backupDir.Load().(string); d != "" {
+		return d
+	}
+	return Current().Text("SYMMEM_BACKUP_DIR", os.TempDir())
+}
+
+// diskBackup gives seg a host copy in an unlinked file of BackupDir,
+// mapped shared (the file goes with the mapping).
+func (a *Allocator) diskBackup(seg *segment) error {
+	dir := BackupDir()
+	f, err := os.CreateTemp(dir, "symmem-backup-*")
+	if err != nil {
+		return Errorf(ErrInvalidState, "a disk backup in %q: %v (set the directory with symmem_set_backup_dir or SYMMEM_BACKUP_DIR)", dir, err)
+	}
+	_ = os.Remove(f.Name())
+	fail := func(what string, err error) error {
+		_ = f.Close()
+		code := ErrInvalidState
+		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.ENOMEM) {
+			code = ErrOutOfMemory
+		}
+		return Errorf(code, "a disk backup of %d bytes in %q: %s: %v", seg.size, dir, what, err)
+	}
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(seg.size)); err != nil {
+		if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOTSUP) && !errors.Is(err, unix.EINVAL) {
+			return fail("fallocate", err)
+		}
+		if err := f.Truncate(int64(seg.size)); err != nil {
+			return fail("ftruncate", err)
+		}
+	}
+	p, err := unix.MmapPtr(int(f.Fd()), 0, nil, seg.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail("mmap", err)
+	}
+	seg.backup, seg.backupPinned, seg.backupFile = uintptr(p), false, f
+	return nil
+}
+
+// spillBackup writes seg's disk backup out and drops its pages from the
+// process and the page cache (the resume reads the file back).
+func spillBackup(seg *segment) error {
+	b := unsafe.Slice((*byte)(ptrAt(seg.backup)), seg.size)
+	if err := unix.Msync(b, unix.MS_SYNC); err != nil {
+		return Errorf(ErrInvalidState, "writing the disk backup out (msync): %v", err)
+	}
+	_ = unix.Madvise(b, unix.MADV_DONTNEED)
+	_ = unix.Fadvise(int(seg.backupFile.Fd()), 0, int64(seg.size), unix.FADV_DONTNEED)
 	return nil
 }
 
@@ -714,7 +802,10 @@ func (a *Allocator) dropBackup(seg *segment) {
 			_ = unix.MunmapPtr(ptrAt(seg.backup), seg.size)
 		}
 	}
-	seg.backup, seg.backupPinned, seg.backupValid = 0, false, false
+	if seg.backupFile != nil {
+		_ = seg.backupFile.Close()
+	}
+	seg.backup, seg.backupPinned, seg.backupValid, seg.backupFile = 0, false, false, nil
 }
 
 // BackupOf returns the address of the host copy of [ptr, ptr+size), which

@@ -11,6 +11,7 @@
 
 SYMMEM_FRONT(symmem_result, region_begin, UNAVAILABLE, (const char *tag, unsigned flags), (tag, flags))
 SYMMEM_FRONT(symmem_result, region_end, UNAVAILABLE, (void), ())
+SYMMEM_FRONT(symmem_result, set_backup_dir, UNAVAILABLE, (const char *path), (path))
 SYMMEM_FRONT(symmem_result, set_default_tag, UNAVAILABLE, (const char *tag, unsigned flags), (tag, flags))
 SYMMEM_FRONT(symmem_result, pause, UNAVAILABLE, (const char *tag), (tag))
 SYMMEM_FRONT(symmem_result, pause_with, UNAVAILABLE, (const char *tag, unsigned flags), (tag, flags))

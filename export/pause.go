@@ -24,7 +24,8 @@ const (
 	regionFlagBackup   = 1
 	regionFlagPageable = 2
 	regionFlagUntagged = 4
-	regionFlagsKnown   = regionFlagBackup | regionFlagPageable
+	regionFlagDisk     = 8
+	regionFlagsKnown   = regionFlagBackup | regionFlagPageable | regionFlagDisk
 
 	pauseFlagDiscard = 1
 	pauseFlagKeep    = 2
@@ -37,8 +38,12 @@ func backupKindOf(flags C.uint) (core.BackupKind, error) {
 		return 0, core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^regionFlagsKnown))
 	}
 	switch {
-	case flags&regionFlagPageable != 0 && flags&regionFlagBackup == 0:
-		return 0, core.Errorf(core.ErrInvalidArgument, "SYMMEM_REGION_BACKUP_PAGEABLE needs SYMMEM_REGION_BACKUP")
+	case flags&(regionFlagPageable|regionFlagDisk) != 0 && flags&regionFlagBackup == 0:
+		return 0, core.Errorf(core.ErrInvalidArgument, "SYMMEM_REGION_BACKUP_PAGEABLE and SYMMEM_REGION_BACKUP_DISK need SYMMEM_REGION_BACKUP")
+	case flags&regionFlagPageable != 0 && flags&regionFlagDisk != 0:
+		return 0, core.Errorf(core.ErrInvalidArgument, "SYMMEM_REGION_BACKUP_PAGEABLE and SYMMEM_REGION_BACKUP_DISK exclude each other")
+	case flags&regionFlagDisk != 0:
+		return core.BackupDisk, nil
 	case flags&regionFlagPageable != 0:
 		return core.BackupPageable, nil
 	case flags&regionFlagBackup != 0:
@@ -152,6 +157,19 @@ func symmemgo_set_default_tag(tag *C.char, flags C.uint) (result C.int) {
 	defaultTag.Store(int32(id))
 	C.symmemi_set_default_tag(C.int(id))
 	return 0
+}
+
+//export symmemgo_set_backup_dir
+func symmemgo_set_backup_dir(path *C.char) (result C.int) {
+	defer recoverCall("symmem_set_backup_dir", &result, C.int(core.ErrInternal))
+	dir := ""
+	if path != nil {
+		dir = C.GoString(path)
+		if dir == "" {
+			return setLastError("symmem_set_backup_dir", core.Errorf(core.ErrInvalidArgument, "the path is the empty string (NULL goes back to the default)"))
+		}
+	}
+	return setLastError(fmt.Sprintf("symmem_set_backup_dir(%q)", dir), core.SetBackupDir(dir))
 }
 
 //export symmemgo_region_end

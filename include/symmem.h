@@ -620,6 +620,10 @@ symmem_result symmem_barrier(symmem_handle *handle, int channel,
 /* With SYMMEM_REGION_BACKUP: the host copy is pageable anonymous memory
  * (the kernel may swap or reclaim it; copies are slower) instead of pinned. */
 #define SYMMEM_REGION_BACKUP_PAGEABLE 2u
+/* With SYMMEM_REGION_BACKUP: the host copy is an unlinked file of the
+ * backup directory (symmem_set_backup_dir), mapped shared; the pause writes
+ * it out and drops its pages from memory, the resume reads it back. */
+#define SYMMEM_REGION_BACKUP_DISK 8u
 /* With a NULL tag and no other flag: an untagged region, whose allocations
  * carry no tag whatever the outer regions and the default tag say. */
 #define SYMMEM_REGION_UNTAGGED 4u
@@ -633,12 +637,18 @@ symmem_result symmem_barrier(symmem_handle *handle, int channel,
  * symmem_region_end, this thread's allocations (symmem_alloc, PyTorch's
  * through libsymmem) carry tag. Regions nest (16 deep per thread; the
  * innermost wins). flags: 0, SYMMEM_REGION_BACKUP, or SYMMEM_REGION_BACKUP |
- * SYMMEM_REGION_BACKUP_PAGEABLE; every region of a tag must pass the same
+ * SYMMEM_REGION_BACKUP_PAGEABLE or _DISK; every region of a tag must pass the same
  * flags. symmem_region_begin(NULL, SYMMEM_REGION_UNTAGGED) opens an untagged
  * region. Returns INVALID_ARGUMENT for a bad, empty or NULL tag, unknown
  * flags, PAGEABLE without BACKUP, or flags that differ from the tag's; INVALID_STATE when 16
  * regions are open. The tag string is copied. Thread-safe (per thread). */
 symmem_result symmem_region_begin(const char *tag, unsigned flags);
+
+/* Sets the directory of disk backups (SYMMEM_REGION_BACKUP_DISK), made if
+ * missing; NULL goes back to SYMMEM_BACKUP_DIR, else the temporary
+ * directory. Use a disk, not a tmpfs (there the copy stays in memory).
+ * INVALID_ARGUMENT for "" or a directory that cannot be made. */
+symmem_result symmem_set_backup_dir(const char *path);
 
 /* Sets the process's default tag: allocations made on any thread outside
  * every region carry tag (flags as for symmem_region_begin, the same for

@@ -76,6 +76,7 @@ from .tags import (
     pause,
     region,
     resume,
+    set_backup_dir,
     set_default_tag,
     untagged,
 )
@@ -90,6 +91,7 @@ __all__ = [
     "REGION_BACKUP",
     "REGION_BACKUP_PAGEABLE",
     "backup_pointer",
+    "set_backup_dir",
     "set_default_tag",
     "tag_bytes",
     "untagged",

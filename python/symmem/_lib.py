@@ -220,6 +220,7 @@ PROTOTYPES = {
     "symmem_region_begin": (_result, [c_char_p, c_uint]),
     "symmem_region_end": (_result, []),
     "symmem_set_default_tag": (_result, [c_char_p, c_uint]),
+    "symmem_set_backup_dir": (_result, [c_char_p]),
     "symmem_pause": (_result, [c_char_p]),
     "symmem_pause_with": (_result, [c_char_p, c_uint]),
     "symmem_resume": (_result, [c_char_p]),

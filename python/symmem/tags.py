@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 from typing import Iterator, Optional
 
 from . import _lib
@@ -35,6 +36,7 @@ __all__ = [
     "region",
     "untagged",
     "set_default_tag",
+    "set_backup_dir",
     "pause",
     "resume",
     "backup_pointer",
@@ -45,6 +47,7 @@ __all__ = [
 REGION_BACKUP = 1  # SYMMEM_REGION_BACKUP
 REGION_BACKUP_PAGEABLE = 2  # SYMMEM_REGION_BACKUP_PAGEABLE
 REGION_UNTAGGED = 4  # SYMMEM_REGION_UNTAGGED
+REGION_BACKUP_DISK = 8  # SYMMEM_REGION_BACKUP_DISK
 PAUSE_DISCARD = 1  # SYMMEM_PAUSE_DISCARD
 PAUSE_KEEP = 2  # SYMMEM_PAUSE_KEEP
 RESUME_NO_FILL = 1  # SYMMEM_RESUME_NO_FILL
@@ -57,7 +60,9 @@ def _region_flags(backup) -> int:
         return REGION_BACKUP
     if backup == "pageable":
         return REGION_BACKUP | REGION_BACKUP_PAGEABLE
-    raise ValueError(f"backup must be False, True, 'pinned' or 'pageable', not {backup!r}")
+    if backup == "disk":
+        return REGION_BACKUP | REGION_BACKUP_DISK
+    raise ValueError(f"backup must be False, True, 'pinned', 'pageable' or 'disk', not {backup!r}")
 
 
 def _tag_arg(tag: Optional[str]) -> Optional[bytes]:
@@ -73,7 +78,8 @@ def region(tag: str, backup: bool = False) -> Iterator[None]:
     """Tag this thread's allocations with ``tag`` inside the ``with`` block.
 
     ``backup`` keeps a host copy of the tag's memory across a pause (True or
-    "pinned": pinned memory; "pageable": reclaimable anonymous memory); every
+    "pinned": pinned memory; "pageable": reclaimable anonymous memory;
+    "disk": a file of :func:`set_backup_dir`'s directory); every
     region of a tag must ask for the same. Regions nest (the innermost wins).
     """
     lib = _lib.lib()
@@ -96,6 +102,13 @@ def untagged() -> Iterator[None]:
         yield
     finally:
         check(lib.symmem_region_end(), "symmem_region_end")
+
+
+def set_backup_dir(path: Optional[str]) -> None:
+    """The directory of ``backup="disk"`` copies (made if missing); None goes
+    back to $SYMMEM_BACKUP_DIR, else the temporary directory."""
+    lib = _lib.lib()
+    check(lib.symmem_set_backup_dir(None if path is None else os.fsencode(path)), "symmem_set_backup_dir")
 
 
 def set_default_tag(tag: Optional[str], backup=False) -> None:

@@ -111,9 +111,6 @@ def test_cpu_backup_backend_arguments(saver):
     with pytest.raises(ValueError, match="mutually exclusive"):
         with saver.region(tag=unique("a"), enable_cpu_backup=True, enable_disk_backup=True):
             pass
-    with pytest.raises(NotImplementedError, match="disk backup"):
-        with saver.region(tag=unique("a"), enable_disk_backup=True):
-            pass
 
 
 def test_multiple_tags_pause_independently(saver):
@@ -274,10 +271,22 @@ def test_configuration_names(saver):
         saver.memory_margin_bytes
 
 
-def test_set_disk_backup_dir_creates_it(saver, tmp_path):
+def test_disk_backup(saver, tmp_path):
     d = tmp_path / "a" / "b"
     saver.set_disk_backup_dir(str(d))
     assert d.is_dir()
+    try:
+        tag = unique("disk")
+        with saver.region(tag=tag, enable_disk_backup=True):
+            x = Tensor(2 * MiB, 0x2d)
+        saver.pause(tag)
+        assert paused_bytes(tag, ".disk") >= 2 * MiB
+        assert saver.get_cpu_backup(x)[:4] == b"\x2d" * 4, "the copy, read from the file"
+        assert list(d.iterdir()) == [], "the backup file is unlinked"
+        saver.resume(tag)
+        assert x.all(0x2d)
+    finally:
+        symmem.set_backup_dir(None)
 
 
 def test_module_names():
@@ -388,6 +397,27 @@ def test_tms_init_enable_makes_every_allocation_pauseable():
         print("ok")
         """,
         env_extra={"TMS_INIT_ENABLE": "1", "TMS_INIT_ENABLE_CPU_BACKUP": "1"},
+    )
+    assert out.strip() == "ok"
+
+
+def test_tms_init_enable_disk_backup(tmp_path):
+    out = _run(
+        """
+        import ctypes, os, symmem
+        from symmem.compat._memory import BufferMemory
+        from symmem.compat.torch_memory_saver import TorchMemorySaver
+        s = TorchMemorySaver(memory=BufferMemory())
+        s._ensure_initialized()
+        p = symmem.alloc(1 << 20)
+        ctypes.memset(p, 0x31, 1 << 20)
+        s.pause()
+        assert symmem.tag_bytes("tms.default.disk")[1] >= 1 << 20
+        s.resume()
+        assert ctypes.string_at(p + 7, 1) == b"\\x31"
+        print("ok")
+        """,
+        env_extra={"TMS_INIT_ENABLE": "1", "TMS_INIT_ENABLE_DISK_BACKUP": "1", "TMS_DISK_BACKUP_DIR": str(tmp_path / "d")},
     )
     assert out.strip() == "ok"
 

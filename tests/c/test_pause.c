@@ -180,6 +180,27 @@ static void test_backup_choices(void) {
   symmem_free(nb, 0, 0, NULL);
   CHECK_RESULT(symmem_empty_cache(-1), SYMMEM_SUCCESS, "empty_cache frees the host copies with their segments");
 
+  /* Disk backups: an unlinked file of the backup directory. */
+  CHECK_RESULT(symmem_set_backup_dir(""), SYMMEM_ERROR_INVALID_ARGUMENT, "an empty backup directory");
+  char dir[] = "/tmp/symmem-c-backup-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL, "a scratch directory");
+  CHECK_RESULT(symmem_set_backup_dir(dir), SYMMEM_SUCCESS, "set the backup directory");
+  CHECK_RESULT(symmem_region_begin("c-disk", SYMMEM_REGION_BACKUP_DISK), SYMMEM_ERROR_INVALID_ARGUMENT, "DISK without BACKUP");
+  CHECK_RESULT(symmem_region_begin("c-disk", SYMMEM_REGION_BACKUP | SYMMEM_REGION_BACKUP_DISK | SYMMEM_REGION_BACKUP_PAGEABLE),
+               SYMMEM_ERROR_INVALID_ARGUMENT, "DISK and PAGEABLE");
+  CHECK_RESULT(symmem_region_begin("c-disk", SYMMEM_REGION_BACKUP | SYMMEM_REGION_BACKUP_DISK), SYMMEM_SUCCESS, "a disk region");
+  unsigned char *dk = symmem_alloc(2 * MiB, 0, NULL);
+  CHECK_RESULT(symmem_region_end(), SYMMEM_SUCCESS, "end c-disk");
+  CHECK(dk != NULL, "an allocation");
+  memset(dk, 0x44, 2 * MiB);
+  CHECK_RESULT(symmem_pause("c-disk"), SYMMEM_SUCCESS, "pause c-disk");
+  CHECK(rmdir(dir) == 0, "the backup file is unlinked: the directory is empty");
+  CHECK_RESULT(symmem_resume("c-disk"), SYMMEM_SUCCESS, "resume c-disk");
+  CHECK(dk[0] == 0x44 && dk[2 * MiB - 1] == 0x44, "the disk copy came back");
+  CHECK_RESULT(symmem_set_backup_dir(NULL), SYMMEM_SUCCESS, "back to the default directory");
+  symmem_free(dk, 0, 0, NULL);
+  CHECK_RESULT(symmem_empty_cache(-1), SYMMEM_SUCCESS, "empty_cache");
+
   /* The default tag and untagged regions. */
   CHECK_RESULT(symmem_region_begin("c-x", SYMMEM_REGION_UNTAGGED), SYMMEM_ERROR_INVALID_ARGUMENT, "UNTAGGED with a tag");
   CHECK_RESULT(symmem_region_begin(NULL, SYMMEM_REGION_UNTAGGED | SYMMEM_REGION_BACKUP), SYMMEM_ERROR_INVALID_ARGUMENT,

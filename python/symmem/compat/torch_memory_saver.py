@@ -5,7 +5,7 @@ object with torch_memory_saver's names and meanings; after
 :func:`symmem.compat.install`, ``import torch_memory_saver`` gives it too, so
 an unchanged program runs on libsymmem. Nothing here pauses memory itself:
 a torch_memory_saver tag T is one libsymmem tag per kind of host copy its
-regions asked for ("tms.T", "tms.T.cpu", "tms.T.mmap"), and pause/resume
+regions asked for ("tms.T", "tms.T.cpu", "tms.T.mmap", "tms.T.disk"), and pause/resume
 of T are symmem_pause/symmem_resume of those.
 
 Differences from torch_memory_saver (each an error or a line of
@@ -28,7 +28,8 @@ docs/dropin.md, never silent):
   (later pauses never pin again); ``retain_cpu_backup`` only decides whether
   ``get_cpu_backup`` returns the copy of a live tensor.
 - ``memory_margin_bytes`` accepts 0 only: use ``symmem.set_memory_limit``.
-- ``enable_disk_backup=True`` raises NotImplementedError.
+- ``get_cpu_backup`` of a disk-backed tensor returns its copy (read from
+  the file) where torch_memory_saver returns None.
 - ``hook_mode`` "preload" and "torch" both mean libsymmem's allocator, and
   ``cuda_graph`` works in both.
 - ``TMS_INIT_ENABLE=1`` takes effect when this module is first used (import
@@ -58,6 +59,7 @@ _KINDS = {
     "none": ("", False),
     "pinned": (".cpu", "pinned"),
     "mmap": (".mmap", "pageable"),
+    "disk": (".disk", "disk"),
 }
 _MAX_TAG = 64 - len(_PREFIX) - max(len(s) for s, _ in _KINDS.values())
 _TAG_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -109,10 +111,12 @@ class TorchMemorySaver:
                 from ._memory import default_memory
 
                 self._memory = default_memory()
+            if self._disk_dir:
+                _tags.set_backup_dir(self._disk_dir)
             if _env_bool("TMS_INIT_ENABLE"):
-                kind = self._default_backend if _env_bool("TMS_INIT_ENABLE_CPU_BACKUP") else "none"
-                if _env_bool("TMS_INIT_ENABLE_DISK_BACKUP"):
-                    raise NotImplementedError("TMS_INIT_ENABLE_DISK_BACKUP=1: disk backup is not available in libsymmem's drop-in")
+                kind = self._kind(
+                    _env_bool("TMS_INIT_ENABLE_CPU_BACKUP"), _env_bool("TMS_INIT_ENABLE_DISK_BACKUP"), None
+                )
                 self._memory.make_global_allocator()
                 tag, backup = self._symmem_tag(_TAG_DEFAULT, kind)
                 _tags.set_default_tag(tag, backup=backup)
@@ -144,7 +148,7 @@ class TorchMemorySaver:
         if enable_cpu_backup and enable_disk_backup:
             raise ValueError("enable_cpu_backup and enable_disk_backup are mutually exclusive")
         if enable_disk_backup:
-            raise NotImplementedError("enable_disk_backup=True: disk backup is not available in libsymmem's drop-in (use enable_cpu_backup=True, cpu_backup_backend='mmap' for reclaimable host memory)")
+            return "disk"
         if not enable_cpu_backup:
             return "none"
         return cpu_backup_backend or self._default_backend
@@ -300,7 +304,10 @@ class TorchMemorySaver:
             )
 
     def set_disk_backup_dir(self, path: str) -> None:
+        """The directory of disk backups (process-wide, made if missing):
+        symmem.set_backup_dir."""
         os.makedirs(path, exist_ok=True)
+        _tags.set_backup_dir(path)
         self._disk_dir = path
 
 
