@@ -32,10 +32,11 @@ docs/dropin.md, never silent):
   the file) where torch_memory_saver returns None.
 - ``hook_mode`` "preload" and "torch" both mean libsymmem's allocator, and
   ``cuda_graph`` works in both.
-- ``TMS_INIT_ENABLE=1`` takes effect when this module is first used (import
-  of torch_memory_saver, or :func:`symmem.compat.install`), which must come
-  before the process's first CUDA allocation (libsymmem becomes torch's
-  allocator then).
+- ``TMS_INIT_ENABLE=1`` takes effect at ``import torch_memory_saver`` (the
+  drop-in's), which must come before the process's first CUDA allocation
+  (libsymmem becomes torch's allocator then); torch_memory_saver's preloaded
+  library acts at process start. Every allocation outside regions carries
+  the tag "default" on every thread (libsymmem's default tag).
 """
 
 from __future__ import annotations
