@@ -662,10 +662,18 @@ func (a *Allocator) startPinAhead(seg *segment) {
 	seg.prepin = p
 	dev, size := a.device, seg.size
 	go func() {
+		pinSlots <- struct{}{}
 		p.addr, p.err = h.AllocHost(dev, size)
+		<-pinSlots
 		close(p.done)
 	}()
 }
+
+// pinSlots bounds the pinnings ahead in flight (each a blocking driver call
+// on a thread of its own): a model of thousands of segments must not start
+// thousands of threads. Four keep the kernel's page zeroing busy on several
+// cores.
+var pinSlots = make(chan struct{}, 4)
 
 // ensureBackup gives seg a host copy of kind (a.mu held): the one it has,
 // the one pinned ahead (waiting for it), or a new one.
