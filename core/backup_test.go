@@ -65,6 +65,18 @@ func (b *pinningBackend) FreeHost(dev int, addr, size uintptr) error {
 	return unix.MunmapPtr(*(*unsafe.Pointer)(unsafe.Pointer(&addr)), size)
 }
 
+// isPinned says whether addr is in memory AllocHost returned.
+func (b *pinningBackend) isPinned(addr uintptr) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for p, n := range b.live {
+		if addr >= p && addr < p+n {
+			return true
+		}
+	}
+	return false
+}
+
 func (b *pinningBackend) liveCount() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -95,10 +107,11 @@ func TestPinnedBackupIsPinnedAhead(t *testing.T) {
 		"the segment's release frees its host copy")
 }
 
-// A pause right after the allocation waits for the pinning in flight
-// instead of pinning a second copy.
-func TestPauseWaitsForThePinningInFlight(t *testing.T) {
-	be := newPinningBackend(t, 200*time.Millisecond)
+// A pause right after the allocation does not wait for the pinning in
+// flight: it copies to pageable memory, and the pinned copy takes over at
+// the next pause.
+func TestFirstPauseDoesNotWaitForPinning(t *testing.T) {
+	be := newPinningBackend(t, 300*time.Millisecond)
 	a := newAllocator(t, be)
 	name, id := kindTag(t, "w", core.BackupPinned)
 	p, err := a.AllocTagged(1<<20, 0, id)
@@ -106,10 +119,26 @@ func TestPauseWaitsForThePinningInFlight(t *testing.T) {
 	poke(t, a, p, 0x17, 1<<20)
 	_, err = a.Pause(name, core.PauseOptions{})
 	require.NoError(t, err)
-	require.EqualValues(t, 1, be.allocs.Load(), "one host copy, the one pinned ahead")
+	host, _, err := a.BackupOf(p, 1)
+	require.NoError(t, err)
+	require.False(t, be.isPinned(host), "the first pause copied to pageable memory")
+	require.Equal(t, byte(0x17), hostByte(host))
 	_, err = a.Resume(name)
 	require.NoError(t, err)
 	require.Equal(t, byte(0x17), peek(t, a, p, 1)[0])
+	require.Eventually(t, func() bool { return be.allocs.Load() == 1 }, 5*time.Second, time.Millisecond)
+	poke(t, a, p, 0x18, 1)
+	_, err = a.Pause(name, core.PauseOptions{})
+	require.NoError(t, err)
+	host, _, err = a.BackupOf(p, 1)
+	require.NoError(t, err)
+	require.True(t, be.isPinned(host), "the pinned copy took over")
+	require.Equal(t, byte(0x18), hostByte(host))
+	_, err = a.Resume(name)
+	require.NoError(t, err)
+	require.Equal(t, byte(0x18), peek(t, a, p, 1)[0])
+	require.Equal(t, byte(0x17), peek(t, a, p+1, 1)[0])
+	require.EqualValues(t, 1, be.allocs.Load(), "one pinned copy")
 }
 
 // A segment released while its copy is still being pinned frees the copy

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -625,13 +624,24 @@ type HostMemory interface {
 // pinning costs more than the copy: cuMemHostAlloc of 4 GiB takes about 2 s
 // on an H200 host, the copy about 80 ms. So a segment of a tag with pinned
 // backup starts pinning its host copy in the background when the segment is
-// created, and the first pause finds it ready (or waits for what is left of
-// it, at most SYMMEM_TIMEOUT_MS). SYMMEM_BACKUP_PIN_AHEAD bounds the bytes
-// pinned this way per device (default: no bound; 0 turns it off); a segment
-// over the bound pins at its first pause, as without pinning ahead. The
-// copy is kept for the next cycles (later pauses never pin), and goes with
-// the segment. Pinning ahead holds host memory while the tag is live: that
-// is the price of a first pause at copy speed, and what the bound limits.
+// created, and the first pause finds it ready. A pause never waits for
+// pinning: a segment whose pinning is still running (a pause right after
+// the allocation) copies to anonymous pageable memory instead (slower than
+// to pinned memory, faster than the pinning left to do), and its pinned
+// copy takes over at the next pause. SYMMEM_BACKUP_PIN_AHEAD bounds the
+// bytes pinned this way per device (default: no bound; 0 turns it off); a
+// segment over the bound pins at its first pause, as without pinning
+// ahead. The copy is kept for the next cycles (later pauses never pin), and
+// goes with the segment. Pinning ahead holds host memory while the tag is
+// live: that is the price of a first pause at copy speed, and what the
+// bound limits. Four pinnings run at a time (pinSlots).
+//
+// The other designs weighed: a bounded pool of pinned staging buffers
+// feeding pageable memory needs a host-side memcpy of every byte after the
+// device copy (two passes, each at about the speed of one PCIe direction
+// on a one-socket host), on every pause; pinning ahead pays the pinning
+// once, off the pause's path, and every pause is then one pass at link
+// speed.
 //
 // Only the allocation runs in the background; a.mu is never taken there,
 // and the segment learns the address at its first pause or release
@@ -675,24 +685,31 @@ func (a *Allocator) startPinAhead(seg *segment) {
 // cores.
 var pinSlots = make(chan struct{}, 4)
 
-// ensureBackup gives seg a host copy of kind (a.mu held): the one it has,
-// the one pinned ahead (waiting for it), or a new one.
+// ensureBackup gives seg a host copy of kind (a.mu held): the one pinned
+// ahead once it has arrived (freeing a pageable stand-in of an earlier
+// pause), the one it has, a pageable stand-in while the pinning is still
+// running (a pause never waits for pinning), or a new one.
 func (a *Allocator) ensureBackup(seg *segment, kind BackupKind) error {
-	if seg.backup != 0 {
-		return nil
-	}
 	if p := seg.prepin; p != nil {
 		select {
 		case <-p.done:
-		case <-time.After(DefaultTimeout()):
-			return Errorf(ErrTimeout, "pinning %d bytes of host memory ahead did not finish within %v", seg.size, DefaultTimeout())
+			seg.prepin = nil
+			if p.err == nil {
+				a.freeBackupMemory(seg)
+				seg.backup, seg.backupPinned = p.addr, true
+				return nil
+			}
+			// Pinning ahead failed (host memory was short then): go on
+			// with the copy there is, or make one now.
+		default:
+			if seg.backup != 0 {
+				return nil
+			}
+			return a.anonymousBackup(seg)
 		}
-		seg.prepin = nil
-		if p.err == nil {
-			seg.backup, seg.backupPinned = p.addr, true
-			return nil
-		}
-		// Pinning ahead failed (host memory was short then): try again now.
+	}
+	if seg.backup != 0 {
+		return nil
 	}
 	if kind == BackupPinned {
 		if h, ok := a.be.(HostMemory); ok {
@@ -707,6 +724,11 @@ func (a *Allocator) ensureBackup(seg *segment, kind BackupKind) error {
 	if kind == BackupDisk {
 		return a.diskBackup(seg)
 	}
+	return a.anonymousBackup(seg)
+}
+
+// anonymousBackup gives seg a host copy in anonymous pageable memory.
+func (a *Allocator) anonymousBackup(seg *segment) error {
 	p, err := unix.MmapPtr(-1, 0, nil, seg.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		return Errorf(ErrOutOfMemory, "mmap of %d bytes of host memory: %v", seg.size, err)
@@ -792,9 +814,9 @@ func (a *Allocator) dropBackup(seg *segment) {
 		a.pinnedAhead -= uint64(seg.size)
 		seg.pinnedAhead = false
 	}
-	h, _ := a.be.(HostMemory)
 	if p := seg.prepin; p != nil {
 		seg.prepin = nil
+		h, _ := a.be.(HostMemory)
 		dev, size := a.device, seg.size
 		go func() {
 			<-p.done
@@ -803,8 +825,15 @@ func (a *Allocator) dropBackup(seg *segment) {
 			}
 		}()
 	}
+	a.freeBackupMemory(seg)
+	seg.backupValid = false
+}
+
+// freeBackupMemory frees the memory of seg's host copy, if any.
+func (a *Allocator) freeBackupMemory(seg *segment) {
 	if seg.backup != 0 {
 		if seg.backupPinned {
+			h, _ := a.be.(HostMemory)
 			_ = h.FreeHost(a.device, seg.backup, seg.size)
 		} else {
 			_ = unix.MunmapPtr(ptrAt(seg.backup), seg.size)
@@ -813,7 +842,7 @@ func (a *Allocator) dropBackup(seg *segment) {
 	if seg.backupFile != nil {
 		_ = seg.backupFile.Close()
 	}
-	seg.backup, seg.backupPinned, seg.backupValid, seg.backupFile = 0, false, false, nil
+	seg.backup, seg.backupPinned, seg.backupFile = 0, false, nil
 }
 
 // BackupOf returns the address of the host copy of [ptr, ptr+size), which

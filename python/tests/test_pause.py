@@ -195,7 +195,7 @@ def test_pageable_backup_and_per_pause_choices():
     with symmem.region(kv):
         q = symmem.alloc(MiB)
     with pytest.raises(ValueError, match="pageable"):
-        with symmem.region(unique("x"), backup="disk"):
+        with symmem.region(unique("x"), backup="gpu"):
             pass
     ctypes.memset(p, 0x61, MiB)
     ctypes.memset(q, 0x62, MiB)

@@ -18,8 +18,9 @@ docs/dropin.md, never silent):
   ``pause(None)`` / ``resume(None)`` act on every tag and raise the same if
   one of them is already in the target state.
 - Pausing or resuming a tag that no region used does nothing (as there).
-- Allocating in a region of a paused tag raises (libsymmem keeps a tag's
-  memory whole); torch_memory_saver makes a new live allocation.
+- Allocating in a region of a paused tag fails (libsymmem keeps a tag's
+  memory whole; torch reports it as out of memory); torch_memory_saver makes
+  a new live allocation.
 - Without CPU backup the contents after a resume are zero (torch_memory_saver
   leaves them undefined).
 - ``get_cpu_backup`` of a paused tensor without backup raises
