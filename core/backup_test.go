@@ -139,6 +139,7 @@ func TestFirstPauseDoesNotWaitForPinning(t *testing.T) {
 	require.Equal(t, byte(0x18), peek(t, a, p, 1)[0])
 	require.Equal(t, byte(0x17), peek(t, a, p+1, 1)[0])
 	require.EqualValues(t, 1, be.allocs.Load(), "one pinned copy")
+	require.NoError(t, a.Validate())
 }
 
 // A segment released while its copy is still being pinned frees the copy
@@ -181,6 +182,7 @@ func TestPinAheadIsBounded(t *testing.T) {
 	_, err := a.Pause(name, core.PauseOptions{})
 	require.NoError(t, err)
 	require.EqualValues(t, 3, be.allocs.Load(), "the others pinned at the pause")
+	require.NoError(t, a.Validate())
 	_, err = a.Resume(name)
 	require.NoError(t, err)
 	for i, p := range ptrs {
