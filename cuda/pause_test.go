@@ -54,7 +54,7 @@ func TestBackendPauseResume(t *testing.T) {
 
 // FillOrCopyWithin queues fills and copies in order on the library's own
 // stream and waits once: a later op sees an earlier one's result.
-func TestFillOrCopyWithinRunsInOrder(t *testing.T) {
+func TestBackendFillOrCopyWithinRunsInOrder(t *testing.T) {
 	b := requireGPU(t)
 	a, err := core.NewAllocator(b, 0)
 	require.NoError(t, err)
@@ -77,4 +77,19 @@ func TestFillOrCopyWithinRunsInOrder(t *testing.T) {
 	require.NoError(t, b.FillOrCopyWithin(0, nil, core.DefaultTimeout()), "an empty batch")
 	require.NoError(t, a.Free(p, 0, 0))
 	require.NoError(t, a.Free(q, 0, 0))
+}
+
+// Pinning runs in the relaxed stream-capture mode, so that a graph captured
+// in global mode on another thread neither forbids it nor is spoilt by it
+// (the fake driver, with FAKECUDA_CAPTURING, refuses cuMemHostAlloc in any
+// other mode).
+func TestBackendAllocHostWhileAnotherThreadCaptures(t *testing.T) {
+	b := requireGPU(t)
+	if !isFake() {
+		t.Skip("the fake driver imitates a capture on another thread")
+	}
+	t.Setenv("FAKECUDA_CAPTURING", "1")
+	p, err := b.AllocHost(0, 1<<20)
+	require.NoError(t, err)
+	require.NoError(t, b.FreeHost(0, p, 1<<20))
 }
