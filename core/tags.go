@@ -31,6 +31,18 @@ import (
 // contents are zero after a resume). A resume that fails undoes what it
 // mapped, so the tag is then exactly as paused as before, and may be retried.
 //
+// Where the time goes: a pause is one device synchronisation, the copies,
+// and an unmap and release per segment; a resume a create and map per
+// segment, then the restores and fills. The copies of a pause, and the
+// restores and fills of a resume, are queued together on the library's own
+// stream and waited for once (BatchMemOps), not once per segment. Without
+// backup the zero-fill is the resume's largest cost after the driver's own
+// (a pass over the memory at device bandwidth); ResumeOptions.NoFill skips
+// it for callers that overwrite the memory anyway. Where the host copy
+// lives (pinned, pageable, a file) is the tag's BackupKind; a pause may
+// override it (PauseOptions.Backup: discard, or keep a copy of a tag
+// without backup), which is how vLLM's sleep(offload_tags) maps here.
+//
 // Placement stays a function of the call sequence (DESIGN invariant 2):
 // which tag a call uses is part of the call sequence (the region calls), the
 // (tag, stream) pools are numbered by first use, and new segments of any tag
