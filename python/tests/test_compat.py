@@ -520,6 +520,57 @@ def test_vllm_misuse(allocator):
     allocator.wake_up()
 
 
+def _fake_vllm(monkeypatch):
+    """A stand-in for vLLM's modules that the plugin touches."""
+    import types
+
+    vllm_mod = types.ModuleType("vllm")
+    da = types.ModuleType("vllm.device_allocator")
+    cumem = types.ModuleType("vllm.device_allocator.cumem")
+    smb = types.ModuleType("vllm.device_allocator.sleep_mode_backend")
+
+    class TheirAllocator:
+        @staticmethod
+        def get_instance():
+            return "vllm's own"
+
+    class Factory:
+        _registry = {}
+
+        @classmethod
+        def register_backend(cls, name, module_path, class_name):
+            if name in cls._registry:
+                raise ValueError(f"{name} is already registered")
+            cls._registry[name] = (module_path, class_name)
+
+    cumem.CuMemAllocator = TheirAllocator
+    smb.SleepModeBackendFactory = Factory
+    vllm_mod.device_allocator = da
+    da.cumem, da.sleep_mode_backend = cumem, smb
+    for name, mod in (("vllm", vllm_mod), ("vllm.device_allocator", da), ("vllm.device_allocator.cumem", cumem),
+                      ("vllm.device_allocator.sleep_mode_backend", smb)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    return TheirAllocator, Factory
+
+
+def test_vllm_plugin_registers_the_backend(monkeypatch):
+    theirs, factory = _fake_vllm(monkeypatch)
+    monkeypatch.delenv("SYMMEM_VLLM_ALLOCATOR", raising=False)
+    assert compat_vllm.register() is True
+    assert factory._registry["symmem"] == ("symmem.compat.vllm", "SymmemSleepBackend")
+    assert compat_vllm.register() is True, "a second load registers nothing twice"
+    assert theirs.get_instance() == "vllm's own", "vLLM's allocator is left alone by default"
+    monkeypatch.setenv("SYMMEM_VLLM_ALLOCATOR", "1")
+    inst = compat_vllm.CuMemAllocator(memory=BufferMemory())
+    monkeypatch.setattr(compat_vllm.CuMemAllocator, "instance", inst)
+    monkeypatch.setattr(theirs, "get_instance", theirs.get_instance)  # undone after the test
+    assert compat_vllm.register() is True
+    assert theirs.get_instance() is inst, "SYMMEM_VLLM_ALLOCATOR=1: vLLM's get_instance gives libsymmem's"
+    monkeypatch.setenv("SYMMEM_VLLM_ALLOCATOR", "maybe")
+    with pytest.raises(ValueError, match="SYMMEM_VLLM_ALLOCATOR"):
+        compat_vllm.register()
+
+
 def test_vllm_singleton_backend_and_plugin(monkeypatch):
     inst = compat_vllm.CuMemAllocator(memory=BufferMemory())
     monkeypatch.setattr(compat_vllm.CuMemAllocator, "instance", inst)
@@ -538,15 +589,8 @@ def test_vllm_singleton_backend_and_plugin(monkeypatch):
     backend.resume(["weights"])
     assert w.all(0)
     backend.resume()
-    assert compat_vllm.register() is ("vllm" in sys.modules or _has_vllm())
-
-
-def _has_vllm() -> bool:
-    try:
-        import vllm.device_allocator.sleep_mode_backend  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    monkeypatch.setitem(sys.modules, "vllm", None)  # no vLLM: the plugin does nothing
+    assert compat_vllm.register() is False
 
 
 def test_entry_point_is_declared():

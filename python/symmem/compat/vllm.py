@@ -9,7 +9,9 @@ protocol): ``get_instance()``, ``use_memory_pool(tag=None)``,
 is symmem_pause of every live tag (keeping a host copy for the offloaded
 ones, discarding the others), wake_up is symmem_resume. :func:`register`
 is a ``vllm.general_plugins`` entry point that registers the sleep-mode
-backend "symmem" where vLLM has sleep-mode backends.
+backend "symmem" where vLLM has sleep-mode backends, and with
+SYMMEM_VLLM_ALLOCATOR=1 makes vLLM's own ``CuMemAllocator.get_instance()``
+return this one (vLLM unchanged).
 
 Differences from vLLM (each an error or a line of docs/dropin.md):
 
@@ -198,12 +200,27 @@ class SymmemSleepBackend:
 
 def register() -> bool:
     """The ``vllm.general_plugins`` entry point: registers the sleep-mode
-    backend "symmem" with vLLM's SleepModeBackendFactory. Returns False (and
-    does nothing) on a vLLM without sleep-mode backends."""
+    backend "symmem" with vLLM's SleepModeBackendFactory where vLLM has one.
+    With SYMMEM_VLLM_ALLOCATOR=1 it also makes vLLM's own
+    ``CuMemAllocator.get_instance()`` (and so ``get_mem_allocator_instance()``)
+    return this module's allocator, so that vLLM's worker allocates and
+    sleeps through libsymmem without any change. Returns whether vLLM was
+    found."""
+    import os
+
+    try:
+        import vllm.device_allocator.cumem as cumem
+    except ImportError:
+        return False
     try:
         from vllm.device_allocator.sleep_mode_backend import SleepModeBackendFactory
     except ImportError:
-        return False
-    if "symmem" not in getattr(SleepModeBackendFactory, "_registry", {}):
+        SleepModeBackendFactory = None
+    if SleepModeBackendFactory is not None and "symmem" not in getattr(SleepModeBackendFactory, "_registry", {}):
         SleepModeBackendFactory.register_backend("symmem", __name__, "SymmemSleepBackend")
+    flag = os.environ.get("SYMMEM_VLLM_ALLOCATOR", "").lower()
+    if flag in ("1", "true", "yes", "on"):
+        cumem.CuMemAllocator.get_instance = staticmethod(CuMemAllocator.get_instance)
+    elif flag not in ("", "0", "false", "no", "off"):
+        raise ValueError(f"SYMMEM_VLLM_ALLOCATOR={flag!r}: expected 1/true/yes/on or 0/false/no/off")
     return True
