@@ -120,6 +120,11 @@ def _metadata() -> str:
     )
 
 
+# The entry points of pyproject.toml's [project.entry-points.*] tables
+# (python/tests/test_compat.py checks that they agree).
+ENTRY_POINTS = "[vllm.general_plugins]\nsymmem = symmem.compat.vllm:register\n"
+
+
 def _record_line(arcname: str, data: bytes) -> str:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return f"{arcname},sha256={digest},{len(data)}"
@@ -143,6 +148,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     files.append((f"{dist_info}/WHEEL", (
         "Wheel-Version: 1.0\nGenerator: symmem_build\nRoot-Is-Purelib: false\n" f"Tag: {tag}\n").encode()))
     files.append((f"{dist_info}/LICENSE", (ROOT / "LICENSE").read_bytes()))
+    files.append((f"{dist_info}/entry_points.txt", ENTRY_POINTS.encode()))
     record = [_record_line(a, d) for a, d in files] + [f"{dist_info}/RECORD,,"]
     files.append((f"{dist_info}/RECORD", ("\n".join(record) + "\n").encode()))
     os.makedirs(wheel_directory, exist_ok=True)

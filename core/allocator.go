@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"os"
 	"sort"
 	"sync"
 )
@@ -99,9 +100,18 @@ type segment struct {
 	// exported: a descriptor of mem went to another process
 	// (ExportSegment), so only a collective pause may release it.
 	exported bool
-	// backup is the host copy made by Pause when the tag asked for one
-	// (size bytes, kept for the next cycle; 0 = none yet).
-	backup uintptr
+	// backup is the host copy of the segment (size bytes, kept for the
+	// next cycle; 0 = none yet); backupPinned says it came from HostMemory
+	// (else a mapping: anonymous, or of backupFile for a disk backup); backupValid that it holds what the last pause
+	// saved, so a resume restores it (else zero-fills). prepin is the copy
+	// being pinned ahead, pinnedAhead that the segment counts in
+	// Allocator.pinnedAhead (Note [Pinned ahead]).
+	backup       uintptr
+	backupPinned bool
+	backupFile   *os.File // the file of a disk backup (BackupDisk)
+	backupValid  bool
+	prepin       *prepin
+	pinnedAhead  bool
 	// unmapped is set once the backend has unmapped the segment; from then
 	// on it must be in no pool and not in the heap (Validate checks it).
 	unmapped bool
@@ -147,12 +157,16 @@ type Allocator struct {
 	order   []*streamPools
 	last    *streamPools // the pools of the last stream used (a fast path)
 
-	limit      uint64 // reserved bytes never exceed it; 0 = none
-	st         stats
-	nextSegID  uint64
-	allocs     uint64 // successful Alloc calls, for divergence reports
-	frees      uint64 // successful Free calls
-	spareBlock []*block
+	limit uint64 // reserved bytes never exceed it; 0 = none
+	// pinnedAhead is the bytes of host copies pinned ahead for segments
+	// that still have them (Note [Pinned ahead]); the sum of size over
+	// segments with pinnedAhead set.
+	pinnedAhead uint64
+	st          stats
+	nextSegID   uint64
+	allocs      uint64 // successful Alloc calls, for divergence reports
+	frees       uint64 // successful Free calls
+	spareBlock  []*block
 	// tags[id] is the state of tag id here, made at its first allocation
 	// on this device (nil before); tags[0] is the untagged memory.
 	tags []*tagState
@@ -443,6 +457,7 @@ func (a *Allocator) newSegment(size uintptr, sp *streamPools, small bool, reques
 	seg.first = b
 	a.heap.add(seg)
 	sp.pool(small).insert(b)
+	a.startPinAhead(seg)
 	a.st.numDeviceAlloc++
 	if a.hist != nil {
 		a.record("segment_alloc", addr, size, sp.stream)

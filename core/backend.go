@@ -113,6 +113,24 @@ type BoundedMemOps interface {
 	CopyWithin(device int, dst, src, size uintptr, timeout time.Duration) error
 }
 
+// FillOrCopy is one operation of a batch (BatchMemOps): copy Size bytes
+// from Src to Dst, or, with Fill, set Size bytes at Dst to Value.
+type FillOrCopy struct {
+	Dst, Src, Size uintptr
+	Fill           bool
+	Value          byte
+}
+
+// BatchMemOps is implemented by backends that can queue many fills and
+// copies on the library's own stream and wait for them once (a pause's
+// backups, a resume's restores): one wait instead of one per segment.
+// Like BoundedMemOps, the wait gives up after timeout with ErrTimeout, and
+// the operations may still complete later (the caller must not free their
+// memory then). Callers without it run Memset/Copy one by one.
+type BatchMemOps interface {
+	FillOrCopyWithin(device int, ops []FillOrCopy, timeout time.Duration) error
+}
+
 // MemOp is one 32-bit stream memory operation: store Value at Addr; or,
 // with Wait, wait until the word there equals Value; or, with Wait and
 // AtLeast, until the word read as a count has reached Value:

@@ -18,7 +18,11 @@ import (
 func tag(t *testing.T, base string, backup bool) (string, core.TagID) {
 	t.Helper()
 	name := fmt.Sprintf("%s-%s", base, strings.NewReplacer("/", ".", "#", "_").Replace(t.Name()))
-	id, err := core.RegisterTag(name, backup)
+	kind := core.BackupNone
+	if backup {
+		kind = core.BackupPinned
+	}
+	id, err := core.RegisterTag(name, kind)
 	require.NoError(t, err)
 	return name, id
 }
@@ -51,11 +55,11 @@ func TestTagsTakeTheirOwnSegments(t *testing.T) {
 
 func TestTagNamesAreValidated(t *testing.T) {
 	for _, bad := range []string{"", "..", "a b", "x/y", strings.Repeat("t", core.MaxTagLen+1)} {
-		_, err := core.RegisterTag(bad, false)
+		_, err := core.RegisterTag(bad, core.BackupNone)
 		require.Equal(t, core.ErrInvalidArgument, core.CodeOf(err), "%q", bad)
 	}
 	name, _ := tag(t, "flags", true)
-	_, err := core.RegisterTag(name, false)
+	_, err := core.RegisterTag(name, core.BackupNone)
 	require.Equal(t, core.ErrInvalidArgument, core.CodeOf(err), "a tag's backup flag is fixed")
 	require.Contains(t, err.Error(), name)
 }

@@ -1,9 +1,13 @@
 package core
 
 import (
+	"errors"
 	"fmt"
+	"math"
+	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -27,6 +31,18 @@ import (
 // contents are zero after a resume). A resume that fails undoes what it
 // mapped, so the tag is then exactly as paused as before, and may be retried.
 //
+// Where the time goes: a pause is one device synchronisation, the copies,
+// and an unmap and release per segment; a resume a create and map per
+// segment, then the restores and fills. The copies of a pause, and the
+// restores and fills of a resume, are queued together on the library's own
+// stream and waited for once (BatchMemOps), not once per segment. Without
+// backup the zero-fill is the resume's largest cost after the driver's own
+// (a pass over the memory at device bandwidth); ResumeOptions.NoFill skips
+// it for callers that overwrite the memory anyway. Where the host copy
+// lives (pinned, pageable, a file) is the tag's BackupKind; a pause may
+// override it (PauseOptions.Backup: discard, or keep a copy of a tag
+// without backup), which is how vLLM's sleep(offload_tags) maps here.
+//
 // Placement stays a function of the call sequence (DESIGN invariant 2):
 // which tag a call uses is part of the call sequence (the region calls), the
 // (tag, stream) pools are numbered by first use, and new segments of any tag
@@ -44,10 +60,44 @@ type TagID int32
 // MaxTagLen is the longest tag name.
 const MaxTagLen = 64
 
+// BackupKind says where a tag's contents go while it is paused.
+type BackupKind uint8
+
+const (
+	// BackupNone: the contents are dropped; a resume zero-fills.
+	BackupNone BackupKind = iota
+	// BackupPinned: a host copy in pinned memory where the backend has
+	// it (HostMemory), pinned ahead of the first pause (Note [Pinned ahead]).
+	BackupPinned
+	// BackupPageable: a host copy in anonymous pageable memory, which the
+	// kernel may swap or reclaim; copies run slower than from pinned memory
+	// (torch_memory_saver's cpu_backup_backend="mmap").
+	BackupPageable
+	// BackupDisk: a host copy in a file of the backup directory
+	// (SetBackupDir, SYMMEM_BACKUP_DIR, else the temporary directory),
+	// mapped shared; after the pause's copy it is written out and its pages
+	// dropped from memory, and the resume reads it back.
+	BackupDisk
+)
+
+func (k BackupKind) String() string {
+	switch k {
+	case BackupNone:
+		return "none"
+	case BackupPinned:
+		return "pinned"
+	case BackupPageable:
+		return "pageable"
+	case BackupDisk:
+		return "disk"
+	}
+	return fmt.Sprintf("BackupKind(%d)", uint8(k))
+}
+
 // tagInfo is what the process knows of a tag, whatever the device.
 type tagInfo struct {
 	name   string
-	backup bool
+	backup BackupKind
 }
 
 // tagRegistry numbers tags process-wide. Tags are never forgotten: an ID
@@ -81,9 +131,12 @@ func CheckName(what, name string, maxLen int) error {
 }
 
 // RegisterTag returns the ID of tag name, making it on first use. backup
-// (keep a host copy across a pause) is a property of the tag: every region
-// of a tag must ask for the same.
-func RegisterTag(name string, backup bool) (TagID, error) {
+// (where a host copy is kept across a pause) is a property of the tag:
+// every region of a tag must ask for the same.
+func RegisterTag(name string, backup BackupKind) (TagID, error) {
+	if backup > BackupDisk {
+		return 0, Errorf(ErrInvalidArgument, "tag %q: unknown backup kind %d", name, uint8(backup))
+	}
 	if err := CheckName("tag", name, MaxTagLen); err != nil {
 		return 0, err
 	}
@@ -92,7 +145,7 @@ func RegisterTag(name string, backup bool) (TagID, error) {
 	defer r.Unlock()
 	if id, ok := r.byName[name]; ok {
 		if r.info[id].backup != backup {
-			return 0, Errorf(ErrInvalidArgument, "tag %q was opened with backup=%v before; every region of a tag must ask for the same backup", name, r.info[id].backup)
+			return 0, Errorf(ErrInvalidArgument, "tag %q was opened with backup %v before; every region of a tag must ask for the same backup", name, r.info[id].backup)
 		}
 		return id, nil
 	}
@@ -129,7 +182,7 @@ func tagInfoOf(id TagID) (tagInfo, bool) {
 type tagState struct {
 	id     TagID
 	name   string
-	backup bool
+	backup BackupKind
 	paused bool
 }
 
@@ -202,6 +255,35 @@ type PauseOptions struct {
 	// Collective: the caller (symm.Group.Pause) drops the peers' imports
 	// of exported segments itself, so they may be paused.
 	Collective bool
+	// Backup overrides, for this pause only, what the tag keeps.
+	Backup PauseBackup
+}
+
+// PauseBackup chooses what one pause keeps of a tag's contents.
+type PauseBackup uint8
+
+const (
+	// PauseBackupAsTag: what the tag's regions asked for.
+	PauseBackupAsTag PauseBackup = iota
+	// PauseDiscard: no host copy, even for a tag with backup; the resume
+	// zero-fills (vLLM's sleep of a tag it does not offload).
+	PauseDiscard
+	// PauseKeep: a host copy even for a tag without backup (pinned where
+	// the backend has it, unless the tag asked for pageable).
+	PauseKeep
+)
+
+// backupFor is the kind of host copy a pause with option o makes of seg.
+func backupFor(seg *segment, o PauseBackup) BackupKind {
+	switch o {
+	case PauseDiscard:
+		return BackupNone
+	case PauseKeep:
+		if seg.pools.tag.backup == BackupNone {
+			return BackupPinned
+		}
+	}
+	return seg.pools.tag.backup
 }
 
 // TagSegments lists the segments of tag ("" = every tag used here) in heap
@@ -295,17 +377,34 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 			return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: the segment at %#x: %v; nothing was released", seg.pools.tag.name, a.device, seg.addr, err)
 		}
 	}
+	var copies []FillOrCopy
+	var copied []*segment
 	for _, seg := range segs {
-		if !seg.pools.tag.backup {
+		kind := backupFor(seg, o.Backup)
+		if kind == BackupNone {
 			continue
 		}
-		if seg.backup == 0 {
-			if seg.backup, err = a.allocHost(seg.size); err != nil {
-				return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: a host backup of %d bytes: %v; nothing was released", seg.pools.tag.name, a.device, seg.size, err)
+		if err := a.ensureBackup(seg, kind); err != nil {
+			return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: a host backup of %d bytes: %v; nothing was released", seg.pools.tag.name, a.device, seg.size, err)
+		}
+		seg.backupValid = false // until the copy below has succeeded
+		copies = append(copies, FillOrCopy{Dst: seg.backup, Src: seg.addr, Size: seg.size})
+		copied = append(copied, seg)
+	}
+	if err := a.fillOrCopy(copies); err != nil {
+		return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: copying %d segments to the host: %v; nothing was released", tag, a.device, len(copies), err)
+	}
+	for _, seg := range copied {
+		if seg.backupFile != nil {
+			if err := spillBackup(seg); err != nil {
+				return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: the segment at %#x: %v; nothing was released", seg.pools.tag.name, a.device, seg.addr, err)
 			}
 		}
-		if err := a.be.Copy(a.device, 0, seg.backup, seg.addr, seg.size); err != nil {
-			return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: copying %d bytes at %#x to the host: %v; nothing was released", seg.pools.tag.name, a.device, seg.size, seg.addr, err)
+		seg.backupValid = true
+	}
+	for _, seg := range segs {
+		if backupFor(seg, o.Backup) == BackupNone {
+			seg.backupValid = false
 		}
 	}
 	for _, t := range tags {
@@ -343,6 +442,21 @@ func (a *Allocator) markPaused(seg *segment) {
 // returns ErrOutOfMemory naming the tag and the bytes; the tag stays paused
 // and Resume may be called again.
 func (a *Allocator) Resume(tag string) (uint64, error) {
+	return a.ResumeWith(tag, ResumeOptions{})
+}
+
+// ResumeOptions modify Resume.
+type ResumeOptions struct {
+	// NoFill leaves segments without a host copy as the backend gives
+	// the new memory (undefined contents) instead of zero-filling them:
+	// a zero-fill costs a pass over the memory at device bandwidth (about
+	// 1 ms for 4 GiB on an H200), which callers that overwrite the memory
+	// anyway need not pay.
+	NoFill bool
+}
+
+// ResumeWith is Resume with options.
+func (a *Allocator) ResumeWith(tag string, o ResumeOptions) (uint64, error) {
 	a.lock()
 	defer a.mu.Unlock()
 	tags, err := a.tagsToChange(tag, true)
@@ -412,16 +526,23 @@ func (a *Allocator) Resume(tag string) (uint64, error) {
 		}
 		mems = append(mems, m)
 	}
+	restores := make([]FillOrCopy, 0, len(segs))
 	for _, seg := range segs {
-		if seg.backup != 0 {
-			err = a.be.Copy(a.device, 0, seg.addr, seg.backup, seg.size)
-		} else {
-			err = a.be.Memset(a.device, 0, seg.addr, 0, seg.size)
+		switch {
+		case seg.backupValid:
+			restores = append(restores, FillOrCopy{Dst: seg.addr, Src: seg.backup, Size: seg.size})
+		case !o.NoFill:
+			restores = append(restores, FillOrCopy{Dst: seg.addr, Size: seg.size, Fill: true})
 		}
-		if err != nil {
-			undo()
-			return 0, Errorf(CodeOf(err), "resuming tag %q on device %d: restoring %d bytes at %#x: %v; nothing was mapped, the tag stays paused", what, a.device, seg.size, seg.addr, err)
+	}
+	if err := a.fillOrCopy(restores); err != nil {
+		if CodeOf(err) == ErrTimeout {
+			// The restores may still be running into the new memory:
+			// it must not be released under them (DESIGN invariant 4).
+			return 0, Errorf(ErrTimeout, "resuming tag %q on device %d: restoring %d bytes did not finish: %v; the device is stuck: the memory mapped for it stays mapped (leaked, it may still be written) and the tag stays paused", what, a.device, need, err)
 		}
+		undo()
+		return 0, Errorf(CodeOf(err), "resuming tag %q on device %d: restoring %d bytes: %v; nothing was mapped, the tag stays paused", what, a.device, need, err)
 	}
 	for i, seg := range segs {
 		seg.paused = false
@@ -433,6 +554,32 @@ func (a *Allocator) Resume(tag string) (uint64, error) {
 		t.paused = false
 	}
 	return need, nil
+}
+
+// TagBytes returns the bytes of tag's segments on this device, live and
+// paused (0, 0 for a tag registered but not used here; ErrInvalidArgument
+// for an unknown one).
+func (a *Allocator) TagBytes(tag string) (live, paused uint64, err error) {
+	id, ok := LookupTag(tag)
+	if !ok {
+		if err := CheckName("tag", tag, MaxTagLen); err != nil {
+			return 0, 0, err
+		}
+		return 0, 0, Errorf(ErrInvalidArgument, "tag %q is unknown: no region of it was opened", tag)
+	}
+	a.lock()
+	defer a.mu.Unlock()
+	for _, seg := range a.heap.segments {
+		if seg.pools.tag == nil || seg.pools.tag.id != id {
+			continue
+		}
+		if seg.paused {
+			paused += uint64(seg.size)
+		} else {
+			live += uint64(seg.size)
+		}
+	}
+	return live, paused, nil
 }
 
 // TagNames lists the tags used on this device, paused or not, by name.
@@ -454,36 +601,295 @@ func (a *Allocator) TagNames() (live, paused []string) {
 	return live, paused
 }
 
+// fillOrCopy runs ops: in one batch on backends with BatchMemOps (one wait,
+// bounded by SYMMEM_TIMEOUT_MS), else one by one on the default stream.
+func (a *Allocator) fillOrCopy(ops []FillOrCopy) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	if b, ok := a.be.(BatchMemOps); ok {
+		return b.FillOrCopyWithin(a.device, ops, DefaultTimeout())
+	}
+	for _, op := range ops {
+		var err error
+		if op.Fill {
+			err = a.be.Memset(a.device, 0, op.Dst, op.Value, op.Size)
+		} else {
+			err = a.be.Copy(a.device, 0, op.Dst, op.Src, op.Size)
+		}
+		if err != nil {
+			return Errorf(CodeOf(err), "%d bytes at %#x: %v", op.Size, op.Dst, err)
+		}
+	}
+	return nil
+}
+
 // HostMemory is implemented by backends that allocate host memory suited to
-// copies with their devices (pinned memory on cuda). Backups use it where it
-// exists, and anonymous memory otherwise.
+// copies with their devices (pinned memory on cuda). Pinned backups use it
+// where it exists, and anonymous memory otherwise.
 type HostMemory interface {
 	AllocHost(device int, size uintptr) (uintptr, error)
 	FreeHost(device int, addr, size uintptr) error
 }
 
-func (a *Allocator) allocHost(size uintptr) (uintptr, error) {
-	if h, ok := a.be.(HostMemory); ok {
-		return h.AllocHost(a.device, size)
-	}
-	p, err := unix.MmapPtr(-1, 0, nil, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		return 0, Errorf(ErrOutOfMemory, "mmap of %d bytes of host memory: %v", size, err)
-	}
-	return uintptr(p), nil
+// Note [Pinned ahead]
+//
+// A pinned host copy makes the pause's copy run at the link's speed, but
+// pinning costs more than the copy: cuMemHostAlloc of 4 GiB takes about 2 s
+// on an H200 host, the copy about 80 ms. So a segment of a tag with pinned
+// backup starts pinning its host copy in the background when the segment is
+// created, and the first pause finds it ready. A pause never waits for
+// pinning: a segment whose pinning is still running (a pause right after
+// the allocation) copies to anonymous pageable memory instead (slower than
+// to pinned memory, faster than the pinning left to do), and its pinned
+// copy takes over at the next pause. SYMMEM_BACKUP_PIN_AHEAD bounds the
+// bytes pinned this way per device (default: no bound; 0 turns it off); a
+// segment over the bound pins at its first pause, as without pinning
+// ahead. The copy is kept for the next cycles (later pauses never pin), and
+// goes with the segment. Pinning ahead holds host memory while the tag is
+// live: that is the price of a first pause at copy speed, and what the
+// bound limits. Four pinnings run at a time (pinSlots).
+//
+// The other designs weighed: a bounded pool of pinned staging buffers
+// feeding pageable memory needs a host-side memcpy of every byte after the
+// device copy (two passes, each at about the speed of one PCIe direction
+// on a one-socket host), on every pause; pinning ahead pays the pinning
+// once, off the pause's path, and every pause is then one pass at link
+// speed.
+//
+// Only the allocation runs in the background; a.mu is never taken there,
+// and the segment learns the address at its first pause or release
+// (prepin.done), so a segment released before its pinning finished hands
+// the memory back when it arrives.
+
+// prepin is a host copy being pinned ahead for one segment.
+type prepin struct {
+	done chan struct{} // closed when addr, err are set
+	addr uintptr
+	err  error
 }
 
-// dropBackup frees seg's host backup, if any.
-func (a *Allocator) dropBackup(seg *segment) {
-	if seg.backup == 0 {
+// startPinAhead begins pinning seg's host copy in the background, if the
+// backend pins host memory and the bound allows (a.mu held).
+func (a *Allocator) startPinAhead(seg *segment) {
+	h, ok := a.be.(HostMemory)
+	if !ok || seg.pools.tag == nil || seg.pools.tag.backup != BackupPinned {
 		return
 	}
-	if h, ok := a.be.(HostMemory); ok {
-		_ = h.FreeHost(a.device, seg.backup, seg.size)
-	} else {
-		_ = unix.MunmapPtr(ptrAt(seg.backup), seg.size)
+	limit := Current().Size("SYMMEM_BACKUP_PIN_AHEAD", math.MaxUint64)
+	if a.pinnedAhead+uint64(seg.size) > limit {
+		return
 	}
-	seg.backup = 0
+	a.pinnedAhead += uint64(seg.size)
+	seg.pinnedAhead = true
+	p := &prepin{done: make(chan struct{})}
+	seg.prepin = p
+	dev, size := a.device, seg.size
+	go func() {
+		pinSlots <- struct{}{}
+		p.addr, p.err = h.AllocHost(dev, size)
+		<-pinSlots
+		close(p.done)
+	}()
+}
+
+// pinSlots bounds the pinnings ahead in flight (each a blocking driver call
+// on a thread of its own): a model of thousands of segments must not start
+// thousands of threads. Four keep the kernel's page zeroing busy on several
+// cores.
+var pinSlots = make(chan struct{}, 4)
+
+// ensureBackup gives seg a host copy of kind (a.mu held): the one pinned
+// ahead once it has arrived (freeing a pageable stand-in of an earlier
+// pause), the one it has, a pageable stand-in while the pinning is still
+// running (a pause never waits for pinning), or a new one.
+func (a *Allocator) ensureBackup(seg *segment, kind BackupKind) error {
+	if p := seg.prepin; p != nil {
+		select {
+		case <-p.done:
+			seg.prepin = nil
+			if p.err == nil {
+				a.freeBackupMemory(seg)
+				seg.backup, seg.backupPinned = p.addr, true
+				return nil
+			}
+			// Pinning ahead failed (host memory was short then): go on
+			// with the copy there is, or make one now.
+		default:
+			if seg.backup != 0 {
+				return nil
+			}
+			return a.anonymousBackup(seg)
+		}
+	}
+	if seg.backup != 0 {
+		return nil
+	}
+	if kind == BackupPinned {
+		if h, ok := a.be.(HostMemory); ok {
+			p, err := h.AllocHost(a.device, seg.size)
+			if err != nil {
+				return err
+			}
+			seg.backup, seg.backupPinned = p, true
+			return nil
+		}
+	}
+	if kind == BackupDisk {
+		return a.diskBackup(seg)
+	}
+	return a.anonymousBackup(seg)
+}
+
+// anonymousBackup gives seg a host copy in anonymous pageable memory.
+func (a *Allocator) anonymousBackup(seg *segment) error {
+	p, err := unix.MmapPtr(-1, 0, nil, seg.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return Errorf(ErrOutOfMemory, "mmap of %d bytes of host memory: %v", seg.size, err)
+	}
+	seg.backup, seg.backupPinned = uintptr(p), false
+	return nil
+}
+
+// backupDir is the directory of disk backups set by SetBackupDir ("":
+// SYMMEM_BACKUP_DIR, else the temporary directory).
+var backupDir atomic.Value
+
+// SetBackupDir sets the directory of disk backups (made if missing); ""
+// goes back to SYMMEM_BACKUP_DIR, else the temporary directory. Files
+// already made stay where they are.
+func SetBackupDir(dir string) error {
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			var pe *os.PathError
+			if errors.As(err, &pe) { // its text would repeat the path
+				err = pe.Err
+			}
+			return Errorf(ErrInvalidArgument, "backup directory %s: %v", Quote(dir), err)
+		}
+	}
+	backupDir.Store(dir)
+	return nil
+}
+
+// BackupDir is the directory where disk backups go.
+func BackupDir() string {
+	if d, _ := backupDir.Load().(string); d != "" {
+		return d
+	}
+	return Current().Text("SYMMEM_BACKUP_DIR", os.TempDir())
+}
+
+// diskBackup gives seg a host copy in an unlinked file of BackupDir,
+// mapped shared (the file goes with the mapping).
+func (a *Allocator) diskBackup(seg *segment) error {
+	dir := BackupDir()
+	f, err := os.CreateTemp(dir, "symmem-backup-*")
+	if err != nil {
+		return Errorf(ErrInvalidState, "a disk backup in %q: %v (set the directory with symmem_set_backup_dir or SYMMEM_BACKUP_DIR)", dir, err)
+	}
+	_ = os.Remove(f.Name())
+	fail := func(what string, err error) error {
+		_ = f.Close()
+		code := ErrInvalidState
+		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.ENOMEM) {
+			code = ErrOutOfMemory
+		}
+		return Errorf(code, "a disk backup of %d bytes in %q: %s: %v", seg.size, dir, what, err)
+	}
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(seg.size)); err != nil {
+		if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOTSUP) && !errors.Is(err, unix.EINVAL) {
+			return fail("fallocate", err)
+		}
+		if err := f.Truncate(int64(seg.size)); err != nil {
+			return fail("ftruncate", err)
+		}
+	}
+	p, err := unix.MmapPtr(int(f.Fd()), 0, nil, seg.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail("mmap", err)
+	}
+	seg.backup, seg.backupPinned, seg.backupFile = uintptr(p), false, f
+	return nil
+}
+
+// spillBackup writes seg's disk backup out and drops its pages from the
+// process and the page cache (the resume reads the file back).
+func spillBackup(seg *segment) error {
+	b := unsafe.Slice((*byte)(ptrAt(seg.backup)), seg.size)
+	if err := unix.Msync(b, unix.MS_SYNC); err != nil {
+		return Errorf(ErrInvalidState, "writing the disk backup out (msync): %v", err)
+	}
+	_ = unix.Madvise(b, unix.MADV_DONTNEED)
+	_ = unix.Fadvise(int(seg.backupFile.Fd()), 0, int64(seg.size), unix.FADV_DONTNEED)
+	return nil
+}
+
+// dropBackup frees seg's host copy, if any, and one still being pinned
+// ahead once it arrives.
+func (a *Allocator) dropBackup(seg *segment) {
+	if seg.pinnedAhead {
+		a.pinnedAhead -= uint64(seg.size)
+		seg.pinnedAhead = false
+	}
+	if p := seg.prepin; p != nil {
+		seg.prepin = nil
+		h, _ := a.be.(HostMemory)
+		dev, size := a.device, seg.size
+		go func() {
+			<-p.done
+			if p.err == nil {
+				_ = h.FreeHost(dev, p.addr, size)
+			}
+		}()
+	}
+	a.freeBackupMemory(seg)
+	seg.backupValid = false
+}
+
+// freeBackupMemory frees the memory of seg's host copy, if any.
+func (a *Allocator) freeBackupMemory(seg *segment) {
+	if seg.backup != 0 {
+		if seg.backupPinned {
+			h, _ := a.be.(HostMemory)
+			_ = h.FreeHost(a.device, seg.backup, seg.size)
+		} else {
+			_ = unix.MunmapPtr(ptrAt(seg.backup), seg.size)
+		}
+	}
+	if seg.backupFile != nil {
+		_ = seg.backupFile.Close()
+	}
+	seg.backup, seg.backupPinned, seg.backupFile = 0, false, nil
+}
+
+// BackupOf returns the address of the host copy of [ptr, ptr+size), which
+// must lie in one segment, and whether that segment is paused. The copy is
+// what the last pause saved: ErrInvalidState when there is none (the tag
+// has no backup, the last pause discarded it, or it never paused).
+func (a *Allocator) BackupOf(ptr, size uintptr) (uintptr, bool, error) {
+	a.lock()
+	defer a.mu.Unlock()
+	for _, seg := range a.heap.segments {
+		if ptr < seg.addr || ptr >= seg.addr+seg.size {
+			continue
+		}
+		if size > seg.addr+seg.size-ptr {
+			return 0, false, Errorf(ErrInvalidArgument, "%d bytes at %#x run past the end of their segment [%#x, %#x)", size, ptr, seg.addr, seg.addr+seg.size)
+		}
+		if !seg.backupValid {
+			why := "its tag has no backup"
+			switch {
+			case seg.pools.tag.backup != BackupNone && seg.paused:
+				why = "its last pause discarded the contents"
+			case seg.pools.tag.backup != BackupNone:
+				why = "it was never paused"
+			}
+			return 0, seg.paused, Errorf(ErrInvalidState, "%#x (tag %q on device %d) has no host copy: %s", ptr, seg.pools.tag.name, a.device, why)
+		}
+		return seg.backup + (ptr - seg.addr), seg.paused, nil
+	}
+	return 0, false, Errorf(ErrInvalidPointer, "%#x is not in memory of device %d's allocator", ptr, a.device)
 }
 
 // ptrAt turns an address of memory that Go does not manage into a pointer

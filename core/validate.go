@@ -21,6 +21,7 @@ func (a *Allocator) validateLocked() error {
 	var (
 		allocated, nAlloc, requested [numStatPools]int64
 		reserved, nSeg, paused       [numStatPools]int64
+		pinnedAhead                  uint64
 		nSplit, splitBytes           [numStatPools]int64
 		nCached, cachedBytes         [numStatPools]int64
 		freeBlocks                   = map[*freeSet]int{}
@@ -145,6 +146,15 @@ func (a *Allocator) validateLocked() error {
 			reserved[pool(seg.small)] += int64(seg.size)
 		}
 		nSeg[pool(seg.small)]++
+		if seg.backupValid && seg.backup == 0 {
+			return fmt.Errorf("segment %d has a valid host copy but no host memory", seg.id)
+		}
+		if seg.pinnedAhead {
+			pinnedAhead += uint64(seg.size)
+		}
+	}
+	if pinnedAhead != a.pinnedAhead {
+		return fmt.Errorf("segments pinned ahead add up to %d bytes, the allocator counts %d", pinnedAhead, a.pinnedAhead)
 	}
 	for _, sp := range a.order {
 		for _, set := range []*freeSet{&sp.small, &sp.large} {

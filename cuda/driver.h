@@ -136,6 +136,14 @@ typedef enum sm_CUstream_flags_enum {
   SM_CU_STREAM_NON_BLOCKING = 0x1
 } sm_CUstream_flags;
 
+/* How a thread's calls interact with stream captures on other threads
+ * (cuThreadExchangeStreamCaptureMode). */
+typedef enum sm_CUstreamCaptureMode_enum {
+  SM_CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+  SM_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+  SM_CU_STREAM_CAPTURE_MODE_RELAXED = 2
+} sm_CUstreamCaptureMode;
+
 typedef enum sm_CUevent_flags_enum {
   SM_CU_EVENT_DEFAULT = 0x0,
   SM_CU_EVENT_DISABLE_TIMING = 0x2
@@ -272,6 +280,8 @@ typedef union sm_CUstreamBatchMemOpParams_union {
     (T(CUdeviceptr) dst, T(CUdeviceptr) src, size_t ByteCount, T(CUstream) hStream))   \
   X(cuMemHostAlloc, cuMemHostAlloc, (void **pp, size_t bytesize, unsigned int Flags))  \
   X(cuMemFreeHost, cuMemFreeHost, (void *p))                                           \
+  X(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode,              \
+    (T(CUstreamCaptureMode) *mode))                                                    \
   X(cuStreamWriteValue32, cuStreamWriteValue32_v2,                                     \
     (T(CUstream) stream, T(CUdeviceptr) addr, T(cuuint32_t) value, unsigned int flags)) \
   X(cuStreamWaitValue32, cuStreamWaitValue32_v2,                                       \

@@ -18,9 +18,9 @@ func TestBackendPauseResume(t *testing.T) {
 	require.NoError(t, err)
 	defer a.Close()
 	var _ core.HostMemory = b
-	w, err := core.RegisterTag("cuda-test-weights", true)
+	w, err := core.RegisterTag("cuda-test-weights", core.BackupPinned)
 	require.NoError(t, err)
-	kv, err := core.RegisterTag("cuda-test-kv", false)
+	kv, err := core.RegisterTag("cuda-test-kv", core.BackupNone)
 	require.NoError(t, err)
 	const n = 64 << 20
 	pw, err := a.AllocTagged(n, 0, w)
@@ -50,4 +50,46 @@ func TestBackendPauseResume(t *testing.T) {
 	require.NoError(t, a.Free(pw, 0, 0))
 	require.NoError(t, a.Free(pkv, 0, 0))
 	require.NoError(t, a.EmptyCache())
+}
+
+// FillOrCopyWithin queues fills and copies in order on the library's own
+// stream and waits once: a later op sees an earlier one's result.
+func TestBackendFillOrCopyWithinRunsInOrder(t *testing.T) {
+	b := requireGPU(t)
+	a, err := core.NewAllocator(b, 0)
+	require.NoError(t, err)
+	defer a.Close()
+	const n = 4 << 20
+	p, err := a.Alloc(n, 0)
+	require.NoError(t, err)
+	q, err := a.Alloc(n, 0)
+	require.NoError(t, err)
+	ops := []core.FillOrCopy{
+		{Dst: p, Size: n, Fill: true, Value: 0x3a},
+		{Dst: q, Src: p, Size: n},
+		{Dst: p, Size: n / 2, Fill: true, Value: 0x11},
+		{Dst: p, Size: 0, Fill: true, Value: 0xff}, // nothing to do
+	}
+	require.NoError(t, b.FillOrCopyWithin(0, ops, core.DefaultTimeout()))
+	requireAll(t, download(t, b, 0, q, n), 0x3a, "the copy ran after the first fill")
+	requireAll(t, download(t, b, 0, p, n/2), 0x11, "the second fill ran last")
+	requireAll(t, download(t, b, 0, p+n/2, n/2), 0x3a, "the rest of the first fill")
+	require.NoError(t, b.FillOrCopyWithin(0, nil, core.DefaultTimeout()), "an empty batch")
+	require.NoError(t, a.Free(p, 0, 0))
+	require.NoError(t, a.Free(q, 0, 0))
+}
+
+// Pinning runs in the relaxed stream-capture mode, so that a graph captured
+// in global mode on another thread neither forbids it nor is spoilt by it
+// (the fake driver, with FAKECUDA_CAPTURING, refuses cuMemHostAlloc in any
+// other mode).
+func TestBackendAllocHostWhileAnotherThreadCaptures(t *testing.T) {
+	b := requireGPU(t)
+	if !isFake() {
+		t.Skip("the fake driver imitates a capture on another thread")
+	}
+	t.Setenv("FAKECUDA_CAPTURING", "1")
+	p, err := b.AllocHost(0, 1<<20)
+	require.NoError(t, err)
+	require.NoError(t, b.FreeHost(0, p, 1<<20))
 }

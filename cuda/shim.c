@@ -391,8 +391,26 @@ smcu_status smcu_copy(uintptr_t ctx, uintptr_t stream, unsigned long long dst,
   return st;
 }
 
+/* Pinning runs on threads of the library's own (a pause, or pinning ahead in
+ * the background) while another thread may be capturing a CUDA graph in
+ * global mode, which would prohibit this thread's cuMemHostAlloc and spoil
+ * the capture. cuMemHostAlloc queues no work on any stream, so this thread
+ * asks for the relaxed mode around the call and restores its own after. */
 smcu_status smcu_host_alloc(uintptr_t ctx, size_t size, void **p) {
-  SMCU_IN_CTX(ctx, "cuMemHostAlloc", smcu.cuMemHostAlloc(p, size, SM_CU_MEMHOSTALLOC_PORTABLE));
+  smcu_scope sc;
+  smcu_status st = smcu_enter(ctx, &sc);
+  if (st.res != SM_CUDA_SUCCESS)
+    return st;
+  sm_CUstreamCaptureMode mode = SM_CU_STREAM_CAPTURE_MODE_RELAXED;
+  sm_CUresult r = smcu.cuThreadExchangeStreamCaptureMode(&mode);
+  if (r != SM_CUDA_SUCCESS) {
+    smcu_leave(&sc);
+    return SMCU_STATUS(r, "cuThreadExchangeStreamCaptureMode");
+  }
+  r = smcu.cuMemHostAlloc(p, size, SM_CU_MEMHOSTALLOC_PORTABLE);
+  (void)smcu.cuThreadExchangeStreamCaptureMode(&mode);
+  smcu_leave(&sc);
+  return r == SM_CUDA_SUCCESS ? SMCU_OK : SMCU_STATUS(r, "cuMemHostAlloc");
 }
 
 smcu_status smcu_host_free(uintptr_t ctx, void *p) {

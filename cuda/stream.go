@@ -161,6 +161,45 @@ func (b *Backend) onOwnStreamWithin(dev int, size uintptr, timeout time.Duration
 
 var _ core.BoundedMemOps = (*Backend)(nil)
 
+// FillOrCopyWithin is core.BatchMemOps: every op queued in order on the
+// library's own stream (cuMemsetD8Async, cuMemcpyAsync), then one wait for
+// them all, up to timeout. An op the driver refuses stops the queueing; the
+// ops queued before it are waited for, and its error is returned.
+func (b *Backend) FillOrCopyWithin(dev int, ops []core.FillOrCopy, timeout time.Duration) error {
+	d, err := b.device(dev)
+	if err != nil || len(ops) == 0 {
+		return err
+	}
+	s, err := b.ownStream(d)
+	if err != nil {
+		return err
+	}
+	var opErr error
+	for _, op := range ops {
+		if op.Size == 0 {
+			continue
+		}
+		var st C.smcu_status
+		if op.Fill {
+			st = C.smcu_memset_async(d.ctx, s, C.ulonglong(op.Dst), C.uchar(op.Value), C.size_t(op.Size))
+		} else {
+			st = C.smcu_copy_async(d.ctx, s, C.ulonglong(op.Dst), C.ulonglong(op.Src), C.size_t(op.Size))
+		}
+		if opErr = check(st, dev); opErr != nil {
+			break
+		}
+	}
+	waitErr := b.boundedFor(dev, flightKey{dev, "cuStreamSynchronize", core.Stream(s)}, timeout, func() C.smcu_status {
+		return C.smcu_stream_synchronize(d.ctx, s)
+	})
+	if opErr != nil {
+		return opErr
+	}
+	return waitErr
+}
+
+var _ core.BatchMemOps = (*Backend)(nil)
+
 // StreamWait makes later work on waiter wait for the work queued on other so
 // far: an event (timing disabled) recorded on other and waited for on
 // waiter, in one trampoline; the event is destroyed right after the wait is

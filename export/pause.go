@@ -9,36 +9,98 @@ package main
 import "C"
 
 import (
+	"fmt"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/symm"
 )
 
-// regionFlagBackup is SYMMEM_REGION_BACKUP; regionFlagsKnown every flag.
+// The region flags (SYMMEM_REGION_BACKUP, SYMMEM_REGION_BACKUP_PAGEABLE,
+// SYMMEM_REGION_UNTAGGED) and the pause flags (SYMMEM_PAUSE_DISCARD,
+// SYMMEM_PAUSE_KEEP).
 const (
-	regionFlagBackup = 1
-	regionFlagsKnown = regionFlagBackup
+	regionFlagBackup   = 1
+	regionFlagPageable = 2
+	regionFlagUntagged = 4
+	regionFlagDisk     = 8
+	regionFlagsKnown   = regionFlagBackup | regionFlagPageable | regionFlagDisk
+
+	pauseFlagDiscard = 1
+	pauseFlagKeep    = 2
+	pauseFlagsKnown  = pauseFlagDiscard | pauseFlagKeep
 )
+
+// backupKindOf reads the region flags' backup kind.
+func backupKindOf(flags C.uint) (core.BackupKind, error) {
+	if flags&^regionFlagsKnown != 0 {
+		return 0, core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^regionFlagsKnown))
+	}
+	switch {
+	case flags&(regionFlagPageable|regionFlagDisk) != 0 && flags&regionFlagBackup == 0:
+		return 0, core.Errorf(core.ErrInvalidArgument, "SYMMEM_REGION_BACKUP_PAGEABLE and SYMMEM_REGION_BACKUP_DISK need SYMMEM_REGION_BACKUP")
+	case flags&regionFlagPageable != 0 && flags&regionFlagDisk != 0:
+		return 0, core.Errorf(core.ErrInvalidArgument, "SYMMEM_REGION_BACKUP_PAGEABLE and SYMMEM_REGION_BACKUP_DISK exclude each other")
+	case flags&regionFlagDisk != 0:
+		return core.BackupDisk, nil
+	case flags&regionFlagPageable != 0:
+		return core.BackupPageable, nil
+	case flags&regionFlagBackup != 0:
+		return core.BackupPinned, nil
+	}
+	return core.BackupNone, nil
+}
+
+// pauseBackupOf reads the pause flags.
+func pauseBackupOf(flags C.uint) (core.PauseBackup, error) {
+	switch {
+	case flags&^pauseFlagsKnown != 0:
+		return 0, core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^pauseFlagsKnown))
+	case flags == pauseFlagsKnown:
+		return 0, core.Errorf(core.ErrInvalidArgument, "SYMMEM_PAUSE_DISCARD and SYMMEM_PAUSE_KEEP exclude each other")
+	case flags&pauseFlagDiscard != 0:
+		return core.PauseDiscard, nil
+	case flags&pauseFlagKeep != 0:
+		return core.PauseKeep, nil
+	}
+	return core.PauseBackupAsTag, nil
+}
 
 // openRegions counts the regions open on every thread. While it is 0 the
 // allocation path does not ask C for the thread's tag.
 var openRegions atomic.Int64
 
-// currentTag is the calling thread's innermost open region's tag (0: none).
+// defaultTag is the tag of allocations made outside every region
+// (symmem_set_default_tag; 0: untagged). pause.c keeps a copy for C.
+var defaultTag atomic.Int32
+
+// currentTag is the tag of the calling thread's allocations: its innermost
+// open region's (0 for an untagged region), else the default tag.
 func currentTag() core.TagID {
 	if openRegions.Load() == 0 {
-		return 0
+		return core.TagID(defaultTag.Load())
 	}
-	return core.TagID(C.symmemi_region_tag())
+	t := C.symmemi_region_tag()
+	if t < 0 {
+		return core.TagID(defaultTag.Load())
+	}
+	return core.TagID(t)
 }
 
 // goTag turns a C tag (NULL = every tag) into the core's ("" = every tag).
-func goTag(tag *C.char) string {
+// An empty C string is not "every tag": an unset string in a caller's
+// configuration must not pause (and, without backup, zero) every tag, so it
+// is ErrInvalidArgument, as any tag outside 1..64 characters.
+func goTag(tag *C.char) (string, error) {
 	if tag == nil {
-		return ""
+		return "", nil
 	}
-	return C.GoString(tag)
+	t := C.GoString(tag)
+	if t == "" {
+		return "", core.Errorf(core.ErrInvalidArgument, "the tag is the empty string: tags have 1 to %d characters; pass NULL for every tag", core.MaxTagLen)
+	}
+	return t, nil
 }
 
 // describeTag names the call; a tag is quoted by the errors about it
@@ -54,21 +116,62 @@ func describeTag(call string, tag *C.char) string {
 func symmemgo_region_begin(tag *C.char, flags C.uint) (result C.int) {
 	defer recoverCall("symmem_region_begin", &result, C.int(core.ErrInternal))
 	call := describeTag("symmem_region_begin", tag)
-	if tag == nil {
+	var id core.TagID
+	switch {
+	case flags == regionFlagUntagged && tag == nil:
+		// An untagged region: id 0.
+	case flags&regionFlagUntagged != 0:
+		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "SYMMEM_REGION_UNTAGGED takes a NULL tag and no other flag"))
+	case tag == nil:
 		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "tag is NULL"))
-	}
-	if flags&^regionFlagsKnown != 0 {
-		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^regionFlagsKnown)))
-	}
-	id, err := core.RegisterTag(C.GoString(tag), flags&regionFlagBackup != 0)
-	if err != nil {
-		return setLastError(call, err)
+	default:
+		kind, err := backupKindOf(flags)
+		if err == nil {
+			id, err = core.RegisterTag(C.GoString(tag), kind)
+		}
+		if err != nil {
+			return setLastError(call, err)
+		}
 	}
 	if C.symmemi_region_push(C.int(id)) < 0 {
 		return setLastError(call, core.Errorf(core.ErrInvalidState, "this thread has 16 regions open already"))
 	}
 	openRegions.Add(1)
 	return 0
+}
+
+//export symmemgo_set_default_tag
+func symmemgo_set_default_tag(tag *C.char, flags C.uint) (result C.int) {
+	defer recoverCall("symmem_set_default_tag", &result, C.int(core.ErrInternal))
+	call := describeTag("symmem_set_default_tag", tag)
+	var id core.TagID
+	if tag != nil {
+		kind, err := backupKindOf(flags)
+		if err == nil {
+			id, err = core.RegisterTag(C.GoString(tag), kind)
+		}
+		if err != nil {
+			return setLastError(call, err)
+		}
+	} else if flags != 0 {
+		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "flags %#x with a NULL tag (no default tag)", uint(flags)))
+	}
+	defaultTag.Store(int32(id))
+	C.symmemi_set_default_tag(C.int(id))
+	return 0
+}
+
+//export symmemgo_set_backup_dir
+func symmemgo_set_backup_dir(path *C.char) (result C.int) {
+	defer recoverCall("symmem_set_backup_dir", &result, C.int(core.ErrInternal))
+	dir := ""
+	if path != nil {
+		dir = C.GoString(path)
+		if dir == "" {
+			return setLastError("symmem_set_backup_dir", core.Errorf(core.ErrInvalidArgument, "the path is the empty string (NULL goes back to the default)"))
+		}
+	}
+	return setLastError("symmem_set_backup_dir", core.SetBackupDir(dir))
 }
 
 //export symmemgo_region_end
@@ -142,29 +245,130 @@ func checkTagKnown(tag string) error {
 //export symmemgo_pause
 func symmemgo_pause(tag *C.char) (result C.int) {
 	defer recoverCall("symmem_pause", &result, C.int(core.ErrInternal))
-	t := goTag(tag)
-	err := checkTagKnown(t)
+	return pauseTag("symmem_pause", tag, 0)
+}
+
+//export symmemgo_pause_with
+func symmemgo_pause_with(tag *C.char, flags C.uint) (result C.int) {
+	defer recoverCall("symmem_pause_with", &result, C.int(core.ErrInternal))
+	return pauseTag("symmem_pause_with", tag, flags)
+}
+
+func pauseTag(call string, tag *C.char, flags C.uint) C.int {
+	t, err := goTag(tag)
+	var backup core.PauseBackup
+	if err == nil {
+		backup, err = pauseBackupOf(flags)
+	}
+	if err == nil {
+		err = checkTagKnown(t)
+	}
 	if err == nil {
 		err = forTag(t, false, func(a *core.Allocator) error {
-			_, err := a.Pause(t, core.PauseOptions{})
+			_, err := a.Pause(t, core.PauseOptions{Backup: backup})
 			return err
 		})
 	}
-	return setLastError(describeTag("symmem_pause", tag), err)
+	return setLastError(describeTag(call, tag), err)
+}
+
+//export symmemgo_tag_bytes
+func symmemgo_tag_bytes(tag *C.char, live, paused *C.size_t) (result C.int) {
+	defer recoverCall("symmem_tag_bytes", &result, C.int(core.ErrInternal))
+	call := describeTag("symmem_tag_bytes", tag)
+	if tag == nil {
+		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "tag is NULL"))
+	}
+	t, err := goTag(tag)
+	var sumLive, sumPaused uint64
+	if err == nil {
+		err = checkTagKnown(t)
+	}
+	if err == nil {
+		err = eachAllocator(func(a *core.Allocator) error {
+			l, p, err := a.TagBytes(t)
+			sumLive += l
+			sumPaused += p
+			return err
+		})
+	}
+	if err == nil {
+		if live != nil {
+			*live = C.size_t(sumLive)
+		}
+		if paused != nil {
+			*paused = C.size_t(sumPaused)
+		}
+	}
+	return setLastError(call, err)
+}
+
+//export symmemgo_backup_pointer
+func symmemgo_backup_pointer(ptr unsafe.Pointer, size C.size_t, host *unsafe.Pointer, paused *C.int) (result C.int) {
+	defer recoverCall("symmem_backup_pointer", &result, C.int(core.ErrInternal))
+	call := fmt.Sprintf("symmem_backup_pointer(%p, %d)", ptr, uint64(size))
+	if host == nil {
+		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "host is NULL"))
+	}
+	*host = nil
+	if ptr == nil {
+		return setLastError(call, core.Errorf(core.ErrInvalidPointer, "ptr is NULL"))
+	}
+	var found error = core.Errorf(core.ErrInvalidPointer, "%p was not allocated by libsymmem", ptr)
+	err := eachAllocator(func(a *core.Allocator) error {
+		addr, isPaused, err := a.BackupOf(uintptr(ptr), uintptr(size))
+		if core.CodeOf(err) == core.ErrInvalidPointer {
+			return nil
+		}
+		found = err
+		if err == nil {
+			*host = ptrAt(addr)
+		}
+		if paused != nil {
+			*paused = 0
+			if isPaused {
+				*paused = 1
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		err = found
+	}
+	return setLastError(call, err)
 }
 
 //export symmemgo_resume
 func symmemgo_resume(tag *C.char) (result C.int) {
 	defer recoverCall("symmem_resume", &result, C.int(core.ErrInternal))
-	t := goTag(tag)
-	err := checkTagKnown(t)
+	return resumeTag("symmem_resume", tag, 0)
+}
+
+//export symmemgo_resume_with
+func symmemgo_resume_with(tag *C.char, flags C.uint) (result C.int) {
+	defer recoverCall("symmem_resume_with", &result, C.int(core.ErrInternal))
+	return resumeTag("symmem_resume_with", tag, flags)
+}
+
+// resumeFlagNoFill is SYMMEM_RESUME_NO_FILL.
+const resumeFlagNoFill = 1
+
+func resumeTag(call string, tag *C.char, flags C.uint) C.int {
+	t, err := goTag(tag)
+	if err == nil && flags&^resumeFlagNoFill != 0 {
+		err = core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^resumeFlagNoFill))
+	}
 	if err == nil {
+		err = checkTagKnown(t)
+	}
+	if err == nil {
+		o := core.ResumeOptions{NoFill: flags&resumeFlagNoFill != 0}
 		err = forTag(t, true, func(a *core.Allocator) error {
-			_, err := a.Resume(t)
+			_, err := a.ResumeWith(t, o)
 			return err
 		})
 	}
-	return setLastError(describeTag("symmem_resume", tag), err)
+	return setLastError(describeTag(call, tag), err)
 }
 
 //export symmemgo_pause_group
@@ -181,13 +385,17 @@ func symmemgo_resume_group(group uintptr, tag *C.char) (result C.int) {
 
 func groupTagCall(name string, group uintptr, tag *C.char, f func(*symm.Group, string) error) C.int {
 	call := describeTag(name, tag)
-	g, err := groupOf(group)
-	if t := goTag(tag); err == nil && t != "" {
+	t, err := goTag(tag)
+	var g *symm.Group
+	if err == nil && t != "" {
 		// A malformed tag fails here, quoted once, before the collective.
 		err = core.CheckName("tag", t, core.MaxTagLen)
 	}
 	if err == nil {
-		err = f(g, goTag(tag))
+		g, err = groupOf(group)
+	}
+	if err == nil {
+		err = f(g, t)
 	}
 	return setLastError(call, err)
 }

@@ -155,8 +155,9 @@ void symmemgo_free(void *ptr, size_t size, int device, symmem_stream_t stream, s
 __attribute__((visibility("default"))) void *symmem_alloc(size_t size, int device, symmem_stream_t stream) {
   SYMMEMI_REFUSE_IN_CHILD(alloc, NULL);
   symmemi_tcache *tc = tc_mine(device);
-  // Allocations in a tagged region take the Go path (their tag's segments).
-  if (tc != NULL && size <= SYMMEMI_TC_MAX_BLOCK && symmemi_region_depth == 0) {
+  // Allocations in a region, or under a default tag, take the Go path (their
+  // tag's segments; the cache holds untagged blocks only).
+  if (tc != NULL && size <= SYMMEMI_TC_MAX_BLOCK && symmemi_region_depth == 0 && symmemi_get_default_tag() == 0) {
     void *p = hit(tc, size, (uintptr_t)stream);
     if (p != NULL) return p;
   }

@@ -676,20 +676,58 @@ symmem_result symmem_barrier(symmem_handle *handle, int channel,
  * at pause, kept for the next cycle); WITHOUT BACKUP THE CONTENTS ARE ZERO
  * AFTER A RESUME. Untagged memory is never paused. Tags are process-wide,
  * never forgotten, 1 to 64 characters of letters, digits, '.', '_', '-'
- * (like group names). Placement stays a function of the call sequence: the
- * region calls are part of it. */
+ * (like group names). NULL means every tag where a function says so; THE
+ * EMPTY STRING IS NOT EVERY TAG: it is INVALID_ARGUMENT at every entry
+ * point (an unset string in a configuration must not pause all tagged
+ * memory). Placement stays a function of the call sequence: the region
+ * calls are part of it.
+ *
+ * A pinned backup is pinned ahead: when a segment of the tag is created, its
+ * host copy is allocated (cuMemHostAlloc) in the background, so that the
+ * first pause runs at copy speed; SYMMEM_BACKUP_PIN_AHEAD bounds the bytes
+ * per device (default: no bound; 0: off, the first pause pins). */
 
 /* Region flags. */
 #define SYMMEM_REGION_BACKUP 1u /* pause keeps a host copy; resume restores it */
+/* With SYMMEM_REGION_BACKUP: the host copy is pageable anonymous memory
+ * (the kernel may swap or reclaim it; copies are slower) instead of pinned. */
+#define SYMMEM_REGION_BACKUP_PAGEABLE 2u
+/* With SYMMEM_REGION_BACKUP: the host copy is an unlinked file of the
+ * backup directory (symmem_set_backup_dir), mapped shared; the pause writes
+ * it out and drops its pages from memory, the resume reads it back. */
+#define SYMMEM_REGION_BACKUP_DISK 8u
+/* With a NULL tag and no other flag: an untagged region, whose allocations
+ * carry no tag whatever the outer regions and the default tag say. */
+#define SYMMEM_REGION_UNTAGGED 4u
+
+/* Pause flags (symmem_pause_with): what this pause keeps, whatever the tag's
+ * regions asked for. */
+#define SYMMEM_PAUSE_DISCARD 1u /* no host copy: the resume zero-fills */
+#define SYMMEM_PAUSE_KEEP 2u    /* a host copy even for a tag without backup (pinned) */
 
 /* Opens a region of tag on the calling thread: until the matching
  * symmem_region_end, this thread's allocations (symmem_alloc, PyTorch's
  * through libsymmem) carry tag. Regions nest (16 deep per thread; the
- * innermost wins). flags: 0 or SYMMEM_REGION_BACKUP; every region of a tag
- * must pass the same flags. Returns INVALID_ARGUMENT for a bad or NULL tag,
- * unknown flags, or flags that differ from the tag's; INVALID_STATE when 16
+ * innermost wins). flags: 0, SYMMEM_REGION_BACKUP, or SYMMEM_REGION_BACKUP |
+ * SYMMEM_REGION_BACKUP_PAGEABLE or _DISK; every region of a tag must pass the same
+ * flags. symmem_region_begin(NULL, SYMMEM_REGION_UNTAGGED) opens an untagged
+ * region. Returns INVALID_ARGUMENT for a bad, empty or NULL tag, unknown
+ * flags, PAGEABLE without BACKUP, or flags that differ from the tag's; INVALID_STATE when 16
  * regions are open. The tag string is copied. Thread-safe (per thread). */
 symmem_result symmem_region_begin(const char *tag, unsigned flags);
+
+/* Sets the directory of disk backups (SYMMEM_REGION_BACKUP_DISK), made if
+ * missing; NULL goes back to SYMMEM_BACKUP_DIR, else the temporary
+ * directory. Use a disk, not a tmpfs (there the copy stays in memory).
+ * INVALID_ARGUMENT for "" or a directory that cannot be made. */
+symmem_result symmem_set_backup_dir(const char *path);
+
+/* Sets the process's default tag: allocations made on any thread outside
+ * every region carry tag (flags as for symmem_region_begin, the same for
+ * every use of the tag); NULL (flags 0) clears it. Returns INVALID_ARGUMENT
+ * as symmem_region_begin does. While a default tag is set, small untagged
+ * allocations skip the thread caches. Thread-safe. */
+symmem_result symmem_set_default_tag(const char *tag, unsigned flags);
 
 /* Closes the calling thread's innermost region. INVALID_STATE when none is
  * open on this thread. */
@@ -702,8 +740,8 @@ symmem_result symmem_region_end(void);
  * address ranges stay reserved. While paused: allocating in the tag fails
  * with INVALID_STATE; freeing its blocks is allowed (bookkeeping only);
  * symmem_empty_cache leaves paused segments alone (they hold no memory);
- * the memory must not be touched. Returns INVALID_ARGUMENT for a tag that no
- * region ever opened, INVALID_STATE for a paused tag or one whose segments
+ * the memory must not be touched. Returns INVALID_ARGUMENT for the empty
+ * string or a tag that no region ever opened, INVALID_STATE for a paused tag or one whose segments
  * were rendezvoused (use symmem_pause_group). Devices are taken in order:
  * an error on one leaves the devices before it paused (the message names the
  * device; symmem_resume takes them back, or symmem_pause again finishes the
@@ -711,16 +749,47 @@ symmem_result symmem_region_end(void);
  * Thread-safe; not concurrently with allocations that use the tag. */
 symmem_result symmem_pause(const char *tag);
 
+/* symmem_pause with flags: 0 (as symmem_pause), SYMMEM_PAUSE_DISCARD or
+ * SYMMEM_PAUSE_KEEP (not both: INVALID_ARGUMENT, as unknown flags). A host
+ * copy made once is kept for later cycles whatever later pauses choose. */
+symmem_result symmem_pause_with(const char *tag, unsigned flags);
+
+/* The bytes of tag's segments on every device: *live mapped now, *paused
+ * released by a pause (either pointer may be NULL). INVALID_ARGUMENT for
+ * NULL, the empty string or a tag no region ever opened. Thread-safe. */
+symmem_result symmem_tag_bytes(const char *tag, size_t *live, size_t *paused);
+
+/* The host copy of [ptr, ptr + size) (within one segment): *host is its
+ * address in the copy that the last pause of ptr's tag saved (valid until
+ * the segment is released; it changes at the next pause), and *paused
+ * (unless NULL) whether the segment is paused now (set also when the call
+ * fails with INVALID_STATE, for memory of libsymmem without a copy). INVALID_STATE when there
+ * is no such copy (the tag has no backup, the last pause discarded it, or
+ * it never paused); INVALID_POINTER for memory libsymmem did not allocate;
+ * INVALID_ARGUMENT for a NULL host or a range past the segment. */
+symmem_result symmem_backup_pointer(const void *ptr, size_t size, void **host, int *paused);
+
 /* Takes back the memory of tag (NULL: every paused tag) at the same
  * addresses with the same access, and restores the backup (zero without
  * one). If memory runs out (the device or symmem_set_memory_limit), what was
  * mapped is undone, the tag stays paused, and OUT_OF_MEMORY names the tag and
  * the bytes: free memory and call again. INVALID_STATE for a tag that is not
- * paused, INVALID_ARGUMENT for an unknown one. Thread-safe. */
+ * paused, INVALID_ARGUMENT for the empty string or an unknown one.
+ * Thread-safe. */
 symmem_result symmem_resume(const char *tag);
 
+/* Resume flags (symmem_resume_with). */
+#define SYMMEM_RESUME_NO_FILL 1u /* leave memory without a host copy undefined, not zero */
+
+/* symmem_resume with flags: 0 (as symmem_resume) or SYMMEM_RESUME_NO_FILL,
+ * which skips the zero-fill of memory that has no host copy (a pass over
+ * it at device bandwidth, about 1 ms for 4 GiB on an H200): its contents
+ * are then whatever the new physical memory holds. Unknown flags:
+ * INVALID_ARGUMENT. */
+symmem_result symmem_resume_with(const char *tag, unsigned flags);
+
 /* Collective symmem_pause for memory rendezvoused in group: every rank calls
- * it with the same tag (NULL: every tag). Every rank drops its mappings of
+ * it with the same tag (NULL: every tag; the empty string: INVALID_ARGUMENT). Every rank drops its mappings of
  * the peers' segments of the tag (so the memory really returns) and releases
  * its own; handles keep their pointers. Signal pads are never paused. Every
  * rank gets the same result: before anything is released the ranks check
@@ -731,7 +800,7 @@ symmem_result symmem_resume(const char *tag);
  * paused (symmem_resume takes it back locally). */
 symmem_result symmem_pause_group(symmem_group *group, const char *tag);
 
-/* Collective symmem_resume: every rank takes its memory back, then the ranks
+/* Collective symmem_resume (same tags as symmem_pause_group): every rank takes its memory back, then the ranks
  * pass descriptors of the new memory over the group's IPC channel and map
  * the peers' segments at the same addresses as before. Any rank's failure
  * (e.g. OUT_OF_MEMORY, naming that rank, the tag and the bytes) is every

@@ -521,7 +521,7 @@ func TestMachinesPauseResume(t *testing.T) {
 		machines := layouts[name]
 		t.Run(name, func(t *testing.T) {
 			tag := "mm-pause-" + name
-			id, err := core.RegisterTag(tag, true)
+			id, err := core.RegisterTag(tag, core.BackupPinned)
 			require.NoError(t, err)
 			requireAllOK(t, runMachines(t, mmConfig{machines: machines, engine: "comm"}, func(r *mmRank) error {
 				buf, err := r.a.AllocTagged(pauseBlock, 0, id)
@@ -635,7 +635,7 @@ func TestMachinesFabricTeam(t *testing.T) {
 	machines := []int{0, 0, 1, 1, 2}
 	domains := []string{"rack-a/1", "rack-a/1", "rack-a/1", "rack-a/1", ""}
 	tag := "mm-fabric"
-	id, err := core.RegisterTag(tag, true)
+	id, err := core.RegisterTag(tag, core.BackupPinned)
 	require.NoError(t, err)
 	requireAllOK(t, runMachines(t, mmConfig{machines: machines, engine: "comm",
 		backend: func(r int, be *host.Backend) core.Backend { return &fabricHost{Backend: be, domain: domains[r]} },

@@ -44,7 +44,7 @@ func rssShmem() (int64, error) {
 // joinTagged allocates a pauseBlock buffer in tag (with backup) and creates
 // the world group and a handle on it.
 func joinTagged(e *rankEnv, a *core.Allocator, tag string) (*Group, *Handle, error) {
-	id, err := core.RegisterTag(tag, true)
+	id, err := core.RegisterTag(tag, core.BackupPinned)
 	if err != nil {
 		return nil, nil, err
 	}

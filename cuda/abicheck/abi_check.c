@@ -91,6 +91,7 @@ static void check_types(void) {
   SIZE(CUmemLocationType);
   SIZE(CUmemAccess_flags);
   SIZE(CUmemAllocationGranularity_flags);
+  SIZE(CUstreamCaptureMode);
 
   SIZE(CUmemLocation);
   OFFSET(CUmemLocation, type);
@@ -181,6 +182,9 @@ static void check_values(void) {
 
   VALUE(CU_STREAM_DEFAULT);
   VALUE(CU_STREAM_NON_BLOCKING);
+  VALUE(CU_STREAM_CAPTURE_MODE_GLOBAL);
+  VALUE(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  VALUE(CU_STREAM_CAPTURE_MODE_RELAXED);
   VALUE(CU_EVENT_DEFAULT);
   VALUE(CU_EVENT_DISABLE_TIMING);
   VALUE(CU_STREAM_WAIT_VALUE_GEQ);

@@ -787,13 +787,31 @@ sm_CUresult cuMemcpyAsync(sm_CUdeviceptr dst, sm_CUdeviceptr src, size_t ByteCou
                                        .src = (const void *)(uintptr_t)src, .n = ByteCount});
 }
 
+/* The calling thread's stream-capture interaction mode. Nothing captures
+ * here; with FAKECUDA_CAPTURING set, the fake behaves as if another thread
+ * were capturing a graph in global mode: cuMemHostAlloc, a call that such a
+ * capture prohibits, fails unless this thread is in the relaxed mode. */
+static __thread sm_CUstreamCaptureMode fake_capture_mode = SM_CU_STREAM_CAPTURE_MODE_GLOBAL;
+#define FAKE_ERROR_STREAM_CAPTURE_UNSUPPORTED 900
+
 /* Pinned host memory: plain memory here (the fake's copies are memcpy). */
 sm_CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) {
   NEED_CTX;
   if (pp == NULL || (Flags & ~0x0Fu) != 0)
     return SM_CUDA_ERROR_INVALID_VALUE;
+  if (getenv("FAKECUDA_CAPTURING") != NULL && fake_capture_mode != SM_CU_STREAM_CAPTURE_MODE_RELAXED)
+    return (sm_CUresult)FAKE_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   *pp = bytesize ? malloc(bytesize) : NULL;
   return *pp || !bytesize ? SM_CUDA_SUCCESS : SM_CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+sm_CUresult cuThreadExchangeStreamCaptureMode(sm_CUstreamCaptureMode *mode) {
+  if (mode == NULL || *mode < SM_CU_STREAM_CAPTURE_MODE_GLOBAL || *mode > SM_CU_STREAM_CAPTURE_MODE_RELAXED)
+    return SM_CUDA_ERROR_INVALID_VALUE;
+  sm_CUstreamCaptureMode old = fake_capture_mode;
+  fake_capture_mode = *mode;
+  *mode = old;
+  return SM_CUDA_SUCCESS;
 }
 
 sm_CUresult cuMemFreeHost(void *p) {

@@ -67,7 +67,18 @@ from .errors import (
 )
 from .exchange import KeyValueAllGather
 from .group import Group, Handle, rendezvous
-from .tags import REGION_BACKUP, pause, region, resume
+from .tags import (
+    tag_bytes,
+    REGION_BACKUP,
+    REGION_BACKUP_PAGEABLE,
+    backup_pointer,
+    pause,
+    region,
+    resume,
+    set_backup_dir,
+    set_default_tag,
+    untagged,
+)
 from ._coll import collectives_load
 from .group import Group, Handle, nccl_version, rendezvous
 
@@ -77,6 +88,12 @@ __all__ = [
     "nccl_version",
     # tags and pause
     "REGION_BACKUP",
+    "REGION_BACKUP_PAGEABLE",
+    "backup_pointer",
+    "set_backup_dir",
+    "set_default_tag",
+    "tag_bytes",
+    "untagged",
     "pause",
     "region",
     "resume",

@@ -230,8 +230,14 @@ PROTOTYPES = {
     # Tags and pause
     "symmem_region_begin": (_result, [c_char_p, c_uint]),
     "symmem_region_end": (_result, []),
+    "symmem_set_default_tag": (_result, [c_char_p, c_uint]),
+    "symmem_set_backup_dir": (_result, [c_char_p]),
     "symmem_pause": (_result, [c_char_p]),
+    "symmem_pause_with": (_result, [c_char_p, c_uint]),
     "symmem_resume": (_result, [c_char_p]),
+    "symmem_resume_with": (_result, [c_char_p, c_uint]),
+    "symmem_tag_bytes": (_result, [c_char_p, POINTER(c_size_t), POINTER(c_size_t)]),
+    "symmem_backup_pointer": (_result, [c_void_p, c_size_t, POINTER(c_void_p), POINTER(c_int)]),
     "symmem_pause_group": (_result, [_group_p, c_char_p]),
     "symmem_resume_group": (_result, [_group_p, c_char_p]),
     # Collectives

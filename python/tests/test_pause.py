@@ -161,3 +161,104 @@ def test_a_peer_that_leaves_during_a_collective_pause():
             continue  # exited
         assert res["code"] in (int(symmem.Result.PEER), int(symmem.Result.TIMEOUT)), res
         assert "rank 1" in res["message"], res
+
+
+def test_the_empty_tag_is_refused_everywhere():
+    """"" is not every tag: pause, resume, region and the group calls refuse
+    it and nothing is paused."""
+    tag = unique("live")
+    with symmem.region(tag):
+        p = symmem.alloc(4096)
+    ctypes.memset(p, 0x42, 4096)
+    for call in (symmem.pause, symmem.resume):
+        with pytest.raises(symmem.InvalidArgumentError, match="empty"):
+            call("")
+    with pytest.raises(symmem.InvalidArgumentError, match="empty"):
+        symmem.pause("", backup=False)
+    with pytest.raises(symmem.InvalidArgumentError):
+        with symmem.region(""):
+            pass
+    with symmem.Group(unique("empty-tag"), 0, 1) as g:
+        with pytest.raises(symmem.InvalidArgumentError, match="empty"):
+            symmem.pause("", group=g)
+        with pytest.raises(symmem.InvalidArgumentError, match="empty"):
+            symmem.resume("", group=g)
+    assert stats()["paused_bytes.all.current"] == 0
+    assert ctypes.string_at(p, 4) == b"\x42" * 4
+    symmem.free(p)
+
+
+def test_pageable_backup_and_per_pause_choices():
+    pg, kv = unique("pageable"), unique("kv")
+    with symmem.region(pg, backup="pageable"):
+        p = symmem.alloc(MiB)
+    with symmem.region(kv):
+        q = symmem.alloc(MiB)
+    with pytest.raises(ValueError, match="pageable"):
+        with symmem.region(unique("x"), backup="gpu"):
+            pass
+    ctypes.memset(p, 0x61, MiB)
+    ctypes.memset(q, 0x62, MiB)
+    with pytest.raises(symmem.InvalidStateError, match="never paused"):
+        symmem.backup_pointer(p, 16)
+    symmem.pause(pg)
+    host, paused = symmem.backup_pointer(p + 8, 8)
+    assert paused and ctypes.string_at(host, 8) == b"\x61" * 8
+    symmem.pause(kv, backup=True)
+    host, _ = symmem.backup_pointer(q, MiB)
+    assert ctypes.string_at(host + MiB - 2, 2) == b"\x62\x62"
+    symmem.resume(kv)
+    symmem.resume(pg)
+    assert ctypes.string_at(q, 2) == b"\x62\x62" and ctypes.string_at(p + MiB - 1, 1) == b"\x61"
+    symmem.pause(pg, backup=False)
+    with pytest.raises(symmem.InvalidStateError, match="discarded"):
+        symmem.backup_pointer(p, 16)
+    symmem.resume(pg)
+    assert ctypes.string_at(p, 4) == b"\0" * 4
+    symmem.pause(pg)
+    symmem.resume(pg, zero=False)  # the copy is restored all the same
+    assert ctypes.string_at(p, 4) == b"\0" * 4
+    with symmem.Group(unique("no-flags"), 0, 1) as g:
+        with pytest.raises(ValueError, match="group"):
+            symmem.pause(pg, group=g, backup=False)
+        with pytest.raises(ValueError, match="group"):
+            symmem.resume(pg, group=g, zero=False)
+    symmem.free(p)
+    symmem.free(q)
+
+
+def test_default_tag_and_untagged_regions():
+    """A default tag tags what every thread allocates outside regions (also
+    small blocks, which then skip the thread caches); an untagged region
+    opts out; clearing it restores untagged allocations."""
+    tag = unique("default")
+    symmem.set_default_tag(tag, backup=True)
+    try:
+        p = symmem.alloc(4096)
+        got = []
+        t = threading.Thread(target=lambda: got.append(symmem.alloc(4096)))
+        t.start()
+        t.join()
+        with symmem.untagged():
+            u = symmem.alloc(4096)
+        with symmem.region(unique("inner")):
+            with symmem.untagged():
+                u2 = symmem.alloc(4096)
+    finally:
+        symmem.set_default_tag(None)
+    after = symmem.alloc(4096)
+    for q, v in ((p, 1), (got[0], 2), (u, 3), (u2, 4), (after, 5)):
+        ctypes.memset(q, v, 4096)
+    symmem.pause(tag)
+    # The default tag's blocks are paused; the untagged ones stay readable.
+    assert symmem.backup_pointer(p, 4096)[1] and symmem.backup_pointer(got[0], 16)[1]
+    for q, v in ((u, 3), (u2, 4), (after, 5)):
+        assert ctypes.string_at(q, 1) == bytes([v])
+        with pytest.raises(symmem.InvalidStateError, match="no backup"):
+            symmem.backup_pointer(q, 16)
+    symmem.resume(tag)
+    assert ctypes.string_at(p, 1) == b"\1" and ctypes.string_at(got[0] + 4095, 1) == b"\2"
+    with pytest.raises(symmem.InvalidArgumentError):
+        symmem.set_default_tag("")
+    for q in (p, got[0], u, u2, after):
+        symmem.free(q)

@@ -98,6 +98,135 @@ static void test_regions(void) {
   CHECK_EQ(stat_of("segment.all.current"), 0, "every segment released");
 }
 
+/* An empty tag is never "every tag" (that is NULL): an unset string in a
+ * caller's configuration must not pause every tag. Each entry point refuses
+ * it, and nothing is paused. */
+static void test_empty_tag(void) {
+  CHECK_RESULT(symmem_region_begin("c-empty-live", 0), SYMMEM_SUCCESS, "begin c-empty-live");
+  unsigned char *p = symmem_alloc(4096, 0, NULL);
+  CHECK_RESULT(symmem_region_end(), SYMMEM_SUCCESS, "end c-empty-live");
+  CHECK(p != NULL, "an allocation in c-empty-live");
+  memset(p, 0x42, 4096);
+  CHECK_RESULT(symmem_region_begin("", 0), SYMMEM_ERROR_INVALID_ARGUMENT, "symmem_region_begin(\"\")");
+  CHECK_RESULT(symmem_pause(""), SYMMEM_ERROR_INVALID_ARGUMENT, "symmem_pause(\"\")");
+  CHECK(strstr(symmem_last_error_message(), "empty") != NULL, "the error says the tag is empty: %s",
+        symmem_last_error_message());
+  CHECK_EQ(stat_of("paused_bytes.all.current"), 0, "symmem_pause(\"\") paused nothing");
+  CHECK_RESULT(symmem_resume(""), SYMMEM_ERROR_INVALID_ARGUMENT, "symmem_resume(\"\")");
+  symmem_group *g = NULL;
+  CHECK_RESULT(symmem_group_create("c-empty-tag", 0, 1, 0, 10000, &g), SYMMEM_SUCCESS, "a group of one");
+  CHECK_RESULT(symmem_pause_group(g, ""), SYMMEM_ERROR_INVALID_ARGUMENT, "symmem_pause_group(g, \"\")");
+  CHECK(strstr(symmem_last_error_message(), "empty") != NULL, "the group error says the tag is empty");
+  CHECK_RESULT(symmem_resume_group(g, ""), SYMMEM_ERROR_INVALID_ARGUMENT, "symmem_resume_group(g, \"\")");
+  CHECK_EQ(stat_of("paused_bytes.all.current"), 0, "nothing was paused");
+  CHECK(p[0] == 0x42 && p[4095] == 0x42, "the live tag kept its contents");
+  CHECK_RESULT(symmem_group_destroy(g), SYMMEM_SUCCESS, "destroy the group");
+  symmem_free(p, 0, 0, NULL);
+}
+
+/* Pageable backups, per-pause overrides and the host copy's address. */
+static void test_backup_choices(void) {
+  CHECK_RESULT(symmem_region_begin("c-pageable", SYMMEM_REGION_BACKUP_PAGEABLE), SYMMEM_ERROR_INVALID_ARGUMENT,
+               "PAGEABLE without BACKUP");
+  CHECK_RESULT(symmem_region_begin("c-pageable", SYMMEM_REGION_BACKUP | SYMMEM_REGION_BACKUP_PAGEABLE),
+               SYMMEM_SUCCESS, "a region with a pageable backup");
+  unsigned char *pg = symmem_alloc(MiB, 0, NULL);
+  CHECK_RESULT(symmem_region_end(), SYMMEM_SUCCESS, "end c-pageable");
+  CHECK_RESULT(symmem_region_begin("c-pageable", SYMMEM_REGION_BACKUP), SYMMEM_ERROR_INVALID_ARGUMENT,
+               "pinned after pageable: a tag's backup is fixed");
+  CHECK_RESULT(symmem_region_begin("c-nobackup", 0), SYMMEM_SUCCESS, "a region without backup");
+  unsigned char *nb = symmem_alloc(MiB, 0, NULL);
+  CHECK_RESULT(symmem_region_end(), SYMMEM_SUCCESS, "end c-nobackup");
+  CHECK(pg && nb, "allocations");
+  memset(pg, 0x61, MiB);
+  memset(nb, 0x62, MiB);
+
+  void *host = (void *)1;
+  int paused = -1;
+  CHECK_RESULT(symmem_backup_pointer(pg, 16, &host, &paused), SYMMEM_ERROR_INVALID_STATE, "no copy before a pause");
+  CHECK(host == NULL, "*host is NULL on failure");
+  CHECK_RESULT(symmem_backup_pointer(pg, 16, NULL, NULL), SYMMEM_ERROR_INVALID_ARGUMENT, "a NULL host");
+  int local = 0;
+  CHECK_RESULT(symmem_backup_pointer(&local, 4, &host, NULL), SYMMEM_ERROR_INVALID_POINTER, "memory not from libsymmem");
+  CHECK_RESULT(symmem_pause_with("c-pageable", 3), SYMMEM_ERROR_INVALID_ARGUMENT, "DISCARD and KEEP together");
+  CHECK_RESULT(symmem_pause_with("c-pageable", 8), SYMMEM_ERROR_INVALID_ARGUMENT, "unknown pause flags");
+  CHECK_RESULT(symmem_pause_with("", 0), SYMMEM_ERROR_INVALID_ARGUMENT, "symmem_pause_with(\"\")");
+
+  CHECK_RESULT(symmem_pause("c-pageable"), SYMMEM_SUCCESS, "pause c-pageable");
+  CHECK_RESULT(symmem_backup_pointer(pg + 10, 100, &host, &paused), SYMMEM_SUCCESS, "the copy of a paused block");
+  CHECK(paused == 1 && ((unsigned char *)host)[0] == 0x61 && ((unsigned char *)host)[99] == 0x61,
+        "the copy holds the contents, and the segment is paused");
+  CHECK_RESULT(symmem_pause_with("c-nobackup", SYMMEM_PAUSE_KEEP), SYMMEM_SUCCESS, "pause c-nobackup, keeping a copy");
+  CHECK_RESULT(symmem_backup_pointer(nb, MiB, &host, NULL), SYMMEM_SUCCESS, "the kept copy");
+  CHECK(((unsigned char *)host)[MiB - 1] == 0x62, "the kept copy holds the contents");
+  CHECK_RESULT(symmem_resume("c-nobackup"), SYMMEM_SUCCESS, "resume c-nobackup");
+  CHECK_RESULT(symmem_resume("c-pageable"), SYMMEM_SUCCESS, "resume c-pageable");
+  CHECK(pg[0] == 0x61 && pg[MiB - 1] == 0x61, "the pageable copy came back");
+  CHECK(nb[0] == 0x62 && nb[MiB - 1] == 0x62, "the kept copy came back");
+  CHECK_RESULT(symmem_backup_pointer(pg, 16, &host, &paused), SYMMEM_SUCCESS, "the copy stays after a resume");
+  CHECK(paused == 0, "the segment is live");
+
+  CHECK_RESULT(symmem_pause_with("c-pageable", SYMMEM_PAUSE_DISCARD), SYMMEM_SUCCESS, "pause c-pageable, discarding");
+  CHECK_RESULT(symmem_backup_pointer(pg, 16, &host, &paused), SYMMEM_ERROR_INVALID_STATE, "no copy after a discard");
+  CHECK(strstr(symmem_last_error_message(), "discarded") != NULL, "the error says why: %s", symmem_last_error_message());
+  CHECK_RESULT(symmem_resume_with("c-pageable", 2), SYMMEM_ERROR_INVALID_ARGUMENT, "unknown resume flags");
+  CHECK_RESULT(symmem_resume_with("", 0), SYMMEM_ERROR_INVALID_ARGUMENT, "symmem_resume_with(\"\")");
+  CHECK_RESULT(symmem_resume("c-pageable"), SYMMEM_SUCCESS, "resume c-pageable");
+  CHECK(pg[0] == 0 && pg[MiB - 1] == 0, "discarded: zero after the resume");
+  CHECK_RESULT(symmem_pause("c-pageable"), SYMMEM_SUCCESS, "pause c-pageable again");
+  CHECK_RESULT(symmem_resume_with("c-pageable", SYMMEM_RESUME_NO_FILL), SYMMEM_SUCCESS, "resume without fill");
+  CHECK(pg[0] == 0 && pg[MiB - 1] == 0, "the copy is restored whatever the flag");
+  symmem_free(pg, 0, 0, NULL);
+  symmem_free(nb, 0, 0, NULL);
+  CHECK_RESULT(symmem_empty_cache(-1), SYMMEM_SUCCESS, "empty_cache frees the host copies with their segments");
+
+  /* Disk backups: an unlinked file of the backup directory. */
+  CHECK_RESULT(symmem_set_backup_dir(""), SYMMEM_ERROR_INVALID_ARGUMENT, "an empty backup directory");
+  char dir[] = "/tmp/symmem-c-backup-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL, "a scratch directory");
+  CHECK_RESULT(symmem_set_backup_dir(dir), SYMMEM_SUCCESS, "set the backup directory");
+  CHECK_RESULT(symmem_region_begin("c-disk", SYMMEM_REGION_BACKUP_DISK), SYMMEM_ERROR_INVALID_ARGUMENT, "DISK without BACKUP");
+  CHECK_RESULT(symmem_region_begin("c-disk", SYMMEM_REGION_BACKUP | SYMMEM_REGION_BACKUP_DISK | SYMMEM_REGION_BACKUP_PAGEABLE),
+               SYMMEM_ERROR_INVALID_ARGUMENT, "DISK and PAGEABLE");
+  CHECK_RESULT(symmem_region_begin("c-disk", SYMMEM_REGION_BACKUP | SYMMEM_REGION_BACKUP_DISK), SYMMEM_SUCCESS, "a disk region");
+  unsigned char *dk = symmem_alloc(2 * MiB, 0, NULL);
+  CHECK_RESULT(symmem_region_end(), SYMMEM_SUCCESS, "end c-disk");
+  CHECK(dk != NULL, "an allocation");
+  memset(dk, 0x44, 2 * MiB);
+  CHECK_RESULT(symmem_pause("c-disk"), SYMMEM_SUCCESS, "pause c-disk");
+  CHECK(rmdir(dir) == 0, "the backup file is unlinked: the directory is empty");
+  CHECK_RESULT(symmem_resume("c-disk"), SYMMEM_SUCCESS, "resume c-disk");
+  CHECK(dk[0] == 0x44 && dk[2 * MiB - 1] == 0x44, "the disk copy came back");
+  CHECK_RESULT(symmem_set_backup_dir(NULL), SYMMEM_SUCCESS, "back to the default directory");
+  symmem_free(dk, 0, 0, NULL);
+  CHECK_RESULT(symmem_empty_cache(-1), SYMMEM_SUCCESS, "empty_cache");
+
+  /* The default tag and untagged regions. */
+  CHECK_RESULT(symmem_region_begin("c-x", SYMMEM_REGION_UNTAGGED), SYMMEM_ERROR_INVALID_ARGUMENT, "UNTAGGED with a tag");
+  CHECK_RESULT(symmem_region_begin(NULL, SYMMEM_REGION_UNTAGGED | SYMMEM_REGION_BACKUP), SYMMEM_ERROR_INVALID_ARGUMENT,
+               "UNTAGGED with another flag");
+  CHECK_RESULT(symmem_set_default_tag("", 0), SYMMEM_ERROR_INVALID_ARGUMENT, "an empty default tag");
+  CHECK_RESULT(symmem_set_default_tag(NULL, SYMMEM_REGION_BACKUP), SYMMEM_ERROR_INVALID_ARGUMENT, "flags without a tag");
+  CHECK_RESULT(symmem_set_default_tag("c-default", SYMMEM_REGION_BACKUP), SYMMEM_SUCCESS, "a default tag");
+  unsigned char *d = symmem_alloc(512, 0, NULL);
+  CHECK_RESULT(symmem_region_begin(NULL, SYMMEM_REGION_UNTAGGED), SYMMEM_SUCCESS, "an untagged region");
+  unsigned char *u = symmem_alloc(512, 0, NULL);
+  CHECK_RESULT(symmem_region_end(), SYMMEM_SUCCESS, "end the untagged region");
+  CHECK_RESULT(symmem_set_default_tag(NULL, 0), SYMMEM_SUCCESS, "no default tag");
+  CHECK(d && u, "allocations");
+  memset(d, 0x71, 512);
+  memset(u, 0x72, 512);
+  CHECK_RESULT(symmem_pause("c-default"), SYMMEM_SUCCESS, "pause the default tag");
+  CHECK(u[0] == 0x72, "the untagged block stays");
+  CHECK_RESULT(symmem_backup_pointer(d, 512, &host, &paused), SYMMEM_SUCCESS, "the default tag's copy");
+  CHECK(paused == 1 && ((unsigned char *)host)[511] == 0x71, "the default tag's block was paused with its copy");
+  CHECK_RESULT(symmem_resume("c-default"), SYMMEM_SUCCESS, "resume the default tag");
+  CHECK(d[0] == 0x71, "restored");
+  symmem_free(d, 0, 0, NULL);
+  symmem_free(u, 0, 0, NULL);
+  CHECK_RESULT(symmem_empty_cache(-1), SYMMEM_SUCCESS, "empty_cache");
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   symmem_clear_last_error();
@@ -107,5 +236,7 @@ int main(void) {
     return check_summary();
   }
   test_regions();
+  test_empty_tag();
+  test_backup_choices();
   return check_summary();
 }

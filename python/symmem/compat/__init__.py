@@ -1,0 +1,71 @@
+"""Drop-ins: other libraries' pause/resume APIs on libsymmem.
+
+- :mod:`symmem.compat.torch_memory_saver`: torch_memory_saver's API
+  (``torch_memory_saver.region/pause/resume/...``);
+- :mod:`symmem.compat.vllm`: vLLM's sleep-mode allocator
+  (``CuMemAllocator.get_instance().sleep/wake_up/...``).
+
+Both map onto libsymmem's tags, regions and symmem_pause/symmem_resume; see
+docs/dropin.md for every difference.
+
+To run a program written for torch_memory_saver unchanged::
+
+    import symmem.compat
+    symmem.compat.install()          # before the program imports torch_memory_saver
+    import torch_memory_saver        # libsymmem's drop-in
+
+or, for a launcher, ``python -m symmem.compat -- python train.py ...``.
+
+How :func:`install` works: the package ships a shim directory holding a
+``torch_memory_saver`` package that re-exports this drop-in. install() puts
+that directory first on ``sys.path`` (this process) and on ``PYTHONPATH``
+(every subprocess started afterwards, whatever it runs), so both resolve
+``import torch_memory_saver`` to the shim before any installed copy. No
+``sitecustomize`` or ``.pth`` file is written, and nothing outside the
+process's environment changes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Dict, Mapping
+
+__all__ = ["SHIM_DIR", "install", "installed"]
+
+SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim")
+
+
+def _subprocess_env(environ: Mapping[str, str]) -> Dict[str, str]:
+    """The variables that make a subprocess import the drop-in: PYTHONPATH
+    with the shim directory first (and the directory of this symmem package,
+    so the shim finds it)."""
+    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    parts = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in (SHIM_DIR, pkg_root)]
+    return {"PYTHONPATH": os.pathsep.join([SHIM_DIR, pkg_root] + parts)}
+
+
+def installed() -> bool:
+    """Whether ``import torch_memory_saver`` gives libsymmem's drop-in here."""
+    mod = sys.modules.get("torch_memory_saver")
+    if mod is not None:
+        return bool(getattr(mod, "__symmem_dropin__", False))
+    return bool(sys.path) and sys.path[0] == SHIM_DIR
+
+
+def install() -> None:
+    """Make ``import torch_memory_saver`` resolve to libsymmem's drop-in in
+    this process and in the subprocesses it starts from now on.
+
+    Raises RuntimeError if the real torch_memory_saver is already imported
+    here (its allocations could not be paused by libsymmem)."""
+    mod = sys.modules.get("torch_memory_saver")
+    if mod is not None and not getattr(mod, "__symmem_dropin__", False):
+        raise RuntimeError(
+            f"symmem.compat.install(): torch_memory_saver is already imported from {getattr(mod, '__file__', '?')}; "
+            "call install() before the program imports it"
+        )
+    if SHIM_DIR in sys.path:
+        sys.path.remove(SHIM_DIR)
+    sys.path.insert(0, SHIM_DIR)
+    os.environ.update(_subprocess_env(os.environ))

@@ -1,0 +1,163 @@
+"""Where the drop-ins' allocations come from: the thin part that knows torch.
+
+The drop-ins (:mod:`symmem.compat.torch_memory_saver`,
+:mod:`symmem.compat.vllm`) keep their logic (which tags exist, which are
+paused, what a call means) in plain Python over libsymmem's tags, and ask a
+*memory* object for the few things that depend on where the caller's
+tensors come from:
+
+- :class:`TorchMemory`: torch tensors. A tag's allocations go to a
+  ``torch.cuda.MemPool`` of libsymmem (one per tag and device) inside a
+  region of the tag, so torch's caching allocator caches within the tag and
+  libsymmem sees one allocation per segment.
+- :class:`BufferMemory`: libsymmem's own allocations (``symmem.alloc``,
+  ``symmem.empty``) inside a region, no torch: how the logic is tested on
+  the host backend and the stand-in driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import threading
+from typing import Any, Iterator, Optional, Tuple
+
+from .. import tags as _tags
+
+
+class BufferMemory:
+    """Memory from libsymmem directly: regions only, no pools. "Tensors" are
+    objects with ``data_ptr()`` and ``nbytes`` (or ``ptr`` and ``size``:
+    :class:`symmem.Buffer`), always contiguous; CPU copies are ``bytes``
+    (``memoryview`` for zero-copy)."""
+
+    name = "buffers"
+
+    @contextlib.contextmanager
+    def allocation_scope(self, tag: str, backup) -> Iterator[None]:
+        with _tags.region(tag, backup=backup):
+            yield
+
+    @contextlib.contextmanager
+    def graph_scope(self, graph, pool, stream, capture_error_mode, tag: str, backup) -> Iterator[None]:
+        # No graphs without torch: what a capture allocates is tagged as in
+        # allocation_scope, and the graph object is only recorded.
+        with _tags.region(tag, backup=backup):
+            yield
+
+    @contextlib.contextmanager
+    def untagged_scope(self) -> Iterator[None]:
+        with _tags.untagged():
+            yield
+
+    def tensor_memory(self, x) -> Tuple[int, int, bool]:
+        if hasattr(x, "data_ptr"):
+            return int(x.data_ptr()), int(x.nbytes), True
+        return int(x.ptr), int(x.size), True
+
+    def cpu_copy(self, host: int, x, zero_copy: bool):
+        _, n, _ = self.tensor_memory(x)
+        if n == 0:
+            return b""
+        buf = (ctypes.c_uint8 * n).from_address(host)
+        return memoryview(buf).cast("B") if zero_copy else bytes(buf)
+
+    def make_global_allocator(self) -> None:
+        pass  # symmem.alloc is libsymmem already
+
+    def release_cached(self) -> None:
+        pass
+
+    def pool_bytes(self) -> None:
+        return None
+
+
+class TorchMemory:
+    """Memory of torch tensors on CUDA through libsymmem's MemPools."""
+
+    name = "torch"
+
+    def __init__(self) -> None:
+        import torch  # noqa: F401 - fail here, with torch's own message, if missing
+
+        from .. import torch as symmem_torch
+
+        self._torch = torch
+        self._st = symmem_torch
+        self._pools: dict = {}
+        self._lock = threading.Lock()
+
+    def pool(self, tag: str):
+        """The MemPool of tag on the current device (made at first use)."""
+        torch = self._torch
+        key = (tag, torch.cuda.current_device())
+        with self._lock:
+            pool = self._pools.get(key)
+            if pool is None:
+                pool = self._pools[key] = self._st.mem_pool()
+        return pool
+
+    @contextlib.contextmanager
+    def allocation_scope(self, tag: str, backup) -> Iterator[None]:
+        torch = self._torch
+        with torch.cuda.use_mem_pool(self.pool(tag)), _tags.region(tag, backup=backup):
+            yield
+
+    @contextlib.contextmanager
+    def graph_scope(self, graph, pool, stream, capture_error_mode, tag: str, backup) -> Iterator[None]:
+        # The capture's allocations go to the tag's MemPool (unless the
+        # caller shares another graph's pool), inside a region of the tag:
+        # the graph's memory is paused with the tag, and the graph replays
+        # at the same addresses after the resume.
+        torch = self._torch
+        if pool is None:
+            pool = self.pool(tag).id
+        with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode=capture_error_mode):
+            with _tags.region(tag, backup=backup):
+                yield
+
+    @contextlib.contextmanager
+    def untagged_scope(self) -> Iterator[None]:
+        # A fresh pool of the current allocator, as torch_memory_saver's
+        # disable() does, so that the tag's pool does not serve it.
+        torch = self._torch
+        pool = torch.cuda.MemPool()
+        with torch.cuda.use_mem_pool(pool), _tags.untagged():
+            yield
+        del pool
+
+    def tensor_memory(self, x) -> Tuple[int, int, bool]:
+        if not x.is_cuda:
+            raise ValueError(f"expected a CUDA tensor, got one on {x.device}")
+        return int(x.data_ptr()), int(x.numel() * x.element_size()), bool(x.is_contiguous())
+
+    def cpu_copy(self, host: int, x, zero_copy: bool):
+        torch = self._torch
+        n = x.numel() * x.element_size()
+        if n == 0:
+            return torch.empty(x.shape, dtype=x.dtype)
+        raw = torch.frombuffer((ctypes.c_uint8 * n).from_address(host), dtype=torch.uint8)
+        out = raw.view(x.dtype).view(x.shape)
+        return out if zero_copy else out.clone()
+
+    def make_global_allocator(self) -> None:
+        self._st.use_as_global_allocator()
+
+    def release_cached(self) -> None:
+        import gc
+
+        gc.collect()
+        self._torch.cuda.empty_cache()
+
+
+_default: Optional[Any] = None
+_default_lock = threading.Lock()
+
+
+def default_memory():
+    """The memory the drop-ins use unless given one: torch's."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = TorchMemory()
+        return _default

@@ -1,0 +1,226 @@
+"""vLLM's sleep-mode allocator API on libsymmem's tags, pause and resume.
+
+``from symmem.compat.vllm import CuMemAllocator`` in place of
+``from vllm.device_allocator.cumem import CuMemAllocator`` gives the same
+names and meanings (vllm/device_allocator/cumem.py and its ``MemAllocator``
+protocol): ``get_instance()``, ``use_memory_pool(tag=None)``,
+``sleep(offload_tags=None)``, ``discard(tags)``, ``wake_up(tags=None)``,
+``get_current_usage()``. A vLLM tag T is the libsymmem tag "vllm.T": sleep
+is symmem_pause of every live tag (keeping a host copy for the offloaded
+ones, discarding the others), wake_up is symmem_resume. :func:`register`
+is a ``vllm.general_plugins`` entry point that registers the sleep-mode
+backend "symmem" where vLLM has sleep-mode backends, and with
+SYMMEM_VLLM_ALLOCATOR=1 makes vLLM's own ``CuMemAllocator.get_instance()``
+return this one (vLLM unchanged).
+
+Differences from vLLM (each an error or a line of docs/dropin.md):
+
+- Tags are 1 to 59 characters of letters, digits, '.', '_', '-'; "" is an
+  error.
+- After wake_up, discarded memory reads zero (vLLM leaves it undefined).
+- Tags named in ``CuMemAllocator.offload_ahead`` (default: "weights", what
+  vLLM's level-1 sleep offloads) pin their host copy when their memory is
+  allocated, in the background, so the first sleep runs at copy speed; other
+  offloaded tags pin at their first sleep. Host copies are kept for later
+  cycles (vLLM frees them at wake_up).
+- Allocating in a tag while it sleeps raises.
+- ``use_cudagraph_pool`` / ``release_cudagraph_pool`` raise
+  NotImplementedError: capture graphs inside ``use_memory_pool`` instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from typing import Dict, Iterable, Iterator, Optional, Set, Tuple, Union
+
+from .. import tags as _tags
+from ..errors import InvalidArgumentError, Result
+
+__all__ = ["CuMemAllocator", "SymmemSleepBackend", "register"]
+
+_PREFIX = "vllm."
+_MAX_TAG = 64 - len(_PREFIX)
+_TAG_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def _as_tuple(tags: Union[str, Iterable[str]]) -> Tuple[str, ...]:
+    if isinstance(tags, str):
+        return (tags,)
+    return tuple(tags)
+
+
+class CuMemAllocator:
+    """vLLM's ``CuMemAllocator`` on libsymmem (a singleton: use
+    :meth:`get_instance`)."""
+
+    instance: "Optional[CuMemAllocator]" = None
+    default_tag: str = "default"
+    offload_ahead: Tuple[str, ...] = ("weights",)
+    _instance_lock = threading.Lock()
+
+    @staticmethod
+    def get_instance() -> "CuMemAllocator":
+        with CuMemAllocator._instance_lock:
+            if CuMemAllocator.instance is None:
+                CuMemAllocator.instance = CuMemAllocator()
+            return CuMemAllocator.instance
+
+    def __init__(self, memory=None):
+        self._memory = memory
+        self._lock = threading.RLock()
+        self._tags: Dict[str, bool] = {}  # vLLM tag -> pinned ahead (the libsymmem tag's backup)
+        self._asleep: Set[str] = set()
+        self.current_tag: str = CuMemAllocator.default_tag
+
+    def _mem(self):
+        if self._memory is None:
+            from ._memory import default_memory
+
+            self._memory = default_memory()
+        return self._memory
+
+    def _name(self, tag: str) -> str:
+        if not isinstance(tag, str):
+            raise TypeError(f"tag must be a str, not {type(tag).__name__}")
+        if tag == "":
+            raise InvalidArgumentError(Result.INVALID_ARGUMENT, "CuMemAllocator: the tag is the empty string; libsymmem's drop-in refuses it")
+        if len(tag) > _MAX_TAG or not _TAG_CHARS.match(tag):
+            raise InvalidArgumentError(Result.INVALID_ARGUMENT, f"CuMemAllocator: tag {tag!r}: libsymmem's drop-in takes tags of 1 to {_MAX_TAG} letters, digits, '.', '_', '-'")
+        return _PREFIX + tag
+
+    @contextlib.contextmanager
+    def use_memory_pool(self, tag: Optional[str] = None) -> Iterator[None]:
+        """Allocations of this thread inside the block go to the pool of
+        ``tag`` (default "default") and sleep with it."""
+        if tag is None:
+            tag = CuMemAllocator.default_tag
+        name = self._name(tag)
+        with self._lock:
+            ahead = self._tags.setdefault(tag, tag in self.offload_ahead)
+        old = self.current_tag
+        self.current_tag = tag
+        try:
+            with self._mem().allocation_scope(name, "pinned" if ahead else False):
+                yield
+        finally:
+            self.current_tag = old
+
+    def sleep(self, offload_tags: Union[Tuple[str, ...], str, None] = None) -> None:
+        """Release every awake tag's memory: tags in ``offload_tags`` (default
+        ("default",)) keep a host copy, the others are discarded. Tags
+        already asleep keep what their sleep decided."""
+        offload = (CuMemAllocator.default_tag,) if offload_tags is None else _as_tuple(offload_tags)
+        with self._lock:
+            for tag in sorted(self._tags):
+                if tag in self._asleep:
+                    continue
+                _tags.pause(self._name(tag), backup=tag in offload)
+                self._asleep.add(tag)
+        self._mem().release_cached()
+
+    def discard(self, tags: Union[Tuple[str, ...], str]) -> None:
+        """Release the memory of the awake ``tags`` without keeping it."""
+        with self._lock:
+            for tag in sorted(set(_as_tuple(tags))):
+                if tag not in self._tags or tag in self._asleep:
+                    continue
+                _tags.pause(self._name(tag), backup=False)
+                self._asleep.add(tag)
+
+    def wake_up(self, tags: Optional[Iterable[str]] = None) -> None:
+        """Take back the memory of the sleeping ``tags`` (None: every tag) at
+        the same addresses: offloaded contents restored, the rest zero."""
+        want = None if tags is None else set(_as_tuple(tags))
+        with self._lock:
+            for tag in sorted(self._asleep):
+                if want is not None and tag not in want:
+                    continue
+                _tags.resume(self._name(tag))
+                self._asleep.discard(tag)
+
+    def get_current_usage(self) -> int:
+        """Bytes of device memory in the pools of every tag, awake or
+        asleep (the size of what the tags hold when awake)."""
+        with self._lock:
+            return sum(sum(_tags.tag_bytes(self._name(tag))) for tag in self._tags)
+
+    def use_cudagraph_pool(self, pool=None):
+        raise NotImplementedError("CuMemAllocator.use_cudagraph_pool: not in libsymmem's drop-in; capture CUDA graphs inside use_memory_pool(tag)")
+
+    def release_cudagraph_pool(self, pool) -> None:
+        raise NotImplementedError("CuMemAllocator.release_cudagraph_pool: not in libsymmem's drop-in")
+
+
+class SymmemSleepBackend:
+    """vLLM's sleep-mode backend interface (suspend, resume, discard) on
+    :class:`CuMemAllocator`; level 1 offloads "weights", level 2 discards
+    everything."""
+
+    def __init__(self) -> None:
+        self._state = "RUNNING"
+
+    def suspend(self, level: int = 1) -> None:
+        self._state = "SUSPENDED"
+        CuMemAllocator.get_instance().sleep(offload_tags=("weights",) if level == 1 else tuple())
+
+    def resume(self, tags=None) -> None:
+        self._state = "RESUMING"
+        CuMemAllocator.get_instance().wake_up(tags)
+        self._state = "RUNNING"
+
+    def discard(self, tags) -> None:
+        CuMemAllocator.get_instance().discard(tags)
+        self._state = "SUSPENDED"
+
+    def state(self) -> str:
+        return self._state
+
+    @classmethod
+    def is_supported(cls) -> bool:
+        return True
+
+    @classmethod
+    def preserves_communicators(cls) -> bool:
+        return True
+
+    @classmethod
+    def preserves_compiled_artifacts(cls) -> bool:
+        return True
+
+    @classmethod
+    def preserves_graphs_with_communicators(cls) -> bool:
+        return False
+
+    @classmethod
+    def supports_durable_storage(cls) -> bool:
+        return False
+
+
+def register() -> bool:
+    """The ``vllm.general_plugins`` entry point: registers the sleep-mode
+    backend "symmem" with vLLM's SleepModeBackendFactory where vLLM has one.
+    With SYMMEM_VLLM_ALLOCATOR=1 it also makes vLLM's own
+    ``CuMemAllocator.get_instance()`` (and so ``get_mem_allocator_instance()``)
+    return this module's allocator, so that vLLM's worker allocates and
+    sleeps through libsymmem without any change. Returns whether vLLM was
+    found."""
+    import os
+
+    try:
+        import vllm.device_allocator.cumem as cumem
+    except ImportError:
+        return False
+    try:
+        from vllm.device_allocator.sleep_mode_backend import SleepModeBackendFactory
+    except ImportError:
+        SleepModeBackendFactory = None
+    if SleepModeBackendFactory is not None and "symmem" not in getattr(SleepModeBackendFactory, "_registry", {}):
+        SleepModeBackendFactory.register_backend("symmem", __name__, "SymmemSleepBackend")
+    flag = os.environ.get("SYMMEM_VLLM_ALLOCATOR", "").lower()
+    if flag in ("1", "true", "yes", "on"):
+        cumem.CuMemAllocator.get_instance = staticmethod(CuMemAllocator.get_instance)
+    elif flag not in ("", "0", "false", "no", "off"):
+        raise ValueError(f"SYMMEM_VLLM_ALLOCATOR={flag!r}: expected 1/true/yes/on or 0/false/no/off")
+    return True

@@ -1,0 +1,607 @@
+"""The drop-ins (symmem.compat) on the host backend and the stand-in driver,
+without torch: torch_memory_saver's and vLLM's names with their meanings,
+every misuse, install() and ``python -m symmem.compat`` in subprocesses.
+The "tensors" are libsymmem allocations (BufferMemory); python/tests/gpu
+runs the same programs with torch tensors."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+import symmem
+import symmem.compat
+from symmem.compat import vllm as compat_vllm
+from symmem.compat._memory import BufferMemory
+from symmem.compat.torch_memory_saver import TorchMemorySaver
+
+ON_FAKE = symmem.backend_name() == "cuda" and "fake" in os.environ.get("SYMMEM_LIBCUDA", "")
+pytestmark = pytest.mark.skipif(
+    symmem.backend_name() != "host" and not ON_FAKE, reason="CPU-addressable backends only (python/tests/gpu covers GPUs)"
+)
+
+MiB = 1 << 20
+PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Tensor:
+    """A stand-in for a torch tensor: a libsymmem allocation of n bytes."""
+
+    def __init__(self, n: int, fill: int):
+        self.ptr = symmem.alloc(n)
+        self.nbytes = n
+        ctypes.memset(self.ptr, fill, n)
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+    def read(self, off: int = 0, n: int = 1) -> bytes:
+        return ctypes.string_at(self.ptr + off, n)
+
+    def all(self, value: int) -> bool:
+        return ctypes.string_at(self.ptr, self.nbytes) == bytes([value]) * self.nbytes
+
+
+_count = [0]
+
+
+def unique(base: str) -> str:
+    _count[0] += 1
+    return f"{base}{os.getpid()}-{_count[0]}"
+
+
+@pytest.fixture
+def saver():
+    return TorchMemorySaver(memory=BufferMemory())
+
+
+def paused_bytes(saver_tag: str, kind: str = "") -> int:
+    return symmem.tag_bytes("tms." + saver_tag + kind)[1]
+
+
+# -- torch_memory_saver ------------------------------------------------------
+
+
+def test_region_pause_resume_keeps_addresses_and_zeroes(saver):
+    tag = unique("kv")
+    with saver.region(tag=tag):
+        x = Tensor(3 * MiB, 0x64)
+    addr = x.ptr
+    saver.pause(tag)
+    assert paused_bytes(tag) >= 3 * MiB, "the physical memory was released"
+    saver.resume(tag)
+    assert x.ptr == addr and x.all(0), "same address; without backup the contents are zero"
+
+
+def test_cpu_backup_pinned_and_mmap(saver):
+    for backend in (None, "pinned", "mmap"):
+        tag = unique("w")
+        with saver.region(tag=tag, enable_cpu_backup=True, cpu_backup_backend=backend):
+            x = Tensor(2 * MiB + 5, 42)
+        saver.pause(tag)
+        kind = ".mmap" if backend == "mmap" else ".cpu"
+        assert paused_bytes(tag, kind) >= 2 * MiB
+        copy = saver.get_cpu_backup(x)
+        assert copy == bytes([42]) * x.nbytes, "get_cpu_backup of a paused tensor is its contents"
+        view = saver.get_cpu_backup(x, zero_copy=True)
+        assert isinstance(view, memoryview) and view[x.nbytes - 1] == 42
+        saver.resume(tag)
+        assert x.all(42), f"backend {backend}: the contents survived"
+        assert saver.get_cpu_backup(x) is None, "a live tensor without retain_cpu_backup: None"
+        saver.retain_cpu_backup = True
+        assert saver.retain_cpu_backup is True
+        ctypes.memset(x.ptr, 7, 1)
+        assert saver.get_cpu_backup(x)[0] == 42, "retained: the last pause's copy"
+        saver.retain_cpu_backup = False
+
+
+def test_cpu_backup_backend_arguments(saver):
+    with pytest.raises(ValueError, match="requires enable_cpu_backup"):
+        with saver.region(tag=unique("a"), cpu_backup_backend="mmap"):
+            pass
+    with pytest.raises(ValueError, match="'pinned', 'mmap'"):
+        with saver.region(tag=unique("a"), enable_cpu_backup=True, cpu_backup_backend="gpu"):
+            pass
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        with saver.region(tag=unique("a"), enable_cpu_backup=True, enable_disk_backup=True):
+            pass
+
+
+def test_multiple_tags_pause_independently(saver):
+    t1, t2 = unique("type1"), unique("type2")
+    with saver.region(tag=t1, enable_cpu_backup=True):
+        a = Tensor(MiB, 1)
+    with saver.region(tag=t2, enable_cpu_backup=True):
+        b = Tensor(MiB, 2)
+    saver.pause(t1)
+    assert b.all(2), "type2 stays live while type1 is paused"
+    saver.pause(t2)
+    saver.resume(t2)
+    assert b.all(2)
+    saver.resume(t1)
+    assert a.all(1)
+    saver.pause()
+    saver.resume()
+    assert a.all(1) and b.all(2)
+
+
+def test_one_tag_with_and_without_backup(saver):
+    tag = unique("mixed")
+    with saver.region(tag=tag, enable_cpu_backup=True):
+        kept = Tensor(MiB, 9)
+    with saver.region(tag=tag):
+        dropped = Tensor(MiB, 8)
+    saver.pause(tag)
+    saver.resume(tag)
+    assert kept.all(9) and dropped.all(0)
+
+
+def test_nested_regions_of_different_tags(saver):
+    outer, inner = unique("outer"), unique("inner")
+    with saver.region(tag=outer, enable_cpu_backup=True):
+        a = Tensor(MiB, 1)
+        with saver.region(tag=inner):
+            b = Tensor(MiB, 2)
+        c = Tensor(MiB, 3)
+    saver.pause(inner)
+    assert a.all(1) and c.all(3), "the outer tag's allocations, before and after the inner region, stay"
+    saver.resume(inner)
+    assert b.all(0), "the inner region's allocation belonged to the inner tag"
+    saver.pause(outer)
+    saver.resume(outer)
+    assert a.all(1) and c.all(3)
+
+
+def test_misuse(saver):
+    tag = unique("m")
+    with saver.region(tag=tag):
+        x = Tensor(MiB, 5)
+    # Unknown tags: nothing to do, as in torch_memory_saver.
+    saver.pause(unique("never"))
+    saver.resume(unique("never"))
+    assert x.all(5)
+    # The empty tag is refused everywhere (it is not "every tag").
+    for call in (saver.pause, saver.resume):
+        with pytest.raises(symmem.InvalidArgumentError, match="empty"):
+            call("")
+    with pytest.raises(symmem.InvalidArgumentError, match="empty"):
+        with saver.region(tag=""):
+            pass
+    with pytest.raises(symmem.InvalidArgumentError, match="letters"):
+        with saver.region(tag="kv cache"):
+            pass
+    with pytest.raises(symmem.InvalidStateError, match="not paused"):
+        saver.resume(tag)
+    saver.pause(tag)
+    with pytest.raises(symmem.InvalidStateError, match="already paused"):
+        saver.pause(tag)
+    with pytest.raises(symmem.InvalidStateError, match="already paused"):
+        saver.pause()
+    with pytest.raises(symmem.InvalidStateError, match="no CPU copy"):
+        saver.get_cpu_backup(x)
+    with pytest.raises(symmem.InvalidStateError):
+        with saver.region(tag=tag):
+            symmem.alloc(64)  # allocating in a paused tag
+    saver.resume(tag)
+    with pytest.raises(symmem.InvalidStateError, match="not paused"):
+        saver.resume(tag)  # resume twice
+    assert saver.get_cpu_backup(x) is None
+    with pytest.raises(symmem.InvalidPointerError):
+        saver.get_cpu_backup(_Foreign())  # memory libsymmem did not allocate
+
+
+class _Foreign:
+    nbytes = 16
+
+    def __init__(self):
+        self._buf = ctypes.create_string_buffer(16)
+
+    def data_ptr(self):
+        return ctypes.addressof(self._buf)
+
+
+def test_disable(saver):
+    with pytest.raises(symmem.InvalidStateError, match="inside a region"):
+        with saver.disable():
+            pass
+    tag = unique("d")
+    with saver.region(tag=tag):
+        a = Tensor(MiB, 1)
+        with saver.disable():
+            b = Tensor(MiB, 2)
+            with saver.region(tag=tag):
+                c = Tensor(MiB, 3)
+        d = Tensor(MiB, 4)
+    saver.pause(tag)
+    assert b.all(2), "allocations inside disable() are not pauseable"
+    saver.resume(tag)
+    assert a.all(0) and c.all(0) and d.all(0)
+
+
+def test_disable_is_per_thread(saver):
+    tag = unique("t")
+    got = {}
+    with saver.region(tag=tag):
+
+        def other():
+            try:
+                with saver.disable():
+                    pass
+            except symmem.InvalidStateError as e:
+                got["err"] = e
+
+        th = threading.Thread(target=other)
+        th.start()
+        th.join()
+    assert "err" in got, "a region on one thread does not open one on another"
+
+
+def test_cuda_graph_tags_the_capture(saver):
+    tag = unique("graph")
+    graph = object()
+    with saver.cuda_graph(graph, tag=tag, enable_cpu_backup=True):
+        x = Tensor(MiB, 6)
+    saver.pause(tag)
+    assert paused_bytes(tag, ".cpu") >= MiB
+    saver.resume(tag)
+    assert x.all(6)
+    with pytest.raises(ValueError, match="requires enable_cpu_backup"):
+        with saver.cuda_graph(graph, tag=tag, cpu_backup_backend="pinned"):
+            pass
+
+
+def test_configuration_names(saver):
+    assert saver.enabled is True
+    for mode in ("preload", "torch"):
+        saver.hook_mode = mode
+    with pytest.raises(ValueError, match="hook_mode"):
+        saver.hook_mode = "ld_preload"
+    with pytest.raises(AttributeError):
+        saver.hook_mode
+    saver.memory_margin_bytes = 0
+    with pytest.raises(NotImplementedError, match="set_memory_limit"):
+        saver.memory_margin_bytes = 1 << 30
+    with pytest.raises(NotImplementedError, match="setter"):
+        saver.memory_margin_bytes
+
+
+def test_disk_backup(saver, tmp_path):
+    d = tmp_path / "a" / "b"
+    saver.set_disk_backup_dir(str(d))
+    assert d.is_dir()
+    try:
+        tag = unique("disk")
+        with saver.region(tag=tag, enable_disk_backup=True):
+            x = Tensor(2 * MiB, 0x2d)
+        saver.pause(tag)
+        assert paused_bytes(tag, ".disk") >= 2 * MiB
+        assert saver.get_cpu_backup(x)[:4] == b"\x2d" * 4, "the copy, read from the file"
+        assert list(d.iterdir()) == [], "the backup file is unlinked"
+        saver.resume(tag)
+        assert x.all(0x2d)
+    finally:
+        symmem.set_backup_dir(None)
+
+
+def test_module_names():
+    from symmem.compat import torch_memory_saver as m
+
+    assert isinstance(m.torch_memory_saver, m.TorchMemorySaver)
+    with m.configure_subprocess():
+        assert os.environ["PYTHONPATH"].split(os.pathsep)[0] == symmem.compat.SHIM_DIR
+    assert os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != symmem.compat.SHIM_DIR
+
+
+def _run(code: str, env_extra=None, argv=None):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PYTHON_DIR
+    env.update(env_extra or {})
+    cmd = argv or [sys.executable, "-c", textwrap.dedent(code)]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return p.stdout
+
+
+CHILD = """
+import torch_memory_saver as t
+assert t.__symmem_dropin__, t.__file__
+from torch_memory_saver import torch_memory_saver, TorchMemorySaver, configure_subprocess
+print("child", type(torch_memory_saver).__module__)
+"""
+
+
+def test_install_reaches_this_process_and_subprocesses():
+    out = _run(
+        f"""
+        import subprocess, sys
+        import symmem.compat
+        symmem.compat.install()
+        assert symmem.compat.installed()
+        import torch_memory_saver
+        assert torch_memory_saver.__symmem_dropin__
+        print("parent", type(torch_memory_saver.torch_memory_saver).__module__)
+        subprocess.run([sys.executable, "-c", {CHILD!r}], check=True)
+        """
+    )
+    assert "parent symmem.compat.torch_memory_saver" in out
+    assert "child symmem.compat.torch_memory_saver" in out
+
+
+def test_install_refuses_after_the_real_one():
+    _run(
+        """
+        import sys, types
+        sys.modules["torch_memory_saver"] = types.ModuleType("torch_memory_saver")
+        import symmem.compat
+        try:
+            symmem.compat.install()
+        except RuntimeError as e:
+            assert "already imported" in str(e)
+        else:
+            raise SystemExit("install() accepted a real torch_memory_saver")
+        """
+    )
+
+
+def test_python_m_symmem_compat_runs_an_unchanged_program(tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text(
+        textwrap.dedent(
+            """
+            import ctypes, symmem
+            from symmem.compat._memory import BufferMemory
+            from torch_memory_saver import torch_memory_saver
+            torch_memory_saver._memory = BufferMemory()
+            with torch_memory_saver.region(enable_cpu_backup=True):
+                p = symmem.alloc(1 << 20)
+            ctypes.memset(p, 0x3c, 1 << 20)
+            torch_memory_saver.pause()
+            torch_memory_saver.resume()
+            assert ctypes.string_at(p + 12345, 1) == b"\\x3c"
+            print("ok")
+            """
+        )
+    )
+    out = _run("", argv=[sys.executable, "-m", "symmem.compat", "--", sys.executable, str(prog)])
+    assert out.strip() == "ok"
+
+
+def test_tms_init_enable_makes_every_allocation_pauseable():
+    out = _run(
+        """
+        import ctypes, symmem
+        from symmem.compat._memory import BufferMemory
+        from symmem.compat.torch_memory_saver import TorchMemorySaver
+        s = TorchMemorySaver(memory=BufferMemory())
+        s._ensure_initialized()
+        p = symmem.alloc(1 << 20)            # no region: the default tag
+        ctypes.memset(p, 0x21, 1 << 20)
+        with s.disable():
+            q = symmem.alloc(4096)           # not pauseable
+        ctypes.memset(q, 0x22, 4096)
+        with s.region(tag="grad", enable_cpu_backup=False):
+            g = symmem.alloc(1 << 20)
+        ctypes.memset(g, 0x23, 1 << 20)
+        s.pause()
+        assert ctypes.string_at(q, 1) == b"\\x22"
+        assert symmem.tag_bytes("tms.default.cpu")[1] >= 1 << 20
+        s.resume()
+        assert ctypes.string_at(p + 100, 1) == b"\\x21", "with CPU backup"
+        assert ctypes.string_at(g, 1) == b"\\0", "the nested region without backup"
+        print("ok")
+        """,
+        env_extra={"TMS_INIT_ENABLE": "1", "TMS_INIT_ENABLE_CPU_BACKUP": "1"},
+    )
+    assert out.strip() == "ok"
+
+
+def test_tms_init_enable_disk_backup(tmp_path):
+    out = _run(
+        """
+        import ctypes, os, symmem
+        from symmem.compat._memory import BufferMemory
+        from symmem.compat.torch_memory_saver import TorchMemorySaver
+        s = TorchMemorySaver(memory=BufferMemory())
+        s._ensure_initialized()
+        p = symmem.alloc(1 << 20)
+        ctypes.memset(p, 0x31, 1 << 20)
+        s.pause()
+        assert symmem.tag_bytes("tms.default.disk")[1] >= 1 << 20
+        s.resume()
+        assert ctypes.string_at(p + 7, 1) == b"\\x31"
+        print("ok")
+        """,
+        env_extra={"TMS_INIT_ENABLE": "1", "TMS_INIT_ENABLE_DISK_BACKUP": "1", "TMS_DISK_BACKUP_DIR": str(tmp_path / "d")},
+    )
+    assert out.strip() == "ok"
+
+
+def test_tms_init_cpu_backup_backend_is_checked():
+    _run(
+        """
+        from symmem.compat._memory import BufferMemory
+        from symmem.compat.torch_memory_saver import TorchMemorySaver
+        try:
+            TorchMemorySaver(memory=BufferMemory())._ensure_initialized()
+        except ValueError as e:
+            assert "TMS_INIT_CPU_BACKUP_BACKEND" in str(e)
+        else:
+            raise SystemExit("a bad backend was accepted")
+        """,
+        env_extra={"TMS_INIT_CPU_BACKUP_BACKEND": "disk"},
+    )
+
+
+# -- vLLM ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def allocator():
+    return compat_vllm.CuMemAllocator(memory=BufferMemory())
+
+
+def vtags(*names):
+    return [unique(n) for n in names]
+
+
+def test_vllm_sleep_offloads_and_discards(allocator):
+    weights, kv = vtags("weights", "kv")
+    with allocator.use_memory_pool(tag=weights):
+        assert allocator.current_tag == weights
+        w = Tensor(3 * MiB, 0x11)
+    with allocator.use_memory_pool(tag=kv):
+        k = Tensor(5 * MiB, 0x22)
+    assert allocator.current_tag == "default"
+    usage = allocator.get_current_usage()
+    assert usage >= 8 * MiB
+    allocator.sleep(offload_tags=(weights,))
+    assert symmem.tag_bytes("vllm." + weights)[1] >= 3 * MiB and symmem.tag_bytes("vllm." + kv)[0] == 0
+    assert allocator.get_current_usage() == usage, "usage counts sleeping pools too"
+    allocator.sleep(offload_tags=(weights,))  # already asleep: nothing to do
+    allocator.wake_up(tags=[weights])
+    assert w.all(0x11) and symmem.tag_bytes("vllm." + kv)[1] >= 5 * MiB, "only the tags asked for"
+    allocator.wake_up()
+    assert k.all(0), "discarded: zero after wake_up"
+    allocator.wake_up()  # nothing asleep: nothing to do
+
+
+def test_vllm_defaults_and_discard(allocator):
+    (other,) = vtags("other")
+    with allocator.use_memory_pool():
+        d = Tensor(MiB, 0x33)
+    with allocator.use_memory_pool(other):
+        o = Tensor(MiB, 0x44)
+    allocator.discard(other)
+    assert symmem.tag_bytes("vllm." + other)[1] >= MiB
+    allocator.sleep()  # offloads "default"
+    allocator.wake_up()
+    assert d.all(0x33) and o.all(0)
+    allocator.discard(("default", "never-used"))
+    allocator.wake_up(["default"])
+    assert d.all(0)
+
+
+def test_vllm_offload_ahead_tags_get_pinned_backup(allocator):
+    allocator.offload_ahead = ("weights",)
+    with allocator.use_memory_pool("weights"):
+        w = Tensor(MiB, 0x55)
+    allocator.sleep(offload_tags="weights")
+    allocator.wake_up()
+    assert w.all(0x55)
+    allocator.sleep(offload_tags=())  # a pinned-ahead tag can still be discarded
+    allocator.wake_up()
+    assert w.all(0)
+
+
+def test_vllm_misuse(allocator):
+    with pytest.raises(symmem.InvalidArgumentError, match="empty"):
+        with allocator.use_memory_pool(""):
+            pass
+    with pytest.raises(TypeError):
+        with allocator.use_memory_pool(3):
+            pass
+    with pytest.raises(NotImplementedError, match="use_memory_pool"):
+        allocator.use_cudagraph_pool(None)
+    with pytest.raises(NotImplementedError):
+        allocator.release_cudagraph_pool(None)
+    (tag,) = vtags("t")
+    with allocator.use_memory_pool(tag):
+        Tensor(MiB, 1)
+    allocator.sleep()
+    with pytest.raises(symmem.InvalidStateError):
+        with allocator.use_memory_pool(tag):
+            symmem.alloc(64)
+    allocator.wake_up()
+
+
+def _fake_vllm(monkeypatch):
+    """A stand-in for vLLM's modules that the plugin touches."""
+    import types
+
+    vllm_mod = types.ModuleType("vllm")
+    da = types.ModuleType("vllm.device_allocator")
+    cumem = types.ModuleType("vllm.device_allocator.cumem")
+    smb = types.ModuleType("vllm.device_allocator.sleep_mode_backend")
+
+    class TheirAllocator:
+        @staticmethod
+        def get_instance():
+            return "vllm's own"
+
+    class Factory:
+        _registry = {}
+
+        @classmethod
+        def register_backend(cls, name, module_path, class_name):
+            if name in cls._registry:
+                raise ValueError(f"{name} is already registered")
+            cls._registry[name] = (module_path, class_name)
+
+    cumem.CuMemAllocator = TheirAllocator
+    smb.SleepModeBackendFactory = Factory
+    vllm_mod.device_allocator = da
+    da.cumem, da.sleep_mode_backend = cumem, smb
+    for name, mod in (("vllm", vllm_mod), ("vllm.device_allocator", da), ("vllm.device_allocator.cumem", cumem),
+                      ("vllm.device_allocator.sleep_mode_backend", smb)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    return TheirAllocator, Factory
+
+
+def test_vllm_plugin_registers_the_backend(monkeypatch):
+    theirs, factory = _fake_vllm(monkeypatch)
+    monkeypatch.delenv("SYMMEM_VLLM_ALLOCATOR", raising=False)
+    assert compat_vllm.register() is True
+    assert factory._registry["symmem"] == ("symmem.compat.vllm", "SymmemSleepBackend")
+    assert compat_vllm.register() is True, "a second load registers nothing twice"
+    assert theirs.get_instance() == "vllm's own", "vLLM's allocator is left alone by default"
+    monkeypatch.setenv("SYMMEM_VLLM_ALLOCATOR", "1")
+    inst = compat_vllm.CuMemAllocator(memory=BufferMemory())
+    monkeypatch.setattr(compat_vllm.CuMemAllocator, "instance", inst)
+    monkeypatch.setattr(theirs, "get_instance", theirs.get_instance)  # undone after the test
+    assert compat_vllm.register() is True
+    assert theirs.get_instance() is inst, "SYMMEM_VLLM_ALLOCATOR=1: vLLM's get_instance gives libsymmem's"
+    monkeypatch.setenv("SYMMEM_VLLM_ALLOCATOR", "maybe")
+    with pytest.raises(ValueError, match="SYMMEM_VLLM_ALLOCATOR"):
+        compat_vllm.register()
+
+
+def test_vllm_singleton_backend_and_plugin(monkeypatch):
+    inst = compat_vllm.CuMemAllocator(memory=BufferMemory())
+    monkeypatch.setattr(compat_vllm.CuMemAllocator, "instance", inst)
+    assert compat_vllm.CuMemAllocator.get_instance() is inst
+    with inst.use_memory_pool("weights"):
+        w = Tensor(MiB, 0x66)
+    (kv,) = vtags("kv")
+    with inst.use_memory_pool(kv):
+        k = Tensor(MiB, 0x77)
+    backend = compat_vllm.SymmemSleepBackend()
+    backend.suspend(level=1)
+    assert backend.state() == "SUSPENDED"
+    backend.resume()
+    assert backend.state() == "RUNNING" and w.all(0x66) and k.all(0)
+    backend.suspend(level=2)
+    backend.resume(["weights"])
+    assert w.all(0)
+    backend.resume()
+    monkeypatch.setitem(sys.modules, "vllm", None)  # no vLLM: the plugin does nothing
+    assert compat_vllm.register() is False
+
+
+def test_entry_point_is_declared():
+    root = os.path.dirname(PYTHON_DIR)
+    with open(os.path.join(root, "pyproject.toml")) as f:
+        text = f.read()
+    assert '[project.entry-points."vllm.general_plugins"]' in text
+    assert 'symmem = "symmem.compat.vllm:register"' in text
+    sys.path.insert(0, os.path.join(root, "buildsys"))
+    try:
+        import symmem_build
+    finally:
+        sys.path.pop(0)
+    assert symmem_build.ENTRY_POINTS == "[vllm.general_plugins]\nsymmem = symmem.compat.vllm:register\n", "the wheel carries it"
