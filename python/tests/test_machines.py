@@ -2,14 +2,12 @@
 rank claims a machine with SYMMEM_MACHINE_ID and has that machine's socket
 directory. Layouts: 2 x 2 ranks and 3 x 1.
 
-The tests over the NCCL stand-in that run collectives, barriers and remote
-signals need a stand-in with typed collectives, ncclCommSplit and the 2.29
-one-sided signals; they are skipped when the loaded stand-in lacks
-ncclCommSplit (see ``needs_engine``)."""
+Over the NCCL stand-in, collectives, barriers and remote signals cross the
+imitated machines through its typed collectives and 2.29 one-sided
+signals."""
 
 from __future__ import annotations
 
-import ctypes
 import os
 import uuid
 
@@ -27,23 +25,6 @@ FAKE228 = str(REPO_DIR / "build" / "libnccl_fake_228.so")
 LAYOUTS = {"2x2": [0, 0, 1, 1], "3x1": [0, 1, 2]}
 
 pytestmark = pytest.mark.usefixtures("symmetric")
-
-
-def _stand_in_has_engine(path: str) -> bool:
-    """Whether the NCCL stand-in at path has what collectives across
-    machines need (ncclCommSplit comes with its typed collectives)."""
-    if not os.path.isfile(path):
-        return False
-    try:
-        return hasattr(ctypes.CDLL(path), "ncclCommSplit")
-    except OSError:
-        return False
-
-
-needs_engine = pytest.mark.skipif(
-    not _stand_in_has_engine(FAKE),
-    reason="the NCCL stand-in lacks ncclCommSplit and typed collectives (cuda/testdata/fakenccl.c of the engine work)",
-)
 
 
 def job(prefix: str) -> str:
@@ -110,7 +91,6 @@ def test_nccl_group_spans_machines(fake_nccl, tmp_path, layout):
     assert all(info["window"] for info in infos)
 
 
-@needs_engine
 @pytest.mark.skipif(symmem.backend_name() == "cuda" and not os.environ.get("SYMMEM_LIBCUDA"),
                     reason="the NCCL stand-in works on host memory")
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
