@@ -124,7 +124,7 @@ def rank_env(rank, layout, base, socket_root, port, gpus, smoke=False):
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
         "SYMMEM_MACHINE_ID": f"imitated-machine-{machine}",
         "SYMMEM_SOCKET_DIR": os.path.join(socket_root, f"machine-{machine}"),
-        "SYMMEM_BENCH_DEVICE": str(rank % max(gpus, 1)),
+        "MULTIHOST_BENCH_DEVICE": str(rank % max(gpus, 1)),
     })
     if not smoke:
         env.update(NETWORK_ONLY)
@@ -222,7 +222,7 @@ def rank_main(args):
     import symmem.torch as st
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dev_index = int(os.environ.get("SYMMEM_BENCH_DEVICE", os.environ.get("LOCAL_RANK", "0")))
+    dev_index = int(os.environ.get("MULTIHOST_BENCH_DEVICE", os.environ.get("LOCAL_RANK", "0")))
     dev = torch.device("cuda", dev_index)
     torch.cuda.set_device(dev)
     if args.smoke:

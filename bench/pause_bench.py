@@ -250,10 +250,23 @@ def driver_child(reps):
 # --------------------------------------------------------------------------
 
 
+def without_dropin(env):
+    """env whose PYTHONPATH keeps every entry but libsymmem's own (its
+    package and the drop-in's shim): the real torch_memory_saver, never the
+    drop-in, wherever it was installed."""
+    env = dict(env)
+    keep = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+            if p and not os.path.abspath(p).startswith(ROOT) and "symmem" not in os.path.basename(p.rstrip(os.sep))]
+    if keep:
+        env["PYTHONPATH"] = os.pathsep.join(keep)
+    else:
+        env.pop("PYTHONPATH", None)
+    return env
+
+
 def tms_status():
     """(LD_PRELOAD value for the preload mode, None) or (None, why not)."""
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)  # the real torch_memory_saver, never the drop-in
+    env = without_dropin(os.environ)
     code = (
         "import os, torch_memory_saver as t\n"
         "with t.configure_subprocess():\n"
@@ -303,8 +316,7 @@ def main():
     base_env.setdefault("SYMMEM_LIBRARY", os.path.join(ROOT, "build", "libsymmem.so"))
     sym_env = dict(base_env)
     sym_env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python")] + [p for p in [base_env.get("PYTHONPATH")] if p])
-    tms_env = dict(base_env)
-    tms_env.pop("PYTHONPATH", None)
+    tms_env = without_dropin(base_env)
     impls = [i for i in a.impls.split(",") if i]
     preload, why = (None, None)
     if any(i.startswith("tms") for i in impls):

@@ -49,7 +49,7 @@ def test_rank_env_imitates_machines(mb):
     assert [e["SYMMEM_MACHINE_ID"] for e in envs] == ["imitated-machine-0"] * 2 + ["imitated-machine-1"] * 2
     assert [e["SYMMEM_SOCKET_DIR"] for e in envs] == ["/tmp/s/machine-0"] * 2 + ["/tmp/s/machine-1"] * 2
     assert [e["LOCAL_RANK"] for e in envs] == ["0", "1", "0", "1"]
-    assert [e["SYMMEM_BENCH_DEVICE"] for e in envs] == ["0", "1", "2", "3"]
+    assert [e["MULTIHOST_BENCH_DEVICE"] for e in envs] == ["0", "1", "2", "3"]
     for r, e in enumerate(envs):
         assert e["RANK"] == str(r) and e["WORLD_SIZE"] == "4" and e["MASTER_PORT"] == "29500"
         # NCCL between imitated machines takes the network; never multicast.
@@ -59,7 +59,7 @@ def test_rank_env_imitates_machines(mb):
         assert "SYMMEM_ALLOW_OVERLAPPING_DEVICES" not in e
     assert base["SYMMEM_MACHINE_ID"] == "leaked", "the caller's environment is not changed"
     smoke = [mb.rank_env(r, (1, 2), base, "/tmp/s", 1, gpus=1, smoke=True) for r in range(2)]
-    assert all(e["SYMMEM_ALLOW_OVERLAPPING_DEVICES"] == "1" and e["SYMMEM_BENCH_DEVICE"] == "0" for e in smoke)
+    assert all(e["SYMMEM_ALLOW_OVERLAPPING_DEVICES"] == "1" and e["MULTIHOST_BENCH_DEVICE"] == "0" for e in smoke)
     assert "NCCL_P2P_DISABLE" not in smoke[0]
 
 
