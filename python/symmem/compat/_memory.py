@@ -9,7 +9,10 @@ tensors come from:
 - :class:`TorchMemory`: torch tensors. A tag's allocations go to a
   ``torch.cuda.MemPool`` of libsymmem (one per tag and device) inside a
   region of the tag, so torch's caching allocator caches within the tag and
-  libsymmem sees one allocation per segment.
+  libsymmem sees one allocation per segment. Where libsymmem is torch's
+  global allocator (``TMS_INIT_ENABLE=1``) torch caches nothing and makes
+  no pools over it (a pluggable global allocator has none): every tensor
+  is its own libsymmem allocation, and the region alone tags it.
 - :class:`BufferMemory`: libsymmem's own allocations (``symmem.alloc``,
   ``symmem.empty``) inside a region, no torch: how the logic is tested on
   the host backend and the stand-in driver.
@@ -86,6 +89,8 @@ class TorchMemory:
         self._st = symmem_torch
         self._pools: dict = {}
         self._lock = threading.Lock()
+        # libsymmem is torch's global allocator (make_global_allocator).
+        self._global = False
 
     def pool(self, tag: str):
         """The MemPool of tag on the current device (made at first use)."""
@@ -99,6 +104,10 @@ class TorchMemory:
 
     @contextlib.contextmanager
     def allocation_scope(self, tag: str, backup) -> Iterator[None]:
+        if self._global:
+            with _tags.region(tag, backup=backup):
+                yield
+            return
         torch = self._torch
         with torch.cuda.use_mem_pool(self.pool(tag)), _tags.region(tag, backup=backup):
             yield
@@ -110,7 +119,7 @@ class TorchMemory:
         # the graph's memory is paused with the tag, and the graph replays
         # at the same addresses after the resume.
         torch = self._torch
-        if pool is None:
+        if pool is None and not self._global:
             pool = self.pool(tag).id
         with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode=capture_error_mode):
             with _tags.region(tag, backup=backup):
@@ -120,6 +129,10 @@ class TorchMemory:
     def untagged_scope(self) -> Iterator[None]:
         # A fresh pool of the current allocator, as torch_memory_saver's
         # disable() does, so that the tag's pool does not serve it.
+        if self._global:
+            with _tags.untagged():
+                yield
+            return
         torch = self._torch
         pool = torch.cuda.MemPool()
         with torch.cuda.use_mem_pool(pool), _tags.untagged():
@@ -142,6 +155,7 @@ class TorchMemory:
 
     def make_global_allocator(self) -> None:
         self._st.use_as_global_allocator()
+        self._global = True
 
     def release_cached(self) -> None:
         import gc
