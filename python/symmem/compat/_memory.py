@@ -127,17 +127,22 @@ class TorchMemory:
 
     @contextlib.contextmanager
     def untagged_scope(self) -> Iterator[None]:
-        # A fresh pool of the current allocator, as torch_memory_saver's
-        # disable() does, so that the tag's pool does not serve it.
+        # A pool of the current allocator apart from the tags' pools, as
+        # torch_memory_saver's disable() uses, so that no tag's pool serves
+        # it. One per device, kept for the process: torch aborts when a
+        # MemPool that still holds tensors is destroyed.
         if self._global:
             with _tags.untagged():
                 yield
             return
         torch = self._torch
-        pool = torch.cuda.MemPool()
+        key = ("", torch.cuda.current_device())
+        with self._lock:
+            pool = self._pools.get(key)
+            if pool is None:
+                pool = self._pools[key] = torch.cuda.MemPool()
         with torch.cuda.use_mem_pool(pool), _tags.untagged():
             yield
-        del pool
 
     def tensor_memory(self, x) -> Tuple[int, int, bool]:
         if not x.is_cuda:
