@@ -70,13 +70,50 @@ type span struct {
 	teamOf    []int
 	// comm is the group's communicator, nil when it has none.
 	comm Communicator
+	// team is this rank's team (group ranks, ascending), localRank our
+	// index in it; uniform: every team has len(team) ranks.
+	team      []int
+	localRank int
+	uniform   bool
+	// hier is the group's communicator split by local rank (Note
+	// [Hierarchical all-reduce]).
+	hier *hierComm
 }
 
 func (g *Group) newSpan() *span {
 	if g.nteams <= 1 {
 		return nil
 	}
-	return &span{machineOf: g.machineOf, machines: g.machines, teamOf: g.teamOf, comm: g.comm}
+	s := &span{machineOf: g.machineOf, machines: g.machines, teamOf: g.teamOf, comm: g.comm,
+		team: g.team, localRank: g.localRank, uniform: true, hier: &g.hier}
+	for _, n := range s.sizes() {
+		s.uniform = s.uniform && n == len(g.team)
+	}
+	return s
+}
+
+// sizes is the number of ranks of each team.
+func (s *span) sizes() []int {
+	n := map[int]int{}
+	k := 0
+	for _, t := range s.teamOf {
+		n[t]++
+		k = max(k, t+1)
+	}
+	out := make([]int, k)
+	for t, c := range n {
+		out[t] = c
+	}
+	return out
+}
+
+// teamSizes names the teams' sizes: "2, 1".
+func (s *span) teamSizes() string {
+	var parts []string
+	for _, n := range s.sizes() {
+		parts = append(parts, fmt.Sprint(n))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // local says whether ranks a and b are in one team (map each other).
@@ -128,8 +165,14 @@ func (h *Handle) spanCollective(a CollArgs, c *core.Collective) error {
 	if !ok {
 		return core.Errorf(core.ErrUnavailable, "group %q: %s across machines needs typed collectives from %s, which it lacks", h.name, c.Kind, h.span.comm.Describe())
 	}
+	hier, err := h.hierPlan(a, c)
+	if err != nil {
+		return err
+	}
+	if hier {
+		return h.hierAllReduce(a, c)
+	}
 	in := h.bufPtrs[h.rank] + c.InOffset
-	var err error
 	switch c.Kind {
 	case core.AllReduce:
 		err = red.AllReduce(a.Stream, in, c.Out, c.Count, c.DType, c.Op)
