@@ -238,24 +238,32 @@ func (h *Handle) hierPlan(a CollArgs, c *core.Collective) (bool, error) {
 	if c.OutOffset < 0 {
 		return refuse(core.ErrInvalidArgument, "the all-gather inside the team reads the peers' out, so out must lie inside the rendezvoused block (out %#x is outside [%#x, +%d))", c.Out, h.bufPtrs[h.rank], h.bufSize)
 	}
-	if explicit {
-		return true, nil
+	if !explicit && (len(s.team) < 2 || c.Count*c.DType.Size() < HierMinBytes) {
+		return false, nil
 	}
-	return len(s.team) >= 2 && c.Count*c.DType.Size() >= HierMinBytes && h.runsLocal(), nil
+	if len(s.team) >= 2 {
+		if err := h.runsLocal(); err != nil {
+			return refuse(core.ErrUnavailable, "the steps inside the team need the library's own collectives, which cannot run here: %v", err)
+		}
+	}
+	return true, nil
 }
 
-// runsLocal says whether the backend runs the library's collectives here
-// (the same on every rank of one build and driver).
-func (h *Handle) runsLocal() bool {
+// runsLocal says why the backend cannot run the library's collectives here,
+// or nil (the same on every rank of one build and driver).
+func (h *Handle) runsLocal() error {
 	be := h.gm.be
 	if _, ok := be.(core.CollectiveLauncher); ok {
 		if l, ok := be.(core.KernelLoader); ok {
 			_, err := l.LoadKernels(h.gm.device)
-			return err == nil
+			return err
 		}
-		return true
+		return nil
 	}
-	return !be.Capabilities().StreamSignals
+	if be.Capabilities().StreamSignals {
+		return core.Errorf(core.ErrUnavailable, "the backend launches no kernels and its memory is not the CPU's")
+	}
+	return nil
 }
 
 // hierAllReduce runs c (an all-reduce, out inside the block) in the
