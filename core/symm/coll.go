@@ -426,11 +426,11 @@ func (h *Handle) DeviceErrorText(v uint32) error {
 		return nil
 	}
 	peer, set := int(v>>16&0x1fff), int(v&0xffff)
-	if h.team != nil && peer < len(h.team.ranks) { // the team view's kernels ran (Note [Team view])
-		peer = h.team.ranks[peer]
-	}
 	switch v >> 29 & 3 {
 	case devCauseMismatch:
+		if h.team != nil && peer < len(h.team.ranks) { // the team view's collective (Note [Team view])
+			peer = h.team.ranks[peer]
+		}
 		return core.Errorf(core.ErrMismatch, "group %q: rank %d: the device error flag %#x says that rank %d called a collective with other arguments than this rank (kernel block %d of collective channel %d; no data moved); the group's device barriers are no longer balanced: use another group",
 			h.name, h.rank, v, peer, set%collMaxBlocks, set/collMaxBlocks)
 	case devCausePeerExited:
@@ -490,7 +490,7 @@ func (h *Handle) hostBarrier(set int, deadline time.Time) error {
 						h.name, h.global(me), h.timeout, set, h.global(p))
 				}
 				if h.peerExited(p, now, &checked) && !core.Reached(atomic.LoadUint32(arr), n) {
-					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCausePeerExited, p, set))
+					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCausePeerExited, h.global(p), set))
 					return h.gm.live.Exited(h.global(p), fmt.Sprintf("rank %d's collective (device set %d)", h.global(me), set))
 				}
 				core.Nap(sleep)

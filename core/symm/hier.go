@@ -107,9 +107,10 @@ import (
 // whole world cannot complete, since remote ranks have no pad pointers;
 // only ranks of one team ever touch each other's pads. So the view's
 // barriers, counts and argument slots meet no other writer, and the header
-// words keep their meaning (word 0's peer is a view rank: DeviceErrorText
-// names its group rank). ranks maps view ranks to group ranks in errors
-// and liveness checks.
+// words keep their meaning: the abort word and a peer-exited flag name a
+// group rank (the host writes them), a timeout or mismatch flag a view
+// rank (DeviceErrorText names its group rank). ranks maps view ranks to
+// group ranks in errors and liveness checks.
 
 // HierMinBytes is the smallest all-reduce (bytes of each rank's input)
 // that AlgoAuto runs hierarchically on a group that spans machines (Note

@@ -527,6 +527,28 @@ func TestMachinesHierarchical(t *testing.T) {
 	}
 }
 
+// Ranks of one machine that call the hierarchical all-reduce with different
+// arguments fail its step inside the machine with MISMATCH naming group
+// ranks, before anything leaves the machine; the other machine's ranks,
+// which agree, wait for them in NCCL and time out.
+func TestMachinesHierarchicalMismatch(t *testing.T) {
+	errs := runMachines(t, mmConfig{machines: layouts["2x2"], engine: "comm", timeout: 2 * time.Second}, func(r *mmRank) error {
+		g, h, _, err := r.join(1 << 20)
+		if err != nil {
+			return err
+		}
+		defer g.Destroy()
+		defer h.Release()
+		op := core.OpSum
+		if r.rank == 3 {
+			op = core.OpMax
+		}
+		return h.Collective(CollArgs{Kind: core.AllReduce, DType: core.Float32, Op: op, Count: 4096, Algo: core.AlgoHierarchical})
+	})
+	requireAllFail(t, errs[2:], core.ErrMismatch, "ranks of the local team (ranks 2, 3,", "rank 0: reduce_scatter(float32, sum", "rank 1: reduce_scatter(float32, max")
+	requireAllFail(t, errs[:2], core.ErrTimeout, "never arrived")
+}
+
 // machinesIn is the number of distinct machines of a layout.
 func machinesIn(machines []int) int {
 	seen := map[int]bool{}
