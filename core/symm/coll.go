@@ -48,6 +48,9 @@ import (
 // c*collMaxBlocks + b. Sets [256, 512) are users' device barriers
 // (symmem_dev_barrier_* of the device header take a set in [0, 256)).
 //
+// On a group that spans machines the library's sets and argument slots are
+// laid out for the local team, with world = its size (Note [Team view]).
+//
 // After the sets, at the first 8-byte aligned address, the argument slots
 // of the library's sets: for set s in [0, 256) and sender w, 16 bytes at
 // 16*(s*world + w): a 64-bit word arrival<<32 | digest (what rank w

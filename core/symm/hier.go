@@ -87,8 +87,9 @@ import (
 //
 // Capture: everything is enqueued on the caller's stream (kernels, NCCL),
 // with no host synchronisation; the split communicator is made by the
-// first hierarchical call (ncclCommSplit, a host-side collective), so a
-// CUDA graph is captured after one call has run, as NCCL itself needs.
+// first hierarchical call (ncclCommSplit, a host-side collective that every
+// rank enters, as every rank enters the call), so a CUDA graph is captured
+// after one call has run, as NCCL itself needs.
 
 // Note [Team view]
 //
@@ -104,8 +105,9 @@ import (
 // region's sets or argument slots: its collectives go to the engine or
 // through this view, its barriers use the users' slots and word 2 (Note
 // [Collectives across machines]), and a users' device barrier over the
-// whole world cannot complete, since remote ranks have no pad pointers;
-// only ranks of one team ever touch each other's pads. So the view's
+// whole world cannot complete, since remote ranks have no pad pointers, so
+// a correct program runs none; only ranks of one team ever touch each
+// other's pads. So the view's
 // barriers, counts and argument slots meet no other writer, and the header
 // words keep their meaning: the abort word and a peer-exited flag name a
 // group rank (the host writes them), a timeout or mismatch flag a view
@@ -119,39 +121,46 @@ import (
 var HierMinBytes = uintptr(core.Current().Size("SYMMEM_HIER_MIN_BYTES", 4<<20))
 
 // hierComm is a group's communicator split by local rank, made by the first
-// hierarchical collective and destroyed with the group. Guarded by mu.
+// hierarchical collective and destroyed with the group. mu guards the
+// fields; a call that uses comm holds mu for reading from before its first
+// NCCL call until its last is enqueued, so that close (the group's
+// Destroy, which handles may outlive) never destroys it under a call.
 type hierComm struct {
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	comm   Communicator
 	err    error // why the split failed (kept: a split is collective, it is not retried)
 	closed bool
 }
 
-// get returns the split communicator, making it on first use.
-func (hc *hierComm) get(parent splitter, color, key int) (Communicator, error) {
+// use returns the split communicator, making it on first use (collective:
+// ncclCommSplit over the parent), and the function that ends its use.
+func (hc *hierComm) use(parent splitter, color, key int) (Communicator, func(), error) {
 	hc.mu.Lock()
-	defer hc.mu.Unlock()
+	if !hc.closed && hc.err == nil && hc.comm == nil {
+		c, err := parent.Split(color, key)
+		if err == nil && c == nil {
+			err = core.Errorf(core.ErrBackend, "the split by local rank %d gave no communicator", color)
+		}
+		if err != nil {
+			hc.err = core.Errorf(core.CodeOf(err), "splitting the communicator by local rank (color %d, key %d): %v", color, key, err)
+		}
+		hc.comm = c
+	}
+	hc.mu.Unlock()
+	hc.mu.RLock()
 	switch {
 	case hc.closed:
-		return nil, core.Errorf(core.ErrInvalidState, "the group is destroyed: its communicator split by local rank is closed")
+		hc.mu.RUnlock()
+		return nil, nil, core.Errorf(core.ErrInvalidState, "the group is destroyed: its communicator split by local rank is closed")
 	case hc.err != nil:
-		return nil, hc.err
-	case hc.comm != nil:
-		return hc.comm, nil
+		hc.mu.RUnlock()
+		return nil, nil, hc.err
 	}
-	c, err := parent.Split(color, key)
-	if err == nil && c == nil {
-		err = core.Errorf(core.ErrBackend, "the split by local rank %d gave no communicator", color)
-	}
-	if err != nil {
-		hc.err = core.Errorf(core.CodeOf(err), "splitting the communicator by local rank (color %d, key %d): %v", color, key, err)
-		return nil, hc.err
-	}
-	hc.comm = c
-	return c, nil
+	return hc.comm, hc.mu.RUnlock, nil
 }
 
-// close destroys the split communicator, if any; later uses fail.
+// close destroys the split communicator, if any, once no call uses it;
+// later uses fail.
 func (hc *hierComm) close() error {
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
@@ -165,8 +174,8 @@ func (hc *hierComm) close() error {
 }
 
 func (hc *hierComm) isClosed() bool {
-	hc.mu.Lock()
-	defer hc.mu.Unlock()
+	hc.mu.RLock()
+	defer hc.mu.RUnlock()
 	return hc.closed
 }
 
@@ -271,10 +280,11 @@ func (h *Handle) runsLocal() error {
 // hierarchical form (Note [Hierarchical all-reduce]).
 func (h *Handle) hierAllReduce(a CollArgs, c *core.Collective) error {
 	s := h.span
-	sub, err := s.hier.get(s.comm.(splitter), s.localRank, h.rank)
+	sub, done, err := s.hier.use(s.comm.(splitter), s.localRank, h.rank)
 	if err != nil {
 		return core.Errorf(core.CodeOf(err), "group %q: rank %d: all_reduce (hierarchical): %v", h.name, h.rank, err)
 	}
+	defer done()
 	subRed, ok := sub.(reducer)
 	if !ok {
 		return core.Errorf(core.ErrUnavailable, "group %q: all_reduce (hierarchical): the split communicator %s runs no typed collectives", h.name, sub.Describe())
