@@ -36,7 +36,8 @@ import (
 // agrees on, and where out lies, which must be alike on every rank as for
 // two-shot): hierarchical when the communicator splits and reduces, every
 // team has the same size L >= 2, the backend runs the library's
-// collectives here (kernels loaded; the stand-in driver has none), out lies
+// collectives here (kernels loaded, by the first call that asks; the
+// stand-in driver has none), out lies
 // inside the rendezvoused block at one offset everywhere (step 3 reads the
 // peers' out), and n >= HierMinBytes; nccl otherwise. The threshold is
 // modelled, not measured (no machine pair was available to time it): the
@@ -130,6 +131,11 @@ type hierComm struct {
 	comm   Communicator
 	err    error // why the split failed (kept: a split is collective, it is not retried)
 	closed bool
+
+	// local is why the library's collectives cannot run here (nil: they
+	// can), asked of the backend once (runsLocal).
+	localOnce sync.Once
+	local     error
 }
 
 // use returns the split communicator, making it on first use (collective:
@@ -260,8 +266,16 @@ func (h *Handle) hierPlan(a CollArgs, c *core.Collective) (bool, error) {
 }
 
 // runsLocal says why the backend cannot run the library's collectives here,
-// or nil (the same on every rank of one build and driver).
+// or nil (the same on every rank of one build and driver). The first call
+// loads every kernel (compiled once, then read from the disk cache: Note
+// [Kernels compiled at run time] in cuda); the answer is kept for the group.
 func (h *Handle) runsLocal() error {
+	hc := h.span.hier
+	hc.localOnce.Do(func() { hc.local = h.askBackend() })
+	return hc.local
+}
+
+func (h *Handle) askBackend() error {
 	be := h.gm.be
 	if _, ok := be.(core.CollectiveLauncher); ok {
 		if l, ok := be.(core.KernelLoader); ok {
