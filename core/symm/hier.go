@@ -40,7 +40,7 @@ import (
 // stand-in driver has none), out lies
 // inside the rendezvoused block at one offset everywhere (step 3 reads the
 // peers' out), and n >= HierMinBytes; nccl otherwise. The threshold is
-// modelled, not measured (no machine pair was available to time it): the
+// modelled, not measured (docs/measurements.md has no multi-machine figure): the
 // two local phases cost about what our reduce-scatter and all-gather cost
 // on one machine, 8.2 + 8.0 us at 1 MiB and 15.4 + 14.7 us at 4 MiB on 2
 // x H200 (docs/measurements.md, Collectives), while NCCL's own all-reduce
