@@ -37,11 +37,11 @@ import (
 // two-shot): hierarchical when the communicator splits and reduces, every
 // team has the same size L >= 2, the backend runs the library's
 // collectives here (kernels loaded, by the first call that asks; the
-// stand-in driver has none), out lies
-// inside the rendezvoused block at one offset everywhere (step 3 reads the
-// peers' out), and n >= HierMinBytes; nccl otherwise. The threshold is
-// modelled, not measured (docs/measurements.md has no multi-machine figure): the
-// two local phases cost about what our reduce-scatter and all-gather cost
+// stand-in driver has none), out lies inside the rendezvoused block at one
+// offset everywhere (step 3 reads the peers' out), and n >= HierMinBytes;
+// nccl otherwise. The threshold is modelled, not measured
+// (docs/measurements.md has no multi-machine figure): the two local phases
+// cost about what our reduce-scatter and all-gather cost
 // on one machine, 8.2 + 8.0 us at 1 MiB and 15.4 + 14.7 us at 4 MiB on 2
 // x H200 (docs/measurements.md, Collectives), while NCCL's own all-reduce
 // on one machine already takes 22-24 us up to 1 MiB and 29-33 us at 4 MiB
