@@ -2,7 +2,9 @@
 all_gather / reduce_scatter (symmem.torch, on a ProcessGroupNCCL: the local
 team's kernels inside a machine, NCCL between machines) beside NCCL's own
 collectives (torch.distributed) on the same sizes, bf16, 4 KiB to 256 MiB,
-in one run. NCCL runs on plain tensors and on window-registered ones
+in one run; libsymmem's all_reduce also with algo "hierarchical" and "nccl"
+forced (where they cross is SYMMEM_HIER_MIN_BYTES, docs/machines.md). NCCL
+runs on plain tensors and on window-registered ones
 (libsymmem's tensors, whose segments every rendezvous registers as NCCL
 symmetric windows; and torch's NCCL MemPool with symmetric registration
 where this torch has it).
@@ -276,6 +278,11 @@ def rank_main(args):
                 x = a[:n]
                 call = (lambda x=x: st.all_reduce(x, "sum", pg)) if ours else (lambda x=x: dist.all_reduce(x))
                 out[name] = (call, x, x)
+                if ours:
+                    # Both forms across machines, whatever auto picks
+                    # (docs/machines.md: SYMMEM_HIER_MIN_BYTES is where they cross).
+                    for algo in ("hierarchical", "nccl"):
+                        out[f"libsymmem {algo}"] = ((lambda x=x, algo=algo: st.all_reduce(x, "sum", pg, algo=algo)), x, x)
             elif coll == "all_gather":
                 x, y = a[: n // world], b[:n]
                 call = (lambda x=x, y=y: st.all_gather(x, pg, out=y)) if ours else (

@@ -86,9 +86,21 @@ const (
 	// stores into the peers or, for large calls, by direct loads: Note
 	// [Two-shot pulls] in core/symm/coll.go).
 	AlgoTwoShot Algo = 2
+	// AlgoHierarchical, on a group that spans machines: a reduce-scatter
+	// inside each machine over the mapped memory with the library's own
+	// collectives, an all-reduce of each slice across machines through the
+	// engine (NCCL on a communicator split by local rank), an all-gather
+	// inside each machine (Note [Hierarchical all-reduce] in core/symm). On
+	// a group of one machine there is no level above the machine: it is
+	// AlgoAuto.
+	AlgoHierarchical Algo = 3
+	// AlgoNCCL, on a group that spans machines: the whole collective on the
+	// group's communicator (NCCL), on the registered window. On a group of
+	// one machine it is AlgoAuto.
+	AlgoNCCL Algo = 4
 )
 
-var algoNames = [...]string{AlgoAuto: "auto", AlgoOneShot: "one_shot", AlgoTwoShot: "two_shot"}
+var algoNames = [...]string{AlgoAuto: "auto", AlgoOneShot: "one_shot", AlgoTwoShot: "two_shot", AlgoHierarchical: "hierarchical", AlgoNCCL: "nccl"}
 
 func (a Algo) Valid() bool { return a >= 0 && int(a) < len(algoNames) }
 
@@ -128,6 +140,11 @@ type Collective struct {
 	// else -1.
 	Out       uintptr
 	OutOffset int64
+	// SlicedInput, for all-gather: rank q's input is at InOffset + q*Count
+	// elements of its block rather than at InOffset (the in-place layout
+	// of an all-gather whose out lies at one offset in every block: each
+	// rank's part already sits in its own out).
+	SlicedInput bool
 	// Channel selects the device sets of the pad's library region that the
 	// call's barriers use: calls that may run at once (on different streams)
 	// need different channels.

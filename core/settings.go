@@ -93,6 +93,7 @@ var settingSpecs = []settingSpec{
 	{name: "SYMMEM_CACHE_DIR", kind: kindText, doc: "where compiled kernels are cached (else the user's cache directory)"},
 	{name: "SYMMEM_ONE_SHOT_MAX_BYTES", kind: kindSize, doc: "largest all-reduce run one-shot in place or at 3+ ranks"},
 	{name: "SYMMEM_TWO_SHOT_PULL_MIN_BYTES", kind: kindSize, doc: "smallest two-shot all-reduce whose second phase pulls"},
+	{name: "SYMMEM_HIER_MIN_BYTES", kind: kindSize, doc: "smallest all-reduce run hierarchically on a group that spans machines"},
 	{name: "SYMMEM_QUIET", kind: kindBool, doc: "no warning line on stderr at load for SYMMEM_* variables that are no setting"},
 	{name: "SYMMEM_COLL_MAX_BLOCKS", kind: kindChoice, choices: []string{"8", "16", "24", "32", "48", "64"}, doc: "most blocks a collective kernel runs on (64)"},
 	// Read by the test suites, not the library (listed so that they are not

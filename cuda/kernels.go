@@ -464,6 +464,9 @@ func packCollParams(c *core.Collective) [collParamSize]byte {
 	le.PutUint32(p[80:], uint32(c.Op))
 	le.PutUint32(p[84:], uint32(c.Channel*collMaxBlocks))
 	le.PutUint32(p[88:], c.Digest)
+	if c.SlicedInput {
+		le.PutUint32(p[92:], 1)
+	}
 	return p
 }
 

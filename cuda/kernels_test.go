@@ -222,7 +222,12 @@ func TestCollGrid(t *testing.T) {
 		t.Fatalf("two-shot: %d blocks of %d threads", g, th)
 	}
 	p := packCollParams(&core.Collective{Kind: core.AllGather, DType: core.Int32, Count: 5, Rank: 1, World: 2, Channel: 3, OutOffset: -1})
-	if p[32] != 1 || p[36] != 2 || p[64] != 20 || p[84] != 3*collMaxBlocks || p[56] != 0xff {
+	if p[32] != 1 || p[36] != 2 || p[64] != 20 || p[84] != 3*collMaxBlocks || p[56] != 0xff || p[92] != 0 {
 		t.Fatalf("params % x", p)
+	}
+	// The all-gather of the hierarchical all-reduce: rank q's input at
+	// in_offset + q*count (Note [Team view]).
+	if p := packCollParams(&core.Collective{Kind: core.AllGather, DType: core.Int32, Count: 5, SlicedInput: true}); p[92] != 1 {
+		t.Fatalf("sliced all-gather params % x", p)
 	}
 }

@@ -859,21 +859,41 @@ symmem_result symmem_resume_group(symmem_group *group, const char *tag);
  * (symmem_handle_device_error).
  *
  * A group whose ranks are on several machines (symmem_group_local_size <
- * world_size) runs the whole collective on its NCCL communicator instead
- * (ncclAllReduce / ncclAllGather / ncclReduceScatter with the call's dtype and
- * op, on stream, reading the input in the block, which the rendezvous
- * registered as an NCCL window): the same results as on one machine, up to
- * NCCL's reduction order for float types; the algorithm argument is checked
- * but NCCL chooses its own. Without a communicator (a group of
- * symmem_group_create_with_allgather) that is SYMMEM_ERROR_UNAVAILABLE
- * naming the missing engine. docs/machines.md.
+ * world_size) runs all_reduce in one of two forms, on stream, with no host
+ * synchronisation:
+ *   SYMMEM_ALGO_NCCL          the whole collective on its NCCL communicator
+ *                             (ncclAllReduce with the call's dtype and op,
+ *                             reading the input in the block, which the
+ *                             rendezvous registered as an NCCL window);
+ *   SYMMEM_ALGO_HIERARCHICAL  a reduce-scatter inside each machine with the
+ *                             library's own collective, an all-reduce of each
+ *                             slice across machines through NCCL on a
+ *                             communicator split by local rank (made by the
+ *                             first such call, destroyed with the group), an
+ *                             all-gather inside each machine. It needs every
+ *                             machine to hold the same number of ranks and
+ *                             out inside the rendezvoused block (in place
+ *                             qualifies), else SYMMEM_ERROR_UNAVAILABLE /
+ *                             SYMMEM_ERROR_INVALID_ARGUMENT naming the reason.
+ * SYMMEM_ALGO_AUTO picks hierarchical when it can run, the machines hold 2
+ * or more ranks each and the input is at least SYMMEM_HIER_MIN_BYTES (4 MiB;
+ * a modelled threshold, docs/machines.md); NCCL otherwise (ONE_SHOT and
+ * TWO_SHOT mean NCCL there). Reduction order: NCCL's across machines; with
+ * hierarchical, local rank order inside each machine first. Results equal
+ * one machine's for int32, max and min; for float sums up to rounding.
+ * all_gather and reduce_scatter run whole on NCCL whatever algo says. A
+ * CUDA graph capturing the hierarchical form is made after one such call
+ * (the split is a host-side collective). On one machine HIERARCHICAL and
+ * NCCL are AUTO. Without a communicator (a group of
+ * symmem_group_create_with_allgather) a collective is
+ * SYMMEM_ERROR_UNAVAILABLE naming the missing engine. docs/machines.md.
  *
  * Errors, with nothing enqueued: SYMMEM_ERROR_INVALID_ARGUMENT for an unknown
  * dtype, op, algorithm or channel, count past the buffer (count*size >
  * buffer_size - offset), a count that reduce_scatter cannot split, an input or
  * out not 16-byte aligned, out NULL (all_gather, reduce_scatter), out
  * overlapping the input other than in place, two-shot with out outside the
- * block; SYMMEM_ERROR_INVALID_STATE for a released handle;
+ * block (also hierarchical, above); SYMMEM_ERROR_INVALID_STATE for a released handle;
  * SYMMEM_ERROR_UNAVAILABLE when NVRTC cannot be found (the message names what
  * to install). count 0 does nothing. Thread safety: calls on different
  * channels may run at once; calls on one channel must be ordered (one
@@ -902,11 +922,15 @@ typedef enum symmem_coll {
   SYMMEM_REDUCE_SCATTER = 2
 } symmem_coll;
 
-/* All-reduce algorithms. Fixed values. */
+/* All-reduce algorithms. Fixed values. HIERARCHICAL and NCCL choose between
+ * the two forms on a group that spans machines (see above); on one machine
+ * they are AUTO. */
 typedef enum symmem_algo {
   SYMMEM_ALGO_AUTO = 0,
   SYMMEM_ALGO_ONE_SHOT = 1,
-  SYMMEM_ALGO_TWO_SHOT = 2
+  SYMMEM_ALGO_TWO_SHOT = 2,
+  SYMMEM_ALGO_HIERARCHICAL = 3,
+  SYMMEM_ALGO_NCCL = 4
 } symmem_algo;
 
 /* The number of collective channels (symmem_collective's channel is in

@@ -48,6 +48,9 @@ import (
 // c*collMaxBlocks + b. Sets [256, 512) are users' device barriers
 // (symmem_dev_barrier_* of the device header take a set in [0, 256)).
 //
+// On a group that spans machines the library's sets and argument slots are
+// laid out for the local team, with world = its size (Note [Team view]).
+//
 // After the sets, at the first 8-byte aligned address, the argument slots
 // of the library's sets: for set s in [0, 256) and sender w, 16 bytes at
 // 16*(s*world + w): a 64-bit word arrival<<32 | digest (what rank w
@@ -322,17 +325,7 @@ func (h *Handle) Collective(a CollArgs) error {
 	if h.span != nil {
 		return h.spanCollective(a, c)
 	}
-	be := h.gm.be
-	if l, ok := be.(core.CollectiveLauncher); ok {
-		return l.LaunchCollective(h.gm.device, a.Stream, c)
-	}
-	if !be.Capabilities().StreamSignals { // ordinary CPU memory
-		mu := &h.gm.pads.coll[c.Channel]
-		mu.Lock()
-		defer mu.Unlock()
-		return h.runHost(c)
-	}
-	return core.Errorf(core.ErrUnavailable, "group %q: the backend runs no collectives (it launches no kernels and its memory is not the CPU's)", h.name)
+	return h.runLocal(c, a.Stream)
 }
 
 func overlap(a, an, b, bn uintptr) bool { return a < b+bn && b < a+an }
@@ -354,7 +347,7 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 		return bad("unknown reduction op %d (known: 0 sum, 1 max, 2 min)", int32(a.Op))
 	}
 	if !a.Algo.Valid() {
-		return bad("unknown algorithm %d (known: 0 auto, 1 one-shot, 2 two-shot)", int32(a.Algo))
+		return bad("unknown algorithm %d (known: 0 auto, 1 one-shot, 2 two-shot, 3 hierarchical, 4 nccl)", int32(a.Algo))
 	}
 	if a.Channel < 0 || a.Channel >= CollChannels {
 		return bad("collective channel %d is out of range [0, %d)", a.Channel, CollChannels)
@@ -401,7 +394,15 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 		outOff = int64(out - base)
 	}
 	algo := a.Algo
-	if a.Kind != core.AllReduce {
+	if (algo == core.AlgoHierarchical || algo == core.AlgoNCCL) && h.span == nil {
+		algo = core.AlgoAuto // one machine: no level above it
+	}
+	if h.span != nil {
+		// The group's engine or the hierarchical form runs it: neither
+		// uses the fields below but Kind, DType, Op, Count, Out and
+		// OutOffset (spanCollective decides).
+		algo = a.Algo
+	} else if a.Kind != core.AllReduce {
 		algo = core.AlgoOneShot
 	} else if h.world == 1 {
 		algo = core.AlgoOneShot
@@ -430,6 +431,9 @@ func (h *Handle) DeviceErrorText(v uint32) error {
 	peer, set := int(v>>16&0x1fff), int(v&0xffff)
 	switch v >> 29 & 3 {
 	case devCauseMismatch:
+		if h.team != nil && peer < len(h.team.ranks) { // the team view's collective (Note [Team view])
+			peer = h.team.ranks[peer]
+		}
 		return core.Errorf(core.ErrMismatch, "group %q: rank %d: the device error flag %#x says that rank %d called a collective with other arguments than this rank (kernel block %d of collective channel %d; no data moved); the group's device barriers are no longer balanced: use another group",
 			h.name, h.rank, v, peer, set%collMaxBlocks, set/collMaxBlocks)
 	case devCausePeerExited:
@@ -486,11 +490,11 @@ func (h *Handle) hostBarrier(set int, deadline time.Time) error {
 				if !now.Before(deadline) {
 					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCauseTimeout, p, set))
 					return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v in a collective's barrier (device set %d): rank %d never arrived",
-						h.name, me, h.timeout, set, p)
+						h.name, h.global(me), h.timeout, set, h.global(p))
 				}
 				if h.peerExited(p, now, &checked) && !core.Reached(atomic.LoadUint32(arr), n) {
-					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCausePeerExited, p, set))
-					return h.gm.live.Exited(p, fmt.Sprintf("rank %d's collective (device set %d)", me, set))
+					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCausePeerExited, h.global(p), set))
+					return h.gm.live.Exited(h.global(p), fmt.Sprintf("rank %d's collective (device set %d)", h.global(me), set))
 				}
 				core.Nap(sleep)
 				if sleep < 100*time.Microsecond {
@@ -520,7 +524,7 @@ func (h *Handle) checkAgreement(set int, args uint64, digest uint32) (peer int, 
 		tagged := atomic.LoadUint64((*uint64)(ptrAt(slot)))
 		all[p] = atomic.LoadUint64((*uint64)(ptrAt(slot + 8)))
 		if tagged>>32 != uint64(atomic.LoadUint32(h.setWord(me, set, w+p))) {
-			return p, core.Errorf(core.ErrPeer, "group %q: rank %d published no collective arguments with its arrival (device set %d)", h.name, p, set)
+			return p, core.Errorf(core.ErrPeer, "group %q: rank %d published no collective arguments with its arrival (device set %d)", h.name, h.global(p), set)
 		}
 		if differ < 0 && (uint32(tagged) != digest || all[p] != args) {
 			differ = p
@@ -529,8 +533,8 @@ func (h *Handle) checkAgreement(set int, args uint64, digest uint32) (peer int, 
 	if differ < 0 {
 		return -1, nil
 	}
-	return differ, core.Errorf(core.ErrMismatch, "group %q: rank %d: the ranks called different collectives (nothing was moved): %s",
-		h.name, me, byValue(w, func(r int) string { return argsText(all[r]) }))
+	return differ, core.Errorf(core.ErrMismatch, "group %q: rank %d: the ranks%s called different collectives (nothing was moved): %s",
+		h.name, h.global(me), h.viewText(), byValue(w, func(r int) string { return argsText(all[r]) }))
 }
 
 // bytesAt views n bytes at addr.
@@ -551,6 +555,9 @@ func (h *Handle) runHost(c *core.Collective) error {
 	es := c.DType.Size()
 	me, w := h.rank, h.world
 	input := func(r int) uintptr { return h.bufPtrs[r] + c.InOffset }
+	if c.SlicedInput {
+		input = func(r int) uintptr { return h.bufPtrs[r] + c.InOffset + uintptr(r)*c.Count*es }
+	}
 	args := argsWord(c)
 	for i := 1; i < w; i++ { // Note [Collective agreement]
 		p := (me + i) % w

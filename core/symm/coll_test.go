@@ -323,7 +323,8 @@ func scColl(e *rankEnv, a *core.Allocator) error {
 						algos = append(algos, core.AlgoTwoShot)
 					}
 					if where == "block" {
-						algos = append(algos, core.AlgoAuto)
+						// hierarchical and nccl are auto on one machine.
+						algos = append(algos, core.AlgoAuto, core.AlgoHierarchical, core.AlgoNCCL)
 					}
 					for _, algo := range algos {
 						call++

@@ -79,6 +79,9 @@ type Group struct {
 	comm Communicator
 	cg   *commGather
 	wins *windows
+	// hier is the communicator split by local rank for the hierarchical
+	// collectives, made on first use (Note [Hierarchical all-reduce]).
+	hier hierComm
 
 	// coll serialises collective calls and guards the fields below.
 	coll sync.Mutex
@@ -483,6 +486,9 @@ func (g *Group) Destroy() error {
 	}
 	g.destroyed = true
 	err := g.closeChannels()
+	if herr := g.hier.close(); herr != nil {
+		err = errors.Join(err, core.Errorf(core.CodeOf(herr), "group %q: destroying the communicator split by local rank: %v", g.name, herr))
+	}
 	if g.cg != nil {
 		if g.wins != nil {
 			err = errors.Join(err, g.closeComm())

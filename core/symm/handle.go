@@ -37,6 +37,14 @@ type Handle struct {
 	// span reaches the ranks on other machines; nil on one machine (Note
 	// [Collectives across machines]).
 	span *span
+	// team, on a handle of a group that spans machines, is its team view
+	// (Note [Team view]), whose pointer arrays are teamArr (host) and
+	// teamDevArr (device; teamArr on the host backend); nil and 0 otherwise.
+	// ranks, on a team view, is the group rank of each view rank; nil on a
+	// handle.
+	team                *Handle
+	teamArr, teamDevArr uintptr
+	ranks               []int
 
 	// window is our segment's NCCL window on groups over a communicator
 	// (nil otherwise), windowOffset the rendezvous pointer's offset in it.
@@ -56,18 +64,34 @@ type Handle struct {
 // that cannot get them fails every rank (Note [Why every verdict is
 // shared]).
 func (h *Handle) allocArrays() error {
-	gm := h.gm
-	slot := uintptr(2 * h.world * 8)
+	var err error
+	if h.arr, h.devArr, err = h.gm.takeArrays(h.world); err != nil {
+		return err
+	}
+	if h.span != nil { // the team view's (Note [Team view])
+		if h.teamArr, h.teamDevArr, err = h.gm.takeArrays(h.world); err != nil {
+			h.gm.giveArrays(h.arr, h.devArr)
+			h.arr, h.devArr = 0, 0
+			return err
+		}
+	}
+	return nil
+}
+
+// takeArrays takes a host slot and, where the backend's kernels need it, a
+// device slot (else the host one again) for world-long pointer arrays
+// (gm.mu held).
+func (gm *groupMem) takeArrays(world int) (host, dev uintptr, err error) {
+	slot := uintptr(2 * world * 8)
 	if gm.host == nil {
 		gm.host = newHostSlab(slot)
 	}
 	a, err := gm.host.alloc()
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
-	h.arr, h.devArr = a, a
 	if !gm.be.Capabilities().DevicePointerArrays {
-		return nil
+		return a, a, nil
 	}
 	if gm.dev == nil {
 		gm.dev = newDeviceSlab(gm.be, gm.device, gm.gran, slot)
@@ -75,11 +99,19 @@ func (h *Handle) allocArrays() error {
 	d, err := gm.dev.alloc()
 	if err != nil {
 		gm.host.release(a)
-		h.arr, h.devArr = 0, 0
-		return err
+		return 0, 0, err
 	}
-	h.devArr = d
-	return nil
+	return a, d, nil
+}
+
+// giveArrays gives back slots takeArrays took (gm.mu held).
+func (gm *groupMem) giveArrays(host, dev uintptr) {
+	if gm.host != nil && host != 0 {
+		gm.host.release(host)
+	}
+	if gm.dev != nil && dev != host && dev != 0 {
+		gm.dev.release(dev)
+	}
 }
 
 // ptrArrays is a pair of filled pointer-array slots (host, device) that
@@ -88,7 +120,9 @@ func (h *Handle) allocArrays() error {
 type ptrArrays struct {
 	key       string
 	host, dev uintptr
-	refs      int
+	// teamHost, teamDev: the team view's arrays (0 on one machine).
+	teamHost, teamDev uintptr
+	refs              int
 }
 
 // Note [Shared pointer arrays]
@@ -111,24 +145,43 @@ func (h *Handle) fillArrays() error {
 		h.freeArrays()
 		a.refs++
 		h.arrays, h.arr, h.devArr = a, a.host, a.dev
+		h.teamArr, h.teamDevArr = a.teamHost, a.teamDev
+		h.makeTeamView()
 		return nil
 	}
 	arr := unsafe.Slice((*uintptr)(ptrAt(h.arr)), 2*h.world)
 	copy(arr, h.bufPtrs)
 	copy(arr[h.world:], h.padPtrs)
-	if h.devArr != h.arr {
-		if err := gm.copyOut(h.devArr, h.arr, uintptr(2*h.world*8)); err != nil {
-			if core.CodeOf(err) == core.ErrTimeout { // the copy may still land
-				gm.dev.tainted = true
-			}
+	if err := gm.copyArrays(h.devArr, h.arr, h.world); err != nil {
+		return err
+	}
+	if h.teamArr != 0 {
+		h.teamPtrs(h.teamArr)
+		if err := gm.copyArrays(h.teamDevArr, h.teamArr, len(h.span.team)); err != nil {
 			return err
 		}
 	}
 	if gm.arrays == nil {
 		gm.arrays = map[string]*ptrArrays{}
 	}
-	h.arrays = &ptrArrays{key: key, host: h.arr, dev: h.devArr, refs: 1}
+	h.arrays = &ptrArrays{key: key, host: h.arr, dev: h.devArr, teamHost: h.teamArr, teamDev: h.teamDevArr, refs: 1}
 	gm.arrays[key] = h.arrays
+	h.makeTeamView()
+	return nil
+}
+
+// copyArrays copies world-long filled host arrays to their device slot
+// (nothing where they are one).
+func (gm *groupMem) copyArrays(dev, host uintptr, world int) error {
+	if dev == host {
+		return nil
+	}
+	if err := gm.copyOut(dev, host, uintptr(2*world*8)); err != nil {
+		if core.CodeOf(err) == core.ErrTimeout { // the copy may still land
+			gm.dev.tainted = true
+		}
+		return err
+	}
 	return nil
 }
 
@@ -146,22 +199,19 @@ func arraysKey(bufs, pads []uintptr) string {
 // reference to shared ones.
 func (h *Handle) freeArrays() {
 	gm := h.gm
+	h.team = nil
 	if a := h.arrays; a != nil {
 		h.arrays = nil
-		h.arr, h.devArr = 0, 0
+		h.arr, h.devArr, h.teamArr, h.teamDevArr = 0, 0, 0, 0
 		if a.refs--; a.refs > 0 {
 			return
 		}
 		delete(gm.arrays, a.key)
-		h.arr, h.devArr = a.host, a.dev // released below
+		h.arr, h.devArr, h.teamArr, h.teamDevArr = a.host, a.dev, a.teamHost, a.teamDev // released below
 	}
-	if gm.host != nil && h.arr != 0 {
-		gm.host.release(h.arr)
-	}
-	if gm.dev != nil && h.devArr != h.arr && h.devArr != 0 {
-		gm.dev.release(h.devArr)
-	}
-	h.arr, h.devArr = 0, 0
+	gm.giveArrays(h.arr, h.devArr)
+	gm.giveArrays(h.teamArr, h.teamDevArr)
+	h.arr, h.devArr, h.teamArr, h.teamDevArr = 0, 0, 0, 0
 }
 
 // Release drops the handle: peers' memory is unmapped when no handle uses

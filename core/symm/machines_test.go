@@ -321,16 +321,28 @@ func TestMachinesIdentityUnreadable(t *testing.T) {
 // against integer arithmetic (the inputs are small integers, exact in every
 // dtype).
 func collCheck(h *Handle, kind core.CollKind, dt core.DType, op core.ReduceOp, count uintptr, call int) error {
+	return collCheckAlgo(h, kind, dt, op, count, call, core.AlgoAuto, false)
+}
+
+// collCheckAlgo is collCheck with an algorithm, in place (all_reduce,
+// reduce_scatter) or with out after the input inside the block.
+func collCheckAlgo(h *Handle, kind core.CollKind, dt core.DType, op core.ReduceOp, count uintptr, call int, algo core.Algo, inPlace bool) error {
 	me, world := h.Rank(), h.World()
 	es := dt.Size()
 	base, _ := h.BufferPtr(me)
 	in := base
+	out := base + roundUp(count*es, 16) // after the input, inside the block
+	if inPlace && kind != core.AllGather {
+		out = in
+		if kind == core.ReduceScatter {
+			out = in + uintptr(me)*count/uintptr(world)*es
+		}
+	}
 	inputOf := func(r int, i uintptr) int { return (r*7+int(i)*3+call)%23 - 11 }
 	for i := uintptr(0); i < count; i++ {
 		storeInt(dt, in+i*es, inputOf(me, i))
 	}
-	out := base + roundUp(count*es, 16) // after the input, inside the block
-	a := CollArgs{Kind: kind, DType: dt, Op: op, Count: count, Out: out}
+	a := CollArgs{Kind: kind, DType: dt, Op: op, Count: count, Out: out, Algo: algo}
 	if err := h.Collective(a); err != nil {
 		return err
 	}
@@ -435,6 +447,135 @@ func TestMachinesCollectives(t *testing.T) {
 			}))
 		})
 	}
+}
+
+// The hierarchical all-reduce (Note [Hierarchical all-reduce]) and the
+// choice: every collective with algo hierarchical, auto (threshold
+// lowered so that it picks hierarchical from a few KiB) and nccl, in place
+// and out of place, at counts with and without a tail, against the
+// reference; the split communicator made once by the first hierarchical
+// call, by local rank, and closed with the group.
+func TestMachinesHierarchical(t *testing.T) {
+	defer func(v uintptr) { HierMinBytes = v }(HierMinBytes)
+	HierMinBytes = 4 << 10
+	for _, name := range []string{"2x2", "3x1", "interleaved"} {
+		machines := layouts[name]
+		t.Run(name, func(t *testing.T) {
+			var comms []*testComm
+			var mu sync.Mutex
+			requireAllOK(t, runMachines(t, mmConfig{machines: machines, engine: "comm"}, func(r *mmRank) error {
+				mu.Lock()
+				comms = append(comms, r.comm)
+				mu.Unlock()
+				g, h, _, err := r.join(4 << 20)
+				if err != nil {
+					return err
+				}
+				defer g.Destroy()
+				defer h.Release()
+				if h.team == nil || h.team.world != g.LocalSize() || h.team.rank != g.LocalRank() {
+					return fmt.Errorf("rank %d: team view %+v", r.rank, h.team)
+				}
+				w := uintptr(r.world)
+				call := 0
+				for _, algo := range []core.Algo{core.AlgoHierarchical, core.AlgoAuto, core.AlgoNCCL} {
+					for _, count := range []uintptr{1, 7, 8*w + 3, 1000*w + 5, 20 * 1024 * w} {
+						for _, dt := range []core.DType{core.Float32, core.BFloat16, core.Int32} {
+							for _, kind := range []core.CollKind{core.AllReduce, core.AllGather, core.ReduceScatter} {
+								n := count
+								if kind == core.ReduceScatter {
+									n = (count + w - 1) / w * w
+								}
+								for _, inPlace := range []bool{false, true} {
+									if inPlace && kind == core.ReduceScatter && n/w*dt.Size()%16 != 0 {
+										continue // each rank's slice would not be 16-byte aligned
+									}
+									for _, op := range []core.ReduceOp{core.OpSum, core.OpMax} {
+										if kind == core.AllGather && op != core.OpSum {
+											continue
+										}
+										call++
+										if err := collCheckAlgo(h, kind, dt, op, n, call, algo, inPlace); err != nil {
+											return fmt.Errorf("%s, in place %v: %w", algo, inPlace, err)
+										}
+									}
+								}
+							}
+						}
+					}
+				}
+				// Out outside the block: hierarchical refuses, naming why;
+				// auto hands the call to the engine.
+				priv, err := r.a.Alloc(64<<10, 0)
+				if err != nil {
+					return err
+				}
+				defer r.a.Free(priv, 64<<10, 0)
+				big := CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 8 << 10, Out: priv, Algo: core.AlgoHierarchical}
+				if err := h.Collective(big); core.CodeOf(err) != core.ErrInvalidArgument || !strings.Contains(err.Error(), "inside the rendezvoused block") {
+					return fmt.Errorf("hierarchical with out outside the block: %v", err)
+				}
+				big.Algo = core.AlgoAuto
+				return h.Collective(big)
+			}))
+			// One split (by local rank: one communicator per local rank),
+			// every rank's communicator closed with its group.
+			hubs, closes := comms[0].hub.splits()
+			require.Equal(t, len(machines)/machinesIn(machines), hubs, "one split, a communicator per local rank")
+			require.Equal(t, len(machines), closes, "every rank's split communicator closed")
+		})
+	}
+}
+
+// Ranks of one machine that call the hierarchical all-reduce with different
+// arguments fail its step inside the machine with MISMATCH naming group
+// ranks, before anything leaves the machine; the other machine's ranks,
+// which agree, wait for them in NCCL and time out.
+func TestMachinesHierarchicalMismatch(t *testing.T) {
+	errs := runMachines(t, mmConfig{machines: layouts["2x2"], engine: "comm", timeout: 2 * time.Second}, func(r *mmRank) error {
+		g, h, _, err := r.join(1 << 20)
+		if err != nil {
+			return err
+		}
+		defer g.Destroy()
+		defer h.Release()
+		op := core.OpSum
+		if r.rank == 3 {
+			op = core.OpMax
+		}
+		return h.Collective(CollArgs{Kind: core.AllReduce, DType: core.Float32, Op: op, Count: 4096, Algo: core.AlgoHierarchical})
+	})
+	requireAllFail(t, errs[2:], core.ErrMismatch, "ranks of the local team (ranks 2, 3,", "rank 0: reduce_scatter(float32, sum", "rank 1: reduce_scatter(float32, max")
+	requireAllFail(t, errs[:2], core.ErrTimeout, "never arrived")
+}
+
+// machinesIn is the number of distinct machines of a layout.
+func machinesIn(machines []int) int {
+	seen := map[int]bool{}
+	for _, m := range machines {
+		seen[m] = true
+	}
+	return len(seen)
+}
+
+// Teams of different sizes: hierarchical is refused, naming the sizes;
+// auto runs the call on the engine.
+func TestMachinesHierarchicalUnevenTeams(t *testing.T) {
+	defer func(v uintptr) { HierMinBytes = v }(HierMinBytes)
+	HierMinBytes = 0
+	errs := runMachines(t, mmConfig{machines: []int{0, 0, 1}, engine: "comm"}, func(r *mmRank) error {
+		g, h, _, err := r.join(1 << 20)
+		if err != nil {
+			return err
+		}
+		defer g.Destroy()
+		defer h.Release()
+		if err := collCheckAlgo(h, core.AllReduce, core.Float32, core.OpSum, 4096, 1, core.AlgoAuto, true); err != nil {
+			return fmt.Errorf("auto: %w", err)
+		}
+		return collCheckAlgo(h, core.AllReduce, core.Float32, core.OpSum, 4096, 2, core.AlgoHierarchical, true)
+	})
+	requireAllFail(t, errs, core.ErrUnavailable, "teams of one size", "2, 1")
 }
 
 // Barriers and signals across machines: through the one-sided API where

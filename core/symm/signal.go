@@ -253,7 +253,7 @@ func (h *Handle) peerExited(r int, now time.Time, checked *time.Time) bool {
 		return false
 	}
 	*checked = now
-	return h.gm.live.Gone(r)
+	return h.gm.live.Gone(h.global(r))
 }
 
 // releasedDuring is the error of a wait cut short by Release.

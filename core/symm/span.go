@@ -14,24 +14,23 @@ import (
 // library carries no byte between machines itself: the group's communicator
 // (NCCL) does, through its optional capabilities (core/symm/engine.go).
 //
-//   - all_reduce, all_gather, reduce_scatter run whole on the communicator
-//     (reducer: ncclAllReduce / ncclAllGather / ncclReduceScatter with the
-//     call's datatype and op) on the caller's stream, reading this rank's
-//     input in the rendezvoused block, which the rendezvous registered as
-//     an NCCL symmetric window, so NCCL's symmetric kernels and, where it
-//     has them, its network one-sided paths (GIN) run on it. The arguments
-//     are checked exactly as on one machine; `algo` chooses among our own
-//     kernels and has no effect here. A hierarchical form (reduce-scatter
-//     over the local team's mapped memory with our kernels, NCCL between
-//     machines on a communicator split by local rank, all-gather over the
-//     local team) would move each byte across the network once instead of
-//     NCCL's own choice, but NCCL already builds that hierarchy (its NVLS/
-//     tree/ring algorithms are topology-aware, and with windows its
-//     symmetric kernels run the intra-node part), so handing it the whole
-//     collective is the measured-safe default; the hierarchical form is not
-//     built.
-//   - Reduction order and determinism: NCCL's order, not rank order. For
-//     a fixed communicator, algorithm and protocol (NCCL_ALGO/NCCL_PROTO
+//   - all_gather and reduce_scatter run whole on the communicator
+//     (reducer: ncclAllGather / ncclReduceScatter with the call's datatype
+//     and op) on the caller's stream, reading this rank's input in the
+//     rendezvoused block, which the rendezvous registered as an NCCL
+//     symmetric window, so NCCL's symmetric kernels and, where it has them,
+//     its network one-sided paths (GIN) run on it. all_reduce runs so too
+//     (algo nccl), or hierarchically: a reduce-scatter inside each team
+//     with the library's own collectives, NCCL across teams on a
+//     communicator split by local rank, an all-gather inside each team
+//     (algo hierarchical); auto picks by size and topology (Note
+//     [Hierarchical all-reduce], which also says why all_gather and
+//     reduce_scatter have no two-level form). The arguments are checked as
+//     on one machine; one_shot and two_shot choose among our one-machine
+//     kernels and mean nccl here.
+//   - Reduction order and determinism: NCCL's order across machines, not
+//     rank order (hierarchical: local rank order inside each team first).
+//     For a fixed communicator, algorithm and protocol (NCCL_ALGO/NCCL_PROTO
 //     pinned, same topology) NCCL's results repeat run to run; they may
 //     differ in the last bits from the one-machine kernels (which reduce in
 //     rank order with fp32 accumulation) for float types. int32 sums, max
@@ -70,13 +69,50 @@ type span struct {
 	teamOf    []int
 	// comm is the group's communicator, nil when it has none.
 	comm Communicator
+	// team is this rank's team (group ranks, ascending), localRank our
+	// index in it; uniform: every team has len(team) ranks.
+	team      []int
+	localRank int
+	uniform   bool
+	// hier is the group's communicator split by local rank (Note
+	// [Hierarchical all-reduce]).
+	hier *hierComm
 }
 
 func (g *Group) newSpan() *span {
 	if g.nteams <= 1 {
 		return nil
 	}
-	return &span{machineOf: g.machineOf, machines: g.machines, teamOf: g.teamOf, comm: g.comm}
+	s := &span{machineOf: g.machineOf, machines: g.machines, teamOf: g.teamOf, comm: g.comm,
+		team: g.team, localRank: g.localRank, uniform: true, hier: &g.hier}
+	for _, n := range s.sizes() {
+		s.uniform = s.uniform && n == len(g.team)
+	}
+	return s
+}
+
+// sizes is the number of ranks of each team.
+func (s *span) sizes() []int {
+	n := map[int]int{}
+	k := 0
+	for _, t := range s.teamOf {
+		n[t]++
+		k = max(k, t+1)
+	}
+	out := make([]int, k)
+	for t, c := range n {
+		out[t] = c
+	}
+	return out
+}
+
+// teamSizes names the teams' sizes: "2, 1".
+func (s *span) teamSizes() string {
+	var parts []string
+	for _, n := range s.sizes() {
+		parts = append(parts, fmt.Sprint(n))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // local says whether ranks a and b are in one team (map each other).
@@ -128,8 +164,14 @@ func (h *Handle) spanCollective(a CollArgs, c *core.Collective) error {
 	if !ok {
 		return core.Errorf(core.ErrUnavailable, "group %q: %s across machines needs typed collectives from %s, which it lacks", h.name, c.Kind, h.span.comm.Describe())
 	}
+	hier, err := h.hierPlan(a, c)
+	if err != nil {
+		return err
+	}
+	if hier {
+		return h.hierAllReduce(a, c)
+	}
 	in := h.bufPtrs[h.rank] + c.InOffset
-	var err error
 	switch c.Kind {
 	case core.AllReduce:
 		err = red.AllReduce(a.Stream, in, c.Out, c.Count, c.DType, c.Op)

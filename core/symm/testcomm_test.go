@@ -30,8 +30,9 @@ type testHub struct {
 	subs   map[string]*testHub
 	// sig[(dst*world+src)*slots+slot] counts signals src put to dst.
 	sig []uint32
-	// windows counts registrations (tests read it).
-	windows, deregs int
+	// windows counts registrations (tests read it); closes counts Close
+	// calls on this hub's communicators (made by Split).
+	windows, deregs, closes int
 }
 
 const testSlots = 64
@@ -256,7 +257,25 @@ func (c *testComm) Split(color, key int) (Communicator, error) {
 	return sub, err
 }
 
-func (c *testComm) Close() error { return nil }
+func (c *testComm) Close() error {
+	c.hub.mu.Lock()
+	defer c.hub.mu.Unlock()
+	c.hub.closes++
+	return nil
+}
+
+// splits returns the hubs of the communicators split from this one and how
+// many of their ranks' communicators were closed.
+func (h *testHub) splits() (hubs, closes int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, sh := range h.subs {
+		sh.mu.Lock()
+		closes += sh.closes
+		sh.mu.Unlock()
+	}
+	return len(h.subs), closes
+}
 
 func (c *testComm) OneSided() (bool, string) {
 	if c.hub.oneSided {

@@ -40,7 +40,7 @@ struct symmem_coll_params {
   int op;                        /* 80: 0 sum, 1 max, 2 min (the kernel's own; checked by the host) */
   int set_base;                  /* 84: the channel's first device set */
   unsigned int digest;           /* 88: digest of the call's arguments (Note [Collective agreement]) */
-  int reserved;                  /* 92 */
+  int sliced;                    /* 92: all-gather: rank q's input at in_offset + q*count */
 };
 static_assert(sizeof(symmem_device_view) == 40, "symmem_device_view layout");
 static_assert(sizeof(symmem_coll_params) == 96, "symmem_coll_params layout");
@@ -483,8 +483,9 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) SYMMEM_COLL_NA
   symmem_coll_reduce<SYMMEM_COLL_DT, SYMMEM_COLL_OP>(p);
 }
 #else
-/* All-gather: count is bytes here. Rank q's input goes to out + q*count;
- * in place (out + rank*count is our input) our own part is not copied. */
+/* All-gather: count is bytes here. Rank q's input (at in_offset of its
+ * block, or at in_offset + q*count when sliced) goes to out + q*count; in
+ * place (out + rank*count is our input) our own part is not copied. */
 extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gather(symmem_coll_params p) {
   const symmem_device_view &v = p.view;
   const int set = p.set_base + blockIdx.x;
@@ -506,7 +507,7 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gat
       dsts[u] = 0;
       if (j < total) {
         unsigned long long q = j / nvec, e = j - q * nvec;
-        const char *src = symmem_dev_ptr(v, (int)q, p.in_offset) + 16 * e;
+        const char *src = symmem_dev_ptr(v, (int)q, p.in_offset + (p.sliced ? q * p.count : 0)) + 16 * e;
         char *dst = p.out + q * p.count + 16 * e;
         if (dst != src) {
           xs[u] = symmem_dev_load16(src);
@@ -523,7 +524,7 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gat
   }
   for (int k = 0; k < v.world; k++) {
     int q = (v.rank + k) % v.world;
-    const char *src = symmem_dev_ptr(v, q, p.in_offset);
+    const char *src = symmem_dev_ptr(v, q, p.in_offset + (p.sliced ? q * p.count : 0));
     char *dst = p.out + q * p.count;
     if (dst != src)
       symmem_dev_copy(dst, src, p.count, tid, nthreads);

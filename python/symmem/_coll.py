@@ -2,7 +2,9 @@
 
 dtype is a name ("bfloat16", "float16", "float32", "int32"), a numpy dtype
 (when numpy is importable) or a torch dtype (when torch is); op a name
-("sum", "max", "min"); algo a name ("auto", "one_shot", "two_shot"). The
+("sum", "max", "min"); algo a name ("auto", "one_shot", "two_shot",
+"hierarchical", "nccl": the last two choose the form on a group that spans
+machines, docs/machines.md). The
 integer values are include/symmem.h's enums.
 """
 
@@ -15,7 +17,7 @@ from .errors import Result, make_error
 DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "int32": 3}
 DTYPE_SIZES = {0: 4, 1: 2, 2: 2, 3: 4}
 OPS = {"sum": 0, "max": 1, "min": 2}
-ALGOS = {"auto": 0, "one_shot": 1, "two_shot": 2}
+ALGOS = {"auto": 0, "one_shot": 1, "two_shot": 2, "hierarchical": 3, "nccl": 4}
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = 0, 1, 2
 
 _ALIASES = {"float": "float32", "half": "float16", "fp16": "float16", "fp32": "float32", "bf16": "bfloat16",

@@ -487,7 +487,11 @@ class Handle:
         """Reduce every rank's input (count elements at the rendezvous
         pointer) into out (None: in place), in rank order, in fp32 for
         bfloat16/float16. algo: "auto" (default), "one_shot", "two_shot"
-        (two-shot needs out inside the rendezvoused block)."""
+        (two-shot needs out inside the rendezvoused block); on a group that
+        spans machines "hierarchical" (reduce-scatter in each machine, NCCL
+        across machines, all-gather in each machine; out inside the block)
+        or "nccl" (the whole call on NCCL), auto choosing by size and
+        topology (docs/machines.md)."""
         self._collective("all_reduce", _coll.ALL_REDUCE, dtype, op, count, out, algo, channel, stream)
 
     def all_gather(self, dtype, count: Optional[int] = None, out=None, stream=0, *, channel: int = 0) -> None:

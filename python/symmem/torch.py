@@ -654,8 +654,11 @@ def all_reduce(tensor, op: str = "sum", group=None, out=None, algo: Optional[str
     The first call on a tensor rendezvouses on it (collective).
     algo: None/"auto", "one_shot", "two_shot" (torch.ops.symm_mem's
     one_shot_all_reduce / two_shot_all_reduce_). On an NCCL process group
-    that spans machines the whole collective runs on its communicator, on
-    the current stream (all_gather and reduce_scatter too)."""
+    that spans machines: "hierarchical" (reduce-scatter in each machine with
+    libsymmem's kernels, NCCL across machines, all-gather in each machine)
+    or "nccl" (the whole collective on the communicator), auto choosing by
+    size and topology, on the current stream; all_gather and reduce_scatter
+    run whole on the communicator (docs/machines.md)."""
     h = _coll_handle(tensor, group)
     h.handle.all_reduce(tensor.dtype, op, tensor.numel(), None if out is None else out, _current_stream(tensor), algo=algo)
     return tensor if out is None else out

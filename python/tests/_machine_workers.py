@@ -20,7 +20,9 @@ def machine_env(machines: List[int], sock_root: str):
     def env(rank: int) -> Dict[str, str]:
         d = os.path.join(sock_root, f"m{machines[rank]}")
         os.makedirs(d, mode=0o700, exist_ok=True)
-        return {"SYMMEM_MACHINE_ID": f"m{machines[rank]}", "SYMMEM_SOCKET_DIR": d}
+        # SYMMEM_HIER_MIN_BYTES lowered: auto runs the larger all-reduces
+        # hierarchically.
+        return {"SYMMEM_MACHINE_ID": f"m{machines[rank]}", "SYMMEM_SOCKET_DIR": d, "SYMMEM_HIER_MIN_BYTES": "16K"}
 
     return env
 
@@ -131,6 +133,16 @@ def _ints(rank: int, count: int, call: int) -> List[int]:
     return [(rank * 7 + i * 3 + call) % 23 - 11 for i in range(count)]
 
 
+def _variants(kind: str):
+    """(op, algo) pairs a collective of kind runs with: all-reduce with every
+    form across machines (auto, hierarchical, nccl), the others with the
+    default (they run whole on NCCL)."""
+    if kind == "all_gather":
+        return [("sum", "auto")]
+    algos = ("auto", "hierarchical", "nccl") if kind.startswith("all_reduce") else ("auto",)
+    return [(op, algo) for op in ("sum", "max", "min") for algo in algos]
+
+
 def nccl_group(rank: int, world: int, machines: List[int], job: str, engine: bool) -> Dict:
     """A group over the NCCL stand-in spanning machines. Always: creation,
     the local team, rendezvous (a window), local writes, NULL remote
@@ -152,14 +164,32 @@ def nccl_group(rank: int, world: int, machines: List[int], job: str, engine: boo
     if engine:
         results = {}
         call = 0
-        for count in (world, 7 * world, 4096 * world):
-            for kind in ("all_reduce", "all_gather", "reduce_scatter"):
-                for op in ("sum", "max", "min") if kind != "all_gather" else ("sum",):
+        # The stand-in driver launches no kernels: there the hierarchical
+        # all-reduce has no steps inside the machine and must say so (with
+        # one rank per machine it has none to run).
+        no_local = symmem.backend_name() == "cuda" and g.local_size > 1
+        for count in (world, 7 * world, 1000 * world + 5, 8192 * world):
+            for kind in ("all_reduce", "all_reduce_in_place", "all_gather", "reduce_scatter"):
+                if kind == "reduce_scatter" and count % world:
+                    continue
+                for op, algo in _variants(kind):
                     call += 1
                     buf.write(struct.pack(f"<{count}i", *_ints(rank, count, call)))
                     out = buf.ptr + nbytes // 2
-                    if kind == "all_reduce":
-                        h.all_reduce("int32", op, count=count, out=out)
+                    key = f"{kind}/{op}/{algo}/{count}"
+                    if kind.startswith("all_reduce") and algo == "hierarchical" and no_local:
+                        try:
+                            h.all_reduce("int32", op, count=count, out=out, algo=algo)
+                            results[key] = False
+                        except symmem.SymmemError as e:
+                            results[key] = e.code == symmem.Result.UNAVAILABLE and "hierarchical" in str(e)
+                        continue
+                    if kind == "all_reduce_in_place":
+                        h.all_reduce("int32", op, count=count, algo=algo)
+                        out = buf.ptr
+                        n = count
+                    elif kind == "all_reduce":
+                        h.all_reduce("int32", op, count=count, out=out, algo=algo)
                         n = count
                     elif kind == "all_gather":
                         h.all_gather("int32", count=count, out=out)
@@ -167,17 +197,17 @@ def nccl_group(rank: int, world: int, machines: List[int], job: str, engine: boo
                     else:
                         h.reduce_scatter("int32", op, count=count, out=out)
                         n = count // world
-                    got = list(struct.unpack(f"<{n}i", buf.read(nbytes // 2, 4 * n)))
+                    got = list(struct.unpack(f"<{n}i", buf.read(out - buf.ptr, 4 * n)))
                     ins = [_ints(r, count, call) for r in range(world)]
                     red = {"sum": sum, "max": max, "min": min}[op]
-                    if kind == "all_reduce":
+                    if kind.startswith("all_reduce"):
                         want = [red(ins[r][i] for r in range(world)) for i in range(count)]
                     elif kind == "all_gather":
                         want = [v for r in range(world) for v in ins[r]]
                     else:
                         per = count // world
                         want = [red(ins[r][rank * per + i] for r in range(world)) for i in range(per)]
-                    results[f"{kind}/{op}/{count}"] = got == want
+                    results[key] = got == want
         info["collectives"] = results
         h.barrier(timeout=TIMEOUT)
         # Two signals to every rank of the other machines, then two waits for

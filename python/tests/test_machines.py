@@ -4,7 +4,7 @@ directory. Layouts: 2 x 2 ranks and 3 x 1.
 
 Over the NCCL stand-in, collectives, barriers and remote signals cross the
 imitated machines through its typed collectives and 2.29 one-sided
-signals."""
+signals; all-reduce runs in every form (auto, hierarchical, nccl)."""
 
 from __future__ import annotations
 
@@ -105,6 +105,7 @@ def test_nccl_collectives_across_machines(fake_nccl, monkeypatch, tmp_path, layo
     for info in infos:
         bad = [k for k, ok in info["collectives"].items() if not ok]
         assert not bad, bad
+        assert any("/hierarchical/" in k for k in info["collectives"])
         if lib == "2.29":
             assert info["remote_signal"] is None
         else:

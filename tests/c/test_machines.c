@@ -8,7 +8,8 @@
  * Always checked: the local team (symmem_group_local_rank/_local_size/
  * _is_local/_machine), NULL pointers for remote ranks, mapped peers, writes
  * read by a local peer, and the refusal of a socket group spanning machines.
- * Also: collectives against references, barriers and signals across
+ * Also: collectives against references (algo auto, hierarchical and nccl),
+ * barriers and signals across
  * machines (the stand-in's typed collectives and one-sided signals; the 2.28
  * stand-in for UNAVAILABLE remote signals) and a dead rank on the other
  * machine.
@@ -119,15 +120,23 @@ static void check_team(symmem_group *g, symmem_handle *h, const char *layout) {
 static int input(int r, int i, int call) { return (r * 7 + i * 3 + call) % 23 - 11; }
 
 /* Every collective in int32 and float32 against integer references, at
- * sizes from one element per rank to past the one-shot limit. */
-static void check_collectives(symmem_handle *h, char *buf, size_t nbytes, int me, int world) {
+ * sizes from one element per rank to past the one-shot limit and past
+ * SYMMEM_HIER_MIN_BYTES (lowered to 64 KiB for these jobs, so that auto
+ * runs large all-reduces hierarchically), with algo, all-reduce also in
+ * place. Where the hierarchical all-reduce cannot run its steps inside the
+ * machine (no_local: the stand-in driver launches no kernels), explicit
+ * hierarchical must say so with UNAVAILABLE; with one rank per machine it
+ * has no such steps and runs. */
+static void check_collectives(symmem_handle *h, char *buf, size_t nbytes, int me, int world, symmem_algo algo, int no_local) {
   int call = 0;
-  size_t counts[] = {(size_t)world, 7 * (size_t)world, 40000 * (size_t)world};
+  size_t counts[] = {(size_t)world, 7 * (size_t)world, 1000 * (size_t)world + 5, 40000 * (size_t)world};
   for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
     size_t count = counts[ci];
     for (int dt = 0; dt < 2; dt++) {
       symmem_dtype dtype = dt ? SYMMEM_FLOAT32 : SYMMEM_INT32;
-      for (int kind = 0; kind < 3; kind++) {
+      for (int kind = 0; kind < 4; kind++) { /* 3: all_reduce in place */
+        if (kind == SYMMEM_REDUCE_SCATTER && count % world)
+          continue;
         for (int op = 0; op < (kind == SYMMEM_ALL_GATHER ? 1 : 3); op++) {
           call++;
           int32_t *in = malloc(count * 4);
@@ -141,10 +150,19 @@ static void check_collectives(symmem_handle *h, char *buf, size_t nbytes, int me
             }
           }
           symmem_copy(buf, in, count * 4, 0, NULL);
-          char *out = buf + nbytes / 2;
+          char *out = kind == 3 ? buf : buf + nbytes / 2;
           size_t n = kind == SYMMEM_ALL_GATHER ? count * world : kind == SYMMEM_REDUCE_SCATTER ? count / world : count;
-          CHECK_RESULT(symmem_collective(h, kind, dtype, op, count, out, SYMMEM_ALGO_AUTO, 0, NULL), SYMMEM_SUCCESS,
-                       "collective %d dtype %d op %d count %zu", kind, dtype, op, count);
+          symmem_coll coll = kind == 3 ? SYMMEM_ALL_REDUCE : (symmem_coll)kind;
+          if (coll == SYMMEM_ALL_REDUCE && algo == SYMMEM_ALGO_HIERARCHICAL && no_local) {
+            CHECK_RESULT(symmem_collective(h, coll, dtype, op, count, out, algo, 0, NULL), SYMMEM_ERROR_UNAVAILABLE,
+                         "hierarchical all_reduce where the machine's steps cannot run, count %zu", count);
+            CHECK(strstr(symmem_last_error_message(), "hierarchical") != NULL, "the message names the algorithm: %s",
+                  symmem_last_error_message());
+            free(in);
+            continue;
+          }
+          CHECK_RESULT(symmem_collective(h, coll, dtype, op, count, out, algo, 0, NULL), SYMMEM_SUCCESS,
+                       "collective %d (3: in place) dtype %d op %d count %zu algo %d", kind, dtype, op, count, algo);
           int32_t *got = malloc(n * 4);
           symmem_copy(got, out, n * 4, 0, NULL);
           size_t bad = 0;
@@ -170,7 +188,8 @@ static void check_collectives(symmem_handle *h, char *buf, size_t nbytes, int me
             }
             bad += g != want;
           }
-          CHECK_EQ(bad, (size_t)0, "collective %d dtype %d op %d count %zu: every element equals the reference", kind, dtype, op, count);
+          CHECK_EQ(bad, (size_t)0, "collective %d dtype %d op %d count %zu algo %d: every element equals the reference", kind, dtype, op,
+                   count, algo);
           free(in);
           free(got);
         }
@@ -203,7 +222,23 @@ static int rank_nccl(const char *job, const char *layout, int rank, int world, i
     if (symmem_group_is_local(g, r) == 0)
       remote = r;
   if (engine) {
-    check_collectives(h, buf, nbytes, rank, world);
+    /* The stand-in driver launches no kernels: the hierarchical all-reduce
+     * has no steps inside the machine there (3 x 1 needs none). */
+    const char *be = getenv("SYMMEM_BACKEND");
+    int no_local = be != NULL && !strcmp(be, "cuda") && symmem_group_local_size(g) > 1;
+    symmem_algo algos[] = {SYMMEM_ALGO_AUTO, SYMMEM_ALGO_HIERARCHICAL, SYMMEM_ALGO_NCCL};
+    for (int a = 0; a < 3; a++)
+      check_collectives(h, buf, nbytes, rank, world, algos[a], no_local);
+    if (!no_local && symmem_group_local_size(g) > 1) {
+      /* Hierarchical needs out inside the block (the machine's all-gather
+       * reads the peers' out): refused with the reason. */
+      int32_t *priv = symmem_alloc(4096, 0, NULL);
+      CHECK_RESULT(symmem_collective(h, SYMMEM_ALL_REDUCE, SYMMEM_INT32, SYMMEM_SUM, 1024, priv, SYMMEM_ALGO_HIERARCHICAL, 0, NULL),
+                   SYMMEM_ERROR_INVALID_ARGUMENT, "hierarchical all_reduce with out outside the block");
+      CHECK(strstr(symmem_last_error_message(), "inside the rendezvoused block") != NULL, "the message says why: %s",
+            symmem_last_error_message());
+      symmem_free(priv, 4096, 0, NULL);
+    }
     CHECK_RESULT(symmem_barrier(h, 0, 20000, NULL), SYMMEM_SUCCESS, "barrier across machines");
     if (old) {
       CHECK_RESULT(symmem_put_signal(h, remote, 0, NULL), SYMMEM_ERROR_UNAVAILABLE, "a remote signal on NCCL 2.28");
@@ -291,7 +326,7 @@ static void run_job(const char *self, const char *mode, const char *layout, int 
   size_t ne = 0;
   while (environ[ne])
     ne++;
-  char **env = calloc(ne + 8, sizeof *env);
+  char **env = calloc(ne + 9, sizeof *env);
   size_t k = 0;
   int fake_driver = getenv("SYMMEM_LIBCUDA") != NULL;
   for (size_t i = 0; i < ne; i++)
@@ -305,6 +340,7 @@ static void run_job(const char *self, const char *mode, const char *layout, int 
   env[k++] = fake_driver ? "SYMMEM_BACKEND=cuda" : "SYMMEM_BACKEND=host";
   env[k++] = !strcmp(mode, "dead") ? "FAKENCCL_TIMEOUT_MS=3000" : "FAKENCCL_TIMEOUT_MS=60000";
   env[k++] = "SYMMEM_ALLOW_OVERLAPPING_DEVICES=1";
+  env[k++] = "SYMMEM_HIER_MIN_BYTES=64K";
   if (fabric) {
     env[k++] = "FAKECUDA_FABRIC_OK=1";
     env[k++] = "FAKECUDA_FABRIC_CLUSTER=rack-1";

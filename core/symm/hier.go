@@ -1,0 +1,373 @@
+package symm
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/libsymmem/libsymmem/core"
+)
+
+// Note [Hierarchical all-reduce]
+//
+// On a group whose ranks are on several machines (teams, Note [Local
+// teams]), with M teams of L ranks each, an all-reduce of n bytes per rank
+// runs in one of two forms:
+//
+//   - nccl: the whole call on the group's communicator, on the registered
+//     window (Note [Collectives across machines]). NCCL picks ring or tree
+//     over all M*L ranks; a ring moves 2(ML-1)/(ML)*n bytes through every
+//     rank, and its links between machines carry the same.
+//   - hierarchical: (1) a reduce-scatter inside each team with the
+//     library's own collective (kernels over NVLink-mapped memory, runHost
+//     on the host backend): local rank l ends with slice l (n/L bytes) of
+//     its team's sum, in out; (2) an all-reduce of slice l across teams
+//     through NCCL, on a communicator split from the group's (color =
+//     local rank, key = rank: the M ranks of local rank l, one per team),
+//     in place in out; (3) an all-gather inside each team of every slice
+//     (our kernel, in place: rank p's slice already sits at slice p of its
+//     own out). Between machines each rank moves 2(M-1)/M*n/L bytes, L
+//     ranks of a machine in parallel on their own NICs: 2(M-1)/M*n per
+//     machine, the least any all-reduce can move, against the ring's
+//     2(ML-1)/(ML)*n through the machine's ring links. Inside the team it
+//     adds the two local phases, each ~(L-1)/L*n bytes over NVLink.
+//
+// Choice (auto, the same on every rank: it reads only what every rank
+// agrees on, and where out lies, which must be alike on every rank as for
+// two-shot): hierarchical when the communicator splits and reduces, every
+// team has the same size L >= 2, the backend runs the library's
+// collectives here (kernels loaded, by the first call that asks; the
+// stand-in driver has none), out lies inside the rendezvoused block at one
+// offset everywhere (step 3 reads the peers' out), and n >= HierMinBytes;
+// nccl otherwise. The threshold is modelled, not measured
+// (docs/measurements.md has no multi-machine figure): the two local phases
+// cost about what our reduce-scatter and all-gather cost
+// on one machine, 8.2 + 8.0 us at 1 MiB and 15.4 + 14.7 us at 4 MiB on 2
+// x H200 (docs/measurements.md, Collectives), while NCCL's own all-reduce
+// on one machine already takes 22-24 us up to 1 MiB and 29-33 us at 4 MiB
+// (docs/measurements.md, NCCL on libsymmem tensors): below a few MiB the
+// call is latency-bound and the extra launches and barriers do not pay
+// for the bytes they save between machines. HierMinBytes is 4 MiB; tune it
+// on real machines with bench/multihost_bench.py, timing algo
+// "hierarchical" against "nccl" across sizes and setting
+// SYMMEM_HIER_MIN_BYTES (the same on every rank) to where they cross.
+// algo "hierarchical" or "nccl" overrides the choice; "hierarchical" where
+// it cannot run (teams of different sizes, out outside the block, no
+// split) is an error naming the reason, never a silent fallback.
+//
+// Counts: slices are per = floor(count/(L*v))*v elements (v = 16 bytes
+// of elements: the kernels move 16 bytes at a time and every slice must
+// start 16-byte aligned); the tail of count - L*per elements (< L*v) is
+// all-reduced inside the team (one-shot) and then across teams through
+// the same split communicators (every local rank holds the same team sum,
+// so the M-rank all-reduces of the L communicators give one result). With
+// L = 1 the local phases are empty: one NCCL all-reduce from the input to
+// out over the split communicator (which then holds every rank).
+//
+// Reduction order and determinism: inside a team, local rank order
+// 0..L-1 (group rank order), fp32 accumulation for 16-bit types, rounded
+// once to the element type; across teams, NCCL's order over the M partial
+// sums (ring or tree, its choice by size and topology), for 16-bit types
+// on the rounded partial sums. So a float result may differ in the last
+// bits from the nccl form and from the one-machine kernels; for a fixed
+// topology, size, NCCL version and NCCL_ALGO/NCCL_PROTO it repeats run to
+// run. int32 sums (wrapping), max and min are exact: equal in every form.
+//
+// all_gather and reduce_scatter run on the engine whole whatever algo
+// says: with ranks numbered machine by machine (rank = team*L + l, the
+// usual launch), the split communicator of local rank l holds slices that
+// are L apart in the output, so a two-level form needs a transpose in
+// staging memory, and it moves no fewer bytes between machines than
+// NCCL's ring does: every remote rank's part enters a machine once either
+// way (all-gather), every partial sum leaves it once (reduce-scatter).
+//
+// Agreement: the local phases are our collectives on the team view, so
+// the team's ranks compare their arguments at each phase's opening barrier
+// as on one machine (Note [Collective agreement]); across machines, as in
+// the nccl form, NCCL receives what each rank passes.
+//
+// Capture: everything is enqueued on the caller's stream (kernels, NCCL),
+// with no host synchronisation; the split communicator is made by the
+// first hierarchical call (ncclCommSplit, a host-side collective that every
+// rank enters, as every rank enters the call), so a CUDA graph is captured
+// after one call has run, as NCCL itself needs.
+
+// Note [Team view]
+//
+// The local phases run the library's own collectives over a view of the
+// handle: rank = local rank, world = L, bufPtrs and padPtrs = the team's
+// (in rank order), and pointer arrays of its own in host and device memory
+// (slots of the same slabs as the handle's, Note [Pointer arrays in the
+// pad]; filled and shared with the handle's, Note [Shared pointer
+// arrays]). Its kernels and runHost lay out the library's region of each
+// pad as a group of L ranks would (Note [Pad partition]); the region was
+// sized for the whole world (deviceRegionBytes(W) >= deviceRegionBytes(L)),
+// so it fits. Nothing else of a group that spans machines uses that
+// region's sets or argument slots: its collectives go to the engine or
+// through this view, its barriers use the users' slots and word 2 (Note
+// [Collectives across machines]), and a users' device barrier over the
+// whole world cannot complete, since remote ranks have no pad pointers, so
+// a correct program runs none; only ranks of one team ever touch each
+// other's pads. So the view's
+// barriers, counts and argument slots meet no other writer, and the header
+// words keep their meaning: the abort word and a peer-exited flag name a
+// group rank (the host writes them), a timeout or mismatch flag a view
+// rank (DeviceErrorText names its group rank). ranks maps view ranks to
+// group ranks in errors and liveness checks.
+
+// HierMinBytes is the smallest all-reduce (bytes of each rank's input)
+// that AlgoAuto runs hierarchically on a group that spans machines (Note
+// [Hierarchical all-reduce]); SYMMEM_HIER_MIN_BYTES overrides it (the same
+// on every rank).
+var HierMinBytes = uintptr(core.Current().Size("SYMMEM_HIER_MIN_BYTES", 4<<20))
+
+// hierComm is a group's communicator split by local rank, made by the first
+// hierarchical collective and destroyed with the group. mu guards the
+// fields; a call that uses comm holds mu for reading from before its first
+// NCCL call until its last is enqueued, so that close (the group's
+// Destroy, which handles may outlive) never destroys it under a call.
+type hierComm struct {
+	mu     sync.RWMutex
+	comm   Communicator
+	err    error // why the split failed (kept: a split is collective, it is not retried)
+	closed bool
+
+	// local is why the library's collectives cannot run here (nil: they
+	// can), asked of the backend once (runsLocal).
+	localOnce sync.Once
+	local     error
+}
+
+// use returns the split communicator, making it on first use (collective:
+// ncclCommSplit over the parent), and the function that ends its use.
+func (hc *hierComm) use(parent splitter, color, key int) (Communicator, func(), error) {
+	hc.mu.Lock()
+	if !hc.closed && hc.err == nil && hc.comm == nil {
+		c, err := parent.Split(color, key)
+		if err == nil && c == nil {
+			err = core.Errorf(core.ErrBackend, "the split by local rank %d gave no communicator", color)
+		}
+		if err != nil {
+			hc.err = core.Errorf(core.CodeOf(err), "splitting the communicator by local rank (color %d, key %d): %v", color, key, err)
+		}
+		hc.comm = c
+	}
+	hc.mu.Unlock()
+	hc.mu.RLock()
+	switch {
+	case hc.closed:
+		hc.mu.RUnlock()
+		return nil, nil, core.Errorf(core.ErrInvalidState, "the group is destroyed: its communicator split by local rank is closed")
+	case hc.err != nil:
+		hc.mu.RUnlock()
+		return nil, nil, hc.err
+	}
+	return hc.comm, hc.mu.RUnlock, nil
+}
+
+// close destroys the split communicator, if any, once no call uses it;
+// later uses fail.
+func (hc *hierComm) close() error {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	hc.closed = true
+	c := hc.comm
+	hc.comm = nil
+	if cl, ok := c.(closer); ok {
+		return cl.Close()
+	}
+	return nil
+}
+
+func (hc *hierComm) isClosed() bool {
+	hc.mu.RLock()
+	defer hc.mu.RUnlock()
+	return hc.closed
+}
+
+// global is the group rank of view rank r (r itself on a handle).
+func (h *Handle) global(r int) int {
+	if h.ranks != nil && r >= 0 && r < len(h.ranks) {
+		return h.ranks[r]
+	}
+	return r
+}
+
+// viewText says which ranks a view's message numbers ("" on a handle).
+func (h *Handle) viewText() string {
+	if h.ranks == nil {
+		return ""
+	}
+	return fmt.Sprintf(" of the local team (ranks %s, numbered 0..%d in that order below)", ranksText(h.ranks), len(h.ranks)-1)
+}
+
+// makeTeamView builds h.team from h and its filled team arrays (gm.mu held).
+func (h *Handle) makeTeamView() {
+	if h.span == nil || h.teamArr == 0 {
+		return
+	}
+	t := *h
+	t.rank, t.world = h.span.localRank, len(h.span.team)
+	t.ranks = h.span.team
+	t.bufPtrs, t.padPtrs = make([]uintptr, t.world), make([]uintptr, t.world)
+	for i, r := range h.span.team {
+		t.bufPtrs[i], t.padPtrs[i] = h.bufPtrs[r], h.padPtrs[r]
+	}
+	t.arr, t.devArr = h.teamArr, h.teamDevArr
+	t.teamArr, t.teamDevArr = 0, 0
+	t.arrays, t.maps, t.span, t.team = nil, nil, nil, nil
+	h.team = &t
+}
+
+// teamPtrs writes the team's buffer and pad pointers into host slot a.
+func (h *Handle) teamPtrs(a uintptr) {
+	l := len(h.span.team)
+	arr := unsafe.Slice((*uintptr)(ptrAt(a)), 2*l)
+	for i, r := range h.span.team {
+		arr[i], arr[l+i] = h.bufPtrs[r], h.padPtrs[r]
+	}
+}
+
+// hierPlan says whether a checked collective c runs hierarchically; for an
+// explicit AlgoHierarchical that cannot, why (an error).
+func (h *Handle) hierPlan(a CollArgs, c *core.Collective) (bool, error) {
+	if c.Kind != core.AllReduce || (a.Algo != core.AlgoAuto && a.Algo != core.AlgoHierarchical) {
+		return false, nil
+	}
+	explicit := a.Algo == core.AlgoHierarchical
+	refuse := func(code core.Code, format string, args ...any) (bool, error) {
+		if !explicit {
+			return false, nil
+		}
+		return false, core.Errorf(code, "group %q: rank %d: all_reduce with algo hierarchical: "+format, append([]any{h.name, h.rank}, args...)...)
+	}
+	s := h.span
+	if _, ok := s.comm.(splitter); !ok {
+		return refuse(core.ErrUnavailable, "it needs a communicator that splits (ncclCommSplit); %s does not", s.comm.Describe())
+	}
+	if !s.uniform {
+		return refuse(core.ErrUnavailable, "it needs teams of one size (each local rank's communicator holds one rank per team); the teams have %s rank(s)", s.teamSizes())
+	}
+	if s.hier.isClosed() {
+		return refuse(core.ErrInvalidState, "the group is destroyed: its communicator split by local rank is closed")
+	}
+	if c.OutOffset < 0 {
+		return refuse(core.ErrInvalidArgument, "the all-gather inside the team reads the peers' out, so out must lie inside the rendezvoused block (out %#x is outside [%#x, +%d))", c.Out, h.bufPtrs[h.rank], h.bufSize)
+	}
+	if !explicit && (len(s.team) < 2 || c.Count*c.DType.Size() < HierMinBytes) {
+		return false, nil
+	}
+	if len(s.team) >= 2 {
+		if err := h.runsLocal(); err != nil {
+			return refuse(core.ErrUnavailable, "the steps inside the team need the library's own collectives, which cannot run here: %v", err)
+		}
+	}
+	return true, nil
+}
+
+// runsLocal says why the backend cannot run the library's collectives here,
+// or nil (the same on every rank of one build and driver). The first call
+// loads every kernel (compiled once, then read from the disk cache: Note
+// [Kernels compiled at run time] in cuda); the answer is kept for the group.
+func (h *Handle) runsLocal() error {
+	hc := h.span.hier
+	hc.localOnce.Do(func() { hc.local = h.askBackend() })
+	return hc.local
+}
+
+func (h *Handle) askBackend() error {
+	be := h.gm.be
+	if _, ok := be.(core.CollectiveLauncher); ok {
+		if l, ok := be.(core.KernelLoader); ok {
+			_, err := l.LoadKernels(h.gm.device)
+			return err
+		}
+		return nil
+	}
+	if be.Capabilities().StreamSignals {
+		return core.Errorf(core.ErrUnavailable, "the backend launches no kernels and its memory is not the CPU's")
+	}
+	return nil
+}
+
+// hierAllReduce runs c (an all-reduce, out inside the block) in the
+// hierarchical form (Note [Hierarchical all-reduce]).
+func (h *Handle) hierAllReduce(a CollArgs, c *core.Collective) error {
+	s := h.span
+	sub, done, err := s.hier.use(s.comm.(splitter), s.localRank, h.rank)
+	if err != nil {
+		return core.Errorf(core.CodeOf(err), "group %q: rank %d: all_reduce (hierarchical): %v", h.name, h.rank, err)
+	}
+	defer done()
+	subRed, ok := sub.(reducer)
+	if !ok {
+		return core.Errorf(core.ErrUnavailable, "group %q: all_reduce (hierarchical): the split communicator %s runs no typed collectives", h.name, sub.Describe())
+	}
+	what := "all_reduce (hierarchical) across machines"
+	t := h.team
+	if t == nil {
+		return core.Errorf(core.ErrInternal, "group %q: rank %d: all_reduce (hierarchical): the handle has no team view", h.name, h.rank)
+	}
+	es := c.DType.Size()
+	in, out := h.bufPtrs[h.rank]+c.InOffset, c.Out
+	L := t.world
+	if L == 1 {
+		if err := subRed.AllReduce(a.Stream, in, out, c.Count, c.DType, c.Op); err != nil {
+			return h.engineErr(what, err)
+		}
+		return nil
+	}
+	vec := 16 / es
+	per := c.Count / (uintptr(L) * vec) * vec
+	body := per * uintptr(L)
+	tail := c.Count - body
+	outOff := uintptr(c.OutOffset)
+	phase := func(kind core.CollKind, algo core.Algo, count, inOff, outAt uintptr, sliced bool) *core.Collective {
+		_, bufs := t.BufferPtrs()
+		_, pads := t.SignalPadPtrs()
+		p := &core.Collective{Kind: kind, DType: c.DType, Op: c.Op, Algo: algo, Count: count, Rank: t.rank, World: L,
+			Buffers: bufs, Pads: pads, PadSize: t.padSize, InOffset: inOff, Out: t.bufPtrs[t.rank] + outAt, OutOffset: int64(outAt),
+			SlicedInput: sliced, Channel: c.Channel, TimeoutNs: c.TimeoutNs}
+		p.Digest = argsDigest(argsWord(p))
+		return p
+	}
+	if per > 0 {
+		slice := outOff + uintptr(t.rank)*per*es
+		if err := t.runLocal(phase(core.ReduceScatter, core.AlgoOneShot, body, c.InOffset, slice, false), a.Stream); err != nil {
+			return err
+		}
+		if err := subRed.AllReduce(a.Stream, t.bufPtrs[t.rank]+slice, t.bufPtrs[t.rank]+slice, per, c.DType, c.Op); err != nil {
+			return h.engineErr(what, err)
+		}
+		if err := t.runLocal(phase(core.AllGather, core.AlgoOneShot, per, outOff, outOff, true), a.Stream); err != nil {
+			return err
+		}
+	}
+	if tail > 0 {
+		at := body * es
+		if err := t.runLocal(phase(core.AllReduce, core.AlgoOneShot, tail, c.InOffset+at, outOff+at, false), a.Stream); err != nil {
+			return err
+		}
+		if err := subRed.AllReduce(a.Stream, out+at, out+at, tail, c.DType, c.Op); err != nil {
+			return h.engineErr(what, err)
+		}
+	}
+	return nil
+}
+
+// runLocal runs checked collective c of this handle (or team view) with the
+// library's own machinery: kernels on stream s, or on this thread over CPU
+// memory.
+func (h *Handle) runLocal(c *core.Collective, s core.Stream) error {
+	be := h.gm.be
+	if l, ok := be.(core.CollectiveLauncher); ok {
+		return l.LaunchCollective(h.gm.device, s, c)
+	}
+	if !be.Capabilities().StreamSignals { // ordinary CPU memory
+		mu := &h.gm.pads.coll[c.Channel]
+		mu.Lock()
+		defer mu.Unlock()
+		return h.runHost(c)
+	}
+	return core.Errorf(core.ErrUnavailable, "group %q: the backend runs no collectives (it launches no kernels and its memory is not the CPU's)", h.name)
+}
