@@ -76,7 +76,8 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   [ -f build/libgofloor.so ] && export GOFLOOR_SO=$PWD/build/libgofloor.so
   step bench-torch-alloc python3 bench/torch_alloc_bench.py --reps ${BENCH_REPS:-3} --out "$out"
   step bench-decode python3 bench/decode_bench.py --reps ${BENCH_REPS:-3} --out "$out"
-  step bench-pause python3 bench/pause_bench.py --gib 4 --reps ${BENCH_REPS:-3} --out "$out"
+  step bench-pause python3 bench/pause_bench.py --workloads 4g-1,4g-1024 --rounds ${BENCH_REPS:-1} --out "$out"
+  step bench-pause-model python3 bench/pause_bench.py --workloads model --model-gib 24 --rounds 1 --impls symmem,tms-preload --out "$out"
   if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
     nvcc -O2 -arch=sm_90 -o build/stream_signal_bench bench/stream_signal_bench.cu -lcuda &&
       step bench-stream-signals build/stream_signal_bench

@@ -106,17 +106,7 @@ func (gm *groupMem) importMapFabric(h []byte, size uintptr, what string) (addr u
 	if mem, err = fb.ImportFabric(gm.device, h); err != nil {
 		return 0, 0, err
 	}
-	if addr, err = gm.be.Reserve(gm.device, size); err != nil {
-		gm.be.Release(mem)
-		return 0, 0, err
-	}
-	if err = gm.be.Map(gm.device, addr, size, mem); err != nil {
-		gm.be.Unreserve(gm.device, addr, size)
-		gm.be.Release(mem)
-		return 0, 0, err
-	}
-	core.RegisterRange(addr, size, what)
-	return addr, mem, nil
+	return gm.mapImported(mem, size, what)
 }
 
 // exchangeFabric is exchange's part between the machines of a team: the

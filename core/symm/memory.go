@@ -129,8 +129,13 @@ func (gm *groupMem) importMap(fd int, size uintptr, what string) (addr uintptr, 
 			return 0, 0, err
 		}
 	}
-	addr, err = gm.be.Reserve(gm.device, size)
-	if err != nil {
+	return gm.mapImported(mem, size, what)
+}
+
+// mapImported maps size bytes of imported memory in a new reserved range
+// and registers the range (what names it); on failure it releases mem.
+func (gm *groupMem) mapImported(mem core.Memory, size uintptr, what string) (addr uintptr, _ core.Memory, err error) {
+	if addr, err = gm.be.Reserve(gm.device, size); err != nil {
 		gm.be.Release(mem)
 		return 0, 0, err
 	}
