@@ -94,7 +94,7 @@ def test_tracked_text_does_not_narrate():
 
 
 @pytest.mark.parametrize("line", [
-    "No 4-GPU machine was " + "lent this session either.",
+    "No 4-GPU machine was lent th" + "is session either.",
     "In the second " + "session (2026-11-22, two H200)",
     "the allocator " + "landed first",
     "group creation 8.6 ms (11.8 ms " + "before)",
