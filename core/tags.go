@@ -380,6 +380,9 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 	var copies []FillOrCopy
 	var copied []*segment
 	for _, seg := range segs {
+		// A segment's host copy holds what this pause saved once the copy
+		// below has succeeded; a discarded segment's holds nothing.
+		seg.backupValid = false
 		kind := backupFor(seg, o.Backup)
 		if kind == BackupNone {
 			continue
@@ -387,7 +390,6 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 		if err := a.ensureBackup(seg, kind); err != nil {
 			return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: a host backup of %d bytes: %v; nothing was released", seg.pools.tag.name, a.device, seg.size, err)
 		}
-		seg.backupValid = false // until the copy below has succeeded
 		copies = append(copies, FillOrCopy{Dst: seg.backup, Src: seg.addr, Size: seg.size})
 		copied = append(copied, seg)
 	}
@@ -401,11 +403,6 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 			}
 		}
 		seg.backupValid = true
-	}
-	for _, seg := range segs {
-		if backupFor(seg, o.Backup) == BackupNone {
-			seg.backupValid = false
-		}
 	}
 	for _, t := range tags {
 		t.paused = true
