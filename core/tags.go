@@ -163,6 +163,18 @@ func LookupTag(name string) (TagID, bool) {
 	return id, ok
 }
 
+// KnownTag returns the ID of tag name, which a region must have registered:
+// a malformed name is CheckName's error, an unknown one ErrInvalidArgument.
+func KnownTag(name string) (TagID, error) {
+	if id, ok := LookupTag(name); ok {
+		return id, nil
+	}
+	if err := CheckName("tag", name, MaxTagLen); err != nil {
+		return 0, err
+	}
+	return 0, Errorf(ErrInvalidArgument, "tag %q is unknown: no region of it was opened", name)
+}
+
 func tagInfoOf(id TagID) (tagInfo, bool) {
 	tagRegistry.Lock()
 	defer tagRegistry.Unlock()
@@ -221,12 +233,9 @@ func (a *Allocator) selectTags(name string) ([]*tagState, error) {
 		}
 		return out, nil
 	}
-	id, ok := LookupTag(name)
-	if !ok {
-		if err := CheckName("tag", name, MaxTagLen); err != nil {
-			return nil, err
-		}
-		return nil, Errorf(ErrInvalidArgument, "tag %q is unknown: no region of it was opened", name)
+	id, err := KnownTag(name)
+	if err != nil {
+		return nil, err
 	}
 	t, err := a.tagLocked(id)
 	if err != nil {
@@ -557,12 +566,9 @@ func (a *Allocator) ResumeWith(tag string, o ResumeOptions) (uint64, error) {
 // paused (0, 0 for a tag registered but not used here; ErrInvalidArgument
 // for an unknown one).
 func (a *Allocator) TagBytes(tag string) (live, paused uint64, err error) {
-	id, ok := LookupTag(tag)
-	if !ok {
-		if err := CheckName("tag", tag, MaxTagLen); err != nil {
-			return 0, 0, err
-		}
-		return 0, 0, Errorf(ErrInvalidArgument, "tag %q is unknown: no region of it was opened", tag)
+	id, err := KnownTag(tag)
+	if err != nil {
+		return 0, 0, err
 	}
 	a.lock()
 	defer a.mu.Unlock()

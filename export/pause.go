@@ -237,13 +237,8 @@ func checkTagKnown(tag string) error {
 	if tag == "" {
 		return nil
 	}
-	if err := core.CheckName("tag", tag, core.MaxTagLen); err != nil {
-		return err
-	}
-	if _, ok := core.LookupTag(tag); !ok {
-		return core.Errorf(core.ErrInvalidArgument, "tag %q is unknown: no region of it was opened", tag)
-	}
-	return nil
+	_, err := core.KnownTag(tag)
+	return err
 }
 
 //export symmemgo_pause
