@@ -277,8 +277,8 @@ const (
 	// PauseDiscard: no host copy, even for a tag with backup; the resume
 	// zero-fills (vLLM's sleep of a tag it does not offload).
 	PauseDiscard
-	// PauseKeep: a host copy even for a tag without backup (pinned where
-	// the backend has it, unless the tag asked for pageable).
+	// PauseKeep: a host copy even for a tag without backup, pinned where
+	// the backend has it (a tag with backup keeps the kind it asked for).
 	PauseKeep
 )
 
