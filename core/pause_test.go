@@ -14,17 +14,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// tag registers a tag unique to the test (tags live for the process).
+// tag registers a tag unique to the test (tags live for the process),
+// with pinned backup or none (kindTag for the other kinds).
 func tag(t *testing.T, base string, backup bool) (string, core.TagID) {
 	t.Helper()
-	name := fmt.Sprintf("%s-%s", base, strings.NewReplacer("/", ".", "#", "_").Replace(t.Name()))
-	kind := core.BackupNone
 	if backup {
-		kind = core.BackupPinned
+		return kindTag(t, base, core.BackupPinned)
 	}
-	id, err := core.RegisterTag(name, kind)
-	require.NoError(t, err)
-	return name, id
+	return kindTag(t, base, core.BackupNone)
 }
 
 func TestTagsTakeTheirOwnSegments(t *testing.T) {

@@ -163,6 +163,18 @@ func LookupTag(name string) (TagID, bool) {
 	return id, ok
 }
 
+// KnownTag returns the ID of tag name, which a region must have registered:
+// a malformed name is CheckName's error, an unknown one ErrInvalidArgument.
+func KnownTag(name string) (TagID, error) {
+	if id, ok := LookupTag(name); ok {
+		return id, nil
+	}
+	if err := CheckName("tag", name, MaxTagLen); err != nil {
+		return 0, err
+	}
+	return 0, Errorf(ErrInvalidArgument, "tag %q is unknown: no region of it was opened", name)
+}
+
 func tagInfoOf(id TagID) (tagInfo, bool) {
 	tagRegistry.Lock()
 	defer tagRegistry.Unlock()
@@ -221,12 +233,9 @@ func (a *Allocator) selectTags(name string) ([]*tagState, error) {
 		}
 		return out, nil
 	}
-	id, ok := LookupTag(name)
-	if !ok {
-		if err := CheckName("tag", name, MaxTagLen); err != nil {
-			return nil, err
-		}
-		return nil, Errorf(ErrInvalidArgument, "tag %q is unknown: no region of it was opened", name)
+	id, err := KnownTag(name)
+	if err != nil {
+		return nil, err
 	}
 	t, err := a.tagLocked(id)
 	if err != nil {
@@ -268,8 +277,8 @@ const (
 	// PauseDiscard: no host copy, even for a tag with backup; the resume
 	// zero-fills (vLLM's sleep of a tag it does not offload).
 	PauseDiscard
-	// PauseKeep: a host copy even for a tag without backup (pinned where
-	// the backend has it, unless the tag asked for pageable).
+	// PauseKeep: a host copy even for a tag without backup, pinned where
+	// the backend has it (a tag with backup keeps the kind it asked for).
 	PauseKeep
 )
 
@@ -380,6 +389,9 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 	var copies []FillOrCopy
 	var copied []*segment
 	for _, seg := range segs {
+		// A segment's host copy holds what this pause saved once the copy
+		// below has succeeded; a discarded segment's holds nothing.
+		seg.backupValid = false
 		kind := backupFor(seg, o.Backup)
 		if kind == BackupNone {
 			continue
@@ -387,7 +399,6 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 		if err := a.ensureBackup(seg, kind); err != nil {
 			return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: a host backup of %d bytes: %v; nothing was released", seg.pools.tag.name, a.device, seg.size, err)
 		}
-		seg.backupValid = false // until the copy below has succeeded
 		copies = append(copies, FillOrCopy{Dst: seg.backup, Src: seg.addr, Size: seg.size})
 		copied = append(copied, seg)
 	}
@@ -401,11 +412,6 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 			}
 		}
 		seg.backupValid = true
-	}
-	for _, seg := range segs {
-		if backupFor(seg, o.Backup) == BackupNone {
-			seg.backupValid = false
-		}
 	}
 	for _, t := range tags {
 		t.paused = true
@@ -560,12 +566,9 @@ func (a *Allocator) ResumeWith(tag string, o ResumeOptions) (uint64, error) {
 // paused (0, 0 for a tag registered but not used here; ErrInvalidArgument
 // for an unknown one).
 func (a *Allocator) TagBytes(tag string) (live, paused uint64, err error) {
-	id, ok := LookupTag(tag)
-	if !ok {
-		if err := CheckName("tag", tag, MaxTagLen); err != nil {
-			return 0, 0, err
-		}
-		return 0, 0, Errorf(ErrInvalidArgument, "tag %q is unknown: no region of it was opened", tag)
+	id, err := KnownTag(tag)
+	if err != nil {
+		return 0, 0, err
 	}
 	a.lock()
 	defer a.mu.Unlock()

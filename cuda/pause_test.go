@@ -2,8 +2,10 @@ package cuda
 
 import (
 	"testing"
+	"time"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -92,4 +94,40 @@ func TestBackendAllocHostWhileAnotherThreadCaptures(t *testing.T) {
 	p, err := b.AllocHost(0, 1<<20)
 	require.NoError(t, err)
 	require.NoError(t, b.FreeHost(0, p, 1<<20))
+}
+
+// An op that the driver refuses stops a FillOrCopyWithin batch; when the
+// wait for the ops queued before it then times out, the error is
+// ErrTimeout (naming both causes), not the refusal: the caller must learn
+// that those ops may still run, and keep their memory (a resume unmaps
+// the new memory on any other error).
+func TestBackendFillOrCopyWithinRefusedOpOnStuckStream(t *testing.T) {
+	b := requireGPU(t)
+	if !isFake() {
+		t.Skip("the fake driver refuses an op on a NULL address at queueing time")
+	}
+	gran, err := b.Granularity(0)
+	require.NoError(t, err)
+	s := newSegment(t, b, 0, gran)
+	require.NoError(t, b.Memset(0, 0, s.addr, 0, 64))
+	d, err := b.device(0)
+	require.NoError(t, err)
+	own, err := b.ownStream(d)
+	require.NoError(t, err)
+	// The library's own stream waits for a value nobody writes yet.
+	require.NoError(t, b.WaitValue32(0, core.Stream(own), s.addr, 1, time.Second))
+	ops := []core.FillOrCopy{
+		{Dst: s.addr + 64, Size: 64, Fill: true, Value: 0x42},
+		{Dst: 0, Size: 64, Fill: true, Value: 0x43}, // refused
+	}
+	err = b.FillOrCopyWithin(0, ops, 300*time.Millisecond)
+	require.Equal(t, core.ErrTimeout, core.CodeOf(err), "%v", err)
+	require.Contains(t, err.Error(), "cuMemsetD8Async", "the refusal is named too")
+
+	other, err := b.NewStream(0)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, b.DestroyStream(0, other)) })
+	require.NoError(t, b.WriteValue32(0, other, s.addr, 1)) // the value arrives
+	require.NoError(t, b.SynchronizeDevice(0))
+	requireAll(t, download(t, b, 0, s.addr+64, 64), 0x42, "the op queued before the refused one ran once the stream went on")
 }

@@ -164,7 +164,10 @@ var _ core.BoundedMemOps = (*Backend)(nil)
 // FillOrCopyWithin is core.BatchMemOps: every op queued in order on the
 // library's own stream (cuMemsetD8Async, cuMemcpyAsync), then one wait for
 // them all, up to timeout. An op the driver refuses stops the queueing; the
-// ops queued before it are waited for, and its error is returned.
+// ops queued before it are waited for, and its error is returned, unless
+// that wait fails: then the wait's error, naming the refusal too, so that a
+// timeout still tells the caller that those ops may run on (and write into
+// memory it must keep).
 func (b *Backend) FillOrCopyWithin(dev int, ops []core.FillOrCopy, timeout time.Duration) error {
 	d, err := b.device(dev)
 	if err != nil || len(ops) == 0 {
@@ -192,10 +195,13 @@ func (b *Backend) FillOrCopyWithin(dev int, ops []core.FillOrCopy, timeout time.
 	waitErr := b.boundedFor(dev, flightKey{dev, "cuStreamSynchronize", core.Stream(s)}, timeout, func() C.smcu_status {
 		return C.smcu_stream_synchronize(d.ctx, s)
 	})
-	if opErr != nil {
-		return opErr
+	if waitErr != nil && opErr != nil {
+		return core.Errorf(core.CodeOf(waitErr), "%v (queueing had stopped at an op the driver refused: %v)", waitErr, opErr)
 	}
-	return waitErr
+	if waitErr != nil {
+		return waitErr
+	}
+	return opErr
 }
 
 var _ core.BatchMemOps = (*Backend)(nil)

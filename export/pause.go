@@ -52,6 +52,16 @@ func backupKindOf(flags C.uint) (core.BackupKind, error) {
 	return core.BackupNone, nil
 }
 
+// registerTag registers tag (not NULL) with the backup kind of the region
+// flags: what symmem_region_begin and symmem_set_default_tag take.
+func registerTag(tag *C.char, flags C.uint) (core.TagID, error) {
+	kind, err := backupKindOf(flags)
+	if err != nil {
+		return 0, err
+	}
+	return core.RegisterTag(C.GoString(tag), kind)
+}
+
 // pauseBackupOf reads the pause flags.
 func pauseBackupOf(flags C.uint) (core.PauseBackup, error) {
 	switch {
@@ -125,11 +135,8 @@ func symmemgo_region_begin(tag *C.char, flags C.uint) (result C.int) {
 	case tag == nil:
 		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "tag is NULL"))
 	default:
-		kind, err := backupKindOf(flags)
-		if err == nil {
-			id, err = core.RegisterTag(C.GoString(tag), kind)
-		}
-		if err != nil {
+		var err error
+		if id, err = registerTag(tag, flags); err != nil {
 			return setLastError(call, err)
 		}
 	}
@@ -146,11 +153,8 @@ func symmemgo_set_default_tag(tag *C.char, flags C.uint) (result C.int) {
 	call := describeTag("symmem_set_default_tag", tag)
 	var id core.TagID
 	if tag != nil {
-		kind, err := backupKindOf(flags)
-		if err == nil {
-			id, err = core.RegisterTag(C.GoString(tag), kind)
-		}
-		if err != nil {
+		var err error
+		if id, err = registerTag(tag, flags); err != nil {
 			return setLastError(call, err)
 		}
 	} else if flags != 0 {
@@ -233,13 +237,8 @@ func checkTagKnown(tag string) error {
 	if tag == "" {
 		return nil
 	}
-	if err := core.CheckName("tag", tag, core.MaxTagLen); err != nil {
-		return err
-	}
-	if _, ok := core.LookupTag(tag); !ok {
-		return core.Errorf(core.ErrInvalidArgument, "tag %q is unknown: no region of it was opened", tag)
-	}
-	return nil
+	_, err := core.KnownTag(tag)
+	return err
 }
 
 //export symmemgo_pause

@@ -774,14 +774,21 @@ sm_CUresult cuEventDestroy_v2(sm_CUevent hEvent) {
   return SM_CUDA_SUCCESS;
 }
 
+/* An asynchronous fill or copy naming address 0 is refused when it is
+ * queued (CUDA_ERROR_INVALID_VALUE): how tests make the driver refuse one op
+ * of a batch. */
 sm_CUresult cuMemsetD8Async(sm_CUdeviceptr dstDevice, unsigned char uc, size_t N, sm_CUstream hStream) {
   NEED_CTX;
+  if (dstDevice == 0)
+    return SM_CUDA_ERROR_INVALID_VALUE;
   return fake_enqueue(hStream, (struct fake_op){.kind = OP_MEMSET, .dst = (void *)(uintptr_t)dstDevice,
                                                 .n = N, .value = uc});
 }
 
 sm_CUresult cuMemcpyAsync(sm_CUdeviceptr dst, sm_CUdeviceptr src, size_t ByteCount, sm_CUstream hStream) {
   NEED_CTX;
+  if (dst == 0 || src == 0)
+    return SM_CUDA_ERROR_INVALID_VALUE;
   return fake_enqueue(hStream,
                       (struct fake_op){.kind = OP_COPY, .dst = (void *)(uintptr_t)dst,
                                        .src = (const void *)(uintptr_t)src, .n = ByteCount});

@@ -178,14 +178,22 @@ def resume(tag: Optional[str] = None, group=None, zero: bool = True) -> None:
         check(lib.symmem_resume_group(_group_ptr(group), _tag_arg(tag)), "symmem_resume_group")
 
 
+def _backup_pointer(ptr: int, size: int):
+    """One symmem_backup_pointer call: (result code, host address, paused now)."""
+    lib = _lib.lib()
+    host = ctypes.c_void_p()
+    paused = ctypes.c_int()
+    rc = lib.symmem_backup_pointer(ptr, size, ctypes.byref(host), ctypes.byref(paused))
+    return rc, int(host.value or 0), bool(paused.value)
+
+
 def backup_pointer(ptr: int, size: int):
     """The host copy of ``size`` bytes at ``ptr`` (within one segment): a
     pair (host address, paused now). The copy is what the last pause of the
     tag saved; :class:`symmem.InvalidStateError` when there is none (no
     backup, discarded, never paused)."""
-    host, paused = backup_state(ptr, size)
-    if host is None:
-        _raise_backup_error(ptr, size)
+    rc, host, paused = _backup_pointer(ptr, size)
+    check(rc, "symmem_backup_pointer")
     return host, paused
 
 
@@ -193,21 +201,11 @@ def backup_state(ptr: int, size: int):
     """As :func:`backup_pointer`, but a missing copy is (None, paused now)
     instead of an error; other errors (memory libsymmem did not allocate,
     a range past its segment) raise."""
-    lib = _lib.lib()
-    host = ctypes.c_void_p()
-    paused = ctypes.c_int()
-    rc = lib.symmem_backup_pointer(ptr, size, ctypes.byref(host), ctypes.byref(paused))
+    rc, host, paused = _backup_pointer(ptr, size)
     if rc == Result.INVALID_STATE:
-        return None, bool(paused.value)
+        return None, paused
     check(rc, "symmem_backup_pointer")
-    return int(host.value or 0), bool(paused.value)
-
-
-def _raise_backup_error(ptr: int, size: int) -> None:
-    """Raise the error of symmem_backup_pointer for ptr, if any."""
-    lib = _lib.lib()
-    host = ctypes.c_void_p()
-    check(lib.symmem_backup_pointer(ptr, size, ctypes.byref(host), None), "symmem_backup_pointer")
+    return host, paused
 
 
 def tag_bytes(tag: str):

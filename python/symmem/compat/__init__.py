@@ -28,12 +28,42 @@ process's environment changes.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Dict, Mapping
+
+from ..errors import InvalidArgumentError, Result
 
 __all__ = ["SHIM_DIR", "install", "installed"]
 
 SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim")
+
+
+_TAG_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def _check_tag(api: str, tag, max_len: int, empty_hint: str = "") -> None:
+    """Check a drop-in's tag: a str of 1 to max_len letters, digits, '.',
+    '_', '-' (the drop-in adds a prefix, so max_len is under libsymmem's 64).
+    The errors name api, the drop-in's class."""
+    if not isinstance(tag, str):
+        raise TypeError(f"tag must be a str, not {type(tag).__name__}")
+    if tag == "":
+        raise InvalidArgumentError(Result.INVALID_ARGUMENT, f"{api}: the tag is the empty string; libsymmem's drop-in refuses it{empty_hint}")
+    if len(tag) > max_len or not _TAG_CHARS.match(tag):
+        raise InvalidArgumentError(
+            Result.INVALID_ARGUMENT, f"{api}: tag {tag!r}: libsymmem's drop-in takes tags of 1 to {max_len} letters, digits, '.', '_', '-'"
+        )
+
+
+def _env_bool(name: str) -> bool:
+    """The environment variable name as a switch (unset: off)."""
+    v = os.environ.get(name, "")
+    if v.lower() in ("", "0", "false", "no", "off"):
+        return False
+    if v.lower() in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"{name}={v!r}: expected 1/true/yes/on or 0/false/no/off")
 
 
 def _subprocess_env(environ: Mapping[str, str]) -> Dict[str, str]:

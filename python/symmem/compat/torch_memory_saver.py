@@ -44,11 +44,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import threading
 from typing import Dict, Iterator, Optional, Set
 
 from .. import tags as _tags
+from . import _check_tag, _env_bool
 from ..errors import InvalidArgumentError, InvalidStateError, Result
 
 __all__ = ["TorchMemorySaver", "torch_memory_saver", "configure_subprocess"]
@@ -64,17 +64,7 @@ _KINDS = {
     "disk": (".disk", "disk"),
 }
 _MAX_TAG = 64 - len(_PREFIX) - max(len(s) for s, _ in _KINDS.values())
-_TAG_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
 _HOOK_MODES = ("preload", "torch")
-
-
-def _env_bool(name: str) -> bool:
-    v = os.environ.get(name, "")
-    if v.lower() in ("", "0", "false", "no", "off"):
-        return False
-    if v.lower() in ("1", "true", "yes", "on"):
-        return True
-    raise ValueError(f"{name}={v!r}: expected 1/true/yes/on or 0/false/no/off")
 
 
 class TorchMemorySaver:
@@ -127,14 +117,7 @@ class TorchMemorySaver:
 
     def _symmem_tag(self, tag, kind: str):
         """The libsymmem tag (and its backup) for tag's regions of kind."""
-        if not isinstance(tag, str):
-            raise TypeError(f"tag must be a str, not {type(tag).__name__}")
-        if tag == "":
-            raise InvalidArgumentError(Result.INVALID_ARGUMENT, 'torch_memory_saver: the tag is the empty string; libsymmem\'s drop-in refuses it (it is not "every tag": pass None)')
-        if len(tag) > _MAX_TAG or not _TAG_CHARS.match(tag):
-            raise InvalidArgumentError(Result.INVALID_ARGUMENT, 
-                f"torch_memory_saver: tag {tag!r}: libsymmem's drop-in takes tags of 1 to {_MAX_TAG} letters, digits, '.', '_', '-'"
-            )
+        _check_tag("torch_memory_saver", tag, _MAX_TAG, ' (it is not "every tag": pass None)')
         suffix, backup = _KINDS[kind]
         name = _PREFIX + tag + suffix
         with self._lock:

@@ -31,18 +31,16 @@ Differences from vLLM (each an error or a line of docs/dropin.md):
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 from typing import Dict, Iterable, Iterator, Optional, Set, Tuple, Union
 
 from .. import tags as _tags
-from ..errors import InvalidArgumentError, Result
+from . import _check_tag, _env_bool
 
 __all__ = ["CuMemAllocator", "SymmemSleepBackend", "register"]
 
 _PREFIX = "vllm."
 _MAX_TAG = 64 - len(_PREFIX)
-_TAG_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 def _as_tuple(tags: Union[str, Iterable[str]]) -> Tuple[str, ...]:
@@ -82,12 +80,7 @@ class CuMemAllocator:
         return self._memory
 
     def _name(self, tag: str) -> str:
-        if not isinstance(tag, str):
-            raise TypeError(f"tag must be a str, not {type(tag).__name__}")
-        if tag == "":
-            raise InvalidArgumentError(Result.INVALID_ARGUMENT, "CuMemAllocator: the tag is the empty string; libsymmem's drop-in refuses it")
-        if len(tag) > _MAX_TAG or not _TAG_CHARS.match(tag):
-            raise InvalidArgumentError(Result.INVALID_ARGUMENT, f"CuMemAllocator: tag {tag!r}: libsymmem's drop-in takes tags of 1 to {_MAX_TAG} letters, digits, '.', '_', '-'")
+        _check_tag("CuMemAllocator", tag, _MAX_TAG)
         return _PREFIX + tag
 
     @contextlib.contextmanager
@@ -206,8 +199,6 @@ def register() -> bool:
     return this module's allocator, so that vLLM's worker allocates and
     sleeps through libsymmem without any change. Returns whether vLLM was
     found."""
-    import os
-
     try:
         import vllm.device_allocator.cumem as cumem
     except ImportError:
@@ -218,9 +209,6 @@ def register() -> bool:
         SleepModeBackendFactory = None
     if SleepModeBackendFactory is not None and "symmem" not in getattr(SleepModeBackendFactory, "_registry", {}):
         SleepModeBackendFactory.register_backend("symmem", __name__, "SymmemSleepBackend")
-    flag = os.environ.get("SYMMEM_VLLM_ALLOCATOR", "").lower()
-    if flag in ("1", "true", "yes", "on"):
+    if _env_bool("SYMMEM_VLLM_ALLOCATOR"):
         cumem.CuMemAllocator.get_instance = staticmethod(CuMemAllocator.get_instance)
-    elif flag not in ("", "0", "false", "no", "off"):
-        raise ValueError(f"SYMMEM_VLLM_ALLOCATOR={flag!r}: expected 1/true/yes/on or 0/false/no/off")
     return True
