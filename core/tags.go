@@ -789,7 +789,11 @@ func (a *Allocator) diskBackup(seg *segment) error {
 	dir := BackupDir()
 	f, err := os.CreateTemp(dir, "symmem-backup-*")
 	if err != nil {
-		return Errorf(ErrInvalidState, "a disk backup in %q: %v (set the directory with symmem_set_backup_dir or SYMMEM_BACKUP_DIR)", dir, err)
+		var pe *os.PathError
+		if errors.As(err, &pe) { // its text would repeat the directory
+			err = pe.Err
+		}
+		return Errorf(ErrInvalidState, "a disk backup in %s: %v (set the directory with symmem_set_backup_dir or SYMMEM_BACKUP_DIR)", Quote(dir), err)
 	}
 	_ = os.Remove(f.Name())
 	fail := func(what string, err error) error {
@@ -798,7 +802,7 @@ func (a *Allocator) diskBackup(seg *segment) error {
 		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.ENOMEM) {
 			code = ErrOutOfMemory
 		}
-		return Errorf(code, "a disk backup of %d bytes in %q: %s: %v", seg.size, dir, what, err)
+		return Errorf(code, "a disk backup of %d bytes in %s: %s: %v", seg.size, Quote(dir), what, err)
 	}
 	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(seg.size)); err != nil {
 		if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOTSUP) && !errors.Is(err, unix.EINVAL) {
