@@ -82,6 +82,9 @@ type Group struct {
 	// hier is the communicator split by local rank for the hierarchical
 	// collectives, made on first use (Note [Hierarchical all-reduce]).
 	hier hierComm
+	// span is what handles need to reach the ranks on other machines
+	// (newSpan); nil on a group of one machine.
+	span *span
 
 	// coll serialises collective calls and guards the fields below.
 	coll sync.Mutex
@@ -161,6 +164,7 @@ func New(o Options) (*Group, error) {
 			g.wins.removeHook = alloc.AddReleaseHook(g.onSegmentRelease)
 		}
 	}
+	g.span = g.newSpan()
 	return g, nil
 }
 

@@ -43,7 +43,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 		}
 	}
 	h := &Handle{gm: gm, life: newLifetime(), name: g.name, rank: me, world: world, bufSize: info.Size, offset: ptr - info.Addr,
-		timeout: g.timeout, bufPtrs: make([]uintptr, world), padPtrs: make([]uintptr, world), span: g.newSpan()}
+		timeout: g.timeout, bufPtrs: make([]uintptr, world), padPtrs: make([]uintptr, world), span: g.span}
 	rec := blockRecord{held: make([]uint64, world), padSize: uint64(g.padSize)}
 	pinned := make([]*peerMap, world)
 	succeeded := false

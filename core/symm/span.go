@@ -61,30 +61,28 @@ import (
 // bounded wait) fails with ErrTimeout; the message names the ranks of the
 // other machines and their machines.
 
-// span is what a handle of a group that spans machines needs to reach its
-// remote ranks; nil on a group of one machine.
+// span is what the handles of a group that spans machines need to reach
+// its remote ranks, made once with the group; nil on a group of one machine.
 type span struct {
-	machineOf []int
-	machines  []machineIdentity
-	teamOf    []int
+	// teams is the group's (Note [Local teams]): team is this rank's team
+	// (group ranks, ascending), localRank our index in it.
+	*teams
 	// comm is the group's communicator, nil when it has none.
 	comm Communicator
-	// team is this rank's team (group ranks, ascending), localRank our
-	// index in it; uniform: every team has len(team) ranks.
-	team      []int
-	localRank int
-	uniform   bool
+	// uniform: every team has len(team) ranks.
+	uniform bool
 	// hier is the group's communicator split by local rank (Note
 	// [Hierarchical all-reduce]).
 	hier *hierComm
 }
 
+// newSpan makes g's span once its communicator is known (nil on one
+// machine).
 func (g *Group) newSpan() *span {
 	if g.nteams <= 1 {
 		return nil
 	}
-	s := &span{machineOf: g.machineOf, machines: g.machines, teamOf: g.teamOf, comm: g.comm,
-		team: g.team, localRank: g.localRank, uniform: true, hier: &g.hier}
+	s := &span{teams: &g.teams, comm: g.comm, uniform: true, hier: &g.hier}
 	for _, n := range s.sizes() {
 		s.uniform = s.uniform && n == len(g.team)
 	}
@@ -92,16 +90,10 @@ func (g *Group) newSpan() *span {
 }
 
 // sizes is the number of ranks of each team.
-func (s *span) sizes() []int {
-	n := map[int]int{}
-	k := 0
-	for _, t := range s.teamOf {
-		n[t]++
-		k = max(k, t+1)
-	}
-	out := make([]int, k)
-	for t, c := range n {
-		out[t] = c
+func (t *teams) sizes() []int {
+	out := make([]int, t.nteams)
+	for _, k := range t.teamOf {
+		out[k]++
 	}
 	return out
 }
@@ -115,9 +107,6 @@ func (s *span) teamSizes() string {
 	return strings.Join(parts, ", ")
 }
 
-// local says whether ranks a and b are in one team (map each other).
-func (s *span) local(a, b int) bool { return s.teamOf[a] == s.teamOf[b] }
-
 // where names rank r and its machine.
 func (s *span) where(r int) string {
 	return fmt.Sprintf("rank %d on %s", r, s.machines[s.machineOf[r]])
@@ -129,7 +118,7 @@ func (s *span) remote(me int) string {
 	for i, m := range s.machines {
 		var ranks []int
 		for r, k := range s.machineOf {
-			if k == i && !s.local(me, r) {
+			if k == i && !s.sameTeam(me, r) {
 				ranks = append(ranks, r)
 			}
 		}
@@ -267,7 +256,7 @@ func (h *Handle) signalBarrier(osig oneSided, channel int, s core.Stream, timeou
 	var local, remote []int
 	for i := 1; i < h.world; i++ {
 		p := (h.rank + i) % h.world
-		if h.span.local(h.rank, p) {
+		if h.span.sameTeam(h.rank, p) {
 			local = append(local, p)
 		} else {
 			remote = append(remote, p)

@@ -180,6 +180,9 @@ func (g *Group) checkTeam() error {
 	return nil
 }
 
+// sameTeam says whether ranks a and b are in one team (map each other).
+func (t *teams) sameTeam(a, b int) bool { return t.teamOf[a] == t.teamOf[b] }
+
 // isLocal says whether rank r is in this rank's local team (it maps r).
 func (g *Group) isLocal(r int) bool { return g.teamIdx[r] >= 0 }
 
