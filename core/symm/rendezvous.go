@@ -161,7 +161,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	// need(r, p): rank r lacks peer p's current segment, and p is on r's
 	// machine (Note [Local teams]: remote ranks are never mapped).
 	need := func(r, p int) bool {
-		return r != p && g.teamOf[r] == g.teamOf[p] && recs[r].held[p] != recs[p].segID+1
+		return r != p && g.sameTeam(r, p) && recs[r].held[p] != recs[p].segID+1
 	}
 	anyNeed := needPads
 	for r := 0; r < world && !anyNeed; r++ {

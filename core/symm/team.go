@@ -108,7 +108,7 @@ func (g *Group) formTeams() error {
 	}
 	for r := range ms {
 		t.teamIdx[r] = -1
-		if t.teamOf[r] == t.teamOf[g.rank] {
+		if t.sameTeam(r, g.rank) {
 			t.teamIdx[r] = len(t.team)
 			t.team = append(t.team, r)
 			if t.machineOf[r] == t.machineOf[g.rank] {
@@ -119,7 +119,7 @@ func (g *Group) formTeams() error {
 			}
 		}
 		for q := 0; q < r; q++ {
-			t.fabricSpan = t.fabricSpan || (t.teamOf[q] == t.teamOf[r] && t.machineOf[q] != t.machineOf[r])
+			t.fabricSpan = t.fabricSpan || t.crossTeam(q, r)
 		}
 	}
 	t.localRank = t.teamIdx[g.rank]
@@ -221,7 +221,13 @@ func (g *Group) MachineOf(r int) (string, error) {
 // bySocket says whether rank r is reached over this machine's sockets: in
 // our team and on our machine.
 func (g *Group) bySocket(r int) bool {
-	return g.teamOf[r] == g.teamOf[g.rank] && g.machineOf[r] == g.machineOf[g.rank]
+	return g.sameTeam(g.rank, r) && g.machineOf[r] == g.machineOf[g.rank]
+}
+
+// crossTeam says whether ranks a and b are in one team on different
+// machines: what passes between them are fabric handles.
+func (t *teams) crossTeam(a, b int) bool {
+	return t.sameTeam(a, b) && t.machineOf[a] != t.machineOf[b]
 }
 
 // allToAllFDs passes descriptors inside the socket team: out[r] goes to
