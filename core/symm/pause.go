@@ -389,8 +389,21 @@ func (g *Group) Resume(tag string) error {
 		g.repause(tag)
 		return err
 	}
-	gm.mu.Lock()
 	var remapped []*peerMap
+	// fail undoes this rank's part of the resume: the peers mapped again
+	// are unmapped, its own memory paused again.
+	fail := func(err error) error {
+		gm.mu.Lock()
+		for _, m := range remapped {
+			g.be.Unmap(g.device, m.addr, m.size)
+			g.be.Release(m.mem)
+			m.mem, m.paused = 0, true
+		}
+		gm.mu.Unlock()
+		g.repause(tag)
+		return err
+	}
+	gm.mu.Lock()
 	for src := 0; src < g.world; src++ {
 		if src == me || !g.bySocket(src) {
 			continue
@@ -434,8 +447,7 @@ func (g *Group) Resume(tag string) error {
 		// all-gather (Note [Fabric teams]).
 		frs, err := g.fabricGather(localErr, false, fabricSegs)
 		if err != nil {
-			g.repause(tag)
-			return err
+			return fail(err)
 		}
 		gm.mu.Lock()
 		for src := 0; src < g.world && localErr == nil; src++ {
@@ -469,15 +481,7 @@ func (g *Group) Resume(tag string) error {
 		gm.mu.Unlock()
 	}
 	if err := g.shareVerdict(what+" (mapping peers' memory)", localErr); err != nil {
-		gm.mu.Lock()
-		for _, m := range remapped {
-			g.be.Unmap(g.device, m.addr, m.size)
-			g.be.Release(m.mem)
-			m.mem, m.paused = 0, true
-		}
-		gm.mu.Unlock()
-		g.repause(tag)
-		return err
+		return fail(err)
 	}
 	// The memory is back everywhere; a failure to register a window again
 	// leaves it so (the next rendezvous on the segment registers it).
