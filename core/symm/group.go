@@ -288,7 +288,7 @@ func (g *Group) closeChannels() error {
 // on every rank (the host backend has one device, which every rank shares
 // by design). It sets the group's local team (Note [Local teams]).
 func (g *Group) agreeMembers() error {
-	me := memberRecord{status: statusOf(g.machine.err), pid: uint32(os.Getpid()), backend: g.be.Name(),
+	me := memberRecord{pid: uint32(os.Getpid()), backend: g.be.Name(),
 		hostname: g.machine.hostname, bootID: g.machine.bootID, simulated: g.machine.simulated, device: int32(g.device)}
 	if g.machine.err != nil {
 		me.status = statusOf(core.Errorf(core.CodeOf(g.machine.err), "rank %d (pid %d): %v", g.rank, me.pid, g.machine.err))
