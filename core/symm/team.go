@@ -199,18 +199,26 @@ func (g *Group) Machines() int { return len(g.machines) }
 
 // IsLocal says whether rank r shares this process's machine.
 func (g *Group) IsLocal(r int) (bool, error) {
-	if r < 0 || r >= g.world {
-		return false, core.Errorf(core.ErrInvalidArgument, "group %q: rank %d is out of range [0, %d)", g.name, r, g.world)
+	if err := g.checkRank(r); err != nil {
+		return false, err
 	}
 	return g.isLocal(r), nil
 }
 
 // MachineOf names rank r's machine for messages ("host n2 (boot id ...)").
 func (g *Group) MachineOf(r int) (string, error) {
-	if r < 0 || r >= g.world {
-		return "", core.Errorf(core.ErrInvalidArgument, "group %q: rank %d is out of range [0, %d)", g.name, r, g.world)
+	if err := g.checkRank(r); err != nil {
+		return "", err
 	}
 	return g.machines[g.machineOf[r]].String(), nil
+}
+
+// checkRank refuses a rank outside [0, world).
+func (g *Group) checkRank(r int) error {
+	if r < 0 || r >= g.world {
+		return core.Errorf(core.ErrInvalidArgument, "group %q: rank %d is out of range [0, %d)", g.name, r, g.world)
+	}
+	return nil
 }
 
 // bySocket says whether rank r is reached over this machine's sockets: in
