@@ -120,7 +120,12 @@ func requireAllFail(t *testing.T, errs []error, code core.Code, contains ...stri
 
 // join makes the group and a handle on a fresh buffer of size bytes.
 func (r *mmRank) join(size uintptr) (*Group, *Handle, uintptr, error) {
-	buf, err := r.a.Alloc(size, 0)
+	return r.joinTagged(size, 0)
+}
+
+// joinTagged is join on a buffer of tag (0: untagged).
+func (r *mmRank) joinTagged(size uintptr, tag core.TagID) (*Group, *Handle, uintptr, error) {
+	buf, err := r.a.AllocTagged(size, 0, tag)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -665,19 +670,11 @@ func TestMachinesPauseResume(t *testing.T) {
 			id, err := core.RegisterTag(tag, core.BackupPinned)
 			require.NoError(t, err)
 			requireAllOK(t, runMachines(t, mmConfig{machines: machines, engine: "comm"}, func(r *mmRank) error {
-				buf, err := r.a.AllocTagged(pauseBlock, 0, id)
-				if err != nil {
-					return err
-				}
-				g, err := New(r.o)
+				g, h, buf, err := r.joinTagged(pauseBlock, id)
 				if err != nil {
 					return err
 				}
 				defer g.Destroy()
-				h, err := g.Rendezvous(buf)
-				if err != nil {
-					return err
-				}
 				defer h.Release()
 				mark := words(buf, pauseBlock/8)
 				for i := r.world; i < len(mark); i += 4096 {
@@ -781,19 +778,11 @@ func TestMachinesFabricTeam(t *testing.T) {
 	requireAllOK(t, runMachines(t, mmConfig{machines: machines, engine: "comm",
 		backend: func(r int, be *host.Backend) core.Backend { return &fabricHost{Backend: be, domain: domains[r]} },
 	}, func(r *mmRank) error {
-		buf, err := r.a.AllocTagged(pauseBlock, 0, id)
-		if err != nil {
-			return err
-		}
-		g, err := New(r.o)
+		g, h, _, err := r.joinTagged(pauseBlock, id)
 		if err != nil {
 			return err
 		}
 		defer g.Destroy()
-		h, err := g.Rendezvous(buf)
-		if err != nil {
-			return err
-		}
 		defer h.Release()
 		team := []int{0, 1, 2, 3}
 		if r.rank == 4 {
@@ -848,19 +837,11 @@ func TestMachinesFabricResumeGatherFails(t *testing.T) {
 				return gather(send, recv)
 			}
 		}
-		buf, err := r.a.AllocTagged(pauseBlock, 0, id)
-		if err != nil {
-			return err
-		}
-		g, err := New(r.o)
+		g, h, _, err := r.joinTagged(pauseBlock, id)
 		if err != nil {
 			return err
 		}
 		defer g.Destroy()
-		h, err := g.Rendezvous(buf)
-		if err != nil {
-			return err
-		}
 		defer h.Release()
 		if err := g.Pause(tag); err != nil {
 			return err
