@@ -394,21 +394,18 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 		outOff = int64(out - base)
 	}
 	algo := a.Algo
-	if (algo == core.AlgoHierarchical || algo == core.AlgoNCCL) && h.span == nil {
-		algo = core.AlgoAuto // one machine: no level above it
-	}
-	if h.span != nil {
-		// The group's engine or the hierarchical form runs it: neither
-		// uses the fields below but Kind, DType, Op, Count, Out and
-		// OutOffset (spanCollective decides).
-		algo = a.Algo
-	} else if a.Kind != core.AllReduce {
+	switch {
+	case h.span != nil:
+		// The group's engine or the hierarchical form runs it with the
+		// caller's algo: neither uses the fields below but Kind, DType,
+		// Op, Count, Out and OutOffset (spanCollective decides).
+	case a.Kind != core.AllReduce || h.world == 1:
 		algo = core.AlgoOneShot
-	} else if h.world == 1 {
-		algo = core.AlgoOneShot
-	} else if algo == core.AlgoAuto {
+	case algo == core.AlgoAuto || algo == core.AlgoHierarchical || algo == core.AlgoNCCL:
+		// On one machine hierarchical and nccl have no level above it:
+		// they choose as auto does.
 		algo = autoAllReduce(h.world, inBytes, inPlace, outOff >= 0)
-	} else if algo == core.AlgoTwoShot && outOff < 0 {
+	case algo == core.AlgoTwoShot && outOff < 0:
 		return bad("two-shot reads every rank's out, so out must lie inside the rendezvoused block (out %#x is outside [%#x, +%d))", out, base, h.bufSize)
 	}
 	pull := algo == core.AlgoTwoShot && inBytes >= TwoShotPullMinBytes

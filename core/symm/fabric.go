@@ -44,12 +44,6 @@ func decodeFabric(p []byte) (f fabricRecord, err error) {
 	return f, r.err
 }
 
-// crossTeam says whether ranks a and b are in one team on different
-// machines: what passes between them are fabric handles.
-func (g *Group) crossTeam(a, b int) bool {
-	return g.teamOf[a] == g.teamOf[b] && g.machineOf[a] != g.machineOf[b]
-}
-
 // fabricGather all-gathers fabric handles (Note [Fabric teams]); made by
 // every rank of a group where g.fabricSpan, whatever its own state.
 // exportPad: this rank sends its pad's handle; segs: the segments whose

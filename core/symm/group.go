@@ -82,6 +82,9 @@ type Group struct {
 	// hier is the communicator split by local rank for the hierarchical
 	// collectives, made on first use (Note [Hierarchical all-reduce]).
 	hier hierComm
+	// span is what handles need to reach the ranks on other machines
+	// (newSpan); nil on a group of one machine.
+	span *span
 
 	// coll serialises collective calls and guards the fields below.
 	coll sync.Mutex
@@ -161,6 +164,7 @@ func New(o Options) (*Group, error) {
 			g.wins.removeHook = alloc.AddReleaseHook(g.onSegmentRelease)
 		}
 	}
+	g.span = g.newSpan()
 	return g, nil
 }
 
@@ -284,7 +288,7 @@ func (g *Group) closeChannels() error {
 // on every rank (the host backend has one device, which every rank shares
 // by design). It sets the group's local team (Note [Local teams]).
 func (g *Group) agreeMembers() error {
-	me := memberRecord{status: statusOf(g.machine.err), pid: uint32(os.Getpid()), backend: g.be.Name(),
+	me := memberRecord{pid: uint32(os.Getpid()), backend: g.be.Name(),
 		hostname: g.machine.hostname, bootID: g.machine.bootID, simulated: g.machine.simulated, device: int32(g.device)}
 	if g.machine.err != nil {
 		me.status = statusOf(core.Errorf(core.CodeOf(g.machine.err), "rank %d (pid %d): %v", g.rank, me.pid, g.machine.err))

@@ -120,7 +120,12 @@ func requireAllFail(t *testing.T, errs []error, code core.Code, contains ...stri
 
 // join makes the group and a handle on a fresh buffer of size bytes.
 func (r *mmRank) join(size uintptr) (*Group, *Handle, uintptr, error) {
-	buf, err := r.a.Alloc(size, 0)
+	return r.joinTagged(size, 0)
+}
+
+// joinTagged is join on a buffer of tag (0: untagged).
+func (r *mmRank) joinTagged(size uintptr, tag core.TagID) (*Group, *Handle, uintptr, error) {
+	buf, err := r.a.AllocTagged(size, 0, tag)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -665,19 +670,11 @@ func TestMachinesPauseResume(t *testing.T) {
 			id, err := core.RegisterTag(tag, core.BackupPinned)
 			require.NoError(t, err)
 			requireAllOK(t, runMachines(t, mmConfig{machines: machines, engine: "comm"}, func(r *mmRank) error {
-				buf, err := r.a.AllocTagged(pauseBlock, 0, id)
-				if err != nil {
-					return err
-				}
-				g, err := New(r.o)
+				g, h, buf, err := r.joinTagged(pauseBlock, id)
 				if err != nil {
 					return err
 				}
 				defer g.Destroy()
-				h, err := g.Rendezvous(buf)
-				if err != nil {
-					return err
-				}
 				defer h.Release()
 				mark := words(buf, pauseBlock/8)
 				for i := r.world; i < len(mark); i += 4096 {
@@ -781,19 +778,11 @@ func TestMachinesFabricTeam(t *testing.T) {
 	requireAllOK(t, runMachines(t, mmConfig{machines: machines, engine: "comm",
 		backend: func(r int, be *host.Backend) core.Backend { return &fabricHost{Backend: be, domain: domains[r]} },
 	}, func(r *mmRank) error {
-		buf, err := r.a.AllocTagged(pauseBlock, 0, id)
-		if err != nil {
-			return err
-		}
-		g, err := New(r.o)
+		g, h, _, err := r.joinTagged(pauseBlock, id)
 		if err != nil {
 			return err
 		}
 		defer g.Destroy()
-		h, err := g.Rendezvous(buf)
-		if err != nil {
-			return err
-		}
 		defer h.Release()
 		team := []int{0, 1, 2, 3}
 		if r.rank == 4 {
@@ -822,4 +811,54 @@ func TestMachinesFabricTeam(t *testing.T) {
 		}
 		return collCheck(h, core.AllReduce, core.Int32, core.OpMax, uintptr(16*r.world), 3)
 	}))
+}
+
+// A resume whose all-gather of fabric handles fails leaves every peer it
+// had already mapped again through descriptors paused, as the failed
+// verdict does: nothing of the peers' memory stays mapped under a pause.
+func TestMachinesFabricResumeGatherFails(t *testing.T) {
+	machines := []int{0, 0, 1, 1, 2}
+	domains := []string{"rack-a/1", "rack-a/1", "rack-a/1", "rack-a/1", ""}
+	tag := "mm-fabric-fail"
+	id, err := core.RegisterTag(tag, core.BackupPinned)
+	require.NoError(t, err)
+	errs := runMachines(t, mmConfig{machines: machines, engine: "allgather", timeout: 3 * time.Second,
+		backend: func(r int, be *host.Backend) core.Backend { return &fabricHost{Backend: be, domain: domains[r]} },
+	}, func(r *mmRank) error {
+		var armed atomic.Bool
+		if r.rank == 4 {
+			// Rank 4 fails its part of the resume's fabric all-gather,
+			// so the others' all-gather times out waiting for it.
+			gather := r.o.AllGather
+			r.o.AllGather = func(send, recv []byte) error {
+				if armed.Load() && len(send) > 2 && send[0] == recordVersion && send[1] == recFabric {
+					return core.Errorf(core.ErrBackend, "injected failure of the fabric all-gather")
+				}
+				return gather(send, recv)
+			}
+		}
+		g, h, _, err := r.joinTagged(pauseBlock, id)
+		if err != nil {
+			return err
+		}
+		defer g.Destroy()
+		defer h.Release()
+		if err := g.Pause(tag); err != nil {
+			return err
+		}
+		armed.Store(true)
+		if err := g.Resume(tag); err == nil {
+			return fmt.Errorf("rank %d: the resume succeeded without rank 4's fabric all-gather", r.rank)
+		}
+		gm := g.gm
+		gm.mu.Lock()
+		defer gm.mu.Unlock()
+		for k, m := range gm.maps {
+			if !m.paused || m.mem != 0 {
+				return fmt.Errorf("rank %d: rank %d's segment at heap offset %#x is mapped (memory %d) after the failed resume", r.rank, k.peer, k.heapOff, m.mem)
+			}
+		}
+		return nil
+	})
+	requireAllOK(t, errs)
 }

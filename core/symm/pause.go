@@ -389,8 +389,21 @@ func (g *Group) Resume(tag string) error {
 		g.repause(tag)
 		return err
 	}
-	gm.mu.Lock()
 	var remapped []*peerMap
+	// fail undoes this rank's part of the resume: the peers mapped again
+	// are unmapped, its own memory paused again.
+	fail := func(err error) error {
+		gm.mu.Lock()
+		for _, m := range remapped {
+			g.be.Unmap(g.device, m.addr, m.size)
+			g.be.Release(m.mem)
+			m.mem, m.paused = 0, true
+		}
+		gm.mu.Unlock()
+		g.repause(tag)
+		return err
+	}
+	gm.mu.Lock()
 	for src := 0; src < g.world; src++ {
 		if src == me || !g.bySocket(src) {
 			continue
@@ -414,9 +427,7 @@ func (g *Group) Resume(tag string) error {
 		for i, m := range want {
 			mem, err := g.be.Import(g.device, got[i])
 			if err == nil {
-				if err = g.be.Map(g.device, m.addr, m.size, mem); err != nil {
-					g.be.Release(mem)
-				}
+				err = gm.remap(m, mem)
 			}
 			if err != nil {
 				if localErr == nil {
@@ -427,7 +438,6 @@ func (g *Group) Resume(tag string) error {
 				}
 				break
 			}
-			m.mem, m.paused = mem, false
 			remapped = append(remapped, m)
 		}
 	}
@@ -437,8 +447,7 @@ func (g *Group) Resume(tag string) error {
 		// all-gather (Note [Fabric teams]).
 		frs, err := g.fabricGather(localErr, false, fabricSegs)
 		if err != nil {
-			g.repause(tag)
-			return err
+			return fail(err)
 		}
 		gm.mu.Lock()
 		for src := 0; src < g.world && localErr == nil; src++ {
@@ -455,39 +464,40 @@ func (g *Group) Resume(tag string) error {
 				}
 				m := gm.maps[mapKey{src, s.HeapOff}]
 				h := frs[src].segs[s.HeapOff]
-				var mem core.Memory
 				var err error = core.Errorf(core.ErrPeer, "no fabric handle arrived")
 				if fb, ok := g.be.(fabricBackend); ok && len(h) > 0 {
+					var mem core.Memory
 					if mem, err = fb.ImportFabric(g.device, h); err == nil {
-						if err = g.be.Map(g.device, m.addr, m.size, mem); err != nil {
-							g.be.Release(mem)
-						}
+						err = gm.remap(m, mem)
 					}
 				}
 				if err != nil {
 					localErr = core.Errorf(core.CodeOf(err), "rank %d: mapping rank %d's segment at heap offset %#x again through its fabric handle: %v", me, src, s.HeapOff, err)
 					break
 				}
-				m.mem, m.paused = mem, false
 				remapped = append(remapped, m)
 			}
 		}
 		gm.mu.Unlock()
 	}
 	if err := g.shareVerdict(what+" (mapping peers' memory)", localErr); err != nil {
-		gm.mu.Lock()
-		for _, m := range remapped {
-			g.be.Unmap(g.device, m.addr, m.size)
-			g.be.Release(m.mem)
-			m.mem, m.paused = 0, true
-		}
-		gm.mu.Unlock()
-		g.repause(tag)
-		return err
+		return fail(err)
 	}
 	// The memory is back everywhere; a failure to register a window again
 	// leaves it so (the next rendezvous on the segment registers it).
 	return g.registerResumed(what, segs, recs)
+}
+
+// remap maps imported memory mem into m's reserved range, which a pause
+// left unmapped, and marks m resumed; it releases mem if the map fails
+// (gm.mu held).
+func (gm *groupMem) remap(m *peerMap, mem core.Memory) error {
+	if err := gm.be.Map(gm.device, m.addr, m.size, mem); err != nil {
+		gm.be.Release(mem)
+		return err
+	}
+	m.mem, m.paused = mem, false
+	return nil
 }
 
 // repause undoes this rank's part of a failed collective resume. Its own

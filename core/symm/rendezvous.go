@@ -43,7 +43,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 		}
 	}
 	h := &Handle{gm: gm, life: newLifetime(), name: g.name, rank: me, world: world, bufSize: info.Size, offset: ptr - info.Addr,
-		timeout: g.timeout, bufPtrs: make([]uintptr, world), padPtrs: make([]uintptr, world), span: g.newSpan()}
+		timeout: g.timeout, bufPtrs: make([]uintptr, world), padPtrs: make([]uintptr, world), span: g.span}
 	rec := blockRecord{held: make([]uint64, world), padSize: uint64(g.padSize)}
 	pinned := make([]*peerMap, world)
 	succeeded := false
@@ -161,7 +161,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	// need(r, p): rank r lacks peer p's current segment, and p is on r's
 	// machine (Note [Local teams]: remote ranks are never mapped).
 	need := func(r, p int) bool {
-		return r != p && g.teamOf[r] == g.teamOf[p] && recs[r].held[p] != recs[p].segID+1
+		return r != p && g.sameTeam(r, p) && recs[r].held[p] != recs[p].segID+1
 	}
 	anyNeed := needPads
 	for r := 0; r < world && !anyNeed; r++ {

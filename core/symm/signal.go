@@ -109,7 +109,7 @@ func (h *Handle) PutSignal(dst, channel int, s core.Stream, timeout time.Duratio
 		return err
 	}
 	defer h.life.leave()
-	if h.span != nil && !h.span.local(h.rank, dst) {
+	if h.span != nil && !h.span.sameTeam(h.rank, dst) {
 		return h.spanPut(dst, channel, s)
 	}
 	if h.onStreams() {
@@ -129,7 +129,7 @@ func (h *Handle) WaitSignal(src, channel int, s core.Stream, timeout time.Durati
 	}
 	defer h.life.leave()
 	timeout = h.timeoutOr(timeout)
-	if h.span != nil && !h.span.local(h.rank, src) {
+	if h.span != nil && !h.span.sameTeam(h.rank, src) {
 		return h.spanWait(src, channel, s)
 	}
 	if h.onStreams() {

@@ -61,30 +61,48 @@ import (
 // bounded wait) fails with ErrTimeout; the message names the ranks of the
 // other machines and their machines.
 
-// span is what a handle of a group that spans machines needs to reach its
-// remote ranks; nil on a group of one machine.
+// span is what the handles of a group that spans machines need to reach
+// its remote ranks, made once with the group; nil on a group of one machine.
 type span struct {
-	machineOf []int
-	machines  []machineIdentity
-	teamOf    []int
-	// comm is the group's communicator, nil when it has none.
+	// teams is the group's (Note [Local teams]): team is this rank's team
+	// (group ranks, ascending), localRank our index in it.
+	*teams
+	// comm is the group's communicator, nil when it has none; osig its
+	// one-sided signals, nil where it has none or the loaded NCCL lacks
+	// them (noOneSided says why).
 	comm Communicator
-	// team is this rank's team (group ranks, ascending), localRank our
-	// index in it; uniform: every team has len(team) ranks.
-	team      []int
-	localRank int
-	uniform   bool
+	osig oneSided
+	// localPeers and remotePeers are the other ranks of this rank's team
+	// and of the other teams, each in the order rank+1, rank+2, ... mod
+	// world (signalBarrier's).
+	localPeers, remotePeers []int
+	// uniform: every team has len(team) ranks.
+	uniform bool
 	// hier is the group's communicator split by local rank (Note
 	// [Hierarchical all-reduce]).
 	hier *hierComm
 }
 
+// newSpan makes g's span once its communicator is known (nil on one
+// machine).
 func (g *Group) newSpan() *span {
 	if g.nteams <= 1 {
 		return nil
 	}
-	s := &span{machineOf: g.machineOf, machines: g.machines, teamOf: g.teamOf, comm: g.comm,
-		team: g.team, localRank: g.localRank, uniform: true, hier: &g.hier}
+	s := &span{teams: &g.teams, comm: g.comm, uniform: true, hier: &g.hier}
+	if osig, ok := g.comm.(oneSided); ok {
+		if ok, _ := osig.OneSided(); ok {
+			s.osig = osig
+		}
+	}
+	for i := 1; i < g.world; i++ {
+		p := (g.rank + i) % g.world
+		if g.sameTeam(g.rank, p) {
+			s.localPeers = append(s.localPeers, p)
+		} else {
+			s.remotePeers = append(s.remotePeers, p)
+		}
+	}
 	for _, n := range s.sizes() {
 		s.uniform = s.uniform && n == len(g.team)
 	}
@@ -92,16 +110,10 @@ func (g *Group) newSpan() *span {
 }
 
 // sizes is the number of ranks of each team.
-func (s *span) sizes() []int {
-	n := map[int]int{}
-	k := 0
-	for _, t := range s.teamOf {
-		n[t]++
-		k = max(k, t+1)
-	}
-	out := make([]int, k)
-	for t, c := range n {
-		out[t] = c
+func (t *teams) sizes() []int {
+	out := make([]int, t.nteams)
+	for _, k := range t.teamOf {
+		out[k]++
 	}
 	return out
 }
@@ -115,9 +127,6 @@ func (s *span) teamSizes() string {
 	return strings.Join(parts, ", ")
 }
 
-// local says whether ranks a and b are in one team (map each other).
-func (s *span) local(a, b int) bool { return s.teamOf[a] == s.teamOf[b] }
-
 // where names rank r and its machine.
 func (s *span) where(r int) string {
 	return fmt.Sprintf("rank %d on %s", r, s.machines[s.machineOf[r]])
@@ -129,7 +138,7 @@ func (s *span) remote(me int) string {
 	for i, m := range s.machines {
 		var ranks []int
 		for r, k := range s.machineOf {
-			if k == i && !s.local(me, r) {
+			if k == i && !s.sameTeam(me, r) {
 				ranks = append(ranks, r)
 			}
 		}
@@ -186,43 +195,40 @@ func (h *Handle) spanCollective(a CollArgs, c *core.Collective) error {
 	return nil
 }
 
-// oneSidedOf returns the communicator's one-sided API, or why there is none.
-func (h *Handle) oneSidedOf(what string) (oneSided, error) {
+// noOneSided says why the group has no one-sided signals (span.osig is
+// nil); what names the operation that needs them.
+func (h *Handle) noOneSided(what string) error {
 	if h.span.comm == nil {
-		return nil, h.noEngine(what)
+		return h.noEngine(what)
 	}
 	osig, ok := h.span.comm.(oneSided)
 	if !ok {
-		return nil, core.Errorf(core.ErrUnavailable, "group %q: %s needs NCCL's one-sided signals (NCCL 2.29 or later); %s has none", h.name, what, h.span.comm.Describe())
+		return core.Errorf(core.ErrUnavailable, "group %q: %s needs NCCL's one-sided signals (NCCL 2.29 or later); %s has none", h.name, what, h.span.comm.Describe())
 	}
-	if ok, version := osig.OneSided(); !ok {
-		return nil, core.Errorf(core.ErrUnavailable, "group %q: %s needs NCCL's one-sided signals, from NCCL 2.29; the loaded NCCL is %s", h.name, what, version)
-	}
-	return osig, nil
+	_, version := osig.OneSided()
+	return core.Errorf(core.ErrUnavailable, "group %q: %s needs NCCL's one-sided signals, from NCCL 2.29; the loaded NCCL is %s", h.name, what, version)
 }
 
 // spanPut signals remote rank dst on channel through the communicator.
 func (h *Handle) spanPut(dst, channel int, s core.Stream) error {
-	what := fmt.Sprintf("a signal to %s", h.span.where(dst))
-	osig, err := h.oneSidedOf(what)
-	if err != nil {
-		return err
+	what := func() string { return "a signal to " + h.span.where(dst) }
+	if h.span.osig == nil {
+		return h.noOneSided(what())
 	}
-	if err := osig.Signal(s, dst, channel); err != nil {
-		return h.engineErr(what, err)
+	if err := h.span.osig.Signal(s, dst, channel); err != nil {
+		return h.engineErr(what(), err)
 	}
 	return nil
 }
 
 // spanWait waits for a signal from remote rank src on channel.
 func (h *Handle) spanWait(src, channel int, s core.Stream) error {
-	what := fmt.Sprintf("a wait for a signal from %s", h.span.where(src))
-	osig, err := h.oneSidedOf(what)
-	if err != nil {
-		return err
+	what := func() string { return "a wait for a signal from " + h.span.where(src) }
+	if h.span.osig == nil {
+		return h.noOneSided(what())
 	}
-	if err := osig.WaitSignal(s, src, channel, 1); err != nil {
-		return h.engineErr(what, err)
+	if err := h.span.osig.WaitSignal(s, src, channel, 1); err != nil {
+		return h.engineErr(what(), err)
 	}
 	return nil
 }
@@ -234,20 +240,19 @@ func (h *Handle) barrierWord() uintptr { return h.padPtrs[h.rank] + h.padSize + 
 
 // spanBarrier is Barrier on a group that spans machines.
 func (h *Handle) spanBarrier(channel int, s core.Stream, timeout time.Duration) error {
-	what := fmt.Sprintf("a barrier on channel %d", channel)
 	if h.span.comm == nil {
-		return h.noEngine(what)
+		return h.noEngine(barrierText(channel))
 	}
-	if osig, err := h.oneSidedOf(what); err == nil && h.hasSlot(channel) {
-		return h.signalBarrier(osig, channel, s, timeout)
+	if h.span.osig != nil && h.hasSlot(channel) {
+		return h.signalBarrier(channel, s, timeout)
 	}
 	red, ok := h.span.comm.(reducer)
 	if !ok {
-		return core.Errorf(core.ErrUnavailable, "group %q: %s across machines needs NCCL's one-sided signals or its typed collectives; %s has neither", h.name, what, h.span.comm.Describe())
+		return core.Errorf(core.ErrUnavailable, "group %q: %s across machines needs NCCL's one-sided signals or its typed collectives; %s has neither", h.name, barrierText(channel), h.span.comm.Describe())
 	}
 	w := h.barrierWord()
 	if err := red.AllReduce(s, w, w, 1, core.Int32, core.OpSum); err != nil {
-		return h.engineErr(what, err)
+		return h.engineErr(barrierText(channel), err)
 	}
 	return nil
 }
@@ -261,22 +266,16 @@ func (h *Handle) hasSlot(channel int) bool {
 	return true
 }
 
+// barrierText names a barrier on channel for messages.
+func barrierText(channel int) string { return fmt.Sprintf("a barrier on channel %d", channel) }
+
 // signalBarrier: a signal to every peer, then a wait for every peer; local
-// peers through the pads, remote ones through osig.
-func (h *Handle) signalBarrier(osig oneSided, channel int, s core.Stream, timeout time.Duration) error {
-	var local, remote []int
-	for i := 1; i < h.world; i++ {
-		p := (h.rank + i) % h.world
-		if h.span.local(h.rank, p) {
-			local = append(local, p)
-		} else {
-			remote = append(remote, p)
-		}
-	}
-	what := fmt.Sprintf("a barrier on channel %d", channel)
+// peers through the pads, remote ones through the one-sided signals.
+func (h *Handle) signalBarrier(channel int, s core.Stream, timeout time.Duration) error {
+	osig, local, remote := h.span.osig, h.span.localPeers, h.span.remotePeers
 	for _, p := range remote {
 		if err := osig.Signal(s, p, channel); err != nil {
-			return h.engineErr(what, err)
+			return h.engineErr(barrierText(channel), err)
 		}
 	}
 	if h.onStreams() {
@@ -288,7 +287,7 @@ func (h *Handle) signalBarrier(osig oneSided, channel int, s core.Stream, timeou
 	}
 	for _, p := range remote {
 		if err := osig.WaitSignal(s, p, channel, 1); err != nil {
-			return h.engineErr(what+" waiting for "+h.span.where(p), err)
+			return h.engineErr(barrierText(channel)+" waiting for "+h.span.where(p), err)
 		}
 	}
 	return nil

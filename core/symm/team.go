@@ -42,11 +42,11 @@ import (
 // teams is how a group's ranks split over machines and teams. Invariants
 // (checkTeam):
 //
-//	len(machineOf) == len(teamOf) == len(teamIdx) == world
+//	len(machineOf) == len(teamOf) == world
 //	machines and teams are numbered in order of their lowest rank
 //	ranks of one team are on one machine or share a fabric domain
 //	team == { r : teamOf[r] == teamOf[rank] }, ascending
-//	team[localRank] == rank, teamIdx[r] == index of r in team, else -1
+//	team[localRank] == rank
 //	sock == { r in team : machineOf[r] == machineOf[rank] }, ascending,
 //	sock[sockRank] == rank (the ranks the group's socket channel connects)
 type teams struct {
@@ -56,7 +56,6 @@ type teams struct {
 	nteams    int
 	team      []int
 	localRank int
-	teamIdx   []int
 	sock      []int
 	sockRank  int
 	// fabricSpan: some team spans machines (fabric handles travel).
@@ -68,7 +67,7 @@ type teams struct {
 // (SYMMEM_MACHINE_ID set alike on two real machines) are never one team.
 func (g *Group) formTeams() error {
 	ms := g.members
-	t := teams{machineOf: make([]int, g.world), teamOf: make([]int, g.world), teamIdx: make([]int, g.world)}
+	t := teams{machineOf: make([]int, g.world), teamOf: make([]int, g.world)}
 	byKey := map[string]int{}
 	teamKey := map[string]int{}
 	for r := range ms {
@@ -107,9 +106,10 @@ func (g *Group) formTeams() error {
 		}
 	}
 	for r := range ms {
-		t.teamIdx[r] = -1
-		if t.teamOf[r] == t.teamOf[g.rank] {
-			t.teamIdx[r] = len(t.team)
+		if t.sameTeam(r, g.rank) {
+			if r == g.rank {
+				t.localRank = len(t.team)
+			}
 			t.team = append(t.team, r)
 			if t.machineOf[r] == t.machineOf[g.rank] {
 				if r == g.rank {
@@ -119,10 +119,9 @@ func (g *Group) formTeams() error {
 			}
 		}
 		for q := 0; q < r; q++ {
-			t.fabricSpan = t.fabricSpan || (t.teamOf[q] == t.teamOf[r] && t.machineOf[q] != t.machineOf[r])
+			t.fabricSpan = t.fabricSpan || t.crossTeam(q, r)
 		}
 	}
-	t.localRank = t.teamIdx[g.rank]
 	g.teams = t
 	return g.checkTeam()
 }
@@ -133,8 +132,8 @@ func (g *Group) checkTeam() error {
 	bad := func(format string, args ...any) error {
 		return core.Errorf(core.ErrInternal, "group %q: local team: "+format, append([]any{g.name}, args...)...)
 	}
-	if len(t.machineOf) != g.world || len(t.teamOf) != g.world || len(t.teamIdx) != g.world {
-		return bad("%d machine entries, %d team entries and %d team indices for %d ranks", len(t.machineOf), len(t.teamOf), len(t.teamIdx), g.world)
+	if len(t.machineOf) != g.world || len(t.teamOf) != g.world {
+		return bad("%d machine entries and %d team entries for %d ranks", len(t.machineOf), len(t.teamOf), g.world)
 	}
 	nextM, nextT := 0, 0
 	for r := range t.machineOf {
@@ -156,14 +155,10 @@ func (g *Group) checkTeam() error {
 	}
 	k, s := 0, 0
 	for r := range t.teamOf {
-		local := t.teamOf[r] == t.teamOf[g.rank]
-		switch {
-		case local && (k >= len(t.team) || t.team[k] != r || t.teamIdx[r] != k):
-			return bad("rank %d is in this team but not at index %d of the team %v", r, k, t.team)
-		case !local && t.teamIdx[r] != -1:
-			return bad("rank %d is in another team but has team index %d", r, t.teamIdx[r])
-		}
-		if local {
+		if t.sameTeam(r, g.rank) {
+			if k >= len(t.team) || t.team[k] != r {
+				return bad("rank %d is in this team but not at index %d of the team %v", r, k, t.team)
+			}
 			k++
 			if t.machineOf[r] == t.machineOf[g.rank] {
 				if s >= len(t.sock) || t.sock[s] != r {
@@ -180,8 +175,11 @@ func (g *Group) checkTeam() error {
 	return nil
 }
 
+// sameTeam says whether ranks a and b are in one team (map each other).
+func (t *teams) sameTeam(a, b int) bool { return t.teamOf[a] == t.teamOf[b] }
+
 // isLocal says whether rank r is in this rank's local team (it maps r).
-func (g *Group) isLocal(r int) bool { return g.teamIdx[r] >= 0 }
+func (g *Group) isLocal(r int) bool { return g.sameTeam(g.rank, r) }
 
 // LocalRank is this rank's index in its local team, LocalSize the team's
 // size (Note [Local teams]).
@@ -201,24 +199,38 @@ func (g *Group) Machines() int { return len(g.machines) }
 
 // IsLocal says whether rank r shares this process's machine.
 func (g *Group) IsLocal(r int) (bool, error) {
-	if r < 0 || r >= g.world {
-		return false, core.Errorf(core.ErrInvalidArgument, "group %q: rank %d is out of range [0, %d)", g.name, r, g.world)
+	if err := g.checkRank(r); err != nil {
+		return false, err
 	}
 	return g.isLocal(r), nil
 }
 
 // MachineOf names rank r's machine for messages ("host n2 (boot id ...)").
 func (g *Group) MachineOf(r int) (string, error) {
-	if r < 0 || r >= g.world {
-		return "", core.Errorf(core.ErrInvalidArgument, "group %q: rank %d is out of range [0, %d)", g.name, r, g.world)
+	if err := g.checkRank(r); err != nil {
+		return "", err
 	}
 	return g.machines[g.machineOf[r]].String(), nil
+}
+
+// checkRank refuses a rank outside [0, world).
+func (g *Group) checkRank(r int) error {
+	if r < 0 || r >= g.world {
+		return core.Errorf(core.ErrInvalidArgument, "group %q: rank %d is out of range [0, %d)", g.name, r, g.world)
+	}
+	return nil
 }
 
 // bySocket says whether rank r is reached over this machine's sockets: in
 // our team and on our machine.
 func (g *Group) bySocket(r int) bool {
-	return g.teamOf[r] == g.teamOf[g.rank] && g.machineOf[r] == g.machineOf[g.rank]
+	return g.sameTeam(g.rank, r) && g.machineOf[r] == g.machineOf[g.rank]
+}
+
+// crossTeam says whether ranks a and b are in one team on different
+// machines: what passes between them are fabric handles.
+func (t *teams) crossTeam(a, b int) bool {
+	return t.sameTeam(a, b) && t.machineOf[a] != t.machineOf[b]
 }
 
 // allToAllFDs passes descriptors inside the socket team: out[r] goes to
