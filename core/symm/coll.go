@@ -451,9 +451,14 @@ func (h *Handle) DeviceError() (uint32, error) {
 	if !h.gm.be.Capabilities().StreamSignals {
 		return atomic.LoadUint32((*uint32)(ptrAt(addr))), nil
 	}
+	// The backend writes through v's address as a uintptr: pinned, v is on
+	// the heap and stays put (on the goroutine's stack it could move
+	// before the copy, which would then write the old stack).
 	v := make([]uint32, 1)
+	var pin runtime.Pinner
+	pin.Pin(&v[0])
 	err := h.gm.be.Copy(h.gm.device, 0, uintptr(unsafe.Pointer(&v[0])), addr, 4)
-	runtime.KeepAlive(v)
+	pin.Unpin()
 	return v[0], err
 }
 
