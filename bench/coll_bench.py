@@ -77,30 +77,9 @@ def rank_main(rank, world, port, max_mib, out_path, min_kib=4, only=""):
     nccl_out = torch.empty(maxb // 2 * world, dtype=torch.bfloat16, device=dev)
     stream = torch.cuda.Stream(device=dev)
 
-    def capture(fn):
-        torch.cuda.synchronize()
-        with torch.cuda.stream(stream):
-            for _ in range(3):  # warm-up, first-use work outside the capture
-                fn()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(ITERS):
-                fn()
-        return graph
+    from graph_timing import graph_timer
 
-    def replay_us(graph):
-        dist.barrier()
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        # replay() runs on the current stream: make that the stream the
-        # events are recorded on.
-        with torch.cuda.stream(stream):
-            a.record(stream)
-            graph.replay()
-            b.record(stream)
-        b.synchronize()
-        return a.elapsed_time(b) * 1e3 / ITERS
+    capture, replay_us = graph_timer(torch, dist, stream, ITERS)
 
     rows = []
     warm = True  # the first size once more, untimed: clocks and first-use work settle before anything counts

@@ -295,28 +295,9 @@ def rank_main(args):
                 out[name] = (call, x, y)
         return out
 
-    def capture(fn):
-        torch.cuda.synchronize()
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                fn()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(iters):
-                fn()
-        return graph
+    from graph_timing import graph_timer
 
-    def replay_us(graph):
-        dist.barrier()
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        with torch.cuda.stream(stream):
-            a.record(stream)
-            graph.replay()
-            b.record(stream)
-        b.synchronize()
-        return a.elapsed_time(b) * 1e3 / iters
+    capture, replay_us = graph_timer(torch, dist, stream, iters)
 
     rows, failures = [], []
     all_sizes = sizes(args.min_kib, args.max_mib)
