@@ -143,6 +143,24 @@ type MemOp struct {
 	AtLeast bool
 }
 
+// KernelMemOps is implemented by backends that can run a batch of
+// StreamMemOps' operations as one kernel on s (cuda with NVRTC), with
+// every wait bounded: a wait that gives up records the failure in the
+// word at Flag (Note [Pad partition] in core/symm) and lets the stream go
+// on. ErrUnavailable means the caller should use StreamMemOps instead.
+type KernelMemOps interface {
+	LaunchMemOps(device int, s Stream, ops []MemOp, w MemOpWatch) error
+}
+
+// MemOpWatch is what bounds the waits of a LaunchMemOps batch: the
+// timeout, the error flag and abort words of the caller's device region,
+// and for each op the rank it concerns (named in the flag).
+type MemOpWatch struct {
+	TimeoutNs   uint64
+	Flag, Abort uintptr
+	Peers       []int
+}
+
 // Reached says whether the count word has reached v (MemOp.AtLeast).
 func Reached(word, v uint32) bool { return int32(word-v) >= 0 }
 

@@ -107,6 +107,19 @@
  *                                   second phase reads the peers' slices
  *                                   rather than storing into the peers
  *                                   (default 8 MiB)
+ *   SYMMEM_LL_MAX_BYTES=n           the most data per rank and peer of a
+ *                                   low-latency collective, which also sizes
+ *                                   its buffers (2 * world * 2n bytes of each
+ *                                   pad; default 256 KiB; 0: off; the same on
+ *                                   every rank)
+ *   SYMMEM_SIGNAL_KERNEL=0          stream signals and barriers through
+ *                                   cuStreamBatchMemOp rather than one small
+ *                                   kernel with bounded waits
+ *   SYMMEM_COLL_PDL=0               launch the kernels without programmatic
+ *                                   dependent launch
+ *   SYMMEM_COLL_UNCHECKED=1         collectives skip the argument agreement:
+ *                                   for measuring its cost only (ranks that
+ *                                   disagree then compute wrong numbers)
  */
 #ifndef SYMMEM_H
 #define SYMMEM_H
@@ -827,14 +840,21 @@ symmem_result symmem_resume_group(symmem_group *group, const char *tag);
  *                   out: the reduction of slice r (elements [r*count/W,
  *                   (r+1)*count/W)). In place when out is slice r of the input.
  *
- * All-reduce runs one-shot (every rank reads every rank's whole input) or
+ * All-reduce runs one-shot (every rank reads every rank's whole input),
  * two-shot (rank r reduces slice r, then every rank's out gets every
  * reduced slice, stored into the peers' outs below 8 MiB, read from them
  * from 8 MiB on: out must then lie inside the rendezvoused block, at the
- * same offset on every rank; in place qualifies). SYMMEM_ALGO_AUTO picks
+ * same offset on every rank; in place qualifies) or low-latency (every
+ * rank stores its data into every peer's low-latency buffer as lines that
+ * carry the call's sequence number, and polls its own: one crossing of
+ * NVLink, no barrier; channel 0, up to SYMMEM_LL_MAX_BYTES, 256 KiB by
+ * default, of data per rank and peer; all_gather and reduce_scatter take
+ * it too, for a multiple of 8 bytes per rank and peer). SYMMEM_ALGO_AUTO
+ * picks low-latency wherever it fits on the cuda backend; otherwise
  * one-shot up to 256 KiB of input, on 2 ranks up to 1 MiB in place
  * (SYMMEM_ONE_SHOT_MAX_BYTES overrides both), when out is outside the
  * block, and on 2 ranks whenever out is not in place; two-shot otherwise.
+ * Low-latency results are those of one-shot, bit for bit.
  *
  * cuda backend: one kernel, compiled at first use with NVRTC (found as
  * SYMMEM_LIBNVRTC, PyTorch's nvidia-cuda-nvrtc wheel or the CUDA toolkit) and
@@ -889,7 +909,8 @@ symmem_result symmem_resume_group(symmem_group *group, const char *tag);
  * SYMMEM_ERROR_UNAVAILABLE naming the missing engine. docs/machines.md.
  *
  * Errors, with nothing enqueued: SYMMEM_ERROR_INVALID_ARGUMENT for an unknown
- * dtype, op, algorithm or channel, count past the buffer (count*size >
+ * dtype, op, algorithm or channel, SYMMEM_ALGO_LOW_LATENCY for a call it
+ * cannot run (the message says why), count past the buffer (count*size >
  * buffer_size - offset), a count that reduce_scatter cannot split, an input or
  * out not 16-byte aligned, out NULL (all_gather, reduce_scatter), out
  * overlapping the input other than in place, two-shot with out outside the
@@ -922,15 +943,20 @@ typedef enum symmem_coll {
   SYMMEM_REDUCE_SCATTER = 2
 } symmem_coll;
 
-/* All-reduce algorithms. Fixed values. HIERARCHICAL and NCCL choose between
- * the two forms on a group that spans machines (see above); on one machine
- * they are AUTO. */
+/* Algorithms. Fixed values. HIERARCHICAL and NCCL choose between the two
+ * forms on a group that spans machines (see above); on one machine they are
+ * AUTO. LOW_LATENCY (any collective, channel 0, up to
+ * SYMMEM_LL_MAX_BYTES of data per rank and peer; on the host backend it
+ * runs as ONE_SHOT) moves each rank's data into the peers' low-latency
+ * buffers as lines that carry the call's sequence number, with no barrier:
+ * one NVLink crossing per call (docs/speed.md). */
 typedef enum symmem_algo {
   SYMMEM_ALGO_AUTO = 0,
   SYMMEM_ALGO_ONE_SHOT = 1,
   SYMMEM_ALGO_TWO_SHOT = 2,
   SYMMEM_ALGO_HIERARCHICAL = 3,
-  SYMMEM_ALGO_NCCL = 4
+  SYMMEM_ALGO_NCCL = 4,
+  SYMMEM_ALGO_LOW_LATENCY = 5
 } symmem_algo;
 
 /* The number of collective channels (symmem_collective's channel is in

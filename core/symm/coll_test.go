@@ -389,7 +389,7 @@ func scCollBad(e *rankEnv, a *core.Allocator) error {
 		{"count past the buffer", CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 16<<10 + 1}, "past the buffer"},
 		{"unknown dtype", CollArgs{Kind: core.AllReduce, DType: 9, Count: 4}, "unknown dtype 9"},
 		{"unknown op", CollArgs{Kind: core.AllReduce, DType: core.Float32, Op: 7, Count: 4}, "unknown reduction op 7"},
-		{"unknown algo", CollArgs{Kind: core.AllReduce, DType: core.Float32, Algo: 5, Count: 4}, "unknown algorithm 5"},
+		{"unknown algo", CollArgs{Kind: core.AllReduce, DType: core.Float32, Algo: 6, Count: 4}, "unknown algorithm 6"},
 		{"misaligned out", CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 4, Out: local + 4}, "16-byte aligned"},
 		{"overlap", CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 64, Out: in + 16}, "overlaps the input"},
 		{"all-gather overlap", CollArgs{Kind: core.AllGather, DType: core.Float32, Count: 64, Out: in + 16}, "overlaps the input"},

@@ -229,9 +229,19 @@ func (gm *groupMem) copyOut(dst, src, size uintptr) error {
 	return gm.be.Copy(gm.device, 0, dst, src, size)
 }
 
+// padUsed is how much of a pad of size bytes the group uses: the users'
+// part, the library's device region and, where the backend launches
+// kernels, the low-latency buffers (Note [Pad partition]).
+func (gm *groupMem) padUsed(size uintptr) uintptr {
+	if _, ok := gm.be.(core.CollectiveLauncher); ok && LowLatencyMaxBytes > 0 {
+		return llOffset(size, gm.world) + llAreaBytes(gm.world)
+	}
+	return size + deviceRegionBytes(gm.world)
+}
+
 // makePads creates, maps and zeroes this rank's pad of size bytes.
 func (gm *groupMem) makePads(size uintptr) (*pads, error) {
-	p := &pads{size: size, phys: roundUp(size+deviceRegionBytes(gm.world), gm.gran), addr: make([]uintptr, gm.world), mem: make([]core.Memory, gm.world),
+	p := &pads{size: size, phys: roundUp(gm.padUsed(size), gm.gran), addr: make([]uintptr, gm.world), mem: make([]core.Memory, gm.world),
 		sig: newSignalCounts(gm.world, int(size)/(4*gm.world))}
 	own, err := gm.be.Create(gm.device, p.phys)
 	if err != nil {
@@ -281,7 +291,7 @@ func (gm *groupMem) makePads(size uintptr) (*pads, error) {
 // that a rank that cannot have one fails group creation (gm.mu held).
 func (gm *groupMem) makeDeviceSlab(p *pads) error {
 	gm.dev = newDeviceSlab(gm.be, gm.device, gm.gran, uintptr(2*gm.world*8))
-	used := roundUp(p.size+deviceRegionBytes(gm.world), 256)
+	used := roundUp(gm.padUsed(p.size), 256)
 	if used < p.phys {
 		gm.dev.seed(p.addr[gm.rank]+used, p.phys-used)
 	}

@@ -17,7 +17,7 @@ from .errors import Result, make_error
 DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "int32": 3}
 DTYPE_SIZES = {0: 4, 1: 2, 2: 2, 3: 4}
 OPS = {"sum": 0, "max": 1, "min": 2}
-ALGOS = {"auto": 0, "one_shot": 1, "two_shot": 2, "hierarchical": 3, "nccl": 4}
+ALGOS = {"auto": 0, "one_shot": 1, "two_shot": 2, "hierarchical": 3, "nccl": 4, "low_latency": 5}
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = 0, 1, 2
 
 _ALIASES = {"float": "float32", "half": "float16", "fp16": "float16", "fp32": "float32", "bf16": "bfloat16",

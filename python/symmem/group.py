@@ -487,24 +487,28 @@ class Handle:
         """Reduce every rank's input (count elements at the rendezvous
         pointer) into out (None: in place), in rank order, in fp32 for
         bfloat16/float16. algo: "auto" (default), "one_shot", "two_shot"
-        (two-shot needs out inside the rendezvoused block); on a group that
+        (two-shot needs out inside the rendezvoused block), "low_latency"
+        (one crossing of NVLink, no barrier: small calls, channel 0; auto
+        takes it where it fits, docs/speed.md); on a group that
         spans machines "hierarchical" (reduce-scatter in each machine, NCCL
         across machines, all-gather in each machine; out inside the block)
         or "nccl" (the whole call on NCCL), auto choosing by size and
         topology (docs/machines.md)."""
         self._collective("all_reduce", _coll.ALL_REDUCE, dtype, op, count, out, algo, channel, stream)
 
-    def all_gather(self, dtype, count: Optional[int] = None, out=None, stream=0, *, channel: int = 0) -> None:
+    def all_gather(self, dtype, count: Optional[int] = None, out=None, stream=0, *, algo: Optional[str] = None,
+                   channel: int = 0) -> None:
         """Write world_size * count elements to out: rank p's input at
-        p * count."""
-        self._collective("all_gather", _coll.ALL_GATHER, dtype, "sum", count, out, None, channel, stream)
+        p * count. algo: "auto" (default: "low_latency" where it fits,
+        else "one_shot"), "one_shot" or "low_latency"."""
+        self._collective("all_gather", _coll.ALL_GATHER, dtype, "sum", count, out, algo, channel, stream)
 
     def reduce_scatter(self, dtype, op: str = "sum", count: Optional[int] = None, out=None, stream=0,
-                       *, channel: int = 0) -> None:
+                       *, algo: Optional[str] = None, channel: int = 0) -> None:
         """Write count // world_size elements to out: the reduction of this
         rank's slice (count a multiple of world_size; default: the whole
-        buffer rounded down to one)."""
-        self._collective("reduce_scatter", _coll.REDUCE_SCATTER, dtype, op, count, out, None, channel, stream)
+        buffer rounded down to one). algo as all_gather's."""
+        self._collective("reduce_scatter", _coll.REDUCE_SCATTER, dtype, op, count, out, algo, channel, stream)
 
     def device_error(self) -> int:
         """This rank's device error flag: 0, or 0x80000000 | cause << 29 |
