@@ -42,7 +42,7 @@ from ctypes import (
 from pathlib import Path
 from typing import Callable, List, Optional, TypeVar
 
-from .errors import Result, UnavailableError, make_error, quote
+from .errors import C_INT, Result, UnavailableError, int_arg, make_error, quote
 
 __all__ = [
     "LibraryNotFoundError",
@@ -461,7 +461,8 @@ def has(name: str) -> bool:
 
 def strerror(code: int) -> str:
     """The library's fixed description of a code."""
-    s = lib().symmem_strerror(int(code))
+    code = int_arg(code, "code", "symmem.strerror", C_INT)
+    s = lib().symmem_strerror(code)
     if not s or s == b"unknown result code":  # one static string for every unknown code
         return f"unknown result {int(code)}"
     return s.decode("utf-8", "replace")

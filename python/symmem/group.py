@@ -26,7 +26,7 @@ from . import _coll, _lib
 from .allocator import _stream, backend_name
 from .buffer import Buffer
 from ._lib import check, error_from_last
-from .errors import Result, SymmemError, int_arg, make_error, quote
+from .errors import C_INT, C_PTR, C_SIZE, Result, SymmemError, brief, int_arg, make_error, quote
 
 __all__ = ["AllGather", "Group", "Handle", "nccl_version", "rendezvous"]
 
@@ -123,9 +123,10 @@ class Group:
             )
         self.name = name
         w = "symmem.Group"
-        rank, world_size, device = int_arg(rank, "rank", w), int_arg(world_size, "world_size", w), int_arg(device, "device", w)
+        rank, world_size = int_arg(rank, "rank", w, C_INT), int_arg(world_size, "world_size", w, C_INT)
+        device = int_arg(device, "device", w, C_INT)
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
-            raise TypeError(f"{w}: timeout must be a number of seconds or None, not {type(timeout).__name__} {timeout!r}")
+            raise TypeError(f"{w}: timeout must be a number of seconds or None, not {brief(timeout)}")
         # Known before the library confirms them, for the all-gather callback.
         self.rank, self.world_size, self.device = rank, world_size, device
         self._ptr: Optional[int] = None
@@ -169,6 +170,7 @@ class Group:
                 Result.INVALID_ARGUMENT,
                 f"symmem.Group.from_nccl: bad name {quote(name)} (letters, digits, '.', '_', '-'; 1 to 64 characters)",
             )
+        comm = int_arg(comm, "comm", "symmem.Group.from_nccl", C_PTR)
         self = cls.__new__(cls)
         self.name = name
         self._ptr = None
@@ -204,19 +206,21 @@ class Group:
 
     def is_local(self, rank: int) -> bool:
         """Whether rank is on this process's machine (its buffers are mapped here)."""
-        v = int(_lib.lib().symmem_group_is_local(self.ptr, int(rank)))
+        rank = int_arg(rank, "rank", "symmem.Group.is_local", C_INT)
+        v = int(_lib.lib().symmem_group_is_local(self.ptr, rank))
         if v < 0:
             raise error_from_last(what="symmem_group_is_local")
         return v == 1
 
     def machine(self, rank: int) -> str:
         """Names rank's machine, as the library's messages do."""
+        rank = int_arg(rank, "rank", "symmem.Group.machine", C_INT)
         lib = _lib.lib()
-        n = int(lib.symmem_group_machine(self.ptr, int(rank), None, 0))
+        n = int(lib.symmem_group_machine(self.ptr, rank, None, 0))
         if n == 0:
             raise error_from_last(what="symmem_group_machine")
         buf = ctypes.create_string_buffer(n + 1)
-        lib.symmem_group_machine(self.ptr, int(rank), buf, n + 1)
+        lib.symmem_group_machine(self.ptr, rank, buf, n + 1)
         return buf.value.decode(errors="replace")
 
     def _int(self, fn: str) -> int:
@@ -277,6 +281,7 @@ class Group:
 
     def set_signal_pad_size(self, nbytes: int) -> None:
         """Size of each rank's signal pad; only before the first rendezvous."""
+        nbytes = int_arg(nbytes, "nbytes", "symmem.Group.set_signal_pad_size", C_SIZE)
         check(_lib.lib().symmem_group_set_signal_pad_size(self.ptr, nbytes), "symmem_group_set_signal_pad_size")
 
     def rendezvous(self, buf_or_ptr: Union[Buffer, int]) -> "Handle":
@@ -381,12 +386,16 @@ class Handle:
         handle alive; it must not be used after :meth:`release`.
         """
         self.ptr  # raises once released
+        w = "symmem.Handle.get_buffer"
+        rank = int_arg(rank, "rank", w, C_INT)
+        offset = int_arg(offset, "offset", w, C_SIZE)
+        nbytes = None if nbytes is None else int_arg(nbytes, "nbytes", w, C_SIZE)
         self._check_rank(rank, "get_buffer")
         self._check_mapped(rank, "get_buffer")
         avail = self.buffer_size - self.offset
         if nbytes is None:
             nbytes = avail - offset
-        if offset < 0 or nbytes < 0 or offset + nbytes > avail:
+        if nbytes < 0 or offset + nbytes > avail:
             raise make_error(
                 Result.INVALID_ARGUMENT,
                 f"symmem.Handle.get_buffer: [{offset}, {offset + nbytes}) is outside the {avail} bytes "
@@ -416,6 +425,7 @@ class Handle:
     def get_signal_pad(self, rank: int) -> Buffer:
         """A view (not owning) of rank's signal pad."""
         self.ptr
+        rank = int_arg(rank, "rank", "symmem.Handle.get_signal_pad", C_INT)
         self._check_rank(rank, "get_signal_pad")
         self._check_mapped(rank, "get_signal_pad")
         return self._view(self.signal_pad_ptrs[rank], self.signal_pad_size)
@@ -434,7 +444,9 @@ class Handle:
         """
         if _lib._forked_child:
             _lib._refuse_forked_child()
-        rc = self._put_signal(self._ptr or self.ptr, dst_rank, channel, _stream(stream))
+        w = "symmem.Handle.put_signal"
+        dst_rank, channel = int_arg(dst_rank, "dst_rank", w, C_INT), int_arg(channel, "channel", w, C_INT)
+        rc = self._put_signal(self._ptr or self.ptr, dst_rank, channel, _stream(stream, w))
         if rc:
             check(rc, "symmem_put_signal")
 
@@ -447,7 +459,9 @@ class Handle:
         """
         if _lib._forked_child:
             _lib._refuse_forked_child()
-        rc = self._wait_signal(self._ptr or self.ptr, src_rank, channel, _timeout_ms(timeout), _stream(stream))
+        w = "symmem.Handle.wait_signal"
+        src_rank, channel = int_arg(src_rank, "src_rank", w, C_INT), int_arg(channel, "channel", w, C_INT)
+        rc = self._wait_signal(self._ptr or self.ptr, src_rank, channel, _timeout_ms(timeout), _stream(stream, w))
         if rc:
             check(rc, "symmem_wait_signal")
 
@@ -455,7 +469,8 @@ class Handle:
         """put_signal to every peer, then wait_signal from every peer."""
         if _lib._forked_child:
             _lib._refuse_forked_child()
-        rc = self._barrier(self._ptr or self.ptr, channel, _timeout_ms(timeout), _stream(stream))
+        channel = int_arg(channel, "channel", "symmem.Handle.barrier", C_INT)
+        rc = self._barrier(self._ptr or self.ptr, channel, _timeout_ms(timeout), _stream(stream, "symmem.Handle.barrier"))
         if rc:
             check(rc, "symmem_barrier")
 
@@ -467,6 +482,9 @@ class Handle:
     def _collective(self, what: str, coll: int, dtype, op, count, out, algo, channel, stream) -> None:
         if _lib._forked_child:
             _lib._refuse_forked_child()
+        w = f"symmem.Handle.{what}"
+        count = None if count is None else int_arg(count, "count", w, C_SIZE)
+        channel = int_arg(channel, "channel", w, C_INT)
         code = _coll.dtype_code(dtype, what)
         opc = _coll.op_code(op, what) if coll != _coll.ALL_GATHER else 0
         if count is None:
@@ -567,8 +585,8 @@ def _address(buf_or_ptr) -> int:
     if isinstance(buf_or_ptr, Buffer):
         return buf_or_ptr.ptr
     if isinstance(buf_or_ptr, bool) or not hasattr(type(buf_or_ptr), "__index__"):
-        raise TypeError(f"symmem.rendezvous: expected a Buffer or an int address, not {type(buf_or_ptr).__name__} {buf_or_ptr!r}")
-    return buf_or_ptr.__index__()
+        raise TypeError(f"symmem.rendezvous: expected a Buffer or an int address, not {brief(buf_or_ptr)}")
+    return int_arg(buf_or_ptr, "ptr", "symmem.rendezvous", C_PTR)
 
 
 def rendezvous(buf_or_ptr: Union[Buffer, int], group: Group) -> Handle:
