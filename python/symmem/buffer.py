@@ -22,7 +22,7 @@ from typing import Any, List, Optional, Tuple
 
 from . import _lib, allocator
 from ._lib import check
-from .errors import C_INT, C_PTR, C_SIZE, Result, int_arg, make_error
+from .errors import C_INT, C_PTR, C_SIZE, Result, SymmemError, int_arg, make_error
 
 __all__ = ["Buffer", "empty"]
 
@@ -154,6 +154,25 @@ class Buffer:
         if self._gone is not None:
             raise make_error(Result.INVALID_STATE, f"symmem.Buffer: {self._gone}")
 
+    def _check_not_paused(self, what: str) -> None:
+        """Raise InvalidStateError naming the tag when the buffer's memory is
+        paused: handing out its address for the CPU to read would fault
+        (the process dies of SIGSEGV) instead of saying why."""
+        from . import tags  # tags imports nothing of this module
+
+        rc, _, paused = tags._backup_pointer(self.ptr, 1, f"symmem.Buffer.{what}")
+        if rc not in (Result.SUCCESS, Result.INVALID_STATE) or not paused:
+            return  # not libsymmem's memory (a peer's), or live
+        # The library's own check names the tag (symmem_copy refuses a
+        # paused block before touching it).
+        probe = ctypes.create_string_buffer(1)
+        why = "it is in a paused tag: resume it first"
+        try:
+            allocator.copy(ctypes.addressof(probe), self.ptr, 1, self.device, self.stream)
+        except SymmemError as e:
+            why = e.message.split("src: ", 1)[-1]
+        raise make_error(Result.INVALID_STATE, f"symmem.Buffer.{what}: {why}")
+
     # -- host access --------------------------------------------------------
 
     def memoryview(self) -> memoryview:
@@ -166,7 +185,10 @@ class Buffer:
         of it (numpy.frombuffer, PickleBuffer) make free/release refuse with
         InvalidStateError until they are dropped; objects that only copy its
         address (ctypes from_buffer, memoryview(mv)) cannot be seen and must
-        not outlive the buffer or handle. Do not use it in a child forked
+        not outlive the buffer or handle. While the buffer's tag is paused
+        this raises InvalidStateError naming the tag; a memoryview taken
+        before the pause must not be read until the resume (its memory is
+        gone: the read would fault). Do not use it in a child forked
         from this process: the library's memory
         is not inherited (MADV_DONTFORK), a child that touches it faults.
         """
@@ -177,6 +199,7 @@ class Buffer:
                 f"symmem.Buffer.memoryview: {self.kind} memory is not addressable from the CPU "
                 "(use __cuda_array_interface__)",
             )
+        self._check_not_paused("memoryview")
         arr = (ctypes.c_char * self.nbytes).from_address(self.ptr)
         arr._symmem_owner = self  # the array (and so the view) keeps us alive
         mv = memoryview(arr).cast("B")
@@ -238,6 +261,7 @@ class Buffer:
         if self.kind != "host":
             raise AttributeError("__array_interface__ is only offered for host memory")
         self._check_live()
+        self._check_not_paused("__array_interface__")
         return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.ptr, False), "version": 3}
 
     # -- cuda access --------------------------------------------------------

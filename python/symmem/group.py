@@ -9,7 +9,9 @@ Mirrors ``torch.distributed._symmetric_memory``::
             ...
             h.barrier()
 
-Timeouts are in seconds (float); None means the group's timeout. Streams are
+Timeouts are in seconds (float); None or 0 means the default (the group's
+timeout; for a new group $SYMMEM_TIMEOUT_MS, else 300 s), as timeout_ms 0
+does in C; a negative or NaN timeout raises InvalidArgumentError. Streams are
 ints holding a CUstream (0: the legacy default stream), or objects with a
 ``.cuda_stream`` attribute (torch.cuda.Stream).
 """
@@ -54,17 +56,22 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _INT64_MAX = (1 << 63) - 1
 
 
-def _timeout_ms(timeout: Optional[float]) -> int:
-    """Seconds -> the library's milliseconds; None/<=0 -> 0 (the library's
-    default: $SYMMEM_TIMEOUT_MS, else 300 s). Huge values (inf included)
-    saturate at INT64_MAX ms, which the library saturates again, instead of
-    wrapping; NaN is refused."""
+def _timeout_ms(timeout: Optional[float], what: str = "symmem") -> int:
+    """Seconds -> the library's milliseconds; None and 0 -> 0, the default
+    (the group's timeout; for a new group $SYMMEM_TIMEOUT_MS, else 300 s),
+    the one meaning include/symmem.h gives timeout_ms 0. Huge values (inf
+    included) saturate at INT64_MAX ms, which the library saturates again,
+    instead of wrapping; NaN and negative timeouts are refused (a negative
+    wait has no meaning, and reading it as 300 s hid mistakes)."""
     if timeout is None:
         return 0
     timeout = float(timeout)
-    if math.isnan(timeout):
-        raise make_error(Result.INVALID_ARGUMENT, "timeout is NaN")
-    if timeout <= 0:
+    if math.isnan(timeout) or timeout < 0:
+        raise make_error(
+            Result.INVALID_ARGUMENT,
+            f"{what}: timeout {timeout} s: a timeout is a number of seconds >= 0 (None or 0: the group's timeout)",
+        )
+    if timeout == 0:
         return 0
     if timeout * 1000 >= _INT64_MAX:
         return _INT64_MAX
@@ -96,8 +103,9 @@ class Group:
         name: letters, digits, '.', '_', '-'; at most 64 characters.
         rank, world_size: this rank and the group's size.
         device: the device this rank's buffers live on.
-        timeout: seconds that every wait of the group may take (None: the
-            library's default, $SYMMEM_TIMEOUT_MS or 300 s).
+        timeout: seconds that every wait of the group may take (None or 0:
+            the library's default, $SYMMEM_TIMEOUT_MS or 300 s; negative:
+            InvalidArgumentError).
         allgather: optional Python all-gather used for the group's small
             records instead of the built-in Unix-socket exchange (file
             descriptors still travel over the socket channel). It is called
@@ -137,11 +145,11 @@ class Group:
         lib = _lib.lib()
         out = ctypes.c_void_p()
         if allgather is None:
-            rc = lib.symmem_group_create(name.encode(), rank, world_size, device, _timeout_ms(timeout), ctypes.byref(out))
+            rc = lib.symmem_group_create(name.encode(), rank, world_size, device, _timeout_ms(timeout, w), ctypes.byref(out))
         else:
             self._callback = _lib.ALLGATHER_FN(self._run_allgather)
             rc = lib.symmem_group_create_with_allgather(
-                name.encode(), rank, world_size, device, _timeout_ms(timeout), self._callback, None, ctypes.byref(out)
+                name.encode(), rank, world_size, device, _timeout_ms(timeout, w), self._callback, None, ctypes.byref(out)
             )
         self._raise_if(rc, "symmem_group_create")
         self._ptr = int(out.value)
@@ -182,7 +190,7 @@ class Group:
         lib = _lib.lib()
         out = ctypes.c_void_p()
         flags = 0 if windows else NCCL_NO_WINDOWS
-        rc = lib.symmem_group_create_nccl(ctypes.c_void_p(int(comm)), name.encode(), _timeout_ms(timeout), flags, ctypes.byref(out))
+        rc = lib.symmem_group_create_nccl(ctypes.c_void_p(int(comm)), name.encode(), _timeout_ms(timeout, "symmem.Group.from_nccl"), flags, ctypes.byref(out))
         check(rc, "symmem_group_create_nccl")
         self._ptr = int(out.value)
         self._finalizer = weakref.finalize(self, _destroy_group, self._ptr)
@@ -461,7 +469,7 @@ class Handle:
             _lib._refuse_forked_child()
         w = "symmem.Handle.wait_signal"
         src_rank, channel = int_arg(src_rank, "src_rank", w, C_INT), int_arg(channel, "channel", w, C_INT)
-        rc = self._wait_signal(self._ptr or self.ptr, src_rank, channel, _timeout_ms(timeout), _stream(stream, w))
+        rc = self._wait_signal(self._ptr or self.ptr, src_rank, channel, _timeout_ms(timeout, w), _stream(stream, w))
         if rc:
             check(rc, "symmem_wait_signal")
 
@@ -470,7 +478,7 @@ class Handle:
         if _lib._forked_child:
             _lib._refuse_forked_child()
         channel = int_arg(channel, "channel", "symmem.Handle.barrier", C_INT)
-        rc = self._barrier(self._ptr or self.ptr, channel, _timeout_ms(timeout), _stream(stream, "symmem.Handle.barrier"))
+        rc = self._barrier(self._ptr or self.ptr, channel, _timeout_ms(timeout, "symmem.Handle.barrier"), _stream(stream, "symmem.Handle.barrier"))
         if rc:
             check(rc, "symmem_barrier")
 
