@@ -101,14 +101,16 @@ def test_reading_a_paused_buffer_names_the_tag():
     buf.write(b"abc")
     symmem.pause(tag)
     try:
-        for what, call in (
+        calls = [
             ("read", lambda: buf.read(0, 3)),
             ("write", lambda: buf.write(b"x")),
             ("fill", lambda: buf.fill(1)),
-            ("memoryview", lambda: buf.memoryview()),
-            ("__array_interface__", lambda: buf.__array_interface__),
             ("copy", lambda: symmem.copy(buf.ptr, buf.ptr + 8, 8)),
-        ):
+        ]
+        if buf.kind == "host":  # CPU-addressable memory: the views a CPU read would fault through
+            calls += [("memoryview", lambda: buf.memoryview()),
+                      ("__array_interface__", lambda: buf.__array_interface__)]
+        for what, call in calls:
             with pytest.raises(symmem.InvalidStateError) as e:
                 call()
             assert f'tag "{tag}", which is paused' in e.value.message, (what, e.value.message)
@@ -116,7 +118,8 @@ def test_reading_a_paused_buffer_names_the_tag():
     finally:
         symmem.resume(tag)
     assert buf.read(0, 3) == b"\0\0\0"  # no backup: zero after the resume
-    assert bytes(buf.memoryview()[:3]) == b"\0\0\0"
+    if buf.kind == "host":
+        assert bytes(buf.memoryview()[:3]) == b"\0\0\0"
     buf.free()
 
 
