@@ -1,6 +1,8 @@
 package core
 
 import (
+	"io"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +33,7 @@ func Default() (*Runtime, error) {
 	defaultOnce.Do(func() {
 		settings := Current()
 		be, notes, err := BackendFromEnv()
+		warnSkipped(os.Stderr, settings, notes)
 		notes = append(settings.Notes(), notes...)
 		if err != nil {
 			defaultErr = err
@@ -44,6 +47,21 @@ func Default() (*Runtime, error) {
 		defaultErr = settings.Err()
 	})
 	return defaultRT, defaultErr
+}
+
+// warnSkipped prints, once per process (Default runs once), the notes of
+// backends that automatic selection passed over although a setting named
+// what they should use (Note [Explicit settings are orders]), unless
+// SYMMEM_QUIET is set.
+func warnSkipped(w io.Writer, settings *Settings, notes []string) {
+	if settings.Bool("SYMMEM_QUIET", false) {
+		return
+	}
+	for _, n := range notes {
+		if strings.HasPrefix(n, "warning: ") {
+			io.WriteString(w, "symmem: "+n+" (SYMMEM_QUIET=1 silences this)\n")
+		}
+	}
 }
 
 // NewRuntime makes a runtime over be (tests use it with their own backends).

@@ -43,6 +43,10 @@ func symmemgo_group_create_nccl(comm unsafe.Pointer, name *C.char, timeoutMs C.i
 	if err := ipc.ValidateName(C.GoString(name)); err != nil { // before NCCL loads
 		return setLastError(call, err)
 	}
+	timeout, err := timeoutOf(timeoutMs)
+	if err != nil {
+		return setLastError(call, err)
+	}
 	rt, err := runtimeOrError()
 	if err != nil {
 		return setLastError(call, err)
@@ -52,7 +56,7 @@ func symmemgo_group_create_nccl(comm unsafe.Pointer, name *C.char, timeoutMs C.i
 		return setLastError(call, err)
 	}
 	g, err := symm.New(symm.Options{Name: C.GoString(name), Comm: ncclengine.New(c), NoWindows: flags&symmemNCCLNoWindows != 0,
-		Timeout: millis(timeoutMs), Runtime: rt})
+		Timeout: timeout, Runtime: rt})
 	if err != nil {
 		return setLastError(call, err)
 	}

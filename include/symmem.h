@@ -63,7 +63,10 @@
  *     memory it would share with the parent; the parent's data stays safe.
  *   - Timeouts (timeout_ms arguments, SYMMEM_TIMEOUT_MS) saturate: values
  *     beyond what a 64-bit nanosecond count holds (~292 years) mean "as long
- *     as that", never wrap to a short wait.
+ *     as that", never wrap to a short wait. A timeout_ms of 0 means the
+ *     default (the group's timeout; for a new group SYMMEM_TIMEOUT_MS, else
+ *     300000); a negative one is SYMMEM_ERROR_INVALID_ARGUMENT. Python's
+ *     timeout=None and timeout=0 are that default too.
  *   - Peers are not trusted: memory a peer sends that is smaller than it
  *     announced is refused with SYMMEM_ERROR_PEER naming its rank and pid
  *     (fstat of the memfd on host; cuMemMap refuses on cuda), and every
@@ -74,7 +77,13 @@
  * Environment variables read when the library starts:
  *   SYMMEM_BACKEND=auto|cuda|host   which backend to open (default auto: cuda
  *                                   when the driver loads and a device exists)
- *   SYMMEM_LIBCUDA=path             the CUDA driver library (default libcuda.so.1)
+ *   SYMMEM_LIBCUDA=path             the CUDA driver library (default libcuda.so.1).
+ *                                   An order: when it is set and does not load,
+ *                                   no backend opens and every call is
+ *                                   SYMMEM_ERROR_UNAVAILABLE naming it and the
+ *                                   loader's error; with SYMMEM_BACKEND=auto set
+ *                                   the next backend opens after one warning on
+ *                                   stderr.
  *   SYMMEM_STRICT=1                 abort with the message on an invalid or
  *                                   double-freed pointer instead of returning
  *   SYMMEM_TIMEOUT_MS=n             default timeout of group waits, signals and
@@ -479,7 +488,8 @@ typedef int (*symmem_allgather_fn)(const void *send, void *recv,
  * '-', at most 64 characters). Collective: all world_size ranks must call it;
  * it returns once all have arrived. Ranks find each other through Unix sockets
  * in SYMMEM_SOCKET_DIR (peers of another uid are refused). timeout_ms bounds
- * every wait of the group (<= 0: SYMMEM_TIMEOUT_MS or 300000); on expiry the
+ * every wait of the group (0: SYMMEM_TIMEOUT_MS or 300000; negative:
+ * SYMMEM_ERROR_INVALID_ARGUMENT); on expiry the
  * error names the ranks that never arrived. device is the device this rank's
  * buffers live on. On success *out owns the group. */
 symmem_result symmem_group_create(const char *name, int rank, int world_size,
@@ -650,7 +660,8 @@ symmem_result symmem_handle_describe(const symmem_handle *handle,
  * one (rank, channel) run in call order when they go to one stream (or to
  * streams the caller orders). On the host backend they run on the calling
  * thread (puts are atomic adds) and wait_signal fails with
- * SYMMEM_ERROR_TIMEOUT after timeout_ms (<= 0: the group's timeout), or with
+ * SYMMEM_ERROR_TIMEOUT after timeout_ms (0: the group's timeout; negative:
+ * SYMMEM_ERROR_INVALID_ARGUMENT), or with
  * SYMMEM_ERROR_PEER within about 10 ms when the awaited rank's process exits
  * (naming its rank, pid and exit status; a stopped process still gets the
  * timeout), consuming nothing. A rank or channel out of range is SYMMEM_ERROR_INVALID_ARGUMENT
@@ -1063,8 +1074,8 @@ symmem_result symmem_collectives_load(int device, symmem_kernel_info *info);
  * (ncclCommUserRank, ncclCommCount, ncclCommCuDevice). The group's small
  * records are all-gathered with ncclAllGather on a private stream through a
  * small device staging buffer; file descriptors still travel over the Unix
- * socket channel (one node). timeout_ms bounds every wait (<= 0:
- * SYMMEM_TIMEOUT_MS or 300000): when an NCCL collective does not finish in
+ * socket channel (one node). timeout_ms bounds every wait (0:
+ * SYMMEM_TIMEOUT_MS or 300000; negative: SYMMEM_ERROR_INVALID_ARGUMENT): when an NCCL collective does not finish in
  * time (a dead or absent rank) the call fails with SYMMEM_ERROR_TIMEOUT, the
  * group can no longer be used (destroy it), and the communicator is left to
  * its owner, who should abort it (ncclCommAbort).

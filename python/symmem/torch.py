@@ -38,6 +38,7 @@ from . import _coll, _dlpack, _lib
 from . import tags as _pause
 from . import allocator as _alloc
 from .buffer import Buffer
+from .errors import brief
 from .buffer import empty as _empty_buffer
 from .exchange import KeyValueAllGather
 from .group import Group, Handle
@@ -240,7 +241,7 @@ def _backend_device(torch, device) -> Any:
                 f"symmem.torch: libsymmem runs on its {backend!r} backend; CPU tensors need the host backend"
             )
     else:
-        raise RuntimeError(f"symmem.torch: unsupported device {device}")
+        raise RuntimeError(f"symmem.torch: unsupported device {brief(device)}")
     return device
 
 
@@ -545,7 +546,7 @@ def rendezvous(
     _torch()
     device = tensor.device
     if device.type not in ("cuda", "cpu"):
-        raise RuntimeError(f"symmem.torch.rendezvous: unsupported device {device}")
+        raise RuntimeError(f"symmem.torch.rendezvous: unsupported device {brief(device)}")
     g = group_for(group, _symmem_device(device), timeout, nccl=nccl, nccl_windows=nccl_windows)
     h = _rendezvous(int(tensor.data_ptr()), g)
     return TorchHandle(h, device)

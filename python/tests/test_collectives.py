@@ -50,7 +50,7 @@ def test_collectives_through_the_handle(world, count):
         for what in ("dtype", "op", "count", "misaligned", "overlap", "no_out"):
             assert errors[what] is not None, what
             assert errors[what][:2] == ("InvalidArgumentError", Result.INVALID_ARGUMENT), (what, errors[what])
-        assert "unknown dtype 'complex64'" in errors["dtype"][2]
+        assert 'unknown dtype "complex64"' in errors["dtype"][2]
         assert "past the buffer" in errors["count"][2]
         assert "16-byte aligned" in errors["misaligned"][2]
         assert "overlaps the input" in errors["overlap"][2]
