@@ -375,7 +375,12 @@ def main():
     ap.add_argument("--checks-cost", action="store_true",
                     help="also time auto all_reduce up to 1 MiB with SYMMEM_COLL_UNCHECKED=1 (the agreement's cost)")
     ap.add_argument("--child", nargs=4)
+    ap.add_argument("--tables", metavar="JSON", help="print the markdown tables of a coll_bench.json and stop")
     a = ap.parse_args()
+    if a.tables:
+        with open(a.tables) as f:
+            print(tables(json.load(f)))
+        return 0
     if a.child:
         rank, world, port, path = a.child
         rank_main(int(rank), int(world), int(port), a.max_mib, path, a.min_kib, a.only, a.eager_max_kib)
@@ -426,10 +431,49 @@ def main():
             if r["impl"] in AUTO_IMPLS and r["bytes"] >= 64 << 20 and r["busbw_GBps"]:
                 print(f"BW {r['coll']:15s} {r['impl']:21s} {r['bytes']:>10d} B bus {r['busbw_GBps']:7.1f} GB/s = "
                       f"{r['busbw_GBps'] / floor['GBps']:.3f} x peer copy", flush=True)
+    print(tables(res), flush=True)
     met, missed = goals(res)
     emet, emissed = eager_goals(res)
     print(f"goals: {met} met, {missed} missed; eager: {emet} met, {emissed} missed", flush=True)
     return 0
+
+
+def tables(res):
+    """The markdown tables of README and docs/measurements.md: graph
+    replays (all_reduce, then all_gather and reduce_scatter) and eager
+    calls, µs per call."""
+    def fmt(v):
+        return "–" if v is None else (f"{v:.2f}" if v < 100 else f"{v:.1f}")
+
+    def kib(b):
+        return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+
+    def pick(rows, coll, impl, size):
+        for r in rows:
+            if r["coll"] == coll and r["impl"] == impl and r["bytes"] == size:
+                return r["us"]
+        return None
+
+    rows, sizes = res["rows"], sorted({r["bytes"] for r in res["rows"]})
+    out = ["| size | ours auto (in place) | ours auto (out of place) | torch one-shot | torch two-shot | NCCL |",
+           "|---|---:|---:|---:|---:|---:|"]
+    for b in sizes:
+        out.append(f"| {kib(b)} | " + " | ".join(fmt(pick(rows, "all_reduce", i, b)) for i in
+                   ("libsymmem auto", "libsymmem auto (out)", "torch one-shot", "torch two-shot", "nccl")) + " |")
+    out += ["", "| size | all_gather ours | all_gather NCCL | reduce_scatter ours | reduce_scatter NCCL |",
+            "|---|---:|---:|---:|---:|"]
+    for b in sizes:
+        out.append(f"| {kib(b)} | {fmt(pick(rows, 'all_gather', 'libsymmem auto', b))} | {fmt(pick(rows, 'all_gather', 'nccl', b))} | "
+                   f"{fmt(pick(rows, 'reduce_scatter', 'libsymmem auto', b))} | {fmt(pick(rows, 'reduce_scatter', 'nccl', b))} |")
+    eager = res.get("eager") or []
+    if eager:
+        out += ["", "| size, uncaptured | all_reduce ours | torch two-shot | torch one-shot | NCCL | all_gather ours | NCCL | reduce_scatter ours | NCCL |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for b in sorted({r["bytes"] for r in eager}):
+            vals = [pick(eager, "all_reduce", i, b) for i in ("libsymmem auto", "torch two-shot", "torch one-shot", "nccl")]
+            vals += [pick(eager, c, i, b) for c in ("all_gather", "reduce_scatter") for i in ("libsymmem auto", "nccl")]
+            out.append(f"| {kib(b)} | " + " | ".join(fmt(v) for v in vals) + " |")
+    return "\n".join(out)
 
 
 def eager_goals(res):
