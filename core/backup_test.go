@@ -8,12 +8,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // kindTag registers a tag of backup kind unique to the test.
@@ -62,7 +62,7 @@ func (b *pinningBackend) FreeHost(dev int, addr, size uintptr) error {
 	}
 	delete(b.live, addr)
 	b.frees.Add(1)
-	return unix.MunmapPtr(*(*unsafe.Pointer)(unsafe.Pointer(&addr)), size)
+	return unix.MunmapPtr(unmanaged.Pointer(addr), size)
 }
 
 // isPinned says whether addr is in memory AllocHost returned.
@@ -294,7 +294,7 @@ func TestRegisterTagRefusesUnknownKinds(t *testing.T) {
 
 // hostByte reads the byte at a host address that Go does not manage.
 func hostByte(addr uintptr) byte {
-	return *(*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr)))
+	return *(*byte)(unmanaged.Pointer(addr))
 }
 
 // countingBackend counts the Memset calls that reach the backend.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/host"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -51,7 +52,7 @@ func TestGuardedAccessTurnsFaultsIntoErrors(t *testing.T) {
 	for _, at := range []uintptr{addr, 0x10} {
 		err = core.GuardedAccess("test write", func() {
 			// Not unsafe.Add: checkptr (-race) rejects arithmetic on nil.
-			*(*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&at))) = 1
+			*(*byte)(unmanaged.Pointer(at)) = 1
 		})
 		require.Equal(t, core.ErrInvalidArgument, core.CodeOf(err), "%#x: %v", at, err)
 	}

@@ -11,6 +11,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // Note [Tags and pause]
@@ -823,7 +825,7 @@ func (a *Allocator) diskBackup(seg *segment) error {
 // spillBackup writes seg's disk backup out and drops its pages from the
 // process and the page cache (the resume reads the file back).
 func spillBackup(seg *segment) error {
-	b := unsafe.Slice((*byte)(ptrAt(seg.backup)), seg.size)
+	b := unsafe.Slice((*byte)(unmanaged.Pointer(seg.backup)), seg.size)
 	if err := unix.Msync(b, unix.MS_SYNC); err != nil {
 		return Errorf(ErrInvalidState, "writing the disk backup out (msync): %v", err)
 	}
@@ -861,7 +863,7 @@ func (a *Allocator) freeBackupMemory(seg *segment) {
 			h, _ := a.be.(HostMemory)
 			_ = h.FreeHost(a.device, seg.backup, seg.size)
 		} else {
-			_ = unix.MunmapPtr(ptrAt(seg.backup), seg.size)
+			_ = unix.MunmapPtr(unmanaged.Pointer(seg.backup), seg.size)
 		}
 	}
 	if seg.backupFile != nil {
@@ -897,10 +899,4 @@ func (a *Allocator) BackupOf(ptr, size uintptr) (uintptr, bool, error) {
 		return seg.backup + (ptr - seg.addr), seg.paused, nil
 	}
 	return 0, false, Errorf(ErrInvalidPointer, "%#x is not in memory of device %d's allocator", ptr, a.device)
-}
-
-// ptrAt turns an address of memory that Go does not manage into a pointer
-// (without the uintptr-to-Pointer conversion that vet rejects).
-func ptrAt(addr uintptr) unsafe.Pointer {
-	return *(*unsafe.Pointer)(unsafe.Pointer(&addr))
 }

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 func streamOf(s *C.struct_CUstream_st) core.Stream { return core.Stream(uintptr(unsafe.Pointer(s))) }
@@ -24,7 +25,7 @@ func symmemgo_alloc(size C.size_t, device C.int, stream *C.struct_CUstream_st) (
 		var p uintptr
 		if p, err = a.AllocTagged(uintptr(size), streamOf(stream), currentTag()); err == nil {
 			attachContext(a, p)
-			return ptrAt(p)
+			return unmanaged.Pointer(p)
 		}
 	}
 	setLastError(fmt.Sprintf("symmem_alloc(size=%d, device=%d)", uint64(size), int(device)), err)
@@ -226,7 +227,7 @@ func symmemgo_pointer_get_info(ptr unsafe.Pointer, info *C.symmem_pointer_info) 
 		return setLastError(call, err)
 	}
 	*info = C.symmem_pointer_info{
-		block:          ptrAt(b.Addr),
+		block:          unmanaged.Pointer(b.Addr),
 		block_size:     C.size_t(b.Size),
 		requested_size: C.size_t(b.Requested),
 		offset:         C.size_t(uintptr(ptr) - b.Addr),

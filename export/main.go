@@ -127,12 +127,6 @@ func cstr(s string) *C.char {
 
 var zero byte
 
-// ptrAt turns an address of memory that Go does not manage into a pointer
-// (without the uintptr-to-Pointer conversion that vet rejects).
-func ptrAt(addr uintptr) unsafe.Pointer {
-	return *(*unsafe.Pointer)(unsafe.Pointer(&addr))
-}
-
 // staticStrings holds C strings made once and never freed: names that C
 // callers may keep for the life of the process.
 var staticStrings sync.Map // string -> *C.char

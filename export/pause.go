@@ -15,6 +15,7 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/symm"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // The region flags (SYMMEM_REGION_BACKUP, SYMMEM_REGION_BACKUP_PAGEABLE,
@@ -321,7 +322,7 @@ func symmemgo_backup_pointer(ptr unsafe.Pointer, size C.size_t, host *unsafe.Poi
 		}
 		found = err
 		if err == nil {
-			*host = ptrAt(addr)
+			*host = unmanaged.Pointer(addr)
 		}
 		if paused != nil {
 			*paused = 0

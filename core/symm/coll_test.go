@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // Multi-process tests of the collectives on the host backend: every rank
@@ -99,10 +100,10 @@ func scCollMismatch(e *rankEnv, a *core.Allocator) error {
 		// A marker in out and in the input: nothing may be moved.
 		in := h.bufPtrs[e.rank] + h.offset
 		for i := uintptr(0); i < size/4; i += 4 {
-			*(*uint32)(ptrAt(local + i)) = 0xdeadbeef
+			*(*uint32)(unmanaged.Pointer(local + i)) = 0xdeadbeef
 		}
 		for i := uintptr(0); i < 1024; i += 4 {
-			*(*uint32)(ptrAt(in + i)) = uint32(e.rank + 1)
+			*(*uint32)(unmanaged.Pointer(in + i)) = uint32(e.rank + 1)
 		}
 		err := h.Collective(args)
 		if core.CodeOf(err) != core.ErrMismatch {
@@ -115,12 +116,12 @@ func scCollMismatch(e *rankEnv, a *core.Allocator) error {
 			}
 		}
 		for i := uintptr(0); i < size/4; i += 4 {
-			if v := *(*uint32)(ptrAt(local + i)); v != 0xdeadbeef {
+			if v := *(*uint32)(unmanaged.Pointer(local + i)); v != 0xdeadbeef {
 				return fmt.Errorf("%s: out byte %d changed to %#x", m.what, i, v)
 			}
 		}
 		for i := uintptr(0); i < 1024; i += 4 {
-			if v := *(*uint32)(ptrAt(in + i)); v != uint32(e.rank+1) {
+			if v := *(*uint32)(unmanaged.Pointer(in + i)); v != uint32(e.rank+1) {
 				return fmt.Errorf("%s: input byte %d changed to %#x", m.what, i, v)
 			}
 		}
@@ -157,17 +158,17 @@ func inputBits(dt core.DType, r, i, call int) uint32 {
 
 func storeBits(dt core.DType, addr uintptr, v uint32) {
 	if dt.Size() == 2 {
-		*(*uint16)(ptrAt(addr)) = uint16(v)
+		*(*uint16)(unmanaged.Pointer(addr)) = uint16(v)
 	} else {
-		*(*uint32)(ptrAt(addr)) = v
+		*(*uint32)(unmanaged.Pointer(addr)) = v
 	}
 }
 
 func loadBits(dt core.DType, addr uintptr) uint32 {
 	if dt.Size() == 2 {
-		return uint32(*(*uint16)(ptrAt(addr)))
+		return uint32(*(*uint16)(unmanaged.Pointer(addr)))
 	}
-	return *(*uint32)(ptrAt(addr))
+	return *(*uint32)(unmanaged.Pointer(addr))
 }
 
 // expectReduced is the reduction of element i over world ranks.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/host"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -400,7 +401,7 @@ func collCheckAlgo(h *Handle, kind core.CollKind, dt core.DType, op core.ReduceO
 
 func storeInt(dt core.DType, addr uintptr, v int) {
 	if dt == core.Int32 {
-		*(*int32)(ptrAt(addr)) = int32(v)
+		*(*int32)(unmanaged.Pointer(addr)) = int32(v)
 		return
 	}
 	StoreFloat(dt, addr, float32(v))
@@ -408,7 +409,7 @@ func storeInt(dt core.DType, addr uintptr, v int) {
 
 func loadInt(dt core.DType, addr uintptr) int {
 	if dt == core.Int32 {
-		return int(*(*int32)(ptrAt(addr)))
+		return int(*(*int32)(unmanaged.Pointer(addr)))
 	}
 	return int(LoadFloat(dt, addr))
 }

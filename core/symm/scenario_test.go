@@ -14,6 +14,7 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/ipc"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 type rankEnv struct {
@@ -32,7 +33,7 @@ func (e *rankEnv) opts(name string, rank, world int) Options {
 }
 
 // words views n 64-bit words at addr.
-func words(addr uintptr, n int) []uint64 { return unsafe.Slice((*uint64)(ptrAt(addr)), n) }
+func words(addr uintptr, n int) []uint64 { return unsafe.Slice((*uint64)(unmanaged.Pointer(addr)), n) }
 
 func val(writer, owner, round int) uint64 {
 	return uint64(writer)<<40 | uint64(owner)<<20 | uint64(round) + 1
@@ -220,9 +221,9 @@ func scWrite(e *rankEnv, a *core.Allocator) error {
 	if host != dev {
 		return fmt.Errorf("host backend: device arrays must be the host arrays")
 	}
-	arr := unsafe.Slice((*uintptr)(ptrAt(host)), e.world)
+	arr := unsafe.Slice((*uintptr)(unmanaged.Pointer(host)), e.world)
 	pads, _ := h.SignalPadPtrs()
-	parr := unsafe.Slice((*uintptr)(ptrAt(pads)), e.world)
+	parr := unsafe.Slice((*uintptr)(unmanaged.Pointer(pads)), e.world)
 	for r := 0; r < e.world; r++ {
 		b, _ := h.BufferPtr(r)
 		p, _ := h.SignalPadPtr(r)
@@ -395,7 +396,7 @@ func scCounts(e *rankEnv, a *core.Allocator) error {
 	}
 	// 4 barriers on channel 0: every peer's count there is 4, ours 0; on
 	// channel 1 prev put 6 (with world 2, prev is nxt and the same holds).
-	own := unsafe.Slice((*uint32)(ptrAt(h.padPtrs[me])), 2*world)
+	own := unsafe.Slice((*uint32)(unmanaged.Pointer(h.padPtrs[me])), 2*world)
 	for p := 0; p < world; p++ {
 		want0, want1 := uint32(4), uint32(0)
 		if p == me {
