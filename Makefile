@@ -197,7 +197,7 @@ clean: ## remove build/ and dist/
 
 # What the GPU machine (which has no Go) needs: the library and the Go test
 # binaries, built here and carried in build/ (see scripts/gpu_suite.sh).
-GO_TEST_PKGS ?= ./core ./core/host ./core/ipc ./core/symm ./cuda
+GO_TEST_PKGS ?= ./core ./core/host ./core/ipc ./core/symm ./cuda ./cuda/symmtest
 gpu-artifacts: $(LIB) $(FAKENCCL) $(FAKENCCL228) ## the library and Go test binaries for scripts/gpu_suite.sh
 	@mkdir -p $(BUILD)/gotests
 	@for p in $(GO_TEST_PKGS); do \
