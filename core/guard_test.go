@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/host"
 	"github.com/libsymmem/libsymmem/core/unmanaged"
 	"github.com/stretchr/testify/require"
@@ -14,7 +15,7 @@ import (
 func TestCheckRangeKnowsBlocksAndMappings(t *testing.T) {
 	be, err := host.New()
 	require.NoError(t, err)
-	rt := core.NewRuntime(be)
+	rt := alloc.NewRuntime(be)
 	a, err := rt.Allocator(0)
 	require.NoError(t, err)
 	p, err := a.Alloc(4096, 0)

@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/symm"
 	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
@@ -34,7 +35,7 @@ const (
 )
 
 // backupKindOf reads the region flags' backup kind.
-func backupKindOf(flags C.uint) (core.BackupKind, error) {
+func backupKindOf(flags C.uint) (alloc.BackupKind, error) {
 	if flags&^regionFlagsKnown != 0 {
 		return 0, core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^regionFlagsKnown))
 	}
@@ -44,38 +45,38 @@ func backupKindOf(flags C.uint) (core.BackupKind, error) {
 	case flags&regionFlagPageable != 0 && flags&regionFlagDisk != 0:
 		return 0, core.Errorf(core.ErrInvalidArgument, "SYMMEM_REGION_BACKUP_PAGEABLE and SYMMEM_REGION_BACKUP_DISK exclude each other")
 	case flags&regionFlagDisk != 0:
-		return core.BackupDisk, nil
+		return alloc.BackupDisk, nil
 	case flags&regionFlagPageable != 0:
-		return core.BackupPageable, nil
+		return alloc.BackupPageable, nil
 	case flags&regionFlagBackup != 0:
-		return core.BackupPinned, nil
+		return alloc.BackupPinned, nil
 	}
-	return core.BackupNone, nil
+	return alloc.BackupNone, nil
 }
 
 // registerTag registers tag (not NULL) with the backup kind of the region
 // flags: what symmem_region_begin and symmem_set_default_tag take.
-func registerTag(tag *C.char, flags C.uint) (core.TagID, error) {
+func registerTag(tag *C.char, flags C.uint) (alloc.TagID, error) {
 	kind, err := backupKindOf(flags)
 	if err != nil {
 		return 0, err
 	}
-	return core.RegisterTag(C.GoString(tag), kind)
+	return alloc.RegisterTag(C.GoString(tag), kind)
 }
 
 // pauseBackupOf reads the pause flags.
-func pauseBackupOf(flags C.uint) (core.PauseBackup, error) {
+func pauseBackupOf(flags C.uint) (alloc.PauseBackup, error) {
 	switch {
 	case flags&^pauseFlagsKnown != 0:
 		return 0, core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^pauseFlagsKnown))
 	case flags == pauseFlagsKnown:
 		return 0, core.Errorf(core.ErrInvalidArgument, "SYMMEM_PAUSE_DISCARD and SYMMEM_PAUSE_KEEP exclude each other")
 	case flags&pauseFlagDiscard != 0:
-		return core.PauseDiscard, nil
+		return alloc.PauseDiscard, nil
 	case flags&pauseFlagKeep != 0:
-		return core.PauseKeep, nil
+		return alloc.PauseKeep, nil
 	}
-	return core.PauseBackupAsTag, nil
+	return alloc.PauseBackupAsTag, nil
 }
 
 // openRegions counts the regions open on every thread. While it is 0 the
@@ -88,15 +89,15 @@ var defaultTag atomic.Int32
 
 // currentTag is the tag of the calling thread's allocations: its innermost
 // open region's (0 for an untagged region), else the default tag.
-func currentTag() core.TagID {
+func currentTag() alloc.TagID {
 	if openRegions.Load() == 0 {
-		return core.TagID(defaultTag.Load())
+		return alloc.TagID(defaultTag.Load())
 	}
 	t := C.symmemi_region_tag()
 	if t < 0 {
-		return core.TagID(defaultTag.Load())
+		return alloc.TagID(defaultTag.Load())
 	}
-	return core.TagID(t)
+	return alloc.TagID(t)
 }
 
 // goTag turns a C tag (NULL = every tag) into the core's ("" = every tag).
@@ -109,7 +110,7 @@ func goTag(tag *C.char) (string, error) {
 	}
 	t := C.GoString(tag)
 	if t == "" {
-		return "", core.Errorf(core.ErrInvalidArgument, "the tag is the empty string: tags have 1 to %d characters; pass NULL for every tag", core.MaxTagLen)
+		return "", core.Errorf(core.ErrInvalidArgument, "the tag is the empty string: tags have 1 to %d characters; pass NULL for every tag", alloc.MaxTagLen)
 	}
 	return t, nil
 }
@@ -127,7 +128,7 @@ func describeTag(call string, tag *C.char) string {
 func symmemgo_region_begin(tag *C.char, flags C.uint) (result C.int) {
 	defer recoverCall("symmem_region_begin", &result, C.int(core.ErrInternal))
 	call := describeTag("symmem_region_begin", tag)
-	var id core.TagID
+	var id alloc.TagID
 	switch {
 	case flags == regionFlagUntagged && tag == nil:
 		// An untagged region: id 0.
@@ -152,7 +153,7 @@ func symmemgo_region_begin(tag *C.char, flags C.uint) (result C.int) {
 func symmemgo_set_default_tag(tag *C.char, flags C.uint) (result C.int) {
 	defer recoverCall("symmem_set_default_tag", &result, C.int(core.ErrInternal))
 	call := describeTag("symmem_set_default_tag", tag)
-	var id core.TagID
+	var id alloc.TagID
 	if tag != nil {
 		var err error
 		if id, err = registerTag(tag, flags); err != nil {
@@ -176,7 +177,7 @@ func symmemgo_set_backup_dir(path *C.char) (result C.int) {
 			return setLastError("symmem_set_backup_dir", core.Errorf(core.ErrInvalidArgument, "the path is the empty string (NULL goes back to the default)"))
 		}
 	}
-	return setLastError("symmem_set_backup_dir", core.SetBackupDir(dir))
+	return setLastError("symmem_set_backup_dir", alloc.SetBackupDir(dir))
 }
 
 //export symmemgo_region_end
@@ -190,7 +191,7 @@ func symmemgo_region_end() (result C.int) {
 }
 
 // eachAllocator runs f on every device's allocator made so far.
-func eachAllocator(f func(a *core.Allocator) error) error {
+func eachAllocator(f func(a *alloc.Allocator) error) error {
 	rt, err := runtimeOrError()
 	if err != nil {
 		return err
@@ -207,13 +208,13 @@ func eachAllocator(f func(a *core.Allocator) error) error {
 // in the state f acts on (paused for a resume, live for a pause), so that a
 // call after a partial failure on several devices finishes the rest. A tag
 // in the other state on every device is the first device's ErrInvalidState.
-func forTag(tag string, paused bool, f func(a *core.Allocator) error) error {
+func forTag(tag string, paused bool, f func(a *alloc.Allocator) error) error {
 	if tag == "" {
 		return eachAllocator(f)
 	}
 	var wrongState error
 	did := false
-	err := eachAllocator(func(a *core.Allocator) error {
+	err := eachAllocator(func(a *alloc.Allocator) error {
 		if _, err := a.TagSegments(tag, paused); err != nil {
 			if core.CodeOf(err) == core.ErrInvalidState {
 				if wrongState == nil {
@@ -238,7 +239,7 @@ func checkTagKnown(tag string) error {
 	if tag == "" {
 		return nil
 	}
-	_, err := core.KnownTag(tag)
+	_, err := alloc.KnownTag(tag)
 	return err
 }
 
@@ -256,7 +257,7 @@ func symmemgo_pause_with(tag *C.char, flags C.uint) (result C.int) {
 
 func pauseTag(call string, tag *C.char, flags C.uint) C.int {
 	t, err := goTag(tag)
-	var backup core.PauseBackup
+	var backup alloc.PauseBackup
 	if err == nil {
 		backup, err = pauseBackupOf(flags)
 	}
@@ -264,8 +265,8 @@ func pauseTag(call string, tag *C.char, flags C.uint) C.int {
 		err = checkTagKnown(t)
 	}
 	if err == nil {
-		err = forTag(t, false, func(a *core.Allocator) error {
-			_, err := a.Pause(t, core.PauseOptions{Backup: backup})
+		err = forTag(t, false, func(a *alloc.Allocator) error {
+			_, err := a.Pause(t, alloc.PauseOptions{Backup: backup})
 			return err
 		})
 	}
@@ -285,7 +286,7 @@ func symmemgo_tag_bytes(tag *C.char, live, paused *C.size_t) (result C.int) {
 		err = checkTagKnown(t)
 	}
 	if err == nil {
-		err = eachAllocator(func(a *core.Allocator) error {
+		err = eachAllocator(func(a *alloc.Allocator) error {
 			l, p, err := a.TagBytes(t)
 			sumLive += l
 			sumPaused += p
@@ -315,7 +316,7 @@ func symmemgo_backup_pointer(ptr unsafe.Pointer, size C.size_t, host *unsafe.Poi
 		return setLastError(call, core.Errorf(core.ErrInvalidPointer, "ptr is NULL"))
 	}
 	var found error = core.Errorf(core.ErrInvalidPointer, "%p was not allocated by libsymmem", ptr)
-	err := eachAllocator(func(a *core.Allocator) error {
+	err := eachAllocator(func(a *alloc.Allocator) error {
 		addr, isPaused, err := a.BackupOf(uintptr(ptr), uintptr(size))
 		if core.CodeOf(err) == core.ErrInvalidPointer {
 			return nil
@@ -362,8 +363,8 @@ func resumeTag(call string, tag *C.char, flags C.uint) C.int {
 		err = checkTagKnown(t)
 	}
 	if err == nil {
-		o := core.ResumeOptions{NoFill: flags&resumeFlagNoFill != 0}
-		err = forTag(t, true, func(a *core.Allocator) error {
+		o := alloc.ResumeOptions{NoFill: flags&resumeFlagNoFill != 0}
+		err = forTag(t, true, func(a *alloc.Allocator) error {
 			_, err := a.ResumeWith(t, o)
 			return err
 		})
@@ -389,7 +390,7 @@ func groupTagCall(name string, group uintptr, tag *C.char, f func(*symm.Group, s
 	var g *symm.Group
 	if err == nil && t != "" {
 		// A malformed tag fails here, quoted once, before the collective.
-		err = core.CheckName("tag", t, core.MaxTagLen)
+		err = core.CheckName("tag", t, alloc.MaxTagLen)
 	}
 	if err == nil {
 		g, err = groupOf(group)

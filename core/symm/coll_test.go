@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
@@ -70,7 +71,7 @@ var mismatchCases = []struct {
 	{"algo", func(a *CollArgs) { a.Algo = core.AlgoTwoShot; a.Out = 0 }, "all_reduce(float32, sum, count 256, two_shot)"},
 }
 
-func scCollMismatch(e *rankEnv, a *core.Allocator) error {
+func scCollMismatch(e *rankEnv, a *alloc.Allocator) error {
 	const size = 64 << 10
 	h, done, err := joinRendezvous(e, a, size)
 	if err != nil {
@@ -287,7 +288,7 @@ func runCase(h *Handle, c collCase, local uintptr, half uintptr, call int) error
 var allDTypes = []core.DType{core.Float32, core.Float16, core.BFloat16, core.Int32}
 var allOps = []core.ReduceOp{core.OpSum, core.OpMax, core.OpMin}
 
-func scColl(e *rankEnv, a *core.Allocator) error {
+func scColl(e *rankEnv, a *alloc.Allocator) error {
 	if e.arg == 1 { // every rank alike: the push/pull choice must agree
 		TwoShotPullMinBytes = 0
 	}
@@ -374,7 +375,7 @@ func scColl(e *rankEnv, a *core.Allocator) error {
 
 // scCollBad: every bad call fails locally with INVALID_ARGUMENT and
 // enqueues nothing (a good call after them still meets the peers).
-func scCollBad(e *rankEnv, a *core.Allocator) error {
+func scCollBad(e *rankEnv, a *alloc.Allocator) error {
 	h, done, err := joinRendezvous(e, a, 64<<10)
 	if err != nil {
 		return err
@@ -420,7 +421,7 @@ func scCollBad(e *rankEnv, a *core.Allocator) error {
 // scCollGroups: two groups on two buffers run collectives at once (two
 // goroutines), then pair subgroups beside the world group, and two channels
 // of one group at once.
-func scCollGroups(e *rankEnv, a *core.Allocator) error {
+func scCollGroups(e *rankEnv, a *alloc.Allocator) error {
 	const size = 64 << 10
 	ha, doneA, err := joinRendezvous(e, a, size)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/unmanaged"
 	"golang.org/x/sys/unix"
 )
@@ -276,7 +277,7 @@ func (g *Group) dropWindowLocked(heapOff uint64, x *window) error {
 
 // onSegmentRelease is the allocator's release hook: the segment's window
 // goes before its memory.
-func (g *Group) onSegmentRelease(seg core.SegmentInfo) error {
+func (g *Group) onSegmentRelease(seg alloc.SegmentInfo) error {
 	g.wins.mu.Lock()
 	defer g.wins.mu.Unlock()
 	if x := g.wins.m[seg.HeapOff]; x != nil && x.segID == seg.ID {
@@ -288,7 +289,7 @@ func (g *Group) onSegmentRelease(seg core.SegmentInfo) error {
 // registerWindow makes sure every rank holds a window for the rendezvous'
 // segment (Note [NCCL groups]); collective, g.coll held. It returns our
 // window and shares the verdict.
-func (g *Group) registerWindow(info core.BlockInfo, recs []blockRecord) (*window, error) {
+func (g *Group) registerWindow(info alloc.BlockInfo, recs []blockRecord) (*window, error) {
 	seg := info.Segment
 	need := false
 	for r := range recs {

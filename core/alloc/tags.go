@@ -1,4 +1,4 @@
-package core
+package alloc
 
 import (
 	"errors"
@@ -13,6 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/libsymmem/libsymmem/core/unmanaged"
+
+	"github.com/libsymmem/libsymmem/core"
 )
 
 // Note [Tags and pause]
@@ -110,36 +112,14 @@ var tagRegistry = struct {
 	info   []tagInfo // info[id]; info[0] is the untagged memory
 }{byName: map[string]TagID{}, info: []tagInfo{{}}}
 
-// CheckName checks a short name (group names, tags): 1..maxLen letters,
-// digits, '.', '_', '-', and not "." or "..". what names the kind of name in
-// the error ("group name", "tag"), which quotes the name cut to a readable
-// length (Quote; the calls' descriptions leave names to these errors, Note
-// [Bounded messages]).
-func CheckName(what, name string, maxLen int) error {
-	if len(name) == 0 || len(name) > maxLen {
-		return Errorf(ErrInvalidArgument, "%s %s must have 1 to %d characters", what, Quote(name), maxLen)
-	}
-	if name == "." || name == ".." {
-		return Errorf(ErrInvalidArgument, "%s %q is not allowed", what, name)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
-		if !ok {
-			return Errorf(ErrInvalidArgument, "%s %s has the character %q at %d: only letters, digits, '.', '_' and '-' are allowed", what, Quote(name), c, i)
-		}
-	}
-	return nil
-}
-
 // RegisterTag returns the ID of tag name, making it on first use. backup
 // (where a host copy is kept across a pause) is a property of the tag:
 // every region of a tag must ask for the same.
 func RegisterTag(name string, backup BackupKind) (TagID, error) {
 	if backup > BackupDisk {
-		return 0, Errorf(ErrInvalidArgument, "tag %q: unknown backup kind %d", name, uint8(backup))
+		return 0, core.Errorf(core.ErrInvalidArgument, "tag %q: unknown backup kind %d", name, uint8(backup))
 	}
-	if err := CheckName("tag", name, MaxTagLen); err != nil {
+	if err := core.CheckName("tag", name, MaxTagLen); err != nil {
 		return 0, err
 	}
 	r := &tagRegistry
@@ -147,7 +127,7 @@ func RegisterTag(name string, backup BackupKind) (TagID, error) {
 	defer r.Unlock()
 	if id, ok := r.byName[name]; ok {
 		if r.info[id].backup != backup {
-			return 0, Errorf(ErrInvalidArgument, "tag %q was opened with backup %v before; every region of a tag must ask for the same backup", name, r.info[id].backup)
+			return 0, core.Errorf(core.ErrInvalidArgument, "tag %q was opened with backup %v before; every region of a tag must ask for the same backup", name, r.info[id].backup)
 		}
 		return id, nil
 	}
@@ -171,10 +151,10 @@ func KnownTag(name string) (TagID, error) {
 	if id, ok := LookupTag(name); ok {
 		return id, nil
 	}
-	if err := CheckName("tag", name, MaxTagLen); err != nil {
+	if err := core.CheckName("tag", name, MaxTagLen); err != nil {
 		return 0, err
 	}
-	return 0, Errorf(ErrInvalidArgument, "tag %q is unknown: no region of it was opened", name)
+	return 0, core.Errorf(core.ErrInvalidArgument, "tag %q is unknown: no region of it was opened", name)
 }
 
 func tagInfoOf(id TagID) (tagInfo, bool) {
@@ -207,7 +187,7 @@ func (a *Allocator) tagLocked(id TagID) (*tagState, error) {
 	}
 	info, ok := tagInfoOf(id)
 	if !ok || id == 0 {
-		return nil, Errorf(ErrInvalidArgument, "tag number %d is not registered", id)
+		return nil, core.Errorf(core.ErrInvalidArgument, "tag number %d is not registered", id)
 	}
 	for int(id) >= len(a.tags) {
 		a.tags = append(a.tags, nil)
@@ -321,9 +301,9 @@ func (a *Allocator) TagSegments(tag string, wantPaused bool) ([]SegmentInfo, err
 func checkTagState(t *tagState, wantPaused bool, device int) error {
 	switch {
 	case wantPaused && !t.paused:
-		return Errorf(ErrInvalidState, "tag %q on device %d is not paused: nothing to resume", t.name, device)
+		return core.Errorf(core.ErrInvalidState, "tag %q on device %d is not paused: nothing to resume", t.name, device)
 	case !wantPaused && t.paused:
-		return Errorf(ErrInvalidState, "tag %q on device %d is already paused", t.name, device)
+		return core.Errorf(core.ErrInvalidState, "tag %q on device %d is already paused", t.name, device)
 	}
 	return nil
 }
@@ -371,7 +351,7 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 	if !o.Collective {
 		for _, seg := range segs {
 			if seg.exported {
-				return 0, Errorf(ErrInvalidState, "tag %q on device %d: its segment at heap offset %#x was rendezvoused with other processes; pause it with symmem_pause_group on that group", seg.pools.tag.name, a.device, seg.heapOff)
+				return 0, core.Errorf(core.ErrInvalidState, "tag %q on device %d: its segment at heap offset %#x was rendezvoused with other processes; pause it with symmem_pause_group on that group", seg.pools.tag.name, a.device, seg.heapOff)
 			}
 		}
 	}
@@ -379,16 +359,16 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 	// invariant 4); the backup reads memory the device may be writing.
 	a.st.numSyncAll++
 	if err := a.be.SynchronizeDevice(a.device); err != nil {
-		return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: waiting for the device's work failed, nothing was released: %v", tag, a.device, err)
+		return 0, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: waiting for the device's work failed, nothing was released: %v", tag, a.device, err)
 	}
 	// What others registered on the segments (NCCL windows) is undone
 	// before their memory goes, as for any release.
 	for _, seg := range segs {
 		if err := a.runReleaseHooks(seg); err != nil {
-			return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: the segment at %#x: %v; nothing was released", seg.pools.tag.name, a.device, seg.addr, err)
+			return 0, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: the segment at %#x: %v; nothing was released", seg.pools.tag.name, a.device, seg.addr, err)
 		}
 	}
-	var copies []FillOrCopy
+	var copies []core.FillOrCopy
 	var copied []*segment
 	for _, seg := range segs {
 		// A segment's host copy holds what this pause saved once the copy
@@ -399,18 +379,18 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 			continue
 		}
 		if err := a.ensureBackup(seg, kind); err != nil {
-			return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: a host backup of %d bytes: %v; nothing was released", seg.pools.tag.name, a.device, seg.size, err)
+			return 0, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: a host backup of %d bytes: %v; nothing was released", seg.pools.tag.name, a.device, seg.size, err)
 		}
-		copies = append(copies, FillOrCopy{Dst: seg.backup, Src: seg.addr, Size: seg.size})
+		copies = append(copies, core.FillOrCopy{Dst: seg.backup, Src: seg.addr, Size: seg.size})
 		copied = append(copied, seg)
 	}
 	if err := a.fillOrCopy(copies); err != nil {
-		return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: copying %d segments to the host: %v; nothing was released", tag, a.device, len(copies), err)
+		return 0, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: copying %d segments to the host: %v; nothing was released", tag, a.device, len(copies), err)
 	}
 	for _, seg := range copied {
 		if seg.backupFile != nil {
 			if err := spillBackup(seg); err != nil {
-				return 0, Errorf(CodeOf(err), "pausing tag %q on device %d: the segment at %#x: %v; nothing was released", seg.pools.tag.name, a.device, seg.addr, err)
+				return 0, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: the segment at %#x: %v; nothing was released", seg.pools.tag.name, a.device, seg.addr, err)
 			}
 		}
 		seg.backupValid = true
@@ -421,12 +401,12 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 	var released uint64
 	for _, seg := range segs {
 		if err := a.be.Unmap(a.device, seg.addr, seg.size); err != nil {
-			return released, Errorf(CodeOf(err), "pausing tag %q on device %d: unmapping the segment at %#x: %v (segments released before it stay paused; resume takes them back)", seg.pools.tag.name, a.device, seg.addr, err)
+			return released, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: unmapping the segment at %#x: %v (segments released before it stay paused; resume takes them back)", seg.pools.tag.name, a.device, seg.addr, err)
 		}
 		if err := a.be.Release(seg.mem); err != nil {
 			// Unmapped but not released: mark it paused anyway (the
 			// handle is lost to us), so that nothing uses it again.
-			err = Errorf(CodeOf(err), "pausing tag %q on device %d: the segment at %#x was unmapped but its physical memory could not be released (leaked; the segment counts as paused): %v", seg.pools.tag.name, a.device, seg.addr, err)
+			err = core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: the segment at %#x was unmapped but its physical memory could not be released (leaked; the segment counts as paused): %v", seg.pools.tag.name, a.device, seg.addr, err)
 			a.markPaused(seg)
 			return released + uint64(seg.size), err
 		}
@@ -485,7 +465,7 @@ func (a *Allocator) ResumeWith(tag string, o ResumeOptions) (uint64, error) {
 	}
 	oom := func(detail string) error {
 		a.st.numOOM++
-		return Errorf(ErrOutOfMemory, "resuming tag %q on device %d needs %d bytes: %s; nothing was mapped, the tag stays paused and resume may be retried",
+		return core.Errorf(core.ErrOutOfMemory, "resuming tag %q on device %d needs %d bytes: %s; nothing was mapped, the tag stays paused and resume may be retried",
 			what, a.device, need, detail)
 	}
 	overLimit := func() bool {
@@ -500,7 +480,7 @@ func (a *Allocator) ResumeWith(tag string, o ResumeOptions) (uint64, error) {
 			return 0, oom(fmt.Sprintf("the memory limit is %d bytes and %d are reserved", a.limit, a.st.by[statReservedBytes][poolAll].current))
 		}
 	}
-	mems := make([]Memory, 0, len(segs))
+	mems := make([]core.Memory, 0, len(segs))
 	undo := func() {
 		for i, m := range mems {
 			_ = a.be.Unmap(a.device, segs[i].addr, segs[i].size)
@@ -511,7 +491,7 @@ func (a *Allocator) ResumeWith(tag string, o ResumeOptions) (uint64, error) {
 	for i := 0; i < len(segs); i++ {
 		seg := segs[i]
 		m, err := a.be.Create(a.device, seg.size)
-		if err != nil && CodeOf(err) == ErrOutOfMemory && !retried {
+		if err != nil && core.CodeOf(err) == core.ErrOutOfMemory && !retried {
 			retried = true
 			a.st.numAllocRetry++
 			if rerr := a.releaseIdle(); rerr != nil {
@@ -527,30 +507,30 @@ func (a *Allocator) ResumeWith(tag string, o ResumeOptions) (uint64, error) {
 		}
 		if err != nil {
 			undo()
-			if CodeOf(err) == ErrOutOfMemory {
+			if core.CodeOf(err) == core.ErrOutOfMemory {
 				return 0, oom(err.Error())
 			}
-			return 0, Errorf(CodeOf(err), "resuming tag %q on device %d: mapping %d bytes at %#x: %v; nothing was mapped, the tag stays paused", what, a.device, seg.size, seg.addr, err)
+			return 0, core.Errorf(core.CodeOf(err), "resuming tag %q on device %d: mapping %d bytes at %#x: %v; nothing was mapped, the tag stays paused", what, a.device, seg.size, seg.addr, err)
 		}
 		mems = append(mems, m)
 	}
-	restores := make([]FillOrCopy, 0, len(segs))
+	restores := make([]core.FillOrCopy, 0, len(segs))
 	for _, seg := range segs {
 		switch {
 		case seg.backupValid:
-			restores = append(restores, FillOrCopy{Dst: seg.addr, Src: seg.backup, Size: seg.size})
+			restores = append(restores, core.FillOrCopy{Dst: seg.addr, Src: seg.backup, Size: seg.size})
 		case !o.NoFill:
-			restores = append(restores, FillOrCopy{Dst: seg.addr, Size: seg.size, Fill: true})
+			restores = append(restores, core.FillOrCopy{Dst: seg.addr, Size: seg.size, Fill: true})
 		}
 	}
 	if err := a.fillOrCopy(restores); err != nil {
-		if CodeOf(err) == ErrTimeout {
+		if core.CodeOf(err) == core.ErrTimeout {
 			// The restores may still be running into the new memory:
 			// it must not be released under them (DESIGN invariant 4).
-			return 0, Errorf(ErrTimeout, "resuming tag %q on device %d: restoring %d bytes did not finish: %v; the device is stuck: the memory mapped for it stays mapped (leaked, it may still be written) and the tag stays paused", what, a.device, need, err)
+			return 0, core.Errorf(core.ErrTimeout, "resuming tag %q on device %d: restoring %d bytes did not finish: %v; the device is stuck: the memory mapped for it stays mapped (leaked, it may still be written) and the tag stays paused", what, a.device, need, err)
 		}
 		undo()
-		return 0, Errorf(CodeOf(err), "resuming tag %q on device %d: restoring %d bytes: %v; nothing was mapped, the tag stays paused", what, a.device, need, err)
+		return 0, core.Errorf(core.CodeOf(err), "resuming tag %q on device %d: restoring %d bytes: %v; nothing was mapped, the tag stays paused", what, a.device, need, err)
 	}
 	for i, seg := range segs {
 		seg.paused = false
@@ -608,12 +588,12 @@ func (a *Allocator) TagNames() (live, paused []string) {
 
 // fillOrCopy runs ops: in one batch on backends with BatchMemOps (one wait,
 // bounded by SYMMEM_TIMEOUT_MS), else one by one on the default stream.
-func (a *Allocator) fillOrCopy(ops []FillOrCopy) error {
+func (a *Allocator) fillOrCopy(ops []core.FillOrCopy) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	if b, ok := a.be.(BatchMemOps); ok {
-		return b.FillOrCopyWithin(a.device, ops, DefaultTimeout())
+	if b, ok := a.be.(core.BatchMemOps); ok {
+		return b.FillOrCopyWithin(a.device, ops, core.DefaultTimeout())
 	}
 	for _, op := range ops {
 		var err error
@@ -623,18 +603,10 @@ func (a *Allocator) fillOrCopy(ops []FillOrCopy) error {
 			err = a.be.Copy(a.device, 0, op.Dst, op.Src, op.Size)
 		}
 		if err != nil {
-			return Errorf(CodeOf(err), "%d bytes at %#x: %v", op.Size, op.Dst, err)
+			return core.Errorf(core.CodeOf(err), "%d bytes at %#x: %v", op.Size, op.Dst, err)
 		}
 	}
 	return nil
-}
-
-// HostMemory is implemented by backends that allocate host memory suited to
-// copies with their devices (pinned memory on cuda). Pinned backups use it
-// where it exists, and anonymous memory otherwise.
-type HostMemory interface {
-	AllocHost(device int, size uintptr) (uintptr, error)
-	FreeHost(device int, addr, size uintptr) error
 }
 
 // Note [Pinned ahead]
@@ -677,11 +649,11 @@ type prepin struct {
 // startPinAhead begins pinning seg's host copy in the background, if the
 // backend pins host memory and the bound allows (a.mu held).
 func (a *Allocator) startPinAhead(seg *segment) {
-	h, ok := a.be.(HostMemory)
+	h, ok := a.be.(core.HostMemory)
 	if !ok || seg.pools.tag == nil || seg.pools.tag.backup != BackupPinned {
 		return
 	}
-	limit := Current().Size("SYMMEM_BACKUP_PIN_AHEAD", math.MaxUint64)
+	limit := core.Current().Size("SYMMEM_BACKUP_PIN_AHEAD", math.MaxUint64)
 	if a.pinnedAhead+uint64(seg.size) > limit {
 		return
 	}
@@ -731,7 +703,7 @@ func (a *Allocator) ensureBackup(seg *segment, kind BackupKind) error {
 		return nil
 	}
 	if kind == BackupPinned {
-		if h, ok := a.be.(HostMemory); ok {
+		if h, ok := a.be.(core.HostMemory); ok {
 			p, err := h.AllocHost(a.device, seg.size)
 			if err != nil {
 				return err
@@ -750,7 +722,7 @@ func (a *Allocator) ensureBackup(seg *segment, kind BackupKind) error {
 func (a *Allocator) anonymousBackup(seg *segment) error {
 	p, err := unix.MmapPtr(-1, 0, nil, seg.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
-		return Errorf(ErrOutOfMemory, "mmap of %d bytes of host memory: %v", seg.size, err)
+		return core.Errorf(core.ErrOutOfMemory, "mmap of %d bytes of host memory: %v", seg.size, err)
 	}
 	seg.backup, seg.backupPinned = uintptr(p), false
 	return nil
@@ -770,7 +742,7 @@ func SetBackupDir(dir string) error {
 			if errors.As(err, &pe) { // its text would repeat the path
 				err = pe.Err
 			}
-			return Errorf(ErrInvalidArgument, "backup directory %s: %v", Quote(dir), err)
+			return core.Errorf(core.ErrInvalidArgument, "backup directory %s: %v", core.Quote(dir), err)
 		}
 	}
 	backupDir.Store(dir)
@@ -782,7 +754,7 @@ func BackupDir() string {
 	if d, _ := backupDir.Load().(string); d != "" {
 		return d
 	}
-	return Current().Text("SYMMEM_BACKUP_DIR", os.TempDir())
+	return core.Current().Text("SYMMEM_BACKUP_DIR", os.TempDir())
 }
 
 // diskBackup gives seg a host copy in an unlinked file of BackupDir,
@@ -795,16 +767,16 @@ func (a *Allocator) diskBackup(seg *segment) error {
 		if errors.As(err, &pe) { // its text would repeat the directory
 			err = pe.Err
 		}
-		return Errorf(ErrInvalidState, "a disk backup in %s: %v (set the directory with symmem_set_backup_dir or SYMMEM_BACKUP_DIR)", Quote(dir), err)
+		return core.Errorf(core.ErrInvalidState, "a disk backup in %s: %v (set the directory with symmem_set_backup_dir or SYMMEM_BACKUP_DIR)", core.Quote(dir), err)
 	}
 	_ = os.Remove(f.Name())
 	fail := func(what string, err error) error {
 		_ = f.Close()
-		code := ErrInvalidState
+		code := core.ErrInvalidState
 		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.ENOMEM) {
-			code = ErrOutOfMemory
+			code = core.ErrOutOfMemory
 		}
-		return Errorf(code, "a disk backup of %d bytes in %s: %s: %v", seg.size, Quote(dir), what, err)
+		return core.Errorf(code, "a disk backup of %d bytes in %s: %s: %v", seg.size, core.Quote(dir), what, err)
 	}
 	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(seg.size)); err != nil {
 		if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOTSUP) && !errors.Is(err, unix.EINVAL) {
@@ -827,7 +799,7 @@ func (a *Allocator) diskBackup(seg *segment) error {
 func spillBackup(seg *segment) error {
 	b := unsafe.Slice((*byte)(unmanaged.Pointer(seg.backup)), seg.size)
 	if err := unix.Msync(b, unix.MS_SYNC); err != nil {
-		return Errorf(ErrInvalidState, "writing the disk backup out (msync): %v", err)
+		return core.Errorf(core.ErrInvalidState, "writing the disk backup out (msync): %v", err)
 	}
 	_ = unix.Madvise(b, unix.MADV_DONTNEED)
 	_ = unix.Fadvise(int(seg.backupFile.Fd()), 0, int64(seg.size), unix.FADV_DONTNEED)
@@ -843,7 +815,7 @@ func (a *Allocator) dropBackup(seg *segment) {
 	}
 	if p := seg.prepin; p != nil {
 		seg.prepin = nil
-		h, _ := a.be.(HostMemory)
+		h, _ := a.be.(core.HostMemory)
 		dev, size := a.device, seg.size
 		go func() {
 			<-p.done
@@ -860,7 +832,7 @@ func (a *Allocator) dropBackup(seg *segment) {
 func (a *Allocator) freeBackupMemory(seg *segment) {
 	if seg.backup != 0 {
 		if seg.backupPinned {
-			h, _ := a.be.(HostMemory)
+			h, _ := a.be.(core.HostMemory)
 			_ = h.FreeHost(a.device, seg.backup, seg.size)
 		} else {
 			_ = unix.MunmapPtr(unmanaged.Pointer(seg.backup), seg.size)
@@ -884,7 +856,7 @@ func (a *Allocator) BackupOf(ptr, size uintptr) (uintptr, bool, error) {
 			continue
 		}
 		if size > seg.addr+seg.size-ptr {
-			return 0, false, Errorf(ErrInvalidArgument, "%d bytes at %#x run past the end of their segment [%#x, %#x)", size, ptr, seg.addr, seg.addr+seg.size)
+			return 0, false, core.Errorf(core.ErrInvalidArgument, "%d bytes at %#x run past the end of their segment [%#x, %#x)", size, ptr, seg.addr, seg.addr+seg.size)
 		}
 		if !seg.backupValid {
 			why := "its tag has no backup"
@@ -894,9 +866,9 @@ func (a *Allocator) BackupOf(ptr, size uintptr) (uintptr, bool, error) {
 			case seg.pools.tag.backup != BackupNone:
 				why = "it was never paused"
 			}
-			return 0, seg.paused, Errorf(ErrInvalidState, "%#x (tag %q on device %d) has no host copy: %s", ptr, seg.pools.tag.name, a.device, why)
+			return 0, seg.paused, core.Errorf(core.ErrInvalidState, "%#x (tag %q on device %d) has no host copy: %s", ptr, seg.pools.tag.name, a.device, why)
 		}
 		return seg.backup + (ptr - seg.addr), seg.paused, nil
 	}
-	return 0, false, Errorf(ErrInvalidPointer, "%#x is not in memory of device %d's allocator", ptr, a.device)
+	return 0, false, core.Errorf(core.ErrInvalidPointer, "%#x is not in memory of device %d's allocator", ptr, a.device)
 }

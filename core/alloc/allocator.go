@@ -1,10 +1,12 @@
-package core
+package alloc
 
 import (
 	"errors"
 	"os"
 	"sort"
 	"sync"
+
+	"github.com/libsymmem/libsymmem/core"
 )
 
 // Note [How blocks are placed]
@@ -62,7 +64,7 @@ type block struct {
 	next      *block // neighbour at higher address in seg, or nil
 	// streams lists the streams other than seg.pools.stream recorded by
 	// RecordStream while the block was allocated.
-	streams []Stream
+	streams []core.Stream
 	// ctx is the context number of the allocation (Note [Heap snapshots
 	// and allocation history]); 0 when none was attached.
 	ctx uint64
@@ -87,7 +89,7 @@ type segment struct {
 	addr       uintptr
 	size       uintptr
 	heapOff    uint64
-	mem        Memory
+	mem        core.Memory
 	pools      *streamPools
 	small      bool
 	first      *block
@@ -120,7 +122,7 @@ type segment struct {
 // streamPools holds the free blocks of one (tag, stream): a tag's blocks
 // come from its own segments only (Note [Tags and pause] in tags.go).
 type streamPools struct {
-	stream Stream
+	stream core.Stream
 	tag    *tagState
 	number int // order of first use: placement keys on this, not the pointer
 	small  freeSet
@@ -130,7 +132,7 @@ type streamPools struct {
 // poolKey names the pools of a stream within a tag.
 type poolKey struct {
 	tag    TagID
-	stream Stream
+	stream core.Stream
 }
 
 func (sp *streamPools) pool(small bool) *freeSet {
@@ -144,7 +146,7 @@ func (sp *streamPools) pool(small bool) *freeSet {
 // concurrent use; every method takes mu.
 type Allocator struct {
 	mu     sync.Mutex
-	be     Backend
+	be     core.Backend
 	device int
 	gran   uintptr
 	total  uint64 // the device's physical memory, bounding any request
@@ -228,9 +230,9 @@ func (a *Allocator) runReleaseHooks(seg *segment) error {
 
 // NewAllocator makes the allocator of device on be. It reserves the heap's
 // first address range lazily, at the first segment.
-func NewAllocator(be Backend, device int) (*Allocator, error) {
+func NewAllocator(be core.Backend, device int) (*Allocator, error) {
 	if device < 0 || device >= be.DeviceCount() {
-		return nil, Errorf(ErrInvalidDevice, "device %d is out of range: the %s backend has %d device(s)", device, be.Name(), be.DeviceCount())
+		return nil, core.Errorf(core.ErrInvalidDevice, "device %d is out of range: the %s backend has %d device(s)", device, be.Name(), be.DeviceCount())
 	}
 	gran, err := be.Granularity(device)
 	if err != nil {
@@ -259,7 +261,7 @@ func NewAllocator(be Backend, device int) (*Allocator, error) {
 func (a *Allocator) Device() int { return a.device }
 
 // Backend is the backend the allocator takes memory from.
-func (a *Allocator) Backend() Backend { return a.be }
+func (a *Allocator) Backend() core.Backend { return a.be }
 
 func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
 
@@ -296,7 +298,7 @@ func shouldSplit(small bool, blockSize, size uintptr) bool {
 	return rest > smallRequest
 }
 
-func (a *Allocator) poolsOf(t *tagState, s Stream) *streamPools {
+func (a *Allocator) poolsOf(t *tagState, s core.Stream) *streamPools {
 	if sp := a.last; sp != nil && sp.stream == s && sp.tag == t {
 		return sp
 	}
@@ -329,14 +331,14 @@ func (a *Allocator) dropBlock(b *block) {
 
 // Alloc returns the address of a block of at least size bytes for use on
 // stream s, untagged.
-func (a *Allocator) Alloc(size uintptr, s Stream) (uintptr, error) {
+func (a *Allocator) Alloc(size uintptr, s core.Stream) (uintptr, error) {
 	return a.AllocTagged(size, s, 0)
 }
 
 // AllocTagged is Alloc for a block of tag (0: untagged; see RegisterTag),
 // taken from that tag's segments only. A paused tag refuses with
 // ErrInvalidState.
-func (a *Allocator) AllocTagged(size uintptr, s Stream, tag TagID) (uintptr, error) {
+func (a *Allocator) AllocTagged(size uintptr, s core.Stream, tag TagID) (uintptr, error) {
 	a.lock()
 	defer a.mu.Unlock()
 	t := a.tags[0]
@@ -346,12 +348,12 @@ func (a *Allocator) AllocTagged(size uintptr, s Stream, tag TagID) (uintptr, err
 			return 0, err
 		}
 		if t.paused {
-			return 0, Errorf(ErrInvalidState, "%d bytes requested on device %d in tag %q, which is paused: resume it first", size, a.device, t.name)
+			return 0, core.Errorf(core.ErrInvalidState, "%d bytes requested on device %d in tag %q, which is paused: resume it first", size, a.device, t.name)
 		}
 	}
 	if size > maxRequest || uint64(size) > a.total {
 		a.st.numOOM++
-		return 0, Errorf(ErrOutOfMemory, "%d bytes requested on device %d, which has %d bytes in all (%s backend)", size, a.device, a.total, a.be.Name())
+		return 0, core.Errorf(core.ErrOutOfMemory, "%d bytes requested on device %d, which has %d bytes in all (%s backend)", size, a.device, a.total, a.be.Name())
 	}
 	rounded := roundRequest(size)
 	small := rounded <= smallRequest
@@ -416,12 +418,12 @@ func (a *Allocator) newSegment(size uintptr, sp *streamPools, small bool, reques
 		}
 		if overLimit() {
 			a.st.numOOM++
-			return nil, Errorf(ErrOutOfMemory, "%d bytes requested on device %d: a new %d-byte segment would exceed the memory limit of %d bytes (%d reserved, %d allocated)",
+			return nil, core.Errorf(core.ErrOutOfMemory, "%d bytes requested on device %d: a new %d-byte segment would exceed the memory limit of %d bytes (%d reserved, %d allocated)",
 				request, a.device, size, a.limit, a.st.by[statReservedBytes][poolAll].current, a.st.by[statAllocatedBytes][poolAll].current)
 		}
 	}
 	mem, err := a.be.Create(a.device, size)
-	if err != nil && CodeOf(err) == ErrOutOfMemory {
+	if err != nil && core.CodeOf(err) == core.ErrOutOfMemory {
 		a.st.numAllocRetry++
 		if b := drained(); b != nil {
 			return b, nil
@@ -432,9 +434,9 @@ func (a *Allocator) newSegment(size uintptr, sp *streamPools, small bool, reques
 		mem, err = a.be.Create(a.device, size)
 	}
 	if err != nil {
-		if CodeOf(err) == ErrOutOfMemory {
+		if core.CodeOf(err) == core.ErrOutOfMemory {
 			a.st.numOOM++
-			return nil, Errorf(ErrOutOfMemory, "%d bytes requested on device %d: the %s backend could not create a %d-byte segment (%d bytes reserved by libsymmem, %d allocated): %v",
+			return nil, core.Errorf(core.ErrOutOfMemory, "%d bytes requested on device %d: the %s backend could not create a %d-byte segment (%d bytes reserved by libsymmem, %d allocated): %v",
 				request, a.device, a.be.Name(), size, a.st.by[statReservedBytes][poolAll].current, a.st.by[statAllocatedBytes][poolAll].current, err)
 		}
 		return nil, err
@@ -469,13 +471,13 @@ func (a *Allocator) newSegment(size uintptr, sp *streamPools, small bool, reques
 
 // Free returns the block at ptr. size is checked against the request (0
 // skips the check); the block's own stream is used, whatever s says.
-func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
+func (a *Allocator) Free(ptr uintptr, size uintptr, s core.Stream) error {
 	return a.FreeTo(ptr, size, s, nil)
 }
 
 // FreeTo is Free by the thread that owns tc (nil: none), which keeps the
 // block when it may (Note [Thread caches]).
-func (a *Allocator) FreeTo(ptr uintptr, size uintptr, s Stream, tc ThreadCache) error {
+func (a *Allocator) FreeTo(ptr uintptr, size uintptr, s core.Stream, tc ThreadCache) error {
 	a.lock()
 	defer a.mu.Unlock()
 	b := a.live.get(ptr)
@@ -486,7 +488,7 @@ func (a *Allocator) FreeTo(ptr uintptr, size uintptr, s Stream, tc ThreadCache) 
 	// nothing below touches its memory.
 	var mismatch error
 	if size != 0 && size != b.requested {
-		mismatch = Errorf(ErrInvalidArgument, "free of %#x on device %d: size %d differs from the %d bytes allocated (the block was freed anyway)", ptr, a.device, size, b.requested)
+		mismatch = core.Errorf(core.ErrInvalidArgument, "free of %#x on device %d: size %d differs from the %d bytes allocated (the block was freed anyway)", ptr, a.device, size, b.requested)
 	}
 	seg := b.seg
 	for _, other := range b.streams {
@@ -554,18 +556,18 @@ func (a *Allocator) explainForeign(ptr uintptr) error {
 		for b := seg.first; b != nil; b = b.next {
 			if ptr >= b.addr && ptr < b.addr+b.size {
 				if b.allocated && b.cachedBy == nil {
-					return Errorf(ErrInvalidPointer, "%#x is inside the block at %#x (offset %d) on device %d, not its start: free the pointer symmem_alloc returned", ptr, b.addr, ptr-b.addr, a.device)
+					return core.Errorf(core.ErrInvalidPointer, "%#x is inside the block at %#x (offset %d) on device %d, not its start: free the pointer symmem_alloc returned", ptr, b.addr, ptr-b.addr, a.device)
 				}
-				return Errorf(ErrInvalidPointer, "%#x on device %d is not allocated: already freed (double free?)", ptr, a.device)
+				return core.Errorf(core.ErrInvalidPointer, "%#x on device %d is not allocated: already freed (double free?)", ptr, a.device)
 			}
 		}
 	}
-	return Errorf(ErrInvalidPointer, "%#x was not allocated by libsymmem on device %d", ptr, a.device)
+	return core.Errorf(core.ErrInvalidPointer, "%#x was not allocated by libsymmem on device %d", ptr, a.device)
 }
 
 // RecordStream notes that the block holding ptr is used on s too: before it
 // is reused, its own stream will wait for s's work queued up to its free.
-func (a *Allocator) RecordStream(ptr uintptr, s Stream) error {
+func (a *Allocator) RecordStream(ptr uintptr, s core.Stream) error {
 	a.lock()
 	defer a.mu.Unlock()
 	b, err := a.lookupLocked(ptr)
@@ -641,10 +643,10 @@ func (a *Allocator) ExportSegment(segAddr uintptr) (int, error) {
 	defer a.mu.Unlock()
 	seg := a.heap.segmentAt(segAddr)
 	if seg == nil || seg.addr != segAddr {
-		return -1, Errorf(ErrInvalidPointer, "%#x is not the start of a segment on device %d", segAddr, a.device)
+		return -1, core.Errorf(core.ErrInvalidPointer, "%#x is not the start of a segment on device %d", segAddr, a.device)
 	}
 	if seg.paused {
-		return -1, Errorf(ErrInvalidState, "the segment at %#x on device %d belongs to tag %q, which is paused", segAddr, a.device, seg.pools.tag.name)
+		return -1, core.Errorf(core.ErrInvalidState, "the segment at %#x on device %d belongs to tag %q, which is paused", segAddr, a.device, seg.pools.tag.name)
 	}
 	fd, err := a.be.Export(seg.mem)
 	if err == nil {
@@ -656,15 +658,15 @@ func (a *Allocator) ExportSegment(segAddr uintptr) (int, error) {
 // ExportSegmentWith is ExportSegment for another kind of handle: export
 // runs on the segment's memory, under the allocator's lock (so that the
 // segment cannot go meanwhile), and the segment counts as exported.
-func (a *Allocator) ExportSegmentWith(segAddr uintptr, export func(m Memory) error) error {
+func (a *Allocator) ExportSegmentWith(segAddr uintptr, export func(m core.Memory) error) error {
 	a.lock()
 	defer a.mu.Unlock()
 	seg := a.heap.segmentAt(segAddr)
 	if seg == nil || seg.addr != segAddr {
-		return Errorf(ErrInvalidPointer, "%#x is not the start of a segment on device %d", segAddr, a.device)
+		return core.Errorf(core.ErrInvalidPointer, "%#x is not the start of a segment on device %d", segAddr, a.device)
 	}
 	if seg.paused {
-		return Errorf(ErrInvalidState, "the segment at %#x on device %d belongs to tag %q, which is paused", segAddr, a.device, seg.pools.tag.name)
+		return core.Errorf(core.ErrInvalidState, "the segment at %#x on device %d belongs to tag %q, which is paused", segAddr, a.device, seg.pools.tag.name)
 	}
 	err := export(seg.mem)
 	if err == nil {
@@ -725,7 +727,7 @@ func (a *Allocator) releaseSegment(seg *segment) error {
 	a.st.add(statReservedBytes, seg.small, -int64(seg.size))
 	if relErr != nil {
 		a.leakedSegments++
-		return Errorf(CodeOf(relErr), "device %d: segment %d (%d bytes at heap offset %#x) was unmapped and left the cache, but its physical memory could not be released (leaked): %v",
+		return core.Errorf(core.CodeOf(relErr), "device %d: segment %d (%d bytes at heap offset %#x) was unmapped and left the cache, but its physical memory could not be released (leaked): %v",
 			a.device, seg.id, seg.size, seg.heapOff, relErr)
 	}
 	return nil
