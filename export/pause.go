@@ -1,7 +1,8 @@
 package main
 
 // Tags, pause and resume (include/symmem.h, "Tags and pause"): marshalling
-// only; the logic is in core/tags.go and core/symm/pause.go.
+// only; the logic is in core/alloc (tags.go, pause.go, backup.go) and
+// core/symm/pause.go.
 
 /*
 #include "internal.h"
@@ -190,47 +191,26 @@ func symmemgo_region_end() (result C.int) {
 	return 0
 }
 
-// eachAllocator runs f on every device's allocator made so far.
-func eachAllocator(f func(a *alloc.Allocator) error) error {
+// withRuntime runs f on the process's runtime, or fails as the runtime
+// does.
+func withRuntime(f func(rt *alloc.Runtime) error) error {
 	rt, err := runtimeOrError()
 	if err != nil {
 		return err
 	}
-	for _, a := range rt.Allocators() {
-		if err := f(a); err != nil {
-			return err
-		}
-	}
-	return nil
+	return f(rt)
 }
 
-// forTag runs f on every device's allocator where tag ("" = every tag) is
-// in the state f acts on (paused for a resume, live for a pause), so that a
-// call after a partial failure on several devices finishes the rest. A tag
-// in the other state on every device is the first device's ErrInvalidState.
-func forTag(tag string, paused bool, f func(a *alloc.Allocator) error) error {
-	if tag == "" {
-		return eachAllocator(f)
-	}
-	var wrongState error
-	did := false
-	err := eachAllocator(func(a *alloc.Allocator) error {
-		if _, err := a.TagSegments(tag, paused); err != nil {
-			if core.CodeOf(err) == core.ErrInvalidState {
-				if wrongState == nil {
-					wrongState = err
-				}
-				return nil
+// eachAllocator runs f on every device's allocator made so far.
+func eachAllocator(f func(a *alloc.Allocator) error) error {
+	return withRuntime(func(rt *alloc.Runtime) error {
+		for _, a := range rt.Allocators() {
+			if err := f(a); err != nil {
+				return err
 			}
-			return err
 		}
-		did = true
-		return f(a)
+		return nil
 	})
-	if err == nil && !did {
-		err = wrongState
-	}
-	return err
 }
 
 // checkTagKnown rejects a tag that no region ever opened, whatever the
@@ -265,10 +245,7 @@ func pauseTag(call string, tag *C.char, flags C.uint) C.int {
 		err = checkTagKnown(t)
 	}
 	if err == nil {
-		err = forTag(t, false, func(a *alloc.Allocator) error {
-			_, err := a.Pause(t, alloc.PauseOptions{Backup: backup})
-			return err
-		})
+		err = withRuntime(func(rt *alloc.Runtime) error { return rt.PauseTag(t, alloc.PauseOptions{Backup: backup}) })
 	}
 	return setLastError(describeTag(call, tag), err)
 }
@@ -364,10 +341,7 @@ func resumeTag(call string, tag *C.char, flags C.uint) C.int {
 	}
 	if err == nil {
 		o := alloc.ResumeOptions{NoFill: flags&resumeFlagNoFill != 0}
-		err = forTag(t, true, func(a *alloc.Allocator) error {
-			_, err := a.ResumeWith(t, o)
-			return err
-		})
+		err = withRuntime(func(rt *alloc.Runtime) error { return rt.ResumeTag(t, o) })
 	}
 	return setLastError(describeTag(call, tag), err)
 }

@@ -17,6 +17,11 @@ type Runtime struct {
 
 	mu         sync.Mutex
 	allocators []atomic.Pointer[Allocator]
+
+	// changing serialises PauseTag and ResumeTag: each reads the tag's
+	// state on every device and changes it under this one lock (Note
+	// [Pausing every device]).
+	changing sync.Mutex
 }
 
 var (
