@@ -139,7 +139,7 @@ func New(o Options) (*Group, error) {
 		return nil, core.Errorf(core.CodeOf(err), "group %q: rank %d: %v", o.Name, o.Rank, err)
 	}
 	// Blocks that threads freed before the group are given back to the pools
-	// (Note [Thread caches] in core/threadcache.go), so that a rank's scratch
+	// (Note [Thread caches] in core/alloc/threadcache.go), so that a rank's scratch
 	// allocations freed before the group leave its symmetric placement as
 	// if they had not been made.
 	alloc.DrainThreadCaches()
