@@ -81,11 +81,11 @@ test: ## every suite (what CI runs), ending with a table
 suite-go: $(LIB)
 	@$(RUN) go go -- sh -c '$(GO) vet ./... && $(GO) test -race -count=1 -v ./...'
 
-# The fault tables (core/fault_test.go, core/symm/fault_test.go) over the
+# The fault tables (core/alloc/fault_test.go, core/symm/fault_test.go) over the
 # cuda backend on the stand-in driver: its stream-ordered paths under faults.
 suite-go-fakecuda: $(FAKECUDA)
 	@$(RUN) go-fakecuda go -- sh -c '$(FAKE_ENV) $(GO) test -race -count=1 -v \
-	  -run "UnderInjectedFaults|FailedSync|UnmappedSegment|PointerArraysLiveInThePad" ./core ./core/symm'
+	  -run "UnderInjectedFaults|FailedSync|UnmappedSegment|PointerArraysLiveInThePad" ./core/alloc ./core/symm'
 
 suite-c: $(CTEST_BIN) $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228)
 	@$(RUN) c c -- sh -c 'rc=0; for t in $(CTEST_BIN); do echo "== $$t"; \
@@ -147,8 +147,8 @@ $(FAKENCCL228): cuda/testdata/fakenccl.c
 	$(CC) -shared -fPIC -O1 -Wall -Wextra -Werror -DFAKENCCL_NO_PEER_POINTER -Wl,-soname,libnccl.so.2 -o $@ $< -lpthread
 
 fuzz: ## fuzz the allocator, with and without thread caches, 60 s each
-	$(GO) test ./core -run '^$$' -fuzz FuzzAllocFree -fuzztime 60s
-	$(GO) test ./core -run '^$$' -fuzz FuzzThreadCache -fuzztime 60s
+	$(GO) test ./core/alloc -run '^$$' -fuzz FuzzAllocFree -fuzztime 60s
+	$(GO) test ./core/alloc -run '^$$' -fuzz FuzzThreadCache -fuzztime 60s
 
 $(BUILD)/demo: examples/demo.c include/symmem.h $(LIB)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude -o $@ $< $(LINK_LIB)
@@ -201,7 +201,7 @@ clean: ## remove build/ and dist/
 # stand-in beside the stand-in driver), the Go test binaries and the Go
 # floor of the allocator benchmark, built here and carried in build/ (see
 # scripts/gpu_suite.sh; tests/test_make.py checks that nothing is missing).
-GO_TEST_PKGS ?= ./core ./core/host ./core/ipc ./core/symm ./cuda
+GO_TEST_PKGS ?= ./core ./core/alloc ./core/host ./core/ipc ./core/symm ./cuda ./cuda/symmtest
 gpu-artifacts: $(LIB) $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228) ## everything scripts/gpu_suite.sh needs from Go, in build/
 	@mkdir -p $(BUILD)/gotests
 	@for p in $(GO_TEST_PKGS); do \

@@ -165,6 +165,14 @@ type MemOpWatch struct {
 // Reached says whether the count word has reached v (MemOp.AtLeast).
 func Reached(word, v uint32) bool { return int32(word-v) >= 0 }
 
+// HostMemory is implemented by backends that allocate host memory suited to
+// copies with their devices (pinned memory on cuda). Pinned backups use it
+// where it exists, and anonymous memory otherwise.
+type HostMemory interface {
+	AllocHost(device int, size uintptr) (uintptr, error)
+	FreeHost(device int, addr, size uintptr) error
+}
+
 // Factory opens a backend. It returns an error that says why when the
 // backend cannot run here (no driver, no device).
 type Factory func() (Backend, error)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/symm"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // Note [Opaque handles]
@@ -365,7 +366,7 @@ func handlePtr(call string, handle uintptr, f func(*symm.Handle) (uintptr, error
 	if err == nil {
 		var p uintptr
 		if p, err = f(h); err == nil {
-			return ptrAt(p)
+			return unmanaged.Pointer(p)
 		}
 	}
 	setLastError(call, err)
@@ -428,8 +429,8 @@ func symmemgo_handle_describe(handle uintptr, desc *C.symmem_handle_desc) (resul
 	*desc = C.symmem_handle_desc{
 		rank: C.int(h.Rank()), world_size: C.int(h.World()),
 		buffer_size: C.size_t(h.BufferSize()), offset: C.size_t(h.Offset()), signal_pad_size: C.size_t(h.SignalPadSize()),
-		buffer_ptrs: (*unsafe.Pointer)(ptrAt(bufs)), signal_pad_ptrs: (*unsafe.Pointer)(ptrAt(pads)),
-		buffer_ptrs_dev: (*unsafe.Pointer)(ptrAt(bufsDev)), signal_pad_ptrs_dev: (*unsafe.Pointer)(ptrAt(padsDev)),
+		buffer_ptrs: (*unsafe.Pointer)(unmanaged.Pointer(bufs)), signal_pad_ptrs: (*unsafe.Pointer)(unmanaged.Pointer(pads)),
+		buffer_ptrs_dev: (*unsafe.Pointer)(unmanaged.Pointer(bufsDev)), signal_pad_ptrs_dev: (*unsafe.Pointer)(unmanaged.Pointer(padsDev)),
 	}
 	return C.SYMMEM_SUCCESS
 }

@@ -1,7 +1,7 @@
 /* Note [Thread caches in C]
  *
  * The fast path of symmem_alloc and symmem_free (Note [Thread caches] in
- * core/threadcache.go says what the core lets it do). Each thread has, per
+ * core/alloc/threadcache.go says what the core lets it do). Each thread has, per
  * device (below SYMMEMI_TC_DEVICES), at most one bin: a symmemi_tcache,
  * allocated here, never freed (reused once the core has retired it), so the
  * core, which reads and writes it directly through cgo (export/tcache.go),

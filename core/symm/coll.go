@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // Note [Pad partition]
@@ -119,7 +120,7 @@ func (h *Handle) argSlot(r, set, sender int) uintptr {
 
 // regionWord is the address of word i of rank r's device region.
 func (h *Handle) regionWord(r, i int) *uint32 {
-	return (*uint32)(ptrAt(h.padPtrs[r] + h.padSize + uintptr(4*i)))
+	return (*uint32)(unmanaged.Pointer(h.padPtrs[r] + h.padSize + uintptr(4*i)))
 }
 
 func (h *Handle) setWord(r, set, i int) *uint32 {
@@ -558,7 +559,7 @@ func (h *Handle) DeviceError() (uint32, error) {
 	defer h.life.leave()
 	addr := h.padPtrs[h.rank] + h.padSize
 	if !h.gm.be.Capabilities().StreamSignals {
-		return atomic.LoadUint32((*uint32)(ptrAt(addr))), nil
+		return atomic.LoadUint32((*uint32)(unmanaged.Pointer(addr))), nil
 	}
 	// The backend writes through v's address as a uintptr: pinned, v is on
 	// the heap and stays put (on the goroutine's stack it could move
@@ -632,8 +633,8 @@ func (h *Handle) checkAgreement(set int, args uint64, digest uint32) (peer int, 
 			continue
 		}
 		slot := h.argSlot(me, set, p)
-		tagged := atomic.LoadUint64((*uint64)(ptrAt(slot)))
-		all[p] = atomic.LoadUint64((*uint64)(ptrAt(slot + 8)))
+		tagged := atomic.LoadUint64((*uint64)(unmanaged.Pointer(slot)))
+		all[p] = atomic.LoadUint64((*uint64)(unmanaged.Pointer(slot + 8)))
 		if tagged>>32 != uint64(atomic.LoadUint32(h.setWord(me, set, w+p))) {
 			return p, core.Errorf(core.ErrPeer, "group %q: rank %d published no collective arguments with its arrival (device set %d)", h.name, h.global(p), set)
 		}
@@ -649,7 +650,7 @@ func (h *Handle) checkAgreement(set int, args uint64, digest uint32) (peer int, 
 }
 
 // bytesAt views n bytes at addr.
-func bytesAt(addr, n uintptr) []byte { return unsafe.Slice((*byte)(ptrAt(addr)), n) }
+func bytesAt(addr, n uintptr) []byte { return unsafe.Slice((*byte)(unmanaged.Pointer(addr)), n) }
 
 // twoShotSlice is rank r's slice [lo, hi) of count elements of size es.
 func twoShotSlice(count, es uintptr, world, r int) (lo, hi uintptr) {
@@ -674,8 +675,8 @@ func (h *Handle) runHost(c *core.Collective) error {
 		p := (me + i) % w
 		n := atomic.LoadUint32(h.setWord(me, set, w+p)) + 1
 		slot := h.argSlot(p, set, me)
-		atomic.StoreUint64((*uint64)(ptrAt(slot+8)), args)
-		atomic.StoreUint64((*uint64)(ptrAt(slot)), uint64(n)<<32|uint64(c.Digest))
+		atomic.StoreUint64((*uint64)(unmanaged.Pointer(slot+8)), args)
+		atomic.StoreUint64((*uint64)(unmanaged.Pointer(slot)), uint64(n)<<32|uint64(c.Digest))
 	}
 	if err := h.hostBarrier(set, deadline); err != nil {
 		return err
@@ -754,7 +755,7 @@ func reduceHost(c *core.Collective, bufs []uintptr, off, n uintptr) []byte {
 	if c.DType == core.Int32 {
 		acc := make([]int32, n)
 		for r, b := range bufs {
-			src := unsafe.Slice((*int32)(ptrAt(b+off)), n)
+			src := unsafe.Slice((*int32)(unmanaged.Pointer(b+off)), n)
 			for i, v := range src {
 				if r == 0 {
 					acc[i] = v
@@ -778,7 +779,7 @@ func reduceHost(c *core.Collective, bufs []uintptr, off, n uintptr) []byte {
 		}
 	}
 	for i, v := range acc {
-		StoreFloat(c.DType, uintptr(unsafe.Pointer(&out[0]))+uintptr(i)*es, v)
+		PutFloat(c.DType, out[uintptr(i)*es:], v) // Go memory: no address arithmetic
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/ipc"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // Note [Signals]
@@ -226,7 +227,7 @@ var signalKernels = core.Current().Bool("SYMMEM_SIGNAL_KERNEL", true)
 
 // putHost adds one to our count in dst's pad on channel (host backend).
 func (h *Handle) putHost(dst, channel int) {
-	atomic.AddUint32((*uint32)(ptrAt(h.slot(dst, h.rank, channel))), 1)
+	atomic.AddUint32((*uint32)(unmanaged.Pointer(h.slot(dst, h.rank, channel))), 1)
 }
 
 // waitOutcome is how a host-side wait ended.
@@ -246,7 +247,7 @@ func (h *Handle) waitHost(src, channel int, deadline time.Time) waitOutcome {
 	c := h.sig
 	seen := &c.seen[c.index(src, channel)]
 	n := atomic.AddUint32(seen, 1)
-	word := (*uint32)(ptrAt(h.slot(h.rank, src, channel)))
+	word := (*uint32)(unmanaged.Pointer(h.slot(h.rank, src, channel)))
 	sleep := time.Microsecond
 	var rep *core.WaitReport // made when the wait becomes long (not on the fast path)
 	var checked time.Time    // when src's process was last checked

@@ -1,4 +1,6 @@
-package core
+package alloc
+
+import "github.com/libsymmem/libsymmem/core"
 
 // Note [Thread caches]
 //
@@ -49,8 +51,8 @@ const MaxCachedBlock = midRequest
 // CacheEntry is one block in a thread cache.
 type CacheEntry struct {
 	Addr   uintptr
-	Size   uintptr // the block's size (a multiple of 512)
-	Stream Stream  // the block's stream: a hit must ask for this one
+	Size   uintptr     // the block's size (a multiple of 512)
+	Stream core.Stream // the block's stream: a hit must ask for this one
 	// Out: handed out by a hit that the core has not synced yet; Requested
 	// is the size asked then.
 	Out       bool
@@ -150,7 +152,7 @@ func (a *Allocator) syncCacheLocked(tc ThreadCache) {
 		}
 		b := a.live.get(e.Addr)
 		if b == nil || b.cachedBy != tc {
-			panic(Errorf(ErrInternal, "device %d: thread cache entry %#x is not a block cached in that bin", a.device, e.Addr))
+			panic(core.Errorf(core.ErrInternal, "device %d: thread cache entry %#x is not a block cached in that bin", a.device, e.Addr))
 		}
 		b.cachedBy = nil
 		b.requested = e.Requested
@@ -213,7 +215,7 @@ func (a *Allocator) drainCachesLocked() {
 func (a *Allocator) uncacheLocked(addr uintptr, tc ThreadCache) {
 	b := a.live.take(addr)
 	if b == nil || b.cachedBy != tc {
-		panic(Errorf(ErrInternal, "device %d: thread cache entry %#x is not a block cached in that bin", a.device, addr))
+		panic(core.Errorf(core.ErrInternal, "device %d: thread cache entry %#x is not a block cached in that bin", a.device, addr))
 	}
 	b.cachedBy = nil
 	a.st.add(statThreadCache, b.seg.small, -1)

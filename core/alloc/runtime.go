@@ -1,4 +1,4 @@
-package core
+package alloc
 
 import (
 	"io"
@@ -6,17 +6,24 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/libsymmem/libsymmem/core"
 )
 
 // Runtime is the process-wide state: the backend chosen at start and one
 // allocator per device, made at first use.
 type Runtime struct {
-	Backend Backend
+	Backend core.Backend
 	// Notes say why backends of higher priority were not chosen.
 	Notes []string
 
 	mu         sync.Mutex
 	allocators []atomic.Pointer[Allocator]
+
+	// changing serialises PauseTag and ResumeTag: each reads the tag's
+	// state on every device and changes it under this one lock (Note
+	// [Pausing every device]).
+	changing sync.Mutex
 }
 
 var (
@@ -31,8 +38,8 @@ var (
 // runtime is never nil (its Backend is nil when none opened).
 func Default() (*Runtime, error) {
 	defaultOnce.Do(func() {
-		settings := Current()
-		be, notes, err := BackendFromEnv()
+		settings := core.Current()
+		be, notes, err := core.BackendFromEnv()
 		warnSkipped(os.Stderr, settings, notes)
 		notes = append(settings.Notes(), notes...)
 		if err != nil {
@@ -53,7 +60,7 @@ func Default() (*Runtime, error) {
 // backends that automatic selection passed over although a setting named
 // what they should use (Note [Explicit settings are orders]), unless
 // SYMMEM_QUIET is set.
-func warnSkipped(w io.Writer, settings *Settings, notes []string) {
+func warnSkipped(w io.Writer, settings *core.Settings, notes []string) {
 	if settings.Bool("SYMMEM_QUIET", false) {
 		return
 	}
@@ -65,7 +72,7 @@ func warnSkipped(w io.Writer, settings *Settings, notes []string) {
 }
 
 // NewRuntime makes a runtime over be (tests use it with their own backends).
-func NewRuntime(be Backend) *Runtime {
+func NewRuntime(be core.Backend) *Runtime {
 	return &Runtime{Backend: be, allocators: make([]atomic.Pointer[Allocator], be.DeviceCount())}
 }
 
@@ -95,9 +102,9 @@ func (r *Runtime) Allocator(device int) (*Allocator, error) {
 
 func (r *Runtime) badDevice(device int) error {
 	if r.Backend == nil {
-		return Errorf(ErrUnavailable, "no backend: %s", r.NotesText())
+		return core.Errorf(core.ErrUnavailable, "no backend: %s", r.NotesText())
 	}
-	return Errorf(ErrInvalidDevice, "device %d is out of range: the %s backend has %d device(s)", device, r.Backend.Name(), len(r.allocators))
+	return core.Errorf(core.ErrInvalidDevice, "device %d is out of range: the %s backend has %d device(s)", device, r.Backend.Name(), len(r.allocators))
 }
 
 // Allocators returns the allocators made so far.
@@ -118,5 +125,29 @@ func (r *Runtime) Lookup(ptr uintptr) (BlockInfo, *Allocator, error) {
 			return info, a, nil
 		}
 	}
-	return BlockInfo{}, nil, Errorf(ErrInvalidPointer, "%#x is not inside any live allocation of libsymmem", ptr)
+	return BlockInfo{}, nil, core.Errorf(core.ErrInvalidPointer, "%#x is not inside any live allocation of libsymmem", ptr)
+}
+
+// CheckRange checks [ptr, ptr+n) against what the library knows of ptr: if
+// ptr lies in a live block of an allocator of r, or in a range registered
+// with core.RegisterRange, the n bytes must stay inside it. known says
+// whether ptr was recognised (an unknown pointer is the caller's business,
+// see Note [Wild pointers]).
+func (r *Runtime) CheckRange(ptr, n uintptr, what string) (known bool, err error) {
+	if ptr+n < ptr {
+		return false, core.Errorf(core.ErrInvalidArgument, "%s: %#x + %d bytes wraps around the address space", what, ptr, n)
+	}
+	if b, _, lerr := r.Lookup(ptr); lerr == nil {
+		if b.Segment.Paused {
+			// Its physical memory is released: the access would fault
+			// (host) or fail in the driver, saying nothing of the pause.
+			return true, core.Errorf(core.ErrInvalidState, "%s: %#x is in a block of tag %s, which is paused: its memory comes back "+
+				"when the tag is resumed (symmem_resume)", what, ptr, core.Quote(b.Segment.Tag))
+		}
+		if ptr+n > b.Addr+b.Size {
+			return true, core.Errorf(core.ErrInvalidArgument, "%s: %d bytes at %#x run %d bytes past the end of its block [%#x, %#x)", what, n, ptr, ptr+n-(b.Addr+b.Size), b.Addr, b.Addr+b.Size)
+		}
+		return true, nil
+	}
+	return core.CheckRegisteredRange(ptr, n, what)
 }
