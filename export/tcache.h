@@ -24,7 +24,7 @@
 
 #define SYMMEMI_TC_CAP 32     /* blocks per bin */
 #define SYMMEMI_TC_DEVICES 16 /* devices with bins; others take the Go path */
-#define SYMMEMI_TC_MAX_BLOCK (10u << 20) /* core's maxCachedBlock */
+#define SYMMEMI_TC_MAX_BLOCK (128u << 20) /* alloc.MaxCachedBlock */
 
 enum { SYMMEMI_TC_FREE = 0, SYMMEMI_TC_LIVE = 1, SYMMEMI_TC_DEAD = 2 };
 

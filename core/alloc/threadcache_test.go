@@ -123,7 +123,7 @@ type thread struct {
 }
 
 func (th thread) alloc(size uintptr, s core.Stream) (uintptr, error) {
-	if th.bin != nil && size <= 10<<20 {
+	if th.bin != nil && size <= alloc.MaxCachedBlock {
 		if p := th.bin.hit(size, s); p != 0 {
 			return p, nil
 		}
