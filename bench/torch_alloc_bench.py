@@ -13,7 +13,7 @@ be chosen before CUDA starts), interleaved rep by rep, medians reported:
   symmem      libsymmem as the global allocator (change_current_allocator),
               with its thread caches (the default)
   symmem_nocache  the same with SYMMEM_THREAD_CACHE=0: every call enters Go
-              (the 64 MiB size is never cached: blocks over 10 MiB)
+              (every size enters Go)
   symmem_pool libsymmem inside torch.cuda.MemPool (PyTorch caches on top)
   passthrough a pluggable allocator that calls the driver's cuMemAlloc /
               cuMemFree (under cudaMalloc / cudaFree) each time
