@@ -443,8 +443,8 @@ func (h *Handle) DeviceErrorText(v uint32) error {
 // DeviceError is word 0 of this rank's device region: 0, or what the first
 // kernel wait that gave up recorded (Note [Pad partition]).
 func (h *Handle) DeviceError() (uint32, error) {
-	if err := h.enter(); err != nil {
-		return 0, err
+	if !h.life.enter() { // also on an aborted group (Note [Abort])
+		return 0, h.releasedErr()
 	}
 	defer h.life.leave()
 	addr := h.padPtrs[h.rank] + h.padSize
@@ -467,6 +467,7 @@ func (h *Handle) DeviceError() (uint32, error) {
 // hostBarrier is a barrier on set (Note [Pad partition]).
 func (h *Handle) hostBarrier(set int, deadline time.Time) error {
 	me, w := h.rank, h.world
+	mark := core.InterruptMark()
 	for i := 1; i < w; i++ {
 		atomic.AddUint32(h.setWord((me+i)%w, set, me), 1)
 	}
@@ -486,7 +487,12 @@ func (h *Handle) hostBarrier(set int, deadline time.Time) error {
 				select {
 				case <-h.life.closing:
 					return h.releasedDuring(fmt.Sprintf("a collective's barrier (device set %d)", set))
+				case <-h.gm.abort.ch:
+					return h.gm.abortedErr(fmt.Sprintf("a collective's barrier (device set %d)", set))
 				default:
+				}
+				if core.InterruptedSince(mark) {
+					return h.interruptedWait(fmt.Sprintf("collective's barrier (device set %d)", set))
 				}
 				now := time.Now()
 				if !now.Before(deadline) {

@@ -27,6 +27,9 @@ type groupMem struct {
 	// watch writes the abort word of our device region when a peer exits
 	// (cuda; deadpeer.go); nil on the host backend.
 	watch *peerWatch
+	// abort is the group's abort state (Note [Abort]); it takes no lock
+	// that a stuck call may hold.
+	abort *abortState
 
 	mu sync.Mutex
 	// refs = (1 while the group is not destroyed) + (live handles). The
@@ -336,6 +339,7 @@ func (gm *groupMem) unrefLocked() error {
 // is leaked, and with it the pad that holds its slots. The device is
 // synchronised or unused (mu held).
 func (gm *groupMem) dropPadsLocked() error {
+	gm.abort.setRegion(nil)
 	gm.stopWatch()
 	var errs []error
 	padTainted := gm.dev != nil && gm.dev.tainted && gm.dev.seeded

@@ -149,10 +149,15 @@ func (g *Group) gatherTag(rec tagRecord, what string) ([]tagRecord, error) {
 func (g *Group) Pause(tag string) error {
 	g.coll.Lock()
 	defer g.coll.Unlock()
-	if g.destroyed {
-		return core.Errorf(core.ErrInvalidState, "group %q is destroyed", g.name)
-	}
 	what := "pause of " + tagWhat(tag)
+	if err := g.usable(what); err != nil {
+		return err
+	}
+	return g.settle(what, g.pauseLocked(tag, what))
+}
+
+// pauseLocked is Pause (g.coll held, the group usable).
+func (g *Group) pauseLocked(tag, what string) error {
 	var rec tagRecord
 	segs, localErr := g.alloc.TagSegments(tag, false)
 	if localErr != nil {
@@ -296,10 +301,15 @@ func (g *Group) registerResumed(what string, segs []core.SegmentInfo, recs []tag
 func (g *Group) Resume(tag string) error {
 	g.coll.Lock()
 	defer g.coll.Unlock()
-	if g.destroyed {
-		return core.Errorf(core.ErrInvalidState, "group %q is destroyed", g.name)
-	}
 	what := "resume of " + tagWhat(tag)
+	if err := g.usable(what); err != nil {
+		return err
+	}
+	return g.settle(what, g.resumeLocked(tag, what))
+}
+
+// resumeLocked is Resume (g.coll held, the group usable).
+func (g *Group) resumeLocked(tag, what string) error {
 	gm := g.gm
 	var rec tagRecord
 	segs, localErr := g.alloc.TagSegments(tag, true)

@@ -134,6 +134,7 @@ class Group:
         self._callback = None
         self._callback_error: Optional[BaseException] = None
         lib = _lib.lib()
+        _lib.install_interrupts()
         out = ctypes.c_void_p()
         if allgather is None:
             rc = lib.symmem_group_create(name.encode(), rank, world_size, device, _timeout_ms(timeout), ctypes.byref(out))
@@ -178,6 +179,7 @@ class Group:
         self._callback_error = None
         self.nccl_comm = int(comm)
         lib = _lib.lib()
+        _lib.install_interrupts()
         out = ctypes.c_void_p()
         flags = 0 if windows else NCCL_NO_WINDOWS
         rc = lib.symmem_group_create_nccl(ctypes.c_void_p(int(comm)), name.encode(), _timeout_ms(timeout), flags, ctypes.byref(out))
@@ -282,6 +284,18 @@ class Group:
     def rendezvous(self, buf_or_ptr: Union[Buffer, int]) -> "Handle":
         """Same as ``symmem.rendezvous(buf_or_ptr, self)``."""
         return rendezvous(buf_or_ptr, self)
+
+    def abort(self) -> None:
+        """Abort this rank's member of the group (``symmem_group_abort``): from
+        any thread, every wait of this rank on the group returns (host waits
+        raise AbortedError; on cuda the stream waits of barriers and signals
+        are released and waiting kernels give up), and every later call on
+        the group and its handles raises AbortedError. Then destroy it.
+        Idempotent; a no-op on a destroyed group."""
+        ptr = self._ptr
+        if ptr is None:
+            return
+        check(_lib.lib().symmem_group_abort(ptr), "symmem_group_abort")
 
     def destroy(self) -> None:
         """Leave the group. Handles made from it stay valid until released."""
