@@ -841,10 +841,18 @@ symmem_result symmem_resume_with(const char *tag, unsigned flags);
  * its own; handles keep their pointers. Signal pads are never paused. Every
  * rank gets the same result: before anything is released the ranks check
  * that the tag is live everywhere with the same segments (INVALID_STATE,
- * INVALID_ARGUMENT or MISMATCH otherwise, nothing done). A peer that dies
- * before that leaves everything as it was (PEER or TIMEOUT naming it, within
- * the group's timeout); after it, this rank's part is done and its tag is
- * paused (symmem_resume takes it back locally). */
+ * INVALID_ARGUMENT or MISMATCH otherwise, nothing done). It runs in two
+ * phases: first every rank does what can fail without releasing anything
+ * (waits for the device, makes the host copies: a failed synchronisation,
+ * host memory or disk short), and the ranks share the verdict; a failure
+ * there, on any rank, fails every rank with every buffer still live, mapped
+ * and usable, and the next pause starts afresh. Only then do the ranks drop
+ * their mappings and release. What can still fail then is the driver
+ * refusing an unmap (that mapping stays mapped, not paused; the next pause
+ * tries it again) or a release (leaked); the error says which. A peer that
+ * dies before the release phase leaves everything as it was (PEER or
+ * TIMEOUT naming it, within the group's timeout); after it, this rank's part
+ * is done and its tag is paused (symmem_resume takes it back locally). */
 symmem_result symmem_pause_group(symmem_group *group, const char *tag);
 
 /* Collective symmem_resume (same tags as symmem_pause_group): every rank takes its memory back, then the ranks
