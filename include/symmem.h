@@ -1023,8 +1023,11 @@ symmem_result symmem_collective(symmem_handle *handle, symmem_coll coll,
  * with other arguments (cause 1; out was left untouched) and
  * SYMMEM_ERROR_PEER when peer's process exited during a wait (cause 2), the
  * last error naming the rank; *flag is filled in every case. On cuda a copy
- * from the device, ordered after nothing: synchronise the collectives'
- * streams first to see what their kernels recorded. */
+ * from the device on the library's own non-blocking stream, ordered after
+ * nothing (synchronise the collectives' streams first to see what their
+ * kernels recorded) and never behind the caller's streams, even a stuck
+ * one: it waits at most the group's timeout, then fails with
+ * SYMMEM_ERROR_TIMEOUT (*flag 0). Works on an aborted group too. */
 symmem_result symmem_handle_device_error(const symmem_handle *handle,
                                          uint32_t *flag);
 

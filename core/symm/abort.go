@@ -143,14 +143,14 @@ func (gm *groupMem) releaseDeviceWaits() error {
 	n := len(words) - 1
 	words[n] = devAbortWord(gm.rank)
 	// Pinned: the backend reads the words through their address.
-	var pin runtime.Pinner
+	pin := new(runtime.Pinner)
 	pin.Pin(&words[0])
-	defer pin.Unpin()
 	base := uintptr(unsafe.Pointer(&words[0]))
 	err := gm.copyOut(p.addr[gm.rank]+p.size+4, base+uintptr(4*n), 4)
-	if cerr := gm.copyOut(p.addr[gm.rank], base, uintptr(4*n)); err == nil {
+	if cerr := gm.copyOut(p.addr[gm.rank], base, uintptr(4*n)); err == nil || core.CodeOf(cerr) == core.ErrTimeout {
 		err = cerr
 	}
+	unpinUnlessLate(pin, err)
 	if err != nil {
 		return core.Errorf(core.CodeOf(err), "group %q: rank %d: the group is aborted, but writing its counts forward to release its stream waits failed: %v", gm.name, gm.rank, err)
 	}

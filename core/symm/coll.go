@@ -451,15 +451,21 @@ func (h *Handle) DeviceError() (uint32, error) {
 	if !h.gm.be.Capabilities().StreamSignals {
 		return atomic.LoadUint32((*uint32)(ptrAt(addr))), nil
 	}
+	// On the library's own stream, bounded by the group's timeout: the
+	// flag is read when something went wrong, which is when the caller's
+	// streams (the legacy default stream too) may be stuck on a wait.
 	// The backend writes through v's address as a uintptr: pinned, v is on
 	// the heap and stays put (on the goroutine's stack it could move
 	// before the copy, which would then write the old stack).
 	v := make([]uint32, 1)
-	var pin runtime.Pinner
+	pin := new(runtime.Pinner)
 	pin.Pin(&v[0])
-	err := h.gm.be.Copy(h.gm.device, 0, uintptr(unsafe.Pointer(&v[0])), addr, 4)
-	pin.Unpin()
-	return v[0], err
+	err := h.gm.copyOut(uintptr(unsafe.Pointer(&v[0])), addr, 4)
+	unpinUnlessLate(pin, err)
+	if err != nil {
+		return 0, core.Errorf(core.CodeOf(err), "group %q: rank %d: reading the device error flag: %v", h.name, h.rank, err)
+	}
+	return v[0], nil
 }
 
 // ---- the host backend: the same protocol on the calling thread ----------

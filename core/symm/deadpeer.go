@@ -40,10 +40,9 @@ func (gm *groupMem) watchPeers(region uintptr) {
 		// Pinned: the copy reads v through its address as a uintptr, so v
 		// must not live on this goroutine's stack, which may move.
 		v := []uint32{devFlag(devCausePeerExited, r, 0)}
-		var pin runtime.Pinner
+		pin := new(runtime.Pinner)
 		pin.Pin(&v[0])
-		gm.copyOut(region+4, uintptr(unsafe.Pointer(&v[0])), 4)
-		pin.Unpin()
+		unpinUnlessLate(pin, gm.copyOut(region+4, uintptr(unsafe.Pointer(&v[0])), 4))
 	}()
 }
 

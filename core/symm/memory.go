@@ -3,6 +3,7 @@ package symm
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 	"unsafe"
@@ -222,6 +223,26 @@ func (gm *groupMem) memsetZero(addr, size uintptr) error {
 		return b.MemsetWithin(gm.device, addr, 0, size, gm.timeout)
 	}
 	return gm.be.Memset(gm.device, 0, addr, 0, size)
+}
+
+// lateCopies keeps pinned the Go buffers of copies that timed out: the copy
+// may still land there, so they must never move or be reused.
+var lateCopies struct {
+	sync.Mutex
+	pins []*runtime.Pinner
+}
+
+// unpinUnlessLate unpins pin after a copy into or out of its buffer that
+// returned err, unless err is a timeout: then the buffer stays pinned and
+// alive for ever (leaked: the copy may still run).
+func unpinUnlessLate(pin *runtime.Pinner, err error) {
+	if core.CodeOf(err) != core.ErrTimeout {
+		pin.Unpin()
+		return
+	}
+	lateCopies.Lock()
+	lateCopies.pins = append(lateCopies.pins, pin)
+	lateCopies.Unlock()
 }
 
 // copyOut copies size bytes from src to dst, bounded like memsetZero.
