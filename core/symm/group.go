@@ -412,6 +412,7 @@ func (g *Group) SetSignalPadSize(bytes uintptr) error {
 	gm := g.gm
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
+	gm.stopWatchUnlocked() // Note [Who closes the pidfds]
 	if gm.pads != nil {
 		err := gm.syncThen("the signal pads made with the group", gm.dropPadsLocked)
 		gm.pads, gm.dev = nil, nil // left mapped if the synchronisation failed

@@ -337,7 +337,7 @@ func (gm *groupMem) unrefLocked() error {
 	if gm.refs > 0 {
 		return nil
 	}
-	gm.stopWatch()
+	gm.endLiveness()
 	return gm.syncThen("the group's memory (signal pads, peer mappings, pointer arrays)", func() error {
 		var errs []error
 		for k, m := range gm.maps { // none should remain: handles hold them
@@ -345,7 +345,6 @@ func (gm *groupMem) unrefLocked() error {
 			delete(gm.maps, k)
 		}
 		errs = append(errs, gm.dropPadsLocked())
-		gm.live.Close()
 		if gm.host != nil {
 			errs = append(errs, gm.host.close())
 			gm.host = nil

@@ -335,7 +335,22 @@ func (g *Group) resumeLocked(tag, what string) error {
 	}
 	rec.status, rec.segs = statusOf(localErr), segs
 	gm.mu.Lock()
+	tagOffs := map[uint64]bool{}
+	for _, s := range segs {
+		tagOffs[s.HeapOff] = true
+	}
 	for k, m := range gm.maps {
+		if !m.paused && k.peer != g.rank && tagOffs[k.heapOff] && localErr == nil {
+			// A pause whose unmap of this import failed left it mapped
+			// (Note [Collective pause]), on memory its peer has released:
+			// dropped now, and mapped again below like the paused ones.
+			if err := g.be.Unmap(g.device, m.addr, m.size); err != nil {
+				localErr = core.Errorf(core.CodeOf(err), "rank %d: its mapping of rank %d's segment at heap offset %#x, left mapped by a failed pause, cannot be unmapped: %v", g.rank, k.peer, k.heapOff, err)
+				continue
+			}
+			g.be.Release(m.mem) // a failure leaks it: the mapping is gone either way
+			m.paused, m.mem = true, 0
+		}
 		if m.paused {
 			rec.held = append(rec.held, k)
 		}

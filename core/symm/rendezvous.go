@@ -187,6 +187,7 @@ func (g *Group) rendezvousLocked(ptr uintptr) (*Handle, error) {
 	gm.mu.Lock()
 	if needPads {
 		gm.pads.ready = true
+		gm.abort.setRegion(gm.pads)
 		gm.watchPeers(gm.pads.addr[gm.rank] + gm.pads.size)
 	}
 	h.padSize, h.sig = gm.pads.size, gm.pads.sig
