@@ -500,9 +500,9 @@ symmem_result symmem_group_destroy(symmem_group *group);
  *     of barriers and signals this rank enqueued are satisfied (this rank's
  *     own counts are written forward, through the library's own stream,
  *     bounded by the group's timeout) and waiting collective kernels give up
- *     (the abort word of the device region; the device error flag then
- *     names this rank as the peer whose process exited). What the released
- *     work computed is undefined;
+ *     (the abort word of the device region; symmem_handle_device_error then
+ *     returns SYMMEM_ERROR_ABORTED). What the released work computed is
+ *     undefined;
  *   - every later call on the group or its handles returns
  *     SYMMEM_ERROR_ABORTED (the getters and symmem_handle_device_error still
  *     answer).

@@ -135,6 +135,10 @@ func abortRank0(g *Group, h *Handle, buf uintptr, what string, s core.Stream) er
 	if _, err := h.DeviceError(); err != nil {
 		return fmt.Errorf("the device error flag after the abort: %v", err)
 	}
+	// What a kernel records when it sees this rank's abort word.
+	if err := h.DeviceErrorText(devFlag(devCausePeerExited, h.gm.rank, 3)); core.CodeOf(err) != core.ErrAborted {
+		return fmt.Errorf("the flag a kernel records on the abort word reads %v, want ABORTED", err)
+	}
 	if err := g.Abort(); err != nil {
 		return fmt.Errorf("a second abort: %v", err)
 	}

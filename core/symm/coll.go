@@ -434,6 +434,10 @@ func (h *Handle) DeviceErrorText(v uint32) error {
 		return core.Errorf(core.ErrMismatch, "group %q: rank %d: the device error flag %#x says that rank %d called a collective with other arguments than this rank (kernel block %d of collective channel %d; no data moved); the group's device barriers are no longer balanced: use another group",
 			h.name, h.rank, v, peer, set%collMaxBlocks, set/collMaxBlocks)
 	case devCausePeerExited:
+		if peer == h.gm.rank && h.gm.abort.aborted() { // Note [Abort]: our own abort word
+			return core.Errorf(core.ErrAborted, "group %q: rank %d: the device error flag %#x says that a kernel gave up on device set %d because the group was aborted (%s)",
+				h.name, h.rank, v, set, h.gm.abort.why)
+		}
 		return core.Errorf(core.ErrPeer, "group %q: rank %d: the device error flag %#x says that rank %d's process exited while a kernel waited for it (device set %d)",
 			h.name, h.rank, v, peer, set)
 	}

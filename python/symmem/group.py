@@ -261,6 +261,8 @@ class Group:
         cb_error, self._callback_error = self._callback_error, None
         if rc == Result.SUCCESS:
             return
+        if isinstance(cb_error, KeyboardInterrupt):
+            raise cb_error  # Ctrl-C inside the Python all-gather: the creation failed and undid itself
         try:
             check(rc, what)
         except SymmemError as err:
