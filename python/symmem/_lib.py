@@ -518,8 +518,10 @@ def install_interrupts() -> bool:
     progress returns INTERRUPTED within about 50 ms and check() raises the
     signal's exception (KeyboardInterrupt). Set up once, from the main
     thread, unless another wakeup fd is set (asyncio's: then waits run to
-    their end as before) or SYMMEM_PYTHON_INTERRUPTS=0. Returns whether it
-    is on."""
+    their end as before) or SYMMEM_PYTHON_INTERRUPTS=0. Every signal that
+    has a Python handler interrupts the waits in progress (CPython writes
+    the wakeup fd for each); one whose handler does not raise leaves
+    InterruptedError, and the group aborted. Returns whether it is on."""
     global _interrupts
     if _interrupts is not None:
         return bool(_interrupts)
@@ -527,11 +529,12 @@ def install_interrupts() -> bool:
 
     if threading.current_thread() is not threading.main_thread():
         return False  # set_wakeup_fd is the main thread's; try again from there
+    library = lib()  # loaded before _lock is taken (lib() takes it to load)
     with _lock:
         if _interrupts is not None:
             return bool(_interrupts)
         _interrupts = False
-        if os.environ.get("SYMMEM_PYTHON_INTERRUPTS", "1") == "0" or not lib().has("symmem_set_interrupt_fd"):
+        if os.environ.get("SYMMEM_PYTHON_INTERRUPTS", "1") == "0" or not library.has("symmem_set_interrupt_fd"):
             return False
         r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         try:
@@ -545,7 +548,7 @@ def install_interrupts() -> bool:
             os.close(r)
             os.close(w)
             return False
-        if int(lib().symmem_set_interrupt_fd(r)) != Result.SUCCESS:
+        if int(library.symmem_set_interrupt_fd(r)) != Result.SUCCESS:
             signal.set_wakeup_fd(-1)
             os.close(r)
             os.close(w)

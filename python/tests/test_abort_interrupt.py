@@ -98,3 +98,22 @@ def test_abort_releases_a_barrier_whose_peer_is_gone(peer):
         for p in ps:
             p.kill()
             p.wait()
+
+
+def test_abort_through_symmem_torch_without_torch():
+    """symmem.torch.abort takes a symmem.Group as is (no torch needed): the
+    group is aborted, later calls raise AbortedError, destroy works."""
+    import symmem.torch as st
+
+    g = symmem.Group(_name("torch-abort"), 0, 1)
+    buf = symmem.empty(4096)
+    h = g.rendezvous(buf)
+    st.abort(g)
+    with pytest.raises(symmem.AbortedError):
+        h.barrier()
+    with pytest.raises(symmem.AbortedError):
+        g.rendezvous(buf)
+    g.abort()  # again: a no-op
+    h.release()
+    g.destroy()
+    g.abort()  # destroyed: a no-op
