@@ -23,10 +23,12 @@ const (
 	ErrPermission      Code = 10
 	ErrInvalidState    Code = 11
 	ErrInternal        Code = 12
+	ErrAborted         Code = 13
+	ErrInterrupted     Code = 14
 )
 
 // NumCodes is the number of defined codes (0 .. NumCodes-1).
-const NumCodes = int(ErrInternal) + 1
+const NumCodes = int(ErrInterrupted) + 1
 
 var codeNames = [NumCodes]string{
 	Success:            "success",
@@ -42,6 +44,8 @@ var codeNames = [NumCodes]string{
 	ErrPermission:      "permission denied",
 	ErrInvalidState:    "invalid state",
 	ErrInternal:        "internal error",
+	ErrAborted:         "aborted",
+	ErrInterrupted:     "interrupted",
 }
 
 // String is the fixed description of a code; it works for unknown codes.

@@ -71,6 +71,8 @@ SYMMEM_FRONT(symmem_result, group_create_with_allgather, OUT_NULL_THEN(out, UNAV
               symmem_allgather_fn allgather, void *user, symmem_group **out),
              (name, rank, world_size, device, timeout_ms, allgather, user, out))
 SYMMEM_FRONT(symmem_result, group_destroy, UNAVAILABLE, (symmem_group *group), (group))
+SYMMEM_FRONT(symmem_result, group_abort, UNAVAILABLE, (symmem_group *group), (group))
+SYMMEM_FRONT(symmem_result, set_interrupt_fd, UNAVAILABLE, (int fd), (fd))
 SYMMEM_FRONT(int, group_rank, -1, (const symmem_group *group), (group))
 SYMMEM_FRONT(int, group_world_size, -1, (const symmem_group *group), (group))
 SYMMEM_FRONT(int, group_device, -1, (const symmem_group *group), (group))

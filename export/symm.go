@@ -186,6 +186,22 @@ func symmemgo_group_destroy(group uintptr) (result C.int) {
 	return setLastError("symmem_group_destroy", obj.(*symm.Group).Destroy())
 }
 
+//export symmemgo_group_abort
+func symmemgo_group_abort(group uintptr) (result C.int) {
+	defer recoverCall("symmem_group_abort", &result, C.int(core.ErrInternal))
+	g, err := groupOf(group)
+	if err == nil {
+		err = g.Abort()
+	}
+	return setLastError("symmem_group_abort", err)
+}
+
+//export symmemgo_set_interrupt_fd
+func symmemgo_set_interrupt_fd(fd C.int) (result C.int) {
+	defer recoverCall("symmem_set_interrupt_fd", &result, C.int(core.ErrInternal))
+	return setLastError(fmt.Sprintf("symmem_set_interrupt_fd(fd=%d)", int(fd)), core.SetInterruptFD(int(fd)))
+}
+
 func groupInt(call string, group uintptr, f func(*symm.Group) int) C.int {
 	g, err := groupOf(group)
 	if err != nil {

@@ -167,7 +167,9 @@ typedef enum symmem_result {
   SYMMEM_ERROR_PEER = 9,             /* a peer failed, died or broke the protocol */
   SYMMEM_ERROR_PERMISSION = 10,      /* a peer of another user, or a refused operation */
   SYMMEM_ERROR_INVALID_STATE = 11,   /* the call is not allowed now (e.g. released handle) */
-  SYMMEM_ERROR_INTERNAL = 12         /* a bug in libsymmem: please report it */
+  SYMMEM_ERROR_INTERNAL = 12,        /* a bug in libsymmem: please report it */
+  SYMMEM_ERROR_ABORTED = 13,         /* the group was aborted (symmem_group_abort) */
+  SYMMEM_ERROR_INTERRUPTED = 14      /* a signal interrupted a wait (symmem_set_interrupt_fd) */
 } symmem_result;
 
 /* ---------------------------------------------------------------------------
@@ -510,6 +512,51 @@ symmem_result symmem_group_create_with_allgather(
  * for the callback in progress to return). NULL is a no-op. */
 symmem_result symmem_group_destroy(symmem_group *group);
 
+/* Aborts this rank's member of group: a way out of every wait on it that
+ * does not wait for the timeout (a peer died or hangs, the job is being
+ * torn down). Safe from any thread, at any time (a call of the group may
+ * be in flight on another thread: it is what the abort is for), any number
+ * of times. It returns at once, after:
+ *   - every wait of this rank on the group has been released: a host-side
+ *     wait (group collective, or barrier, signal wait or collective on the
+ *     host backend) returns SYMMEM_ERROR_ABORTED; on cuda the stream waits
+ *     of barriers and signals this rank enqueued are satisfied (this rank's
+ *     own counts are written forward, through the library's own stream,
+ *     bounded by the group's timeout) and waiting collective kernels give up
+ *     (the abort word of the device region; symmem_handle_device_error then
+ *     returns SYMMEM_ERROR_ABORTED). What the released work computed is
+ *     undefined;
+ *   - every later call on the group or its handles returns
+ *     SYMMEM_ERROR_ABORTED (the getters and symmem_handle_device_error still
+ *     answer).
+ * symmem_handle_release and symmem_group_destroy then work as usual. The
+ * abort is this rank's alone: peers see it as a rank that stopped
+ * (TIMEOUT, or PEER once its process exits) unless they abort too. Returns
+ * SYMMEM_SUCCESS, or the error of the writes that release the stream waits
+ * (the group is aborted either way). */
+symmem_result symmem_group_abort(symmem_group *group);
+
+/* Interrupts: makes fd, the read end of a self-pipe that a signal handler
+ * writes to, the process's interrupt descriptor (-1: none, the default; a
+ * new one replaces the old). While it is set, every host-side wait of the
+ * library that may last (group creation, group collectives, and barriers,
+ * signal waits and collectives on the host backend) returns
+ * SYMMEM_ERROR_INTERRUPTED within about 50 ms of a byte arriving on fd, and:
+ *   - group creation fails and leaves nothing behind (the peers fail with
+ *     SYMMEM_ERROR_PEER or TIMEOUT);
+ *   - a wait of a group aborts it (symmem_group_abort): later calls on it
+ *     return SYMMEM_ERROR_ABORTED; destroy it.
+ * The library reads fd itself on a thread of its own (the caller must not;
+ * it never closes it): bytes that arrive while no wait is in progress are
+ * consumed and interrupt nothing. Without a descriptor a signal does not
+ * shorten a wait: the library retries system calls that it interrupts
+ * (EINTR) and waits on to its timeout. Fast paths pay nothing: a wait reads
+ * one counter when it starts and checks it only once it sleeps. Python's
+ * package sets its own (signal.set_wakeup_fd) so that Ctrl-C raises
+ * KeyboardInterrupt within 0.5 s. SYMMEM_ERROR_INVALID_ARGUMENT when fd is
+ * not an open descriptor. Thread-safe. */
+symmem_result symmem_set_interrupt_fd(int fd);
+
 /* The rank / world size / device of a group (-1 with the last error if group
  * is NULL). */
 int symmem_group_rank(const symmem_group *group);
@@ -818,10 +865,18 @@ symmem_result symmem_resume_with(const char *tag, unsigned flags);
  * its own; handles keep their pointers. Signal pads are never paused. Every
  * rank gets the same result: before anything is released the ranks check
  * that the tag is live everywhere with the same segments (INVALID_STATE,
- * INVALID_ARGUMENT or MISMATCH otherwise, nothing done). A peer that dies
- * before that leaves everything as it was (PEER or TIMEOUT naming it, within
- * the group's timeout); after it, this rank's part is done and its tag is
- * paused (symmem_resume takes it back locally). */
+ * INVALID_ARGUMENT or MISMATCH otherwise, nothing done). It runs in two
+ * phases: first every rank does what can fail without releasing anything
+ * (waits for the device, makes the host copies: a failed synchronisation,
+ * host memory or disk short), and the ranks share the verdict; a failure
+ * there, on any rank, fails every rank with every buffer still live, mapped
+ * and usable, and the next pause starts afresh. Only then do the ranks drop
+ * their mappings and release. What can still fail then is the driver
+ * refusing an unmap (that mapping stays mapped, not paused; the next pause
+ * tries it again) or a release (leaked); the error says which. A peer that
+ * dies before the release phase leaves everything as it was (PEER or
+ * TIMEOUT naming it, within the group's timeout); after it, this rank's part
+ * is done and its tag is paused (symmem_resume takes it back locally). */
 symmem_result symmem_pause_group(symmem_group *group, const char *tag);
 
 /* Collective symmem_resume (same tags as symmem_pause_group): every rank takes its memory back, then the ranks
@@ -1005,8 +1060,11 @@ symmem_result symmem_collective(symmem_handle *handle, symmem_coll coll,
  * with other arguments (cause 1; out was left untouched) and
  * SYMMEM_ERROR_PEER when peer's process exited during a wait (cause 2), the
  * last error naming the rank; *flag is filled in every case. On cuda a copy
- * from the device, ordered after nothing: synchronise the collectives'
- * streams first to see what their kernels recorded. */
+ * from the device on the library's own non-blocking stream, ordered after
+ * nothing (synchronise the collectives' streams first to see what their
+ * kernels recorded) and never behind the caller's streams, even a stuck
+ * one: it waits at most the group's timeout, then fails with
+ * SYMMEM_ERROR_TIMEOUT (*flag 0). Works on an aborted group too. */
 symmem_result symmem_handle_device_error(const symmem_handle *handle,
                                          uint32_t *flag);
 

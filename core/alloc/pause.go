@@ -13,7 +13,20 @@ type PauseOptions struct {
 	Collective bool
 	// Backup overrides, for this pause only, what the tag keeps.
 	Backup PauseBackup
+	// Stage splits a collective pause (symm's Note [Collective pause]):
+	// PausePrepare waits for the device and makes the host copies, and
+	// releases nothing; PauseCommit then releases, keeping those copies.
+	Stage PauseStage
 }
+
+// PauseStage is what part of a pause to run (PauseOptions.Stage).
+type PauseStage uint8
+
+const (
+	PauseWhole PauseStage = iota
+	PausePrepare
+	PauseCommit
+)
 
 // PauseBackup chooses what one pause keeps of a tag's contents.
 type PauseBackup uint8
@@ -62,17 +75,21 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 			}
 		}
 	}
+	if o.Stage == PauseCommit { // the prepare waited and made the copies
+		if err := a.runPauseHooks(tag, segs); err != nil {
+			return 0, err
+		}
+		return a.releasePaused(tags, segs, tag)
+	}
 	// Nothing may be unmapped while the device may use it (DESIGN
 	// invariant 4); the backup reads memory the device may be writing.
 	a.st.numSyncAll++
 	if err := a.be.SynchronizeDevice(a.device); err != nil {
 		return 0, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: waiting for the device's work failed, nothing was released: %v", tag, a.device, err)
 	}
-	// What others registered on the segments (NCCL windows) is undone
-	// before their memory goes, as for any release.
-	for _, seg := range segs {
-		if err := a.runReleaseHooks(seg); err != nil {
-			return 0, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: the segment at %#x: %v; nothing was released", seg.pools.tag.name, a.device, seg.addr, err)
+	if o.Stage == PauseWhole {
+		if err := a.runPauseHooks(tag, segs); err != nil {
+			return 0, err
 		}
 	}
 	var copies []core.FillOrCopy
@@ -102,6 +119,26 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 		}
 		seg.backupValid = true
 	}
+	if o.Stage == PausePrepare {
+		return 0, nil
+	}
+	return a.releasePaused(tags, segs, tag)
+}
+
+// runPauseHooks undoes what others registered on the segments (NCCL
+// windows) before their memory goes, as for any release.
+func (a *Allocator) runPauseHooks(tag string, segs []*segment) error {
+	for _, seg := range segs {
+		if err := a.runReleaseHooks(seg); err != nil {
+			return core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: the segment at %#x: %v; nothing was released", seg.pools.tag.name, a.device, seg.addr, err)
+		}
+	}
+	return nil
+}
+
+// releasePaused is the end of Pause: it marks tags paused and unmaps and
+// releases segs (a.mu held).
+func (a *Allocator) releasePaused(tags []*tagState, segs []*segment, tag string) (uint64, error) {
 	for _, t := range tags {
 		t.paused = true
 	}

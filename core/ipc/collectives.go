@@ -43,6 +43,9 @@ func (ch *Channel) fail(err error) error {
 // abortAll sends every connected rank an abort frame carrying err (best
 // effort: a rank that is gone or not reading is skipped).
 func (ch *Channel) abortAll(err error) {
+	if core.CodeOf(err) == core.ErrInterrupted { // ours: the peers' is our leaving
+		err = core.Errorf(core.ErrPeer, "group %q: %s left the group: %v", ch.cfg.Name, ch.who(ch.cfg.Rank), err)
+	}
 	code := core.CodeOf(err)
 	for r, c := range ch.conns {
 		if c != nil && r != ch.cfg.Rank {
@@ -71,7 +74,11 @@ func (ch *Channel) gatherUp(k kind, deadline time.Time, timeout time.Duration) (
 	}()
 	left := ch.cfg.World - 1
 	rep := core.StartWait(ch.cfg.Name, 0, ch.opName(k), deadline)
+	mark := core.InterruptMark()
 	for left > 0 {
+		if core.InterruptedSince(mark) {
+			return nil, core.InterruptedErr(ch.cfg.Name, 0, ch.opName(k))
+		}
 		var pfds []unix.PollFd
 		var ranks []int
 		for r := 1; r < ch.cfg.World; r++ {
@@ -111,6 +118,8 @@ func (ch *Channel) gatherUp(k kind, deadline time.Time, timeout time.Duration) (
 				return nil, ch.timeoutErr(k, timeout, missing)
 			case errors.Is(rerr, errNoFDs):
 				return nil, ch.outOfFDs(k, r, rerr)
+			case errors.Is(rerr, errInterrupted):
+				return nil, core.InterruptedErr(ch.cfg.Name, 0, ch.opName(k))
 			case isPeerGone(rerr):
 				return nil, core.Errorf(core.ErrPeer, "group %q: %s closed its connection during %s: it exited or failed", ch.cfg.Name, ch.who(r), ch.opName(k))
 			default:
@@ -135,12 +144,13 @@ func (ch *Channel) gatherUp(k kind, deadline time.Time, timeout time.Duration) (
 // waitReadable waits until fd is readable or deadline passes, printing
 // progress lines (Note [Progress while waiting]); the read that follows
 // reports a timeout in its own words.
-func (ch *Channel) waitReadable(fd int, deadline time.Time, rep *core.WaitReport, missing func() string) {
+func (ch *Channel) waitReadable(fd int, deadline time.Time, rep *core.WaitReport, mark uint64, missing func() string) {
 	if rep == nil {
+		waitFDSince(fd, unix.POLLIN, deadline, mark)
 		return
 	}
 	for {
-		err := waitFD(fd, unix.POLLIN, rep.Wake(deadline))
+		err := waitFDSince(fd, unix.POLLIN, rep.Wake(deadline), mark)
 		if err != errDeadline || !time.Now().Before(deadline) {
 			return
 		}
@@ -206,6 +216,9 @@ func (ch *Channel) sendUp(h header, payload []byte, fds []int, deadline time.Tim
 			return &core.Error{Code: f.code, Msg: string(f.payload)}
 		}
 	}
+	if errors.Is(err, errInterrupted) {
+		return core.InterruptedErr(ch.cfg.Name, ch.cfg.Rank, ch.opName(h.kind))
+	}
 	if errors.Is(err, errDeadline) {
 		return core.Errorf(core.ErrTimeout, "group %q: rank %d could not send its part of %s to rank 0 within the timeout (rank 0 is not reading)", ch.cfg.Name, ch.cfg.Rank, ch.opName(h.kind))
 	}
@@ -214,11 +227,17 @@ func (ch *Channel) sendUp(h header, payload []byte, fds []int, deadline time.Tim
 
 // recvDown is a rank's wait for rank 0's answer of kind k, or its abort.
 func (ch *Channel) recvDown(k kind, deadline time.Time, timeout time.Duration) (*frame, error) {
-	ch.waitReadable(ch.conns[0].fd, deadline, core.StartWait(ch.cfg.Name, ch.cfg.Rank, ch.opName(k), deadline),
+	mark := core.InterruptMark()
+	ch.waitReadable(ch.conns[0].fd, deadline, core.StartWait(ch.cfg.Name, ch.cfg.Rank, ch.opName(k), deadline), mark,
 		func() string { return "rank 0's answer (it waits for every rank's part): rank 0 or another rank" })
+	if core.InterruptedSince(mark) {
+		return nil, core.InterruptedErr(ch.cfg.Name, ch.cfg.Rank, ch.opName(k))
+	}
 	f, err := ch.conns[0].recv(deadline)
 	switch {
 	case err == nil:
+	case errors.Is(err, errInterrupted):
+		return nil, core.InterruptedErr(ch.cfg.Name, ch.cfg.Rank, ch.opName(k))
 	case errors.Is(err, errDeadline):
 		return nil, core.Errorf(core.ErrTimeout, "group %q: rank %d got no answer from %s for %s within %v (plus %v grace): rank 0 is stuck or has not made this call",
 			ch.cfg.Name, ch.cfg.Rank, ch.who(0), ch.opName(k), timeout, grace(timeout))

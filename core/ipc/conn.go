@@ -140,6 +140,9 @@ func (f *frame) closeFDs() {
 var (
 	// errDeadline is a wait that reached its deadline.
 	errDeadline = errors.New("deadline passed")
+	// errInterrupted is a wait that a signal ended (Note [Interrupts] in
+	// core).
+	errInterrupted = errors.New("interrupted by a signal")
 	// errProtocol is a frame that breaks the wire format.
 	errProtocol = errors.New("protocol error")
 	// errNoFDs is descriptors lost on receipt because this process has no
@@ -183,6 +186,9 @@ func pollTimeout(deadline time.Time) int {
 	if d <= 0 {
 		return 0
 	}
+	if core.InterruptsOn() && d > core.InterruptCheckEvery {
+		d = core.InterruptCheckEvery // waits check for a signal in between
+	}
 	ms := (d + time.Millisecond - 1) / time.Millisecond
 	if ms > 1<<30 {
 		ms = 1 << 30
@@ -193,6 +199,12 @@ func pollTimeout(deadline time.Time) int {
 // waitFD waits until fd is ready for events or the deadline passes. It
 // always polls at least once, so readiness at the deadline still counts.
 func waitFD(fd int, events int16, deadline time.Time) error {
+	return waitFDSince(fd, events, deadline, core.InterruptMark())
+}
+
+// waitFDSince is waitFD that also ends, with errInterrupted, once a signal
+// came after mark (core.InterruptMark).
+func waitFDSince(fd int, events int16, deadline time.Time, mark uint64) error {
 	pfd := []unix.PollFd{{Fd: int32(fd), Events: events}}
 	for {
 		n, err := unix.Poll(pfd, pollTimeout(deadline))
@@ -204,6 +216,9 @@ func waitFD(fd int, events int16, deadline time.Time) error {
 		}
 		if n > 0 {
 			return nil
+		}
+		if core.InterruptedSince(mark) {
+			return errInterrupted
 		}
 		if !time.Now().Before(deadline) {
 			return errDeadline

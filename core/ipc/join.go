@@ -96,7 +96,11 @@ func (ch *Channel) openMember(start, deadline time.Time) error {
 	var lastReject *core.Error
 	rep := core.StartWait(ch.cfg.Name, ch.cfg.Rank, "connection", deadline)
 	var firstMiss time.Time // when a connect first found no listener
+	mark := core.InterruptMark()
 	for {
+		if core.InterruptedSince(mark) {
+			return core.InterruptedErr(ch.cfg.Name, ch.cfg.Rank, "joining the group")
+		}
 		rep.Tick(func() string { return "rank 0 (" + last + ")" })
 		if !time.Now().Before(deadline) {
 			if lastReject != nil {
@@ -144,9 +148,13 @@ func (ch *Channel) openMember(start, deadline time.Time) error {
 			sleepBackoffMax(&backoff, deadline, joinBackoffMax)
 			continue
 		}
-		ch.waitReadable(c.fd, deadline, rep, func() string {
+		ch.waitReadable(c.fd, deadline, rep, mark, func() string {
 			return "rank 0's welcome (it waits for the other ranks to connect): some rank"
 		})
+		if core.InterruptedSince(mark) {
+			c.close()
+			return core.InterruptedErr(ch.cfg.Name, ch.cfg.Rank, "joining the group")
+		}
 		f, err := c.recv(deadline.Add(grace(ch.cfg.Timeout)))
 		if err != nil {
 			c.close()

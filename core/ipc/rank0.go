@@ -244,7 +244,11 @@ func (ch *Channel) openRoot(deadline time.Time) (err error) {
 	j.listening = true
 	defer j.finish(&err)
 	j.rep = core.StartWait(ch.cfg.Name, 0, "connection", deadline)
+	mark := core.InterruptMark()
 	for j.joined < ch.cfg.World {
+		if core.InterruptedSince(mark) {
+			return core.InterruptedErr(ch.cfg.Name, 0, "joining the group")
+		}
 		if err := j.round(); err != nil {
 			return err
 		}

@@ -460,6 +460,7 @@ func (x *ShmExchange) waitAll(n uint64, deadline time.Time, timeout time.Duratio
 	if x.arrived(n) {
 		return nil
 	}
+	mark := core.InterruptMark()
 	spinUntil := time.Now().Add(x.spin)
 	for i := 0; ; i++ {
 		if x.arrived(n) {
@@ -486,6 +487,10 @@ func (x *ShmExchange) waitAll(n uint64, deadline time.Time, timeout time.Duratio
 		}
 		if err := x.abortErr(); err != nil {
 			return err
+		}
+		if core.InterruptedSince(mark) { // Note [Interrupts] in core
+			x.abort(core.Errorf(core.ErrPeer, "group %q: %s left the group (a signal interrupted it) during all-gather #%d", x.name, x.who(x.rank), n))
+			return core.InterruptedErr(x.name, x.rank, fmt.Sprintf("all-gather #%d (control page)", n))
 		}
 		for _, r := range x.missing(n) {
 			if x.live.Gone(r) {

@@ -558,6 +558,10 @@ func (h *Handle) DeviceErrorText(v uint32) error {
 		return core.Errorf(core.ErrMismatch, "group %q: rank %d: the device error flag %#x says that rank %d called a collective with other arguments than this rank (kernel block %d of collective channel %d; no data moved); the group's device barriers are no longer balanced: use another group",
 			h.name, h.rank, v, peer, set%collMaxBlocks, set/collMaxBlocks)
 	case devCausePeerExited:
+		if peer == h.gm.rank && h.gm.abort.aborted() { // Note [Abort]: our own abort word
+			return core.Errorf(core.ErrAborted, "group %q: rank %d: the device error flag %#x says that a kernel gave up on device set %d because the group was aborted (%s)",
+				h.name, h.rank, v, set, h.gm.abort.why)
+		}
 		return core.Errorf(core.ErrPeer, "group %q: rank %d: the device error flag %#x says that rank %d's process exited while a kernel waited for it (device set %d)",
 			h.name, h.rank, v, peer, set)
 	}
@@ -567,23 +571,29 @@ func (h *Handle) DeviceErrorText(v uint32) error {
 // DeviceError is word 0 of this rank's device region: 0, or what the first
 // kernel wait that gave up recorded (Note [Pad partition]).
 func (h *Handle) DeviceError() (uint32, error) {
-	if err := h.enter(); err != nil {
-		return 0, err
+	if !h.life.enter() { // also on an aborted group (Note [Abort])
+		return 0, h.releasedErr()
 	}
 	defer h.life.leave()
 	addr := h.padPtrs[h.rank] + h.padSize
 	if !h.gm.be.Capabilities().StreamSignals {
 		return atomic.LoadUint32((*uint32)(unmanaged.Pointer(addr))), nil
 	}
+	// On the library's own stream, bounded by the group's timeout: the
+	// flag is read when something went wrong, which is when the caller's
+	// streams (the legacy default stream too) may be stuck on a wait.
 	// The backend writes through v's address as a uintptr: pinned, v is on
 	// the heap and stays put (on the goroutine's stack it could move
 	// before the copy, which would then write the old stack).
 	v := make([]uint32, 1)
-	var pin runtime.Pinner
+	pin := new(runtime.Pinner)
 	pin.Pin(&v[0])
-	err := h.gm.be.Copy(h.gm.device, 0, uintptr(unsafe.Pointer(&v[0])), addr, 4)
-	pin.Unpin()
-	return v[0], err
+	err := h.gm.copyOut(uintptr(unsafe.Pointer(&v[0])), addr, 4)
+	unpinUnlessLate(pin, err)
+	if err != nil {
+		return 0, core.Errorf(core.CodeOf(err), "group %q: rank %d: reading the device error flag: %v", h.name, h.rank, err)
+	}
+	return v[0], nil
 }
 
 // ---- the host backend: the same protocol on the calling thread ----------
@@ -591,6 +601,7 @@ func (h *Handle) DeviceError() (uint32, error) {
 // hostBarrier is a barrier on set (Note [Pad partition]).
 func (h *Handle) hostBarrier(set int, deadline time.Time) error {
 	me, w := h.rank, h.world
+	mark := core.InterruptMark()
 	for i := 1; i < w; i++ {
 		atomic.AddUint32(h.setWord((me+i)%w, set, me), 1)
 	}
@@ -610,7 +621,12 @@ func (h *Handle) hostBarrier(set int, deadline time.Time) error {
 				select {
 				case <-h.life.closing:
 					return h.releasedDuring(fmt.Sprintf("a collective's barrier (device set %d)", set))
+				case <-h.gm.abort.ch:
+					return h.gm.abortedErr(fmt.Sprintf("a collective's barrier (device set %d)", set))
 				default:
+				}
+				if core.InterruptedSince(mark) {
+					return h.interruptedWait(fmt.Sprintf("collective's barrier (device set %d)", set))
 				}
 				now := time.Now()
 				if !now.Before(deadline) {

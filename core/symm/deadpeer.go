@@ -40,23 +40,70 @@ func (gm *groupMem) watchPeers(region uintptr) {
 		// Pinned: the copy reads v through its address as a uintptr, so v
 		// must not live on this goroutine's stack, which may move.
 		v := []uint32{devFlag(devCausePeerExited, r, 0)}
-		var pin runtime.Pinner
+		pin := new(runtime.Pinner)
 		pin.Pin(&v[0])
-		gm.copyOut(region+4, uintptr(unsafe.Pointer(&v[0])), 4)
-		pin.Unpin()
+		unpinUnlessLate(pin, gm.copyOut(region+4, uintptr(unsafe.Pointer(&v[0])), 4))
 	}()
 }
 
-// stopWatch ends the watch and waits for it (before the pads go).
-func (gm *groupMem) stopWatch() {
+// Note [Who closes the pidfds]
+//
+// The watch polls the pidfds of gm.live, which it copied when it started:
+// closing them under it would make it poll closed (or reused) descriptor
+// numbers. So gm.live has one owner, the last reference of the group's
+// memory (unrefLocked), which stops the watch, waits for it to end, and
+// only then closes the pidfds, in one place (endLiveness), whether or not
+// the device synchronisation before the memory goes succeeds (pidfds are
+// not memory the device may use: they were leaked with the memory when it
+// failed). The wait happens without gm.mu: the watch may be in a copy to
+// the device bounded by the group's timeout, and nothing should wait that
+// long for the memory lock. Callers that replace the pads (SetSignalPadSize)
+// stop and join the watch the same way before they take gm.mu for good.
+
+// detachWatch takes the watch out of gm and asks it to end (gm.mu held);
+// join, without the lock, waits for it.
+func (gm *groupMem) detachWatch() *peerWatch {
 	w := gm.watch
 	if w == nil {
-		return
+		return nil
 	}
 	gm.watch = nil
 	var one [8]byte
 	binary.NativeEndian.PutUint64(one[:], 1)
 	unix.Write(w.stop, one[:])
+	return w
+}
+
+// join waits for a detached watch to end and frees its eventfd (nil: none).
+func (w *peerWatch) join() {
+	if w == nil {
+		return
+	}
 	<-w.done
 	unix.Close(w.stop)
+}
+
+// stopWatch ends the watch and waits for it (gm.mu held; a no-op where the
+// caller already stopped it without the lock).
+func (gm *groupMem) stopWatch() { gm.detachWatch().join() }
+
+// stopWatchUnlocked stops and joins the watch with gm.mu released for the
+// wait (gm.mu held on entry and on return; nobody else may change gm
+// meanwhile: the caller holds the group's collective lock, or the last
+// reference).
+func (gm *groupMem) stopWatchUnlocked() {
+	w := gm.detachWatch()
+	if w == nil {
+		return
+	}
+	gm.mu.Unlock()
+	w.join()
+	gm.mu.Lock()
+}
+
+// endLiveness stops the watch and closes the pidfds (Note [Who closes the
+// pidfds]); gm.mu held on entry and on return.
+func (gm *groupMem) endLiveness() {
+	gm.stopWatchUnlocked()
+	gm.live.Close()
 }

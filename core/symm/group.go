@@ -241,7 +241,7 @@ func newGroup(o Options, rt *alloc.Runtime, alloc *alloc.Allocator) (*Group, err
 		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: the backend's granularity: %v", o.Rank, localErr)
 	}
 	g.gm = &groupMem{be: g.be, device: o.Device, gran: gran, name: o.Name, rank: o.Rank, world: o.World,
-		timeout: o.Timeout, refs: 1, maps: map[mapKey]*peerMap{}}
+		timeout: o.Timeout, refs: 1, maps: map[mapKey]*peerMap{}, abort: newAbortState()}
 	if localErr == nil {
 		g.gm.live, localErr = ipc.NewLiveness(o.Name, o.Rank, g.socketTeamPids())
 	}
@@ -393,8 +393,8 @@ func (g *Group) SignalPadSize() uintptr {
 func (g *Group) SetSignalPadSize(bytes uintptr) error {
 	g.coll.Lock()
 	defer g.coll.Unlock()
-	if g.destroyed {
-		return core.Errorf(core.ErrInvalidState, "group %q is destroyed", g.name)
+	if err := g.usable("setting the signal pad size"); err != nil {
+		return err
 	}
 	if bytes%4 != 0 || bytes < uintptr(4*g.world) || bytes > maxSignalPadSize {
 		return core.Errorf(core.ErrInvalidArgument, "group %q: a signal pad of %d bytes: it must be a multiple of 4 in [%d, %d] (4 bytes per rank and channel)", g.name, bytes, 4*g.world, maxSignalPadSize)
@@ -413,6 +413,7 @@ func (g *Group) SetSignalPadSize(bytes uintptr) error {
 	gm := g.gm
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
+	gm.stopWatchUnlocked() // Note [Who closes the pidfds]
 	if gm.pads != nil {
 		err := gm.syncThen("the signal pads made with the group", gm.dropPadsLocked)
 		gm.pads, gm.dev = nil, nil // left mapped if the synchronisation failed
@@ -465,6 +466,7 @@ func (g *Group) exchangePads(localErr error, tr *phaseTrace) error {
 		return err
 	}
 	gm.pads.ready = true
+	gm.abort.setRegion(gm.pads)
 	gm.watchPeers(gm.pads.addr[gm.rank] + gm.pads.size)
 	return nil
 }

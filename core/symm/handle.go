@@ -255,6 +255,10 @@ func (h *Handle) enter() error {
 	if !h.life.enter() {
 		return h.releasedErr()
 	}
+	if h.gm.abort.aborted() { // Note [Abort]
+		h.life.leave()
+		return h.gm.abortedErr("a call on a handle")
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package symm
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -27,6 +28,9 @@ type groupMem struct {
 	// watch writes the abort word of our device region when a peer exits
 	// (cuda; deadpeer.go); nil on the host backend.
 	watch *peerWatch
+	// abort is the group's abort state (Note [Abort]); it takes no lock
+	// that a stuck call may hold.
+	abort *abortState
 
 	mu sync.Mutex
 	// refs = (1 while the group is not destroyed) + (live handles). The
@@ -195,6 +199,26 @@ func (gm *groupMem) memsetZero(addr, size uintptr) error {
 	return gm.be.Memset(gm.device, 0, addr, 0, size)
 }
 
+// lateCopies keeps pinned the Go buffers of copies that timed out: the copy
+// may still land there, so they must never move or be reused.
+var lateCopies struct {
+	sync.Mutex
+	pins []*runtime.Pinner
+}
+
+// unpinUnlessLate unpins pin after a copy into or out of its buffer that
+// returned err, unless err is a timeout: then the buffer stays pinned and
+// alive for ever (leaked: the copy may still run).
+func unpinUnlessLate(pin *runtime.Pinner, err error) {
+	if core.CodeOf(err) != core.ErrTimeout {
+		pin.Unpin()
+		return
+	}
+	lateCopies.Lock()
+	lateCopies.pins = append(lateCopies.pins, pin)
+	lateCopies.Unlock()
+}
+
 // copyOut copies size bytes from src to dst, bounded like memsetZero.
 func (gm *groupMem) copyOut(dst, src, size uintptr) error {
 	if b, ok := gm.be.(core.BoundedMemOps); ok {
@@ -287,7 +311,7 @@ func (gm *groupMem) unrefLocked() error {
 	if gm.refs > 0 {
 		return nil
 	}
-	gm.stopWatch()
+	gm.endLiveness()
 	return gm.syncThen("the group's memory (signal pads, peer mappings, pointer arrays)", func() error {
 		var errs []error
 		for k, m := range gm.maps { // none should remain: handles hold them
@@ -295,7 +319,6 @@ func (gm *groupMem) unrefLocked() error {
 			delete(gm.maps, k)
 		}
 		errs = append(errs, gm.dropPadsLocked())
-		gm.live.Close()
 		if gm.host != nil {
 			errs = append(errs, gm.host.close())
 			gm.host = nil
@@ -310,6 +333,7 @@ func (gm *groupMem) unrefLocked() error {
 // is leaked, and with it the pad that holds its slots. The device is
 // synchronised or unused (mu held).
 func (gm *groupMem) dropPadsLocked() error {
+	gm.abort.setRegion(nil)
 	gm.stopWatch()
 	var errs []error
 	padTainted := gm.dev != nil && gm.dev.tainted && gm.dev.seeded

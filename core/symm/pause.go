@@ -2,7 +2,6 @@ package symm
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -15,15 +14,26 @@ import (
 //
 // A segment that a rendezvous exported is held by every peer that imported
 // it: pausing it in one process would not return its memory. Group.Pause is
-// therefore collective: every rank
+// therefore collective, and in two phases (DESIGN, "Two phases for every
+// collective state change"): every rank
 //
 //  1. lists the tag's segments (heap offset, size, ID) and all-gathers the
 //     list; every rank checks the same things (the tag is live everywhere,
-//     the lists agree) and fails alike before anything is released;
-//  2. unmaps and releases its imports of the peers' segments of that list
-//     (after waiting for the device), keeping their address ranges reserved
-//     (handles point there), and pauses the tag in its own allocator;
-//  3. all-gathers its outcome.
+//     the lists agree) and fails alike before anything is done;
+//  2. prepares what can fail: waits for the device and makes the tag's host
+//     copies (alloc.PausePrepare), releasing nothing, and all-gathers its
+//     outcome: a failure anywhere (host memory or disk for a copy, a failed
+//     synchronisation) fails every rank with everything still live, mapped
+//     and usable, and the next pause starts afresh;
+//  3. only then unmaps and releases its imports of the peers' segments of
+//     the list, keeping their address ranges reserved (handles point
+//     there), and releases its own (alloc.PauseCommit, with the copies of
+//     step 2), and all-gathers the outcome.
+//
+// What can still fail in step 3 is the driver refusing an unmap or a
+// release: an import whose unmap fails stays mapped and is not marked
+// paused (a later pause tries it again); one whose release fails is paused
+// and its memory leaked; either is reported to every rank.
 //
 // Group.Resume mirrors it: the lists are checked (the tag is paused
 // everywhere), every rank resumes its own tag (a rank that fails, e.g. out
@@ -34,11 +44,11 @@ import (
 // pauses its tag again. Handles keep their pointers throughout. Signal pads
 // belong to the group, never to a tag, and are never paused.
 //
-// A peer that fails or dies during step 1 leaves everything as it was (the
-// others get its error or ErrPeer/ErrTimeout within the group's timeout).
-// During step 3 the ranks that got there have released their part: their
-// tag is paused and Group.Resume cannot run with a dead peer, but a local
-// Allocator.Resume takes the memory back for this process alone.
+// A peer that fails or dies during steps 1 and 2 leaves everything as it
+// was (the others get its error or ErrPeer/ErrTimeout within the group's
+// timeout). During step 3 the ranks that got there have released their
+// part: their tag is paused and Group.Resume cannot run with a dead peer,
+// but a local Allocator.Resume takes the memory back for this process alone.
 
 const recPause = 4 // at a collective pause or resume: the tag's segments
 
@@ -150,10 +160,15 @@ func (g *Group) gatherTag(rec tagRecord, what string) ([]tagRecord, error) {
 func (g *Group) Pause(tag string) error {
 	g.coll.Lock()
 	defer g.coll.Unlock()
-	if g.destroyed {
-		return core.Errorf(core.ErrInvalidState, "group %q is destroyed", g.name)
-	}
 	what := "pause of " + tagWhat(tag)
+	if err := g.usable(what); err != nil {
+		return err
+	}
+	return g.settle(what, g.pauseLocked(tag, what))
+}
+
+// pauseLocked is Pause (g.coll held, the group usable).
+func (g *Group) pauseLocked(tag, what string) error {
 	var rec tagRecord
 	segs, localErr := g.alloc.TagSegments(tag, false)
 	if localErr != nil {
@@ -165,40 +180,47 @@ func (g *Group) Pause(tag string) error {
 		return err
 	}
 
+	// 2. Prepare: what can fail (the device's work, the host copies),
+	// releasing nothing; every rank learns whether every rank is ready.
+	if _, err := g.alloc.Pause(tag, alloc.PauseOptions{Collective: true, Stage: alloc.PausePrepare}); err != nil {
+		localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
+	}
+	if err := g.shareVerdict(what+" (waiting for the device, host copies; nothing was released)", localErr); err != nil {
+		return err
+	}
+
+	// 3. Release: the peers' segments of the list, then our own.
 	gm := g.gm
 	gm.mu.Lock()
-	var drop []*peerMap
 	for p := range recs {
 		for _, s := range recs[p].segs {
-			if m := gm.maps[mapKey{p, s.HeapOff}]; p != g.rank && m != nil && m.id == s.ID && !m.paused {
-				drop = append(drop, m)
+			m := gm.maps[mapKey{p, s.HeapOff}]
+			if p == g.rank || m == nil || m.id != s.ID || m.paused {
+				continue
 			}
-		}
-	}
-	if len(drop) > 0 {
-		if localErr = gm.sync(); localErr != nil {
-			localErr = core.Errorf(core.CodeOf(localErr), "rank %d: waiting for the device before unmapping peers' memory (nothing was released): %v", g.rank, localErr)
-		}
-	}
-	if localErr == nil {
-		for _, m := range drop {
-			if err := errors.Join(g.be.Unmap(g.device, m.addr, m.size), g.be.Release(m.mem)); err != nil && localErr == nil {
-				localErr = core.Errorf(core.CodeOf(err), "rank %d: releasing its mapping of rank %d's segment at heap offset %#x: %v", g.rank, m.key.peer, m.key.heapOff, err)
+			if err := g.be.Unmap(g.device, m.addr, m.size); err != nil {
+				// Still mapped, still valid to touch: not paused (a
+				// later pause tries again).
+				if localErr == nil {
+					localErr = core.Errorf(core.CodeOf(err), "rank %d: unmapping its mapping of rank %d's segment at heap offset %#x failed, so it is left mapped (not paused): %v", g.rank, p, s.HeapOff, err)
+				}
+				continue
+			}
+			if err := g.be.Release(m.mem); err != nil && localErr == nil {
+				localErr = core.Errorf(core.CodeOf(err), "rank %d: its mapping of rank %d's segment at heap offset %#x was unmapped, but the imported memory could not be released (leaked): %v", g.rank, p, s.HeapOff, err)
 			}
 			m.paused, m.mem = true, 0
 		}
 	}
 	gm.mu.Unlock()
-	if localErr == nil {
-		// The windows of the tag's segments are deregistered by the
-		// release hook before the memory goes (NCCL keeps a mapping of
-		// its own); the resume registers them again.
-		wins := g.windowsOf(segs)
-		if _, err := g.alloc.Pause(tag, alloc.PauseOptions{Collective: true}); err != nil {
-			localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
-		}
-		g.keepPausedWindows(wins)
+	// The windows of the tag's segments are deregistered by the release
+	// hook before the memory goes (NCCL keeps a mapping of its own); the
+	// resume registers them again.
+	wins := g.windowsOf(segs)
+	if _, err := g.alloc.Pause(tag, alloc.PauseOptions{Collective: true, Stage: alloc.PauseCommit}); err != nil && localErr == nil {
+		localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
 	}
+	g.keepPausedWindows(wins)
 	return g.shareVerdict(what+" (releasing memory)", localErr)
 }
 
@@ -297,10 +319,15 @@ func (g *Group) registerResumed(what string, segs []alloc.SegmentInfo, recs []ta
 func (g *Group) Resume(tag string) error {
 	g.coll.Lock()
 	defer g.coll.Unlock()
-	if g.destroyed {
-		return core.Errorf(core.ErrInvalidState, "group %q is destroyed", g.name)
-	}
 	what := "resume of " + tagWhat(tag)
+	if err := g.usable(what); err != nil {
+		return err
+	}
+	return g.settle(what, g.resumeLocked(tag, what))
+}
+
+// resumeLocked is Resume (g.coll held, the group usable).
+func (g *Group) resumeLocked(tag, what string) error {
 	gm := g.gm
 	var rec tagRecord
 	segs, localErr := g.alloc.TagSegments(tag, true)
@@ -309,7 +336,22 @@ func (g *Group) Resume(tag string) error {
 	}
 	rec.status, rec.segs = statusOf(localErr), segs
 	gm.mu.Lock()
+	tagOffs := map[uint64]bool{}
+	for _, s := range segs {
+		tagOffs[s.HeapOff] = true
+	}
 	for k, m := range gm.maps {
+		if !m.paused && k.peer != g.rank && tagOffs[k.heapOff] && localErr == nil {
+			// A pause whose unmap of this import failed left it mapped
+			// (Note [Collective pause]), on memory its peer has released:
+			// dropped now, and mapped again below like the paused ones.
+			if err := g.be.Unmap(g.device, m.addr, m.size); err != nil {
+				localErr = core.Errorf(core.CodeOf(err), "rank %d: its mapping of rank %d's segment at heap offset %#x, left mapped by a failed pause, cannot be unmapped: %v", g.rank, k.peer, k.heapOff, err)
+				continue
+			}
+			g.be.Release(m.mem) // a failure leaks it: the mapping is gone either way
+			m.paused, m.mem = true, 0
+		}
 		if m.paused {
 			rec.held = append(rec.held, k)
 		}

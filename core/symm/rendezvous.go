@@ -20,9 +20,15 @@ import (
 func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	g.coll.Lock()
 	defer g.coll.Unlock()
-	if g.destroyed {
-		return nil, core.Errorf(core.ErrInvalidState, "group %q is destroyed", g.name)
+	if err := g.usable("rendezvous"); err != nil {
+		return nil, err
 	}
+	h, err := g.rendezvousLocked(ptr)
+	return h, g.settle("rendezvous", err)
+}
+
+// rendezvousLocked is Rendezvous (g.coll held, the group usable).
+func (g *Group) rendezvousLocked(ptr uintptr) (*Handle, error) {
 	gm := g.gm
 	world, me := g.world, g.rank
 	tr := startTrace("group %q rank %d rendezvous", g.name, me)
@@ -182,6 +188,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	gm.mu.Lock()
 	if needPads {
 		gm.pads.ready = true
+		gm.abort.setRegion(gm.pads)
 		gm.watchPeers(gm.pads.addr[gm.rank] + gm.pads.size)
 	}
 	h.padSize, h.sig = gm.pads.size, gm.pads.sig

@@ -139,6 +139,10 @@ func (h *Handle) WaitSignal(src, channel int, s core.Stream, timeout time.Durati
 	switch h.waitHost(src, channel, time.Now().Add(timeout)) {
 	case waitReleased:
 		return h.releasedDuring(fmt.Sprintf("a wait for rank %d's signal on channel %d", src, channel))
+	case waitAborted:
+		return h.gm.abortedErr(fmt.Sprintf("a wait for rank %d's signal on channel %d", src, channel))
+	case waitInterrupted:
+		return h.interruptedWait(fmt.Sprintf("wait for rank %d's signal on channel %d", src, channel))
 	case waitPeerExited:
 		return h.gm.live.Exited(src, fmt.Sprintf("rank %d's wait for its signal on channel %d", h.rank, channel))
 	case waitTimedOut:
@@ -234,10 +238,12 @@ func (h *Handle) putHost(dst, channel int) {
 type waitOutcome int
 
 const (
-	waitReached    waitOutcome = iota
-	waitTimedOut               // the deadline passed
-	waitReleased               // the handle was released meanwhile (Note [Calls in flight])
-	waitPeerExited             // the peer's process exited (Note [Dead peers] in core/ipc)
+	waitReached     waitOutcome = iota
+	waitTimedOut                // the deadline passed
+	waitReleased                // the handle was released meanwhile (Note [Calls in flight])
+	waitPeerExited              // the peer's process exited (Note [Dead peers] in core/ipc)
+	waitAborted                 // the group was aborted (Note [Abort])
+	waitInterrupted             // a signal came (Note [Interrupts] in core)
 )
 
 // waitHost takes the next number for (src, channel) and polls src's count in
@@ -248,6 +254,7 @@ func (h *Handle) waitHost(src, channel int, deadline time.Time) waitOutcome {
 	seen := &c.seen[c.index(src, channel)]
 	n := atomic.AddUint32(seen, 1)
 	word := (*uint32)(unmanaged.Pointer(h.slot(h.rank, src, channel)))
+	mark := core.InterruptMark()
 	sleep := time.Microsecond
 	var rep *core.WaitReport // made when the wait becomes long (not on the fast path)
 	var checked time.Time    // when src's process was last checked
@@ -264,7 +271,14 @@ func (h *Handle) waitHost(src, channel int, deadline time.Time) waitOutcome {
 			case <-h.life.closing:
 				atomic.AddUint32(seen, ^uint32(0))
 				return waitReleased
+			case <-h.gm.abort.ch:
+				atomic.AddUint32(seen, ^uint32(0))
+				return waitAborted
 			default:
+			}
+			if core.InterruptedSince(mark) {
+				atomic.AddUint32(seen, ^uint32(0))
+				return waitInterrupted
 			}
 			now := time.Now()
 			if !now.Before(deadline) {
@@ -387,6 +401,10 @@ func (h *Handle) hostStep(channel int, dsts, srcs []int, deadline time.Time, tim
 		switch h.waitHost(src, channel, deadline) {
 		case waitReleased:
 			return h.releasedDuring(fmt.Sprintf("a barrier on channel %d", channel))
+		case waitAborted:
+			return h.gm.abortedErr(fmt.Sprintf("a barrier on channel %d", channel))
+		case waitInterrupted:
+			return h.interruptedWait(fmt.Sprintf("barrier on channel %d", channel))
 		case waitPeerExited:
 			return h.gm.live.Exited(src, fmt.Sprintf("rank %d's barrier on channel %d", h.rank, channel))
 		case waitTimedOut:

@@ -50,8 +50,10 @@ from .allocator import (
 )
 from .buffer import Buffer, empty
 from .errors import (
+    AbortedError,
     BackendError,
     InternalError,
+    InterruptedError,
     InvalidArgumentError,
     InvalidDeviceError,
     InvalidPointerError,
@@ -133,8 +135,10 @@ __all__ = [
     # errors
     "Result",
     "SymmemError",
+    "AbortedError",
     "BackendError",
     "InternalError",
+    "InterruptedError",
     "InvalidArgumentError",
     "InvalidDeviceError",
     "InvalidPointerError",

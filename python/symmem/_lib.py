@@ -190,6 +190,8 @@ PROTOTYPES = {
         [c_char_p, c_int, c_int, c_int, c_int64, ALLGATHER_FN, c_void_p, POINTER(_group_p)],
     ),
     "symmem_group_destroy": (_result, [_group_p]),
+    "symmem_group_abort": (_result, [_group_p]),
+    "symmem_set_interrupt_fd": (_result, [c_int]),
     "symmem_group_rank": (c_int, [_group_p]),
     "symmem_group_world_size": (c_int, [_group_p]),
     "symmem_group_device": (c_int, [_group_p]),
@@ -506,7 +508,62 @@ def check(code: int, what: str = "") -> None:
     message = _last_message() if int(library.symmem_last_error()) == code else ""
     if not message:
         message = f"{what}: {strerror(code)}" if what else strerror(code)
+    if code == Result.INTERRUPTED:
+        # A signal ended the wait (install_interrupts): run the Python
+        # handlers now, so that Ctrl-C raises KeyboardInterrupt here (in the
+        # main thread; elsewhere, or when no handler raises, the error).
+        ctypes.pythonapi.PyErr_CheckSignals()
     raise make_error(code, message)
+
+
+# Interrupts (symmem_set_interrupt_fd): the read end of a pipe that CPython's
+# C-level signal handler writes to (signal.set_wakeup_fd), or False when it
+# could not be set up (not the main thread, or a wakeup fd of someone else).
+_interrupts = None
+
+
+def install_interrupts() -> bool:
+    """Let signals (Ctrl-C) end the library's host-side waits: a wait in
+    progress returns INTERRUPTED within about 50 ms and check() raises the
+    signal's exception (KeyboardInterrupt). Set up once, from the main
+    thread, unless another wakeup fd is set (asyncio's: then waits run to
+    their end as before) or SYMMEM_PYTHON_INTERRUPTS=0. Every signal that
+    has a Python handler interrupts the waits in progress (CPython writes
+    the wakeup fd for each); one whose handler does not raise leaves
+    InterruptedError, and the group aborted. Returns whether it is on."""
+    global _interrupts
+    if _interrupts is not None:
+        return bool(_interrupts)
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return False  # set_wakeup_fd is the main thread's; try again from there
+    library = lib()  # loaded before _lock is taken (lib() takes it to load)
+    with _lock:
+        if _interrupts is not None:
+            return bool(_interrupts)
+        _interrupts = False
+        if os.environ.get("SYMMEM_PYTHON_INTERRUPTS", "1") == "0" or not library.has("symmem_set_interrupt_fd"):
+            return False
+        r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            os.close(r)
+            os.close(w)
+            return False
+        if old != -1:  # someone else's: leave it theirs
+            signal.set_wakeup_fd(old)
+            os.close(r)
+            os.close(w)
+            return False
+        if int(library.symmem_set_interrupt_fd(r)) != Result.SUCCESS:
+            signal.set_wakeup_fd(-1)
+            os.close(r)
+            os.close(w)
+            return False
+        _interrupts = (r, w)
+        return True
 
 
 T = TypeVar("T")

@@ -31,6 +31,8 @@ __all__ = [
     "PermissionError",
     "InvalidStateError",
     "InternalError",
+    "AbortedError",
+    "InterruptedError",
     "error_class",
     "make_error",
     "quote",
@@ -61,6 +63,8 @@ class Result(enum.IntEnum):
     PERMISSION = 10
     INVALID_STATE = 11
     INTERNAL = 12
+    ABORTED = 13
+    INTERRUPTED = 14
 
 
 class SymmemError(Exception):
@@ -142,6 +146,16 @@ class InternalError(SymmemError, RuntimeError):
     """SYMMEM_ERROR_INTERNAL: a bug in libsymmem."""
 
 
+class AbortedError(SymmemError, RuntimeError):
+    """SYMMEM_ERROR_ABORTED: the group was aborted (Group.abort); destroy it."""
+
+
+class InterruptedError(SymmemError, builtins.InterruptedError):  # noqa: A001
+    """SYMMEM_ERROR_INTERRUPTED: a signal interrupted a wait; the group is
+    aborted. From Python the signal's own exception (KeyboardInterrupt for
+    Ctrl-C) is raised instead when its handler raises one."""
+
+
 _CLASSES: Dict[int, Type[SymmemError]] = {
     Result.INVALID_ARGUMENT: InvalidArgumentError,
     Result.OUT_OF_MEMORY: OutOfMemoryError,
@@ -155,6 +169,8 @@ _CLASSES: Dict[int, Type[SymmemError]] = {
     Result.PERMISSION: PermissionError,
     Result.INVALID_STATE: InvalidStateError,
     Result.INTERNAL: InternalError,
+    Result.ABORTED: AbortedError,
+    Result.INTERRUPTED: InterruptedError,
 }
 
 

@@ -143,6 +143,7 @@ class Group:
         self._callback = None
         self._callback_error: Optional[BaseException] = None
         lib = _lib.lib()
+        _lib.install_interrupts()
         out = ctypes.c_void_p()
         if allgather is None:
             rc = lib.symmem_group_create(name.encode(), rank, world_size, device, _timeout_ms(timeout, w), ctypes.byref(out))
@@ -188,6 +189,7 @@ class Group:
         self._callback_error = None
         self.nccl_comm = int(comm)
         lib = _lib.lib()
+        _lib.install_interrupts()
         out = ctypes.c_void_p()
         flags = 0 if windows else NCCL_NO_WINDOWS
         rc = lib.symmem_group_create_nccl(ctypes.c_void_p(int(comm)), name.encode(), _timeout_ms(timeout, "symmem.Group.from_nccl"), flags, ctypes.byref(out))
@@ -271,6 +273,8 @@ class Group:
         cb_error, self._callback_error = self._callback_error, None
         if rc == Result.SUCCESS:
             return
+        if isinstance(cb_error, KeyboardInterrupt):
+            raise cb_error  # Ctrl-C inside the Python all-gather: the creation failed and undid itself
         try:
             check(rc, what)
         except SymmemError as err:
@@ -295,6 +299,18 @@ class Group:
     def rendezvous(self, buf_or_ptr: Union[Buffer, int]) -> "Handle":
         """Same as ``symmem.rendezvous(buf_or_ptr, self)``."""
         return rendezvous(buf_or_ptr, self)
+
+    def abort(self) -> None:
+        """Abort this rank's member of the group (``symmem_group_abort``): from
+        any thread, every wait of this rank on the group returns (host waits
+        raise AbortedError; on cuda the stream waits of barriers and signals
+        are released and waiting kernels give up), and every later call on
+        the group and its handles raises AbortedError. Then destroy it.
+        Idempotent; a no-op on a destroyed group."""
+        ptr = self._ptr
+        if ptr is None:
+            return
+        check(_lib.lib().symmem_group_abort(ptr), "symmem_group_abort")
 
     def destroy(self) -> None:
         """Leave the group. Handles made from it stay valid until released."""

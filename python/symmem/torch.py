@@ -58,6 +58,7 @@ __all__ = [
     "as_tensor",
     "rendezvous",
     "group_for",
+    "abort",
     "TorchHandle",
     "memory_stats",
     "memory_snapshot",
@@ -448,6 +449,42 @@ def group_for(
             g = Group(name, rank, world, device=device, timeout=timeout, allgather=gather)
         _groups[key] = (pg, g)
         return g
+
+
+def abort(group=None) -> None:
+    """Abort a process group and the symmem groups made for it.
+
+    Every symmem.Group that :func:`group_for` made for ``group`` (a
+    ProcessGroup, a group name, None for the default group, or a
+    symmem.Group) is aborted (:meth:`symmem.Group.abort`: its waits return,
+    later calls raise AbortedError), then the process group itself where
+    torch offers an abort (``ProcessGroup.abort()``, or
+    ``torch.distributed.distributed_c10d._abort_process_group``); without one
+    only the symmem groups are aborted. Safe from any thread. Importable and
+    callable with a symmem.Group without torch.
+    """
+    if isinstance(group, Group):
+        group.abort()
+        return
+    torch = _torch()
+    dist = torch.distributed
+    if group is None:
+        pg = dist.group.WORLD
+    elif isinstance(group, str):
+        pg = dist.distributed_c10d._resolve_process_group(group)
+    else:
+        pg = group
+    with _groups_lock:
+        mine = [g for (p, g) in _groups.values() if p is pg]
+    for g in mine:
+        g.abort()
+    pg_abort = getattr(pg, "abort", None)
+    if callable(pg_abort):
+        pg_abort()
+        return
+    c10d_abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
+    if callable(c10d_abort):
+        c10d_abort(pg)
 
 
 class TorchHandle:

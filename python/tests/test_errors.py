@@ -29,6 +29,8 @@ from symmem.errors import Result, error_class, make_error
         (Result.PERMISSION, symmem.PermissionError, builtins.PermissionError),
         (Result.INVALID_STATE, symmem.InvalidStateError, RuntimeError),
         (Result.INTERNAL, symmem.InternalError, RuntimeError),
+        (Result.ABORTED, symmem.AbortedError, RuntimeError),
+        (Result.INTERRUPTED, symmem.InterruptedError, builtins.InterruptedError),
     ],
 )
 def test_each_code_has_its_class(code, cls, builtin):

@@ -43,9 +43,10 @@ static void test_version_and_backend(void) {
 }
 
 static void test_strerror(void) {
-  const char *seen[13];
+  enum { NCODES = SYMMEM_ERROR_INTERRUPTED + 1 };
+  const char *seen[NCODES];
   int all_ok = 1, distinct = 1;
-  for (int c = 0; c <= 12; c++) {
+  for (int c = 0; c < NCODES; c++) {
     const char *s = symmem_strerror((symmem_result)c);
     seen[c] = s;
     if (!s || !*s) {
@@ -57,13 +58,13 @@ static void test_strerror(void) {
       if (seen[d] && !strcmp(seen[d], s)) distinct = 0;
     check_info("strerror(%d) = \"%s\"", c, s);
   }
-  CHECK(all_ok, "symmem_strerror(0..12): every known code has a non-empty, known description");
-  CHECK(distinct, "symmem_strerror(0..12): the descriptions are distinct");
+  CHECK(all_ok, "symmem_strerror(0..%d): every known code has a non-empty, known description", NCODES - 1);
+  CHECK(distinct, "symmem_strerror(0..%d): the descriptions are distinct", NCODES - 1);
   CHECK(symmem_strerror(SYMMEM_SUCCESS) == symmem_strerror(SYMMEM_SUCCESS),
         "symmem_strerror returns a static string (same pointer twice)");
   /* Unknown codes share one static string: nothing is made per code, so a
    * caller looping over codes cannot grow the process. */
-  int unknown[] = {13, -1, 1000, 2147483647};
+  int unknown[] = {NCODES, -1, 1000, 2147483647};
   const char *first_unknown = symmem_strerror((symmem_result)unknown[0]);
   for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
     const char *s = symmem_strerror((symmem_result)unknown[i]);
