@@ -3,7 +3,8 @@ package core
 import "fmt"
 
 // DType is the element type of a collective. The values are the C ABI's
-// (enum symmem_dtype in include/symmem.h) and never change.
+// (enum symmem_dtype in include/symmem.h) and never change; dtypeNames is
+// their table (Note [Enum tables] in enum.go).
 type DType int32
 
 const (
@@ -13,7 +14,12 @@ const (
 	Int32    DType = 3
 )
 
-var dtypeNames = [...]string{Float32: "float32", Float16: "float16", BFloat16: "bfloat16", Int32: "int32"}
+var dtypeNames = [...]EnumName{
+	Float32:  {"SYMMEM_FLOAT32", "float32"},
+	Float16:  {"SYMMEM_FLOAT16", "float16"},
+	BFloat16: {"SYMMEM_BFLOAT16", "bfloat16"},
+	Int32:    {"SYMMEM_INT32", "int32"},
+}
 
 // Valid says whether d is one of the types above.
 func (d DType) Valid() bool { return d >= 0 && int(d) < len(dtypeNames) }
@@ -28,13 +34,13 @@ func (d DType) Size() uintptr {
 
 func (d DType) String() string {
 	if d.Valid() {
-		return dtypeNames[d]
+		return dtypeNames[d].Name
 	}
 	return fmt.Sprintf("dtype(%d)", int32(d))
 }
 
 // ReduceOp is the reduction of all-reduce and reduce-scatter. Values are the
-// C ABI's (enum symmem_op).
+// C ABI's (enum symmem_op); opNames is their table.
 type ReduceOp int32
 
 const (
@@ -43,18 +49,23 @@ const (
 	OpMin ReduceOp = 2
 )
 
-var opNames = [...]string{OpSum: "sum", OpMax: "max", OpMin: "min"}
+var opNames = [...]EnumName{
+	OpSum: {"SYMMEM_SUM", "sum"},
+	OpMax: {"SYMMEM_MAX", "max"},
+	OpMin: {"SYMMEM_MIN", "min"},
+}
 
 func (o ReduceOp) Valid() bool { return o >= 0 && int(o) < len(opNames) }
 
 func (o ReduceOp) String() string {
 	if o.Valid() {
-		return opNames[o]
+		return opNames[o].Name
 	}
 	return fmt.Sprintf("op(%d)", int32(o))
 }
 
-// CollKind is which collective runs.
+// CollKind is which collective runs. Values are the C ABI's (enum
+// symmem_coll); collNames is their table.
 type CollKind int32
 
 const (
@@ -63,16 +74,24 @@ const (
 	ReduceScatter CollKind = 2
 )
 
-var collNames = [...]string{AllReduce: "all_reduce", AllGather: "all_gather", ReduceScatter: "reduce_scatter"}
+var collNames = [...]EnumName{
+	AllReduce:     {"SYMMEM_ALL_REDUCE", "all_reduce"},
+	AllGather:     {"SYMMEM_ALL_GATHER", "all_gather"},
+	ReduceScatter: {"SYMMEM_REDUCE_SCATTER", "reduce_scatter"},
+}
+
+func (k CollKind) Valid() bool { return k >= 0 && int(k) < len(collNames) }
 
 func (k CollKind) String() string {
-	if k >= 0 && int(k) < len(collNames) {
-		return collNames[k]
+	if k.Valid() {
+		return collNames[k].Name
 	}
 	return fmt.Sprintf("collective(%d)", int32(k))
 }
 
-// Algo is how all-reduce runs. Values are the C ABI's (enum symmem_algo).
+// Algo is how all-reduce runs. Values are the C ABI's (enum symmem_algo);
+// algoNames is their table. The kernels encode a resolved algorithm
+// otherwise (Collective.KernelAlgo).
 type Algo int32
 
 const (
@@ -108,13 +127,20 @@ const (
 	AlgoLowLatency Algo = 5
 )
 
-var algoNames = [...]string{AlgoAuto: "auto", AlgoOneShot: "one_shot", AlgoTwoShot: "two_shot", AlgoHierarchical: "hierarchical", AlgoNCCL: "nccl", AlgoLowLatency: "low_latency"}
+var algoNames = [...]EnumName{
+	AlgoAuto:         {"SYMMEM_ALGO_AUTO", "auto"},
+	AlgoOneShot:      {"SYMMEM_ALGO_ONE_SHOT", "one_shot"},
+	AlgoTwoShot:      {"SYMMEM_ALGO_TWO_SHOT", "two_shot"},
+	AlgoHierarchical: {"SYMMEM_ALGO_HIERARCHICAL", "hierarchical"},
+	AlgoNCCL:         {"SYMMEM_ALGO_NCCL", "nccl"},
+	AlgoLowLatency:   {"SYMMEM_ALGO_LOW_LATENCY", "low_latency"},
+}
 
 func (a Algo) Valid() bool { return a >= 0 && int(a) < len(algoNames) }
 
 func (a Algo) String() string {
 	if a.Valid() {
-		return algoNames[a]
+		return algoNames[a].Name
 	}
 	return fmt.Sprintf("algo(%d)", int32(a))
 }
@@ -212,6 +238,22 @@ const (
 	KernelTwoShotPull = 3
 	KernelLowLatency  = 4
 )
+
+// KernelAlgoName names a kernel algorithm (KernelOneShot ...) with the
+// word of its Algo: one_shot, two_shot, two_shot (pull), low_latency.
+func KernelAlgoName(k uint32) string {
+	switch k {
+	case KernelOneShot:
+		return AlgoOneShot.String()
+	case KernelTwoShotPush:
+		return AlgoTwoShot.String()
+	case KernelTwoShotPull:
+		return AlgoTwoShot.String() + " (pull)"
+	case KernelLowLatency:
+		return AlgoLowLatency.String()
+	}
+	return fmt.Sprintf("kernel algo %d", k)
+}
 
 // KernelAlgo is c's algorithm as the kernels encode it.
 func (c *Collective) KernelAlgo() uint32 {

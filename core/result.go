@@ -6,7 +6,8 @@ import (
 )
 
 // Code is a result code. The values are the C ABI's (include/symmem.h,
-// enum symmem_result) and never change.
+// enum symmem_result) and never change; codeNames below is their table
+// (Note [Enum tables] in enum.go).
 type Code int32
 
 const (
@@ -30,28 +31,30 @@ const (
 // NumCodes is the number of defined codes (0 .. NumCodes-1).
 const NumCodes = int(ErrInterrupted) + 1
 
-var codeNames = [NumCodes]string{
-	Success:            "success",
-	ErrInvalidArgument: "invalid argument",
-	ErrOutOfMemory:     "out of memory",
-	ErrInvalidPointer:  "invalid pointer",
-	ErrInvalidDevice:   "invalid device",
-	ErrBackend:         "backend error",
-	ErrUnavailable:     "unavailable",
-	ErrTimeout:         "timed out",
-	ErrMismatch:        "mismatch between ranks",
-	ErrPeer:            "peer failed",
-	ErrPermission:      "permission denied",
-	ErrInvalidState:    "invalid state",
-	ErrInternal:        "internal error",
-	ErrAborted:         "aborted",
-	ErrInterrupted:     "interrupted",
+// codeNames is enum symmem_result's table (Note [Enum tables] in enum.go):
+// the C name and the fixed description (String, symmem_strerror).
+var codeNames = [NumCodes]EnumName{
+	Success:            {"SYMMEM_SUCCESS", "success"},
+	ErrInvalidArgument: {"SYMMEM_ERROR_INVALID_ARGUMENT", "invalid argument"},
+	ErrOutOfMemory:     {"SYMMEM_ERROR_OUT_OF_MEMORY", "out of memory"},
+	ErrInvalidPointer:  {"SYMMEM_ERROR_INVALID_POINTER", "invalid pointer"},
+	ErrInvalidDevice:   {"SYMMEM_ERROR_INVALID_DEVICE", "invalid device"},
+	ErrBackend:         {"SYMMEM_ERROR_BACKEND", "backend error"},
+	ErrUnavailable:     {"SYMMEM_ERROR_UNAVAILABLE", "unavailable"},
+	ErrTimeout:         {"SYMMEM_ERROR_TIMEOUT", "timed out"},
+	ErrMismatch:        {"SYMMEM_ERROR_MISMATCH", "mismatch between ranks"},
+	ErrPeer:            {"SYMMEM_ERROR_PEER", "peer failed"},
+	ErrPermission:      {"SYMMEM_ERROR_PERMISSION", "permission denied"},
+	ErrInvalidState:    {"SYMMEM_ERROR_INVALID_STATE", "invalid state"},
+	ErrInternal:        {"SYMMEM_ERROR_INTERNAL", "internal error"},
+	ErrAborted:         {"SYMMEM_ERROR_ABORTED", "aborted"},
+	ErrInterrupted:     {"SYMMEM_ERROR_INTERRUPTED", "interrupted"},
 }
 
 // String is the fixed description of a code; it works for unknown codes.
 func (c Code) String() string {
 	if c >= 0 && int(c) < len(codeNames) {
-		return codeNames[c]
+		return codeNames[c].Name
 	}
 	return fmt.Sprintf("unknown result %d", int32(c))
 }

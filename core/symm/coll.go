@@ -331,13 +331,12 @@ func argsDigest(w uint64) uint32 {
 // argsText names packed arguments as a call would: all_reduce(float32,
 // sum, count 1024, one_shot).
 func argsText(w uint64) string {
-	kind, dt, op, algo := core.CollKind(w>>53&3), core.DType(w>>55&3), core.ReduceOp(w>>57&3), w>>59&7
+	kind, dt, op, algo := core.CollKind(w>>53&3), core.DType(w>>55&3), core.ReduceOp(w>>57&3), uint32(w>>59&7)
 	count := w & (1<<53 - 1)
-	algos := [...]string{"algo 0", "one_shot", "two_shot", "two_shot (pull)", "low_latency", "algo 5", "algo 6", "algo 7"}
 	if kind == core.AllGather {
 		return fmt.Sprintf("%s(%s, count %d)", kind, dt, count)
 	}
-	return fmt.Sprintf("%s(%s, %s, count %d, %s)", kind, dt, op, count, algos[algo])
+	return fmt.Sprintf("%s(%s, %s, count %d, %s)", kind, dt, op, count, core.KernelAlgoName(algo))
 }
 
 // autoAllReduce is AlgoAuto resolved for world ranks and n bytes of input;
@@ -412,17 +411,17 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 	bad := func(format string, args ...any) (*core.Collective, error) {
 		return nil, core.Errorf(core.ErrInvalidArgument, "group %q: %s: "+format, append([]any{h.name, what}, args...)...)
 	}
-	if a.Kind < core.AllReduce || a.Kind > core.ReduceScatter {
-		return bad("unknown collective %d", int32(a.Kind))
+	if !a.Kind.Valid() {
+		return bad("unknown collective %d (known: %s)", int32(a.Kind), core.Known[core.CollKind]())
 	}
 	if !a.DType.Valid() {
-		return bad("unknown dtype %d (known: 0 float32, 1 float16, 2 bfloat16, 3 int32)", int32(a.DType))
+		return bad("unknown dtype %d (known: %s)", int32(a.DType), core.Known[core.DType]())
 	}
 	if a.Kind != core.AllGather && !a.Op.Valid() {
-		return bad("unknown reduction op %d (known: 0 sum, 1 max, 2 min)", int32(a.Op))
+		return bad("unknown reduction op %d (known: %s)", int32(a.Op), core.Known[core.ReduceOp]())
 	}
 	if !a.Algo.Valid() {
-		return bad("unknown algorithm %d (known: 0 auto, 1 one-shot, 2 two-shot, 3 hierarchical, 4 nccl, 5 low-latency)", int32(a.Algo))
+		return bad("unknown algorithm %d (known: %s)", int32(a.Algo), core.Known[core.Algo]())
 	}
 	if a.Channel < 0 || a.Channel >= CollChannels {
 		return bad("collective channel %d is out of range [0, %d)", a.Channel, CollChannels)

@@ -389,9 +389,9 @@ func scCollBad(e *rankEnv, a *alloc.Allocator) error {
 		msg  string
 	}{
 		{"count past the buffer", CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 16<<10 + 1}, "past the buffer"},
-		{"unknown dtype", CollArgs{Kind: core.AllReduce, DType: 9, Count: 4}, "unknown dtype 9"},
-		{"unknown op", CollArgs{Kind: core.AllReduce, DType: core.Float32, Op: 7, Count: 4}, "unknown reduction op 7"},
-		{"unknown algo", CollArgs{Kind: core.AllReduce, DType: core.Float32, Algo: 6, Count: 4}, "unknown algorithm 6"},
+		{"unknown dtype", CollArgs{Kind: core.AllReduce, DType: 9, Count: 4}, "unknown dtype 9 (known: " + core.Known[core.DType]() + ")"},
+		{"unknown op", CollArgs{Kind: core.AllReduce, DType: core.Float32, Op: 7, Count: 4}, "unknown reduction op 7 (known: " + core.Known[core.ReduceOp]() + ")"},
+		{"unknown algo", CollArgs{Kind: core.AllReduce, DType: core.Float32, Algo: 6, Count: 4}, "unknown algorithm 6 (known: " + core.Known[core.Algo]() + ")"},
 		{"misaligned out", CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 4, Out: local + 4}, "16-byte aligned"},
 		{"overlap", CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 64, Out: in + 16}, "overlaps the input"},
 		{"all-gather overlap", CollArgs{Kind: core.AllGather, DType: core.Float32, Count: 64, Out: in + 16}, "overlaps the input"},
@@ -399,7 +399,7 @@ func scCollBad(e *rankEnv, a *alloc.Allocator) error {
 		{"reduce-scatter count", CollArgs{Kind: core.ReduceScatter, DType: core.Float32, Count: uintptr(e.world*3 + 1), Out: local}, "not a multiple of the world size"},
 		{"two-shot local out", CollArgs{Kind: core.AllReduce, DType: core.Float32, Algo: core.AlgoTwoShot, Count: 64, Out: local}, "inside the rendezvoused block"},
 		{"channel", CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 4, Channel: CollChannels}, "collective channel 4 is out of range"},
-		{"kind", CollArgs{Kind: 3, DType: core.Float32, Count: 4}, "unknown collective 3"},
+		{"kind", CollArgs{Kind: 3, DType: core.Float32, Count: 4}, "unknown collective 3 (known: " + core.Known[core.CollKind]() + ")"},
 	}
 	for _, b := range bad {
 		err := h.Collective(b.a)

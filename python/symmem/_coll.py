@@ -1,17 +1,19 @@
 """Argument handling of the collectives (symmem.Handle.all_reduce & co.).
 
-dtype is a name ("bfloat16", "float16", "float32", "int32"), a numpy dtype
-(when numpy is importable) or a torch dtype (when torch is); op a name
-("sum", "max", "min"); algo a name ("auto", "one_shot", "two_shot",
-"hierarchical", "nccl": the last two choose the form on a group that spans
-machines, docs/machines.md). The
-integer values are include/symmem.h's enums.
+dtype is a name (a key of DTYPES: "float32", "bfloat16", ...), a numpy dtype
+(when numpy is importable) or a torch dtype (when torch is); op a name (a
+key of OPS: "sum", "max", "min"); algo a name (a key of ALGOS: "auto",
+"one_shot", ..., "low_latency"; "hierarchical" and "nccl" choose the form on
+a group that spans machines, docs/machines.md). The tables come from
+_enums.py, written from core's Go tables, which a test checks against
+include/symmem.h's enums (Note [Enum tables] in core/enum.go).
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
+from ._enums import ALGOS, COLLECTIVES, DTYPE_SIZES, DTYPES, OPS  # noqa: F401 (DTYPE_SIZES for group.py)
 from .errors import C_INT, C_PTR, Result, brief, int_arg, make_error, quote
 
 
@@ -20,11 +22,7 @@ def _shown(value) -> str:
     characters), anything else by its type and a cut repr."""
     return quote(value) if isinstance(value, str) else brief(value)
 
-DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "int32": 3}
-DTYPE_SIZES = {0: 4, 1: 2, 2: 2, 3: 4}
-OPS = {"sum": 0, "max": 1, "min": 2}
-ALGOS = {"auto": 0, "one_shot": 1, "two_shot": 2, "hierarchical": 3, "nccl": 4, "low_latency": 5}
-ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = 0, 1, 2
+ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = COLLECTIVES["all_reduce"], COLLECTIVES["all_gather"], COLLECTIVES["reduce_scatter"]
 
 _ALIASES = {"float": "float32", "half": "float16", "fp16": "float16", "fp32": "float32", "bf16": "bfloat16",
             "int": "int32", "i32": "int32", "f32": "float32", "f16": "float16"}

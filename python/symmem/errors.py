@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import builtins
 import ctypes
-import enum
 import reprlib
 from typing import Dict, NamedTuple, Type, Union
+
+# Result is enum symmem_result, written from the Go table (Note [Enum tables]
+# in core/enum.go).
+from ._enums import Result
 
 __all__ = [
     "Result",
@@ -45,26 +48,6 @@ __all__ = [
     "C_SIZE",
     "C_PTR",
 ]
-
-
-class Result(enum.IntEnum):
-    """``enum symmem_result``; the values are fixed by the C ABI."""
-
-    SUCCESS = 0
-    INVALID_ARGUMENT = 1
-    OUT_OF_MEMORY = 2
-    INVALID_POINTER = 3
-    INVALID_DEVICE = 4
-    BACKEND = 5
-    UNAVAILABLE = 6
-    TIMEOUT = 7
-    MISMATCH = 8
-    PEER = 9
-    PERMISSION = 10
-    INVALID_STATE = 11
-    INTERNAL = 12
-    ABORTED = 13
-    INTERRUPTED = 14
 
 
 class SymmemError(Exception):
