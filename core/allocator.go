@@ -112,6 +112,9 @@ type segment struct {
 	backupValid  bool
 	prepin       *prepin
 	pinnedAhead  bool
+	// backupRetained: a resume retained the copy at its address
+	// (ResumeRetainBackup); a later pause must not move it.
+	backupRetained bool
 	// unmapped is set once the backend has unmapped the segment; from then
 	// on it must be in no pool and not in the heap (Validate checks it).
 	unmapped bool
@@ -522,6 +525,9 @@ func (a *Allocator) returnBlockLocked(b *block) {
 	b.requested = 0
 	b.streams = b.streams[:0]
 	seg.nAllocated--
+	if seg.nAllocated == 0 {
+		a.forgetBackup(seg)
+	}
 	pool := seg.pools.pool(small)
 	if p := b.prev; p != nil && !p.allocated {
 		pool.remove(p)

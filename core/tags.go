@@ -457,9 +457,50 @@ type ResumeOptions struct {
 	// the new memory (undefined contents) instead of zero-filling them:
 	// a zero-fill costs a pass over the memory at device bandwidth (about
 	// 1 ms for 4 GiB on an H200), which callers that overwrite the memory
-	// anyway need not pay.
+	// it for callers that overwrite the memory anyway.
 	NoFill bool
+	// Backup says what becomes of the host copies the resume restored.
+	Backup ResumeBackup
 }
+
+// ResumeBackup chooses what a resume does with the host copies it
+// restored (Note [Host copies after a resume]).
+type ResumeBackup uint8
+
+const (
+	// ResumeKeepBackup: kept for the next cycles; a pageable stand-in is
+	// replaced by the copy pinned ahead at a later pause.
+	ResumeKeepBackup ResumeBackup = iota
+	// ResumeRetainBackup: kept, and at the same address until a resume
+	// that does not retain them: BackupOf gives the same host address
+	// after the resume and at the next pause (torch_memory_saver's
+	// retain_cpu_backup).
+	ResumeRetainBackup
+	// ResumeReleaseBackup: given back. A pinned copy stays with its
+	// segment as the copy pinned ahead of its next pause where
+	// SYMMEM_BACKUP_PIN_AHEAD allows; other copies are freed.
+	ResumeReleaseBackup
+)
+
+// Note [Host copies after a resume]
+//
+// libsymmem's own resume keeps a segment's host copy for the next cycle,
+// so that a later pause never allocates. The drop-ins give host memory
+// back as torch_memory_saver and vLLM do: pinned memory is held from the
+// pause to the resume, then released, unless the caller retains it. What
+// keeps their pauses at copy speed is the bound of Note [Pinned ahead]: a
+// released pinned copy stays with its segment, unfilled (BackupOf finds
+// nothing), as the copy pinned ahead of the next pause, while the bytes
+// so held stay within SYMMEM_BACKUP_PIN_AHEAD; past it the copy is freed
+// and the next pause pins, as torch_memory_saver's does. Pageable and disk
+// copies are always freed.
+//
+// A retained copy stays where it is until a resume that does not retain
+// it, even where the copy pinned ahead has arrived in the meantime: a
+// caller may hold its address (torch_memory_saver's get_cpu_backup with
+// zero_copy). And once a segment has nothing allocated in it, a copy that
+// holds what a pause saved is of no use to anyone: the last free frees it
+// (a live segment then pins a new copy ahead, as a new segment does).
 
 // ResumeWith is Resume with options.
 func (a *Allocator) ResumeWith(tag string, o ResumeOptions) (uint64, error) {
@@ -555,6 +596,14 @@ func (a *Allocator) ResumeWith(tag string, o ResumeOptions) (uint64, error) {
 		seg.mem = mems[i]
 		a.st.add(statPausedBytes, seg.small, -int64(seg.size))
 		a.st.add(statReservedBytes, seg.small, int64(seg.size))
+		switch o.Backup {
+		case ResumeReleaseBackup:
+			a.releaseBackup(seg)
+		case ResumeRetainBackup:
+			seg.backupRetained = seg.backupValid
+		default:
+			seg.backupRetained = false
+		}
 	}
 	for _, t := range tags {
 		t.paused = false
@@ -646,7 +695,9 @@ type HostMemory interface {
 // the allocation) copies to anonymous pageable memory instead (slower than
 // to pinned memory, faster than the pinning left to do), and its pinned
 // copy takes over at the next pause. SYMMEM_BACKUP_PIN_AHEAD bounds the
-// bytes pinned this way per device (default: no bound; 0 turns it off); a
+// bytes pinned this way per device (default: a quarter of the host memory
+// the process may use, shared among the machine's GPUs: pinAheadDefault;
+// 0 turns it off); a
 // segment over the bound pins at its first pause, as without pinning
 // ahead. The copy is kept for the next cycles (later pauses never pin), and
 // goes with the segment. Pinning ahead holds host memory while the tag is
@@ -679,8 +730,7 @@ func (a *Allocator) startPinAhead(seg *segment) {
 	if !ok || seg.pools.tag == nil || seg.pools.tag.backup != BackupPinned {
 		return
 	}
-	limit := Current().Size("SYMMEM_BACKUP_PIN_AHEAD", math.MaxUint64)
-	if a.pinnedAhead+uint64(seg.size) > limit {
+	if a.pinnedAhead+uint64(seg.size) > pinAheadLimit() {
 		return
 	}
 	a.pinnedAhead += uint64(seg.size)
@@ -710,6 +760,11 @@ func (a *Allocator) ensureBackup(seg *segment, kind BackupKind) error {
 	if p := seg.prepin; p != nil {
 		select {
 		case <-p.done:
+			if seg.backupRetained && seg.backup != 0 {
+				// A retained copy stays where it is (Note [Host copies
+				// after a resume]); the pinned one waits.
+				return nil
+			}
 			seg.prepin = nil
 			if p.err == nil {
 				a.freeBackupMemory(seg)
@@ -832,6 +887,72 @@ func spillBackup(seg *segment) error {
 	return nil
 }
 
+// releaseBackup gives back seg's host copy after a resume
+// (ResumeReleaseBackup, Note [Host copies after a resume]): a pinned copy
+// stays as the one pinned ahead of the next pause where the bound allows,
+// any other is freed.
+func (a *Allocator) releaseBackup(seg *segment) {
+	seg.backupValid, seg.backupRetained = false, false
+	if seg.backup == 0 {
+		return
+	}
+	if seg.backupPinned && seg.backupFile == nil {
+		if seg.pinnedAhead {
+			return
+		}
+		if seg.prepin == nil && a.pinnedAhead+uint64(seg.size) <= pinAheadLimit() {
+			a.pinnedAhead += uint64(seg.size)
+			seg.pinnedAhead = true
+			return
+		}
+	}
+	a.freeBackupMemory(seg)
+}
+
+// forgetBackup frees the host copy of seg, in which nothing is allocated
+// any more, if it holds what a pause saved: nobody may read it (Note [Host
+// copies after a resume]). A live segment pins a new copy ahead.
+func (a *Allocator) forgetBackup(seg *segment) {
+	if !seg.backupValid {
+		return
+	}
+	a.dropBackup(seg)
+	if !seg.paused {
+		a.startPinAhead(seg)
+	}
+}
+
+// HostMemoryLimit, set by the host backend's package, returns the host
+// memory this process may use: the RAM, or the memory cgroup's limit where
+// that is smaller (0: unknown).
+var HostMemoryLimit func() uint64
+
+// pinAheadLimit is SYMMEM_BACKUP_PIN_AHEAD: the bytes per device of host
+// copies pinned ahead (Note [Pinned ahead]).
+func pinAheadLimit() uint64 {
+	return Current().Size("SYMMEM_BACKUP_PIN_AHEAD", pinAheadDefault())
+}
+
+// pinAheadDefault is SYMMEM_BACKUP_PIN_AHEAD's default: a quarter of the
+// host memory this process may use, shared among the machine's GPUs (as
+// /proc/driver/nvidia/gpus lists them, whatever CUDA_VISIBLE_DEVICES shows
+// this process), so that the processes of a machine, one per GPU, hold at
+// most a quarter of it together. Unknown memory: no bound.
+var pinAheadDefault = sync.OnceValue(func() uint64 {
+	var mem uint64
+	if HostMemoryLimit != nil {
+		mem = HostMemoryLimit()
+	}
+	if mem == 0 {
+		return math.MaxUint64
+	}
+	gpus := 1
+	if ents, err := os.ReadDir("/proc/driver/nvidia/gpus"); err == nil && len(ents) > 1 {
+		gpus = len(ents)
+	}
+	return mem / 4 / uint64(gpus)
+})
+
 // dropBackup frees seg's host copy, if any, and one still being pinned
 // ahead once it arrives.
 func (a *Allocator) dropBackup(seg *segment) {
@@ -851,7 +972,7 @@ func (a *Allocator) dropBackup(seg *segment) {
 		}()
 	}
 	a.freeBackupMemory(seg)
-	seg.backupValid = false
+	seg.backupValid, seg.backupRetained = false, false
 }
 
 // freeBackupMemory frees the memory of seg's host copy, if any.

@@ -349,19 +349,41 @@ func symmemgo_resume_with(tag *C.char, flags C.uint) (result C.int) {
 	return resumeTag("symmem_resume_with", tag, flags)
 }
 
-// resumeFlagNoFill is SYMMEM_RESUME_NO_FILL.
-const resumeFlagNoFill = 1
+// The resume flags: SYMMEM_RESUME_NO_FILL, SYMMEM_RESUME_RELEASE_BACKUP,
+// SYMMEM_RESUME_RETAIN_BACKUP.
+const (
+	resumeFlagNoFill  = 1
+	resumeFlagRelease = 2
+	resumeFlagRetain  = 4
+	resumeFlagsKnown  = resumeFlagNoFill | resumeFlagRelease | resumeFlagRetain
+)
+
+// resumeOptionsOf reads the resume flags.
+func resumeOptionsOf(flags C.uint) (core.ResumeOptions, error) {
+	o := core.ResumeOptions{NoFill: flags&resumeFlagNoFill != 0}
+	switch {
+	case flags&^resumeFlagsKnown != 0:
+		return o, core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^resumeFlagsKnown))
+	case flags&resumeFlagRelease != 0 && flags&resumeFlagRetain != 0:
+		return o, core.Errorf(core.ErrInvalidArgument, "SYMMEM_RESUME_RELEASE_BACKUP and SYMMEM_RESUME_RETAIN_BACKUP exclude each other")
+	case flags&resumeFlagRelease != 0:
+		o.Backup = core.ResumeReleaseBackup
+	case flags&resumeFlagRetain != 0:
+		o.Backup = core.ResumeRetainBackup
+	}
+	return o, nil
+}
 
 func resumeTag(call string, tag *C.char, flags C.uint) C.int {
 	t, err := goTag(tag)
-	if err == nil && flags&^resumeFlagNoFill != 0 {
-		err = core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^resumeFlagNoFill))
+	var o core.ResumeOptions
+	if err == nil {
+		o, err = resumeOptionsOf(flags)
 	}
 	if err == nil {
 		err = checkTagKnown(t)
 	}
 	if err == nil {
-		o := core.ResumeOptions{NoFill: flags&resumeFlagNoFill != 0}
 		err = forTag(t, true, func(a *core.Allocator) error {
 			_, err := a.ResumeWith(t, o)
 			return err
