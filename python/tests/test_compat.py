@@ -91,14 +91,92 @@ def test_cpu_backup_pinned_and_mmap(saver):
         assert copy == bytes([42]) * x.nbytes, "get_cpu_backup of a paused tensor is its contents"
         view = saver.get_cpu_backup(x, zero_copy=True)
         assert isinstance(view, memoryview) and view[x.nbytes - 1] == 42
+        del view
         saver.resume(tag)
         assert x.all(42), f"backend {backend}: the contents survived"
-        assert saver.get_cpu_backup(x) is None, "a live tensor without retain_cpu_backup: None"
-        saver.retain_cpu_backup = True
-        assert saver.retain_cpu_backup is True
-        ctypes.memset(x.ptr, 7, 1)
-        assert saver.get_cpu_backup(x)[0] == 42, "retained: the last pause's copy"
+        assert saver.get_cpu_backup(x) is None, "given back at the resume (no retain_cpu_backup)"
+        with pytest.raises(symmem.InvalidStateError):
+            symmem.backup_pointer(x.ptr, 1)  # the copy went, not only hidden
+
+
+def view_address(view: memoryview) -> int:
+    return ctypes.addressof((ctypes.c_uint8 * len(view)).from_buffer(view))
+
+
+@pytest.mark.parametrize("backend", ["pinned", "mmap"])
+def test_retain_cpu_backup_keeps_one_host_address(saver, backend):
+    """As torch_memory_saver's cpu_backup example: with retain_cpu_backup set
+    before the resume, get_cpu_backup(zero_copy=True) gives the same host
+    address after the resume and at the next pause, which refreshes it; a
+    resume without it gives the copy back."""
+    tag, other = unique("ret"), unique("oth")
+    with saver.region(tag=tag, enable_cpu_backup=True, cpu_backup_backend=backend):
+        x = Tensor(4096, 11)
+    with saver.region(tag=other, enable_cpu_backup=True):
+        y = Tensor(4096, 22)
+    assert saver.retain_cpu_backup is False
+    saver.pause(tag)
+    first = saver.get_cpu_backup(x, zero_copy=True)
+    addr = view_address(first)
+    assert first[0] == 11 and y.all(22)
+    saver.retain_cpu_backup = True
+    del first
+    saver.resume(tag)
+    kept = saver.get_cpu_backup(x, zero_copy=True)
+    assert view_address(kept) == addr and kept[4095] == 11, "retained at the same address"
+    assert x.all(11)
+    del kept
+    saver.retain_cpu_backup = False
+    again = saver.get_cpu_backup(x, zero_copy=True)
+    assert view_address(again) == addr, "retain_cpu_backup decides at the resume, not at get_cpu_backup"
+    del again
+    ctypes.memset(x.ptr, 12, x.nbytes)
+    saver.pause(tag)
+    second = saver.get_cpu_backup(x, zero_copy=True)
+    assert view_address(second) == addr and second[0] == 12, "the next pause reuses and refreshes it"
+    saver.retain_cpu_backup = True
+    del second
+    saver.resume(tag)
+    assert view_address(saver.get_cpu_backup(x, zero_copy=True)) == addr
+    ctypes.memset(x.ptr, 13, x.nbytes)
+    saver.pause(tag)
+    saver.retain_cpu_backup = False
+    saver.resume(tag)
+    assert x.all(13) and saver.get_cpu_backup(x) is None, "a resume without retain gives it back"
+    assert y.all(22)
+
+
+def test_retain_cpu_backup_from_the_environment():
+    out = _run(
+        """
+        from symmem.compat.torch_memory_saver import TorchMemorySaver
+        print(TorchMemorySaver().retain_cpu_backup)
+        """,
+        env_extra={"TMS_RETAIN_CPU_BACKUP": "1"},
+    )
+    assert out.strip() == "True"
+
+
+def test_freeing_a_tensor_frees_its_cpu_copy(saver):
+    """torch_memory_saver frees an allocation's host copy with the
+    allocation, paused or retained; so does the drop-in (the free that
+    empties a segment)."""
+    for retained in (True, False):
+        tag = unique("free")
+        with saver.region(tag=tag, enable_cpu_backup=True, cpu_backup_backend="mmap"):
+            x = Tensor(MiB, 5)
+        saver.retain_cpu_backup = retained
+        saver.pause(tag)
+        assert saver.get_cpu_backup(x) is not None
+        if retained:
+            saver.resume(tag)
+            assert saver.get_cpu_backup(x) is not None
+        symmem.free(x.ptr)
+        host, _ = symmem.tags.backup_state(x.ptr, 1)
+        assert host is None, "the copy went with the allocation"
         saver.retain_cpu_backup = False
+        if not retained:
+            saver.resume(tag)
 
 
 def test_cpu_backup_backend_arguments(saver):
