@@ -383,6 +383,11 @@ func (a *Allocator) AllocTagged(size uintptr, s Stream, tag TagID) (uintptr, err
 	}
 	b.allocated = true
 	b.requested = size
+	if b.seg.nAllocated == 0 && b.seg.prepin == nil && b.seg.backup == 0 && !b.seg.pinnedAhead {
+		// A segment emptied once gave its host copy back (forgetBackup):
+		// it pins one ahead again with its first block, as when it was made.
+		a.startPinAhead(b.seg)
+	}
 	b.seg.nAllocated++
 	a.live.put(b.addr, b)
 	a.allocs++

@@ -98,12 +98,13 @@ func TestReleasingResumeFreesPageableAndDiskCopies(t *testing.T) {
 // pinned copy arrived since; a releasing resume frees the stand-in, and
 // the pause after it uses the pinned copy.
 func TestRetainedCopyStaysInPlace(t *testing.T) {
-	be := newPinningBackend(t, 200*time.Millisecond)
+	be := newPinningBackend(t, time.Second)
 	a := newAllocator(t, be)
 	name, id := kindTag(t, "w", core.BackupPinned)
-	p, err := a.AllocTagged(1<<20, 0, id)
+	const n = 40 << 20 // past pinWaitMax, so the first pause makes a stand-in
+	p, err := a.AllocTagged(n, 0, id)
 	require.NoError(t, err)
-	poke(t, a, p, 0x41, 1<<20)
+	poke(t, a, p, 0x41, n)
 	_, err = a.Pause(name, core.PauseOptions{})
 	require.NoError(t, err)
 	first, _, err := a.BackupOf(p, 1)
@@ -139,8 +140,8 @@ func TestRetainedCopyStaysInPlace(t *testing.T) {
 }
 
 // The free that empties a segment frees a copy that holds what a pause
-// saved (nobody can read it any more): while live (a kept copy; a new one
-// is pinned ahead) and while paused.
+// saved (nobody can read it any more): while live (a retained copy; the
+// segment pins a new one ahead with its next block) and while paused.
 func TestLastFreeForgetsTheCopy(t *testing.T) {
 	for _, whilePaused := range []bool{false, true} {
 		name := "live"
@@ -171,10 +172,56 @@ func TestLastFreeForgetsTheCopy(t *testing.T) {
 				_, err = a.Resume(tag)
 				require.NoError(t, err)
 			} else {
+				time.Sleep(20 * time.Millisecond)
+				require.EqualValues(t, 1, be.allocs.Load(), "an empty segment pins nothing")
+				q, err := a.AllocTagged(1<<20, 0, id)
+				require.NoError(t, err)
+				require.Equal(t, p, q, "the same segment again")
 				require.Eventually(t, func() bool { return be.allocs.Load() == 2 }, 5*time.Second, time.Millisecond,
-					"the live segment pins a new copy ahead")
+					"with its first block the segment pins a new copy ahead")
 			}
 			require.NoError(t, a.Validate())
 		})
 	}
+}
+
+// A pause right after the allocation of a small segment waits for its
+// pinning in flight (about as long as a pageable stand-in would take), so
+// that its copy is the pinned one from the first pause.
+func TestSmallSegmentWaitsForItsPinning(t *testing.T) {
+	be := newPinningBackend(t, 100*time.Millisecond)
+	a := newAllocator(t, be)
+	name, id := kindTag(t, "w", core.BackupPinned)
+	p, err := a.AllocTagged(1<<20, 0, id)
+	require.NoError(t, err)
+	poke(t, a, p, 0x51, 1<<20)
+	_, err = a.Pause(name, core.PauseOptions{})
+	require.NoError(t, err)
+	host, _, err := a.BackupOf(p, 1)
+	require.NoError(t, err)
+	require.True(t, be.isPinned(host))
+	require.Equal(t, byte(0x51), hostByte(host))
+	_, err = a.Resume(name)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, be.allocs.Load())
+}
+
+// A pause copies nothing of a segment in which nothing is allocated: no
+// host memory, and nothing to restore.
+func TestPauseCopiesNoEmptySegment(t *testing.T) {
+	t.Cleanup(func() { core.ReloadSettings() })
+	t.Setenv("SYMMEM_BACKUP_PIN_AHEAD", "0")
+	core.ReloadSettings()
+	be := newPinningBackend(t, 0)
+	a := newAllocator(t, be)
+	name, id := kindTag(t, "w", core.BackupPinned)
+	p, err := a.AllocTagged(1<<20, 0, id)
+	require.NoError(t, err)
+	require.NoError(t, a.Free(p, 0, 0))
+	_, err = a.Pause(name, core.PauseOptions{})
+	require.NoError(t, err)
+	require.Zero(t, be.allocs.Load(), "no copy of an empty segment")
+	_, err = a.Resume(name)
+	require.NoError(t, err)
+	require.NoError(t, a.Validate())
 }

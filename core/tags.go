@@ -393,7 +393,8 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 		// below has succeeded; a discarded segment's holds nothing.
 		seg.backupValid = false
 		kind := backupFor(seg, o.Backup)
-		if kind == BackupNone {
+		if kind == BackupNone || seg.nAllocated == 0 {
+			// Nothing allocated: nothing anyone may read after the resume.
 			continue
 		}
 		if err := a.ensureBackup(seg, kind); err != nil {
@@ -500,7 +501,8 @@ const (
 // caller may hold its address (torch_memory_saver's get_cpu_backup with
 // zero_copy). And once a segment has nothing allocated in it, a copy that
 // holds what a pause saved is of no use to anyone: the last free frees it
-// (a live segment then pins a new copy ahead, as a new segment does).
+// (the segment pins a new copy ahead with its next first block, as a new
+// segment does), and a pause copies nothing of it.
 
 // ResumeWith is Resume with options.
 func (a *Allocator) ResumeWith(tag string, o ResumeOptions) (uint64, error) {
@@ -746,6 +748,10 @@ func (a *Allocator) startPinAhead(seg *segment) {
 	}()
 }
 
+// pinWaitMax is the largest segment whose pause waits for its pinning
+// ahead still in flight rather than copy to a pageable stand-in.
+const pinWaitMax = 32 << 20
+
 // pinSlots bounds the pinnings ahead in flight (each a blocking driver call
 // on a thread of its own): a model of thousands of segments must not start
 // thousands of threads. Four keep the kernel's page zeroing busy on several
@@ -777,7 +783,14 @@ func (a *Allocator) ensureBackup(seg *segment, kind BackupKind) error {
 			if seg.backup != 0 {
 				return nil
 			}
-			return a.anonymousBackup(seg)
+			if seg.size > pinWaitMax {
+				return a.anonymousBackup(seg)
+			}
+			// A small segment waits: its pinning ends about as soon as a
+			// pageable stand-in would be made, and the copy is then the
+			// pinned one from the first pause.
+			<-p.done
+			return a.ensureBackup(seg, kind)
 		}
 	}
 	if seg.backup != 0 {
@@ -911,14 +924,11 @@ func (a *Allocator) releaseBackup(seg *segment) {
 
 // forgetBackup frees the host copy of seg, in which nothing is allocated
 // any more, if it holds what a pause saved: nobody may read it (Note [Host
-// copies after a resume]). A live segment pins a new copy ahead.
+// copies after a resume]). The segment pins a new copy ahead when it gets
+// a block again.
 func (a *Allocator) forgetBackup(seg *segment) {
-	if !seg.backupValid {
-		return
-	}
-	a.dropBackup(seg)
-	if !seg.paused {
-		a.startPinAhead(seg)
+	if seg.backupValid {
+		a.dropBackup(seg)
 	}
 }
 
