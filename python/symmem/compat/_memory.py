@@ -153,16 +153,18 @@ class TorchMemory:
                 _allocator.empty_cache()
             return
         torch = self._torch
-        pool = torch.cuda.MemPool()
+        held = [torch.cuda.MemPool()]  # the only reference, so that _dispose can drop it
         try:
-            with torch.cuda.use_mem_pool(pool), _tags.untagged():
+            with torch.cuda.use_mem_pool(held[0]), _tags.untagged():
                 yield
         finally:
-            self._dispose(pool)
+            self._dispose(held)
 
-    def _dispose(self, pool) -> None:
-        """Give back the memory of a disable() block's pool."""
+    def _dispose(self, held: list) -> None:
+        """Give back the memory of a disable() block's pool (held: a list
+        with the only reference to it)."""
         torch = self._torch
+        pool = held.pop()
         try:
             in_use = any(seg.get("allocated_size", 0) for seg in pool.snapshot())
         except Exception:  # noqa: BLE001 - a torch without MemPool.snapshot
