@@ -135,5 +135,7 @@ def test_torch_memory_saver_example_programs(program, entry):
             f"sys.argv = [{str(prog)!r}, 'preload']; runpy.run_path({str(prog)!r}, run_name='__main__')"
         )
         cmd = [sys.executable, "-c", code]
-    r = subprocess.run(cmd, env=_env(**extra), cwd=str(prog.parent), capture_output=True, text=True, timeout=900)
+    env = _env(**extra)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env["PYTHONPATH"]])  # symmem from any folder
+    r = subprocess.run(cmd, env=env, cwd=str(prog.parent), capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, f"{program} ({entry}) failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-8000:]}"
