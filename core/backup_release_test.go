@@ -189,6 +189,7 @@ func TestLastFreeForgetsTheCopy(t *testing.T) {
 // pinning in flight (about as long as a pageable stand-in would take), so
 // that its copy is the pinned one from the first pause.
 func TestSmallSegmentWaitsForItsPinning(t *testing.T) {
+	noPinsPending(t)
 	be := newPinningBackend(t, 100*time.Millisecond)
 	a := newAllocator(t, be)
 	name, id := kindTag(t, "w", core.BackupPinned)
@@ -224,4 +225,38 @@ func TestPauseCopiesNoEmptySegment(t *testing.T) {
 	_, err = a.Resume(name)
 	require.NoError(t, err)
 	require.NoError(t, a.Validate())
+}
+
+// Behind a queue of pinnings (more pending than run at once) a small
+// segment does not wait: the pause copies to pageable stand-ins.
+func TestSmallSegmentsBehindAQueueDoNotWait(t *testing.T) {
+	noPinsPending(t)
+	t.Cleanup(func() { noPinsPending(t) })
+	be := newPinningBackend(t, time.Second)
+	a := newAllocator(t, be)
+	name, id := kindTag(t, "w", core.BackupPinned)
+	const n = 20 << 20
+	var ptrs []uintptr
+	for i := 0; i < 8; i++ {
+		p, err := a.AllocTagged(n, 0, id)
+		require.NoError(t, err)
+		poke(t, a, p, byte(i+1), 1)
+		ptrs = append(ptrs, p)
+	}
+	t0 := time.Now()
+	_, err := a.Pause(name, core.PauseOptions{})
+	require.NoError(t, err)
+	require.Less(t, time.Since(t0), 900*time.Millisecond, "no wait for the queue")
+	_, err = a.Resume(name)
+	require.NoError(t, err)
+	for i, p := range ptrs {
+		require.Equal(t, byte(i+1), peek(t, a, p, 1)[0])
+	}
+	require.NoError(t, a.Validate())
+}
+
+// noPinsPending waits for the pinnings ahead of earlier tests to finish
+// (the count that decides whether a pause waits is process-wide).
+func noPinsPending(t *testing.T) {
+	require.Eventually(t, func() bool { return core.PinsPendingForTest() == 0 }, 10*time.Second, time.Millisecond)
 }

@@ -740,17 +740,24 @@ func (a *Allocator) startPinAhead(seg *segment) {
 	p := &prepin{done: make(chan struct{})}
 	seg.prepin = p
 	dev, size := a.device, seg.size
+	pinsPending.Add(1)
 	go func() {
 		pinSlots <- struct{}{}
 		p.addr, p.err = h.AllocHost(dev, size)
 		<-pinSlots
 		close(p.done)
+		pinsPending.Add(-1)
 	}()
 }
 
 // pinWaitMax is the largest segment whose pause waits for its pinning
-// ahead still in flight rather than copy to a pageable stand-in.
+// ahead still in flight rather than copy to a pageable stand-in, where no
+// more pinnings are pending than pinSlots runs at once (behind a queue the
+// wait would be the queue's).
 const pinWaitMax = 32 << 20
+
+// pinsPending counts the pinnings ahead started and not yet finished.
+var pinsPending atomic.Int64
 
 // pinSlots bounds the pinnings ahead in flight (each a blocking driver call
 // on a thread of its own): a model of thousands of segments must not start
@@ -783,12 +790,13 @@ func (a *Allocator) ensureBackup(seg *segment, kind BackupKind) error {
 			if seg.backup != 0 {
 				return nil
 			}
-			if seg.size > pinWaitMax {
+			if seg.size > pinWaitMax || pinsPending.Load() > int64(cap(pinSlots)) {
 				return a.anonymousBackup(seg)
 			}
-			// A small segment waits: its pinning ends about as soon as a
-			// pageable stand-in would be made, and the copy is then the
-			// pinned one from the first pause.
+			// A small segment whose pinning is under way (no queue
+			// before it) waits: it ends about as soon as a pageable
+			// stand-in would be made, and the copy is then the pinned
+			// one from the first pause.
 			<-p.done
 			return a.ensureBackup(seg, kind)
 		}
