@@ -81,11 +81,11 @@ test: ## every suite (what CI runs), ending with a table
 suite-go: $(LIB)
 	@$(RUN) go go -- sh -c '$(GO) vet ./... && $(GO) test -race -count=1 -v ./...'
 
-# The fault tables (core/fault_test.go, core/symm/fault_test.go) over the
+# The fault tables (core/alloc/fault_test.go, core/symm/fault_test.go) over the
 # cuda backend on the stand-in driver: its stream-ordered paths under faults.
 suite-go-fakecuda: $(FAKECUDA)
 	@$(RUN) go-fakecuda go -- sh -c '$(FAKE_ENV) $(GO) test -race -count=1 -v \
-	  -run "UnderInjectedFaults|FailedSync|UnmappedSegment|PointerArraysLiveInThePad" ./core ./core/symm'
+	  -run "UnderInjectedFaults|FailedSync|UnmappedSegment|PointerArraysLiveInThePad" ./core/alloc ./core/symm'
 
 suite-c: $(CTEST_BIN) $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228)
 	@$(RUN) c c -- sh -c 'rc=0; for t in $(CTEST_BIN); do echo "== $$t"; \
@@ -112,9 +112,10 @@ suite-wheel: $(LIB)
 	@$(RUN) wheel plain -- sh scripts/test_wheel.sh
 
 # readme: every README block runs; the tracked tree holds no build output and
-# no narration (tests/test_tree.py).
+# no narration (tests/test_tree.py); gpu-artifacts, the summary's skip
+# reasons and the toolchain check (tests/test_make.py).
 suite-readme: $(LIB)
-	@$(RUN) readme pytest -- sh -c 'SYMMEM_LIBRARY=$(ROOT)/$(LIB) $(PYTHON) -m pytest -q -rs tests/test_readme.py tests/test_tree.py'
+	@$(RUN) readme pytest -- sh -c 'SYMMEM_LIBRARY=$(ROOT)/$(LIB) $(PYTHON) -m pytest -q -rs tests/test_readme.py tests/test_tree.py tests/test_make.py'
 
 # The single suites, by hand.
 test-go: suite-go ## go vet and go test -race
@@ -146,8 +147,8 @@ $(FAKENCCL228): cuda/testdata/fakenccl.c
 	$(CC) -shared -fPIC -O1 -Wall -Wextra -Werror -DFAKENCCL_NO_PEER_POINTER -Wl,-soname,libnccl.so.2 -o $@ $< -lpthread
 
 fuzz: ## fuzz the allocator, with and without thread caches, 60 s each
-	$(GO) test ./core -run '^$$' -fuzz FuzzAllocFree -fuzztime 60s
-	$(GO) test ./core -run '^$$' -fuzz FuzzThreadCache -fuzztime 60s
+	$(GO) test ./core/alloc -run '^$$' -fuzz FuzzAllocFree -fuzztime 60s
+	$(GO) test ./core/alloc -run '^$$' -fuzz FuzzThreadCache -fuzztime 60s
 
 $(BUILD)/demo: examples/demo.c include/symmem.h $(LIB)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude -o $@ $< $(LINK_LIB)
@@ -195,10 +196,13 @@ uninstall: ## remove what install put in PREFIX
 clean: ## remove build/ and dist/
 	rm -rf $(BUILD) dist
 
-# What the GPU machine (which has no Go) needs: the library and the Go test
-# binaries, built here and carried in build/ (see scripts/gpu_suite.sh).
-GO_TEST_PKGS ?= ./core ./core/host ./core/ipc ./core/symm ./cuda
-gpu-artifacts: $(LIB) $(FAKENCCL) $(FAKENCCL228) ## the library and Go test binaries for scripts/gpu_suite.sh
+# What the GPU machine (which has no Go) needs: the library, the stand-ins
+# that the C and Python tests load (tests/c/test_fakenccl.c runs the NCCL
+# stand-in beside the stand-in driver), the Go test binaries and the Go
+# floor of the allocator benchmark, built here and carried in build/ (see
+# scripts/gpu_suite.sh; tests/test_make.py checks that nothing is missing).
+GO_TEST_PKGS ?= ./core ./core/alloc ./core/host ./core/ipc ./core/symm ./cuda ./cuda/symmtest
+gpu-artifacts: $(LIB) $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228) ## everything scripts/gpu_suite.sh needs from Go, in build/
 	@mkdir -p $(BUILD)/gotests
 	@for p in $(GO_TEST_PKGS); do \
 	  n=$$(echo $$p | sed 's|^\./||; s|/|_|g'); \

@@ -1,8 +1,11 @@
 """Per-call cost of torch.empty + del under five allocators, and a small
 transformer's training speed and peak memory, native vs libsymmem.
 
-Run on a GPU machine (figures: docs/measurements.md):
+Run on a GPU machine with torch, after `make` (figures: docs/measurements.md):
     python3 bench/torch_alloc_bench.py --reps 5 --out bench-results
+The library is $SYMMEM_LIBRARY, else build/libsymmem.so; the trivial
+allocators below are compiled by this script with the C compiler ($CC, else
+cc) into build/bench/trivial_alloc.so ($TRIVIAL_ALLOC_SO names another).
 
 Allocators compared, each in a fresh process (the global allocator can only
 be chosen before CUDA starts), interleaved rep by rep, medians reported:
@@ -10,10 +13,11 @@ be chosen before CUDA starts), interleaved rep by rep, medians reported:
   symmem      libsymmem as the global allocator (change_current_allocator),
               with its thread caches (the default)
   symmem_nocache  the same with SYMMEM_THREAD_CACHE=0: every call enters Go
-              (the 64 MiB size is never cached: blocks over 10 MiB)
+              (every size enters Go)
   symmem_pool libsymmem inside torch.cuda.MemPool (PyTorch caches on top)
-  passthrough a pluggable allocator that calls cudaMalloc/cudaFree each time
-              (shared/baselines/trivial_alloc.cu, built with nvcc)
+  passthrough a pluggable allocator that calls the driver's cuMemAlloc /
+              cuMemFree (under cudaMalloc / cudaFree) each time
+              (bench/trivial_alloc.c)
   c_cache     the same file's size-keyed free list under one mutex: the
               floor of PyTorch's pluggable path
   go_cache    the same free list in Go (bench/gofloor, libgofloor.so from
@@ -63,6 +67,29 @@ def lib_path():
     return os.environ.get("SYMMEM_LIBRARY", os.path.join(ROOT, "build", "libsymmem.so"))
 
 
+def require_library():
+    """Stops with what to do when the library is not built."""
+    if not os.path.exists(lib_path()):
+        sys.exit(f"torch_alloc_bench: {lib_path()} does not exist: run `make` at {ROOT} (Go and a C compiler), "
+                 "or on a machine without Go carry build/ from `make gpu-artifacts`, or set SYMMEM_LIBRARY")
+
+
+def trivial_alloc_so():
+    """$TRIVIAL_ALLOC_SO, else build/bench/trivial_alloc.so, compiled from
+    bench/trivial_alloc.c when missing or older than its source."""
+    if os.environ.get("TRIVIAL_ALLOC_SO"):
+        return os.environ["TRIVIAL_ALLOC_SO"]
+    src = os.path.join(ROOT, "bench", "trivial_alloc.c")
+    so = os.path.join(ROOT, "build", "bench", "trivial_alloc.so")
+    if not os.path.exists(so) or os.path.getmtime(so) < os.path.getmtime(src):
+        os.makedirs(os.path.dirname(so), exist_ok=True)
+        cmd = os.environ.get("CC", "cc").split() + ["-O2", "-shared", "-fPIC", "-o", so, src, "-ldl", "-lpthread"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"torch_alloc_bench: building {so} failed: {' '.join(cmd)}\n{r.stderr}")
+    return so
+
+
 def setup(mode):
     """Installs the allocator of mode; returns a context manager for the loop."""
     import contextlib
@@ -70,10 +97,10 @@ def setup(mode):
     if mode == "native":
         return contextlib.nullcontext()
     if mode in ("passthrough", "c_cache", "go_cache"):
-        # The peers' trivial pluggable allocators (../shared/baselines):
-        # cudaMalloc each time, and a size-keyed free list under one mutex
-        # (the floor of PyTorch's pluggable path).
-        so = os.environ.get("TRIVIAL_ALLOC_SO", "/tmp/baselines/trivial_alloc.so")
+        # The trivial pluggable allocators (bench/trivial_alloc.c): the
+        # driver's allocation each time, and a size-keyed free list under one
+        # mutex (the floor of PyTorch's pluggable path).
+        so = os.environ.get("TRIVIAL_ALLOC_SO") or trivial_alloc_so()
         fns = {"passthrough": ("raw_alloc", "raw_free"), "c_cache": ("cache_alloc", "cache_free")}.get(mode)
         if mode == "go_cache":
             so, fns = os.environ["GOFLOOR_SO"], ("floor_alloc", "floor_free")
@@ -260,6 +287,8 @@ def main():
         kind, mode, arg = a.child
         (alloc_child if kind == "alloc" else train_child)(mode, int(arg))
         return
+    require_library()
+    os.environ["TRIVIAL_ALLOC_SO"] = trivial_alloc_so()  # built once, here; the children inherit it
     if rmm_available():
         MODES.append("rmm")
     else:

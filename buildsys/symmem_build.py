@@ -45,6 +45,20 @@ def _go_min_version() -> tuple:
     return (int(m.group(1)), int(m.group(2))) if m else (1, 21)
 
 
+def _ways_out(need: tuple, have: tuple = None) -> str:
+    """The README's ways to a new enough Go (its Install section), for the
+    errors below; have is the Go found (None: none)."""
+    n = f"{need[0]}.{need[1]}"
+    tarball = "take Go's official tarball for your platform from https://go.dev/dl/ and put its bin on PATH"
+    if have is None:
+        return (f"{tarball[0].upper()}{tarball[1:]} (distribution packages are often older), or set GO to a "
+                f"Go binary; with any Go from 1.21 on, GOTOOLCHAIN=auto fetches Go {n} itself.")
+    if have < (1, 21):
+        return (f"{tarball[0].upper()}{tarball[1:]}, or set GO to a newer Go (Go before 1.21 cannot fetch "
+                f"Go {n} itself with GOTOOLCHAIN=auto).")
+    return f"Build again with GOTOOLCHAIN=auto (this Go then fetches Go {n} itself), or {tarball}."
+
+
 def _check_toolchain() -> str:
     go = os.environ.get("GO", "go")
     need = _go_min_version()
@@ -52,15 +66,17 @@ def _check_toolchain() -> str:
     if where is None:
         raise BuildError(
             f"building symmem needs Go >= {need[0]}.{need[1]} (to build libsymmem.so) and a C compiler, "
-            f"but '{go}' is not on PATH. Install Go from your package manager or https://go.dev/dl/ "
-            "(or set GO to its path) and build again."
+            f"but '{go}' is not on PATH. {_ways_out(need)} (README.md, Install)"
         )
-    out = subprocess.run([where, "env", "GOVERSION"], capture_output=True, text=True).stdout.strip()
+    # In the module's folder, so that GOTOOLCHAIN=auto reports the Go it
+    # would switch to for go.mod.
+    out = subprocess.run([where, "env", "GOVERSION"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     m = re.match(r"go(\d+)\.(\d+)", out)
     if not m or (int(m.group(1)), int(m.group(2))) < need:
+        have = (int(m.group(1)), int(m.group(2))) if m else None
         raise BuildError(
             f"building symmem needs Go >= {need[0]}.{need[1]}, but {where} is {out or 'of unknown version'}. "
-            "Install a newer Go (or set GO to one) and build again."
+            f"{_ways_out(need, have or (0, 0))} (README.md, Install)"
         )
     cc = os.environ.get("CC", "cc")
     if shutil.which(cc.split()[0]) is None:

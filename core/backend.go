@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -143,8 +144,34 @@ type MemOp struct {
 	AtLeast bool
 }
 
+// KernelMemOps is implemented by backends that can run a batch of
+// StreamMemOps' operations as one kernel on s (cuda with NVRTC), with
+// every wait bounded: a wait that gives up records the failure in the
+// word at Flag (Note [Pad partition] in core/symm) and lets the stream go
+// on. ErrUnavailable means the caller should use StreamMemOps instead.
+type KernelMemOps interface {
+	LaunchMemOps(device int, s Stream, ops []MemOp, w MemOpWatch) error
+}
+
+// MemOpWatch is what bounds the waits of a LaunchMemOps batch: the
+// timeout, the error flag and abort words of the caller's device region,
+// and for each op the rank it concerns (named in the flag).
+type MemOpWatch struct {
+	TimeoutNs   uint64
+	Flag, Abort uintptr
+	Peers       []int
+}
+
 // Reached says whether the count word has reached v (MemOp.AtLeast).
 func Reached(word, v uint32) bool { return int32(word-v) >= 0 }
+
+// HostMemory is implemented by backends that allocate host memory suited to
+// copies with their devices (pinned memory on cuda). Pinned backups use it
+// where it exists, and anonymous memory otherwise.
+type HostMemory interface {
+	AllocHost(device int, size uintptr) (uintptr, error)
+	FreeHost(device int, addr, size uintptr) error
+}
 
 // Factory opens a backend. It returns an error that says why when the
 // backend cannot run here (no driver, no device).
@@ -171,9 +198,44 @@ func RegisterBackend(name string, priority int, open Factory) {
 	sort.SliceStable(registry, func(i, j int) bool { return registry[i].priority > registry[j].priority })
 }
 
+// Note [Explicit settings are orders]
+//
+// A setting that names what a backend must use (SYMMEM_LIBCUDA=path) is an
+// order, not a hint. When the backend cannot open because of it (the path
+// does not load), automatic selection must not pass to the next backend
+// silently: a job that set the driver's path and got the host backend would
+// run, slowly or wrongly, without anyone seeing why. So a backend's factory
+// wraps such a failure with Explicit, and automatic selection
+//   - with SYMMEM_BACKEND unset, fails: no backend is opened and every call
+//     says which setting could not be used and why (the loader's error);
+//   - with SYMMEM_BACKEND=auto set explicitly, goes on to the next backend
+//     and warns once on stderr, naming the setting and the error
+//     (SYMMEM_QUIET=1 silences it; backend_notes keep the line).
+
+// ExplicitError is a backend's failure to use what a setting named
+// explicitly (Note [Explicit settings are orders]).
+type ExplicitError struct {
+	Setting string // the variable, "SYMMEM_LIBCUDA"
+	Err     error
+}
+
+func (e *ExplicitError) Error() string { return e.Err.Error() }
+func (e *ExplicitError) Unwrap() error { return e.Err }
+
+// Explicit marks err as the failure of what setting named explicitly.
+func Explicit(setting string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &ExplicitError{Setting: setting, Err: err}
+}
+
 // OpenBackend opens the backend named by want, or when want is "" or
 // "auto", the first registered backend that opens. The returned notes say
-// why higher-priority backends were skipped.
+// why higher-priority backends were skipped. A backend that fails for an
+// explicit setting stops an automatic selection when want is "" (the
+// variable unset); with want "auto" it is skipped and the note that says
+// so begins with "warning: " (Note [Explicit settings are orders]).
 func OpenBackend(want string) (Backend, []string, error) {
 	registryMu.Lock()
 	regs := append([]registration(nil), registry...)
@@ -186,6 +248,18 @@ func OpenBackend(want string) (Backend, []string, error) {
 		b, err := r.open()
 		if err == nil {
 			return b, notes, nil
+		}
+		var explicit *ExplicitError
+		if (want == "" || want == "auto") && errors.As(err, &explicit) {
+			if want == "" {
+				e := Errorf(ErrUnavailable, "%s is set, but the %s backend cannot use it: %v; fix or unset %s, "+
+					"or set SYMMEM_BACKEND=auto to fall back to the next backend with a warning",
+					explicit.Setting, r.name, err, explicit.Setting)
+				return nil, append(notes, e.Error()), e
+			}
+			notes = append(notes, fmt.Sprintf("warning: %s is set, but the %s backend cannot use it: %v; "+
+				"SYMMEM_BACKEND=auto goes on to the next backend", explicit.Setting, r.name, err))
+			continue
 		}
 		notes = append(notes, fmt.Sprintf("%s backend unavailable: %v", r.name, err))
 		if want == r.name {
@@ -210,7 +284,15 @@ func backendNames(regs []registration) string {
 	return s
 }
 
-// BackendFromEnv opens the backend that SYMMEM_BACKEND names (auto when unset).
+// BackendFromEnv opens the backend that SYMMEM_BACKEND names (automatic
+// selection when unset, "" to OpenBackend, which then refuses to pass over
+// an explicit setting that failed).
 func BackendFromEnv() (Backend, []string, error) {
-	return OpenBackend(Current().Text("SYMMEM_BACKEND", "auto"))
+	return OpenBackend(Current().Text("SYMMEM_BACKEND", ""))
 }
+
+// HostMemoryLimit, set by the host backend's package, returns the host
+// memory this process may use: the RAM, or the memory cgroup's limit where
+// that is smaller (0: unknown). It bounds the host copies that the
+// allocator pins ahead, whatever the backend.
+var HostMemoryLimit func() uint64

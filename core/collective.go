@@ -98,9 +98,17 @@ const (
 	// group's communicator (NCCL), on the registered window. On a group of
 	// one machine it is AlgoAuto.
 	AlgoNCCL Algo = 4
+	// AlgoLowLatency: one phase, no barrier: every rank stores its
+	// contribution into every peer's low-latency buffer as 16-byte lines
+	// that carry the call's sequence number beside 8 bytes of data, and
+	// each rank polls its own buffer until every line of the call has
+	// arrived (Note [Low-latency collectives] in core/symm/coll.go). For
+	// small calls of every collective; on the host backend it runs as
+	// AlgoOneShot (same results).
+	AlgoLowLatency Algo = 5
 )
 
-var algoNames = [...]string{AlgoAuto: "auto", AlgoOneShot: "one_shot", AlgoTwoShot: "two_shot", AlgoHierarchical: "hierarchical", AlgoNCCL: "nccl"}
+var algoNames = [...]string{AlgoAuto: "auto", AlgoOneShot: "one_shot", AlgoTwoShot: "two_shot", AlgoHierarchical: "hierarchical", AlgoNCCL: "nccl", AlgoLowLatency: "low_latency"}
 
 func (a Algo) Valid() bool { return a >= 0 && int(a) < len(algoNames) }
 
@@ -155,6 +163,17 @@ type Collective struct {
 	// publishes at the opening barrier and compares with its peers' (Note
 	// [Collective agreement] in core/symm/coll.go).
 	Digest uint32
+	// LLOffset is where the low-latency buffers start in every rank's pad
+	// and LLSlot the bytes of one sender's slot there (AlgoLowLatency;
+	// Note [Low-latency collectives] in core/symm/coll.go). PadAddrs holds
+	// every rank's pad address here (what Pads holds in device memory),
+	// so that a kernel can take them from its parameters.
+	LLOffset, LLSlot uintptr
+	PadAddrs         []uintptr
+	// Unchecked skips the argument agreement, for measuring its cost only
+	// (SYMMEM_COLL_UNCHECKED; never for real work: ranks that disagree then
+	// compute wrong numbers instead of failing).
+	Unchecked bool
 }
 
 // CollectiveLauncher is implemented by backends that run collectives as
@@ -180,4 +199,29 @@ type KernelInfo struct {
 // device; later calls return the first call's info).
 type KernelLoader interface {
 	LoadKernels(device int) (KernelInfo, error)
+}
+
+// The kernels' encoding of a resolved algorithm (symmem_coll_params.algo in
+// cuda/kernels/collectives.cu), which is also the one the argument digest
+// packs (Note [Collective agreement] in core/symm/coll.go). It is not the
+// C API's Algo: two-shot has two kernel forms and the hierarchical and
+// NCCL forms never reach a kernel.
+const (
+	KernelOneShot     = 1
+	KernelTwoShotPush = 2
+	KernelTwoShotPull = 3
+	KernelLowLatency  = 4
+)
+
+// KernelAlgo is c's algorithm as the kernels encode it.
+func (c *Collective) KernelAlgo() uint32 {
+	switch {
+	case c.Algo == AlgoLowLatency:
+		return KernelLowLatency
+	case c.Algo == AlgoTwoShot && c.Pull:
+		return KernelTwoShotPull
+	case c.Algo == AlgoTwoShot:
+		return KernelTwoShotPush
+	}
+	return KernelOneShot
 }

@@ -124,20 +124,11 @@ func UnregisterRange(addr uintptr) {
 	}
 }
 
-// CheckRange checks [ptr, ptr+n) against what the library knows of ptr: if
-// ptr lies in a live block of an allocator of r, or in a registered range,
-// the n bytes must stay inside it. known says whether ptr was recognised
-// (an unknown pointer is the caller's business, see Note [Wild pointers]).
-func (r *Runtime) CheckRange(ptr, n uintptr, what string) (known bool, err error) {
-	if ptr+n < ptr {
-		return false, Errorf(ErrInvalidArgument, "%s: %#x + %d bytes wraps around the address space", what, ptr, n)
-	}
-	if b, _, lerr := r.Lookup(ptr); lerr == nil {
-		if ptr+n > b.Addr+b.Size {
-			return true, Errorf(ErrInvalidArgument, "%s: %d bytes at %#x run %d bytes past the end of its block [%#x, %#x)", what, n, ptr, ptr+n-(b.Addr+b.Size), b.Addr, b.Addr+b.Size)
-		}
-		return true, nil
-	}
+// CheckRegisteredRange checks [ptr, ptr+n) against the registered ranges:
+// if ptr lies in one, the n bytes must stay inside it. known says whether
+// ptr was in one. The allocator's blocks are its own to check
+// (alloc.Runtime.CheckRange, which calls this for everything else).
+func CheckRegisteredRange(ptr, n uintptr, what string) (known bool, err error) {
 	knownRanges.Lock()
 	defer knownRanges.Unlock()
 	i := sort.Search(len(knownRanges.r), func(i int) bool { return knownRanges.r[i].addr > ptr }) - 1

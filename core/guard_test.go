@@ -4,44 +4,12 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/libsymmem/libsymmem/core"
-	"github.com/libsymmem/libsymmem/core/host"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
-
-func TestCheckRangeKnowsBlocksAndMappings(t *testing.T) {
-	be, err := host.New()
-	require.NoError(t, err)
-	rt := core.NewRuntime(be)
-	a, err := rt.Allocator(0)
-	require.NoError(t, err)
-	p, err := a.Alloc(4096, 0)
-	require.NoError(t, err)
-	known, err := rt.CheckRange(p, 4096, "dst")
-	require.True(t, known)
-	require.NoError(t, err)
-	known, err = rt.CheckRange(p+100, 4000, "dst")
-	require.True(t, known)
-	require.Equal(t, core.ErrInvalidArgument, core.CodeOf(err))
-	require.Contains(t, err.Error(), "past the end of its block")
-
-	// A registered mapping (a peer's segment) bounds accesses the same way.
-	core.RegisterRange(0x7000_0000_0000, 1<<20, "rank 1 (pid 7)'s segment")
-	defer core.UnregisterRange(0x7000_0000_0000)
-	known, err = rt.CheckRange(0x7000_0000_0000+(1<<20)-8, 8, "src")
-	require.True(t, known)
-	require.NoError(t, err)
-	_, err = rt.CheckRange(0x7000_0000_0000+(1<<20)-8, 9, "src")
-	require.Equal(t, core.ErrInvalidArgument, core.CodeOf(err))
-	require.Contains(t, err.Error(), "rank 1 (pid 7)'s segment")
-	core.UnregisterRange(0x7000_0000_0000)
-	known, err = rt.CheckRange(0x7000_0000_0000, 1<<30, "src")
-	require.False(t, known)
-	require.NoError(t, err)
-	_, err = rt.CheckRange(^uintptr(0)-4, 16, "dst")
-	require.Equal(t, core.ErrInvalidArgument, core.CodeOf(err))
-}
 
 func TestGuardedAccessTurnsFaultsIntoErrors(t *testing.T) {
 	p, err := unix.Mmap(-1, 0, 1<<16, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
@@ -51,7 +19,7 @@ func TestGuardedAccessTurnsFaultsIntoErrors(t *testing.T) {
 	for _, at := range []uintptr{addr, 0x10} {
 		err = core.GuardedAccess("test write", func() {
 			// Not unsafe.Add: checkptr (-race) rejects arithmetic on nil.
-			*(*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&at))) = 1
+			*(*byte)(unmanaged.Pointer(at)) = 1
 		})
 		require.Equal(t, core.ErrInvalidArgument, core.CodeOf(err), "%#x: %v", at, err)
 	}

@@ -47,3 +47,25 @@ func Quote(s string) string {
 	q := strconv.Quote(s[:cut])
 	return fmt.Sprintf("%s…\" (%d characters)", q[:len(q)-1], n)
 }
+
+// CheckName checks a short name (group names, tags): 1..maxLen letters,
+// digits, '.', '_', '-', and not "." or "..". what names the kind of name in
+// the error ("group name", "tag"), which quotes the name cut to a readable
+// length (Quote; the calls' descriptions leave names to these errors, Note
+// [Bounded messages]).
+func CheckName(what, name string, maxLen int) error {
+	if len(name) == 0 || len(name) > maxLen {
+		return Errorf(ErrInvalidArgument, "%s %s must have 1 to %d characters", what, Quote(name), maxLen)
+	}
+	if name == "." || name == ".." {
+		return Errorf(ErrInvalidArgument, "%s %q is not allowed", what, name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			return Errorf(ErrInvalidArgument, "%s %s has the character %q at %d: only letters, digits, '.', '_' and '-' are allowed", what, Quote(name), c, i)
+		}
+	}
+	return nil
+}

@@ -37,15 +37,15 @@ func TestQuoteCutsLongStrings(t *testing.T) {
 func TestCheckNameMessagesAreBounded(t *testing.T) {
 	long := strings.Repeat("n", 10240)
 	for _, name := range []string{long, long + "/", "a/" + long, "", "..", strings.Repeat("é", 5000)} {
-		err := CheckName("tag", name, MaxTagLen)
+		err := CheckName("tag", name, 64)
 		require.Error(t, err)
 		assert.Equal(t, ErrInvalidArgument, CodeOf(err))
 		assert.Less(t, len(err.Error()), 200, err.Error())
 		assert.NotContains(t, err.Error(), strings.Repeat("n", QuoteMaxChars+1))
 		assert.LessOrEqual(t, strings.Count(err.Error(), `"`), 2, err.Error())
 	}
-	assert.Contains(t, CheckName("tag", long, MaxTagLen).Error(), `…" (10240 characters) must have 1 to 64 characters`)
-	assert.Contains(t, CheckName("tag", "a/b", MaxTagLen).Error(), `'/' at 1`)
+	assert.Contains(t, CheckName("tag", long, 64).Error(), `…" (10240 characters) must have 1 to 64 characters`)
+	assert.Contains(t, CheckName("tag", "a/b", 64).Error(), `'/' at 1`)
 }
 
 // 10 KiB setting values and names come back cut, once, in short notes.

@@ -94,6 +94,10 @@ var settingSpecs = []settingSpec{
 	{name: "SYMMEM_ONE_SHOT_MAX_BYTES", kind: kindSize, doc: "largest all-reduce run one-shot in place or at 3+ ranks"},
 	{name: "SYMMEM_TWO_SHOT_PULL_MIN_BYTES", kind: kindSize, doc: "smallest two-shot all-reduce whose second phase pulls"},
 	{name: "SYMMEM_HIER_MIN_BYTES", kind: kindSize, doc: "smallest all-reduce run hierarchically on a group that spans machines"},
+	{name: "SYMMEM_LL_MAX_BYTES", kind: kindSize, doc: "most data per rank and peer of a low-latency collective, and the size of its buffers (0: off)"},
+	{name: "SYMMEM_COLL_UNCHECKED", kind: kindBool, doc: "collectives skip the argument agreement (measuring its cost only: disagreeing ranks then compute wrong numbers)"},
+	{name: "SYMMEM_SIGNAL_KERNEL", kind: kindBool, doc: "stream signals and barriers run as one small kernel where NVRTC is found (off: cuStreamBatchMemOp)"},
+	{name: "SYMMEM_COLL_PDL", kind: kindBool, doc: "launch the collectives' kernels with programmatic dependent launch where the GPU has it (on)"},
 	{name: "SYMMEM_QUIET", kind: kindBool, doc: "no warning line on stderr at load for SYMMEM_* variables that are no setting"},
 	{name: "SYMMEM_COLL_MAX_BLOCKS", kind: kindChoice, choices: []string{"8", "16", "24", "32", "48", "64"}, doc: "most blocks a collective kernel runs on (64)"},
 	// Read by the test suites, not the library (listed so that they are not

@@ -191,6 +191,38 @@ typedef union sm_CUstreamBatchMemOpParams_union {
   unsigned long long pad[6];
 } sm_CUstreamBatchMemOpParams;
 
+/* cuLaunchKernelEx's configuration: only programmatic stream serialization
+ * (programmatic dependent launch, sm_90 on) is used; value pads the union
+ * to the driver's 64 bytes. The field names are cuda.h's, so that
+ * abi_check.c compares every offset. */
+typedef enum sm_CUlaunchAttributeID_enum {
+  SM_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+} sm_CUlaunchAttributeID;
+
+typedef union sm_CUlaunchAttributeValue_union {
+  char pad[64];
+  int programmaticStreamSerializationAllowed;
+} sm_CUlaunchAttributeValue;
+
+typedef struct sm_CUlaunchAttribute_st {
+  sm_CUlaunchAttributeID id;
+  char pad[8 - sizeof(sm_CUlaunchAttributeID)];
+  sm_CUlaunchAttributeValue value;
+} sm_CUlaunchAttribute;
+
+typedef struct sm_CUlaunchConfig_st {
+  unsigned int gridDimX;
+  unsigned int gridDimY;
+  unsigned int gridDimZ;
+  unsigned int blockDimX;
+  unsigned int blockDimY;
+  unsigned int blockDimZ;
+  unsigned int sharedMemBytes;
+  sm_CUstream hStream;
+  sm_CUlaunchAttribute *attrs;
+  unsigned int numAttrs;
+} sm_CUlaunchConfig;
+
 /* cuMemHostAlloc flags: pinned memory usable from every context. */
 #define SM_CU_MEMHOSTALLOC_PORTABLE 0x01
 
@@ -304,7 +336,8 @@ typedef union sm_CUstreamBatchMemOpParams_union {
  * compiles against whatever cuda.h the GPU machine has. The fabric cluster
  * and clique of a device (CUDA 13): which GPUs share one NVLink domain, so
  * that ranks on different machines in it can map each other through fabric
- * handles (Note [Fabric teams] in core/symm). */
+ * handles (Note [Fabric teams] in core/symm). cuLaunchKernelEx (CUDA 11.8):
+ * the collectives' launch with programmatic dependent launch. */
 typedef struct sm_CUcliqueInfo_st {
   int type; /* CUcliqueType: 0 = CU_CLIQUE_TYPE_UNICAST_POINTER */
   unsigned int id;
@@ -314,7 +347,10 @@ typedef struct sm_CUcliqueInfo_st {
   X(cuDeviceGetFabricClusterUuid, cuDeviceGetFabricClusterUuid,                        \
     (T(CUuuid) *uuid, T(CUdevice) dev))                                                \
   X(cuDeviceGetCliqueInfo, cuDeviceGetCliqueInfo,                                      \
-    (T(CUcliqueInfo) *cliqueInfo, size_t *count, T(CUdevice) dev))
+    (T(CUcliqueInfo) *cliqueInfo, size_t *count, T(CUdevice) dev))                     \
+  X(cuLaunchKernelEx, cuLaunchKernelEx,                                                \
+    (const T(CUlaunchConfig) *config, T(CUfunction) f, void **kernelParams,            \
+     void **extra))
 
 /* The type mapper for our own declarations: T(CUdevice) -> sm_CUdevice. */
 #define SM_CU_PREFIXED(name) sm_##name

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -29,10 +30,11 @@ import (
 // Note [Kernels compiled at run time]
 //
 // The collectives' CUDA source (kernels/collectives.cu, on top of
-// include/symmem_device.cuh) is embedded in the library. It holds thirteen
+// include/symmem_device.cuh) is embedded in the library. It holds fourteen
 // kernels, each built as its own NVRTC program: all-reduce/reduce-scatter
 // for each dtype and op (the op a template argument, so that no kernel
-// carries the other two ops in its unrolled loops) and the all-gather. A
+// carries the other two ops in its unrolled loops), the all-gather and the
+// stream signals' kernel (Note [Signals as a kernel] in core/symm). A
 // kernel is built at its first use on a device, so the first collective
 // waits for one program (a few hundred ms) rather than for all of them;
 // symmem_collectives_load builds every missing one at once, in parallel.
@@ -64,11 +66,13 @@ var collectivesSource string
 const cacheMagic = "SYMMEMK1"
 
 // numReduceKernels are the all-reduce/reduce-scatter kernels, one per
-// (dtype, op); kernel numReduceKernels is the all-gather.
+// (dtype, op); kernel numReduceKernels is the all-gather, the next one the
+// stream signals' kernel (Note [Signals as a kernel] in core/symm).
 const (
 	numReduceKernels = 4 * 3
 	allGatherKernel  = numReduceKernels
-	numKernels       = numReduceKernels + 1
+	memOpsKernel     = numReduceKernels + 1
+	numKernels       = numReduceKernels + 2
 )
 
 // reduceKernel is the index of the kernel for dt and op.
@@ -77,8 +81,11 @@ func reduceKernel(dt core.DType, op core.ReduceOp) int { return int(dt)*3 + int(
 // kernelName is kernel k's name in its program: symmem_coll_<dtype>_<op>,
 // or symmem_all_gather.
 func kernelName(k int) string {
-	if k == allGatherKernel {
+	switch k {
+	case allGatherKernel:
 		return "symmem_all_gather"
+	case memOpsKernel:
+		return "symmem_memops"
 	}
 	return fmt.Sprintf("symmem_coll_%s_%s", core.DType(k/3), core.ReduceOp(k%3))
 }
@@ -94,8 +101,11 @@ func allKernels() []int {
 
 // kernelDefines are the macros that make the source build kernel k alone.
 func kernelDefines(k int) []string {
-	if k == allGatherKernel {
+	switch k {
+	case allGatherKernel:
 		return nil
+	case memOpsKernel:
+		return []string{"-DSYMMEM_MEMOPS=1"}
 	}
 	return []string{fmt.Sprintf("-DSYMMEM_COLL_DT=%d", k/3), fmt.Sprintf("-DSYMMEM_COLL_OP=%d", k%3),
 		"-DSYMMEM_COLL_NAME=" + kernelName(k)}
@@ -104,7 +114,8 @@ func kernelDefines(k int) []string {
 const (
 	collThreads   = 512 // SYMMEM_COLL_THREADS of the source
 	collMaxBlocks = 64  // SYMMEM_DEV_COLL_MAX_BLOCKS
-	collParamSize = 96  // sizeof(symmem_coll_params), checked by static_assert there
+	collParamSize = 184 // sizeof(symmem_coll_params), checked by static_assert there
+	llDirectRanks = 8   // SYMMEM_LL_DIRECT_RANKS: ll_base entries
 )
 
 // kernelModule is one device's collectives: what building a kernel needs
@@ -121,6 +132,9 @@ type kernelModule struct {
 	dirWhy  string
 	key     string
 	kernels [numKernels]loadedKernel
+	// memOpsWhy holds, once the stream signals' kernel failed to build or
+	// load, the ErrUnavailable that LaunchMemOps returns from then on.
+	memOpsWhy atomic.Value
 }
 
 // loadedKernel is one kernel's function once loaded (its module stays
@@ -421,6 +435,12 @@ func collGrid(c *core.Collective) (blocks, threads uint32) {
 	w := uint64(c.World)
 	var work uint64
 	switch {
+	case c.Algo == core.AlgoLowLatency:
+		// One thread per 8 bytes sent to each peer (a 16-byte line).
+		work = bytes * 2
+		if c.Kind == core.ReduceScatter {
+			work /= w
+		}
 	case c.Kind == core.AllGather:
 		work = bytes * w
 	case c.Kind == core.ReduceScatter || c.Algo == core.AlgoTwoShot:
@@ -456,19 +476,30 @@ func packCollParams(c *core.Collective) [collParamSize]byte {
 	}
 	le.PutUint64(p[64:], count)
 	le.PutUint32(p[72:], uint32(c.Kind))
-	algo := uint32(c.Algo)
-	if c.Algo == core.AlgoTwoShot && c.Pull {
-		algo = 3 // the kernel's two-shot pull
-	}
-	le.PutUint32(p[76:], algo)
+	le.PutUint32(p[76:], c.KernelAlgo())
 	le.PutUint32(p[80:], uint32(c.Op))
 	le.PutUint32(p[84:], uint32(c.Channel*collMaxBlocks))
 	le.PutUint32(p[88:], c.Digest)
 	if c.SlicedInput {
 		le.PutUint32(p[92:], 1)
 	}
+	le.PutUint64(p[96:], uint64(c.LLOffset))
+	le.PutUint64(p[104:], uint64(c.LLSlot))
+	if c.Unchecked {
+		le.PutUint32(p[112:], 1) // SYMMEM_COLL_UNCHECKED
+	}
+	if c.Algo == core.AlgoLowLatency && c.World <= llDirectRanks && len(c.PadAddrs) >= c.World {
+		for r := 0; r < c.World; r++ {
+			le.PutUint64(p[120+8*r:], uint64(c.PadAddrs[r]+c.LLOffset))
+		}
+	}
 	return p
 }
+
+// collPDL says whether collectives launch with programmatic dependent
+// launch (SYMMEM_COLL_PDL, on; used from sm_90, where the kernels' wait
+// for the previous kernel exists).
+var collPDL = core.Current().Bool("SYMMEM_COLL_PDL", true)
 
 // LaunchCollective is core.CollectiveLauncher: c as one kernel on stream s.
 func (b *Backend) LaunchCollective(dev int, s core.Stream, c *core.Collective) error {
@@ -493,5 +524,72 @@ func (b *Backend) LaunchCollective(dev int, s core.Stream, c *core.Collective) e
 	}
 	params := packCollParams(c)
 	blocks, threads := collGrid(c)
-	return check(C.smcu_launch(d.ctx, fn, C.uint(blocks), C.uint(threads), C.uintptr_t(s), unsafe.Pointer(&params[0])), dev)
+	pdl := C.int(0)
+	if collPDL && m.arch >= 90 {
+		pdl = 1
+	}
+	return check(C.smcu_launch(d.ctx, fn, C.uint(blocks), C.uint(threads), C.uintptr_t(s), unsafe.Pointer(&params[0]), pdl), dev)
+}
+
+// memOpsMax is SYMMEM_MEMOPS_MAX, and memOpsParamSize
+// sizeof(symmem_memops_params) (kernels/collectives.cu).
+const (
+	memOpsMax       = 16
+	memOpsParamSize = 288
+)
+
+// LaunchMemOps is core.KernelMemOps: ops as one kernel of memOpsMax threads
+// at most, launched like the collectives (programmatic dependent launch
+// from sm_90). UNAVAILABLE when the kernel cannot be had (no NVRTC) or ops
+// do not fit: the caller then uses StreamMemOps.
+func (b *Backend) LaunchMemOps(dev int, s core.Stream, ops []core.MemOp, w core.MemOpWatch) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	if len(ops) > memOpsMax || len(w.Peers) != len(ops) {
+		return core.Errorf(core.ErrUnavailable, "cuda: %d stream signals in one launch (at most %d)", len(ops), memOpsMax)
+	}
+	m, err := b.kernels(dev)
+	if err != nil {
+		return core.Errorf(core.ErrUnavailable, "cuda: device %d: no kernels for the stream signals: %v", dev, err)
+	}
+	d, err := b.device(dev)
+	if err != nil {
+		return err
+	}
+	if why := m.memOpsWhy.Load(); why != nil {
+		return why.(error)
+	}
+	fn, _, err := m.kernel(memOpsKernel)
+	if err != nil {
+		// Remembered: the caller falls back to StreamMemOps for the life of
+		// the process rather than retrying a compile at every signal.
+		err = core.Errorf(core.ErrUnavailable, "cuda: device %d: the stream signals' kernel is unavailable: %v", dev, err)
+		m.memOpsWhy.Store(err)
+		return err
+	}
+	var p [memOpsParamSize]byte
+	le := binary.LittleEndian
+	for i, op := range ops {
+		kind := uint32(w.Peers[i]&0x1fff) << 8
+		if op.Wait {
+			kind |= 1
+			if op.AtLeast {
+				kind |= 2
+			}
+		}
+		le.PutUint64(p[8*i:], uint64(op.Addr))
+		le.PutUint32(p[128+4*i:], op.Value)
+		le.PutUint32(p[192+4*i:], kind)
+	}
+	le.PutUint64(p[256:], uint64(w.Flag))
+	le.PutUint64(p[264:], uint64(w.Abort))
+	le.PutUint64(p[272:], w.TimeoutNs)
+	le.PutUint32(p[280:], uint32(len(ops)))
+	threads := (len(ops) + 31) / 32 * 32
+	pdl := C.int(0)
+	if collPDL && m.arch >= 90 {
+		pdl = 1
+	}
+	return check(C.smcu_launch(d.ctx, fn, 1, C.uint(threads), C.uintptr_t(s), unsafe.Pointer(&p[0]), pdl), dev)
 }

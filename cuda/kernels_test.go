@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"bytes"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
@@ -112,6 +113,9 @@ func TestKernelNames(t *testing.T) {
 	}
 	if kernelName(allGatherKernel) != "symmem_all_gather" || kernelDefines(allGatherKernel) != nil || len(seen) != numReduceKernels {
 		t.Fatal("all-gather kernel")
+	}
+	if kernelName(memOpsKernel) != "symmem_memops" || len(kernelDefines(memOpsKernel)) != 1 || memOpsKernel != numKernels-1 {
+		t.Fatal("stream signals' kernel")
 	}
 }
 
@@ -229,5 +233,25 @@ func TestCollGrid(t *testing.T) {
 	// in_offset + q*count (Note [Team view]).
 	if p := packCollParams(&core.Collective{Kind: core.AllGather, DType: core.Int32, Count: 5, SlicedInput: true}); p[92] != 1 {
 		t.Fatalf("sliced all-gather params % x", p)
+	}
+	// The low-latency path: algo 4, its buffers' offset and slot, and the
+	// unchecked flag at 112 (Note [Low-latency collectives]).
+	ll := &core.Collective{Kind: core.AllReduce, DType: core.BFloat16, Algo: core.AlgoLowLatency, World: 2, Count: 2048,
+		LLOffset: 0x12300, LLSlot: 0x80000, Unchecked: true}
+	p = packCollParams(ll)
+	if p[76] != 4 || binary.LittleEndian.Uint64(p[96:]) != 0x12300 || binary.LittleEndian.Uint64(p[104:]) != 0x80000 || p[112] != 1 {
+		t.Fatalf("low-latency params % x", p)
+	}
+	// One thread per 16-byte line: 4 KiB of bf16 is 512 lines, one block.
+	if g, th := collGrid(ll); g != 1 || th != collThreads {
+		t.Fatalf("low-latency 4 KiB: %d blocks of %d threads", g, th)
+	}
+	ll.Kind, ll.World, ll.Count = core.ReduceScatter, 4, 64<<10 // 128 KiB in, 32 KiB per peer: 4096 lines
+	if g, th := collGrid(ll); g != 8 || th != collThreads {
+		t.Fatalf("low-latency reduce-scatter: %d blocks of %d threads", g, th)
+	}
+	// The two-shot pull is the kernels' algo 3, not the C API's 3 (hierarchical).
+	if p := packCollParams(&core.Collective{Kind: core.AllReduce, Algo: core.AlgoTwoShot, Pull: true}); p[76] != core.KernelTwoShotPull {
+		t.Fatalf("two-shot pull params % x", p)
 	}
 }

@@ -75,7 +75,11 @@ func loadDriver() (string, error) {
 
 	lib, err := OpenLibrary(driverSpec)
 	if err != nil {
-		return "", core.Errorf(core.ErrUnavailable, "cuda: %v (is the NVIDIA driver installed? %s overrides the path)", err, EnvLibrary)
+		err = core.Errorf(core.ErrUnavailable, "cuda: %v (is the NVIDIA driver installed? %s overrides the path)", err, EnvLibrary)
+		if env(EnvLibrary) != "" { // an order that could not be followed (Note [Explicit settings are orders])
+			err = core.Explicit(EnvLibrary, err)
+		}
+		return "", err
 	}
 	switch {
 	case driver == nil:

@@ -313,10 +313,9 @@ func (c *NCCLComm) PeerPointer(win, offset uintptr, peer int) (ptr uintptr, ok b
 //
 // Between machines every byte travels through NCCL on the caller's
 // communicator; libsymmem adds no transport of its own. The
-// methods below are what core/symm finds by type assertion on a group's
-// Communicator (core/symm/engine.go); cuda/ncclengine presents an NCCLComm
-// to core/symm, since Split's result there is a symm.Communicator, a type
-// this package cannot name:
+// methods below are core's engine capabilities (Note [Engines] in
+// core/engine.go), which core/symm finds by type assertion on a group's
+// Communicator; an NCCLComm is that Communicator as it is:
 //
 //   - AllReduce, ReduceScatter, AllGatherTyped: ncclAllReduce,
 //     ncclReduceScatter, ncclAllGather with the element type, enqueued on
@@ -460,8 +459,28 @@ func (c *NCCLComm) AllGatherTyped(stream core.Stream, send, recv, sendCount uint
 // Split is ncclCommSplit(comm, color, key, &child, NULL): collective over
 // this communicator; ranks with the same color form the child, ordered by
 // key (then by rank here). The child belongs to the caller, who destroys it
-// with Close. With color NCCLSplitNoColor the rank joins none: (nil, nil).
-func (c *NCCLComm) Split(color, key int) (*NCCLComm, error) {
+// with Close. With color NCCLSplitNoColor the rank joins none: (nil, nil),
+// a nil interface (not one holding a nil *NCCLComm).
+func (c *NCCLComm) Split(color, key int) (core.Communicator, error) {
+	child, err := c.split(color, key)
+	if child == nil {
+		return nil, err
+	}
+	return child, err
+}
+
+// The engine capabilities an NCCLComm has (Note [Engines]).
+var (
+	_ core.Communicator  = (*NCCLComm)(nil)
+	_ core.Reducer       = (*NCCLComm)(nil)
+	_ core.Splitter      = (*NCCLComm)(nil)
+	_ core.Closer        = (*NCCLComm)(nil)
+	_ core.OneSided      = (*NCCLComm)(nil)
+	_ core.SignalSlotter = (*NCCLComm)(nil)
+	_ core.LSATeam       = (*NCCLComm)(nil)
+)
+
+func (c *NCCLComm) split(color, key int) (*NCCLComm, error) {
 	if err := c.usable("ncclCommSplit"); err != nil {
 		return nil, err
 	}

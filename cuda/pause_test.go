@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -16,13 +17,13 @@ import (
 // paused bytes while paused.
 func TestBackendPauseResume(t *testing.T) {
 	b := requireGPU(t)
-	a, err := core.NewAllocator(b, 0)
+	a, err := alloc.NewAllocator(b, 0)
 	require.NoError(t, err)
 	defer a.Close()
 	var _ core.HostMemory = b
-	w, err := core.RegisterTag("cuda-test-weights", core.BackupPinned)
+	w, err := alloc.RegisterTag("cuda-test-weights", alloc.BackupPinned)
 	require.NoError(t, err)
-	kv, err := core.RegisterTag("cuda-test-kv", core.BackupNone)
+	kv, err := alloc.RegisterTag("cuda-test-kv", alloc.BackupNone)
 	require.NoError(t, err)
 	const n = 64 << 20
 	pw, err := a.AllocTagged(n, 0, w)
@@ -35,7 +36,7 @@ func TestBackendPauseResume(t *testing.T) {
 	for cycle := 0; cycle < 3; cycle++ {
 		free0, _, err := b.MemoryInfo(0)
 		require.NoError(t, err)
-		released, err := a.Pause("", core.PauseOptions{})
+		released, err := a.Pause("", alloc.PauseOptions{})
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, released, uint64(2*n))
 		free1, _, err := b.MemoryInfo(0)
@@ -58,7 +59,7 @@ func TestBackendPauseResume(t *testing.T) {
 // stream and waits once: a later op sees an earlier one's result.
 func TestBackendFillOrCopyWithinRunsInOrder(t *testing.T) {
 	b := requireGPU(t)
-	a, err := core.NewAllocator(b, 0)
+	a, err := alloc.NewAllocator(b, 0)
 	require.NoError(t, err)
 	defer a.Close()
 	const n = 4 << 20

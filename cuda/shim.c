@@ -494,8 +494,24 @@ smcu_status smcu_module_function(uintptr_t ctx, uintptr_t module, const char *na
 }
 
 smcu_status smcu_launch(uintptr_t ctx, uintptr_t fn, unsigned grid, unsigned block, uintptr_t stream,
-                        void *params) {
+                        void *params, int pdl) {
   void *args[1] = {params};
+  if (pdl && smcu.cuLaunchKernelEx != NULL) {
+    sm_CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = SM_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    sm_CUlaunchConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDimX = grid;
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = block;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.hStream = (sm_CUstream)stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    SMCU_IN_CTX(ctx, "cuLaunchKernelEx", smcu.cuLaunchKernelEx(&cfg, (sm_CUfunction)fn, args, NULL));
+  }
   SMCU_IN_CTX(ctx, "cuLaunchKernel",
               smcu.cuLaunchKernel((sm_CUfunction)fn, grid, 1, 1, block, 1, 1, 0, (sm_CUstream)stream, args,
                                   NULL));

@@ -137,9 +137,11 @@ smcu_status smcu_module_load(uintptr_t ctx, const void *image, uintptr_t *module
 smcu_status smcu_module_unload(uintptr_t ctx, uintptr_t module);
 smcu_status smcu_module_function(uintptr_t ctx, uintptr_t module, const char *name, uintptr_t *fn);
 /* Launches fn (grid x 1 x 1 blocks of block x 1 x 1 threads) on stream with
- * one kernel parameter: params_size bytes at params (copied by the driver
- * at launch, so params may be freed when this returns). */
+ * one kernel parameter at params (copied by the driver at launch, so params
+ * may be freed when this returns). pdl: with programmatic dependent launch
+ * (cuLaunchKernelEx), where the driver has it; the kernel must then wait
+ * (griddepcontrol.wait) before touching what earlier kernels wrote. */
 smcu_status smcu_launch(uintptr_t ctx, uintptr_t fn, unsigned grid, unsigned block, uintptr_t stream,
-                        void *params);
+                        void *params, int pdl);
 
 #endif /* SYMMEM_CUDA_SHIM_H */

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // Synchronize waits for the work queued on stream s (cuStreamSynchronize).
@@ -261,8 +262,7 @@ func (b *Backend) FreeHost(dev int, addr, size uintptr) error {
 	if err != nil {
 		return err
 	}
-	// addr is C memory: turn it into a pointer without the conversion vet rejects.
-	return check(C.smcu_host_free(d.ctx, *(*unsafe.Pointer)(unsafe.Pointer(&addr))), dev)
+	return check(C.smcu_host_free(d.ctx, unmanaged.Pointer(addr)), dev)
 }
 
 // WriteValue32 enqueues on s a store of v at addr, ordered after the work

@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 func streamOf(s *C.struct_CUstream_st) core.Stream { return core.Stream(uintptr(unsafe.Pointer(s))) }
@@ -24,7 +26,7 @@ func symmemgo_alloc(size C.size_t, device C.int, stream *C.struct_CUstream_st) (
 		var p uintptr
 		if p, err = a.AllocTagged(uintptr(size), streamOf(stream), currentTag()); err == nil {
 			attachContext(a, p)
-			return ptrAt(p)
+			return unmanaged.Pointer(p)
 		}
 	}
 	setLastError(fmt.Sprintf("symmem_alloc(size=%d, device=%d)", uint64(size), int(device)), err)
@@ -60,7 +62,7 @@ func symmemgo_record_stream(ptr unsafe.Pointer, stream *C.struct_CUstream_st) {
 	defer recoverVoid("symmem_record_stream")
 	rt, err := runtimeOrError()
 	if err == nil {
-		var a *core.Allocator
+		var a *alloc.Allocator
 		if _, a, err = rt.Lookup(uintptr(ptr)); err == nil {
 			err = a.RecordStream(uintptr(ptr), streamOf(stream))
 		}
@@ -105,7 +107,7 @@ func symmemgo_memory_fraction(fraction C.double, device C.int) {
 
 // onDevices runs f on device's allocator, or on every device's for -1,
 // stopping at the first error, which becomes call's last error.
-func onDevices(call string, device C.int, f func(*core.Allocator) error) C.int {
+func onDevices(call string, device C.int, f func(*alloc.Allocator) error) C.int {
 	call = describeDevice(call, device)
 	if device != -1 {
 		a, err := allocatorFor(device)
@@ -129,13 +131,13 @@ func onDevices(call string, device C.int, f func(*core.Allocator) error) C.int {
 //export symmemgo_empty_cache
 func symmemgo_empty_cache(device C.int) (result C.int) {
 	defer recoverCall("symmem_empty_cache", &result, C.int(core.ErrInternal))
-	return onDevices("symmem_empty_cache", device, (*core.Allocator).EmptyCache)
+	return onDevices("symmem_empty_cache", device, (*alloc.Allocator).EmptyCache)
 }
 
 //export symmemgo_thread_caches_drain
 func symmemgo_thread_caches_drain(device C.int) (result C.int) {
 	defer recoverCall("symmem_thread_caches_drain", &result, C.int(core.ErrInternal))
-	return onDevices("symmem_thread_caches_drain", device, func(a *core.Allocator) error {
+	return onDevices("symmem_thread_caches_drain", device, func(a *alloc.Allocator) error {
 		a.DrainThreadCaches()
 		return nil
 	})
@@ -167,8 +169,8 @@ func symmemgo_get_memory_limit(device C.int, bytes *C.size_t) (result C.int) {
 
 // statKeys are the statistics' keys as C strings, made once.
 var statKeys = func() []*C.char {
-	keys := make([]*C.char, len(core.StatKeys))
-	for i, k := range core.StatKeys {
+	keys := make([]*C.char, len(alloc.StatKeys))
+	for i, k := range alloc.StatKeys {
 		keys[i] = keptCString(k)
 	}
 	return keys
@@ -226,7 +228,7 @@ func symmemgo_pointer_get_info(ptr unsafe.Pointer, info *C.symmem_pointer_info) 
 		return setLastError(call, err)
 	}
 	*info = C.symmem_pointer_info{
-		block:          ptrAt(b.Addr),
+		block:          unmanaged.Pointer(b.Addr),
 		block_size:     C.size_t(b.Size),
 		requested_size: C.size_t(b.Requested),
 		offset:         C.size_t(uintptr(ptr) - b.Addr),

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/ipc"
 	"github.com/libsymmem/libsymmem/core/symm"
 	"github.com/libsymmem/libsymmem/cuda"
@@ -87,7 +88,7 @@ func buildInfo() infoReport {
 	if abs, err := filepath.Abs(r.Library); err == nil && r.Library != "" {
 		r.Library = abs
 	}
-	rt, err := core.Default()
+	rt, err := alloc.Default()
 	r.Backend.Notes = rt.Notes
 	if r.Backend.Notes == nil {
 		r.Backend.Notes = []string{}

@@ -20,6 +20,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	_ "github.com/libsymmem/libsymmem/core/host"
 	_ "github.com/libsymmem/libsymmem/cuda"
 )
@@ -34,11 +35,11 @@ var strict = core.Current().Bool("SYMMEM_STRICT", false)
 func init() { core.Current().WarnUnknown(os.Stderr) }
 
 // runtimeOrError returns the process runtime, or the reason there is none.
-func runtimeOrError() (*core.Runtime, error) { return core.Default() }
+func runtimeOrError() (*alloc.Runtime, error) { return alloc.Default() }
 
 // allocatorFor returns the allocator of device.
-func allocatorFor(device C.int) (*core.Allocator, error) {
-	rt, err := core.Default()
+func allocatorFor(device C.int) (*alloc.Allocator, error) {
+	rt, err := alloc.Default()
 	if err != nil {
 		return nil, err
 	}
@@ -127,12 +128,6 @@ func cstr(s string) *C.char {
 
 var zero byte
 
-// ptrAt turns an address of memory that Go does not manage into a pointer
-// (without the uintptr-to-Pointer conversion that vet rejects).
-func ptrAt(addr uintptr) unsafe.Pointer {
-	return *(*unsafe.Pointer)(unsafe.Pointer(&addr))
-}
-
 // staticStrings holds C strings made once and never freed: names that C
 // callers may keep for the life of the process.
 var staticStrings sync.Map // string -> *C.char
@@ -189,7 +184,7 @@ func symmemgo_strerror(code C.int) (result *C.char) {
 //export symmemgo_backend_name
 func symmemgo_backend_name() (result *C.char) {
 	defer recoverCall("symmem_backend_name", &result, internalErrorText())
-	rt, _ := core.Default()
+	rt, _ := alloc.Default()
 	if rt.Backend == nil {
 		return staticCString("none")
 	}
@@ -199,14 +194,14 @@ func symmemgo_backend_name() (result *C.char) {
 //export symmemgo_backend_notes
 func symmemgo_backend_notes() (result *C.char) {
 	defer recoverCall("symmem_backend_notes", &result, internalErrorText())
-	rt, _ := core.Default()
+	rt, _ := alloc.Default()
 	return staticCString(rt.NotesText())
 }
 
 //export symmemgo_device_count
 func symmemgo_device_count() (result C.int) {
 	defer recoverCall("symmem_device_count", &result, 0)
-	rt, err := core.Default()
+	rt, err := alloc.Default()
 	if err != nil {
 		setLastError("symmem_device_count", err)
 		return 0

@@ -15,8 +15,8 @@ import (
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/ipc"
 	"github.com/libsymmem/libsymmem/core/symm"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 	"github.com/libsymmem/libsymmem/cuda"
-	"github.com/libsymmem/libsymmem/cuda/ncclengine"
 )
 
 // symmemNCCLNoWindows is SYMMEM_NCCL_NO_WINDOWS of symmem.h.
@@ -43,6 +43,10 @@ func symmemgo_group_create_nccl(comm unsafe.Pointer, name *C.char, timeoutMs C.i
 	if err := ipc.ValidateName(C.GoString(name)); err != nil { // before NCCL loads
 		return setLastError(call, err)
 	}
+	timeout, err := timeoutOf(timeoutMs)
+	if err != nil {
+		return setLastError(call, err)
+	}
 	rt, err := runtimeOrError()
 	if err != nil {
 		return setLastError(call, err)
@@ -51,8 +55,8 @@ func symmemgo_group_create_nccl(comm unsafe.Pointer, name *C.char, timeoutMs C.i
 	if err != nil {
 		return setLastError(call, err)
 	}
-	g, err := symm.New(symm.Options{Name: C.GoString(name), Comm: ncclengine.New(c), NoWindows: flags&symmemNCCLNoWindows != 0,
-		Timeout: millis(timeoutMs), Runtime: rt})
+	g, err := symm.New(symm.Options{Name: C.GoString(name), Comm: c, NoWindows: flags&symmemNCCLNoWindows != 0,
+		Timeout: timeout, Runtime: rt})
 	if err != nil {
 		return setLastError(call, err)
 	}
@@ -87,7 +91,7 @@ func symmemgo_handle_nccl_window(handle uintptr, window *unsafe.Pointer, offset 
 		*window = nil
 		return setLastError(call, core.Errorf(core.ErrUnavailable, "the handle of group %q has no NCCL window: the group is not over an NCCL communicator, or was created with SYMMEM_NCCL_NO_WINDOWS", h.GroupName()))
 	}
-	*window = *(*unsafe.Pointer)(unsafe.Pointer(&w))
+	*window = unmanaged.Pointer(w)
 	if offset != nil {
 		*offset = C.size_t(off)
 	}

@@ -1,7 +1,8 @@
 package main
 
 // Tags, pause and resume (include/symmem.h, "Tags and pause"): marshalling
-// only; the logic is in core/tags.go and core/symm/pause.go.
+// only; the logic is in core/alloc (tags.go, pause.go, backup.go) and
+// core/symm/pause.go.
 
 /*
 #include "internal.h"
@@ -14,7 +15,9 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/symm"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // The region flags (SYMMEM_REGION_BACKUP, SYMMEM_REGION_BACKUP_PAGEABLE,
@@ -33,7 +36,7 @@ const (
 )
 
 // backupKindOf reads the region flags' backup kind.
-func backupKindOf(flags C.uint) (core.BackupKind, error) {
+func backupKindOf(flags C.uint) (alloc.BackupKind, error) {
 	if flags&^regionFlagsKnown != 0 {
 		return 0, core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^regionFlagsKnown))
 	}
@@ -43,38 +46,38 @@ func backupKindOf(flags C.uint) (core.BackupKind, error) {
 	case flags&regionFlagPageable != 0 && flags&regionFlagDisk != 0:
 		return 0, core.Errorf(core.ErrInvalidArgument, "SYMMEM_REGION_BACKUP_PAGEABLE and SYMMEM_REGION_BACKUP_DISK exclude each other")
 	case flags&regionFlagDisk != 0:
-		return core.BackupDisk, nil
+		return alloc.BackupDisk, nil
 	case flags&regionFlagPageable != 0:
-		return core.BackupPageable, nil
+		return alloc.BackupPageable, nil
 	case flags&regionFlagBackup != 0:
-		return core.BackupPinned, nil
+		return alloc.BackupPinned, nil
 	}
-	return core.BackupNone, nil
+	return alloc.BackupNone, nil
 }
 
 // registerTag registers tag (not NULL) with the backup kind of the region
 // flags: what symmem_region_begin and symmem_set_default_tag take.
-func registerTag(tag *C.char, flags C.uint) (core.TagID, error) {
+func registerTag(tag *C.char, flags C.uint) (alloc.TagID, error) {
 	kind, err := backupKindOf(flags)
 	if err != nil {
 		return 0, err
 	}
-	return core.RegisterTag(C.GoString(tag), kind)
+	return alloc.RegisterTag(C.GoString(tag), kind)
 }
 
 // pauseBackupOf reads the pause flags.
-func pauseBackupOf(flags C.uint) (core.PauseBackup, error) {
+func pauseBackupOf(flags C.uint) (alloc.PauseBackup, error) {
 	switch {
 	case flags&^pauseFlagsKnown != 0:
 		return 0, core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^pauseFlagsKnown))
 	case flags == pauseFlagsKnown:
 		return 0, core.Errorf(core.ErrInvalidArgument, "SYMMEM_PAUSE_DISCARD and SYMMEM_PAUSE_KEEP exclude each other")
 	case flags&pauseFlagDiscard != 0:
-		return core.PauseDiscard, nil
+		return alloc.PauseDiscard, nil
 	case flags&pauseFlagKeep != 0:
-		return core.PauseKeep, nil
+		return alloc.PauseKeep, nil
 	}
-	return core.PauseBackupAsTag, nil
+	return alloc.PauseBackupAsTag, nil
 }
 
 // openRegions counts the regions open on every thread. While it is 0 the
@@ -87,15 +90,15 @@ var defaultTag atomic.Int32
 
 // currentTag is the tag of the calling thread's allocations: its innermost
 // open region's (0 for an untagged region), else the default tag.
-func currentTag() core.TagID {
+func currentTag() alloc.TagID {
 	if openRegions.Load() == 0 {
-		return core.TagID(defaultTag.Load())
+		return alloc.TagID(defaultTag.Load())
 	}
 	t := C.symmemi_region_tag()
 	if t < 0 {
-		return core.TagID(defaultTag.Load())
+		return alloc.TagID(defaultTag.Load())
 	}
-	return core.TagID(t)
+	return alloc.TagID(t)
 }
 
 // goTag turns a C tag (NULL = every tag) into the core's ("" = every tag).
@@ -108,7 +111,7 @@ func goTag(tag *C.char) (string, error) {
 	}
 	t := C.GoString(tag)
 	if t == "" {
-		return "", core.Errorf(core.ErrInvalidArgument, "the tag is the empty string: tags have 1 to %d characters; pass NULL for every tag", core.MaxTagLen)
+		return "", core.Errorf(core.ErrInvalidArgument, "the tag is the empty string: tags have 1 to %d characters; pass NULL for every tag", alloc.MaxTagLen)
 	}
 	return t, nil
 }
@@ -126,7 +129,7 @@ func describeTag(call string, tag *C.char) string {
 func symmemgo_region_begin(tag *C.char, flags C.uint) (result C.int) {
 	defer recoverCall("symmem_region_begin", &result, C.int(core.ErrInternal))
 	call := describeTag("symmem_region_begin", tag)
-	var id core.TagID
+	var id alloc.TagID
 	switch {
 	case flags == regionFlagUntagged && tag == nil:
 		// An untagged region: id 0.
@@ -151,7 +154,7 @@ func symmemgo_region_begin(tag *C.char, flags C.uint) (result C.int) {
 func symmemgo_set_default_tag(tag *C.char, flags C.uint) (result C.int) {
 	defer recoverCall("symmem_set_default_tag", &result, C.int(core.ErrInternal))
 	call := describeTag("symmem_set_default_tag", tag)
-	var id core.TagID
+	var id alloc.TagID
 	if tag != nil {
 		var err error
 		if id, err = registerTag(tag, flags); err != nil {
@@ -175,7 +178,7 @@ func symmemgo_set_backup_dir(path *C.char) (result C.int) {
 			return setLastError("symmem_set_backup_dir", core.Errorf(core.ErrInvalidArgument, "the path is the empty string (NULL goes back to the default)"))
 		}
 	}
-	return setLastError("symmem_set_backup_dir", core.SetBackupDir(dir))
+	return setLastError("symmem_set_backup_dir", alloc.SetBackupDir(dir))
 }
 
 //export symmemgo_region_end
@@ -188,47 +191,26 @@ func symmemgo_region_end() (result C.int) {
 	return 0
 }
 
-// eachAllocator runs f on every device's allocator made so far.
-func eachAllocator(f func(a *core.Allocator) error) error {
+// withRuntime runs f on the process's runtime, or fails as the runtime
+// does.
+func withRuntime(f func(rt *alloc.Runtime) error) error {
 	rt, err := runtimeOrError()
 	if err != nil {
 		return err
 	}
-	for _, a := range rt.Allocators() {
-		if err := f(a); err != nil {
-			return err
-		}
-	}
-	return nil
+	return f(rt)
 }
 
-// forTag runs f on every device's allocator where tag ("" = every tag) is
-// in the state f acts on (paused for a resume, live for a pause), so that a
-// call after a partial failure on several devices finishes the rest. A tag
-// in the other state on every device is the first device's ErrInvalidState.
-func forTag(tag string, paused bool, f func(a *core.Allocator) error) error {
-	if tag == "" {
-		return eachAllocator(f)
-	}
-	var wrongState error
-	did := false
-	err := eachAllocator(func(a *core.Allocator) error {
-		if _, err := a.TagSegments(tag, paused); err != nil {
-			if core.CodeOf(err) == core.ErrInvalidState {
-				if wrongState == nil {
-					wrongState = err
-				}
-				return nil
+// eachAllocator runs f on every device's allocator made so far.
+func eachAllocator(f func(a *alloc.Allocator) error) error {
+	return withRuntime(func(rt *alloc.Runtime) error {
+		for _, a := range rt.Allocators() {
+			if err := f(a); err != nil {
+				return err
 			}
-			return err
 		}
-		did = true
-		return f(a)
+		return nil
 	})
-	if err == nil && !did {
-		err = wrongState
-	}
-	return err
 }
 
 // checkTagKnown rejects a tag that no region ever opened, whatever the
@@ -237,7 +219,7 @@ func checkTagKnown(tag string) error {
 	if tag == "" {
 		return nil
 	}
-	_, err := core.KnownTag(tag)
+	_, err := alloc.KnownTag(tag)
 	return err
 }
 
@@ -255,7 +237,7 @@ func symmemgo_pause_with(tag *C.char, flags C.uint) (result C.int) {
 
 func pauseTag(call string, tag *C.char, flags C.uint) C.int {
 	t, err := goTag(tag)
-	var backup core.PauseBackup
+	var backup alloc.PauseBackup
 	if err == nil {
 		backup, err = pauseBackupOf(flags)
 	}
@@ -263,10 +245,7 @@ func pauseTag(call string, tag *C.char, flags C.uint) C.int {
 		err = checkTagKnown(t)
 	}
 	if err == nil {
-		err = forTag(t, false, func(a *core.Allocator) error {
-			_, err := a.Pause(t, core.PauseOptions{Backup: backup})
-			return err
-		})
+		err = withRuntime(func(rt *alloc.Runtime) error { return rt.PauseTag(t, alloc.PauseOptions{Backup: backup}) })
 	}
 	return setLastError(describeTag(call, tag), err)
 }
@@ -284,7 +263,7 @@ func symmemgo_tag_bytes(tag *C.char, live, paused *C.size_t) (result C.int) {
 		err = checkTagKnown(t)
 	}
 	if err == nil {
-		err = eachAllocator(func(a *core.Allocator) error {
+		err = eachAllocator(func(a *alloc.Allocator) error {
 			l, p, err := a.TagBytes(t)
 			sumLive += l
 			sumPaused += p
@@ -314,14 +293,14 @@ func symmemgo_backup_pointer(ptr unsafe.Pointer, size C.size_t, host *unsafe.Poi
 		return setLastError(call, core.Errorf(core.ErrInvalidPointer, "ptr is NULL"))
 	}
 	var found error = core.Errorf(core.ErrInvalidPointer, "%p was not allocated by libsymmem", ptr)
-	err := eachAllocator(func(a *core.Allocator) error {
+	err := eachAllocator(func(a *alloc.Allocator) error {
 		addr, isPaused, err := a.BackupOf(uintptr(ptr), uintptr(size))
 		if core.CodeOf(err) == core.ErrInvalidPointer {
 			return nil
 		}
 		found = err
 		if err == nil {
-			*host = ptrAt(addr)
+			*host = unmanaged.Pointer(addr)
 		}
 		if paused != nil {
 			*paused = 0
@@ -359,24 +338,24 @@ const (
 )
 
 // resumeOptionsOf reads the resume flags.
-func resumeOptionsOf(flags C.uint) (core.ResumeOptions, error) {
-	o := core.ResumeOptions{NoFill: flags&resumeFlagNoFill != 0}
+func resumeOptionsOf(flags C.uint) (alloc.ResumeOptions, error) {
+	o := alloc.ResumeOptions{NoFill: flags&resumeFlagNoFill != 0}
 	switch {
 	case flags&^resumeFlagsKnown != 0:
 		return o, core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^resumeFlagsKnown))
 	case flags&resumeFlagRelease != 0 && flags&resumeFlagRetain != 0:
 		return o, core.Errorf(core.ErrInvalidArgument, "SYMMEM_RESUME_RELEASE_BACKUP and SYMMEM_RESUME_RETAIN_BACKUP exclude each other")
 	case flags&resumeFlagRelease != 0:
-		o.Backup = core.ResumeReleaseBackup
+		o.Backup = alloc.ResumeReleaseBackup
 	case flags&resumeFlagRetain != 0:
-		o.Backup = core.ResumeRetainBackup
+		o.Backup = alloc.ResumeRetainBackup
 	}
 	return o, nil
 }
 
 func resumeTag(call string, tag *C.char, flags C.uint) C.int {
 	t, err := goTag(tag)
-	var o core.ResumeOptions
+	var o alloc.ResumeOptions
 	if err == nil {
 		o, err = resumeOptionsOf(flags)
 	}
@@ -384,10 +363,7 @@ func resumeTag(call string, tag *C.char, flags C.uint) C.int {
 		err = checkTagKnown(t)
 	}
 	if err == nil {
-		err = forTag(t, true, func(a *core.Allocator) error {
-			_, err := a.ResumeWith(t, o)
-			return err
-		})
+		err = withRuntime(func(rt *alloc.Runtime) error { return rt.ResumeTag(t, o) })
 	}
 	return setLastError(describeTag(call, tag), err)
 }
@@ -410,7 +386,7 @@ func groupTagCall(name string, group uintptr, tag *C.char, f func(*symm.Group, s
 	var g *symm.Group
 	if err == nil && t != "" {
 		// A malformed tag fails here, quoted once, before the collective.
-		err = core.CheckName("tag", t, core.MaxTagLen)
+		err = core.CheckName("tag", t, alloc.MaxTagLen)
 	}
 	if err == nil {
 		g, err = groupOf(group)

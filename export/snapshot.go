@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 )
 
 // contextHook is the function symmem_set_context_hook installed; it is
@@ -34,8 +35,8 @@ func symmemgo_set_context_hook(fn C.symmem_context_fn, user unsafe.Pointer) (res
 
 // attachContext asks the hook for the context of the allocation at p (only
 // while recording) and gives it to the block.
-func attachContext(a *core.Allocator, p uintptr) {
-	if !core.HistoryOn() {
+func attachContext(a *alloc.Allocator, p uintptr) {
+	if !alloc.HistoryOn() {
 		return
 	}
 	hookMu.RLock()
@@ -101,7 +102,7 @@ type snapshotDoc struct {
 }
 
 func buildSnapshot() (snapshotDoc, error) {
-	doc := snapshotDoc{Segments: []snapSegment{}, DeviceTraces: [][]snapEvent{}, Recording: core.HistoryOn()}
+	doc := snapshotDoc{Segments: []snapSegment{}, DeviceTraces: [][]snapEvent{}, Recording: alloc.HistoryOn()}
 	rt, err := runtimeOrError()
 	if err != nil {
 		return doc, err

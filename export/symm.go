@@ -23,6 +23,7 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/symm"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // Note [Opaque handles]
@@ -92,8 +93,18 @@ func handleOf(key uintptr) (*symm.Handle, error) {
 	return obj.(*symm.Handle), nil
 }
 
-// millis converts a C timeout, saturating (Note [Timeouts saturate]).
-func millis(ms C.int64_t) time.Duration { return core.Millis(int64(ms)) }
+// timeoutOf converts a C timeout_ms, saturating (Note [Timeouts saturate]).
+// It has one meaning in every call that takes one (include/symmem.h,
+// Python's symmem.Group): 0 is the default (the group's timeout; for a new
+// group SYMMEM_TIMEOUT_MS, else 300000), a negative count is refused rather
+// than read as the default.
+func timeoutOf(ms C.int64_t) (time.Duration, error) {
+	if ms < 0 {
+		return 0, core.Errorf(core.ErrInvalidArgument,
+			"timeout_ms %d is negative (0 means the default: the group's timeout, for a new group SYMMEM_TIMEOUT_MS or 300000)", int64(ms))
+	}
+	return core.Millis(int64(ms)), nil
+}
 
 func createGroup(call string, name *C.char, rank, world, device C.int, timeoutMs C.int64_t,
 	allgather func(send, recv []byte) error, out *uintptr) C.int {
@@ -104,12 +115,16 @@ func createGroup(call string, name *C.char, rank, world, device C.int, timeoutMs
 	if name == nil {
 		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "name is NULL"))
 	}
+	timeout, err := timeoutOf(timeoutMs)
+	if err != nil {
+		return setLastError(call, err)
+	}
 	rt, err := runtimeOrError()
 	if err != nil {
 		return setLastError(call, err)
 	}
 	g, err := symm.New(symm.Options{Name: C.GoString(name), Rank: int(rank), World: int(world), Device: int(device),
-		Timeout: millis(timeoutMs), AllGather: allgather, Runtime: rt})
+		Timeout: timeout, AllGather: allgather, Runtime: rt})
 	if err != nil {
 		return setLastError(call, err)
 	}
@@ -351,7 +366,7 @@ func handlePtr(call string, handle uintptr, f func(*symm.Handle) (uintptr, error
 	if err == nil {
 		var p uintptr
 		if p, err = f(h); err == nil {
-			return ptrAt(p)
+			return unmanaged.Pointer(p)
 		}
 	}
 	setLastError(call, err)
@@ -414,8 +429,8 @@ func symmemgo_handle_describe(handle uintptr, desc *C.symmem_handle_desc) (resul
 	*desc = C.symmem_handle_desc{
 		rank: C.int(h.Rank()), world_size: C.int(h.World()),
 		buffer_size: C.size_t(h.BufferSize()), offset: C.size_t(h.Offset()), signal_pad_size: C.size_t(h.SignalPadSize()),
-		buffer_ptrs: (*unsafe.Pointer)(ptrAt(bufs)), signal_pad_ptrs: (*unsafe.Pointer)(ptrAt(pads)),
-		buffer_ptrs_dev: (*unsafe.Pointer)(ptrAt(bufsDev)), signal_pad_ptrs_dev: (*unsafe.Pointer)(ptrAt(padsDev)),
+		buffer_ptrs: (*unsafe.Pointer)(unmanaged.Pointer(bufs)), signal_pad_ptrs: (*unsafe.Pointer)(unmanaged.Pointer(pads)),
+		buffer_ptrs_dev: (*unsafe.Pointer)(unmanaged.Pointer(bufsDev)), signal_pad_ptrs_dev: (*unsafe.Pointer)(unmanaged.Pointer(padsDev)),
 	}
 	return C.SYMMEM_SUCCESS
 }
@@ -446,8 +461,12 @@ func symmemgo_put_signal(handle uintptr, dst, channel C.int, stream *C.struct_CU
 func symmemgo_wait_signal(handle uintptr, src, channel C.int, timeoutMs C.int64_t, stream *C.struct_CUstream_st) (result C.int) {
 	defer recoverCall("symmem_wait_signal", &result, C.int(core.ErrInternal))
 	h, err := handleOf(handle)
+	var timeout time.Duration
 	if err == nil {
-		err = h.WaitSignal(int(src), int(channel), streamOf(stream), millis(timeoutMs))
+		timeout, err = timeoutOf(timeoutMs)
+	}
+	if err == nil {
+		err = h.WaitSignal(int(src), int(channel), streamOf(stream), timeout)
 	}
 	if err == nil {
 		return 0
@@ -459,8 +478,12 @@ func symmemgo_wait_signal(handle uintptr, src, channel C.int, timeoutMs C.int64_
 func symmemgo_barrier(handle uintptr, channel C.int, timeoutMs C.int64_t, stream *C.struct_CUstream_st) (result C.int) {
 	defer recoverCall("symmem_barrier", &result, C.int(core.ErrInternal))
 	h, err := handleOf(handle)
+	var timeout time.Duration
 	if err == nil {
-		err = h.Barrier(int(channel), streamOf(stream), millis(timeoutMs))
+		timeout, err = timeoutOf(timeoutMs)
+	}
+	if err == nil {
+		err = h.Barrier(int(channel), streamOf(stream), timeout)
 	}
 	if err == nil {
 		return 0

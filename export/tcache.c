@@ -1,6 +1,6 @@
 // The fronts of symmem_alloc and symmem_free with the thread caches' fast
 // path (Note [Thread caches in C], tcache.h; Note [Thread caches] in
-// core/threadcache.go).
+// core/alloc/threadcache.go).
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>

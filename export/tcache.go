@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 )
 
 // threadCacheOn turns the thread caches of symmem_alloc/symmem_free on
@@ -25,12 +26,12 @@ var threadCacheOn = func() bool {
 	return on
 }()
 
-// cBin is a thread's bin as the core sees it (core.ThreadCache): the C
+// cBin is a thread's bin as the core sees it (alloc.ThreadCache): the C
 // struct itself, read and written in place under its spinlock.
 type cBin C.symmemi_tcache
 
-// binOf is tc as a core.ThreadCache; nil (not a typed nil) when tc is NULL.
-func binOf(tc *C.symmemi_tcache) core.ThreadCache {
+// binOf is tc as a alloc.ThreadCache; nil (not a typed nil) when tc is NULL.
+func binOf(tc *C.symmemi_tcache) alloc.ThreadCache {
 	if tc == nil {
 		return nil
 	}
@@ -54,9 +55,9 @@ func (b *cBin) entries() []C.symmemi_tc_entry {
 func (b *cBin) Len() int { return int(b.len) }
 func (b *cBin) Cap() int { return C.SYMMEMI_TC_CAP }
 
-func (b *cBin) Entry(i int) core.CacheEntry {
+func (b *cBin) Entry(i int) alloc.CacheEntry {
 	e := &b.entries()[i]
-	return core.CacheEntry{Addr: uintptr(e.addr), Size: uintptr(e.size), Stream: core.Stream(e.stream),
+	return alloc.CacheEntry{Addr: uintptr(e.addr), Size: uintptr(e.size), Stream: core.Stream(e.stream),
 		Out: e.out != 0, Requested: uintptr(e.requested)}
 }
 
@@ -68,17 +69,17 @@ func (b *cBin) Remove(i int) {
 	b.len--
 }
 
-func (b *cBin) Push(e core.CacheEntry) {
+func (b *cBin) Push(e alloc.CacheEntry) {
 	b.entries()[b.len] = C.symmemi_tc_entry{addr: C.uintptr_t(e.Addr), size: C.uintptr_t(e.Size), stream: C.uintptr_t(e.Stream)}
 	b.len++
 }
 
-func (b *cBin) TakePending() core.CachePending {
-	var p core.CachePending
-	if b.hits[core.PendingCount][0] == 0 {
+func (b *cBin) TakePending() alloc.CachePending {
+	var p alloc.CachePending
+	if b.hits[alloc.PendingCount][0] == 0 {
 		return p // nothing since the last take: every count is 0
 	}
-	for q := range core.NumPending {
+	for q := range alloc.NumPending {
 		for pool := range 3 {
 			p.Hits[q][pool] = int64(b.hits[q][pool])
 			p.Net[q][pool] = int64(b.net[q][pool])
@@ -101,4 +102,4 @@ func (b *cBin) Retire() {
 
 // The C front's size limit (tcache.h) is the core's: this does not compile
 // when they differ.
-var _ = [1]struct{}{}[core.MaxCachedBlock-C.SYMMEMI_TC_MAX_BLOCK]
+var _ = [1]struct{}{}[alloc.MaxCachedBlock-C.SYMMEMI_TC_MAX_BLOCK]

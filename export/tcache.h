@@ -1,7 +1,7 @@
 /* Note [Thread caches in C]
  *
  * The fast path of symmem_alloc and symmem_free (Note [Thread caches] in
- * core/threadcache.go says what the core lets it do). Each thread has, per
+ * core/alloc/threadcache.go says what the core lets it do). Each thread has, per
  * device (below SYMMEMI_TC_DEVICES), at most one bin: a symmemi_tcache,
  * allocated here, never freed (reused once the core has retired it), so the
  * core, which reads and writes it directly through cgo (export/tcache.go),
@@ -24,7 +24,7 @@
 
 #define SYMMEMI_TC_CAP 32     /* blocks per bin */
 #define SYMMEMI_TC_DEVICES 16 /* devices with bins; others take the Go path */
-#define SYMMEMI_TC_MAX_BLOCK (10u << 20) /* core's maxCachedBlock */
+#define SYMMEMI_TC_MAX_BLOCK (128u << 20) /* alloc.MaxCachedBlock */
 
 enum { SYMMEMI_TC_FREE = 0, SYMMEMI_TC_LIVE = 1, SYMMEMI_TC_DEAD = 2 };
 

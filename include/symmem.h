@@ -63,7 +63,10 @@
  *     memory it would share with the parent; the parent's data stays safe.
  *   - Timeouts (timeout_ms arguments, SYMMEM_TIMEOUT_MS) saturate: values
  *     beyond what a 64-bit nanosecond count holds (~292 years) mean "as long
- *     as that", never wrap to a short wait.
+ *     as that", never wrap to a short wait. A timeout_ms of 0 means the
+ *     default (the group's timeout; for a new group SYMMEM_TIMEOUT_MS, else
+ *     300000); a negative one is SYMMEM_ERROR_INVALID_ARGUMENT. Python's
+ *     timeout=None and timeout=0 are that default too.
  *   - Peers are not trusted: memory a peer sends that is smaller than it
  *     announced is refused with SYMMEM_ERROR_PEER naming its rank and pid
  *     (fstat of the memfd on host; cuMemMap refuses on cuda), and every
@@ -74,7 +77,13 @@
  * Environment variables read when the library starts:
  *   SYMMEM_BACKEND=auto|cuda|host   which backend to open (default auto: cuda
  *                                   when the driver loads and a device exists)
- *   SYMMEM_LIBCUDA=path             the CUDA driver library (default libcuda.so.1)
+ *   SYMMEM_LIBCUDA=path             the CUDA driver library (default libcuda.so.1).
+ *                                   An order: when it is set and does not load,
+ *                                   no backend opens and every call is
+ *                                   SYMMEM_ERROR_UNAVAILABLE naming it and the
+ *                                   loader's error; with SYMMEM_BACKEND=auto set
+ *                                   the next backend opens after one warning on
+ *                                   stderr.
  *   SYMMEM_STRICT=1                 abort with the message on an invalid or
  *                                   double-freed pointer instead of returning
  *   SYMMEM_TIMEOUT_MS=n             default timeout of group waits, signals and
@@ -107,6 +116,19 @@
  *                                   second phase reads the peers' slices
  *                                   rather than storing into the peers
  *                                   (default 8 MiB)
+ *   SYMMEM_LL_MAX_BYTES=n           the most data per rank and peer of a
+ *                                   low-latency collective, which also sizes
+ *                                   its buffers (2 * world * 2n bytes of each
+ *                                   pad; default 256 KiB; 0: off; the same on
+ *                                   every rank)
+ *   SYMMEM_SIGNAL_KERNEL=0          stream signals and barriers through
+ *                                   cuStreamBatchMemOp rather than one small
+ *                                   kernel with bounded waits
+ *   SYMMEM_COLL_PDL=0               launch the kernels without programmatic
+ *                                   dependent launch
+ *   SYMMEM_COLL_UNCHECKED=1         collectives skip the argument agreement:
+ *                                   for measuring its cost only (ranks that
+ *                                   disagree then compute wrong numbers)
  */
 #ifndef SYMMEM_H
 #define SYMMEM_H
@@ -466,7 +488,8 @@ typedef int (*symmem_allgather_fn)(const void *send, void *recv,
  * '-', at most 64 characters). Collective: all world_size ranks must call it;
  * it returns once all have arrived. Ranks find each other through Unix sockets
  * in SYMMEM_SOCKET_DIR (peers of another uid are refused). timeout_ms bounds
- * every wait of the group (<= 0: SYMMEM_TIMEOUT_MS or 300000); on expiry the
+ * every wait of the group (0: SYMMEM_TIMEOUT_MS or 300000; negative:
+ * SYMMEM_ERROR_INVALID_ARGUMENT); on expiry the
  * error names the ranks that never arrived. device is the device this rank's
  * buffers live on. On success *out owns the group. */
 symmem_result symmem_group_create(const char *name, int rank, int world_size,
@@ -637,7 +660,8 @@ symmem_result symmem_handle_describe(const symmem_handle *handle,
  * one (rank, channel) run in call order when they go to one stream (or to
  * streams the caller orders). On the host backend they run on the calling
  * thread (puts are atomic adds) and wait_signal fails with
- * SYMMEM_ERROR_TIMEOUT after timeout_ms (<= 0: the group's timeout), or with
+ * SYMMEM_ERROR_TIMEOUT after timeout_ms (0: the group's timeout; negative:
+ * SYMMEM_ERROR_INVALID_ARGUMENT), or with
  * SYMMEM_ERROR_PEER within about 10 ms when the awaited rank's process exits
  * (naming its rank, pid and exit status; a stopped process still gets the
  * timeout), consuming nothing. A rank or channel out of range is SYMMEM_ERROR_INVALID_ARGUMENT
@@ -845,14 +869,21 @@ symmem_result symmem_resume_group(symmem_group *group, const char *tag);
  *                   out: the reduction of slice r (elements [r*count/W,
  *                   (r+1)*count/W)). In place when out is slice r of the input.
  *
- * All-reduce runs one-shot (every rank reads every rank's whole input) or
+ * All-reduce runs one-shot (every rank reads every rank's whole input),
  * two-shot (rank r reduces slice r, then every rank's out gets every
  * reduced slice, stored into the peers' outs below 8 MiB, read from them
  * from 8 MiB on: out must then lie inside the rendezvoused block, at the
- * same offset on every rank; in place qualifies). SYMMEM_ALGO_AUTO picks
+ * same offset on every rank; in place qualifies) or low-latency (every
+ * rank stores its data into every peer's low-latency buffer as lines that
+ * carry the call's sequence number, and polls its own: one crossing of
+ * NVLink, no barrier; channel 0, up to SYMMEM_LL_MAX_BYTES, 256 KiB by
+ * default, of data per rank and peer; all_gather and reduce_scatter take
+ * it too, for a multiple of 8 bytes per rank and peer). SYMMEM_ALGO_AUTO
+ * picks low-latency wherever it fits on the cuda backend; otherwise
  * one-shot up to 256 KiB of input, on 2 ranks up to 1 MiB in place
  * (SYMMEM_ONE_SHOT_MAX_BYTES overrides both), when out is outside the
  * block, and on 2 ranks whenever out is not in place; two-shot otherwise.
+ * Low-latency results are those of one-shot, bit for bit.
  *
  * cuda backend: one kernel, compiled at first use with NVRTC (found as
  * SYMMEM_LIBNVRTC, PyTorch's nvidia-cuda-nvrtc wheel or the CUDA toolkit) and
@@ -907,7 +938,8 @@ symmem_result symmem_resume_group(symmem_group *group, const char *tag);
  * SYMMEM_ERROR_UNAVAILABLE naming the missing engine. docs/machines.md.
  *
  * Errors, with nothing enqueued: SYMMEM_ERROR_INVALID_ARGUMENT for an unknown
- * dtype, op, algorithm or channel, count past the buffer (count*size >
+ * dtype, op, algorithm or channel, SYMMEM_ALGO_LOW_LATENCY for a call it
+ * cannot run (the message says why), count past the buffer (count*size >
  * buffer_size - offset), a count that reduce_scatter cannot split, an input or
  * out not 16-byte aligned, out NULL (all_gather, reduce_scatter), out
  * overlapping the input other than in place, two-shot with out outside the
@@ -940,15 +972,20 @@ typedef enum symmem_coll {
   SYMMEM_REDUCE_SCATTER = 2
 } symmem_coll;
 
-/* All-reduce algorithms. Fixed values. HIERARCHICAL and NCCL choose between
- * the two forms on a group that spans machines (see above); on one machine
- * they are AUTO. */
+/* Algorithms. Fixed values. HIERARCHICAL and NCCL choose between the two
+ * forms on a group that spans machines (see above); on one machine they are
+ * AUTO. LOW_LATENCY (any collective, channel 0, up to
+ * SYMMEM_LL_MAX_BYTES of data per rank and peer; on the host backend it
+ * runs as ONE_SHOT) moves each rank's data into the peers' low-latency
+ * buffers as lines that carry the call's sequence number, with no barrier:
+ * one NVLink crossing per call (docs/speed.md). */
 typedef enum symmem_algo {
   SYMMEM_ALGO_AUTO = 0,
   SYMMEM_ALGO_ONE_SHOT = 1,
   SYMMEM_ALGO_TWO_SHOT = 2,
   SYMMEM_ALGO_HIERARCHICAL = 3,
-  SYMMEM_ALGO_NCCL = 4
+  SYMMEM_ALGO_NCCL = 4,
+  SYMMEM_ALGO_LOW_LATENCY = 5
 } symmem_algo;
 
 /* The number of collective channels (symmem_collective's channel is in
@@ -1055,8 +1092,8 @@ symmem_result symmem_collectives_load(int device, symmem_kernel_info *info);
  * (ncclCommUserRank, ncclCommCount, ncclCommCuDevice). The group's small
  * records are all-gathered with ncclAllGather on a private stream through a
  * small device staging buffer; file descriptors still travel over the Unix
- * socket channel (one node). timeout_ms bounds every wait (<= 0:
- * SYMMEM_TIMEOUT_MS or 300000): when an NCCL collective does not finish in
+ * socket channel (one node). timeout_ms bounds every wait (0:
+ * SYMMEM_TIMEOUT_MS or 300000; negative: SYMMEM_ERROR_INVALID_ARGUMENT): when an NCCL collective does not finish in
  * time (a dead or absent rank) the call fails with SYMMEM_ERROR_TIMEOUT, the
  * group can no longer be used (destroy it), and the communicator is left to
  * its owner, who should abort it (ncclCommAbort).

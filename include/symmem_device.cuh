@@ -59,7 +59,9 @@
  *                   process exit
  *   word 2          the library's: the buffer of the all-reduce that is a
  *                   barrier across machines (its value means nothing)
- *   words 3..15     reserved
+ *   words 4, 5      the library's: the low-latency collectives' call count
+ *                   and how many blocks of the current call have finished
+ *   words 3, 6..15  reserved
  *   set s           2*world words at SYMMEM_DEV_HEADER_WORDS + s*2*world, for
  *                   s in [0, SYMMEM_DEV_SETS):
  *                     arrivals[w] (word w): how many times rank w arrived at
@@ -73,9 +75,15 @@
  * (symmem_dev_arg_slot), the argument slots of the library's sets: for set
  * s < SYMMEM_DEV_LIBRARY_SETS and sender w, 16 bytes at 16 * (s*world + w):
  * the 64-bit word arrival << 32 | digest that rank w's collective published
- * with its arrival at s's opening barrier, then a 64-bit word the host
- * backend fills with the packed arguments (core/symm/coll.go, Note
- * [Collective agreement]).
+ * with its arrival at s's opening barrier, in the first word for an even
+ * arrival and the second for an odd one (the host backend, which runs no
+ * kernels, keeps the packed arguments in the second; core/symm/coll.go,
+ * Note [Collective agreement]).
+ *
+ * Where the library runs kernels, the pad's memory holds after the device
+ * region (at its end rounded up to 256 bytes) the library's low-latency
+ * buffers (Note [Low-latency collectives]); no user set or channel
+ * reaches them.
  *
  * Sets [0, SYMMEM_DEV_LIBRARY_SETS) belong to the library's collectives:
  * collective channel c, kernel block b uses set c*SYMMEM_DEV_COLL_MAX_BLOCKS +

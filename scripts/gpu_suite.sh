@@ -60,10 +60,6 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
 fi
 
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  if [ -d .baselines ]; then
-    mkdir -p /tmp/baselines
-    nvcc -O2 -shared -Xcompiler -fPIC -o /tmp/baselines/trivial_alloc.so .baselines/trivial_alloc.cu
-  fi
   gcc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude -o build/bench_alloc-gpu bench/bench_alloc.c \
     -Lbuild -lsymmem -Wl,-rpath,"$PWD/build" && step bench-alloc-host env SYMMEM_BACKEND=host build/bench_alloc-gpu
   step bench-symm-host python3 bench/symm_bench.py --host --ranks 2 4 8 --out "$out"

@@ -2,7 +2,8 @@
 """Runs one test suite for `make test`: its whole output goes to a log file,
 the lines worth seeing go to the terminal, a line is printed at least every
 10 s while it runs, and its counts (passed, failed, skipped) and time are
-written to build/results/NAME.tsv for scripts/summary.py's table.
+written to build/results/NAME.tsv for scripts/summary.py's table, with
+the reasons given for skipped tests in build/results/NAME.skips.
 
     run_suite.py NAME KIND -- COMMAND...
 
@@ -61,6 +62,49 @@ def count(kind: str, lines):
             if re.search(r"\bskip\b", l):
                 s += 1
     return p, f, s
+
+
+def skip_reasons(kind: str, lines):
+    """Why tests were skipped: [(count, reason)], one entry per distinct
+    reason, from go test -v's last log line of the skipped test, pytest -rs's
+    "SKIPPED [n] file:line: reason" and check.h's "skip reason" lines;
+    file:line prefixes are dropped so that one reason given by several tests
+    is counted once."""
+    found = {}
+
+    def add(reason: str, n: int = 1) -> None:
+        reason = re.sub(r"\s+", " ", reason).strip() or "(no reason given)"
+        if len(reason) > 160:
+            reason = reason[:160] + "…"
+        found[reason] = found.get(reason, 0) + n
+
+    if kind == "go":
+        # go test -v prints a test's t.Skip message (its last log line) under
+        # "=== RUN/CONT/NAME <test>" before "--- SKIP: <test>".
+        current, last_log = "", {}
+        for l in lines:
+            m = re.match(r"^=== (?:RUN|CONT|NAME)\s+(\S+)", l)
+            if m:
+                current = m.group(1)
+                continue
+            m = re.match(r"^\s+\S+\.go:\d+: (.*)", l)
+            if m and current:
+                last_log[current] = m.group(1)
+                continue
+            m = re.match(r"^\s*--- SKIP: (\S+)", l)
+            if m:
+                add(last_log.get(m.group(1), m.group(1) + " (no reason printed)"))
+    elif kind == "pytest":
+        for l in lines:
+            m = re.match(r"^SKIPPED \[(\d+)\] (?:\S+?:\d+: )?(.*)", l)
+            if m:
+                add(m.group(2), int(m.group(1)))
+    else:
+        for l in lines:
+            m = re.search(r"\bskip\b:? ?(.*)", l)
+            if m:
+                add(m.group(1))
+    return sorted(((n, r) for r, n in found.items()), key=lambda x: (-x[0], x[1]))
 
 
 def main() -> int:
@@ -122,6 +166,9 @@ def main() -> int:
                 print(f"[{name}] {l}", flush=True)
     with open(f"build/results/{name}.tsv", "w") as out:
         out.write(f"{name}\t{p}\t{f}\t{s}\t{secs:.1f}\t{rc}\n")
+    with open(f"build/results/{name}.skips", "w") as out:
+        for n, reason in skip_reasons(kind, lines):
+            out.write(f"{n}\t{reason}\n")
     say(f"{'ok' if rc == 0 else 'FAILED (exit %d)' % rc}: {p} passed, {f} failed, {s} skipped in {secs:.1f} s")
     return rc
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Prints the one table that ends `make test`: a row per suite (from
 build/results/*.tsv, written by scripts/run_suite.py) and the total, then
-'N passed, N failed, N skipped'. Exits 1 if any suite failed."""
+why tests were skipped (build/results/*.skips: each reason once per suite
+with its count), then 'N passed, N failed, N skipped'. Exits 1 if any
+suite failed."""
 import glob
 import os
 import sys
@@ -24,5 +26,29 @@ for name, p, fl, s, secs, rc in rows:
 print("-" * (w + 38))
 tp, tf, ts = (sum(r[i] for r in rows) for i in (1, 2, 3))
 print(f"{'total':<{w}}  {tp:>7}  {tf:>7}  {ts:>7}")
+# Why tests were skipped, per suite: the most frequent reasons first, at
+# most MAX_REASONS per suite (the log has the rest).
+MAX_REASONS = 6
+skipped = [r for r in rows if r[3]]
+if skipped:
+    print()
+    print("skipped, by reason:")
+for name, p, fl, s, secs, rc in skipped:
+    reasons = []
+    try:
+        with open(f"build/results/{name}.skips") as f:
+            for line in f:
+                n, _, why = line.rstrip("\n").partition("\t")
+                reasons.append((int(n), why))
+    except (OSError, ValueError):
+        pass
+    if not reasons:
+        print(f"  {name}: {s} (no reason printed; see build/logs/{name}.log)")
+        continue
+    for n, why in reasons[:MAX_REASONS]:
+        print(f"  {name}: {n} × {why}")
+    if len(reasons) > MAX_REASONS:
+        rest = sum(n for n, _ in reasons[MAX_REASONS:])
+        print(f"  {name}: {rest} more, for {len(reasons) - MAX_REASONS} other reasons (build/logs/{name}.log)")
 print(f"{tp} passed, {tf} failed, {ts} skipped")
 sys.exit(1 if tf or any(r[5] != 0 for r in rows) else 0)

@@ -3,6 +3,9 @@
 # with pkg-config, with CMake's find_package (when cmake is installed), and
 # run the installed symmem-info. Then make uninstall leaves nothing behind.
 set -eu
+# Under `make test` this script runs below make but without its jobserver's
+# descriptors: the inner makes would warn "jobserver unavailable".
+unset MAKEFLAGS MFLAGS
 root=$(pwd)
 pre=$root/build/install-test
 rm -rf "$pre"

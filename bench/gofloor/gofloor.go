@@ -32,6 +32,8 @@ import "C"
 import (
 	"sync"
 	"unsafe"
+
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 var (
@@ -46,10 +48,10 @@ func floor_alloc(size C.size_t, device C.int, stream unsafe.Pointer) unsafe.Poin
 		p := l[len(l)-1]
 		cache[uintptr(size)] = l[:len(l)-1]
 		mu.Unlock()
-		return ptrAt(p)
+		return unmanaged.Pointer(p)
 	}
 	mu.Unlock()
-	return ptrAt(uintptr(C.floor_cuda_alloc(size)))
+	return unmanaged.Pointer(uintptr(C.floor_cuda_alloc(size)))
 }
 
 //export floor_free
@@ -58,8 +60,5 @@ func floor_free(ptr unsafe.Pointer, size C.size_t, device C.int, stream unsafe.P
 	cache[uintptr(size)] = append(cache[uintptr(size)], uintptr(ptr))
 	mu.Unlock()
 }
-
-// ptrAt turns an address of memory Go does not manage into a pointer.
-func ptrAt(addr uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&addr)) }
 
 func main() {}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/stretchr/testify/require"
 )
 
@@ -91,7 +92,7 @@ func TestCgroupLimitFromInjectedTree(t *testing.T) {
 				require.Equal(t, core.ErrOutOfMemory, core.CodeOf(err))
 				require.Contains(t, err.Error(), "cgroup")
 				// Through the allocator, as symmem_alloc does.
-				a, err := core.NewAllocator(b, 0)
+				a, err := alloc.NewAllocator(b, 0)
 				require.NoError(t, err)
 				_, err = a.Alloc(uintptr(2*c.limit), 0)
 				require.Equal(t, core.ErrOutOfMemory, core.CodeOf(err), "%v", err)
@@ -179,7 +180,7 @@ func TestInCgroupChild(t *testing.T) {
 	_, total, err := b.MemoryInfo(0)
 	require.NoError(t, err)
 	require.Equal(t, uint64(512<<20), total)
-	a, err := core.NewAllocator(b, 0)
+	a, err := alloc.NewAllocator(b, 0)
 	require.NoError(t, err)
 	_, err = a.Alloc(2<<30, 0)
 	require.Equal(t, core.ErrOutOfMemory, core.CodeOf(err), "%v", err)

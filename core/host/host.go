@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 	"golang.org/x/sys/unix"
 )
 
@@ -111,7 +112,7 @@ func sysErr(call string, err error) error {
 // would overwrite each other's data). The library's calls in a child are
 // refused before that (UNAVAILABLE, naming fork).
 func dontFork(addr, size uintptr) error {
-	if err := unix.Madvise(unsafe.Slice((*byte)(ptrAt(addr)), size), unix.MADV_DONTFORK); err != nil {
+	if err := unix.Madvise(unsafe.Slice((*byte)(unmanaged.Pointer(addr)), size), unix.MADV_DONTFORK); err != nil {
 		return sysErr("madvise(MADV_DONTFORK)", err)
 	}
 	return nil
@@ -135,7 +136,7 @@ func (b *Backend) Reserve(device int, size uintptr) (uintptr, error) {
 
 // Unreserve unmaps the range.
 func (b *Backend) Unreserve(device int, addr, size uintptr) error {
-	if err := unix.MunmapPtr(ptrAt(addr), size); err != nil {
+	if err := unix.MunmapPtr(unmanaged.Pointer(addr), size); err != nil {
 		return sysErr("munmap of a reserved range", err)
 	}
 	return nil
@@ -183,7 +184,7 @@ func (b *Backend) Map(device int, addr, size uintptr, m core.Memory) error {
 	if err := b.check(device); err != nil {
 		return err
 	}
-	_, err := unix.MmapPtr(int(m), 0, ptrAt(addr), size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED)
+	_, err := unix.MmapPtr(int(m), 0, unmanaged.Pointer(addr), size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED)
 	if err != nil {
 		return sysErr("mmap(MAP_FIXED|MAP_SHARED) of a segment", err)
 	}
@@ -193,7 +194,7 @@ func (b *Backend) Map(device int, addr, size uintptr, m core.Memory) error {
 // Unmap puts an inaccessible reservation back over the range, so that it
 // stays reserved for the heap.
 func (b *Backend) Unmap(device int, addr, size uintptr) error {
-	_, err := unix.MmapPtr(-1, 0, ptrAt(addr), size, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|unix.MAP_FIXED)
+	_, err := unix.MmapPtr(-1, 0, unmanaged.Pointer(addr), size, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|unix.MAP_FIXED)
 	if err != nil {
 		return sysErr("mmap(PROT_NONE) over an unmapped segment", err)
 	}
@@ -237,7 +238,7 @@ func (b *Backend) Memset(device int, s core.Stream, addr uintptr, value byte, si
 		return err
 	}
 	return core.GuardedAccess(fmt.Sprintf("host: memset of %d bytes at %#x", size, addr), func() {
-		buf := unsafe.Slice((*byte)(ptrAt(addr)), size)
+		buf := unsafe.Slice((*byte)(unmanaged.Pointer(addr)), size)
 		for i := range buf {
 			buf[i] = value
 		}
@@ -251,7 +252,7 @@ func (b *Backend) Copy(device int, s core.Stream, dst, src, size uintptr) error 
 		return err
 	}
 	return core.GuardedAccess(fmt.Sprintf("host: copy of %d bytes from %#x to %#x", size, src, dst), func() {
-		copy(unsafe.Slice((*byte)(ptrAt(dst)), size), unsafe.Slice((*byte)(ptrAt(src)), size))
+		copy(unsafe.Slice((*byte)(unmanaged.Pointer(dst)), size), unsafe.Slice((*byte)(unmanaged.Pointer(src)), size))
 	})
 }
 
@@ -265,10 +266,10 @@ func (b *Backend) StreamMemOps(device int, s core.Stream, ops []core.MemOp, time
 	deadline := time.Now().Add(timeout)
 	for _, op := range ops {
 		if !op.Wait {
-			atomic.StoreUint32((*uint32)(ptrAt(op.Addr)), op.Value)
+			atomic.StoreUint32((*uint32)(unmanaged.Pointer(op.Addr)), op.Value)
 			continue
 		}
-		if err := waitWord((*uint32)(ptrAt(op.Addr)), op.Value, op.AtLeast, time.Until(deadline), op.Addr); err != nil {
+		if err := waitWord((*uint32)(unmanaged.Pointer(op.Addr)), op.Value, op.AtLeast, time.Until(deadline), op.Addr); err != nil {
 			return err
 		}
 	}
@@ -303,10 +304,4 @@ func waitWord(word *uint32, v uint32, atLeast bool, timeout time.Duration, addr 
 			}
 		}
 	}
-}
-
-// ptrAt turns an address of memory that Go does not manage (mmap'ed here)
-// into a pointer, without the uintptr-to-Pointer conversion vet rejects.
-func ptrAt(addr uintptr) unsafe.Pointer {
-	return *(*unsafe.Pointer)(unsafe.Pointer(&addr))
 }

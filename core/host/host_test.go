@@ -8,13 +8,14 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
 const segSize = 2 << 20
 
-func bytesAt(addr, n uintptr) []byte { return unsafe.Slice((*byte)(ptrAt(addr)), n) }
+func bytesAt(addr, n uintptr) []byte { return unsafe.Slice((*byte)(unmanaged.Pointer(addr)), n) }
 
 // mapNew makes a segment and maps it in a fresh reservation.
 func mapNew(t *testing.T, b *Backend, m core.Memory) uintptr {

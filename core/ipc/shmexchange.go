@@ -52,6 +52,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 	"golang.org/x/sys/unix"
 )
 
@@ -561,13 +562,8 @@ func (x *ShmExchange) abortErr() error {
 func (x *ShmExchange) Cancel() {
 	x.cancelled.Store(true)
 	if x.genWord != 0 {
-		futexWake((*atomic.Uint32)(ptrAt(x.genWord)))
+		futexWake((*atomic.Uint32)(unmanaged.Pointer(x.genWord)))
 	}
-}
-
-// ptrAt turns an address of memory that Go does not manage into a pointer.
-func ptrAt(addr uintptr) unsafe.Pointer {
-	return *(*unsafe.Pointer)(unsafe.Pointer(&addr))
 }
 
 // Close leaves the group: it cancels an all-gather in flight, marks the page

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // Note [Pad partition]
@@ -34,7 +35,12 @@ import (
 //	word 2                  the buffer of the all-reduce that is a barrier
 //	                        across machines (Note [Collectives across
 //	                        machines]; its value means nothing)
-//	words 3..15             reserved (zero)
+//	word 3                  reserved (zero)
+//	word 4                  the low-latency path's call count (its
+//	                        sequence number, Note [Low-latency collectives])
+//	word 5                  how many blocks of the current low-latency call
+//	                        have finished (the last one advances word 4)
+//	words 6..15             reserved (zero)
 //	set s, s in [0, 512)    2*world words at 16 + s*2*world:
 //	                        arrivals[w]: how many times rank w has arrived at
 //	                                     this set's barrier in our pad (only w
@@ -55,8 +61,15 @@ import (
 // of the library's sets: for set s in [0, 256) and sender w, 16 bytes at
 // 16*(s*world + w): a 64-bit word arrival<<32 | digest (what rank w
 // published with its arrival number at set s's opening barrier of a
-// collective), then a 64-bit word of the packed arguments (written by the
-// host backend only; Note [Collective agreement]).
+// collective), then a 64-bit word of the packed arguments (on the host
+// backend; kernels use the two words by the parity of the arrival instead,
+// Note [Collective agreement]).
+//
+// On backends that launch kernels the pad holds one more area, the
+// low-latency buffers of collective channel 0, at llOffset (the region's
+// end rounded up to 256 bytes): for parity 0 and 1 and sender w, a slot of
+// llSlotBytes at (parity*world + w)*llSlotBytes (Note [Low-latency
+// collectives]). It is zero when the pad is made, as the rest.
 //
 // A barrier on set s: add 1 to arrivals[me] of s in every peer's region,
 // then for each peer p wait until arrivals[p] in ours has reached seen[p]+1
@@ -107,12 +120,65 @@ func (h *Handle) argSlot(r, set, sender int) uintptr {
 
 // regionWord is the address of word i of rank r's device region.
 func (h *Handle) regionWord(r, i int) *uint32 {
-	return (*uint32)(ptrAt(h.padPtrs[r] + h.padSize + uintptr(4*i)))
+	return (*uint32)(unmanaged.Pointer(h.padPtrs[r] + h.padSize + uintptr(4*i)))
 }
 
 func (h *Handle) setWord(r, set, i int) *uint32 {
 	return h.regionWord(r, devRegionHeaderWords+set*2*h.world+i)
 }
+
+// Note [Low-latency collectives]
+//
+// Under CUDA-graph replay a small collective costs a kernel's launch plus
+// its crossings of NVLink, and a barrier is a round trip: the barrier
+// kernels (open barrier, loads, closing barrier) cross three times and
+// measured 6.8 us for an all-reduce of 4 KiB on 2 x H200. The low-latency
+// path crosses once: each rank stores what each peer needs (all_reduce:
+// its input; reduce_scatter: the peer's slice; all_gather: its input) into
+// that peer's buffer as 16-byte lines {4 data bytes, flag, 4 data bytes,
+// flag}, the flag being the channel's call count + 1, and polls its own
+// buffer until every line of the call carries the call's flag (each
+// 8-byte half is one store, so data and flag arrive together). Nobody reads
+// a peer's input or writes a peer's output, so in place and out of place
+// are the same call and need no barrier. Two parities of buffers keep a
+// sender from overwriting lines not yet read (a sender is at most one call
+// ahead of its receivers); the call count lives in the pad (word 4 of the
+// region) and the kernel advances it, so CUDA-graph replays go on
+// counting. The argument agreement rides along: each rank publishes its
+// digest to each peer before its data and checks the peers' before it
+// writes any output (Note [Collective agreement]), and every poll gives up
+// on the abort word or the timeout as the barriers do. Cost: twice the
+// bytes on the wire (half of each line is flags) and W-1 stores of each
+// byte, so it pays for small calls: auto takes it whenever the data per
+// rank and peer fits LowLatencyMaxBytes (SYMMEM_LL_MAX_BYTES), which is
+// also what sizes the buffers: 2 * world * 2 * LowLatencyMaxBytes bytes of
+// each rank's pad, channel 0 only (other channels run the barrier
+// kernels). all_gather and reduce_scatter need a multiple of 8 bytes per
+// rank and peer. The crossover was measured with bench/coll_bench.py
+// (README, "Collectives").
+
+// LowLatencyMaxBytes is the most data per rank and peer of a low-latency
+// call, and what sizes the buffers (Note [Low-latency collectives]);
+// SYMMEM_LL_MAX_BYTES overrides it (a multiple of 8; the same on every
+// rank, as the pads' size depends on it; 0 turns the path off).
+var LowLatencyMaxBytes = uintptr(core.Current().Size("SYMMEM_LL_MAX_BYTES", 256<<10)) &^ 7
+
+// collUnchecked turns the argument agreement off, for measuring its cost
+// only (SYMMEM_COLL_UNCHECKED).
+var collUnchecked = core.Current().Bool("SYMMEM_COLL_UNCHECKED", false)
+
+// llSlotBytes is one sender's slot of low-latency lines: two bytes of
+// line per byte of data.
+func llSlotBytes() uintptr { return 2 * LowLatencyMaxBytes }
+
+// llOffset is where the low-latency buffers start in a pad of padSize
+// bytes for world ranks (Note [Pad partition]).
+func llOffset(padSize uintptr, world int) uintptr {
+	return roundUp(padSize+deviceRegionBytes(world), 256)
+}
+
+// llAreaBytes is the size of the low-latency buffers for world ranks.
+func llAreaBytes(world int) uintptr { return 2 * uintptr(world) * llSlotBytes() }
 
 // Note [Collectives]
 //
@@ -229,18 +295,15 @@ func (h *Handle) setWord(r, set, i int) *uint32 {
 // arguments exactly).
 
 // argsWord packs what all ranks of a collective must agree on (Note
-// [Collective agreement]); algo is the kernel's: 1 one-shot, 2 two-shot
-// push, 3 two-shot pull. count < 2^56 (it fits in a buffer).
+// [Collective agreement]): count in bits 0..52 (< 2^53: it fits in a
+// buffer), kind 53..54, dtype 55..56, op 57..58 (0 for all_gather), the
+// kernels' algorithm (core.Collective.KernelAlgo) 59..61.
 func argsWord(c *core.Collective) uint64 {
-	algo := uint64(c.Algo)
-	if c.Algo == core.AlgoTwoShot && c.Pull {
-		algo = 3
-	}
 	op := uint64(c.Op)
 	if c.Kind == core.AllGather {
 		op = 0
 	}
-	return uint64(c.Count)&(1<<56-1) | uint64(c.Kind)&3<<56 | uint64(c.DType)&3<<58 | op&3<<60 | algo&3<<62
+	return uint64(c.Count)&(1<<53-1) | uint64(c.Kind)&3<<53 | uint64(c.DType)&3<<55 | op&3<<57 | uint64(c.KernelAlgo())&7<<59
 }
 
 // argsDigest is the 32-bit digest of argsWord (a splitmix64 finalizer).
@@ -256,9 +319,9 @@ func argsDigest(w uint64) uint32 {
 // argsText names packed arguments as a call would: all_reduce(float32,
 // sum, count 1024, one_shot).
 func argsText(w uint64) string {
-	kind, dt, op, algo := core.CollKind(w>>56&3), core.DType(w>>58&3), core.ReduceOp(w>>60&3), w>>62
-	count := w & (1<<56 - 1)
-	algos := [...]string{"algo 0", "one_shot", "two_shot", "two_shot (pull)"}
+	kind, dt, op, algo := core.CollKind(w>>53&3), core.DType(w>>55&3), core.ReduceOp(w>>57&3), w>>59&7
+	count := w & (1<<53 - 1)
+	algos := [...]string{"algo 0", "one_shot", "two_shot", "two_shot (pull)", "low_latency", "algo 5", "algo 6", "algo 7"}
 	if kind == core.AllGather {
 		return fmt.Sprintf("%s(%s, count %d)", kind, dt, count)
 	}
@@ -347,7 +410,7 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 		return bad("unknown reduction op %d (known: 0 sum, 1 max, 2 min)", int32(a.Op))
 	}
 	if !a.Algo.Valid() {
-		return bad("unknown algorithm %d (known: 0 auto, 1 one-shot, 2 two-shot, 3 hierarchical, 4 nccl)", int32(a.Algo))
+		return bad("unknown algorithm %d (known: 0 auto, 1 one-shot, 2 two-shot, 3 hierarchical, 4 nccl, 5 low-latency)", int32(a.Algo))
 	}
 	if a.Channel < 0 || a.Channel >= CollChannels {
 		return bad("collective channel %d is out of range [0, %d)", a.Channel, CollChannels)
@@ -394,12 +457,24 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 		outOff = int64(out - base)
 	}
 	algo := a.Algo
+	ll, llWhy := h.lowLatencyFits(a, inBytes)
 	switch {
 	case h.span != nil:
 		// The group's engine or the hierarchical form runs it with the
 		// caller's algo: neither uses the fields below but Kind, DType,
 		// Op, Count, Out and OutOffset (spanCollective decides).
-	case a.Kind != core.AllReduce || h.world == 1:
+	case h.world == 1:
+		algo = core.AlgoOneShot
+	case algo == core.AlgoLowLatency && !h.launchesKernels():
+		algo = core.AlgoOneShot // the host backend's one form (same results)
+	case algo == core.AlgoLowLatency && !ll:
+		return bad("low_latency cannot run this call: %s", llWhy)
+	case algo == core.AlgoLowLatency:
+	case ll && (a.Kind != core.AllReduce || algo != core.AlgoOneShot && algo != core.AlgoTwoShot):
+		// Whatever fits the low-latency buffers runs there (auto, and on
+		// one machine hierarchical and nccl, which choose as auto does).
+		algo = core.AlgoLowLatency
+	case a.Kind != core.AllReduce:
 		algo = core.AlgoOneShot
 	case algo == core.AlgoAuto || algo == core.AlgoHierarchical || algo == core.AlgoNCCL:
 		// On one machine hierarchical and nccl have no level above it:
@@ -413,9 +488,44 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 	_, pads := h.SignalPadPtrs()
 	c := &core.Collective{Kind: a.Kind, DType: a.DType, Op: a.Op, Algo: algo, Pull: pull, Count: a.Count, Rank: h.rank, World: h.world,
 		Buffers: bufs, Pads: pads, PadSize: h.padSize, InOffset: h.offset, Out: out, OutOffset: outOff,
-		Channel: a.Channel, TimeoutNs: uint64(h.timeout.Nanoseconds())}
+		Channel: a.Channel, TimeoutNs: uint64(h.timeout.Nanoseconds()), Unchecked: collUnchecked}
+	if algo == core.AlgoLowLatency {
+		c.LLOffset, c.LLSlot, c.PadAddrs = llOffset(h.padSize, h.world), llSlotBytes(), h.padPtrs
+	}
 	c.Digest = argsDigest(argsWord(c))
 	return c, nil
+}
+
+// launchesKernels says whether the group's backend runs collectives as
+// kernels (the low-latency buffers exist only there).
+func (h *Handle) launchesKernels() bool {
+	_, ok := h.gm.be.(core.CollectiveLauncher)
+	return ok
+}
+
+// lowLatencyFits says whether a can run on the low-latency path of a
+// kernel backend (Note [Low-latency collectives]), or why not.
+func (h *Handle) lowLatencyFits(a CollArgs, inBytes uintptr) (bool, string) {
+	w := uintptr(h.world)
+	per := inBytes // bytes each rank sends each peer
+	if a.Kind == core.ReduceScatter {
+		per = inBytes / w
+	}
+	switch {
+	case !h.launchesKernels():
+		return false, "the backend runs no kernels"
+	case h.span != nil:
+		return false, "the group spans machines"
+	case a.Channel != 0:
+		return false, fmt.Sprintf("only collective channel 0 has low-latency buffers (channel %d)", a.Channel)
+	case LowLatencyMaxBytes == 0:
+		return false, "SYMMEM_LL_MAX_BYTES is 0"
+	case per > LowLatencyMaxBytes:
+		return false, fmt.Sprintf("%d bytes per rank and peer are past SYMMEM_LL_MAX_BYTES (%d)", per, LowLatencyMaxBytes)
+	case a.Kind != core.AllReduce && per%8 != 0:
+		return false, fmt.Sprintf("%d bytes per rank and peer are not a multiple of 8", per)
+	}
+	return true, ""
 }
 
 // DeviceErrorText says what a device error flag records: nil for 0 and
@@ -449,7 +559,7 @@ func (h *Handle) DeviceError() (uint32, error) {
 	defer h.life.leave()
 	addr := h.padPtrs[h.rank] + h.padSize
 	if !h.gm.be.Capabilities().StreamSignals {
-		return atomic.LoadUint32((*uint32)(ptrAt(addr))), nil
+		return atomic.LoadUint32((*uint32)(unmanaged.Pointer(addr))), nil
 	}
 	// The backend writes through v's address as a uintptr: pinned, v is on
 	// the heap and stays put (on the goroutine's stack it could move
@@ -523,8 +633,8 @@ func (h *Handle) checkAgreement(set int, args uint64, digest uint32) (peer int, 
 			continue
 		}
 		slot := h.argSlot(me, set, p)
-		tagged := atomic.LoadUint64((*uint64)(ptrAt(slot)))
-		all[p] = atomic.LoadUint64((*uint64)(ptrAt(slot + 8)))
+		tagged := atomic.LoadUint64((*uint64)(unmanaged.Pointer(slot)))
+		all[p] = atomic.LoadUint64((*uint64)(unmanaged.Pointer(slot + 8)))
 		if tagged>>32 != uint64(atomic.LoadUint32(h.setWord(me, set, w+p))) {
 			return p, core.Errorf(core.ErrPeer, "group %q: rank %d published no collective arguments with its arrival (device set %d)", h.name, h.global(p), set)
 		}
@@ -540,7 +650,7 @@ func (h *Handle) checkAgreement(set int, args uint64, digest uint32) (peer int, 
 }
 
 // bytesAt views n bytes at addr.
-func bytesAt(addr, n uintptr) []byte { return unsafe.Slice((*byte)(ptrAt(addr)), n) }
+func bytesAt(addr, n uintptr) []byte { return unsafe.Slice((*byte)(unmanaged.Pointer(addr)), n) }
 
 // twoShotSlice is rank r's slice [lo, hi) of count elements of size es.
 func twoShotSlice(count, es uintptr, world, r int) (lo, hi uintptr) {
@@ -565,8 +675,8 @@ func (h *Handle) runHost(c *core.Collective) error {
 		p := (me + i) % w
 		n := atomic.LoadUint32(h.setWord(me, set, w+p)) + 1
 		slot := h.argSlot(p, set, me)
-		atomic.StoreUint64((*uint64)(ptrAt(slot+8)), args)
-		atomic.StoreUint64((*uint64)(ptrAt(slot)), uint64(n)<<32|uint64(c.Digest))
+		atomic.StoreUint64((*uint64)(unmanaged.Pointer(slot+8)), args)
+		atomic.StoreUint64((*uint64)(unmanaged.Pointer(slot)), uint64(n)<<32|uint64(c.Digest))
 	}
 	if err := h.hostBarrier(set, deadline); err != nil {
 		return err
@@ -645,7 +755,7 @@ func reduceHost(c *core.Collective, bufs []uintptr, off, n uintptr) []byte {
 	if c.DType == core.Int32 {
 		acc := make([]int32, n)
 		for r, b := range bufs {
-			src := unsafe.Slice((*int32)(ptrAt(b+off)), n)
+			src := unsafe.Slice((*int32)(unmanaged.Pointer(b+off)), n)
 			for i, v := range src {
 				if r == 0 {
 					acc[i] = v
@@ -669,7 +779,7 @@ func reduceHost(c *core.Collective, bufs []uintptr, off, n uintptr) []byte {
 		}
 	}
 	for i, v := range acc {
-		StoreFloat(c.DType, uintptr(unsafe.Pointer(&out[0]))+uintptr(i)*es, v)
+		PutFloat(c.DType, out[uintptr(i)*es:], v) // Go memory: no address arithmetic
 	}
 	return out
 }

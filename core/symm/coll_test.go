@@ -17,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // Multi-process tests of the collectives on the host backend: every rank
@@ -69,7 +71,7 @@ var mismatchCases = []struct {
 	{"algo", func(a *CollArgs) { a.Algo = core.AlgoTwoShot; a.Out = 0 }, "all_reduce(float32, sum, count 256, two_shot)"},
 }
 
-func scCollMismatch(e *rankEnv, a *core.Allocator) error {
+func scCollMismatch(e *rankEnv, a *alloc.Allocator) error {
 	const size = 64 << 10
 	h, done, err := joinRendezvous(e, a, size)
 	if err != nil {
@@ -99,10 +101,10 @@ func scCollMismatch(e *rankEnv, a *core.Allocator) error {
 		// A marker in out and in the input: nothing may be moved.
 		in := h.bufPtrs[e.rank] + h.offset
 		for i := uintptr(0); i < size/4; i += 4 {
-			*(*uint32)(ptrAt(local + i)) = 0xdeadbeef
+			*(*uint32)(unmanaged.Pointer(local + i)) = 0xdeadbeef
 		}
 		for i := uintptr(0); i < 1024; i += 4 {
-			*(*uint32)(ptrAt(in + i)) = uint32(e.rank + 1)
+			*(*uint32)(unmanaged.Pointer(in + i)) = uint32(e.rank + 1)
 		}
 		err := h.Collective(args)
 		if core.CodeOf(err) != core.ErrMismatch {
@@ -115,12 +117,12 @@ func scCollMismatch(e *rankEnv, a *core.Allocator) error {
 			}
 		}
 		for i := uintptr(0); i < size/4; i += 4 {
-			if v := *(*uint32)(ptrAt(local + i)); v != 0xdeadbeef {
+			if v := *(*uint32)(unmanaged.Pointer(local + i)); v != 0xdeadbeef {
 				return fmt.Errorf("%s: out byte %d changed to %#x", m.what, i, v)
 			}
 		}
 		for i := uintptr(0); i < 1024; i += 4 {
-			if v := *(*uint32)(ptrAt(in + i)); v != uint32(e.rank+1) {
+			if v := *(*uint32)(unmanaged.Pointer(in + i)); v != uint32(e.rank+1) {
 				return fmt.Errorf("%s: input byte %d changed to %#x", m.what, i, v)
 			}
 		}
@@ -157,17 +159,17 @@ func inputBits(dt core.DType, r, i, call int) uint32 {
 
 func storeBits(dt core.DType, addr uintptr, v uint32) {
 	if dt.Size() == 2 {
-		*(*uint16)(ptrAt(addr)) = uint16(v)
+		*(*uint16)(unmanaged.Pointer(addr)) = uint16(v)
 	} else {
-		*(*uint32)(ptrAt(addr)) = v
+		*(*uint32)(unmanaged.Pointer(addr)) = v
 	}
 }
 
 func loadBits(dt core.DType, addr uintptr) uint32 {
 	if dt.Size() == 2 {
-		return uint32(*(*uint16)(ptrAt(addr)))
+		return uint32(*(*uint16)(unmanaged.Pointer(addr)))
 	}
-	return *(*uint32)(ptrAt(addr))
+	return *(*uint32)(unmanaged.Pointer(addr))
 }
 
 // expectReduced is the reduction of element i over world ranks.
@@ -286,7 +288,7 @@ func runCase(h *Handle, c collCase, local uintptr, half uintptr, call int) error
 var allDTypes = []core.DType{core.Float32, core.Float16, core.BFloat16, core.Int32}
 var allOps = []core.ReduceOp{core.OpSum, core.OpMax, core.OpMin}
 
-func scColl(e *rankEnv, a *core.Allocator) error {
+func scColl(e *rankEnv, a *alloc.Allocator) error {
 	if e.arg == 1 { // every rank alike: the push/pull choice must agree
 		TwoShotPullMinBytes = 0
 	}
@@ -373,7 +375,7 @@ func scColl(e *rankEnv, a *core.Allocator) error {
 
 // scCollBad: every bad call fails locally with INVALID_ARGUMENT and
 // enqueues nothing (a good call after them still meets the peers).
-func scCollBad(e *rankEnv, a *core.Allocator) error {
+func scCollBad(e *rankEnv, a *alloc.Allocator) error {
 	h, done, err := joinRendezvous(e, a, 64<<10)
 	if err != nil {
 		return err
@@ -389,7 +391,7 @@ func scCollBad(e *rankEnv, a *core.Allocator) error {
 		{"count past the buffer", CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 16<<10 + 1}, "past the buffer"},
 		{"unknown dtype", CollArgs{Kind: core.AllReduce, DType: 9, Count: 4}, "unknown dtype 9"},
 		{"unknown op", CollArgs{Kind: core.AllReduce, DType: core.Float32, Op: 7, Count: 4}, "unknown reduction op 7"},
-		{"unknown algo", CollArgs{Kind: core.AllReduce, DType: core.Float32, Algo: 5, Count: 4}, "unknown algorithm 5"},
+		{"unknown algo", CollArgs{Kind: core.AllReduce, DType: core.Float32, Algo: 6, Count: 4}, "unknown algorithm 6"},
 		{"misaligned out", CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 4, Out: local + 4}, "16-byte aligned"},
 		{"overlap", CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 64, Out: in + 16}, "overlaps the input"},
 		{"all-gather overlap", CollArgs{Kind: core.AllGather, DType: core.Float32, Count: 64, Out: in + 16}, "overlaps the input"},
@@ -419,7 +421,7 @@ func scCollBad(e *rankEnv, a *core.Allocator) error {
 // scCollGroups: two groups on two buffers run collectives at once (two
 // goroutines), then pair subgroups beside the world group, and two channels
 // of one group at once.
-func scCollGroups(e *rankEnv, a *core.Allocator) error {
+func scCollGroups(e *rankEnv, a *alloc.Allocator) error {
 	const size = 64 << 10
 	ha, doneA, err := joinRendezvous(e, a, size)
 	if err != nil {

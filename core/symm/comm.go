@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 	"golang.org/x/sys/unix"
 )
 
@@ -53,27 +55,6 @@ import (
 // all-gathers its member records through it first. That is the workaround of
 // pytorch issue 188567 (window registration as the first NCCL call on a
 // communicator fails), here by construction.
-
-// Communicator is a collective engine the caller owns (an NCCL communicator).
-// The group never destroys it.
-type Communicator interface {
-	Rank() int
-	World() int
-	Device() int
-	// Describe names it for messages.
-	Describe() string
-	// AllGather enqueues an all-gather of bytesPerRank bytes per rank from
-	// send into recv (device memory) on stream.
-	AllGather(stream core.Stream, send, recv, bytesPerRank uintptr) error
-	// RegisterWindow registers [addr, addr+size) as a symmetric window.
-	// Collective.
-	RegisterWindow(addr, size uintptr) (uintptr, error)
-	// DeregisterWindow undoes RegisterWindow. Local.
-	DeregisterWindow(win uintptr) error
-	// PeerPointer is where peer's window (at offset) is in this process in
-	// the communicator's view; ok is false when it cannot say (NCCL < 2.29).
-	PeerPointer(win, offset uintptr, peer int) (ptr uintptr, ok bool, err error)
-}
 
 // streamMaker is implemented by backends that make streams (cuda).
 type streamMaker interface {
@@ -154,23 +135,13 @@ func (cg *commGather) ensure(n uintptr) error {
 		return err
 	}
 	size := roundUp(max(n, 64<<10), gran)
-	m, err := cg.be.Create(cg.dev, size)
+	addr, m, err := core.CreateMapped(cg.be, cg.dev, size)
 	if err != nil {
-		return err
-	}
-	addr, err := cg.be.Reserve(cg.dev, size)
-	if err != nil {
-		cg.be.Release(m)
-		return err
-	}
-	if err := cg.be.Map(cg.dev, addr, size, m); err != nil {
-		cg.be.Unreserve(cg.dev, addr, size)
-		cg.be.Release(m)
 		return err
 	}
 	h, err := unix.MmapPtr(-1, 0, nil, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
-		errors.Join(cg.be.Unmap(cg.dev, addr, size), cg.be.Release(m), cg.be.Unreserve(cg.dev, addr, size))
+		core.UnmapRelease(cg.be, cg.dev, addr, size, m)
 		return core.Errorf(core.ErrOutOfMemory, "host staging of %d bytes: %v", size, err)
 	}
 	cg.dbuf, cg.dmem, cg.hbuf, cg.size = addr, m, uintptr(h), size
@@ -183,7 +154,7 @@ func (cg *commGather) freeBuffers() error {
 		return nil
 	}
 	err := errors.Join(cg.syncStream(), cg.be.Unmap(cg.dev, cg.dbuf, cg.size),
-		cg.be.Release(cg.dmem), cg.be.Unreserve(cg.dev, cg.dbuf, cg.size), unix.MunmapPtr(ptrAt(cg.hbuf), cg.size))
+		cg.be.Release(cg.dmem), cg.be.Unreserve(cg.dev, cg.dbuf, cg.size), unix.MunmapPtr(unmanaged.Pointer(cg.hbuf), cg.size))
 	cg.size = 0
 	return err
 }
@@ -207,7 +178,7 @@ func (cg *commGather) allGather(send, recv []byte) error {
 	if err := cg.ensure(n * (world + 1)); err != nil {
 		return core.Errorf(core.CodeOf(err), "group %q: staging memory for the all-gather over %s: %v", cg.name, cg.comm.Describe(), err)
 	}
-	host := unsafe.Slice((*byte)(ptrAt(cg.hbuf)), cg.size)
+	host := unsafe.Slice((*byte)(unmanaged.Pointer(cg.hbuf)), cg.size)
 	copy(host, send)
 	if err := cg.be.Copy(cg.dev, cg.stream, cg.dbuf, cg.hbuf, n); err != nil {
 		return err
@@ -306,7 +277,7 @@ func (g *Group) dropWindowLocked(heapOff uint64, x *window) error {
 
 // onSegmentRelease is the allocator's release hook: the segment's window
 // goes before its memory.
-func (g *Group) onSegmentRelease(seg core.SegmentInfo) error {
+func (g *Group) onSegmentRelease(seg alloc.SegmentInfo) error {
 	g.wins.mu.Lock()
 	defer g.wins.mu.Unlock()
 	if x := g.wins.m[seg.HeapOff]; x != nil && x.segID == seg.ID {
@@ -318,7 +289,7 @@ func (g *Group) onSegmentRelease(seg core.SegmentInfo) error {
 // registerWindow makes sure every rank holds a window for the rendezvous'
 // segment (Note [NCCL groups]); collective, g.coll held. It returns our
 // window and shares the verdict.
-func (g *Group) registerWindow(info core.BlockInfo, recs []blockRecord) (*window, error) {
+func (g *Group) registerWindow(info alloc.BlockInfo, recs []blockRecord) (*window, error) {
 	seg := info.Segment
 	need := false
 	for r := range recs {
@@ -434,7 +405,7 @@ func (g *Group) readBytes(dst []byte, addr uintptr) error {
 	if err := g.be.Copy(g.device, g.cg.stream, g.cg.hbuf, addr, uintptr(len(dst))); err != nil {
 		return err
 	}
-	copy(dst, unsafe.Slice((*byte)(ptrAt(g.cg.hbuf)), len(dst)))
+	copy(dst, unsafe.Slice((*byte)(unmanaged.Pointer(g.cg.hbuf)), len(dst)))
 	return nil
 }
 

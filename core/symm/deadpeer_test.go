@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 )
 
 // Note [Dead peers] (core/ipc): every wait for a peer whose process exits
@@ -58,7 +59,7 @@ func init() { moreScenarios["dead-peer"] = scDeadPeer }
 // SIGKILL for "killed", SIGSTOP past the list); the others wait for it as
 // deadPeerWaits[arg] says and must fail with PEER within 100 ms of its exit
 // (400 ms allowed here for a loaded machine).
-func scDeadPeer(e *rankEnv, a *core.Allocator) error {
+func scDeadPeer(e *rankEnv, a *alloc.Allocator) error {
 	const lead = 150 * time.Millisecond
 	buf, g, err := join(e, a, 64<<10)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 )
 
 const recFabric = 5 // fabric handles between the machines of a team
@@ -108,7 +109,7 @@ func (gm *groupMem) importMapFabric(h []byte, size uintptr, what string) (addr u
 // team on another machine lacks it travel as fabric handles through the
 // all-gather, and are mapped into p and fresh like descriptors. Collective
 // where g.fabricSpan; it returns this rank's failure.
-func (g *Group) exchangeFabric(info core.BlockInfo, recs []blockRecord, needPads bool, need func(r, p int) bool, fresh []*peerMap, localErr error) error {
+func (g *Group) exchangeFabric(info alloc.BlockInfo, recs []blockRecord, needPads bool, need func(r, p int) bool, fresh []*peerMap, localErr error) error {
 	me := g.rank
 	exportPad := false
 	segs := map[uint64]uintptr{}

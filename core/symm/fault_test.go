@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/host"
 	"github.com/libsymmem/libsymmem/core/internal/faultbe"
 	_ "github.com/libsymmem/libsymmem/cuda" // SYMMEM_BACKEND=cuda (the fake driver in make test-fakecuda)
@@ -120,7 +121,7 @@ type streamBackend interface {
 	DestroyStream(device int, s core.Stream) error
 }
 
-func allocStat(a *core.Allocator, key string) int64 {
+func allocStat(a *alloc.Allocator, key string) int64 {
 	for _, s := range a.Stats() {
 		if s.Key == key {
 			return s.Value
@@ -173,7 +174,7 @@ func runFaultWorkload(t *testing.T, name string, world int, caps *core.Capabilit
 			// pointer arrays (Note [Pointer arrays in the pad]).
 			fbs[r].Gran = 2 << 20
 		}
-		e := &rankEnv{rt: core.NewRuntime(fbs[r]), rank: r, world: world, name: name, dir: dir, timeout: 10 * time.Second}
+		e := &rankEnv{rt: alloc.NewRuntime(fbs[r]), rank: r, world: world, name: name, dir: dir, timeout: 10 * time.Second}
 		if !fbs[r].Capabilities().SharedDevice {
 			e.device = r // one device per rank (the fake driver has 2)
 		}
@@ -374,7 +375,7 @@ func TestFailedSyncLeaksInsteadOfUnmapping(t *testing.T) {
 		be, err := host.New()
 		require.NoError(t, err)
 		fb := faultbe.New(be)
-		e := &rankEnv{rt: core.NewRuntime(fb), rank: r, world: 2, name: "leak-on-sync", dir: dir, timeout: 10 * time.Second}
+		e := &rankEnv{rt: alloc.NewRuntime(fb), rank: r, world: 2, name: "leak-on-sync", dir: dir, timeout: 10 * time.Second}
 		a, err := e.rt.Allocator(0)
 		require.NoError(t, err)
 		wg.Add(1)
@@ -462,7 +463,7 @@ func testPointerArraysInPad(t *testing.T, resize bool) {
 		fb := faultbe.New(faultBackend(t))
 		fb.Caps = &core.Capabilities{StreamSignals: fb.Capabilities().StreamSignals, DevicePointerArrays: true, SharedDevice: fb.Capabilities().SharedDevice}
 		fb.Gran = gran
-		e := &rankEnv{rt: core.NewRuntime(fb), rank: r, world: 2, name: fmt.Sprint("arrays-in-pad-", resize), dir: dir, timeout: 10 * time.Second}
+		e := &rankEnv{rt: alloc.NewRuntime(fb), rank: r, world: 2, name: fmt.Sprint("arrays-in-pad-", resize), dir: dir, timeout: 10 * time.Second}
 		if !fb.Capabilities().SharedDevice {
 			e.device = r
 		}

@@ -1,9 +1,11 @@
 package symm
 
 import (
+	"encoding/binary"
 	"math"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // The element conversions of the collectives, bit for bit those of
@@ -84,22 +86,35 @@ func FloatToF16(f float32) uint16 {
 func LoadFloat(dt core.DType, addr uintptr) float32 {
 	switch dt {
 	case core.BFloat16:
-		return BF16ToFloat(*(*uint16)(ptrAt(addr)))
+		return BF16ToFloat(*(*uint16)(unmanaged.Pointer(addr)))
 	case core.Float16:
-		return F16ToFloat(*(*uint16)(ptrAt(addr)))
+		return F16ToFloat(*(*uint16)(unmanaged.Pointer(addr)))
 	}
-	return *(*float32)(ptrAt(addr))
+	return *(*float32)(unmanaged.Pointer(addr))
+}
+
+// PutFloat writes v into b (a Go slice of at least dt's size) as one
+// element of a floating type, little-endian as the devices store it.
+func PutFloat(dt core.DType, b []byte, v float32) {
+	switch dt {
+	case core.BFloat16:
+		binary.LittleEndian.PutUint16(b, FloatToBF16(v))
+	case core.Float16:
+		binary.LittleEndian.PutUint16(b, FloatToF16(v))
+	default:
+		binary.LittleEndian.PutUint32(b, math.Float32bits(v))
+	}
 }
 
 // StoreFloat writes v at addr as one element of a floating type.
 func StoreFloat(dt core.DType, addr uintptr, v float32) {
 	switch dt {
 	case core.BFloat16:
-		*(*uint16)(ptrAt(addr)) = FloatToBF16(v)
+		*(*uint16)(unmanaged.Pointer(addr)) = FloatToBF16(v)
 	case core.Float16:
-		*(*uint16)(ptrAt(addr)) = FloatToF16(v)
+		*(*uint16)(unmanaged.Pointer(addr)) = FloatToF16(v)
 	default:
-		*(*float32)(ptrAt(addr)) = v
+		*(*float32)(unmanaged.Pointer(addr)) = v
 	}
 }
 

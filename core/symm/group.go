@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/ipc"
 )
 
@@ -40,8 +41,8 @@ type Options struct {
 	// NoWindows turns off the registration of rendezvoused segments as
 	// windows of Comm.
 	NoWindows bool
-	// Runtime is the allocator runtime; nil means core.Default().
-	Runtime *core.Runtime
+	// Runtime is the allocator runtime; nil means alloc.Default().
+	Runtime *alloc.Runtime
 	// SocketDir and JobToken override the ipc defaults (tests).
 	SocketDir string
 	JobToken  string
@@ -66,7 +67,7 @@ type Group struct {
 	device  int
 	timeout time.Duration
 	be      core.Backend
-	alloc   *core.Allocator
+	alloc   *alloc.Allocator
 	ch      *ipc.Channel
 	ex      ipc.Exchange
 	shm     *ipc.ShmExchange // the control page when ex is it, else nil
@@ -124,7 +125,7 @@ func New(o Options) (*Group, error) {
 	rt := o.Runtime
 	if rt == nil {
 		var err error
-		if rt, err = core.Default(); err != nil {
+		if rt, err = alloc.Default(); err != nil {
 			return nil, err
 		}
 	}
@@ -138,7 +139,7 @@ func New(o Options) (*Group, error) {
 		return nil, core.Errorf(core.CodeOf(err), "group %q: rank %d: %v", o.Name, o.Rank, err)
 	}
 	// Blocks that threads freed before the group are given back to the pools
-	// (Note [Thread caches] in core/threadcache.go), so that a rank's scratch
+	// (Note [Thread caches] in core/alloc/threadcache.go), so that a rank's scratch
 	// allocations freed before the group leave its symmetric placement as
 	// if they had not been made.
 	alloc.DrainThreadCaches()
@@ -175,7 +176,7 @@ func New(o Options) (*Group, error) {
 // all-gather (or a communicator) learn every rank's machine from the member
 // records first, then open the channel among their local team alone
 // (Note [Local teams]).
-func newGroup(o Options, rt *core.Runtime, alloc *core.Allocator) (*Group, error) {
+func newGroup(o Options, rt *alloc.Runtime, alloc *alloc.Allocator) (*Group, error) {
 	tr := startTrace("group %q rank %d creation", o.Name, o.Rank)
 	defer tr.done()
 	g := &Group{name: o.Name, rank: o.Rank, world: o.World, device: o.Device, timeout: o.Timeout,
@@ -455,7 +456,7 @@ func (g *Group) exchangePads(localErr error, tr *phaseTrace) error {
 	if err == nil {
 		none := func(r, p int) bool { return false } // no buffer segments here
 		tr.mark("pad-status")
-		err = g.exchange(core.BlockInfo{}, nil, true, none, make([]*peerMap, g.world), nil, tr)
+		err = g.exchange(alloc.BlockInfo{}, nil, true, none, make([]*peerMap, g.world), nil, tr)
 	}
 	gm.mu.Lock()
 	defer gm.mu.Unlock()

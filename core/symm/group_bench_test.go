@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/host"
 )
 
@@ -58,14 +58,14 @@ func (b *benchGather) fn(rank int) func(send, recv []byte) error {
 
 func benchGroups(b *testing.B, world int, gather bool) {
 	dir := sockDir(b)
-	rts := make([]*core.Runtime, world)
+	rts := make([]*alloc.Runtime, world)
 	bufs := make([]uintptr, world)
 	for r := range rts {
 		be, err := host.New()
 		if err != nil {
 			b.Fatal(err)
 		}
-		rts[r] = core.NewRuntime(be)
+		rts[r] = alloc.NewRuntime(be)
 		a, _ := rts[r].Allocator(0)
 		bufs[r], _ = a.Alloc(1<<20, 0)
 	}

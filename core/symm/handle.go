@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // Handle is the result of a rendezvous: every rank's block and signal pad,
@@ -149,7 +150,7 @@ func (h *Handle) fillArrays() error {
 		h.makeTeamView()
 		return nil
 	}
-	arr := unsafe.Slice((*uintptr)(ptrAt(h.arr)), 2*h.world)
+	arr := unsafe.Slice((*uintptr)(unmanaged.Pointer(h.arr)), 2*h.world)
 	copy(arr, h.bufPtrs)
 	copy(arr[h.world:], h.padPtrs)
 	if err := gm.copyArrays(h.devArr, h.arr, h.world); err != nil {

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // Note [Hierarchical all-reduce]
@@ -222,7 +223,7 @@ func (h *Handle) makeTeamView() {
 // teamPtrs writes the team's buffer and pad pointers into host slot a.
 func (h *Handle) teamPtrs(a uintptr) {
 	l := len(h.span.team)
-	arr := unsafe.Slice((*uintptr)(ptrAt(a)), 2*l)
+	arr := unsafe.Slice((*uintptr)(unmanaged.Pointer(a)), 2*l)
 	for i, r := range h.span.team {
 		arr[i], arr[l+i] = h.bufPtrs[r], h.padPtrs[r]
 	}

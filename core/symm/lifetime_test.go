@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 )
 
 // moreScenarios are rank scenarios defined outside scenario_test.go.
-var moreScenarios = map[string]func(e *rankEnv, a *core.Allocator) error{
+var moreScenarios = map[string]func(e *rankEnv, a *alloc.Allocator) error{
 	"release-during-wait":       scReleaseDuringWait,
 	"destroy-during-rendezvous": scDestroyDuringRendezvous,
 	"release-under-load":        scReleaseUnderLoad,
@@ -41,7 +42,7 @@ func expectCode(what string, err error, code core.Code, text string) error {
 // return at once with ErrInvalidState naming the release (not fault, not
 // wait out their timeout), Release must succeed, and every later call on the
 // handle must fail cleanly.
-func scReleaseDuringWait(e *rankEnv, a *core.Allocator) error {
+func scReleaseDuringWait(e *rankEnv, a *alloc.Allocator) error {
 	buf, g, err := join(e, a, 4096)
 	if err != nil {
 		return err
@@ -94,7 +95,7 @@ func scReleaseDuringWait(e *rankEnv, a *core.Allocator) error {
 // rendezvous must fail at once with ErrInvalidState, Destroy must not wait
 // for it to time out, and rank 1 (which only waits for the group to end)
 // sees rank 0 leave.
-func scDestroyDuringRendezvous(e *rankEnv, a *core.Allocator) error {
+func scDestroyDuringRendezvous(e *rankEnv, a *alloc.Allocator) error {
 	buf, g, err := join(e, a, 4096)
 	if err != nil {
 		return err
@@ -133,7 +134,7 @@ func scDestroyDuringRendezvous(e *rankEnv, a *core.Allocator) error {
 // scReleaseUnderLoad: threads put and wait on every channel while another
 // thread releases the handle: every call returns success or ErrInvalidState
 // (never a fault), and all of them return promptly.
-func scReleaseUnderLoad(e *rankEnv, a *core.Allocator) error {
+func scReleaseUnderLoad(e *rankEnv, a *alloc.Allocator) error {
 	h, done, err := joinRendezvous(e, a, 4096)
 	if err != nil {
 		return err
@@ -228,7 +229,7 @@ func TestLifetimeCounts(t *testing.T) {
 }
 
 func init() {
-	moreScenarios["mismatch-offset"] = func(e *rankEnv, a *core.Allocator) error {
+	moreScenarios["mismatch-offset"] = func(e *rankEnv, a *alloc.Allocator) error {
 		off := uintptr(0)
 		if e.rank == 1 {
 			off = 64
@@ -242,7 +243,7 @@ func init() {
 // rendezvous fails on every rank with ErrMismatch; the rank sets the
 // default back and the second rendezvous succeeds everywhere (the failed
 // one did not fix the pad size for good).
-func scPadRetry(e *rankEnv, a *core.Allocator) error {
+func scPadRetry(e *rankEnv, a *alloc.Allocator) error {
 	buf, g, err := join(e, a, 4096)
 	if err != nil {
 		return err

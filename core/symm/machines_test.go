@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/host"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -23,7 +25,7 @@ import (
 // mmRank is one rank of a multi-machine test.
 type mmRank struct {
 	rank, world int
-	a           *core.Allocator
+	a           *alloc.Allocator
 	o           Options
 	comm        *testComm
 }
@@ -67,7 +69,7 @@ func runMachines(t *testing.T, c mmConfig, fn func(r *mmRank) error) []error {
 		if c.backend != nil {
 			be = c.backend(r, hb)
 		}
-		rt := core.NewRuntime(be)
+		rt := alloc.NewRuntime(be)
 		a, err := rt.Allocator(0)
 		require.NoError(t, err)
 		id := simulated(c.machines[r])
@@ -124,7 +126,7 @@ func (r *mmRank) join(size uintptr) (*Group, *Handle, uintptr, error) {
 }
 
 // joinTagged is join on a buffer of tag (0: untagged).
-func (r *mmRank) joinTagged(size uintptr, tag core.TagID) (*Group, *Handle, uintptr, error) {
+func (r *mmRank) joinTagged(size uintptr, tag alloc.TagID) (*Group, *Handle, uintptr, error) {
 	buf, err := r.a.AllocTagged(size, 0, tag)
 	if err != nil {
 		return nil, nil, 0, err
@@ -400,7 +402,7 @@ func collCheckAlgo(h *Handle, kind core.CollKind, dt core.DType, op core.ReduceO
 
 func storeInt(dt core.DType, addr uintptr, v int) {
 	if dt == core.Int32 {
-		*(*int32)(ptrAt(addr)) = int32(v)
+		*(*int32)(unmanaged.Pointer(addr)) = int32(v)
 		return
 	}
 	StoreFloat(dt, addr, float32(v))
@@ -408,7 +410,7 @@ func storeInt(dt core.DType, addr uintptr, v int) {
 
 func loadInt(dt core.DType, addr uintptr) int {
 	if dt == core.Int32 {
-		return int(*(*int32)(ptrAt(addr)))
+		return int(*(*int32)(unmanaged.Pointer(addr)))
 	}
 	return int(LoadFloat(dt, addr))
 }
@@ -667,7 +669,7 @@ func TestMachinesPauseResume(t *testing.T) {
 		machines := layouts[name]
 		t.Run(name, func(t *testing.T) {
 			tag := "mm-pause-" + name
-			id, err := core.RegisterTag(tag, core.BackupPinned)
+			id, err := alloc.RegisterTag(tag, alloc.BackupPinned)
 			require.NoError(t, err)
 			requireAllOK(t, runMachines(t, mmConfig{machines: machines, engine: "comm"}, func(r *mmRank) error {
 				g, h, buf, err := r.joinTagged(pauseBlock, id)
@@ -773,7 +775,7 @@ func TestMachinesFabricTeam(t *testing.T) {
 	machines := []int{0, 0, 1, 1, 2}
 	domains := []string{"rack-a/1", "rack-a/1", "rack-a/1", "rack-a/1", ""}
 	tag := "mm-fabric"
-	id, err := core.RegisterTag(tag, core.BackupPinned)
+	id, err := alloc.RegisterTag(tag, alloc.BackupPinned)
 	require.NoError(t, err)
 	requireAllOK(t, runMachines(t, mmConfig{machines: machines, engine: "comm",
 		backend: func(r int, be *host.Backend) core.Backend { return &fabricHost{Backend: be, domain: domains[r]} },
@@ -820,7 +822,7 @@ func TestMachinesFabricResumeGatherFails(t *testing.T) {
 	machines := []int{0, 0, 1, 1, 2}
 	domains := []string{"rack-a/1", "rack-a/1", "rack-a/1", "rack-a/1", ""}
 	tag := "mm-fabric-fail"
-	id, err := core.RegisterTag(tag, core.BackupPinned)
+	id, err := alloc.RegisterTag(tag, alloc.BackupPinned)
 	require.NoError(t, err)
 	errs := runMachines(t, mmConfig{machines: machines, engine: "allgather", timeout: 3 * time.Second,
 		backend: func(r int, be *host.Backend) core.Backend { return &fabricHost{Backend: be, domain: domains[r]} },

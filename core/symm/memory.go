@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/ipc"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 	"golang.org/x/sys/unix"
 )
 
@@ -99,12 +99,6 @@ type pads struct {
 	coll [CollChannels]sync.Mutex
 }
 
-// ptrAt turns an address of memory that Go does not manage into a pointer
-// (without the uintptr-to-Pointer conversion that vet rejects).
-func ptrAt(addr uintptr) unsafe.Pointer {
-	return *(*unsafe.Pointer)(unsafe.Pointer(&addr))
-}
-
 func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
 
 // importMap imports a peer's descriptor (the backend owns fd from here on)
@@ -135,13 +129,7 @@ func (gm *groupMem) importMap(fd int, size uintptr, what string) (addr uintptr, 
 // mapImported maps size bytes of imported memory in a new reserved range
 // and registers the range (what names it); on failure it releases mem.
 func (gm *groupMem) mapImported(mem core.Memory, size uintptr, what string) (addr uintptr, _ core.Memory, err error) {
-	if addr, err = gm.be.Reserve(gm.device, size); err != nil {
-		gm.be.Release(mem)
-		return 0, 0, err
-	}
-	if err = gm.be.Map(gm.device, addr, size, mem); err != nil {
-		gm.be.Unreserve(gm.device, addr, size)
-		gm.be.Release(mem)
+	if addr, err = core.MapNew(gm.be, gm.device, mem, size); err != nil {
 		return 0, 0, err
 	}
 	core.RegisterRange(addr, size, what)
@@ -154,21 +142,7 @@ func (gm *groupMem) mapImported(mem core.Memory, size uintptr, what string) (add
 // range, and the error says so.
 func (gm *groupMem) unmapRelease(addr, size uintptr, mem core.Memory) error {
 	core.UnregisterRange(addr)
-	return unmapRelease(gm.be, gm.device, addr, size, mem)
-}
-
-func unmapRelease(be core.Backend, device int, addr, size uintptr, mem core.Memory) error {
-	if err := be.Unmap(device, addr, size); err != nil {
-		return core.Errorf(core.CodeOf(err), "%d bytes at %#x left mapped (leaked): %v", size, addr, err)
-	}
-	var errs []error
-	if err := be.Release(mem); err != nil {
-		errs = append(errs, core.Errorf(core.CodeOf(err), "%d bytes unmapped from %#x, but their memory could not be released (leaked): %v", size, addr, err))
-	}
-	if err := be.Unreserve(device, addr, size); err != nil {
-		errs = append(errs, core.Errorf(core.CodeOf(err), "the address range %#x (%d bytes) could not be given back (leaked): %v", addr, size, err))
-	}
-	return errors.Join(errs...)
+	return core.UnmapRelease(gm.be, gm.device, addr, size, mem)
 }
 
 // sync waits for all work on the device before memory that it may use is
@@ -229,22 +203,22 @@ func (gm *groupMem) copyOut(dst, src, size uintptr) error {
 	return gm.be.Copy(gm.device, 0, dst, src, size)
 }
 
+// padUsed is how much of a pad of size bytes the group uses: the users'
+// part, the library's device region and, where the backend launches
+// kernels, the low-latency buffers (Note [Pad partition]).
+func (gm *groupMem) padUsed(size uintptr) uintptr {
+	if _, ok := gm.be.(core.CollectiveLauncher); ok && LowLatencyMaxBytes > 0 {
+		return llOffset(size, gm.world) + llAreaBytes(gm.world)
+	}
+	return size + deviceRegionBytes(gm.world)
+}
+
 // makePads creates, maps and zeroes this rank's pad of size bytes.
 func (gm *groupMem) makePads(size uintptr) (*pads, error) {
-	p := &pads{size: size, phys: roundUp(size+deviceRegionBytes(gm.world), gm.gran), addr: make([]uintptr, gm.world), mem: make([]core.Memory, gm.world),
+	p := &pads{size: size, phys: roundUp(gm.padUsed(size), gm.gran), addr: make([]uintptr, gm.world), mem: make([]core.Memory, gm.world),
 		sig: newSignalCounts(gm.world, int(size)/(4*gm.world))}
-	own, err := gm.be.Create(gm.device, p.phys)
+	addr, own, err := core.CreateMapped(gm.be, gm.device, p.phys)
 	if err != nil {
-		return nil, err
-	}
-	addr, err := gm.be.Reserve(gm.device, p.phys)
-	if err != nil {
-		gm.be.Release(own)
-		return nil, err
-	}
-	if err := gm.be.Map(gm.device, addr, p.phys, own); err != nil {
-		gm.be.Unreserve(gm.device, addr, p.phys)
-		gm.be.Release(own)
 		return nil, err
 	}
 	if err := gm.memsetZero(addr, p.phys); err != nil {
@@ -281,7 +255,7 @@ func (gm *groupMem) makePads(size uintptr) (*pads, error) {
 // that a rank that cannot have one fails group creation (gm.mu held).
 func (gm *groupMem) makeDeviceSlab(p *pads) error {
 	gm.dev = newDeviceSlab(gm.be, gm.device, gm.gran, uintptr(2*gm.world*8))
-	used := roundUp(p.size+deviceRegionBytes(gm.world), 256)
+	used := roundUp(gm.padUsed(p.size), 256)
 	if used < p.phys {
 		gm.dev.seed(p.addr[gm.rank]+used, p.phys-used)
 	}
@@ -399,7 +373,7 @@ func newHostSlab(slot uintptr) *slab {
 			}
 			return uintptr(p), nil
 		},
-		put: func(addr, size uintptr) error { return unix.MunmapPtr(ptrAt(addr), size) },
+		put: func(addr, size uintptr) error { return unix.MunmapPtr(unmanaged.Pointer(addr), size) },
 	}
 }
 
@@ -410,18 +384,8 @@ func newDeviceSlab(be core.Backend, device int, gran, slot uintptr) *slab {
 		slot:  slot,
 		chunk: roundUp(slot, gran),
 		get: func(size uintptr) (uintptr, error) {
-			m, err := be.Create(device, size)
+			addr, m, err := core.CreateMapped(be, device, size)
 			if err != nil {
-				return 0, err
-			}
-			addr, err := be.Reserve(device, size)
-			if err != nil {
-				be.Release(m)
-				return 0, err
-			}
-			if err := be.Map(device, addr, size, m); err != nil {
-				be.Unreserve(device, addr, size)
-				be.Release(m)
 				return 0, err
 			}
 			mems[addr] = m
@@ -430,7 +394,7 @@ func newDeviceSlab(be core.Backend, device int, gran, slot uintptr) *slab {
 		put: func(addr, size uintptr) error {
 			m := mems[addr]
 			delete(mems, addr)
-			return unmapRelease(be, device, addr, size, m)
+			return core.UnmapRelease(be, device, addr, size, m)
 		},
 	}
 }

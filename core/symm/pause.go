@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,7 +45,7 @@ const recPause = 4 // at a collective pause or resume: the tag's segments
 // tagRecord is what a rank all-gathers at a collective pause or resume.
 type tagRecord struct {
 	status status
-	segs   []core.SegmentInfo // the tag's segments, in heap order (Addr unused)
+	segs   []alloc.SegmentInfo // the tag's segments, in heap order (Addr unused)
 	// held lists (peer, heap offset) of the peers' segments this rank has
 	// paused imports of (resume only): where it needs a descriptor.
 	held []mapKey
@@ -82,7 +83,7 @@ func decodeTag(p []byte, world int) (t tagRecord, err error) {
 		return t, errShort
 	}
 	for i := 0; i < n && r.err == nil; i++ {
-		t.segs = append(t.segs, core.SegmentInfo{HeapOff: r.u64(), Size: uintptr(r.u64()), ID: r.u64()})
+		t.segs = append(t.segs, alloc.SegmentInfo{HeapOff: r.u64(), Size: uintptr(r.u64()), ID: r.u64()})
 	}
 	n = int(r.u32())
 	if n > len(p)/12 {
@@ -193,7 +194,7 @@ func (g *Group) Pause(tag string) error {
 		// release hook before the memory goes (NCCL keeps a mapping of
 		// its own); the resume registers them again.
 		wins := g.windowsOf(segs)
-		if _, err := g.alloc.Pause(tag, core.PauseOptions{Collective: true}); err != nil {
+		if _, err := g.alloc.Pause(tag, alloc.PauseOptions{Collective: true}); err != nil {
 			localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
 		}
 		g.keepPausedWindows(wins)
@@ -202,7 +203,7 @@ func (g *Group) Pause(tag string) error {
 }
 
 // windowsOf returns the windows this rank holds for segs.
-func (g *Group) windowsOf(segs []core.SegmentInfo) map[uint64]*window {
+func (g *Group) windowsOf(segs []alloc.SegmentInfo) map[uint64]*window {
 	if g.wins == nil {
 		return nil
 	}
@@ -237,7 +238,7 @@ func (g *Group) keepPausedWindows(ws map[uint64]*window) {
 // registerResumed registers again, collectively, the windows that the
 // pause of segs deregistered on some rank (the union over ranks, in heap
 // order, from the resume records), and shares the verdict.
-func (g *Group) registerResumed(what string, segs []core.SegmentInfo, recs []tagRecord) error {
+func (g *Group) registerResumed(what string, segs []alloc.SegmentInfo, recs []tagRecord) error {
 	if g.wins == nil {
 		return nil
 	}
@@ -255,7 +256,7 @@ func (g *Group) registerResumed(what string, segs []core.SegmentInfo, recs []tag
 	slices.Sort(offs)
 	var localErr error
 	for _, off := range offs {
-		i := slices.IndexFunc(segs, func(s core.SegmentInfo) bool { return s.HeapOff == off })
+		i := slices.IndexFunc(segs, func(s alloc.SegmentInfo) bool { return s.HeapOff == off })
 		if i < 0 {
 			localErr = core.Errorf(core.ErrInternal, "rank %d: no segment of the tag at heap offset %#x to register", g.rank, off)
 			break // the verdict fails every rank before it registers more
@@ -347,7 +348,7 @@ func (g *Group) Resume(tag string) error {
 	}
 
 	// need(r, p, s): rank r held a paused import of peer p's segment s.
-	need := func(r, p int, s core.SegmentInfo) bool {
+	need := func(r, p int, s alloc.SegmentInfo) bool {
 		return r != p && slices.Contains(recs[r].held, mapKey{p, s.HeapOff})
 	}
 	me := g.rank
@@ -505,7 +506,7 @@ func (gm *groupMem) remap(m *peerMap, mem core.Memory) error {
 // pause after a resume in the same call has no new way to fail but the
 // device's (then the memory stays mapped, which is safe).
 func (g *Group) repause(tag string) {
-	_, _ = g.alloc.Pause(tag, core.PauseOptions{Collective: true})
+	_, _ = g.alloc.Pause(tag, alloc.PauseOptions{Collective: true})
 }
 
 // dropPeerMap unmaps and releases a peer mapping and gives back its range;

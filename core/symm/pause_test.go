@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 )
 
 // The collective pause scenarios (runScenario finds them in moreScenarios).
@@ -43,8 +44,8 @@ func rssShmem() (int64, error) {
 
 // joinTagged allocates a pauseBlock buffer in tag (with backup) and creates
 // the world group and a handle on it.
-func joinTagged(e *rankEnv, a *core.Allocator, tag string) (*Group, *Handle, error) {
-	id, err := core.RegisterTag(tag, core.BackupPinned)
+func joinTagged(e *rankEnv, a *alloc.Allocator, tag string) (*Group, *Handle, error) {
+	id, err := alloc.RegisterTag(tag, alloc.BackupPinned)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -101,7 +102,7 @@ func checkPatterns(h *Handle, cycle int) error {
 	return nil
 }
 
-func scPause(e *rankEnv, a *core.Allocator) error {
+func scPause(e *rankEnv, a *alloc.Allocator) error {
 	tag := "sym-" + e.name
 	g, h, err := joinTagged(e, a, tag)
 	if err != nil {
@@ -168,7 +169,7 @@ func scPause(e *rankEnv, a *core.Allocator) error {
 
 // scPauseDies: rank e.arg exits instead of pausing. The others fail with
 // its name within the timeout, and their tag is untouched (still live).
-func scPauseDies(e *rankEnv, a *core.Allocator) error {
+func scPauseDies(e *rankEnv, a *alloc.Allocator) error {
 	tag := "dies-" + e.name
 	g, h, err := joinTagged(e, a, tag)
 	if err != nil {
@@ -189,7 +190,7 @@ func scPauseDies(e *rankEnv, a *core.Allocator) error {
 	return err
 }
 
-func scPauseErrors(e *rankEnv, a *core.Allocator) error {
+func scPauseErrors(e *rankEnv, a *alloc.Allocator) error {
 	tag := "err-" + e.name
 	g, h, err := joinTagged(e, a, tag)
 	if err != nil {
@@ -209,7 +210,7 @@ func scPauseErrors(e *rankEnv, a *core.Allocator) error {
 	if err := expect("group resume of a live tag", g.Resume(tag), core.ErrInvalidState, "not paused"); err != nil {
 		return err
 	}
-	_, err = a.Pause(tag, core.PauseOptions{})
+	_, err = a.Pause(tag, alloc.PauseOptions{})
 	if err := expect("local pause of a rendezvoused tag", err, core.ErrInvalidState, "symmem_pause_group"); err != nil {
 		return err
 	}

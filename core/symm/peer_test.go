@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/host"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -77,7 +78,7 @@ func TestLyingPeerIsRefused(t *testing.T) {
 				if r == 1 {
 					be = &lyingBackend{Backend: hb, lieFrom: c.lieFrom, unsealed: c.unsealed}
 				}
-				e := &rankEnv{rt: core.NewRuntime(be), rank: r, world: 2, name: "liar-" + c.name, dir: dir, timeout: 10 * time.Second}
+				e := &rankEnv{rt: alloc.NewRuntime(be), rank: r, world: 2, name: "liar-" + c.name, dir: dir, timeout: 10 * time.Second}
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -112,7 +113,7 @@ func init() { moreScenarios["fd-starved-member"] = scFDStarvedMember }
 // segments arrive (its own export takes it), so the kernel drops what
 // arrives (MSG_CTRUNC). Rank 1 must say it ran out, and every other rank
 // must be told that rank 1 failed and why, at once, not time out.
-func scFDStarvedMember(e *rankEnv, a *core.Allocator) error {
+func scFDStarvedMember(e *rankEnv, a *alloc.Allocator) error {
 	buf, g, err := join(e, a, 1<<20)
 	if err != nil {
 		return err
@@ -164,7 +165,7 @@ func init() { moreScenarios["fd-starved-identity"] = scFDStarvedIdentity }
 // made (Note [Machine identity]): the identity was read when the library
 // loaded, so nothing is mistaken for a machine mismatch; rank 0 fails with
 // its own EMFILE and the others name rank 0.
-func scFDStarvedIdentity(e *rankEnv, a *core.Allocator) error {
+func scFDStarvedIdentity(e *rankEnv, a *alloc.Allocator) error {
 	if e.rank == 0 {
 		if thisMachine.err != nil || thisMachine.bootID == "" {
 			return fmt.Errorf("the identity read at load: %q, %v", thisMachine.bootID, thisMachine.err)

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/ipc"
 	"golang.org/x/sys/unix"
 )
@@ -30,7 +31,7 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	// 1. What we have: the block, our pad, the peers' segments we hold, and
 	// the slots of the handle's pointer arrays (taken now so that a rank
 	// that cannot get them fails every rank through the verdict).
-	var info core.BlockInfo
+	var info alloc.BlockInfo
 	var localErr error
 	if g.alloc == nil {
 		localErr = core.Errorf(core.ErrInvalidDevice, "no allocator for device %d", g.device)
@@ -296,7 +297,7 @@ func (g *Group) verdict(recs []blockRecord) error {
 //
 // prepare, if set, runs once what arrived is mapped and before the final
 // verdict (gm.mu held): its failure is this rank's failure, shared with all.
-func (g *Group) exchange(info core.BlockInfo, recs []blockRecord, needPads bool, need func(r, p int) bool, fresh []*peerMap, prepare func() error, tr *phaseTrace) error {
+func (g *Group) exchange(info alloc.BlockInfo, recs []blockRecord, needPads bool, need func(r, p int) bool, fresh []*peerMap, prepare func() error, tr *phaseTrace) error {
 	gm := g.gm
 	world, me := g.world, g.rank
 	var localErr error

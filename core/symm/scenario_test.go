@@ -1,7 +1,7 @@
 package symm
 
 // Rank-side scenarios, run either by one process per rank (TestHelperRank,
-// re-executed test binary, core.Default() on SYMMEM_BACKEND=host) or by one
+// re-executed test binary, alloc.Default() on SYMMEM_BACKEND=host) or by one
 // goroutine per rank with a runtime of its own (in-process tests).
 
 import (
@@ -13,11 +13,13 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/ipc"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 type rankEnv struct {
-	rt      *core.Runtime
+	rt      *alloc.Runtime
 	rank    int
 	world   int
 	name    string
@@ -32,7 +34,7 @@ func (e *rankEnv) opts(name string, rank, world int) Options {
 }
 
 // words views n 64-bit words at addr.
-func words(addr uintptr, n int) []uint64 { return unsafe.Slice((*uint64)(ptrAt(addr)), n) }
+func words(addr uintptr, n int) []uint64 { return unsafe.Slice((*uint64)(unmanaged.Pointer(addr)), n) }
 
 func val(writer, owner, round int) uint64 {
 	return uint64(writer)<<40 | uint64(owner)<<20 | uint64(round) + 1
@@ -164,7 +166,7 @@ func runScenario(sc string, e *rankEnv) error {
 
 // join allocates size bytes and creates this rank's member of the world
 // group e names; the caller destroys the group.
-func join(e *rankEnv, a *core.Allocator, size uintptr) (uintptr, *Group, error) {
+func join(e *rankEnv, a *alloc.Allocator, size uintptr) (uintptr, *Group, error) {
 	buf, err := a.Alloc(size, 0)
 	if err != nil {
 		return 0, nil, err
@@ -175,7 +177,7 @@ func join(e *rankEnv, a *core.Allocator, size uintptr) (uintptr, *Group, error) 
 
 // joinRendezvous is join plus a rendezvous on the buffer; done releases the
 // handle and destroys the group.
-func joinRendezvous(e *rankEnv, a *core.Allocator, size uintptr) (h *Handle, done func(), err error) {
+func joinRendezvous(e *rankEnv, a *alloc.Allocator, size uintptr) (h *Handle, done func(), err error) {
 	buf, g, err := join(e, a, size)
 	if err != nil {
 		return nil, nil, err
@@ -187,7 +189,7 @@ func joinRendezvous(e *rankEnv, a *core.Allocator, size uintptr) (h *Handle, don
 	return h, func() { h.Release(); g.Destroy() }, nil
 }
 
-func rendezvousOnly(e *rankEnv, a *core.Allocator, size uintptr, offset uintptr) error {
+func rendezvousOnly(e *rankEnv, a *alloc.Allocator, size uintptr, offset uintptr) error {
 	buf, g, err := join(e, a, size)
 	if err != nil {
 		return err
@@ -200,7 +202,7 @@ func rendezvousOnly(e *rankEnv, a *core.Allocator, size uintptr, offset uintptr)
 	return h.Release()
 }
 
-func scWrite(e *rankEnv, a *core.Allocator) error {
+func scWrite(e *rankEnv, a *alloc.Allocator) error {
 	buf, g, err := join(e, a, 64<<10)
 	if err != nil {
 		return err
@@ -220,9 +222,9 @@ func scWrite(e *rankEnv, a *core.Allocator) error {
 	if host != dev {
 		return fmt.Errorf("host backend: device arrays must be the host arrays")
 	}
-	arr := unsafe.Slice((*uintptr)(ptrAt(host)), e.world)
+	arr := unsafe.Slice((*uintptr)(unmanaged.Pointer(host)), e.world)
 	pads, _ := h.SignalPadPtrs()
-	parr := unsafe.Slice((*uintptr)(ptrAt(pads)), e.world)
+	parr := unsafe.Slice((*uintptr)(unmanaged.Pointer(pads)), e.world)
 	for r := 0; r < e.world; r++ {
 		b, _ := h.BufferPtr(r)
 		p, _ := h.SignalPadPtr(r)
@@ -303,7 +305,7 @@ func scWrite(e *rankEnv, a *core.Allocator) error {
 // scPingPong: ranks pair up (r, r^1); for 1000 rounds the even rank writes
 // a value into its partner's block and signals, the odd rank waits, checks,
 // answers in the even rank's block and signals back.
-func scPingPong(e *rankEnv, a *core.Allocator) error {
+func scPingPong(e *rankEnv, a *alloc.Allocator) error {
 	h, done, err := joinRendezvous(e, a, 4096)
 	if err != nil {
 		return err
@@ -350,7 +352,7 @@ func scPingPong(e *rankEnv, a *core.Allocator) error {
 // scCounts checks Note [Signals]: puts do not wait for the receiver, each
 // wait consumes one signal, a wait that times out consumes none, and every
 // slot holds exactly the number of signals its sender put.
-func scCounts(e *rankEnv, a *core.Allocator) error {
+func scCounts(e *rankEnv, a *alloc.Allocator) error {
 	h, done, err := joinRendezvous(e, a, 4096)
 	if err != nil {
 		return err
@@ -395,7 +397,7 @@ func scCounts(e *rankEnv, a *core.Allocator) error {
 	}
 	// 4 barriers on channel 0: every peer's count there is 4, ours 0; on
 	// channel 1 prev put 6 (with world 2, prev is nxt and the same holds).
-	own := unsafe.Slice((*uint32)(ptrAt(h.padPtrs[me])), 2*world)
+	own := unsafe.Slice((*uint32)(unmanaged.Pointer(h.padPtrs[me])), 2*world)
 	for p := 0; p < world; p++ {
 		want0, want1 := uint32(4), uint32(0)
 		if p == me {
@@ -421,7 +423,7 @@ func scCounts(e *rankEnv, a *core.Allocator) error {
 
 // scSubgroup: the world group and a 2-rank subgroup (ranks 2k, 2k+1)
 // rendezvous on the same buffer; each has its own pads.
-func scSubgroup(e *rankEnv, a *core.Allocator) error {
+func scSubgroup(e *rankEnv, a *alloc.Allocator) error {
 	buf, g, err := join(e, a, 64<<10)
 	if err != nil {
 		return err
@@ -478,7 +480,7 @@ func scSubgroup(e *rankEnv, a *core.Allocator) error {
 	return nil
 }
 
-func scBadArgs(e *rankEnv, a *core.Allocator) error {
+func scBadArgs(e *rankEnv, a *alloc.Allocator) error {
 	buf, _ := a.Alloc(4096, 0)
 	g, err := New(e.opts(e.name, e.rank, e.world))
 	if err != nil {
@@ -559,7 +561,7 @@ func scBadArgs(e *rankEnv, a *core.Allocator) error {
 
 // scLeak: 1000 rendezvous/release cycles, each exchanging descriptors (the
 // mappings go with the handles), leave no descriptor and no mapping behind.
-func scLeak(e *rankEnv, a *core.Allocator) error {
+func scLeak(e *rankEnv, a *alloc.Allocator) error {
 	buf, _ := a.Alloc(4096, 0)
 	countFDs() // the first reads open the runtime's poller descriptors
 	countMaps()
@@ -608,7 +610,7 @@ func scLeak(e *rankEnv, a *core.Allocator) error {
 
 // scCallback: records travel through a caller's all-gather (here another
 // ipc channel standing in for MPI), descriptors through the group's sockets.
-func scCallback(e *rankEnv, a *core.Allocator) error {
+func scCallback(e *rankEnv, a *alloc.Allocator) error {
 	other, err := ipc.Open(ipc.Config{Name: e.name + "-mpi", Rank: e.rank, World: e.world, Dir: e.dir, Timeout: e.timeout, Token: "mpi"})
 	if err != nil {
 		return err

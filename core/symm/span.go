@@ -12,7 +12,7 @@ import (
 //
 // On a group whose ranks are on several machines (Note [Local teams]) the
 // library carries no byte between machines itself: the group's communicator
-// (NCCL) does, through its optional capabilities (core/symm/engine.go).
+// (NCCL) does, through its optional capabilities (core/engine.go).
 //
 //   - all_gather and reduce_scatter run whole on the communicator
 //     (reducer: ncclAllGather / ncclReduceScatter with the call's datatype

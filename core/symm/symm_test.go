@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/host"
 	"github.com/libsymmem/libsymmem/core/internal/ranktest"
 )
@@ -26,7 +27,7 @@ func TestHelperRank(t *testing.T) {
 	if os.Getenv("SYMMEM_SYMM_HELPER") != "1" {
 		t.Skip("helper process for the multi-process tests")
 	}
-	rt, err := core.Default()
+	rt, err := alloc.Default()
 	e := &rankEnv{rt: rt, rank: envInt("SYMMEM_SYMM_RANK"), world: envInt("SYMMEM_SYMM_WORLD"),
 		name: os.Getenv("SYMMEM_SYMM_NAME"), dir: os.Getenv("SYMMEM_SOCKET_DIR"),
 		timeout: time.Duration(envInt("SYMMEM_SYMM_TIMEOUT_MS")) * time.Millisecond, arg: envInt("SYMMEM_SYMM_ARG")}
@@ -89,7 +90,7 @@ func runInProcess(t *testing.T, sc string, world int, timeout time.Duration, arg
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := &rankEnv{rt: core.NewRuntime(be), rank: r, world: world, name: sc, dir: dir, timeout: timeout, arg: arg}
+		e := &rankEnv{rt: alloc.NewRuntime(be), rank: r, world: world, name: sc, dir: dir, timeout: timeout, arg: arg}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

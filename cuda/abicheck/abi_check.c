@@ -116,6 +116,20 @@ static void check_types(void) {
   OFFSET(CUmemAccessDesc, location);
   OFFSET(CUmemAccessDesc, flags);
 
+  SIZE(CUlaunchAttributeValue);
+  OFFSET(CUlaunchAttributeValue, programmaticStreamSerializationAllowed);
+  SIZE(CUlaunchAttribute);
+  OFFSET(CUlaunchAttribute, id);
+  OFFSET(CUlaunchAttribute, value);
+  VALUE(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);
+  SIZE(CUlaunchConfig);
+  OFFSET(CUlaunchConfig, gridDimX);
+  OFFSET(CUlaunchConfig, blockDimX);
+  OFFSET(CUlaunchConfig, sharedMemBytes);
+  OFFSET(CUlaunchConfig, hStream);
+  OFFSET(CUlaunchConfig, attrs);
+  OFFSET(CUlaunchConfig, numAttrs);
+
   SIZE(CUstreamBatchMemOpParams);
   OFFSET(CUstreamBatchMemOpParams, operation);
   OFFSET(CUstreamBatchMemOpParams, waitValue.operation);

@@ -41,9 +41,41 @@ struct symmem_coll_params {
   int set_base;                  /* 84: the channel's first device set */
   unsigned int digest;           /* 88: digest of the call's arguments (Note [Collective agreement]) */
   int sliced;                    /* 92: all-gather: rank q's input at in_offset + q*count */
+  unsigned long long ll_offset;  /* 96: low-latency buffers' offset in every pad (algo 4) */
+  unsigned long long ll_slot;    /* 104: bytes of one sender's slot there */
+  unsigned int flags;            /* 112: SYMMEM_COLL_UNCHECKED: no argument agreement */
+  unsigned int pad0;             /* 116 */
+  /* 120: rank r's low-latency buffers (its pad + ll_offset), for r < world
+   * <= SYMMEM_LL_DIRECT_RANKS: the path's pointers come from the kernel's
+   * parameters rather than from loads of the view's device arrays. */
+  char *ll_base[8];
 };
+#define SYMMEM_LL_DIRECT_RANKS 8
 static_assert(sizeof(symmem_device_view) == 40, "symmem_device_view layout");
-static_assert(sizeof(symmem_coll_params) == 96, "symmem_coll_params layout");
+static_assert(sizeof(symmem_coll_params) == 184, "symmem_coll_params layout");
+
+/* params.algo of the low-latency path, and params.flags. */
+#define SYMMEM_COLL_ALGO_LL 4
+#define SYMMEM_COLL_UNCHECKED 1u
+
+/* Programmatic dependent launch (sm_90 on): the library launches its
+ * kernels allowed to start before the previous kernel of the stream has
+ * finished, so that their launch overlaps its tail. Nothing a previous
+ * kernel wrote may be touched before symmem_pdl_wait, which returns once
+ * that kernel has completed and its memory is visible (at once when the
+ * kernel was launched without the attribute). symmem_pdl_release lets the
+ * next kernel of the stream be launched now; it still waits for this one
+ * to finish before touching memory, if it was launched to do so. */
+static __device__ __forceinline__ void symmem_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void symmem_pdl_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
 
 #define SYMMEM_COLL_THREADS 512
 /* Vectors per thread in flight in the reduction loops. */
@@ -90,38 +122,61 @@ static __device__ __forceinline__ bool symmem_coll_barrier(const symmem_device_v
  * and compares digests. A tag past the arrival means p already failed this
  * call and moved on. A difference records SYMMEM_DEV_CAUSE_MISMATCH with p;
  * false in every thread then, before any data moved. */
-static __device__ __forceinline__ bool symmem_coll_open(const symmem_device_view &v, int set, unsigned int digest) {
+/* Waits until peer p's argument slot in our region (set, p) carries arrival
+ * n, then compares it with mine (arrival n << 32 | our digest): true when
+ * equal; a timeout, an abort or a difference records the cause in the
+ * error flag and returns false. Kernels use the slot's two 64-bit words by
+ * the parity of the arrival (the host backend, which runs no kernels, keeps
+ * the packed arguments in the second): a peer on the low-latency path may
+ * publish its next call's arrival before we read this one (it waits for no
+ * barrier of ours), but never the one after it. */
+static __device__ __forceinline__ bool symmem_coll_agree(const symmem_device_view &v, int set, int p, unsigned int n,
+                                                         unsigned long long mine) {
+  const unsigned long long *slot = symmem_dev_arg_slot(v, v.rank, set, p) + (n & 1);
+  unsigned long long limit = v.timeout_ns ? v.timeout_ns : SYMMEM_DEV_DEFAULT_TIMEOUT_NS;
+  unsigned long long start = symmem_dev_globaltimer();
+  unsigned long long theirs;
+  for (;;) {
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(theirs) : "l"(slot) : "memory");
+    if (symmem_dev_reached((unsigned int)(theirs >> 32), n))
+      break;
+    if (symmem_dev_aborted(v, set) || symmem_dev_globaltimer() - start > limit) {
+      symmem_dev_fail(v, p, set);
+      return false;
+    }
+  }
+  if (theirs != mine) {
+    symmem_dev_fail_cause(v, SYMMEM_DEV_CAUSE_MISMATCH, p, set);
+    return false;
+  }
+  return true;
+}
+
+/* Publishes this call's arguments to peer p for set (thread p's part of
+ * symmem_coll_open): arrival n << 32 | digest into p's slot (set, rank),
+ * then the arrival itself, both relaxed. Returns the word published. */
+static __device__ __forceinline__ unsigned long long symmem_coll_publish(const symmem_device_view &v, int set, int p,
+                                                                         unsigned int n, unsigned int digest) {
+  const unsigned long long mine = (unsigned long long)n << 32 | digest;
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(symmem_dev_arg_slot(v, p, set, v.rank) + (n & 1)),
+               "l"(mine)
+               : "memory");
+  asm volatile("red.relaxed.sys.global.add.u32 [%0], %1;" ::"l"(symmem_dev_set_word(v, p, set, v.rank)), "r"(1u)
+               : "memory");
+  return mine;
+}
+
+static __device__ __forceinline__ bool symmem_coll_open(const symmem_device_view &v, int set, unsigned int digest,
+                                                        unsigned int flags) {
+  if (flags & SYMMEM_COLL_UNCHECKED)
+    return symmem_coll_barrier(v, set, false);
   __syncthreads();
   bool ok = true;
   int p = threadIdx.x;
   if (p < v.world && p != v.rank) {
     const unsigned int n = *(volatile unsigned int *)symmem_dev_set_word(v, v.rank, set, v.world + p) + 1;
-    const unsigned long long mine = (unsigned long long)n << 32 | digest;
-    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(symmem_dev_arg_slot(v, p, set, v.rank)), "l"(mine)
-                 : "memory");
-    asm volatile("red.relaxed.sys.global.add.u32 [%0], %1;" ::"l"(symmem_dev_set_word(v, p, set, v.rank)), "r"(1u)
-                 : "memory");
-    ok = symmem_dev_wait(v, p, set);
-    if (ok) {
-      const unsigned long long *slot = symmem_dev_arg_slot(v, v.rank, set, p);
-      unsigned long long limit = v.timeout_ns ? v.timeout_ns : SYMMEM_DEV_DEFAULT_TIMEOUT_NS;
-      unsigned long long start = symmem_dev_globaltimer();
-      unsigned long long theirs;
-      for (;;) {
-        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(theirs) : "l"(slot) : "memory");
-        if (symmem_dev_reached((unsigned int)(theirs >> 32), n))
-          break;
-        if (symmem_dev_aborted(v, set) || symmem_dev_globaltimer() - start > limit) {
-          symmem_dev_fail(v, p, set);
-          ok = false;
-          break;
-        }
-      }
-      if (ok && theirs != mine) {
-        symmem_dev_fail_cause(v, SYMMEM_DEV_CAUSE_MISMATCH, p, set);
-        ok = false;
-      }
-    }
+    const unsigned long long mine = symmem_coll_publish(v, set, p, n, digest);
+    ok = symmem_dev_wait(v, p, set) && symmem_coll_agree(v, set, p, n, mine);
   }
   return __syncthreads_and(ok);
 }
@@ -363,7 +418,7 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
   symmem_vec16 r;
   typename T::acc_t tail[T::E];
 
-  if (!symmem_coll_open(v, set, p.digest))
+  if (!symmem_coll_open(v, set, p.digest, p.flags))
     return;
   if (in_place_one_shot) {
     /* Every rank reads our input: each round reads SYMMEM_COLL_INPLACE_UNROLL
@@ -474,12 +529,313 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
   symmem_coll_barrier(v, set, push);
 }
 
+/* ---- the low-latency path (Note [Low-latency collectives] in core/symm/coll.go)
+ *
+ * Every rank stores its contribution for peer q (all-reduce: its whole
+ * input; reduce-scatter: slice q; all-gather: its input) into q's slot for
+ * (parity, sender) of q's low-latency buffers, as 16-byte lines {data word,
+ * flag, data word, flag}: 8 bytes of data per line, each 8-byte half one
+ * store, flag = the call's sequence number + 1. The receiver polls its own
+ * slots until both flags of a line are the call's: the data carries its
+ * own arrival, so a call is one crossing of NVLink, with no barrier. Lines
+ * of an earlier call hold an older flag; two parities (seq & 1) keep a
+ * sender from overwriting lines its receiver has not read: a sender is at
+ * most one call ahead of any receiver (it cannot finish call k+1 before the
+ * receiver's data of call k+1, which comes after the receiver has read
+ * call k). The sequence number is the channel's, in our device region
+ * (SYMMEM_LL_SEQ_WORD), read by every block after symmem_pdl_wait and
+ * advanced by the last block to finish (SYMMEM_LL_DONE_WORD counts them),
+ * so CUDA-graph replays carry on counting. The argument agreement: thread p
+ * publishes arrival << 32 | digest to peer p as symmem_coll_open does, and
+ * waits for p's before any output is written (not before the data is sent:
+ * the data goes to the peers' private buffers, never to their outputs). */
+#define SYMMEM_LL_SEQ_WORD 4
+#define SYMMEM_LL_DONE_WORD 5
+
+/* Stores one line: 8 bytes of data (d0, d1) with the flag beside each half. */
+static __device__ __forceinline__ void symmem_ll_store(char *dst, unsigned int d0, unsigned int d1,
+                                                       unsigned int flag) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(d0), "r"(flag), "r"(d1),
+               "r"(flag)
+               : "memory");
+}
+
+/* Polls the line at src until both of its flags are flag; the data in d0,
+ * d1. Bounded: every 256 polls it checks the abort word, the flag of a
+ * mismatch and the timeout, recording (peer, set) on expiry. */
+static __device__ __forceinline__ bool symmem_ll_load(const symmem_device_view &v, const char *src, unsigned int flag,
+                                                      int peer, int set, unsigned int &d0, unsigned int &d1) {
+  unsigned int a, b, c, d;
+  unsigned long long start = 0;
+  for (unsigned int spin = 1;; spin++) {
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
+                 : "l"(src)
+                 : "memory");
+    if (b == flag && d == flag)
+      break;
+    if ((spin & 255) == 0) {
+      unsigned long long now = symmem_dev_globaltimer();
+      if (start == 0)
+        start = now;
+      if (symmem_dev_aborted(v, set))
+        return false;
+      if (now - start > (v.timeout_ns ? v.timeout_ns : SYMMEM_DEV_DEFAULT_TIMEOUT_NS)) {
+        symmem_dev_fail(v, peer, set);
+        return false;
+      }
+    }
+  }
+  d0 = a;
+  d1 = c;
+  return true;
+}
+
+/* The 8 bytes at src, or the first rem of them (rem < 8) and zeros. */
+static __device__ __forceinline__ void symmem_ll_read8(const char *src, unsigned long long rem, unsigned int &d0,
+                                                       unsigned int &d1) {
+  if (rem >= 8) {
+    const uint2 x = *(const uint2 *)src;
+    d0 = x.x;
+    d1 = x.y;
+    return;
+  }
+  unsigned long long w = 0;
+  for (unsigned long long i = 0; i < rem; i++)
+    w |= (unsigned long long)(unsigned char)src[i] << (8 * i);
+  d0 = (unsigned int)w;
+  d1 = (unsigned int)(w >> 32);
+}
+
+/* Stores d0, d1 at dst: all 8 bytes, or the first rem (rem < 8). */
+static __device__ __forceinline__ void symmem_ll_write8(char *dst, unsigned long long rem, unsigned int d0,
+                                                        unsigned int d1) {
+  if (rem >= 8) {
+    *(uint2 *)dst = make_uint2(d0, d1);
+    return;
+  }
+  const unsigned long long w = (unsigned long long)d1 << 32 | d0;
+  for (unsigned long long i = 0; i < rem; i++)
+    dst[i] = (char)(w >> (8 * i));
+}
+
+/* The line slot of (parity, sender) in rank r's low-latency buffers. */
+static __device__ __forceinline__ char *symmem_ll_slot(const symmem_coll_params &p, int r, unsigned int parity,
+                                                       int sender) {
+  char *base = p.view.world <= SYMMEM_LL_DIRECT_RANKS ? p.ll_base[r] : (char *)p.view.pads[r] + p.ll_offset;
+  return base + ((unsigned long long)parity * p.view.world + sender) * p.ll_slot;
+}
+
+/* Word i of our own device region, from the parameters (the region ends
+ * where the low-latency buffers start, 256-byte aligned, so its start is
+ * not known from them: it is read through the view unless world is small,
+ * in which case the pad's start is ll_base[rank] - ll_offset). */
+static __device__ __forceinline__ unsigned int *symmem_ll_region(const symmem_coll_params &p, int i) {
+  if (p.view.world <= SYMMEM_LL_DIRECT_RANKS)
+    return (unsigned int *)(p.ll_base[p.view.rank] - p.ll_offset + p.view.pad_size) + i;
+  return symmem_dev_region(p.view, p.view.rank, i);
+}
+
+/* KIND 0 all-reduce, 1 all-gather, 2 reduce-scatter; DT and OP as the
+ * reduction kernels' (unused by all-gather). count is elements (all-gather:
+ * bytes, as in symmem_coll_params). */
+template <int KIND, int DT, int OP> static __device__ __forceinline__ void symmem_coll_ll(const symmem_coll_params &p) {
+  typedef symmem_elem<DT> T;
+  const symmem_device_view &v = p.view;
+  const int W = v.world, me = v.rank;
+  const int set = p.set_base + blockIdx.x;
+  __shared__ unsigned int seq_shared;
+  const bool checked = !(p.flags & SYMMEM_COLL_UNCHECKED);
+  /* Bytes this rank sends each peer (and receives from each). */
+  const unsigned long long pay = KIND == 1 ? p.count : (KIND == 2 ? p.count / W : p.count) * T::SIZE;
+  const unsigned long long lines = (pay + 7) / 8;
+  const unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+  const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
+  const char *in = symmem_dev_ptr(v, me, p.in_offset + (KIND == 1 && p.sliced ? me * p.count : 0));
+
+  if (threadIdx.x == 0)
+    seq_shared = *(volatile unsigned int *)symmem_ll_region(p, SYMMEM_LL_SEQ_WORD);
+  const int q = threadIdx.x;
+  const bool agent = checked && q < W && q != me;
+  unsigned int n = 0;
+  unsigned long long mine = 0;
+  if (agent) {
+    n = *(volatile unsigned int *)symmem_dev_set_word(v, me, set, W + q) + 1;
+    mine = symmem_coll_publish(v, set, q, n, p.digest);
+  }
+  __syncthreads();
+  const unsigned int seq = seq_shared, flag = seq + 1, parity = seq & 1;
+
+  /* Send: line i of our contribution for peer r into r's slot (parity, me). */
+  for (unsigned long long i = tid; i < lines; i += nthreads) {
+    const unsigned long long rem = pay - 8 * i;
+    if (KIND == 2) {
+      for (int k = 1; k < W; k++) {
+        const int r = (me + k) % W;
+        unsigned int d0, d1;
+        symmem_ll_read8(in + r * pay + 8 * i, rem, d0, d1);
+        symmem_ll_store(symmem_ll_slot(p, r, parity, me) + 16 * i, d0, d1, flag);
+      }
+    } else {
+      unsigned int d0, d1;
+      symmem_ll_read8(in + 8 * i, rem, d0, d1);
+      for (int k = 1; k < W; k++) {
+        const int r = (me + k) % W;
+        symmem_ll_store(symmem_ll_slot(p, r, parity, me) + 16 * i, d0, d1, flag);
+      }
+    }
+  }
+
+  /* Every peer's arguments equal ours before any output is written. */
+  bool ok = true;
+  if (agent) {
+    ok = symmem_coll_agree(v, set, q, n, mine);
+    if (ok)
+      *(volatile unsigned int *)symmem_dev_set_word(v, me, set, W + q) = n;
+  }
+  if (!__syncthreads_and(ok))
+    return;
+
+  /* Receive and combine. */
+  for (unsigned long long i = tid; i < lines && ok; i += nthreads) {
+    const unsigned long long rem = pay - 8 * i;
+    if (KIND == 1) {
+      for (int k = 1; k < W && ok; k++) {
+        const int r = (me + W - k) % W;
+        unsigned int d0, d1;
+        ok = symmem_ll_load(v, symmem_ll_slot(p, me, parity, r) + 16 * i, flag, r, set, d0, d1);
+        if (ok)
+          symmem_ll_write8(p.out + r * pay + 8 * i, rem, d0, d1);
+      }
+      char *own = p.out + me * pay + 8 * i;
+      if (ok && own != in + 8 * i) {
+        unsigned int d0, d1;
+        symmem_ll_read8(in + 8 * i, rem, d0, d1);
+        symmem_ll_write8(own, rem, d0, d1);
+      }
+    } else {
+      typename T::acc_t acc[T::E / 2];
+      for (int r = 0; r < W && ok; r++) {
+        symmem_vec16 x;
+        if (r == me)
+          symmem_ll_read8(in + (KIND == 2 ? me * pay : 0) + 8 * i, rem, x.w[0], x.w[1]);
+        else
+          ok = symmem_ll_load(v, symmem_ll_slot(p, me, parity, r) + 16 * i, flag, r, set, x.w[0], x.w[1]);
+#pragma unroll
+        for (int e = 0; e < T::E / 2; e++)
+          acc[e] = r == 0 ? T::get(x, e) : symmem_reduce<OP>(acc[e], T::get(x, e));
+      }
+      if (ok) {
+        symmem_vec16 y;
+        y.w[0] = y.w[1] = 0;
+#pragma unroll
+        for (int e = 0; e < T::E / 2; e++)
+          T::put(y, e, acc[e]);
+        symmem_ll_write8(p.out + 8 * i, rem, y.w[0], y.w[1]);
+      }
+    }
+  }
+  if (!__syncthreads_and(ok))
+    return;
+  /* The last block to finish advances the channel's sequence number (a
+   * grid of one block does it alone; the kernel's end publishes it to the
+   * stream's next kernel). */
+  if (threadIdx.x == 0) {
+    unsigned int *seqw = symmem_ll_region(p, SYMMEM_LL_SEQ_WORD);
+    if (gridDim.x == 1) {
+      *(volatile unsigned int *)seqw = seq + 1;
+    } else {
+      unsigned int *done = symmem_ll_region(p, SYMMEM_LL_DONE_WORD);
+      __threadfence();
+      if (atomicAdd(done, 1u) == gridDim.x - 1) {
+        *(volatile unsigned int *)done = 0;
+        *(volatile unsigned int *)seqw = seq + 1;
+        __threadfence();
+      }
+    }
+  }
+}
+
+#if defined(SYMMEM_MEMOPS)
+/* ---- signals on a stream as one small kernel (Note [Signals as a kernel]
+ * in core/symm/signal.go): what cuStreamBatchMemOp would do with the
+ * stream's 32-bit writes and waits, but with programmatic dependent launch
+ * and bounded waits. Thread i runs op i: a put stores value at addr with
+ * release at system scope (after the previous kernel's work: the kernel
+ * waits for it first); a wait polls addr with acquire until it equals
+ * value (or, with SYMMEM_MEMOP_AT_LEAST, has reached it, wrap-around
+ * safe), giving up after timeout_ns or when the abort word is set, and then
+ * records SYMMEM_DEV_CAUSE_TIMEOUT (or the abort's cause) with the rank it
+ * waited for in the error flag. The ops of one launch run at once, which
+ * is what a round of a barrier needs (its puts never depend on its waits). */
+/* At most 16 operations a launch (a barrier of 9 ranks, or a round of a
+ * larger one): the parameters are copied at every launch, and small ones
+ * launch faster. */
+#define SYMMEM_MEMOPS_MAX 16
+#define SYMMEM_MEMOP_WAIT 1u
+#define SYMMEM_MEMOP_AT_LEAST 2u
+struct symmem_memops_params {
+  unsigned long long addr[SYMMEM_MEMOPS_MAX]; /* 0 */
+  unsigned int value[SYMMEM_MEMOPS_MAX];      /* 128 */
+  unsigned int kind[SYMMEM_MEMOPS_MAX];       /* 192: SYMMEM_MEMOP_* bits; peer << 8 */
+  unsigned long long flag;                    /* 256: our error flag word */
+  unsigned long long abort_word;              /* 264: our abort word */
+  unsigned long long timeout_ns;              /* 272 */
+  unsigned int n;                             /* 280 */
+};
+static_assert(sizeof(symmem_memops_params) == 288, "symmem_memops_params layout");
+
+extern "C" __global__ void __launch_bounds__(32) symmem_memops(symmem_memops_params p) {
+  symmem_pdl_wait();
+  symmem_pdl_release();
+  const unsigned int i = threadIdx.x;
+  if (i >= p.n)
+    return;
+  unsigned int *a = (unsigned int *)p.addr[i];
+  const unsigned int kind = p.kind[i], v = p.value[i];
+  if (!(kind & SYMMEM_MEMOP_WAIT)) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(a), "r"(v) : "memory");
+    return;
+  }
+  unsigned long long start = 0;
+  for (unsigned int spin = 1;; spin++) {
+    unsigned int cur;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(cur) : "l"(a) : "memory");
+    if ((kind & SYMMEM_MEMOP_AT_LEAST) ? symmem_dev_reached(cur, v) : cur == v)
+      return;
+    if ((spin & 255) == 0) {
+      const unsigned long long now = symmem_dev_globaltimer();
+      if (start == 0)
+        start = now;
+      const unsigned int ab = *(volatile unsigned int *)p.abort_word;
+      const unsigned int peer = kind >> 8 & 0x1fff;
+      if (ab != 0 || now - start > (p.timeout_ns ? p.timeout_ns : SYMMEM_DEV_DEFAULT_TIMEOUT_NS)) {
+        const unsigned int cause = ab != 0 ? SYMMEM_DEV_CAUSE_PEER_EXITED : SYMMEM_DEV_CAUSE_TIMEOUT;
+        atomicCAS((unsigned int *)p.flag, 0u,
+                  0x80000000u | cause << 29 | (ab != 0 ? (ab >> 16 & 0x1fff) : peer) << 16 | 0xffffu);
+        return;
+      }
+    }
+  }
+}
+#endif
+
 /* One program per kernel (cuda/kernels.go compiles each at its first use):
  * with SYMMEM_COLL_DT and SYMMEM_COLL_OP defined, the all-reduce and
  * reduce-scatter kernel SYMMEM_COLL_NAME of that dtype (core.DType order)
  * and op; without them, the all-gather. */
-#if defined(SYMMEM_COLL_DT)
+#if defined(SYMMEM_MEMOPS)
+#elif defined(SYMMEM_COLL_DT)
 extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) SYMMEM_COLL_NAME(symmem_coll_params p) {
+  symmem_pdl_wait();
+  symmem_pdl_release();
+  if (p.algo == SYMMEM_COLL_ALGO_LL) {
+    if (p.kind == 2)
+      symmem_coll_ll<2, SYMMEM_COLL_DT, SYMMEM_COLL_OP>(p);
+    else
+      symmem_coll_ll<0, SYMMEM_COLL_DT, SYMMEM_COLL_OP>(p);
+    return;
+  }
   symmem_coll_reduce<SYMMEM_COLL_DT, SYMMEM_COLL_OP>(p);
 }
 #else
@@ -487,11 +843,17 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) SYMMEM_COLL_NA
  * block, or at in_offset + q*count when sliced) goes to out + q*count; in
  * place (out + rank*count is our input) our own part is not copied. */
 extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gather(symmem_coll_params p) {
+  symmem_pdl_wait();
+  symmem_pdl_release();
+  if (p.algo == SYMMEM_COLL_ALGO_LL) {
+    symmem_coll_ll<1, 3, 0>(p);
+    return;
+  }
   const symmem_device_view &v = p.view;
   const int set = p.set_base + blockIdx.x;
   const unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
   const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
-  if (!symmem_coll_open(v, set, p.digest))
+  if (!symmem_coll_open(v, set, p.digest, p.flags))
     return;
   const unsigned long long nvec = p.count / 16, total = nvec * v.world;
   if ((p.count & 15) == 0 && total <= SYMMEM_COLL_UNROLL * nthreads) {

@@ -2,13 +2,16 @@
 
 Options: ``--json`` prints the report (and the self-test's results) as JSON;
 ``--no-self-test`` skips the self-test. The exit status is 0 when the library
-loaded and every self-test step passed, 1 otherwise.
+loaded and every self-test step passed, 1 otherwise; when the reader of the
+output goes away (``python -m symmem | head -3``) it stops quietly with 141,
+as a program that SIGPIPE ends.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .info import format_text, info, self_test
@@ -40,5 +43,19 @@ def main(argv=None) -> int:
     return 0 if ok else 1
 
 
+def run(argv=None) -> int:
+    """main, ending quietly when stdout is a pipe whose reader has gone."""
+    try:
+        rc = main(argv)
+        sys.stdout.flush()  # a closed pipe shows here at the latest
+        return rc
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that
+        # this flush cannot raise a second time.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -12,12 +12,18 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .errors import Result, make_error
+from .errors import C_INT, C_PTR, Result, brief, int_arg, make_error, quote
+
+
+def _shown(value) -> str:
+    """A name the caller passed, for a message: a str quoted (cut at 64
+    characters), anything else by its type and a cut repr."""
+    return quote(value) if isinstance(value, str) else brief(value)
 
 DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "int32": 3}
 DTYPE_SIZES = {0: 4, 1: 2, 2: 2, 3: 4}
 OPS = {"sum": 0, "max": 1, "min": 2}
-ALGOS = {"auto": 0, "one_shot": 1, "two_shot": 2, "hierarchical": 3, "nccl": 4}
+ALGOS = {"auto": 0, "one_shot": 1, "two_shot": 2, "hierarchical": 3, "nccl": 4, "low_latency": 5}
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = 0, 1, 2
 
 _ALIASES = {"float": "float32", "half": "float16", "fp16": "float16", "fp32": "float32", "bf16": "bfloat16",
@@ -43,14 +49,14 @@ def dtype_code(dtype, what: str) -> int:
             return DTYPES[name]
     raise make_error(
         Result.INVALID_ARGUMENT,
-        f"{what}: unknown dtype {dtype!r} (known: {', '.join(DTYPES)}, or their numpy dtypes)",
+        f"{what}: unknown dtype {_shown(dtype)} (known: {', '.join(DTYPES)}, or their numpy dtypes)",
     )
 
 
 def op_code(op, what: str) -> int:
     if isinstance(op, str) and op.lower() in OPS:
         return OPS[op.lower()]
-    raise make_error(Result.INVALID_ARGUMENT, f"{what}: unknown op {op!r} (known: {', '.join(OPS)})")
+    raise make_error(Result.INVALID_ARGUMENT, f"{what}: unknown op {_shown(op)} (known: {', '.join(OPS)})")
 
 
 def algo_code(algo, what: str) -> int:
@@ -58,7 +64,7 @@ def algo_code(algo, what: str) -> int:
         return 0
     if isinstance(algo, str) and algo.lower().replace("-", "_") in ALGOS:
         return ALGOS[algo.lower().replace("-", "_")]
-    raise make_error(Result.INVALID_ARGUMENT, f"{what}: unknown algo {algo!r} (known: {', '.join(ALGOS)})")
+    raise make_error(Result.INVALID_ARGUMENT, f"{what}: unknown algo {_shown(algo)} (known: {', '.join(ALGOS)})")
 
 
 def address(out, what: str) -> Optional[int]:
@@ -66,14 +72,14 @@ def address(out, what: str) -> Optional[int]:
     (.data_ptr())."""
     if out is None:
         return None
-    if isinstance(out, int):
-        return out
+    if isinstance(out, int) and not isinstance(out, bool):
+        return int_arg(out, "out", what, C_PTR)
     ptr = getattr(out, "ptr", None)
     if isinstance(ptr, int):
-        return ptr
+        return int_arg(ptr, "out", what, C_PTR)
     data_ptr = getattr(out, "data_ptr", None)
     if callable(data_ptr):
-        return int(data_ptr())
+        return int_arg(data_ptr(), "out", what, C_PTR)
     raise make_error(Result.INVALID_ARGUMENT, f"{what}: out must be None, an int address or a Buffer, got {type(out).__name__}")
 
 
@@ -86,8 +92,9 @@ def collectives_load(device: int = 0) -> dict:
     from . import _lib
     from ._lib import check
 
+    device = int_arg(device, "device", "symmem.collectives_load", C_INT)
     info = _lib.SymmemKernelInfo()
-    check(_lib.lib().symmem_collectives_load(int(device), ctypes.byref(info)), "symmem_collectives_load")
+    check(_lib.lib().symmem_collectives_load(device, ctypes.byref(info)), "symmem_collectives_load")
     return {
         "arch": info.arch,
         "from_cache": bool(info.from_cache),

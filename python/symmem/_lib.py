@@ -42,7 +42,7 @@ from ctypes import (
 from pathlib import Path
 from typing import Callable, List, Optional, TypeVar
 
-from .errors import Result, UnavailableError, make_error, quote
+from .errors import C_INT, Result, UnavailableError, int_arg, make_error, quote
 
 __all__ = [
     "LibraryNotFoundError",
@@ -326,6 +326,14 @@ def _load_first() -> "Library":
     where = "\n".join(tried)
     if os.environ.get(ENV_LIBRARY):
         hint = f"${ENV_LIBRARY} is set, so only it was tried"
+        build = _repo_build_dir()
+        if build is not None and not _is_file(os.environ[ENV_LIBRARY]) and Path(os.environ[ENV_LIBRARY]).parent == build:
+            hint += f"; run `make` at {_REPO_DIR} to build it (Go and a C compiler; README.md, Install)"
+    elif _repo_build_dir() is not None:  # a source tree: `make` builds build/libsymmem.so
+        hint = (
+            f"run `make` at {_REPO_DIR} to build build/libsymmem.so (Go and a C compiler; README.md, Install), "
+            f"install the package with `pip install .` there, or set ${ENV_LIBRARY} to the library's path"
+        )
     else:
         hint = (
             "install the package with `pip install .` at the repository root (it builds "
@@ -461,7 +469,8 @@ def has(name: str) -> bool:
 
 def strerror(code: int) -> str:
     """The library's fixed description of a code."""
-    s = lib().symmem_strerror(int(code))
+    code = int_arg(code, "code", "symmem.strerror", C_INT)
+    s = lib().symmem_strerror(code)
     if not s or s == b"unknown result code":  # one static string for every unknown code
         return f"unknown result {int(code)}"
     return s.decode("utf-8", "replace")

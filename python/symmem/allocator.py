@@ -12,7 +12,7 @@ from typing import Dict, NamedTuple, Optional
 
 from . import _lib
 from ._lib import check, check_last_error, check_pointer
-from .errors import Result, int_arg, make_error
+from .errors import C_INT, C_PTR, C_SIZE, Result, int_arg
 
 __all__ = [
     "version",
@@ -37,20 +37,18 @@ __all__ = [
 ]
 
 
-_SIZE_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
-
-
 def _s(b: Optional[bytes]) -> str:
     return b.decode("utf-8", "replace") if b else ""
 
 
-def _stream(stream) -> Optional[int]:
-    """A stream argument as the c_void_p value ctypes expects."""
+def _stream(stream, what: str = "symmem") -> Optional[int]:
+    """A stream argument as the c_void_p value ctypes expects: None, an int
+    holding a CUstream, or an object with .cuda_stream (torch.cuda.Stream
+    and friends expose the raw handle so)."""
     if stream is None:
         return None
-    # torch.cuda.Stream and friends expose the raw handle as .cuda_stream.
     raw = getattr(stream, "cuda_stream", stream)
-    return int(raw) or None
+    return int_arg(raw, "stream", what, C_PTR) or None
 
 
 def version() -> int:
@@ -85,13 +83,12 @@ def alloc(size: int, device: int = 0, stream=0) -> int:
     Raises OutOfMemoryError, InvalidDeviceError, UnavailableError, ...
     Size 0 returns a distinct pointer that must be freed like any other.
     """
-    size, device = int_arg(size, "size", "symmem.alloc"), int_arg(device, "device", "symmem.alloc")
-    if size < 0:
-        raise make_error(Result.INVALID_ARGUMENT, f"symmem.alloc: negative size {size}")
-    if size > _SIZE_MAX:
-        raise make_error(Result.OUT_OF_MEMORY, f"symmem.alloc: {size} bytes is more than size_t can hold")
+    w = "symmem.alloc"
+    # More than size_t can hold is more memory than there is: OUT_OF_MEMORY.
+    size = int_arg(size, "size", w, C_SIZE, too_big=Result.OUT_OF_MEMORY)
+    device = int_arg(device, "device", w, C_INT)
     lib = _lib.lib()
-    return int(check_pointer(lib.symmem_alloc, size, device, _stream(stream), what="symmem_alloc"))
+    return int(check_pointer(lib.symmem_alloc, size, device, _stream(stream, w), what="symmem_alloc"))
 
 
 def free(ptr, size: Optional[int] = None, device: Optional[int] = None, stream=0) -> None:
@@ -111,9 +108,11 @@ def free(ptr, size: Optional[int] = None, device: Optional[int] = None, stream=0
     if free_buffer is not None:
         free_buffer(ptr)
         return
-    ptr = int_arg(ptr, "ptr", "symmem.free")
-    size = None if size is None else int_arg(size, "size", "symmem.free")
-    device = None if device is None else int_arg(device, "device", "symmem.free")
+    w = "symmem.free"
+    ptr = int_arg(ptr, "ptr", w, C_PTR)
+    size = None if size is None else int_arg(size, "size", w, C_SIZE)
+    device = None if device is None else int_arg(device, "device", w, C_INT)
+    raw_stream = _stream(stream, w)
     if not ptr:
         return
     lib = _lib.lib()
@@ -126,19 +125,19 @@ def free(ptr, size: Optional[int] = None, device: Optional[int] = None, stream=0
             # the free below reports the bad pointer in its own words
             size = 0 if size is None else size
             device = 0 if device is None else device
-    check_last_error(lib.symmem_free, ptr, size, device, _stream(stream), what="symmem_free")
+    check_last_error(lib.symmem_free, ptr, size, device, raw_stream, what="symmem_free")
 
 
 def record_stream(ptr: int, stream) -> None:
     """Mark that ptr is also used on stream (see symmem_record_stream)."""
     lib = _lib.lib()
-    ptr = int_arg(ptr, "ptr", "symmem.record_stream")
-    check_last_error(lib.symmem_record_stream, ptr, _stream(stream), what="symmem_record_stream")
+    ptr = int_arg(ptr, "ptr", "symmem.record_stream", C_PTR)
+    check_last_error(lib.symmem_record_stream, ptr, _stream(stream, "symmem.record_stream"), what="symmem_record_stream")
 
 
 def empty_cache(device: int = -1) -> None:
     """Release idle cached segments of device (-1: every device)."""
-    check(_lib.lib().symmem_empty_cache(int_arg(device, "device", "symmem.empty_cache")), "symmem_empty_cache")
+    check(_lib.lib().symmem_empty_cache(int_arg(device, "device", "symmem.empty_cache", C_INT)), "symmem_empty_cache")
 
 
 def thread_caches_drain(device: int = -1) -> None:
@@ -147,27 +146,28 @@ def thread_caches_drain(device: int = -1) -> None:
     is placed as without the caches, the same on every rank even where one
     rank freed scratch memory the others did not. :func:`symmem.empty` and
     ``symmem.torch.empty`` do it before allocating."""
+    device = int_arg(device, "device", "symmem.thread_caches_drain", C_INT)
     check(_lib.lib().symmem_thread_caches_drain(device), "symmem_thread_caches_drain")
 
 
 def set_memory_limit(device: int, nbytes: int) -> None:
     """Cap device's reserved bytes at nbytes (0 removes the limit)."""
-    device, nbytes = int_arg(device, "device", "symmem.set_memory_limit"), int_arg(nbytes, "nbytes", "symmem.set_memory_limit")
-    if nbytes < 0:
-        raise make_error(Result.INVALID_ARGUMENT, f"symmem.set_memory_limit: negative limit {nbytes}")
+    w = "symmem.set_memory_limit"
+    device, nbytes = int_arg(device, "device", w, C_INT), int_arg(nbytes, "nbytes", w, C_SIZE)
     check(_lib.lib().symmem_set_memory_limit(device, nbytes), "symmem_set_memory_limit")
 
 
 def get_memory_limit(device: int = 0) -> int:
     """device's memory limit in bytes (0: none)."""
     out = ctypes.c_size_t(0)
-    device = int_arg(device, "device", "symmem.get_memory_limit")
+    device = int_arg(device, "device", "symmem.get_memory_limit", C_INT)
     check(_lib.lib().symmem_get_memory_limit(device, ctypes.byref(out)), "symmem_get_memory_limit")
     return int(out.value)
 
 
 def set_memory_fraction(fraction: float, device: int = 0) -> None:
     """Set device's limit to fraction (0 < fraction <= 1) of its memory."""
+    device = int_arg(device, "device", "symmem.set_memory_fraction", C_INT)
     lib = _lib.lib()
     check_last_error(lib.symmem_memory_fraction, float(fraction), device, what="symmem_memory_fraction")
 
@@ -179,7 +179,7 @@ def memory_stats(device: int = 0) -> Dict[str, int]:
     "num_device_alloc", "memory_limit". Keys come in the library's order.
     """
     lib = _lib.lib()
-    device = int_arg(device, "device", "symmem.memory_stats")
+    device = int_arg(device, "device", "symmem.memory_stats", C_INT)
     lib.symmem_clear_last_error()
     n = int(lib.symmem_stats(device, None, 0))
     if n == 0:
@@ -199,6 +199,7 @@ def memory_stats(device: int = 0) -> Dict[str, int]:
 
 def reset_peak_memory_stats(device: int = 0) -> None:
     """Set every ``.peak`` statistic of device to its ``.current`` value."""
+    device = int_arg(device, "device", "symmem.reset_peak_memory_stats", C_INT)
     check(_lib.lib().symmem_reset_peak_stats(device), "symmem_reset_peak_stats")
 
 
@@ -219,7 +220,7 @@ def pointer_info(ptr: int) -> PointerInfo:
     Raises InvalidPointerError if ptr is not inside one.
     """
     info = _lib.SymmemPointerInfo()
-    ptr = int_arg(ptr, "ptr", "symmem.pointer_info")
+    ptr = int_arg(ptr, "ptr", "symmem.pointer_info", C_PTR)
     check(_lib.lib().symmem_pointer_get_info(ptr, ctypes.byref(info)), "symmem_pointer_get_info")
     return PointerInfo(
         block=int(info.block or 0),
@@ -239,18 +240,20 @@ def copy(dst: int, src: int, nbytes: int, device: int = 0, stream=0) -> None:
     for. nbytes 0 is a no-op.
     """
     w = "symmem.copy"
-    dst, src, nbytes, device = int_arg(dst, "dst", w), int_arg(src, "src", w), int_arg(nbytes, "nbytes", w), int_arg(device, "device", w)
-    rc = _lib.lib().symmem_copy(dst or None, src or None, nbytes, device, _stream(stream))
+    dst, src = int_arg(dst, "dst", w, C_PTR), int_arg(src, "src", w, C_PTR)
+    nbytes, device = int_arg(nbytes, "nbytes", w, C_SIZE), int_arg(device, "device", w, C_INT)
+    rc = _lib.lib().symmem_copy(dst or None, src or None, nbytes, device, _stream(stream, w))
     check(rc, "symmem_copy")
 
 
 def memset(dst: int, value: int, nbytes: int, device: int = 0, stream=0) -> None:
     """Set nbytes at address dst to value (a byte) with the backend; waits."""
     w = "symmem.memset"
-    dst, value, nbytes, device = int_arg(dst, "dst", w), int_arg(value, "value", w), int_arg(nbytes, "nbytes", w), int_arg(device, "device", w)
-    check(_lib.lib().symmem_memset(dst or None, value, nbytes, device, _stream(stream)), "symmem_memset")
+    dst, value = int_arg(dst, "dst", w, C_PTR), int_arg(value, "value", w, C_INT)
+    nbytes, device = int_arg(nbytes, "nbytes", w, C_SIZE), int_arg(device, "device", w, C_INT)
+    check(_lib.lib().symmem_memset(dst or None, value, nbytes, device, _stream(stream, w)), "symmem_memset")
 
 
 def validate(device: int = 0) -> None:
     """Run the allocator's invariant checker; raises InternalError if broken."""
-    check(_lib.lib().symmem_validate(int_arg(device, "device", "symmem.validate")), "symmem_validate")
+    check(_lib.lib().symmem_validate(int_arg(device, "device", "symmem.validate", C_INT)), "symmem_validate")

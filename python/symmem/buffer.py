@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from . import _lib, allocator
 from ._lib import check
-from .errors import Result, int_arg, make_error
+from .errors import C_INT, C_PTR, C_SIZE, Result, SymmemError, int_arg, make_error
 
 __all__ = ["Buffer", "empty"]
 
@@ -62,12 +62,13 @@ class Buffer:
         stream: int = 0,
         keep: Any = None,
     ):
-        self.ptr = int(ptr)
-        self.nbytes = int(nbytes)
-        self.device = int(device)
+        w = "symmem.Buffer"
+        self.ptr = int_arg(ptr, "ptr", w, C_PTR)
+        self.nbytes = int_arg(nbytes, "nbytes", w, C_SIZE)
+        self.device = int_arg(device, "device", w, C_INT)
         self.kind = kind or allocator.backend_name()
         self.owning = owning
-        self.stream = int(stream or 0)
+        self.stream = int_arg(stream or 0, "stream", w, C_PTR)
         self._keep = keep  # e.g. the Handle a peer view comes from
         self._views: List[weakref.ref] = []
         # Why a view may no longer be touched (its handle was released), or
@@ -153,6 +154,25 @@ class Buffer:
         if self._gone is not None:
             raise make_error(Result.INVALID_STATE, f"symmem.Buffer: {self._gone}")
 
+    def _check_not_paused(self, what: str) -> None:
+        """Raise InvalidStateError naming the tag when the buffer's memory is
+        paused: handing out its address for the CPU to read would fault
+        (the process dies of SIGSEGV) instead of saying why."""
+        from . import tags  # tags imports nothing of this module
+
+        rc, _, paused = tags._backup_pointer(self.ptr, 1, f"symmem.Buffer.{what}")
+        if rc not in (Result.SUCCESS, Result.INVALID_STATE) or not paused:
+            return  # not libsymmem's memory (a peer's), or live
+        # The library's own check names the tag (symmem_copy refuses a
+        # paused block before touching it).
+        probe = ctypes.create_string_buffer(1)
+        why = "it is in a paused tag: resume it first"
+        try:
+            allocator.copy(ctypes.addressof(probe), self.ptr, 1, self.device, self.stream)
+        except SymmemError as e:
+            why = e.message.split("src: ", 1)[-1]
+        raise make_error(Result.INVALID_STATE, f"symmem.Buffer.{what}: {why}")
+
     # -- host access --------------------------------------------------------
 
     def memoryview(self) -> memoryview:
@@ -165,7 +185,10 @@ class Buffer:
         of it (numpy.frombuffer, PickleBuffer) make free/release refuse with
         InvalidStateError until they are dropped; objects that only copy its
         address (ctypes from_buffer, memoryview(mv)) cannot be seen and must
-        not outlive the buffer or handle. Do not use it in a child forked
+        not outlive the buffer or handle. While the buffer's tag is paused
+        this raises InvalidStateError naming the tag; a memoryview taken
+        before the pause must not be read until the resume (its memory is
+        gone: the read would fault). Do not use it in a child forked
         from this process: the library's memory
         is not inherited (MADV_DONTFORK), a child that touches it faults.
         """
@@ -176,6 +199,7 @@ class Buffer:
                 f"symmem.Buffer.memoryview: {self.kind} memory is not addressable from the CPU "
                 "(use __cuda_array_interface__)",
             )
+        self._check_not_paused("memoryview")
         arr = (ctypes.c_char * self.nbytes).from_address(self.ptr)
         arr._symmem_owner = self  # the array (and so the view) keeps us alive
         mv = memoryview(arr).cast("B")
@@ -190,20 +214,23 @@ class Buffer:
 
     # -- copies (either backend) ---------------------------------------------
 
-    def _range(self, offset: int, nbytes: Optional[int], what: str) -> int:
+    def _range(self, offset: int, nbytes: Optional[int], what: str) -> Tuple[int, int]:
+        w = f"symmem.Buffer.{what}"
+        offset = int_arg(offset, "offset", w, C_SIZE)
+        nbytes = None if nbytes is None else int_arg(nbytes, "nbytes", w, C_SIZE)
         if nbytes is None:
             nbytes = self.nbytes - offset
-        if offset < 0 or nbytes < 0 or offset + nbytes > self.nbytes:
+        if offset + nbytes > self.nbytes:
             raise make_error(
                 Result.INVALID_ARGUMENT,
                 f"symmem.Buffer.{what}: [{offset}, {offset + nbytes}) is outside the buffer's {self.nbytes} bytes",
             )
-        return nbytes
+        return offset, nbytes
 
     def read(self, offset: int = 0, nbytes: Optional[int] = None) -> bytes:
         """A copy of nbytes (default: to the end) from offset."""
         self._check_live()
-        nbytes = self._range(offset, nbytes, "read")
+        offset, nbytes = self._range(offset, nbytes, "read")
         out = ctypes.create_string_buffer(nbytes)
         if nbytes:
             allocator.copy(ctypes.addressof(out), self.ptr + offset, nbytes, self.device, self.stream)
@@ -213,7 +240,7 @@ class Buffer:
         """Copy data (bytes-like) into the buffer at offset."""
         self._check_live()
         data = bytes(data)
-        self._range(offset, len(data), "write")
+        offset, _ = self._range(offset, len(data), "write")
         if data:
             src = ctypes.create_string_buffer(data, len(data))
             allocator.copy(self.ptr + offset, ctypes.addressof(src), len(data), self.device, self.stream)
@@ -221,7 +248,7 @@ class Buffer:
     def fill(self, value: int, offset: int = 0, nbytes: Optional[int] = None) -> None:
         """Set nbytes (default: to the end) from offset to the byte value."""
         self._check_live()
-        nbytes = self._range(offset, nbytes, "fill")
+        offset, nbytes = self._range(offset, nbytes, "fill")
         if nbytes:
             allocator.memset(self.ptr + offset, value, nbytes, self.device, self.stream)
 
@@ -234,6 +261,7 @@ class Buffer:
         if self.kind != "host":
             raise AttributeError("__array_interface__ is only offered for host memory")
         self._check_live()
+        self._check_not_paused("__array_interface__")
         return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.ptr, False), "version": 3}
 
     # -- cuda access --------------------------------------------------------
@@ -262,8 +290,10 @@ def empty(nbytes: int, device: int = 0, stream=0) -> Buffer:
     drained first (:func:`symmem.thread_caches_drain`), so that the buffer's
     offset is the same on every rank that makes the same allocations, even
     where one rank freed scratch memory the others did not."""
-    nbytes, device = int_arg(nbytes, "nbytes", "symmem.empty"), int_arg(device, "device", "symmem.empty")
-    raw_stream = allocator._stream(stream) or 0
+    w = "symmem.empty"
+    nbytes = int_arg(nbytes, "nbytes", w, C_SIZE, too_big=Result.OUT_OF_MEMORY)
+    device = int_arg(device, "device", w, C_INT)
+    raw_stream = allocator._stream(stream, w) or 0
     lib = _lib.lib()
     if lib.has("symmem_thread_caches_drain"):
         check(lib.symmem_thread_caches_drain(device), "symmem_thread_caches_drain")

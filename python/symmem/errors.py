@@ -11,8 +11,10 @@ also derives from the matching built-in exception, so callers may write
 from __future__ import annotations
 
 import builtins
+import ctypes
 import enum
-from typing import Dict, Type, Union
+import reprlib
+from typing import Dict, NamedTuple, Type, Union
 
 __all__ = [
     "Result",
@@ -32,6 +34,14 @@ __all__ = [
     "error_class",
     "make_error",
     "quote",
+    "brief",
+    "int_arg",
+    "CType",
+    "C_INT",
+    "C_UINT",
+    "C_INT64",
+    "C_SIZE",
+    "C_PTR",
 ]
 
 
@@ -153,14 +163,96 @@ def error_class(code: int) -> Type[SymmemError]:
     return _CLASSES.get(int(code), SymmemError)
 
 
-def int_arg(value, name: str, what: str) -> int:
-    """value as an int for the C call what, or TypeError saying that name
-    must be an int: 4096.0 or "4096" are refused rather than converted or
-    passed to ctypes (anything with __index__, such as numpy's integers,
-    is an int; bool is not)."""
+class CType(NamedTuple):
+    """A C integer type of include/symmem.h: its name and inclusive range."""
+
+    name: str
+    lo: int
+    hi: int
+
+
+_PTR_BITS = 8 * ctypes.sizeof(ctypes.c_void_p)
+_SIZE_BITS = 8 * ctypes.sizeof(ctypes.c_size_t)
+_INT_BITS = 8 * ctypes.sizeof(ctypes.c_int)
+
+#: ``int`` (devices, ranks, channels, world sizes, byte values).
+C_INT = CType("int", -(1 << (_INT_BITS - 1)), (1 << (_INT_BITS - 1)) - 1)
+#: ``unsigned int`` / ``uint32_t`` (flags).
+C_UINT = CType("unsigned int", 0, (1 << 32) - 1)
+#: ``int64_t`` (timeouts in milliseconds).
+C_INT64 = CType("int64_t", -(1 << 63), (1 << 63) - 1)
+#: ``size_t`` (sizes, counts, offsets).
+C_SIZE = CType("size_t", 0, (1 << _SIZE_BITS) - 1)
+#: a pointer (addresses, streams, communicators) as an unsigned integer.
+C_PTR = CType("a pointer", 0, (1 << _PTR_BITS) - 1)
+
+
+def int_arg(value, name: str, what: str, ctype: CType, *, too_big: int = Result.INVALID_ARGUMENT) -> int:
+    """value as an int for the C parameter name (of C type ctype) of the
+    call what, checked before ctypes sees it (ctypes keeps the low bits of
+    an int that does not fit, silently: device 2**32 would be device 0).
+
+    Raises TypeError saying that name must be an int for anything else:
+    4096.0 or "4096" are refused rather than converted (anything with
+    __index__, such as numpy's integers, is an int; bool is not); raises
+    InvalidArgumentError naming the call, the parameter, the value and the
+    C type's range for an int outside it (too_big: the result code for a
+    value above the range, e.g. OUT_OF_MEMORY for an allocation's size).
+    Messages are bounded (Note [Bounded messages] in core/quote.go): the
+    value is shown through :func:`brief`.
+    """
+    if type(value) is int and ctype.lo <= value <= ctype.hi:  # the common case, first
+        return value
     if isinstance(value, bool) or not hasattr(type(value), "__index__"):
-        raise TypeError(f"{what}: {name} must be an int, not {type(value).__name__} {value!r}")
-    return value.__index__()
+        raise TypeError(f"{what}: {name} must be an int, not {brief(value)}")
+    v = value.__index__()
+    if ctype.lo <= v <= ctype.hi:
+        return v
+    code = too_big if v > ctype.hi else Result.INVALID_ARGUMENT
+    raise make_error(
+        code,
+        f"{what}: {name} {int_text(v)} is out of range for its C type {ctype.name} [{ctype.lo}, {ctype.hi}]",
+    )
+
+
+def int_text(v: int) -> str:
+    """An int for a message: its digits, or its size in bits when that
+    would take more than 64 characters (10**100000 has 100001 digits)."""
+    if v.bit_length() <= 200:
+        return str(v)
+    return f"{'-' if v < 0 else ''}(an integer of {v.bit_length()} bits)"
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = 64
+_REPR.maxother = 64
+_REPR.maxlong = 64
+
+
+def brief(value) -> str:
+    """value for a message, bounded whatever it is (Note [Bounded messages]):
+    its type's name, then a str quoted by :func:`quote` (cut at 64
+    characters with its length stated), an int by :func:`int_text`, and
+    anything else as a repr cut at 64 characters (reprlib: a long list is
+    not printed whole first), with its length when it has one:
+    ``list [0, 1, 2, 3, 4, 5, ...] (100000 items)``."""
+    kind = type(value).__name__
+    if isinstance(value, str):
+        return f"{kind} {quote(value)}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{kind} {int_text(value)}"
+    try:
+        text = _REPR.repr(value)
+    except Exception:  # a repr that raises says nothing useful
+        text = "<unprintable>"
+    if len(text) > QUOTE_MAX_CHARS:
+        text = text[:QUOTE_MAX_CHARS] + "…"
+    try:
+        n = len(value)
+    except Exception:
+        return f"{kind} {text}"
+    unit = "bytes" if isinstance(value, (bytes, bytearray, memoryview)) else "items"
+    return f"{kind} {text} ({n} {unit})"
 
 
 def make_error(code: int, message: str = "") -> SymmemError:

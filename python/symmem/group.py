@@ -9,7 +9,9 @@ Mirrors ``torch.distributed._symmetric_memory``::
             ...
             h.barrier()
 
-Timeouts are in seconds (float); None means the group's timeout. Streams are
+Timeouts are in seconds (float); None or 0 means the default (the group's
+timeout; for a new group $SYMMEM_TIMEOUT_MS, else 300 s), as timeout_ms 0
+does in C; a negative or NaN timeout raises InvalidArgumentError. Streams are
 ints holding a CUstream (0: the legacy default stream), or objects with a
 ``.cuda_stream`` attribute (torch.cuda.Stream).
 """
@@ -26,7 +28,7 @@ from . import _coll, _lib
 from .allocator import _stream, backend_name
 from .buffer import Buffer
 from ._lib import check, error_from_last
-from .errors import Result, SymmemError, int_arg, make_error, quote
+from .errors import C_INT, C_PTR, C_SIZE, Result, SymmemError, brief, int_arg, make_error, quote
 
 __all__ = ["AllGather", "Group", "Handle", "nccl_version", "rendezvous"]
 
@@ -54,17 +56,22 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _INT64_MAX = (1 << 63) - 1
 
 
-def _timeout_ms(timeout: Optional[float]) -> int:
-    """Seconds -> the library's milliseconds; None/<=0 -> 0 (the library's
-    default: $SYMMEM_TIMEOUT_MS, else 300 s). Huge values (inf included)
-    saturate at INT64_MAX ms, which the library saturates again, instead of
-    wrapping; NaN is refused."""
+def _timeout_ms(timeout: Optional[float], what: str = "symmem") -> int:
+    """Seconds -> the library's milliseconds; None and 0 -> 0, the default
+    (the group's timeout; for a new group $SYMMEM_TIMEOUT_MS, else 300 s),
+    the one meaning include/symmem.h gives timeout_ms 0. Huge values (inf
+    included) saturate at INT64_MAX ms, which the library saturates again,
+    instead of wrapping; NaN and negative timeouts are refused (a negative
+    wait has no meaning, and reading it as 300 s hid mistakes)."""
     if timeout is None:
         return 0
     timeout = float(timeout)
-    if math.isnan(timeout):
-        raise make_error(Result.INVALID_ARGUMENT, "timeout is NaN")
-    if timeout <= 0:
+    if math.isnan(timeout) or timeout < 0:
+        raise make_error(
+            Result.INVALID_ARGUMENT,
+            f"{what}: timeout {timeout} s: a timeout is a number of seconds >= 0 (None or 0: the group's timeout)",
+        )
+    if timeout == 0:
         return 0
     if timeout * 1000 >= _INT64_MAX:
         return _INT64_MAX
@@ -96,8 +103,9 @@ class Group:
         name: letters, digits, '.', '_', '-'; at most 64 characters.
         rank, world_size: this rank and the group's size.
         device: the device this rank's buffers live on.
-        timeout: seconds that every wait of the group may take (None: the
-            library's default, $SYMMEM_TIMEOUT_MS or 300 s).
+        timeout: seconds that every wait of the group may take (None or 0:
+            the library's default, $SYMMEM_TIMEOUT_MS or 300 s; negative:
+            InvalidArgumentError).
         allgather: optional Python all-gather used for the group's small
             records instead of the built-in Unix-socket exchange (file
             descriptors still travel over the socket channel). It is called
@@ -123,9 +131,10 @@ class Group:
             )
         self.name = name
         w = "symmem.Group"
-        rank, world_size, device = int_arg(rank, "rank", w), int_arg(world_size, "world_size", w), int_arg(device, "device", w)
+        rank, world_size = int_arg(rank, "rank", w, C_INT), int_arg(world_size, "world_size", w, C_INT)
+        device = int_arg(device, "device", w, C_INT)
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
-            raise TypeError(f"{w}: timeout must be a number of seconds or None, not {type(timeout).__name__} {timeout!r}")
+            raise TypeError(f"{w}: timeout must be a number of seconds or None, not {brief(timeout)}")
         # Known before the library confirms them, for the all-gather callback.
         self.rank, self.world_size, self.device = rank, world_size, device
         self._ptr: Optional[int] = None
@@ -136,11 +145,11 @@ class Group:
         lib = _lib.lib()
         out = ctypes.c_void_p()
         if allgather is None:
-            rc = lib.symmem_group_create(name.encode(), rank, world_size, device, _timeout_ms(timeout), ctypes.byref(out))
+            rc = lib.symmem_group_create(name.encode(), rank, world_size, device, _timeout_ms(timeout, w), ctypes.byref(out))
         else:
             self._callback = _lib.ALLGATHER_FN(self._run_allgather)
             rc = lib.symmem_group_create_with_allgather(
-                name.encode(), rank, world_size, device, _timeout_ms(timeout), self._callback, None, ctypes.byref(out)
+                name.encode(), rank, world_size, device, _timeout_ms(timeout, w), self._callback, None, ctypes.byref(out)
             )
         self._raise_if(rc, "symmem_group_create")
         self._ptr = int(out.value)
@@ -169,6 +178,7 @@ class Group:
                 Result.INVALID_ARGUMENT,
                 f"symmem.Group.from_nccl: bad name {quote(name)} (letters, digits, '.', '_', '-'; 1 to 64 characters)",
             )
+        comm = int_arg(comm, "comm", "symmem.Group.from_nccl", C_PTR)
         self = cls.__new__(cls)
         self.name = name
         self._ptr = None
@@ -180,7 +190,7 @@ class Group:
         lib = _lib.lib()
         out = ctypes.c_void_p()
         flags = 0 if windows else NCCL_NO_WINDOWS
-        rc = lib.symmem_group_create_nccl(ctypes.c_void_p(int(comm)), name.encode(), _timeout_ms(timeout), flags, ctypes.byref(out))
+        rc = lib.symmem_group_create_nccl(ctypes.c_void_p(int(comm)), name.encode(), _timeout_ms(timeout, "symmem.Group.from_nccl"), flags, ctypes.byref(out))
         check(rc, "symmem_group_create_nccl")
         self._ptr = int(out.value)
         self._finalizer = weakref.finalize(self, _destroy_group, self._ptr)
@@ -204,19 +214,21 @@ class Group:
 
     def is_local(self, rank: int) -> bool:
         """Whether rank is on this process's machine (its buffers are mapped here)."""
-        v = int(_lib.lib().symmem_group_is_local(self.ptr, int(rank)))
+        rank = int_arg(rank, "rank", "symmem.Group.is_local", C_INT)
+        v = int(_lib.lib().symmem_group_is_local(self.ptr, rank))
         if v < 0:
             raise error_from_last(what="symmem_group_is_local")
         return v == 1
 
     def machine(self, rank: int) -> str:
         """Names rank's machine, as the library's messages do."""
+        rank = int_arg(rank, "rank", "symmem.Group.machine", C_INT)
         lib = _lib.lib()
-        n = int(lib.symmem_group_machine(self.ptr, int(rank), None, 0))
+        n = int(lib.symmem_group_machine(self.ptr, rank, None, 0))
         if n == 0:
             raise error_from_last(what="symmem_group_machine")
         buf = ctypes.create_string_buffer(n + 1)
-        lib.symmem_group_machine(self.ptr, int(rank), buf, n + 1)
+        lib.symmem_group_machine(self.ptr, rank, buf, n + 1)
         return buf.value.decode(errors="replace")
 
     def _int(self, fn: str) -> int:
@@ -277,6 +289,7 @@ class Group:
 
     def set_signal_pad_size(self, nbytes: int) -> None:
         """Size of each rank's signal pad; only before the first rendezvous."""
+        nbytes = int_arg(nbytes, "nbytes", "symmem.Group.set_signal_pad_size", C_SIZE)
         check(_lib.lib().symmem_group_set_signal_pad_size(self.ptr, nbytes), "symmem_group_set_signal_pad_size")
 
     def rendezvous(self, buf_or_ptr: Union[Buffer, int]) -> "Handle":
@@ -381,12 +394,16 @@ class Handle:
         handle alive; it must not be used after :meth:`release`.
         """
         self.ptr  # raises once released
+        w = "symmem.Handle.get_buffer"
+        rank = int_arg(rank, "rank", w, C_INT)
+        offset = int_arg(offset, "offset", w, C_SIZE)
+        nbytes = None if nbytes is None else int_arg(nbytes, "nbytes", w, C_SIZE)
         self._check_rank(rank, "get_buffer")
         self._check_mapped(rank, "get_buffer")
         avail = self.buffer_size - self.offset
         if nbytes is None:
             nbytes = avail - offset
-        if offset < 0 or nbytes < 0 or offset + nbytes > avail:
+        if nbytes < 0 or offset + nbytes > avail:
             raise make_error(
                 Result.INVALID_ARGUMENT,
                 f"symmem.Handle.get_buffer: [{offset}, {offset + nbytes}) is outside the {avail} bytes "
@@ -416,6 +433,7 @@ class Handle:
     def get_signal_pad(self, rank: int) -> Buffer:
         """A view (not owning) of rank's signal pad."""
         self.ptr
+        rank = int_arg(rank, "rank", "symmem.Handle.get_signal_pad", C_INT)
         self._check_rank(rank, "get_signal_pad")
         self._check_mapped(rank, "get_signal_pad")
         return self._view(self.signal_pad_ptrs[rank], self.signal_pad_size)
@@ -434,7 +452,9 @@ class Handle:
         """
         if _lib._forked_child:
             _lib._refuse_forked_child()
-        rc = self._put_signal(self._ptr or self.ptr, dst_rank, channel, _stream(stream))
+        w = "symmem.Handle.put_signal"
+        dst_rank, channel = int_arg(dst_rank, "dst_rank", w, C_INT), int_arg(channel, "channel", w, C_INT)
+        rc = self._put_signal(self._ptr or self.ptr, dst_rank, channel, _stream(stream, w))
         if rc:
             check(rc, "symmem_put_signal")
 
@@ -447,7 +467,9 @@ class Handle:
         """
         if _lib._forked_child:
             _lib._refuse_forked_child()
-        rc = self._wait_signal(self._ptr or self.ptr, src_rank, channel, _timeout_ms(timeout), _stream(stream))
+        w = "symmem.Handle.wait_signal"
+        src_rank, channel = int_arg(src_rank, "src_rank", w, C_INT), int_arg(channel, "channel", w, C_INT)
+        rc = self._wait_signal(self._ptr or self.ptr, src_rank, channel, _timeout_ms(timeout, w), _stream(stream, w))
         if rc:
             check(rc, "symmem_wait_signal")
 
@@ -455,7 +477,8 @@ class Handle:
         """put_signal to every peer, then wait_signal from every peer."""
         if _lib._forked_child:
             _lib._refuse_forked_child()
-        rc = self._barrier(self._ptr or self.ptr, channel, _timeout_ms(timeout), _stream(stream))
+        channel = int_arg(channel, "channel", "symmem.Handle.barrier", C_INT)
+        rc = self._barrier(self._ptr or self.ptr, channel, _timeout_ms(timeout, "symmem.Handle.barrier"), _stream(stream, "symmem.Handle.barrier"))
         if rc:
             check(rc, "symmem_barrier")
 
@@ -467,6 +490,9 @@ class Handle:
     def _collective(self, what: str, coll: int, dtype, op, count, out, algo, channel, stream) -> None:
         if _lib._forked_child:
             _lib._refuse_forked_child()
+        w = f"symmem.Handle.{what}"
+        count = None if count is None else int_arg(count, "count", w, C_SIZE)
+        channel = int_arg(channel, "channel", w, C_INT)
         code = _coll.dtype_code(dtype, what)
         opc = _coll.op_code(op, what) if coll != _coll.ALL_GATHER else 0
         if count is None:
@@ -487,24 +513,28 @@ class Handle:
         """Reduce every rank's input (count elements at the rendezvous
         pointer) into out (None: in place), in rank order, in fp32 for
         bfloat16/float16. algo: "auto" (default), "one_shot", "two_shot"
-        (two-shot needs out inside the rendezvoused block); on a group that
+        (two-shot needs out inside the rendezvoused block), "low_latency"
+        (one crossing of NVLink, no barrier: small calls, channel 0; auto
+        takes it where it fits, docs/speed.md); on a group that
         spans machines "hierarchical" (reduce-scatter in each machine, NCCL
         across machines, all-gather in each machine; out inside the block)
         or "nccl" (the whole call on NCCL), auto choosing by size and
         topology (docs/machines.md)."""
         self._collective("all_reduce", _coll.ALL_REDUCE, dtype, op, count, out, algo, channel, stream)
 
-    def all_gather(self, dtype, count: Optional[int] = None, out=None, stream=0, *, channel: int = 0) -> None:
+    def all_gather(self, dtype, count: Optional[int] = None, out=None, stream=0, *, algo: Optional[str] = None,
+                   channel: int = 0) -> None:
         """Write world_size * count elements to out: rank p's input at
-        p * count."""
-        self._collective("all_gather", _coll.ALL_GATHER, dtype, "sum", count, out, None, channel, stream)
+        p * count. algo: "auto" (default: "low_latency" where it fits,
+        else "one_shot"), "one_shot" or "low_latency"."""
+        self._collective("all_gather", _coll.ALL_GATHER, dtype, "sum", count, out, algo, channel, stream)
 
     def reduce_scatter(self, dtype, op: str = "sum", count: Optional[int] = None, out=None, stream=0,
-                       *, channel: int = 0) -> None:
+                       *, algo: Optional[str] = None, channel: int = 0) -> None:
         """Write count // world_size elements to out: the reduction of this
         rank's slice (count a multiple of world_size; default: the whole
-        buffer rounded down to one)."""
-        self._collective("reduce_scatter", _coll.REDUCE_SCATTER, dtype, op, count, out, None, channel, stream)
+        buffer rounded down to one). algo as all_gather's."""
+        self._collective("reduce_scatter", _coll.REDUCE_SCATTER, dtype, op, count, out, algo, channel, stream)
 
     def device_error(self) -> int:
         """This rank's device error flag: 0, or 0x80000000 | cause << 29 |
@@ -567,8 +597,8 @@ def _address(buf_or_ptr) -> int:
     if isinstance(buf_or_ptr, Buffer):
         return buf_or_ptr.ptr
     if isinstance(buf_or_ptr, bool) or not hasattr(type(buf_or_ptr), "__index__"):
-        raise TypeError(f"symmem.rendezvous: expected a Buffer or an int address, not {type(buf_or_ptr).__name__} {buf_or_ptr!r}")
-    return buf_or_ptr.__index__()
+        raise TypeError(f"symmem.rendezvous: expected a Buffer or an int address, not {brief(buf_or_ptr)}")
+    return int_arg(buf_or_ptr, "ptr", "symmem.rendezvous", C_PTR)
 
 
 def rendezvous(buf_or_ptr: Union[Buffer, int], group: Group) -> Handle:

@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import _lib
 from ._lib import check
-from .errors import Result, make_error
+from .errors import C_SIZE, Result, brief, int_arg, make_error
 
 __all__ = ["memory_snapshot", "record_memory_history", "dump_snapshot", "segment_svg"]
 
@@ -88,11 +88,12 @@ def record_memory_history(
     """
     global _context_enabled, _keep_history, _hook
     if enabled not in (None, "state", "all"):
-        raise make_error(Result.INVALID_ARGUMENT, f"record_memory_history: enabled={enabled!r}: None, 'state' or 'all'")
+        raise make_error(Result.INVALID_ARGUMENT, f"record_memory_history: enabled={brief(enabled)}: None, 'state' or 'all'")
     if context not in (None, "state", "alloc", "all"):
-        raise make_error(Result.INVALID_ARGUMENT, f"record_memory_history: context={context!r}")
+        raise make_error(Result.INVALID_ARGUMENT, f"record_memory_history: context={brief(context)}: None, 'state', 'alloc' or 'all'")
     if stacks not in ("python", "all"):
-        raise make_error(Result.INVALID_ARGUMENT, f"record_memory_history: stacks={stacks!r}: 'python' or 'all'")
+        raise make_error(Result.INVALID_ARGUMENT, f"record_memory_history: stacks={brief(stacks)}: 'python' or 'all'")
+    max_entries = int_arg(max_entries, "max_entries", "record_memory_history", C_SIZE)
     if max_entries <= 0:
         raise make_error(Result.INVALID_ARGUMENT, f"record_memory_history: max_entries={max_entries} must be positive")
     lib = _lib.lib()

@@ -29,7 +29,7 @@ from typing import Iterator, Optional
 
 from . import _lib
 from ._lib import check
-from .errors import Result
+from .errors import C_PTR, C_SIZE, Result, brief, int_arg
 
 __all__ = [
     "REGION_BACKUP",
@@ -66,7 +66,7 @@ def _region_flags(backup) -> int:
         return REGION_BACKUP | REGION_BACKUP_PAGEABLE
     if backup == "disk":
         return REGION_BACKUP | REGION_BACKUP_DISK
-    raise ValueError(f"backup must be False, True, 'pinned', 'pageable' or 'disk', not {backup!r}")
+    raise ValueError(f"backup must be False, True, 'pinned', 'pageable' or 'disk', not {brief(backup)}")
 
 
 def _tag_arg(tag: Optional[str]) -> Optional[bytes]:
@@ -178,7 +178,7 @@ def resume(tag: Optional[str] = None, group=None, zero: bool = True, backup: str
     """
     lib = _lib.lib()
     if backup not in _RESUME_BACKUP:
-        raise ValueError(f"symmem.resume: backup must be 'keep', 'release' or 'retain', not {backup!r}")
+        raise ValueError(f"symmem.resume: backup must be 'keep', 'release' or 'retain', not {brief(backup)}")
     if group is None:
         flags = (0 if zero else RESUME_NO_FILL) | _RESUME_BACKUP[backup]
         if flags == 0:
@@ -193,8 +193,9 @@ def resume(tag: Optional[str] = None, group=None, zero: bool = True, backup: str
         check(lib.symmem_resume_group(_group_ptr(group), _tag_arg(tag)), "symmem_resume_group")
 
 
-def _backup_pointer(ptr: int, size: int):
+def _backup_pointer(ptr: int, size: int, what: str):
     """One symmem_backup_pointer call: (result code, host address, paused now)."""
+    ptr, size = int_arg(ptr, "ptr", what, C_PTR), int_arg(size, "size", what, C_SIZE)
     lib = _lib.lib()
     host = ctypes.c_void_p()
     paused = ctypes.c_int()
@@ -207,7 +208,7 @@ def backup_pointer(ptr: int, size: int):
     pair (host address, paused now). The copy is what the last pause of the
     tag saved; :class:`symmem.InvalidStateError` when there is none (no
     backup, discarded, never paused)."""
-    rc, host, paused = _backup_pointer(ptr, size)
+    rc, host, paused = _backup_pointer(ptr, size, "symmem.backup_pointer")
     check(rc, "symmem_backup_pointer")
     return host, paused
 
@@ -216,7 +217,7 @@ def backup_state(ptr: int, size: int):
     """As :func:`backup_pointer`, but a missing copy is (None, paused now)
     instead of an error; other errors (memory libsymmem did not allocate,
     a range past its segment) raise."""
-    rc, host, paused = _backup_pointer(ptr, size)
+    rc, host, paused = _backup_pointer(ptr, size, "symmem.backup_state")
     if rc == Result.INVALID_STATE:
         return None, paused
     check(rc, "symmem_backup_pointer")

@@ -34,10 +34,11 @@ import threading
 import weakref
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
-from . import _dlpack, _lib
+from . import _coll, _dlpack, _lib
 from . import tags as _pause
 from . import allocator as _alloc
 from .buffer import Buffer
+from .errors import brief
 from .buffer import empty as _empty_buffer
 from .exchange import KeyValueAllGather
 from .group import Group, Handle
@@ -65,6 +66,7 @@ __all__ = [
     "all_reduce",
     "all_gather",
     "reduce_scatter",
+    "register_ops",
 ]
 
 # torch's CUDAPluggableAllocator hooks and the symmem.h functions made for them.
@@ -90,8 +92,16 @@ _groups_lock = threading.Lock()
 # --------------------------------------------------------------------------
 
 
+_torch_module = None
+
+
 def _torch():
-    """import torch, or RuntimeError saying it is missing."""
+    """import torch, or RuntimeError saying it is missing. The first import
+    also registers the collectives as torch operators (Note [Collectives as
+    torch operators]), so that torch.compile finds them."""
+    global _torch_module
+    if _torch_module is not None:
+        return _torch_module
     try:
         import torch
     except ImportError as exc:
@@ -99,6 +109,8 @@ def _torch():
             "symmem.torch needs PyTorch, which cannot be imported here "
             f"({exc}); install torch to use these helpers"
         ) from exc
+    _torch_module = torch
+    _register_ops(torch)
     return torch
 
 
@@ -229,7 +241,7 @@ def _backend_device(torch, device) -> Any:
                 f"symmem.torch: libsymmem runs on its {backend!r} backend; CPU tensors need the host backend"
             )
     else:
-        raise RuntimeError(f"symmem.torch: unsupported device {device}")
+        raise RuntimeError(f"symmem.torch: unsupported device {brief(device)}")
     return device
 
 
@@ -534,7 +546,7 @@ def rendezvous(
     _torch()
     device = tensor.device
     if device.type not in ("cuda", "cpu"):
-        raise RuntimeError(f"symmem.torch.rendezvous: unsupported device {device}")
+        raise RuntimeError(f"symmem.torch.rendezvous: unsupported device {brief(device)}")
     g = group_for(group, _symmem_device(device), timeout, nccl=nccl, nccl_windows=nccl_windows)
     h = _rendezvous(int(tensor.data_ptr()), g)
     return TorchHandle(h, device)
@@ -648,33 +660,178 @@ def _current_stream(tensor) -> int:
     return 0
 
 
+# Note [Eager collectives]
+#
+# Most training loops call collectives uncaptured, so each call costs its
+# Python and C path on top of the kernel's launch. The first call on a
+# (group, tensor) pair resolves everything a call needs (the symmem Group of
+# the process group, the rendezvous on the tensor, the handle's pointer and
+# world size) and keeps it in _fast under (id of the group argument,
+# device, data_ptr, nbytes); later calls look that up, read the current
+# stream through torch's raw-stream accessor and call symmem_collective
+# directly, with dtype, op and algo codes from dicts: no process-group
+# lookup, no rendezvous check, no exception-driven dtype parsing. The entry
+# keeps the group argument itself (and, for the default group, the process
+# group it was), so a recycled id or a re-created default group is noticed
+# and the slow path runs again (which finds the process group anew). Under torch.compile the same calls go
+# through the torch.library operators below instead.
+
+# (group argument: None, a name, or the id of a process group; device
+# index, data_ptr, nbytes) -> (group argument, the default process group
+# then or None, handle pointer, world size, TorchHandle)
+_fast: Dict[Tuple[Any, int, int, int], Tuple[Any, Any, int, int, Any]] = {}
+_fast_codes: Dict[Any, int] = {}
+_raw_stream = None
+_collective_fn = None
+
+
+def _codes(torch) -> Dict[Any, int]:
+    if not _fast_codes:
+        for name, code in _coll.DTYPES.items():
+            dt = getattr(torch, name, None)
+            if dt is not None:
+                _fast_codes[dt] = code
+    return _fast_codes
+
+
+def _raw_stream_fn(torch):
+    """device index -> the current stream's cudaStream_t as an int."""
+    global _raw_stream
+    if _raw_stream is None:
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _raw_stream = raw if raw is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
+    return _raw_stream
+
+
+def _world_pg(dist):
+    """The default process group, or None; read through c10d's world
+    object where it has one (an attribute read rather than two calls)."""
+    world = getattr(dist.distributed_c10d, "_world", None)
+    if world is not None:
+        return world.default_pg
+    return dist.group.WORLD if dist.is_initialized() else None
+
+
+def _fast_entry(torch, tensor, group, dev=None):
+    """The _fast entry of (group, tensor), made on first use (Note [Eager
+    collectives])."""
+    if dev is None:
+        dev = tensor.get_device()
+    gkey = group if group is None or isinstance(group, str) else id(group)
+    key = (gkey, dev, tensor.data_ptr(), tensor.nbytes)
+    e = _fast.get(key)
+    if e is not None and (e[0] is group or isinstance(group, str)) and (
+            group is not None or e[1] is _world_pg(torch.distributed)):
+        return e
+    th = _coll_handle(tensor, group)
+    pg = _world_pg(torch.distributed) if group is None else None
+    e = (group, pg, int(th.handle.ptr), th.handle.world_size, th)
+    _fast[key] = e
+    weakref.finalize(tensor, _fast.pop, key, None)
+    return e
+
+
+def _run(what: str, coll: int, tensor, group, op: str, out, algo) -> None:
+    """One collective call on the eager path: the fewest attribute reads
+    and calls that resolve it (Note [Eager collectives])."""
+    global _collective_fn
+    torch = _torch_module or _torch()
+    if not tensor.is_contiguous():
+        raise ValueError(f"symmem.torch.{what} needs a contiguous tensor")
+    dev = tensor.get_device()
+    e = None
+    if group is None:  # the common case, inline: the default group
+        e = _fast.get((None, dev, tensor.data_ptr(), tensor.nbytes))
+        if e is not None and e[1] is not _world_pg(torch.distributed):
+            e = None
+    if e is None:
+        e = _fast_entry(torch, tensor, group, dev)
+    code = (_fast_codes or _codes(torch)).get(tensor.dtype)
+    if code is None:
+        code = _coll.dtype_code(tensor.dtype, what)  # raises, naming the known dtypes
+    opc = _OPS.get(op)
+    if opc is None:
+        opc = _coll.op_code(op, what)
+    algoc = 0 if algo is None else _coll.algo_code(algo, what)
+    fn = _collective_fn
+    if fn is None:
+        fn = _collective_fn = _lib.lib().symmem_collective
+    rc = fn(e[2], coll, code, opc, tensor.numel(), None if out is None else out.data_ptr(), algoc, 0,
+            (_raw_stream or _raw_stream_fn(torch))(dev) if dev >= 0 else 0)
+    if rc:
+        _lib.check(rc, f"symmem.torch.{what}")
+
+
+_OPS = dict(_coll.OPS)
+
+
+def _group_name(group) -> str:
+    """The name the operators carry for group ("" for the default group)."""
+    if group is None:
+        return ""
+    if isinstance(group, str):
+        return group
+    return getattr(group, "group_name", "")
+
+
+def _group_arg(name: str):
+    return None if name == "" else name
+
+
+def _compiling(torch) -> bool:
+    compiler = getattr(torch, "compiler", None)
+    return compiler is not None and compiler.is_compiling()
+
+
 def all_reduce(tensor, op: str = "sum", group=None, out=None, algo: Optional[str] = None):
     """Reduce tensor (from :func:`empty`) over every rank of group, on the
     current stream; in place unless out is given. Returns the result tensor.
     The first call on a tensor rendezvouses on it (collective).
     algo: None/"auto", "one_shot", "two_shot" (torch.ops.symm_mem's
-    one_shot_all_reduce / two_shot_all_reduce_). On an NCCL process group
-    that spans machines: "hierarchical" (reduce-scatter in each machine with
-    libsymmem's kernels, NCCL across machines, all-gather in each machine)
-    or "nccl" (the whole collective on the communicator), auto choosing by
-    size and topology, on the current stream; all_gather and reduce_scatter
-    run whole on the communicator (docs/machines.md)."""
-    h = _coll_handle(tensor, group)
-    h.handle.all_reduce(tensor.dtype, op, tensor.numel(), None if out is None else out, _current_stream(tensor), algo=algo)
+    one_shot_all_reduce / two_shot_all_reduce_), "low_latency". On an NCCL
+    process group that spans machines: "hierarchical" (reduce-scatter in
+    each machine with libsymmem's kernels, NCCL across machines, all-gather
+    in each machine) or "nccl" (the whole collective on the communicator),
+    auto choosing by size and topology, on the current stream; all_gather
+    and reduce_scatter run whole on the communicator (docs/machines.md).
+    Under torch.compile it is the operator torch.ops.symmem.all_reduce_ (in
+    place) or all_reduce_out."""
+    torch = _torch()
+    if _compiling(torch):
+        if out is None:
+            torch.ops.symmem.all_reduce_(tensor, op, _group_name(group), algo or "auto")
+            return tensor
+        torch.ops.symmem.all_reduce_out(tensor, out, op, _group_name(group), algo or "auto")
+        return out
+    _run("all_reduce", _coll.ALL_REDUCE, tensor, group, op, out, algo)
     return tensor if out is None else out
+
+
+def _gather_shape(tensor, w: int):
+    return (w * tensor.shape[0],) + tuple(tensor.shape[1:]) if tensor.dim() else (w,)
+
+
+def _scatter_shape(tensor, w: int):
+    if tensor.dim() and tensor.shape[0] % w == 0:
+        return (tensor.shape[0] // w,) + tuple(tensor.shape[1:])
+    return (tensor.numel() // w,)
 
 
 def all_gather(tensor, group=None, out=None):
     """Gather every rank's tensor into out (default: a new tensor of
     world_size * tensor.shape[0] rows), rank order, like
-    torch.distributed.all_gather_into_tensor. Returns out."""
-    h = _coll_handle(tensor, group)
-    w = h.handle.world_size
+    torch.distributed.all_gather_into_tensor. Returns out. Under
+    torch.compile it is torch.ops.symmem.all_gather (or all_gather_out)."""
+    torch = _torch()
+    if _compiling(torch):
+        if out is None:
+            return torch.ops.symmem.all_gather(tensor, _group_name(group))
+        torch.ops.symmem.all_gather_out(tensor, out, _group_name(group))
+        return out
     if out is None:
-        torch = _torch()
-        shape = (w * tensor.shape[0],) + tuple(tensor.shape[1:]) if tensor.dim() else (w,)
-        out = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
-    h.handle.all_gather(tensor.dtype, tensor.numel(), out, _current_stream(tensor))
+        w = _fast_entry(torch, tensor, group)[3]
+        out = torch.empty(_gather_shape(tensor, w), dtype=tensor.dtype, device=tensor.device)
+    _run("all_gather", _coll.ALL_GATHER, tensor, group, "sum", out, None)
     return out
 
 
@@ -682,17 +839,112 @@ def reduce_scatter(tensor, op: str = "sum", group=None, out=None):
     """Reduce tensor over every rank and keep this rank's slice (numel /
     world_size elements; rows [rank * n / w, (rank + 1) * n / w) when
     shape[0] divides), like torch.distributed.reduce_scatter_tensor.
-    Returns out (default: a new tensor)."""
-    h = _coll_handle(tensor, group)
-    w = h.handle.world_size
+    Returns out (default: a new tensor). Under torch.compile it is
+    torch.ops.symmem.reduce_scatter (or reduce_scatter_out)."""
+    torch = _torch()
+    if _compiling(torch):
+        if out is None:
+            return torch.ops.symmem.reduce_scatter(tensor, op, _group_name(group))
+        torch.ops.symmem.reduce_scatter_out(tensor, out, op, _group_name(group))
+        return out
+    w = _fast_entry(torch, tensor, group)[3]
     if tensor.numel() % w:
         raise ValueError(f"symmem.torch.reduce_scatter: {tensor.numel()} elements do not split over {w} ranks")
     if out is None:
-        torch = _torch()
-        if tensor.dim() and tensor.shape[0] % w == 0:
-            shape = (tensor.shape[0] // w,) + tuple(tensor.shape[1:])
-        else:
-            shape = (tensor.numel() // w,)
-        out = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
-    h.handle.reduce_scatter(tensor.dtype, op, tensor.numel(), out, _current_stream(tensor))
+        out = torch.empty(_scatter_shape(tensor, w), dtype=tensor.dtype, device=tensor.device)
+    _run("reduce_scatter", _coll.REDUCE_SCATTER, tensor, group, op, out, None)
     return out
+
+
+# Note [Collectives as torch operators]
+#
+# Under torch.compile, symmem.torch's collectives are torch.library custom
+# operators (namespace "symmem"), as vLLM's and SGLang's custom all-reduces
+# are, so that a model calling them compiles with fullgraph=True and no
+# graph break: the in-place and out= forms mutate their argument
+# (mutates_args), the others return a new tensor, and each has a fake
+# implementation (shapes only) for tracing; the schemas are written out
+# (this module's annotations are strings). The group travels as its
+# process group name ("" for the default group). Eager calls do not go
+# through the dispatcher (Note [Eager collectives]): it would cost more than
+# the collective's whole host path.
+_ops_registered = False
+_ops_lock = threading.Lock()
+
+
+def _register_ops(torch) -> None:
+    global _ops_registered
+    if _ops_registered or not hasattr(getattr(torch, "library", None), "custom_op"):
+        return  # registered, or a torch without torch.library.custom_op (< 2.4)
+    with _ops_lock:
+        if _ops_registered:
+            return
+
+        def world(group: str) -> int:
+            return torch.distributed.get_world_size(None if group == "" else _resolve_pg(torch, group))
+
+        @torch.library.custom_op("symmem::all_reduce_", mutates_args=("tensor",),
+                                 schema="(Tensor(a!) tensor, str op, str group, str algo) -> ()")
+        def all_reduce_(tensor: Tensor, op: str, group: str, algo: str) -> None:
+            _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, None, None if algo == "auto" else algo)
+
+        @all_reduce_.register_fake
+        def _(tensor, op, group, algo):
+            return None
+
+        @torch.library.custom_op("symmem::all_reduce_out", mutates_args=("out",),
+                                 schema="(Tensor tensor, Tensor(a!) out, str op, str group, str algo) -> ()")
+        def all_reduce_out(tensor: Tensor, out: Tensor, op: str, group: str, algo: str) -> None:
+            _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, out, None if algo == "auto" else algo)
+
+        @all_reduce_out.register_fake
+        def _(tensor, out, op, group, algo):
+            return None
+
+        @torch.library.custom_op("symmem::all_gather", mutates_args=(), schema="(Tensor tensor, str group) -> Tensor")
+        def all_gather_op(tensor: Tensor, group: str) -> Tensor:
+            return all_gather(tensor, _group_arg(group))
+
+        @all_gather_op.register_fake
+        def _(tensor, group):
+            return tensor.new_empty(_gather_shape(tensor, world(group)))
+
+        @torch.library.custom_op("symmem::all_gather_out", mutates_args=("out",),
+                                 schema="(Tensor tensor, Tensor(a!) out, str group) -> ()")
+        def all_gather_out(tensor: Tensor, out: Tensor, group: str) -> None:
+            all_gather(tensor, _group_arg(group), out)
+
+        @all_gather_out.register_fake
+        def _(tensor, out, group):
+            return None
+
+        @torch.library.custom_op("symmem::reduce_scatter", mutates_args=(),
+                                 schema="(Tensor tensor, str op, str group) -> Tensor")
+        def reduce_scatter_op(tensor: Tensor, op: str, group: str) -> Tensor:
+            return reduce_scatter(tensor, op, _group_arg(group))
+
+        @reduce_scatter_op.register_fake
+        def _(tensor, op, group):
+            return tensor.new_empty(_scatter_shape(tensor, world(group)))
+
+        @torch.library.custom_op("symmem::reduce_scatter_out", mutates_args=("out",),
+                                 schema="(Tensor tensor, Tensor(a!) out, str op, str group) -> ()")
+        def reduce_scatter_out(tensor: Tensor, out: Tensor, op: str, group: str) -> None:
+            reduce_scatter(tensor, op, _group_arg(group), out)
+
+        @reduce_scatter_out.register_fake
+        def _(tensor, out, op, group):
+            return None
+
+        _ops_registered = True
+
+
+def _resolve_pg(torch, name: str):
+    return torch.distributed.distributed_c10d._resolve_process_group(name)
+
+
+def register_ops() -> None:
+    """Registers symmem.torch's collectives as torch operators
+    (torch.ops.symmem.*) now; symmem.torch does it at its first use of
+    torch otherwise (Note [Collectives as torch operators])."""
+    _register_ops(_torch())

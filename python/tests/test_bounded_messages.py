@@ -182,3 +182,90 @@ def test_long_library_path():
     msg = p.stdout.strip()
     assert "not found" in msg, (msg, p.stderr)
     check_message(msg, "y")
+
+
+# Arguments of the wrong type or range: the message shows the value through
+# symmem.errors.brief (a str quoted by the rule above, anything else cut at
+# 64 characters with its length), never whole: symmem.alloc("x" * 10**6)
+# once gave a 1 MB TypeError.
+HUGE = 10**6
+
+
+def _huge_cases():
+    from symmem import compat, snapshot
+
+    s = "x" * HUGE
+    lst = list(range(10**5))
+    return [
+        ("alloc.size.str", lambda: symmem.alloc(s)),
+        ("alloc.size.bytes", lambda: symmem.alloc(b"x" * HUGE)),
+        ("alloc.device.str", lambda: symmem.alloc(64, device=s)),
+        ("alloc.size.int", lambda: symmem.alloc(10**100000)),
+        ("alloc.stream.list", lambda: symmem.alloc(64, stream=lst)),
+        ("free.ptr.list", lambda: symmem.free(lst)),
+        ("free.size.str", lambda: symmem.free(0x1000, size=s)),
+        ("empty.nbytes.bytearray", lambda: symmem.empty(bytearray(HUGE))),
+        ("memory_stats.device.str", lambda: symmem.memory_stats(s)),
+        ("set_memory_limit.nbytes.list", lambda: symmem.set_memory_limit(0, lst)),
+        ("copy.nbytes.str", lambda: symmem.copy(0, 0, s)),
+        ("memset.value.dict", lambda: symmem.memset(0, dict.fromkeys(lst), 8)),
+        ("pointer_info.ptr.tuple", lambda: symmem.pointer_info(tuple(lst))),
+        ("Group.rank.str", lambda: symmem.Group("bounded-int", s, 1)),
+        ("Group.timeout.str", lambda: symmem.Group("bounded-int", 0, 1, timeout=s)),
+        ("Group.name.list", lambda: symmem.Group(lst, 0, 1)),
+        ("rendezvous.group", lambda: symmem.rendezvous(0, s)),
+        ("region.backup.str", lambda: symmem.region("t", backup=s).__enter__()),
+        ("record_memory_history.enabled", lambda: snapshot.record_memory_history(enabled=s)),
+        ("record_memory_history.context", lambda: snapshot.record_memory_history(context=lst)),
+        ("record_memory_history.stacks", lambda: snapshot.record_memory_history(stacks=s)),
+        ("record_memory_history.max_entries", lambda: snapshot.record_memory_history(max_entries=s)),
+        ("compat.tag", lambda: compat._check_tag("api", "t" * HUGE, 40)),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_huge_cases())), ids=[c[0] for c in _huge_cases()])
+def test_wrong_arguments_give_bounded_messages(case):
+    name, call = _huge_cases()[case]
+    with pytest.raises((TypeError, ValueError, symmem.SymmemError)) as e:
+        call()
+    msg = str(e.value)
+    assert len(msg.encode()) <= MAX_MESSAGE, (name, len(msg), msg[:200])
+    assert "x" * 65 not in msg and "t" * 65 not in msg, msg
+    if name.endswith(".str") or name.startswith(("record_memory_history.enabled", "record_memory_history.stacks")):
+        assert f'…" ({HUGE} characters)' in msg, msg
+
+
+def test_wrong_arguments_of_handles_give_bounded_messages():
+    s = "x" * HUGE
+    lst = list(range(10**5))
+    with symmem.Group("bounded-handle", 0, 1, timeout=30) as g, symmem.empty(4096) as buf:
+        with symmem.rendezvous(buf, g) as h:
+            for call in (
+                lambda: h.put_signal(s),
+                lambda: h.wait_signal(0, channel=lst),
+                lambda: h.barrier(channel=b"x" * HUGE),
+                lambda: h.get_buffer(s),
+                lambda: h.all_reduce(s),
+                lambda: h.all_reduce("float32", op=s),
+                lambda: h.all_reduce("float32", algo=lst),
+                lambda: h.all_reduce("float32", count=s),
+                lambda: h.all_gather("float32", out=10**100000),
+                lambda: buf.read(s),
+                lambda: buf.fill(lst),
+            ):
+                with pytest.raises((TypeError, ValueError, symmem.SymmemError)) as e:
+                    call()
+                msg = str(e.value)
+                assert len(msg.encode()) <= MAX_MESSAGE, msg[:200]
+                assert "x" * 65 not in msg, msg[:200]
+
+
+def test_brief_follows_the_quote_rule():
+    from symmem.errors import brief
+
+    assert brief("job") == 'str "job"'
+    assert brief("a" * 3000) == 'str "' + "a" * 64 + '…" (3000 characters)'
+    assert brief(list(range(10**5))) == "list [0, 1, 2, 3, 4, 5, ...] (100000 items)"
+    assert brief(4096.0) == "float 4096.0"
+    assert brief(10**100000) == "int (an integer of 332193 bits)"
+    assert len(brief(b"y" * HUGE)) < 200 and brief(b"y" * HUGE).endswith(f"({HUGE} bytes)")

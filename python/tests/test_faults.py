@@ -24,7 +24,9 @@ def unique(prefix: str) -> str:
 
 def test_timeout_conversion_saturates():
     assert _timeout_ms(None) == 0  # the library's default
-    assert _timeout_ms(0) == 0 and _timeout_ms(-3) == 0
+    assert _timeout_ms(0) == 0  # 0 is the default too, as timeout_ms 0 in C
+    with pytest.raises(symmem.InvalidArgumentError, match="a timeout is a number of seconds >= 0"):
+        _timeout_ms(-3)  # refused, never read as the default
     assert _timeout_ms(1.5) == 1500
     assert _timeout_ms(1e-9) == 1
     for huge in (9.3e15, 1e300, float("inf"), 2**70):

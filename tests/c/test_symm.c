@@ -399,6 +399,11 @@ static int rank_main(const char *mode, int rank, const char *name, int shm_fd) {
                  "wait_signal(rank %d, channel %d)", pr, ch);
   }
   CHECK_RESULT(symmem_barrier(h[0], -1, 100, NULL), SYMMEM_ERROR_INVALID_ARGUMENT, "barrier(channel -1)");
+  /* timeout_ms: 0 is the group's timeout, a negative count is refused
+   * (include/symmem.h), not read as the default. */
+  CHECK_RESULT(symmem_barrier(h[0], 0, -1, NULL), SYMMEM_ERROR_INVALID_ARGUMENT, "barrier(timeout_ms -1)");
+  CHECK_RESULT(symmem_wait_signal(h[0], 0, 0, INT64_MIN, NULL), SYMMEM_ERROR_INVALID_ARGUMENT,
+               "wait_signal(timeout_ms INT64_MIN)");
   CHECK_RESULT(symmem_barrier(h[0], (int)nch, 100, NULL), SYMMEM_ERROR_INVALID_ARGUMENT,
                "barrier(channel %zu = pad/(4*world))", nch);
   int bad_ranks[] = {-1, WORLD, INT32_MAX};
@@ -668,6 +673,8 @@ static void single_process_checks(void) {
                "group_create(world_size -3)");
   CHECK_RESULT(symmem_group_create(name, 0, WORLD, -1, 1000, &g), SYMMEM_ERROR_INVALID_DEVICE,
                "group_create(device -1)");
+  CHECK_RESULT(symmem_group_create(name, 0, WORLD, 0, -1, &g), SYMMEM_ERROR_INVALID_ARGUMENT,
+               "group_create(timeout_ms -1)");
   CHECK_RESULT(symmem_group_create(name, 0, WORLD, symmem_device_count(), 1000, &g),
                SYMMEM_ERROR_INVALID_DEVICE, "group_create(device == device_count)");
   CHECK_RESULT(symmem_group_create_with_allgather(name, 0, WORLD, 0, 1000, NULL, NULL, &g),

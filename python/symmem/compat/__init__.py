@@ -34,7 +34,7 @@ import sys
 from typing import Dict, Iterator, Mapping, Tuple, Type
 
 from .. import errors as _errors
-from ..errors import InvalidArgumentError, Result, SymmemError
+from ..errors import InvalidArgumentError, Result, SymmemError, quote
 
 __all__ = ["SHIM_DIR", "install", "installed", "original_error"]
 
@@ -54,7 +54,7 @@ def _check_tag(api: str, tag, max_len: int, empty_hint: str = "") -> None:
         raise InvalidArgumentError(Result.INVALID_ARGUMENT, f"{api}: the tag is the empty string; libsymmem's drop-in refuses it{empty_hint}")
     if len(tag) > max_len or not _TAG_CHARS.match(tag):
         raise InvalidArgumentError(
-            Result.INVALID_ARGUMENT, f"{api}: tag {tag!r}: libsymmem's drop-in takes tags of 1 to {max_len} letters, digits, '.', '_', '-'"
+            Result.INVALID_ARGUMENT, f"{api}: tag {quote(tag)}: libsymmem's drop-in takes tags of 1 to {max_len} letters, digits, '.', '_', '-'"
         )
 
 
@@ -138,7 +138,7 @@ def _env_bool(name: str) -> bool:
         return False
     if v.lower() in ("1", "true", "yes", "on"):
         return True
-    raise ValueError(f"{name}={v!r}: expected 1/true/yes/on or 0/false/no/off")
+    raise ValueError(f"{name}={quote(v)}: expected 1/true/yes/on or 0/false/no/off")
 
 
 def _subprocess_env(environ: Mapping[str, str]) -> Dict[str, str]:

@@ -58,7 +58,7 @@ from typing import Dict, Iterator, Optional
 
 from .. import tags as _tags
 from . import _check_tag, _env_bool, _original_errors
-from ..errors import InvalidArgumentError, InvalidStateError, Result, SymmemError
+from ..errors import InvalidArgumentError, InvalidStateError, Result, SymmemError, brief, quote
 
 __all__ = ["TorchMemorySaver", "torch_memory_saver", "configure_subprocess"]
 
@@ -111,7 +111,7 @@ class TorchMemorySaver:
             if self._initialized:
                 return
             if self._default_backend not in ("pinned", "mmap"):
-                raise ValueError(f"TMS_INIT_CPU_BACKUP_BACKEND={self._default_backend!r}: expected 'pinned' or 'mmap'")
+                raise ValueError(f"TMS_INIT_CPU_BACKUP_BACKEND={brief(self._default_backend)}: expected 'pinned' or 'mmap'")
             if self._memory is None:
                 from ._memory import default_memory
 
@@ -143,7 +143,7 @@ class TorchMemorySaver:
             if not enable_cpu_backup:
                 raise ValueError("cpu_backup_backend requires enable_cpu_backup=True")
             if cpu_backup_backend not in ("pinned", "mmap"):
-                raise ValueError(f"cpu_backup_backend must be 'pinned', 'mmap' or None, not {cpu_backup_backend!r}")
+                raise ValueError(f"cpu_backup_backend must be 'pinned', 'mmap' or None, not {brief(cpu_backup_backend)}")
         if enable_cpu_backup and enable_disk_backup:
             raise ValueError("enable_cpu_backup and enable_disk_backup are mutually exclusive")
         if enable_disk_backup:
@@ -245,7 +245,9 @@ class TorchMemorySaver:
             todo = [n for n in names if self._state.get(n, "live") != to]
             if names and not todo:
                 what = "already paused" if to == "paused" else "not paused"
-                raise InvalidStateError(Result.INVALID_STATE, f"torch_memory_saver.{call}({tag!r}): {what}: {', '.join(names)}")
+                raise InvalidStateError(
+                    Result.INVALID_STATE, f"torch_memory_saver.{call}({'None' if tag is None else quote(tag)}): {what}: {', '.join(names)}"
+                )
             for n in todo:
                 try:
                     if to == "paused":
@@ -320,7 +322,7 @@ class TorchMemorySaver:
     @hook_mode.setter
     def hook_mode(self, value: str) -> None:
         if value not in _HOOK_MODES:
-            raise ValueError(f"hook_mode must be one of {_HOOK_MODES}, not {value!r}")
+            raise ValueError(f"hook_mode must be one of {_HOOK_MODES}, not {brief(value)}")
         self._hook_mode = value  # both are libsymmem's allocator
 
     @property

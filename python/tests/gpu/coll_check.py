@@ -88,10 +88,13 @@ def body(ctx):
                 case += 1
                 xs = inputs(dt, n, case)
                 want = reduce(xs, op, dt)
-                for variant in ("inplace-auto", "inplace-one", "inplace-two", "local-one", "block-two", "block-auto"):
+                variants = ["inplace-auto", "inplace-one", "inplace-two", "local-one", "block-two", "block-auto", "local-auto"]
+                if n * es <= (256 << 10):  # the low-latency buffers' default capacity
+                    variants += ["inplace-ll", "local-ll"]
+                for variant in variants:
                     ctx.stage(f"all_reduce {name} {op} {n} {variant}")
                     view(buf, 0, dt, n).copy_(xs[me])
-                    algo = {"auto": None, "one": "one_shot", "two": "two_shot"}[variant.split("-")[1]]
+                    algo = {"auto": None, "one": "one_shot", "two": "two_shot", "ll": "low_latency"}[variant.split("-")[1]]
                     if variant.startswith("inplace"):
                         out, got = None, view(buf, 0, dt, n)
                     elif variant.startswith("local"):
@@ -108,26 +111,29 @@ def body(ctx):
                         failures.append({"what": f"all_reduce {name} {op} n={n} {variant}", **bad})
                 if n % W:
                     continue
-                ctx.stage(f"reduce_scatter {name} {op} {n}")
-                view(buf, 0, dt, n).copy_(xs[me])
-                h.reduce_scatter(name, op, n, local.data_ptr(), stream)
-                ctx.wait_gpu("reduce_scatter")
-                per = n // W
-                bad = first_mismatch(torch, view(local, 0, dt, per), want[me * per : (me + 1) * per])
-                checked += 1
-                if bad:
-                    failures.append({"what": f"reduce_scatter {name} {op} n={n}", **bad})
+                # auto (the low-latency path where it fits), then the barrier kernel
+                for algo in ("auto", "one_shot"):
+                    ctx.stage(f"reduce_scatter {name} {op} {n} {algo}")
+                    view(buf, 0, dt, n).copy_(xs[me])
+                    h.reduce_scatter(name, op, n, local.data_ptr(), stream, algo=algo)
+                    ctx.wait_gpu("reduce_scatter")
+                    per = n // W
+                    bad = first_mismatch(torch, view(local, 0, dt, per), want[me * per : (me + 1) * per])
+                    checked += 1
+                    if bad:
+                        failures.append({"what": f"reduce_scatter {name} {op} n={n} {algo}", **bad})
             case += 1
             xs = inputs(dt, n, case)
             want = torch.cat(xs)
-            ctx.stage(f"all_gather {name} {n}")
-            view(buf, 0, dt, n).copy_(xs[me])
-            h.all_gather(name, n, local.data_ptr(), stream)
-            ctx.wait_gpu("all_gather")
-            bad = first_mismatch(torch, view(local, 0, dt, W * n), want)
-            checked += 1
-            if bad:
-                failures.append({"what": f"all_gather {name} n={n}", **bad})
+            for algo in ("auto", "one_shot"):
+                ctx.stage(f"all_gather {name} {n} {algo}")
+                view(buf, 0, dt, n).copy_(xs[me])
+                h.all_gather(name, n, local.data_ptr(), stream, algo=algo)
+                ctx.wait_gpu("all_gather")
+                bad = first_mismatch(torch, view(local, 0, dt, W * n), want)
+                checked += 1
+                if bad:
+                    failures.append({"what": f"all_gather {name} n={n} {algo}", **bad})
             if (n * es) % 16 == 0 and W * n * es <= half:
                 # in place: our input is chunk `me` of out (out at buf + half - me*n)
                 base = half - me * n * es
@@ -158,6 +164,34 @@ def body(ctx):
     scattered = st.reduce_scatter(t, "max", dist.group.WORLD)
     ctx.wait_gpu("st.reduce_scatter")
     torch_checks["reduce_scatter"] = first_mismatch(torch, scattered, reduce(xs, "max", torch.bfloat16)[me * 1000 : (me + 1) * 1000])
+    # The same calls as torch operators under torch.compile(fullgraph=True),
+    # then that compiled function captured in a CUDA graph and replayed.
+    ctx.stage("symmem.torch collectives compiled")
+
+    def step(x):
+        st.all_reduce(x)  # in place on the symmetric tensor
+        return x * 2 + 1
+
+    y_in = st.empty(W * 1000, dtype=torch.float32, device=ctx.dev)
+    y_in.copy_(xs[me].float())
+    compiled = torch.compile(step, fullgraph=True)
+    got = compiled(y_in)
+    want_c = reduce([x.float() for x in xs], "sum", torch.float32) * 2 + 1
+    ctx.wait_gpu("compiled all_reduce")
+    torch_checks["compiled_all_reduce"] = first_mismatch(torch, got, want_c)
+    gs = torch.cuda.Stream(device=dev)
+    gs.wait_stream(torch.cuda.current_stream(dev))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(gs):
+        y_in.copy_(xs[me].float())
+        compiled(y_in)  # warm on the capture stream
+        torch.cuda.synchronize(dev)
+        with torch.cuda.graph(graph, stream=gs):
+            static_out = compiled(y_in)
+    y_in.copy_(xs[me].float())
+    graph.replay()
+    ctx.wait_gpu("compiled all_reduce in a CUDA graph")
+    torch_checks["compiled_all_reduce_graph"] = first_mismatch(torch, static_out, want_c)
     ctx.wait_gpu("the end")
     device_error = h.device_error()
     h.release()

@@ -6,6 +6,8 @@ import logging
 import os
 from functools import lru_cache
 
+from symmem.errors import quote
+
 logger = logging.getLogger(__name__)
 
 
@@ -24,7 +26,7 @@ def get_binary_path_from_package(stem: str):
     """torch_memory_saver's hook binaries do not exist here: libsymmem's
     drop-in runs on libsymmem (``symmem.library_path()``)."""
     raise RuntimeError(
-        f"torch_memory_saver.utils.get_binary_path_from_package({stem!r}): libsymmem's drop-in has no "
+        f"torch_memory_saver.utils.get_binary_path_from_package({quote(stem)}): libsymmem's drop-in has no "
         "torch_memory_saver binary (nothing to LD_PRELOAD); use symmem.compat.install() or python -m symmem.compat"
     )
 

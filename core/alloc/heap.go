@@ -1,6 +1,10 @@
-package core
+package alloc
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/libsymmem/libsymmem/core"
+)
 
 // heap is a device's address space for segments: one or more reserved
 // ranges, addressed by a heap offset that runs on from one range to the next
@@ -14,7 +18,7 @@ import "sort"
 //   - every segment lies inside one range, and
 //     seg.addr - r.addr == seg.heapOff - r.base for that range r.
 type heap struct {
-	be       Backend
+	be       core.Backend
 	device   int
 	gran     uintptr
 	rangeLen uintptr // size of each reserved range (a larger segment gets its own)
@@ -31,14 +35,14 @@ type heapRange struct {
 // defaultRangeLen is twice the device's memory (at least 4 GiB), so that a
 // single range normally holds everything; SYMMEM_HEAP_RESERVE overrides it.
 func defaultRangeLen(gran uintptr, total uint64) uintptr {
-	n := Current().Size("SYMMEM_HEAP_RESERVE", 2*total)
+	n := core.Current().Size("SYMMEM_HEAP_RESERVE", 2*total)
 	if n < 4<<30 {
 		n = 4 << 30
 	}
 	return roundUp(uintptr(n), gran)
 }
 
-func (h *heap) init(be Backend, device int, gran uintptr, total uint64) {
+func (h *heap) init(be core.Backend, device int, gran uintptr, total uint64) {
 	h.be, h.device, h.gran = be, device, gran
 	h.rangeLen = defaultRangeLen(gran, total)
 }

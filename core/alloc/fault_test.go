@@ -1,4 +1,4 @@
-package core_test
+package alloc_test
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/internal/faultbe"
 	"github.com/stretchr/testify/require"
 )
@@ -67,7 +68,7 @@ func TestAllocatorUnderInjectedFaults(t *testing.T) {
 			fb.Clear()
 			if a == nil { // creating it failed: it must work now
 				var err error
-				a, err = core.NewAllocator(fb, 0)
+				a, err = alloc.NewAllocator(fb, 0)
 				require.NoError(t, err)
 			}
 			p, err := a.Alloc(8192, 0)
@@ -91,7 +92,7 @@ func TestAllocatorUnderInjectedFaults(t *testing.T) {
 // operation once or twice, checking each failure and the validator after
 // each step. It returns the allocator (nil if creating it failed) and the
 // number of errors that said memory was deliberately leaked.
-func allocatorWorkload(t *testing.T, fb *faultbe.Backend) (*core.Allocator, int) {
+func allocatorWorkload(t *testing.T, fb *faultbe.Backend) (*alloc.Allocator, int) {
 	leaked := 0
 	checkErr := func(what string, err error) {
 		if err == nil {
@@ -104,7 +105,7 @@ func allocatorWorkload(t *testing.T, fb *faultbe.Backend) (*core.Allocator, int)
 			leaked++
 		}
 	}
-	a, err := core.NewAllocator(fb, 0)
+	a, err := alloc.NewAllocator(fb, 0)
 	checkErr("NewAllocator", err)
 	if err != nil {
 		return nil, 0
@@ -132,7 +133,7 @@ func allocatorWorkload(t *testing.T, fb *faultbe.Backend) (*core.Allocator, int)
 	return a, leaked
 }
 
-func freeIf(a *core.Allocator, p *uintptr, size uintptr) error {
+func freeIf(a *alloc.Allocator, p *uintptr, size uintptr) error {
 	if *p == 0 {
 		return nil
 	}
@@ -147,7 +148,7 @@ func freeIf(a *core.Allocator, p *uintptr, size uintptr) error {
 // physical memory was leaked.
 func TestUnmappedSegmentLeavesThePool(t *testing.T) {
 	fb := faultbe.New(testBackend(t))
-	a, err := core.NewAllocator(fb, 0)
+	a, err := alloc.NewAllocator(fb, 0)
 	require.NoError(t, err)
 	defer a.Close()
 	p, err := a.Alloc(4096, 0)
@@ -185,7 +186,7 @@ func TestValidatorCatchesUnmappedSegment(t *testing.T) {
 // before empty_cache releases memory leaves every segment mapped and cached.
 func TestFailedSyncKeepsSegmentsMapped(t *testing.T) {
 	fb := faultbe.New(testBackend(t))
-	a, err := core.NewAllocator(fb, 0)
+	a, err := alloc.NewAllocator(fb, 0)
 	require.NoError(t, err)
 	defer a.Close()
 	p, err := a.Alloc(4096, 0)

@@ -1,4 +1,4 @@
-package core
+package alloc
 
 // blockTable maps the address of every allocated block to the block: an
 // open-addressing hash table with linear probing, sized to stay at most half

@@ -1,10 +1,10 @@
-package core
+package alloc
 
 import (
-	"errors"
-	"os"
 	"sort"
 	"sync"
+
+	"github.com/libsymmem/libsymmem/core"
 )
 
 // Note [How blocks are placed]
@@ -62,7 +62,7 @@ type block struct {
 	next      *block // neighbour at higher address in seg, or nil
 	// streams lists the streams other than seg.pools.stream recorded by
 	// RecordStream while the block was allocated.
-	streams []Stream
+	streams []core.Stream
 	// ctx is the context number of the allocation (Note [Heap snapshots
 	// and allocation history]); 0 when none was attached.
 	ctx uint64
@@ -76,54 +76,10 @@ type block struct {
 	prio        uint32
 }
 
-// segment is one piece of physical memory mapped at [addr, addr+size) of the
-// heap.
-//
-// Invariant: a segment belongs to one stream's pools and one pool (small or
-// large) for its whole life; nAllocated counts its allocated blocks, so it is
-// idle (releasable) exactly when nAllocated == 0.
-type segment struct {
-	id         uint64 // creation number in this allocator, never reused
-	addr       uintptr
-	size       uintptr
-	heapOff    uint64
-	mem        Memory
-	pools      *streamPools
-	small      bool
-	first      *block
-	nAllocated int
-	// paused: the segment's physical memory was released by Pause (mem is
-	// 0, [addr, addr+size) stays reserved in the heap, blocks keep their
-	// bookkeeping); Resume maps new memory there. Counted in paused_bytes,
-	// not reserved_bytes.
-	paused bool
-	// exported: a descriptor of mem went to another process
-	// (ExportSegment), so only a collective pause may release it.
-	exported bool
-	// backup is the host copy of the segment (size bytes, kept for the
-	// next cycle; 0 = none yet); backupPinned says it came from HostMemory
-	// (else a mapping: anonymous, or of backupFile for a disk backup); backupValid that it holds what the last pause
-	// saved, so a resume restores it (else zero-fills). prepin is the copy
-	// being pinned ahead, pinnedAhead that the segment counts in
-	// Allocator.pinnedAhead (Note [Pinned ahead]).
-	backup       uintptr
-	backupPinned bool
-	backupFile   *os.File // the file of a disk backup (BackupDisk)
-	backupValid  bool
-	prepin       *prepin
-	pinnedAhead  bool
-	// backupRetained: a resume retained the copy at its address
-	// (ResumeRetainBackup); a later pause must not move it.
-	backupRetained bool
-	// unmapped is set once the backend has unmapped the segment; from then
-	// on it must be in no pool and not in the heap (Validate checks it).
-	unmapped bool
-}
-
 // streamPools holds the free blocks of one (tag, stream): a tag's blocks
 // come from its own segments only (Note [Tags and pause] in tags.go).
 type streamPools struct {
-	stream Stream
+	stream core.Stream
 	tag    *tagState
 	number int // order of first use: placement keys on this, not the pointer
 	small  freeSet
@@ -133,7 +89,7 @@ type streamPools struct {
 // poolKey names the pools of a stream within a tag.
 type poolKey struct {
 	tag    TagID
-	stream Stream
+	stream core.Stream
 }
 
 func (sp *streamPools) pool(small bool) *freeSet {
@@ -147,7 +103,7 @@ func (sp *streamPools) pool(small bool) *freeSet {
 // concurrent use; every method takes mu.
 type Allocator struct {
 	mu     sync.Mutex
-	be     Backend
+	be     core.Backend
 	device int
 	gran   uintptr
 	total  uint64 // the device's physical memory, bounding any request
@@ -188,52 +144,11 @@ type Allocator struct {
 	nextHook uint64
 }
 
-// ReleaseHook is told about a segment before its memory is unmapped and
-// released, once the device has been synchronised: what others registered
-// on it (NCCL windows) must be undone there. An error keeps the segment
-// (its memory is not released; the release fails with that error).
-type ReleaseHook func(seg SegmentInfo) error
-
-// AddReleaseHook adds h; the returned function removes it.
-func (a *Allocator) AddReleaseHook(h ReleaseHook) (remove func()) {
-	a.hookMu.Lock()
-	defer a.hookMu.Unlock()
-	if a.hooks == nil {
-		a.hooks = map[uint64]ReleaseHook{}
-	}
-	a.nextHook++
-	id := a.nextHook
-	a.hooks[id] = h
-	return func() {
-		a.hookMu.Lock()
-		delete(a.hooks, id)
-		a.hookMu.Unlock()
-	}
-}
-
-// runReleaseHooks tells every hook that seg goes (mu held).
-func (a *Allocator) runReleaseHooks(seg *segment) error {
-	a.hookMu.Lock()
-	hooks := make([]ReleaseHook, 0, len(a.hooks))
-	for _, h := range a.hooks {
-		hooks = append(hooks, h)
-	}
-	a.hookMu.Unlock()
-	info := SegmentInfo{ID: seg.id, Addr: seg.addr, Size: seg.size, HeapOff: seg.heapOff}
-	var first error
-	for _, h := range hooks {
-		if err := h(info); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
 // NewAllocator makes the allocator of device on be. It reserves the heap's
 // first address range lazily, at the first segment.
-func NewAllocator(be Backend, device int) (*Allocator, error) {
+func NewAllocator(be core.Backend, device int) (*Allocator, error) {
 	if device < 0 || device >= be.DeviceCount() {
-		return nil, Errorf(ErrInvalidDevice, "device %d is out of range: the %s backend has %d device(s)", device, be.Name(), be.DeviceCount())
+		return nil, core.Errorf(core.ErrInvalidDevice, "device %d is out of range: the %s backend has %d device(s)", device, be.Name(), be.DeviceCount())
 	}
 	gran, err := be.Granularity(device)
 	if err != nil {
@@ -262,7 +177,7 @@ func NewAllocator(be Backend, device int) (*Allocator, error) {
 func (a *Allocator) Device() int { return a.device }
 
 // Backend is the backend the allocator takes memory from.
-func (a *Allocator) Backend() Backend { return a.be }
+func (a *Allocator) Backend() core.Backend { return a.be }
 
 func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
 
@@ -299,7 +214,7 @@ func shouldSplit(small bool, blockSize, size uintptr) bool {
 	return rest > smallRequest
 }
 
-func (a *Allocator) poolsOf(t *tagState, s Stream) *streamPools {
+func (a *Allocator) poolsOf(t *tagState, s core.Stream) *streamPools {
 	if sp := a.last; sp != nil && sp.stream == s && sp.tag == t {
 		return sp
 	}
@@ -332,14 +247,14 @@ func (a *Allocator) dropBlock(b *block) {
 
 // Alloc returns the address of a block of at least size bytes for use on
 // stream s, untagged.
-func (a *Allocator) Alloc(size uintptr, s Stream) (uintptr, error) {
+func (a *Allocator) Alloc(size uintptr, s core.Stream) (uintptr, error) {
 	return a.AllocTagged(size, s, 0)
 }
 
 // AllocTagged is Alloc for a block of tag (0: untagged; see RegisterTag),
 // taken from that tag's segments only. A paused tag refuses with
 // ErrInvalidState.
-func (a *Allocator) AllocTagged(size uintptr, s Stream, tag TagID) (uintptr, error) {
+func (a *Allocator) AllocTagged(size uintptr, s core.Stream, tag TagID) (uintptr, error) {
 	a.lock()
 	defer a.mu.Unlock()
 	t := a.tags[0]
@@ -349,12 +264,12 @@ func (a *Allocator) AllocTagged(size uintptr, s Stream, tag TagID) (uintptr, err
 			return 0, err
 		}
 		if t.paused {
-			return 0, Errorf(ErrInvalidState, "%d bytes requested on device %d in tag %q, which is paused: resume it first", size, a.device, t.name)
+			return 0, core.Errorf(core.ErrInvalidState, "%d bytes requested on device %d in tag %q, which is paused: resume it first", size, a.device, t.name)
 		}
 	}
 	if size > maxRequest || uint64(size) > a.total {
 		a.st.numOOM++
-		return 0, Errorf(ErrOutOfMemory, "%d bytes requested on device %d, which has %d bytes in all (%s backend)", size, a.device, a.total, a.be.Name())
+		return 0, core.Errorf(core.ErrOutOfMemory, "%d bytes requested on device %d, which has %d bytes in all (%s backend)", size, a.device, a.total, a.be.Name())
 	}
 	rounded := roundRequest(size)
 	small := rounded <= smallRequest
@@ -398,92 +313,15 @@ func (a *Allocator) AllocTagged(size uintptr, s Stream, tag TagID) (uintptr, err
 	return b.addr, nil
 }
 
-// newSegment maps a new segment of size bytes for sp's pool and returns its
-// one free block. Under a memory limit or when the backend runs out, it
-// first releases idle cached segments and tries once more; when that gave
-// thread-cached blocks back (Note [Thread caches]) and one of them now fits
-// the request, it returns that free block instead.
-func (a *Allocator) newSegment(size uintptr, sp *streamPools, small bool, request uintptr) (*block, error) {
-	overLimit := func() bool {
-		return a.limit != 0 && uint64(a.st.by[statReservedBytes][poolAll].current)+uint64(size) > a.limit
-	}
-	drained := func() *block {
-		if a.st.by[statThreadCache][poolAll].current == 0 {
-			return nil
-		}
-		a.drainCachesLocked()
-		return sp.pool(small).lowerBound(request)
-	}
-	if overLimit() {
-		a.st.numAllocRetry++
-		if b := drained(); b != nil {
-			return b, nil
-		}
-		if err := a.releaseIdle(); err != nil {
-			return nil, err
-		}
-		if overLimit() {
-			a.st.numOOM++
-			return nil, Errorf(ErrOutOfMemory, "%d bytes requested on device %d: a new %d-byte segment would exceed the memory limit of %d bytes (%d reserved, %d allocated)",
-				request, a.device, size, a.limit, a.st.by[statReservedBytes][poolAll].current, a.st.by[statAllocatedBytes][poolAll].current)
-		}
-	}
-	mem, err := a.be.Create(a.device, size)
-	if err != nil && CodeOf(err) == ErrOutOfMemory {
-		a.st.numAllocRetry++
-		if b := drained(); b != nil {
-			return b, nil
-		}
-		if rerr := a.releaseIdle(); rerr != nil {
-			return nil, rerr
-		}
-		mem, err = a.be.Create(a.device, size)
-	}
-	if err != nil {
-		if CodeOf(err) == ErrOutOfMemory {
-			a.st.numOOM++
-			return nil, Errorf(ErrOutOfMemory, "%d bytes requested on device %d: the %s backend could not create a %d-byte segment (%d bytes reserved by libsymmem, %d allocated): %v",
-				request, a.device, a.be.Name(), size, a.st.by[statReservedBytes][poolAll].current, a.st.by[statAllocatedBytes][poolAll].current, err)
-		}
-		return nil, err
-	}
-	addr, heapOff, err := a.heap.place(size)
-	if err == nil {
-		err = a.be.Map(a.device, addr, size, mem)
-		if err != nil {
-			a.heap.remove(heapOff)
-		}
-	}
-	if err != nil {
-		_ = a.be.Release(mem)
-		return nil, err
-	}
-	a.nextSegID++
-	seg := &segment{id: a.nextSegID, addr: addr, size: size, heapOff: heapOff, mem: mem, pools: sp, small: small}
-	b := a.newBlock()
-	*b = block{seg: seg, addr: addr, size: size, heapOff: heapOff}
-	seg.first = b
-	a.heap.add(seg)
-	sp.pool(small).insert(b)
-	a.startPinAhead(seg)
-	a.st.numDeviceAlloc++
-	if a.hist != nil {
-		a.record("segment_alloc", addr, size, sp.stream)
-	}
-	a.st.add(statSegment, small, 1)
-	a.st.add(statReservedBytes, small, int64(size))
-	return b, nil
-}
-
 // Free returns the block at ptr. size is checked against the request (0
 // skips the check); the block's own stream is used, whatever s says.
-func (a *Allocator) Free(ptr uintptr, size uintptr, s Stream) error {
+func (a *Allocator) Free(ptr uintptr, size uintptr, s core.Stream) error {
 	return a.FreeTo(ptr, size, s, nil)
 }
 
 // FreeTo is Free by the thread that owns tc (nil: none), which keeps the
 // block when it may (Note [Thread caches]).
-func (a *Allocator) FreeTo(ptr uintptr, size uintptr, s Stream, tc ThreadCache) error {
+func (a *Allocator) FreeTo(ptr uintptr, size uintptr, s core.Stream, tc ThreadCache) error {
 	a.lock()
 	defer a.mu.Unlock()
 	b := a.live.get(ptr)
@@ -494,7 +332,7 @@ func (a *Allocator) FreeTo(ptr uintptr, size uintptr, s Stream, tc ThreadCache) 
 	// nothing below touches its memory.
 	var mismatch error
 	if size != 0 && size != b.requested {
-		mismatch = Errorf(ErrInvalidArgument, "free of %#x on device %d: size %d differs from the %d bytes allocated (the block was freed anyway)", ptr, a.device, size, b.requested)
+		mismatch = core.Errorf(core.ErrInvalidArgument, "free of %#x on device %d: size %d differs from the %d bytes allocated (the block was freed anyway)", ptr, a.device, size, b.requested)
 	}
 	seg := b.seg
 	for _, other := range b.streams {
@@ -565,18 +403,18 @@ func (a *Allocator) explainForeign(ptr uintptr) error {
 		for b := seg.first; b != nil; b = b.next {
 			if ptr >= b.addr && ptr < b.addr+b.size {
 				if b.allocated && b.cachedBy == nil {
-					return Errorf(ErrInvalidPointer, "%#x is inside the block at %#x (offset %d) on device %d, not its start: free the pointer symmem_alloc returned", ptr, b.addr, ptr-b.addr, a.device)
+					return core.Errorf(core.ErrInvalidPointer, "%#x is inside the block at %#x (offset %d) on device %d, not its start: free the pointer symmem_alloc returned", ptr, b.addr, ptr-b.addr, a.device)
 				}
-				return Errorf(ErrInvalidPointer, "%#x on device %d is not allocated: already freed (double free?)", ptr, a.device)
+				return core.Errorf(core.ErrInvalidPointer, "%#x on device %d is not allocated: already freed (double free?)", ptr, a.device)
 			}
 		}
 	}
-	return Errorf(ErrInvalidPointer, "%#x was not allocated by libsymmem on device %d", ptr, a.device)
+	return core.Errorf(core.ErrInvalidPointer, "%#x was not allocated by libsymmem on device %d", ptr, a.device)
 }
 
 // RecordStream notes that the block holding ptr is used on s too: before it
 // is reused, its own stream will wait for s's work queued up to its free.
-func (a *Allocator) RecordStream(ptr uintptr, s Stream) error {
+func (a *Allocator) RecordStream(ptr uintptr, s core.Stream) error {
 	a.lock()
 	defer a.mu.Unlock()
 	b, err := a.lookupLocked(ptr)
@@ -593,16 +431,6 @@ func (a *Allocator) RecordStream(ptr uintptr, s Stream) error {
 	}
 	b.streams = append(b.streams, s)
 	return nil
-}
-
-// SegmentInfo describes a segment as peers see it.
-type SegmentInfo struct {
-	ID      uint64 // creation number, never reused in this allocator
-	Addr    uintptr
-	Size    uintptr
-	HeapOff uint64
-	Tag     string // the segment's tag ("" = untagged)
-	Paused  bool   // its physical memory is released (Pause)
 }
 
 // BlockInfo describes an allocated block.
@@ -643,110 +471,6 @@ func (a *Allocator) Lookup(ptr uintptr) (BlockInfo, error) {
 	return BlockInfo{Addr: b.addr, Size: b.size, Requested: b.requested, HeapOff: b.heapOff,
 		Device: a.device, Segment: s.info(),
 		Allocs: a.allocs, Frees: a.frees}, nil
-}
-
-// ExportSegment returns a new descriptor (the caller closes it) for the
-// physical memory of the segment that starts at segAddr.
-func (a *Allocator) ExportSegment(segAddr uintptr) (int, error) {
-	a.lock()
-	defer a.mu.Unlock()
-	seg := a.heap.segmentAt(segAddr)
-	if seg == nil || seg.addr != segAddr {
-		return -1, Errorf(ErrInvalidPointer, "%#x is not the start of a segment on device %d", segAddr, a.device)
-	}
-	if seg.paused {
-		return -1, Errorf(ErrInvalidState, "the segment at %#x on device %d belongs to tag %q, which is paused", segAddr, a.device, seg.pools.tag.name)
-	}
-	fd, err := a.be.Export(seg.mem)
-	if err == nil {
-		seg.exported = true
-	}
-	return fd, err
-}
-
-// ExportSegmentWith is ExportSegment for another kind of handle: export
-// runs on the segment's memory, under the allocator's lock (so that the
-// segment cannot go meanwhile), and the segment counts as exported.
-func (a *Allocator) ExportSegmentWith(segAddr uintptr, export func(m Memory) error) error {
-	a.lock()
-	defer a.mu.Unlock()
-	seg := a.heap.segmentAt(segAddr)
-	if seg == nil || seg.addr != segAddr {
-		return Errorf(ErrInvalidPointer, "%#x is not the start of a segment on device %d", segAddr, a.device)
-	}
-	if seg.paused {
-		return Errorf(ErrInvalidState, "the segment at %#x on device %d belongs to tag %q, which is paused", segAddr, a.device, seg.pools.tag.name)
-	}
-	err := export(seg.mem)
-	if err == nil {
-		seg.exported = true
-	}
-	return err
-}
-
-// releaseIdle releases every segment with no allocated block, after waiting
-// for all work on the device (DESIGN invariant 4). Which segments go depends
-// only on the allocator's state, never on timing.
-func (a *Allocator) releaseIdle() error {
-	a.drainCachesLocked() // cached blocks keep their segments busy
-	var idle []*segment
-	for _, seg := range a.heap.segments {
-		// A paused segment holds no memory: it stays until its tag resumes.
-		if seg.nAllocated == 0 && !seg.paused {
-			idle = append(idle, seg)
-		}
-	}
-	if len(idle) == 0 {
-		return nil
-	}
-	a.st.numSyncAll++
-	if err := a.be.SynchronizeDevice(a.device); err != nil {
-		return err
-	}
-	var errs []error
-	for _, seg := range idle {
-		errs = append(errs, a.releaseSegment(seg))
-	}
-	return errors.Join(errs...)
-}
-
-// releaseSegment unmaps and releases an idle segment. If Unmap fails, the
-// segment stays mapped and in the pool (still usable). Once Unmap has
-// succeeded the segment leaves the pool and the heap whatever Release says:
-// its addresses no longer hold memory, and handing them out would fault. A
-// failed Release then leaks the physical memory, and the error says so.
-func (a *Allocator) releaseSegment(seg *segment) error {
-	if err := a.runReleaseHooks(seg); err != nil {
-		return err
-	}
-	if err := a.be.Unmap(a.device, seg.addr, seg.size); err != nil {
-		return err
-	}
-	seg.unmapped = true
-	relErr := a.be.Release(seg.mem)
-	a.dropBackup(seg)
-	seg.pools.pool(seg.small).remove(seg.first)
-	a.dropBlock(seg.first)
-	a.heap.remove(seg.heapOff)
-	a.st.numDeviceFree++
-	if a.hist != nil {
-		a.record("segment_free", seg.addr, seg.size, seg.pools.stream)
-	}
-	a.st.add(statSegment, seg.small, -1)
-	a.st.add(statReservedBytes, seg.small, -int64(seg.size))
-	if relErr != nil {
-		a.leakedSegments++
-		return Errorf(CodeOf(relErr), "device %d: segment %d (%d bytes at heap offset %#x) was unmapped and left the cache, but its physical memory could not be released (leaked): %v",
-			a.device, seg.id, seg.size, seg.heapOff, relErr)
-	}
-	return nil
-}
-
-// EmptyCache releases every segment that holds no allocated block.
-func (a *Allocator) EmptyCache() error {
-	a.lock()
-	defer a.mu.Unlock()
-	return a.releaseIdle()
 }
 
 // SetLimit sets the memory limit (0 = none).

@@ -1,13 +1,13 @@
-package core_test
+package alloc_test
 
 import (
 	"testing"
 
-	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 )
 
 // benchAllocFree times alloc+free pairs of 4 KiB on a, the cached path.
-func benchAllocFree(b *testing.B, a *core.Allocator) {
+func benchAllocFree(b *testing.B, a *alloc.Allocator) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		p, err := a.Alloc(4096, 0)

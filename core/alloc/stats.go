@@ -1,4 +1,4 @@
-package core
+package alloc
 
 // Statistics, named as torch.cuda.memory_stats names them so that tools and
 // users who know PyTorch's allocator read ours without a dictionary.

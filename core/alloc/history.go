@@ -1,9 +1,11 @@
-package core
+package alloc
 
 import (
 	"sort"
 	"sync/atomic"
 	"time"
+
+	"github.com/libsymmem/libsymmem/core"
 )
 
 // Note [Heap snapshots and allocation history]
@@ -27,7 +29,7 @@ type HistoryEvent struct {
 	Action  string // alloc, free_requested, free_completed, segment_alloc, segment_free
 	Addr    uintptr
 	Size    uintptr // requested bytes for blocks, the whole size for segments
-	Stream  Stream
+	Stream  core.Stream
 	TimeUs  int64  // microseconds since the Unix epoch
 	Context uint64 // the context hook's number (0: none)
 }
@@ -89,7 +91,7 @@ func (a *Allocator) Recording() bool {
 }
 
 // record adds an event when recording is on.
-func (a *Allocator) record(action string, addr, size uintptr, s Stream) {
+func (a *Allocator) record(action string, addr, size uintptr, s core.Stream) {
 	if a.hist != nil {
 		a.hist.add(HistoryEvent{Action: action, Addr: addr, Size: size, Stream: s})
 	}
@@ -131,7 +133,7 @@ type SegmentSnapshot struct {
 	Device    int
 	Addr      uintptr
 	Size      uintptr
-	Stream    Stream
+	Stream    core.Stream
 	Small     bool
 	Allocated uintptr // bytes of allocated blocks
 	Requested uintptr // bytes asked for by their callers

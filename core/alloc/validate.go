@@ -1,6 +1,10 @@
-package core
+package alloc
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/libsymmem/libsymmem/core"
+)
 
 // Validate checks every invariant written next to the allocator's data:
 // blocks tile their segments, free neighbours are merged, the free sets hold
@@ -12,7 +16,7 @@ func (a *Allocator) Validate() error {
 	a.lock()
 	defer a.mu.Unlock()
 	if err := a.validateLocked(); err != nil {
-		return Errorf(ErrInternal, "allocator of device %d: invariant broken: %v", a.device, err)
+		return core.Errorf(core.ErrInternal, "allocator of device %d: invariant broken: %v", a.device, err)
 	}
 	return nil
 }

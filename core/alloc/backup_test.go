@@ -1,4 +1,4 @@
-package core_test
+package alloc_test
 
 import (
 	"fmt"
@@ -8,19 +8,20 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // kindTag registers a tag of backup kind unique to the test.
-func kindTag(t *testing.T, base string, kind core.BackupKind) (string, core.TagID) {
+func kindTag(t *testing.T, base string, kind alloc.BackupKind) (string, alloc.TagID) {
 	t.Helper()
 	name := fmt.Sprintf("%s-%s", base, strings.NewReplacer("/", ".", "#", "_").Replace(t.Name()))
-	id, err := core.RegisterTag(name, kind)
+	id, err := alloc.RegisterTag(name, kind)
 	require.NoError(t, err)
 	return name, id
 }
@@ -62,7 +63,7 @@ func (b *pinningBackend) FreeHost(dev int, addr, size uintptr) error {
 	}
 	delete(b.live, addr)
 	b.frees.Add(1)
-	return unix.MunmapPtr(*(*unsafe.Pointer)(unsafe.Pointer(&addr)), size)
+	return unix.MunmapPtr(unmanaged.Pointer(addr), size)
 }
 
 // isPinned says whether addr is in memory AllocHost returned.
@@ -89,13 +90,13 @@ func (b *pinningBackend) liveCount() int {
 func TestPinnedBackupIsPinnedAhead(t *testing.T) {
 	be := newPinningBackend(t, 50*time.Millisecond)
 	a := newAllocator(t, be)
-	name, id := kindTag(t, "w", core.BackupPinned)
+	name, id := kindTag(t, "w", alloc.BackupPinned)
 	p, err := a.AllocTagged(3<<20, 0, id)
 	require.NoError(t, err)
 	poke(t, a, p, 0x5c, 3<<20)
 	require.Eventually(t, func() bool { return be.allocs.Load() == 1 }, 5*time.Second, time.Millisecond,
 		"the host copy is pinned without a pause")
-	_, err = a.Pause(name, core.PauseOptions{})
+	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, be.allocs.Load(), "the pause used the copy pinned ahead")
 	_, err = a.Resume(name)
@@ -113,12 +114,12 @@ func TestPinnedBackupIsPinnedAhead(t *testing.T) {
 func TestFirstPauseDoesNotWaitForPinning(t *testing.T) {
 	be := newPinningBackend(t, time.Second)
 	a := newAllocator(t, be)
-	name, id := kindTag(t, "w", core.BackupPinned)
+	name, id := kindTag(t, "w", alloc.BackupPinned)
 	const n = 40 << 20 // past pinWaitMax: small segments wait for their pinning
 	p, err := a.AllocTagged(n, 0, id)
 	require.NoError(t, err)
 	poke(t, a, p, 0x17, n)
-	_, err = a.Pause(name, core.PauseOptions{})
+	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
 	host, _, err := a.BackupOf(p, 1)
 	require.NoError(t, err)
@@ -129,7 +130,7 @@ func TestFirstPauseDoesNotWaitForPinning(t *testing.T) {
 	require.Equal(t, byte(0x17), peek(t, a, p, 1)[0])
 	require.Eventually(t, func() bool { return be.allocs.Load() == 1 }, 5*time.Second, time.Millisecond)
 	poke(t, a, p, 0x18, 1)
-	_, err = a.Pause(name, core.PauseOptions{})
+	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
 	host, _, err = a.BackupOf(p, 1)
 	require.NoError(t, err)
@@ -148,7 +149,7 @@ func TestFirstPauseDoesNotWaitForPinning(t *testing.T) {
 func TestReleaseDuringPinningFreesTheCopyLater(t *testing.T) {
 	be := newPinningBackend(t, 100*time.Millisecond)
 	a := newAllocator(t, be)
-	_, id := kindTag(t, "w", core.BackupPinned)
+	_, id := kindTag(t, "w", alloc.BackupPinned)
 	p, err := a.AllocTagged(1<<20, 0, id)
 	require.NoError(t, err)
 	require.NoError(t, a.Free(p, 0, 0))
@@ -165,7 +166,7 @@ func TestPinAheadIsBounded(t *testing.T) {
 	t.Cleanup(func() { core.ReloadSettings() })
 	be := newPinningBackend(t, 0)
 	a := newAllocator(t, be)
-	name, id := kindTag(t, "w", core.BackupPinned)
+	name, id := kindTag(t, "w", alloc.BackupPinned)
 	var ptrs []uintptr
 	const n = 24 << 20
 	for i := 0; i < 3; i++ {
@@ -180,7 +181,7 @@ func TestPinAheadIsBounded(t *testing.T) {
 	require.Eventually(t, func() bool { return be.allocs.Load() == 1 }, 5*time.Second, time.Millisecond)
 	time.Sleep(20 * time.Millisecond)
 	require.EqualValues(t, 1, be.allocs.Load(), "only the first segment fits under the bound")
-	_, err := a.Pause(name, core.PauseOptions{})
+	_, err := a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
 	require.EqualValues(t, 3, be.allocs.Load(), "the others pinned at the pause")
 	require.NoError(t, a.Validate())
@@ -198,12 +199,12 @@ func TestPinAheadOff(t *testing.T) {
 	t.Cleanup(func() { core.ReloadSettings() })
 	be := newPinningBackend(t, 0)
 	a := newAllocator(t, be)
-	name, id := kindTag(t, "w", core.BackupPinned)
+	name, id := kindTag(t, "w", alloc.BackupPinned)
 	_, err := a.AllocTagged(1<<20, 0, id)
 	require.NoError(t, err)
 	time.Sleep(20 * time.Millisecond)
 	require.Zero(t, be.allocs.Load())
-	_, err = a.Pause(name, core.PauseOptions{})
+	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, be.allocs.Load())
 }
@@ -212,11 +213,11 @@ func TestPinAheadOff(t *testing.T) {
 func TestPageableBackupIsNotPinned(t *testing.T) {
 	be := newPinningBackend(t, 0)
 	a := newAllocator(t, be)
-	name, id := kindTag(t, "w", core.BackupPageable)
+	name, id := kindTag(t, "w", alloc.BackupPageable)
 	p, err := a.AllocTagged(1<<20, 0, id)
 	require.NoError(t, err)
 	poke(t, a, p, 0x66, 1<<20)
-	_, err = a.Pause(name, core.PauseOptions{})
+	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
 	host, paused, err := a.BackupOf(p, 1<<20)
 	require.NoError(t, err)
@@ -233,8 +234,8 @@ func TestPageableBackupIsNotPinned(t *testing.T) {
 // reports the copy the last pause made, or why there is none.
 func TestPauseBackupOverrides(t *testing.T) {
 	a := newAllocator(t, nil)
-	wName, w := kindTag(t, "w", core.BackupPinned)
-	kvName, kv := kindTag(t, "kv", core.BackupNone)
+	wName, w := kindTag(t, "w", alloc.BackupPinned)
+	kvName, kv := kindTag(t, "kv", alloc.BackupNone)
 	pw, err := a.AllocTagged(1<<20, 0, w)
 	require.NoError(t, err)
 	pkv, err := a.AllocTagged(1<<20, 0, kv)
@@ -253,12 +254,12 @@ func TestPauseBackupOverrides(t *testing.T) {
 
 	poke(t, a, pw, 0x11, 1<<20)
 	poke(t, a, pkv, 0x22, 1<<20)
-	_, err = a.Pause(wName, core.PauseOptions{Backup: core.PauseDiscard})
+	_, err = a.Pause(wName, alloc.PauseOptions{Backup: alloc.PauseDiscard})
 	require.NoError(t, err)
 	_, _, err = a.BackupOf(pw, 16)
 	require.Equal(t, core.ErrInvalidState, core.CodeOf(err))
 	require.Contains(t, err.Error(), "discarded")
-	_, err = a.Pause(kvName, core.PauseOptions{Backup: core.PauseKeep})
+	_, err = a.Pause(kvName, alloc.PauseOptions{Backup: alloc.PauseKeep})
 	require.NoError(t, err)
 	host, paused, err := a.BackupOf(pkv+100, 16)
 	require.NoError(t, err)
@@ -275,7 +276,7 @@ func TestPauseBackupOverrides(t *testing.T) {
 	// The next plain pause follows the tags again.
 	poke(t, a, pw, 0x33, 1<<20)
 	poke(t, a, pkv, 0x44, 1<<20)
-	_, err = a.Pause("", core.PauseOptions{})
+	_, err = a.Pause("", alloc.PauseOptions{})
 	require.NoError(t, err)
 	_, err = a.Resume("")
 	require.NoError(t, err)
@@ -285,17 +286,17 @@ func TestPauseBackupOverrides(t *testing.T) {
 }
 
 func TestRegisterTagRefusesUnknownKinds(t *testing.T) {
-	_, err := core.RegisterTag("kind-test", core.BackupKind(9))
+	_, err := alloc.RegisterTag("kind-test", alloc.BackupKind(9))
 	require.Equal(t, core.ErrInvalidArgument, core.CodeOf(err))
-	name, _ := kindTag(t, "k", core.BackupPageable)
-	_, err = core.RegisterTag(name, core.BackupPinned)
+	name, _ := kindTag(t, "k", alloc.BackupPageable)
+	_, err = alloc.RegisterTag(name, alloc.BackupPinned)
 	require.Equal(t, core.ErrInvalidArgument, core.CodeOf(err))
 	require.Contains(t, err.Error(), "pageable")
 }
 
 // hostByte reads the byte at a host address that Go does not manage.
 func hostByte(addr uintptr) byte {
-	return *(*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr)))
+	return *(*byte)(unmanaged.Pointer(addr))
 }
 
 // countingBackend counts the Memset calls that reach the backend.
@@ -314,23 +315,23 @@ func (b *countingBackend) Memset(dev int, s core.Stream, addr uintptr, v byte, n
 func TestResumeWithoutFill(t *testing.T) {
 	be := &countingBackend{Backend: testBackend(t)}
 	a := newAllocator(t, be)
-	kvName, kv := kindTag(t, "kv", core.BackupNone)
-	wName, w := kindTag(t, "w", core.BackupPinned)
+	kvName, kv := kindTag(t, "kv", alloc.BackupNone)
+	wName, w := kindTag(t, "w", alloc.BackupPinned)
 	p, err := a.AllocTagged(1<<20, 0, kv)
 	require.NoError(t, err)
 	q, err := a.AllocTagged(1<<20, 0, w)
 	require.NoError(t, err)
 	poke(t, a, q, 0x4d, 1<<20)
 	for _, name := range []string{kvName, wName} {
-		_, err = a.Pause(name, core.PauseOptions{})
+		_, err = a.Pause(name, alloc.PauseOptions{})
 		require.NoError(t, err)
 	}
 	before := be.memsets.Load()
-	_, err = a.ResumeWith("", core.ResumeOptions{NoFill: true})
+	_, err = a.ResumeWith("", alloc.ResumeOptions{NoFill: true})
 	require.NoError(t, err)
 	require.Equal(t, before, be.memsets.Load(), "no zero-fill")
 	require.Equal(t, byte(0x4d), peek(t, a, q+(1<<20)-1, 1)[0], "the copy is restored")
-	_, err = a.Pause(kvName, core.PauseOptions{})
+	_, err = a.Pause(kvName, alloc.PauseOptions{})
 	require.NoError(t, err)
 	_, err = a.Resume(kvName)
 	require.NoError(t, err)
@@ -343,16 +344,16 @@ func TestResumeWithoutFill(t *testing.T) {
 // the file goes with the segment.
 func TestDiskBackup(t *testing.T) {
 	dir := t.TempDir()
-	require.NoError(t, core.SetBackupDir(dir))
-	t.Cleanup(func() { _ = core.SetBackupDir("") })
+	require.NoError(t, alloc.SetBackupDir(dir))
+	t.Cleanup(func() { _ = alloc.SetBackupDir("") })
 	a := newAllocator(t, nil)
-	name, id := kindTag(t, "w", core.BackupDisk)
+	name, id := kindTag(t, "w", alloc.BackupDisk)
 	const n = 3 << 20
 	p, err := a.AllocTagged(n, 0, id)
 	require.NoError(t, err)
 	poke(t, a, p, 0x5e, n)
 	for cycle := 0; cycle < 3; cycle++ {
-		_, err = a.Pause(name, core.PauseOptions{})
+		_, err = a.Pause(name, alloc.PauseOptions{})
 		require.NoError(t, err)
 		host, paused, err := a.BackupOf(p+n-1, 1)
 		require.NoError(t, err)
@@ -371,16 +372,16 @@ func TestDiskBackup(t *testing.T) {
 }
 
 func TestDiskBackupNeedsADirectory(t *testing.T) {
-	require.Equal(t, core.ErrInvalidArgument, core.CodeOf(core.SetBackupDir("/proc/no/such/dir")))
+	require.Equal(t, core.ErrInvalidArgument, core.CodeOf(alloc.SetBackupDir("/proc/no/such/dir")))
 	t.Setenv("SYMMEM_BACKUP_DIR", "/proc/self/no-such-dir")
 	core.ReloadSettings()
 	t.Cleanup(func() { core.ReloadSettings() })
-	require.Equal(t, "/proc/self/no-such-dir", core.BackupDir())
+	require.Equal(t, "/proc/self/no-such-dir", alloc.BackupDir())
 	a := newAllocator(t, nil)
-	name, id := kindTag(t, "w", core.BackupDisk)
+	name, id := kindTag(t, "w", alloc.BackupDisk)
 	p, err := a.AllocTagged(1<<20, 0, id)
 	require.NoError(t, err)
-	_, err = a.Pause(name, core.PauseOptions{})
+	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.Equal(t, core.ErrInvalidState, core.CodeOf(err))
 	require.Contains(t, err.Error(), "SYMMEM_BACKUP_DIR")
 	_, _, err = a.BackupOf(p, 1)

@@ -1,4 +1,4 @@
-package core_test
+package alloc_test
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/host"
 	"github.com/stretchr/testify/require"
 )
@@ -18,27 +19,27 @@ import (
 // tests/c/test_tcache.c.
 type goBin struct {
 	mu         sync.Mutex
-	e          []core.CacheEntry
-	p          core.CachePending
+	e          []alloc.CacheEntry
+	p          alloc.CachePending
 	dead       bool
 	registered bool
 }
 
 const goBinCap = 8 // small, so that full bins are exercised
 
-func (b *goBin) Lock()                       { b.mu.Lock() }
-func (b *goBin) Unlock()                     { b.mu.Unlock() }
-func (b *goBin) Len() int                    { return len(b.e) }
-func (b *goBin) Cap() int                    { return goBinCap }
-func (b *goBin) Entry(i int) core.CacheEntry { return b.e[i] }
-func (b *goBin) Remove(i int)                { b.e = append(b.e[:i], b.e[i+1:]...) }
-func (b *goBin) Push(e core.CacheEntry)      { b.e = append(b.e, e) }
-func (b *goBin) Dead() bool                  { return b.dead }
-func (b *goBin) Register()                   { b.registered = true }
-func (b *goBin) Retire()                     { b.registered = false }
-func (b *goBin) TakePending() core.CachePending {
+func (b *goBin) Lock()                        { b.mu.Lock() }
+func (b *goBin) Unlock()                      { b.mu.Unlock() }
+func (b *goBin) Len() int                     { return len(b.e) }
+func (b *goBin) Cap() int                     { return goBinCap }
+func (b *goBin) Entry(i int) alloc.CacheEntry { return b.e[i] }
+func (b *goBin) Remove(i int)                 { b.e = append(b.e[:i], b.e[i+1:]...) }
+func (b *goBin) Push(e alloc.CacheEntry)      { b.e = append(b.e, e) }
+func (b *goBin) Dead() bool                   { return b.dead }
+func (b *goBin) Register()                    { b.registered = true }
+func (b *goBin) Retire()                      { b.registered = false }
+func (b *goBin) TakePending() alloc.CachePending {
 	p := b.p
-	b.p = core.CachePending{}
+	b.p = alloc.CachePending{}
 	return p
 }
 
@@ -54,7 +55,7 @@ func (b *goBin) count(size, requested uintptr, sign int64) {
 	if size <= 1<<20 {
 		pool = 1
 	}
-	v := [core.NumPending]int64{1, int64(size), int64(requested)}
+	v := [alloc.NumPending]int64{1, int64(size), int64(requested)}
 	for q := range v {
 		for _, p := range []int{0, pool} {
 			b.p.Net[q][p] += sign * v[q]
@@ -109,7 +110,7 @@ func (b *goBin) undo(p, size uintptr) bool {
 // tcAllocator is an allocator on the host backend, whatever SYMMEM_BACKEND
 // says: these tests use made-up stream handles (record_stream makes the
 // backend wait on them), and the thread caches' logic is the core's alone.
-func tcAllocator(t testing.TB) *core.Allocator {
+func tcAllocator(t testing.TB) *alloc.Allocator {
 	hb, err := host.New()
 	require.NoError(t, err)
 	return newAllocator(t, hb)
@@ -117,12 +118,12 @@ func tcAllocator(t testing.TB) *core.Allocator {
 
 // thread is one caller: its bin (nil: caches off) and how it calls.
 type thread struct {
-	a   *core.Allocator
+	a   *alloc.Allocator
 	bin *goBin
 }
 
 func (th thread) alloc(size uintptr, s core.Stream) (uintptr, error) {
-	if th.bin != nil && size <= 10<<20 {
+	if th.bin != nil && size <= alloc.MaxCachedBlock {
 		if p := th.bin.hit(size, s); p != 0 {
 			return p, nil
 		}
@@ -141,7 +142,7 @@ func (th thread) free(p, size uintptr, s core.Stream) error {
 }
 
 // userStats are the statistics that do not depend on placement.
-func userStats(t testing.TB, a *core.Allocator) map[string]int64 {
+func userStats(t testing.TB, a *alloc.Allocator) map[string]int64 {
 	out := map[string]int64{}
 	for _, s := range a.Stats() {
 		for _, k := range []string{"allocation.", "active.", "allocated_bytes.", "active_bytes.", "requested_bytes."} {

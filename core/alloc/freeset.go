@@ -1,4 +1,4 @@
-package core
+package alloc
 
 // freeSet is a pool's index of free blocks, ordered by (size, heap offset):
 // the first block not less than (n, 0) is the best fit for n bytes, and ties

@@ -1,4 +1,4 @@
-package core
+package alloc
 
 // BlockTableForTest exposes blockTable to the external tests, with an int
 // payload (stored in block.size) so that values can be checked.

@@ -1,4 +1,4 @@
-package core_test
+package alloc_test
 
 import (
 	"testing"
@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 )
 
 // Note [Host copies after a resume]: a releasing resume gives the copies
@@ -15,19 +16,19 @@ import (
 func TestReleasingResumeKeepsThePinnedCopyAhead(t *testing.T) {
 	be := newPinningBackend(t, 0)
 	a := newAllocator(t, be)
-	name, id := kindTag(t, "w", core.BackupPinned)
+	name, id := kindTag(t, "w", alloc.BackupPinned)
 	p, err := a.AllocTagged(1<<20, 0, id)
 	require.NoError(t, err)
 	poke(t, a, p, 0x31, 1<<20)
 	require.Eventually(t, func() bool { return be.allocs.Load() == 1 }, 5*time.Second, time.Millisecond)
 	for round := byte(0); round < 3; round++ {
 		poke(t, a, p, 0x31+round, 1)
-		_, err = a.Pause(name, core.PauseOptions{})
+		_, err = a.Pause(name, alloc.PauseOptions{})
 		require.NoError(t, err)
 		_, paused, err := a.BackupOf(p, 1)
 		require.NoError(t, err)
 		require.True(t, paused)
-		_, err = a.ResumeWith(name, core.ResumeOptions{Backup: core.ResumeReleaseBackup})
+		_, err = a.ResumeWith(name, alloc.ResumeOptions{Backup: alloc.ResumeReleaseBackup})
 		require.NoError(t, err)
 		require.Equal(t, 0x31+round, peek(t, a, p, 1)[0])
 		_, _, err = a.BackupOf(p, 1)
@@ -46,15 +47,15 @@ func TestReleasingResumeFreesPastTheBound(t *testing.T) {
 	core.ReloadSettings()
 	be := newPinningBackend(t, 0)
 	a := newAllocator(t, be)
-	name, id := kindTag(t, "w", core.BackupPinned)
+	name, id := kindTag(t, "w", alloc.BackupPinned)
 	p, err := a.AllocTagged(1<<20, 0, id)
 	require.NoError(t, err)
 	for round := byte(1); round <= 2; round++ {
 		poke(t, a, p, round, 1<<20)
-		_, err = a.Pause(name, core.PauseOptions{})
+		_, err = a.Pause(name, alloc.PauseOptions{})
 		require.NoError(t, err)
 		require.Equal(t, 1, be.liveCount())
-		_, err = a.ResumeWith(name, core.ResumeOptions{Backup: core.ResumeReleaseBackup})
+		_, err = a.ResumeWith(name, alloc.ResumeOptions{Backup: alloc.ResumeReleaseBackup})
 		require.NoError(t, err)
 		require.Equal(t, round, peek(t, a, p+(1<<20)-1, 1)[0])
 		require.Zero(t, be.liveCount(), "the pinned copy went back at the resume")
@@ -66,11 +67,11 @@ func TestReleasingResumeFreesPastTheBound(t *testing.T) {
 // Pageable and disk copies are freed by a releasing resume; a tag's
 // contents still survive the next cycle (a new copy is made).
 func TestReleasingResumeFreesPageableAndDiskCopies(t *testing.T) {
-	for _, kind := range []core.BackupKind{core.BackupPageable, core.BackupDisk} {
+	for _, kind := range []alloc.BackupKind{alloc.BackupPageable, alloc.BackupDisk} {
 		t.Run(kind.String(), func(t *testing.T) {
-			if kind == core.BackupDisk {
-				require.NoError(t, core.SetBackupDir(t.TempDir()))
-				t.Cleanup(func() { _ = core.SetBackupDir("") })
+			if kind == alloc.BackupDisk {
+				require.NoError(t, alloc.SetBackupDir(t.TempDir()))
+				t.Cleanup(func() { _ = alloc.SetBackupDir("") })
 			}
 			be := newPinningBackend(t, 0)
 			a := newAllocator(t, be)
@@ -79,9 +80,9 @@ func TestReleasingResumeFreesPageableAndDiskCopies(t *testing.T) {
 			require.NoError(t, err)
 			for round := byte(1); round <= 2; round++ {
 				poke(t, a, p, round, 1<<20)
-				_, err = a.Pause(name, core.PauseOptions{})
+				_, err = a.Pause(name, alloc.PauseOptions{})
 				require.NoError(t, err)
-				_, err = a.ResumeWith(name, core.ResumeOptions{Backup: core.ResumeReleaseBackup})
+				_, err = a.ResumeWith(name, alloc.ResumeOptions{Backup: alloc.ResumeReleaseBackup})
 				require.NoError(t, err)
 				require.Equal(t, round, peek(t, a, p+12345, 1)[0])
 				_, _, err = a.BackupOf(p, 1)
@@ -100,17 +101,17 @@ func TestReleasingResumeFreesPageableAndDiskCopies(t *testing.T) {
 func TestRetainedCopyStaysInPlace(t *testing.T) {
 	be := newPinningBackend(t, time.Second)
 	a := newAllocator(t, be)
-	name, id := kindTag(t, "w", core.BackupPinned)
+	name, id := kindTag(t, "w", alloc.BackupPinned)
 	const n = 40 << 20 // past pinWaitMax, so the first pause makes a stand-in
 	p, err := a.AllocTagged(n, 0, id)
 	require.NoError(t, err)
 	poke(t, a, p, 0x41, n)
-	_, err = a.Pause(name, core.PauseOptions{})
+	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
 	first, _, err := a.BackupOf(p, 1)
 	require.NoError(t, err)
 	require.False(t, be.isPinned(first), "a pageable stand-in while the pinning runs")
-	_, err = a.ResumeWith(name, core.ResumeOptions{Backup: core.ResumeRetainBackup})
+	_, err = a.ResumeWith(name, alloc.ResumeOptions{Backup: alloc.ResumeRetainBackup})
 	require.NoError(t, err)
 	host, paused, err := a.BackupOf(p, 1)
 	require.NoError(t, err)
@@ -118,16 +119,16 @@ func TestRetainedCopyStaysInPlace(t *testing.T) {
 	require.Equal(t, first, host, "retained where it was")
 	require.Eventually(t, func() bool { return be.allocs.Load() == 1 }, 5*time.Second, time.Millisecond)
 	poke(t, a, p, 0x42, 1)
-	_, err = a.Pause(name, core.PauseOptions{})
+	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
 	host, _, err = a.BackupOf(p, 1)
 	require.NoError(t, err)
 	require.Equal(t, first, host, "the next pause saves into the retained copy")
 	require.Equal(t, byte(0x42), hostByte(host))
-	_, err = a.ResumeWith(name, core.ResumeOptions{Backup: core.ResumeReleaseBackup})
+	_, err = a.ResumeWith(name, alloc.ResumeOptions{Backup: alloc.ResumeReleaseBackup})
 	require.NoError(t, err)
 	require.Equal(t, byte(0x42), peek(t, a, p, 1)[0])
-	_, err = a.Pause(name, core.PauseOptions{})
+	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
 	host, _, err = a.BackupOf(p, 1)
 	require.NoError(t, err)
@@ -151,16 +152,16 @@ func TestLastFreeForgetsTheCopy(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			be := newPinningBackend(t, 0)
 			a := newAllocator(t, be)
-			tag, id := kindTag(t, "w", core.BackupPinned)
+			tag, id := kindTag(t, "w", alloc.BackupPinned)
 			p, err := a.AllocTagged(1<<20, 0, id)
 			require.NoError(t, err)
 			require.Eventually(t, func() bool { return be.allocs.Load() == 1 }, 5*time.Second, time.Millisecond)
-			_, err = a.Pause(tag, core.PauseOptions{})
+			_, err = a.Pause(tag, alloc.PauseOptions{})
 			require.NoError(t, err)
 			host, _, err := a.BackupOf(p, 1)
 			require.NoError(t, err)
 			if !whilePaused {
-				_, err = a.ResumeWith(tag, core.ResumeOptions{Backup: core.ResumeRetainBackup})
+				_, err = a.ResumeWith(tag, alloc.ResumeOptions{Backup: alloc.ResumeRetainBackup})
 				require.NoError(t, err)
 			}
 			require.NoError(t, a.Free(p, 0, 0))
@@ -192,11 +193,11 @@ func TestSmallSegmentWaitsForItsPinning(t *testing.T) {
 	noPinsPending(t)
 	be := newPinningBackend(t, 100*time.Millisecond)
 	a := newAllocator(t, be)
-	name, id := kindTag(t, "w", core.BackupPinned)
+	name, id := kindTag(t, "w", alloc.BackupPinned)
 	p, err := a.AllocTagged(1<<20, 0, id)
 	require.NoError(t, err)
 	poke(t, a, p, 0x51, 1<<20)
-	_, err = a.Pause(name, core.PauseOptions{})
+	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
 	host, _, err := a.BackupOf(p, 1)
 	require.NoError(t, err)
@@ -215,11 +216,11 @@ func TestPauseCopiesNoEmptySegment(t *testing.T) {
 	core.ReloadSettings()
 	be := newPinningBackend(t, 0)
 	a := newAllocator(t, be)
-	name, id := kindTag(t, "w", core.BackupPinned)
+	name, id := kindTag(t, "w", alloc.BackupPinned)
 	p, err := a.AllocTagged(1<<20, 0, id)
 	require.NoError(t, err)
 	require.NoError(t, a.Free(p, 0, 0))
-	_, err = a.Pause(name, core.PauseOptions{})
+	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
 	require.Zero(t, be.allocs.Load(), "no copy of an empty segment")
 	_, err = a.Resume(name)
@@ -234,7 +235,7 @@ func TestSmallSegmentsBehindAQueueDoNotWait(t *testing.T) {
 	t.Cleanup(func() { noPinsPending(t) })
 	be := newPinningBackend(t, time.Second)
 	a := newAllocator(t, be)
-	name, id := kindTag(t, "w", core.BackupPinned)
+	name, id := kindTag(t, "w", alloc.BackupPinned)
 	const n = 20 << 20
 	var ptrs []uintptr
 	for i := 0; i < 8; i++ {
@@ -244,7 +245,7 @@ func TestSmallSegmentsBehindAQueueDoNotWait(t *testing.T) {
 		ptrs = append(ptrs, p)
 	}
 	t0 := time.Now()
-	_, err := a.Pause(name, core.PauseOptions{})
+	_, err := a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
 	require.Less(t, time.Since(t0), 900*time.Millisecond, "no wait for the queue")
 	_, err = a.Resume(name)
@@ -258,5 +259,5 @@ func TestSmallSegmentsBehindAQueueDoNotWait(t *testing.T) {
 // noPinsPending waits for the pinnings ahead of earlier tests to finish
 // (the count that decides whether a pause waits is process-wide).
 func noPinsPending(t *testing.T) {
-	require.Eventually(t, func() bool { return core.PinsPendingForTest() == 0 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return alloc.PinsPendingForTest() == 0 }, 10*time.Second, time.Millisecond)
 }

@@ -1,4 +1,4 @@
-package core_test
+package alloc_test
 
 import (
 	"math/rand"
@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/host"
 	_ "github.com/libsymmem/libsymmem/cuda" // so that auto selection can pick it on a GPU machine
 	"github.com/stretchr/testify/require"
@@ -27,18 +28,18 @@ func testBackend(t testing.TB) core.Backend {
 	return be
 }
 
-func newAllocator(t testing.TB, be core.Backend) *core.Allocator {
+func newAllocator(t testing.TB, be core.Backend) *alloc.Allocator {
 	t.Helper()
 	if be == nil {
 		be = testBackend(t)
 	}
-	a, err := core.NewAllocator(be, 0)
+	a, err := alloc.NewAllocator(be, 0)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, a.Close()) })
 	return a
 }
 
-func stat(t testing.TB, a *core.Allocator, key string) int64 {
+func stat(t testing.TB, a *alloc.Allocator, key string) int64 {
 	t.Helper()
 	for _, s := range a.Stats() {
 		if s.Key == key {
@@ -51,12 +52,12 @@ func stat(t testing.TB, a *core.Allocator, key string) int64 {
 
 // poke and peek write and read n bytes of a block through the backend, so
 // that the same checks run on device memory.
-func poke(t testing.TB, a *core.Allocator, p uintptr, v byte, n uintptr) {
+func poke(t testing.TB, a *alloc.Allocator, p uintptr, v byte, n uintptr) {
 	t.Helper()
 	require.NoError(t, a.Backend().Memset(a.Device(), 0, p, v, n))
 }
 
-func peek(t testing.TB, a *core.Allocator, p uintptr, n uintptr) []byte {
+func peek(t testing.TB, a *alloc.Allocator, p uintptr, n uintptr) []byte {
 	t.Helper()
 	buf := make([]byte, n)
 	require.NoError(t, a.Backend().Copy(a.Device(), 0, uintptr(unsafe.Pointer(&buf[0])), p, n))
@@ -322,7 +323,7 @@ func randomOps(seed int64, n int) []op {
 }
 
 // run plays ops on a and returns the heap offset of every allocation made.
-func run(t testing.TB, a *core.Allocator, ops []op, streamBase core.Stream) []uint64 {
+func run(t testing.TB, a *alloc.Allocator, ops []op, streamBase core.Stream) []uint64 {
 	var live []uintptr
 	var offs []uint64
 	for _, o := range ops {
@@ -430,7 +431,7 @@ func FuzzAllocFree(f *testing.F) {
 	hb, err := host.New()
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		a, err := core.NewAllocator(hb, 0)
+		a, err := alloc.NewAllocator(hb, 0)
 		require.NoError(t, err)
 		defer func() { require.NoError(t, a.Close()) }()
 		var live []uintptr
@@ -457,7 +458,7 @@ func FuzzAllocFree(f *testing.F) {
 
 func TestBlockTableAgainstMap(t *testing.T) {
 	r := rand.New(rand.NewSource(3))
-	var tab core.BlockTableForTest
+	var tab alloc.BlockTableForTest
 	ref := map[uintptr]int{}
 	for i := 0; i < 200000; i++ {
 		addr := uintptr(r.Intn(5000)+1) * 512

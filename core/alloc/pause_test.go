@@ -1,4 +1,4 @@
-package core_test
+package alloc_test
 
 import (
 	"bufio"
@@ -10,18 +10,19 @@ import (
 	"testing"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/internal/faultbe"
 	"github.com/stretchr/testify/require"
 )
 
 // tag registers a tag unique to the test (tags live for the process),
 // with pinned backup or none (kindTag for the other kinds).
-func tag(t *testing.T, base string, backup bool) (string, core.TagID) {
+func tag(t *testing.T, base string, backup bool) (string, alloc.TagID) {
 	t.Helper()
 	if backup {
-		return kindTag(t, base, core.BackupPinned)
+		return kindTag(t, base, alloc.BackupPinned)
 	}
-	return kindTag(t, base, core.BackupNone)
+	return kindTag(t, base, alloc.BackupNone)
 }
 
 func TestTagsTakeTheirOwnSegments(t *testing.T) {
@@ -36,7 +37,7 @@ func TestTagsTakeTheirOwnSegments(t *testing.T) {
 	require.NoError(t, err)
 	p3, err := a.AllocTagged(1000, 0, w)
 	require.NoError(t, err)
-	seg := func(p uintptr) core.SegmentInfo {
+	seg := func(p uintptr) alloc.SegmentInfo {
 		info, err := a.Lookup(p)
 		require.NoError(t, err)
 		return info.Segment
@@ -51,12 +52,12 @@ func TestTagsTakeTheirOwnSegments(t *testing.T) {
 }
 
 func TestTagNamesAreValidated(t *testing.T) {
-	for _, bad := range []string{"", "..", "a b", "x/y", strings.Repeat("t", core.MaxTagLen+1)} {
-		_, err := core.RegisterTag(bad, core.BackupNone)
+	for _, bad := range []string{"", "..", "a b", "x/y", strings.Repeat("t", alloc.MaxTagLen+1)} {
+		_, err := alloc.RegisterTag(bad, alloc.BackupNone)
 		require.Equal(t, core.ErrInvalidArgument, core.CodeOf(err), "%q", bad)
 	}
 	name, _ := tag(t, "flags", true)
-	_, err := core.RegisterTag(name, core.BackupNone)
+	_, err := alloc.RegisterTag(name, alloc.BackupNone)
 	require.Equal(t, core.ErrInvalidArgument, core.CodeOf(err), "a tag's backup flag is fixed")
 	require.Contains(t, err.Error(), name)
 }
@@ -71,7 +72,7 @@ func TestTaggedPlacementIsAFunctionOfTheCalls(t *testing.T) {
 		a := newAllocator(t, nil)
 		var offs []uint64
 		for i, size := range []uintptr{3 << 20, 1000, 5000, 12 << 20, 700} {
-			for _, id := range []core.TagID{0, w, kv} {
+			for _, id := range []alloc.TagID{0, w, kv} {
 				p, err := a.AllocTagged(size+uintptr(i), 0, id)
 				require.NoError(t, err)
 				info, err := a.Lookup(p)
@@ -79,7 +80,7 @@ func TestTaggedPlacementIsAFunctionOfTheCalls(t *testing.T) {
 				offs = append(offs, info.HeapOff)
 			}
 			if i == 2 {
-				_, err := a.Pause(name, core.PauseOptions{})
+				_, err := a.Pause(name, alloc.PauseOptions{})
 				require.NoError(t, err)
 				_, err = a.Resume(name)
 				require.NoError(t, err)
@@ -103,7 +104,7 @@ func TestPauseResumeKeepsBackupOver100Cycles(t *testing.T) {
 	}
 	reserved := stat(t, a, "reserved_bytes.all.current")
 	for cycle := 0; cycle < 100; cycle++ {
-		released, err := a.Pause(name, core.PauseOptions{})
+		released, err := a.Pause(name, alloc.PauseOptions{})
 		require.NoError(t, err)
 		require.EqualValues(t, reserved, released)
 		require.EqualValues(t, 0, stat(t, a, "reserved_bytes.all.current"))
@@ -132,7 +133,7 @@ func TestResumeWithoutBackupIsZero(t *testing.T) {
 	p, err := a.AllocTagged(5<<20, 0, id)
 	require.NoError(t, err)
 	poke(t, a, p, 0xee, 5<<20)
-	_, err = a.Pause(name, core.PauseOptions{})
+	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
 	_, err = a.Resume(name)
 	require.NoError(t, err)
@@ -168,7 +169,7 @@ func TestPauseGivesTheMemoryBack(t *testing.T) {
 	require.NoError(t, err)
 	poke(t, a, p, 1, n)
 	before := rssShmem(t)
-	_, err = a.Pause(name, core.PauseOptions{})
+	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
 	paused := rssShmem(t)
 	require.GreaterOrEqual(t, before-paused, int64(n*9/10), "RssShmem %d -> %d while paused", before, paused)
@@ -180,10 +181,10 @@ func TestPauseGivesTheMemoryBack(t *testing.T) {
 func TestPauseStateErrors(t *testing.T) {
 	a := newAllocator(t, nil)
 	name, id := tag(t, "t", false)
-	_, err := a.Pause("never-opened-tag", core.PauseOptions{})
+	_, err := a.Pause("never-opened-tag", alloc.PauseOptions{})
 	require.Equal(t, core.ErrInvalidArgument, core.CodeOf(err))
 	require.Contains(t, err.Error(), "never-opened-tag")
-	_, err = a.Pause("bad name", core.PauseOptions{})
+	_, err = a.Pause("bad name", alloc.PauseOptions{})
 	require.Equal(t, core.ErrInvalidArgument, core.CodeOf(err))
 
 	p, err := a.AllocTagged(4096, 0, id)
@@ -192,9 +193,9 @@ func TestPauseStateErrors(t *testing.T) {
 	require.NoError(t, err)
 	_, err = a.Resume(name)
 	require.Equal(t, core.ErrInvalidState, core.CodeOf(err), "resuming a live tag")
-	_, err = a.Pause(name, core.PauseOptions{})
+	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
-	_, err = a.Pause(name, core.PauseOptions{})
+	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.Equal(t, core.ErrInvalidState, core.CodeOf(err), "pausing a paused tag")
 	_, err = a.AllocTagged(100, 0, id)
 	require.Equal(t, core.ErrInvalidState, core.CodeOf(err), "allocating in a paused tag")
@@ -226,7 +227,7 @@ func TestPauseStateErrors(t *testing.T) {
 	// Every tag at once: "" pauses the live ones and resumes the paused ones.
 	_, err = a.AllocTagged(100, 0, id)
 	require.NoError(t, err)
-	_, err = a.Pause("", core.PauseOptions{})
+	_, err = a.Pause("", alloc.PauseOptions{})
 	require.NoError(t, err)
 	_, paused2 := a.TagNames()
 	require.Contains(t, paused2, name)
@@ -241,7 +242,7 @@ func TestResumeOverTheLimitRollsBackAndRetries(t *testing.T) {
 	p, err := a.AllocTagged(30<<20, 0, id)
 	require.NoError(t, err)
 	poke(t, a, p, 0x42, 30<<20)
-	_, err = a.Pause(name, core.PauseOptions{})
+	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
 	other, err := a.Alloc(1<<20, 0) // 2 MiB reserved by someone else
 	require.NoError(t, err)
@@ -270,7 +271,7 @@ func TestResumeThatRunsOutHalfwayUnmapsWhatItMapped(t *testing.T) {
 		poke(t, a, p, byte(i+1), 22<<20)
 		ptrs = append(ptrs, p)
 	}
-	_, err := a.Pause(name, core.PauseOptions{})
+	_, err := a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
 	// The third segment fails, and so does the retry after releasing idle
 	// segments.
@@ -300,8 +301,8 @@ func TestResumeThatRunsOutHalfwayUnmapsWhatItMapped(t *testing.T) {
 // and, once the fault is gone, a resume (or a pause and a resume) that brings
 // the contents back at the same addresses.
 func TestPauseUnderInjectedFaults(t *testing.T) {
-	workload := func(t *testing.T, a *core.Allocator, name string) {
-		_, err := a.Pause(name, core.PauseOptions{})
+	workload := func(t *testing.T, a *alloc.Allocator, name string) {
+		_, err := a.Pause(name, alloc.PauseOptions{})
 		if err != nil {
 			require.True(t, faultbe.IsInjected(err), "an error that is not the injected fault: %v", err)
 		}
@@ -316,7 +317,7 @@ func TestPauseUnderInjectedFaults(t *testing.T) {
 	}
 	// Two tags: one with backup (its blocks must come back), one without
 	// (zeroed on resume: the Memset path); the workload acts on both ("").
-	setup := func(t *testing.T, fb *faultbe.Backend) (*core.Allocator, string, []uintptr) {
+	setup := func(t *testing.T, fb *faultbe.Backend) (*alloc.Allocator, string, []uintptr) {
 		a := newAllocator(t, fb)
 		_, id := tag(t, "f", true)
 		_, kv := tag(t, "kv", false)
@@ -355,7 +356,7 @@ func TestPauseUnderInjectedFaults(t *testing.T) {
 					require.Equal(t, p, info.Addr)
 					require.Equal(t, byte(0x30+i), peek(t, a, p, 1)[0], "block %d after a fault in %s#%d", i, method, n)
 				}
-				_, err = a.Pause(name, core.PauseOptions{})
+				_, err = a.Pause(name, alloc.PauseOptions{})
 				require.NoError(t, err)
 				_, err = a.Resume(name)
 				require.NoError(t, err)
@@ -375,11 +376,11 @@ func TestLocalPauseRefusesExportedSegments(t *testing.T) {
 	fd, err := a.ExportSegment(info.Segment.Addr)
 	require.NoError(t, err)
 	closeFD(fd)
-	_, err = a.Pause(name, core.PauseOptions{})
+	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.Equal(t, core.ErrInvalidState, core.CodeOf(err))
 	require.Contains(t, err.Error(), "symmem_pause_group")
 	require.EqualValues(t, 0, stat(t, a, "paused_bytes.all.current"), "nothing was released")
-	_, err = a.Pause(name, core.PauseOptions{Collective: true})
+	_, err = a.Pause(name, alloc.PauseOptions{Collective: true})
 	require.NoError(t, err)
 	_, err = a.ExportSegment(info.Segment.Addr)
 	require.Equal(t, core.ErrInvalidState, core.CodeOf(err), "a paused segment cannot be exported")

@@ -1,10 +1,10 @@
-package cuda
+package symmtest
 
 // The engine between machines (Note [NCCL as the engine]) against the NCCL
 // stand-in, through the real loader: every rank is a child process (this
 // test binary again, TestChildNCCLRank) that loads the stand-in named by
 // SYMMEM_LIBNCCL, makes its communicator with the stand-in's
-// ncclCommInitRank, wraps it with OpenNCCLComm and runs one scenario,
+// ncclCommInitRank, wraps it with cuda.OpenNCCLComm and runs one scenario,
 // checking values against references computed here in Go.
 
 import (
@@ -26,6 +26,8 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/symm"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
+	"github.com/libsymmem/libsymmem/cuda"
 	"github.com/libsymmem/libsymmem/cuda/internal/nccltest"
 )
 
@@ -50,7 +52,7 @@ func runRanks(t *testing.T, lib, scenario string, world int, machines []string, 
 	for r := 0; r < world; r++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestChildNCCLRank$", "-test.count=1", "-test.v")
 		base := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, envMachine+"=") })
-		cmd.Env = append(base, EnvNCCL+"="+lib, envScenario+"="+scenario, envRank+"="+strconv.Itoa(r),
+		cmd.Env = append(base, cuda.EnvNCCL+"="+lib, envScenario+"="+scenario, envRank+"="+strconv.Itoa(r),
 			envWorld+"="+strconv.Itoa(world), envJob+"="+job, "TMPDIR="+tmp, "FAKENCCL_TIMEOUT_MS=20000")
 		if machines != nil {
 			cmd.Env = append(cmd.Env, envMachine+"="+machines[r])
@@ -98,7 +100,7 @@ func TestNCCLEngine(t *testing.T) {
 type rankEnv struct {
 	rank, world int
 	machines    []string // every rank's SYMMEM_MACHINE_ID as the parent set them (nil: unset)
-	comm        *NCCLComm
+	comm        *cuda.NCCLComm
 }
 
 // TestChildNCCLRank is one rank of TestNCCLEngine.
@@ -109,9 +111,9 @@ func TestChildNCCLRank(t *testing.T) {
 	}
 	rank, _ := strconv.Atoi(os.Getenv(envRank))
 	world, _ := strconv.Atoi(os.Getenv(envWorld))
-	ptr, err := nccltest.InitRank(os.Getenv(EnvNCCL), os.Getenv(envJob), world, rank)
+	ptr, err := nccltest.InitRank(os.Getenv(cuda.EnvNCCL), os.Getenv(envJob), world, rank)
 	require.NoError(t, err)
-	comm, err := OpenNCCLComm(ptr)
+	comm, err := cuda.OpenNCCLComm(ptr)
 	require.NoError(t, err)
 	require.Equal(t, rank, comm.Rank())
 	require.Equal(t, world, comm.World())
@@ -132,7 +134,7 @@ func TestChildNCCLRank(t *testing.T) {
 	default:
 		t.Fatalf("unknown scenario %q", scenario)
 	}
-	require.NoError(t, nccltest.Destroy(os.Getenv(EnvNCCL), ptr))
+	require.NoError(t, nccltest.Destroy(os.Getenv(cuda.EnvNCCL), ptr))
 }
 
 // hostBuf is memory outside Go's heap: a memfd mapped shared, as the host
@@ -154,9 +156,6 @@ func newHostBuf(t *testing.T, size int) *hostBuf {
 	t.Cleanup(func() { unix.Munmap(b); unix.Close(fd) })
 	return &hostBuf{b: b}
 }
-
-// addrPtr turns an address of memory Go does not manage into a pointer.
-func addrPtr(addr uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&addr)) }
 
 func (h *hostBuf) addr() uintptr { return uintptr(unsafe.Pointer(&h.b[0])) }
 
@@ -379,10 +378,20 @@ func scenarioCollectives(t *testing.T, e *rankEnv) {
 	assert.Equal(t, uint32(w*(w+1)/2), load(core.Int32, one.b, 0))
 }
 
+// splitNCCL is Split with the child as what it is, a *cuda.NCCLComm (nil
+// where the rank joins none).
+func splitNCCL(c *cuda.NCCLComm, color, key int) (*cuda.NCCLComm, error) {
+	child, err := c.Split(color, key)
+	if child == nil {
+		return nil, err
+	}
+	return child.(*cuda.NCCLComm), err
+}
+
 func scenarioSplit(t *testing.T, e *rankEnv) {
 	c, me := e.comm, e.rank
 	// Colors by parity, keys reversing the order: color 0 is (2, 0).
-	child, err := c.Split(me%2, -me)
+	child, err := splitNCCL(c, me%2, -me)
 	require.NoError(t, err)
 	require.NotNil(t, child)
 	assert.Equal(t, 2, child.World())
@@ -407,9 +416,9 @@ func scenarioSplit(t *testing.T, e *rankEnv) {
 	// NCCL_SPLIT_NOCOLOR: rank 3 joins nothing; the others form one.
 	color := 0
 	if me == 3 {
-		color = NCCLSplitNoColor
+		color = cuda.NCCLSplitNoColor
 	}
-	second, err := c.Split(color, 0)
+	second, err := splitNCCL(c, color, 0)
 	require.NoError(t, err)
 	if me == 3 {
 		assert.Nil(t, second)
@@ -530,7 +539,7 @@ func scenarioOld(t *testing.T, e *rankEnv) {
 	assert.False(t, ok, "NCCL 2.28's stand-in cannot say which peers it reaches")
 	assert.Nil(t, peers)
 	// The collectives and splits do not need 2.29.
-	child, err := c.Split(0, 0)
+	child, err := splitNCCL(c, 0, 0)
 	require.NoError(t, err)
 	b := newHostBuf(t, 4)
 	store(core.Float32, b.b, 0, math.Float32bits(1.5))
@@ -596,7 +605,7 @@ func scenarioLSA(t *testing.T, e *rankEnv) {
 			continue
 		}
 		require.NotZero(t, ptr, "peer %d on this machine", p)
-		assert.Equal(t, uint32(p*100+1), *(*uint32)(addrPtr(ptr)), "peer %d's element 1 through NCCL's pointer", p)
+		assert.Equal(t, uint32(p*100+1), *(*uint32)(unmanaged.Pointer(ptr)), "peer %d's element 1 through NCCL's pointer", p)
 	}
 	// Collectives cross machines all the same.
 	one := newHostBuf(t, 4)

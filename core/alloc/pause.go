@@ -1,0 +1,399 @@
+package alloc
+
+import (
+	"fmt"
+
+	"github.com/libsymmem/libsymmem/core"
+)
+
+// PauseOptions modify Pause.
+type PauseOptions struct {
+	// Collective: the caller (symm.Group.Pause) drops the peers' imports
+	// of exported segments itself, so they may be paused.
+	Collective bool
+	// Backup overrides, for this pause only, what the tag keeps.
+	Backup PauseBackup
+}
+
+// PauseBackup chooses what one pause keeps of a tag's contents.
+type PauseBackup uint8
+
+const (
+	// PauseBackupAsTag: what the tag's regions asked for.
+	PauseBackupAsTag PauseBackup = iota
+	// PauseDiscard: no host copy, even for a tag with backup; the resume
+	// zero-fills (vLLM's sleep of a tag it does not offload).
+	PauseDiscard
+	// PauseKeep: a host copy even for a tag without backup, pinned where
+	// the backend has it (a tag with backup keeps the kind it asked for).
+	PauseKeep
+)
+
+// backupFor is the kind of host copy a pause with option o makes of seg.
+func backupFor(seg *segment, o PauseBackup) BackupKind {
+	switch o {
+	case PauseDiscard:
+		return BackupNone
+	case PauseKeep:
+		if seg.pools.tag.backup == BackupNone {
+			return BackupPinned
+		}
+	}
+	return seg.pools.tag.backup
+}
+
+// Pause releases the physical memory of tag ("" = every live tag used on
+// this device) as Note [Tags and pause] says, and returns the bytes released.
+// A named tag that is already paused is ErrInvalidState; an unknown one
+// ErrInvalidArgument. If waiting for the device or making the backup fails,
+// nothing is unmapped.
+func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
+	a.lock()
+	defer a.mu.Unlock()
+	tags, err := a.tagsToChange(tag, false)
+	if err != nil {
+		return 0, err
+	}
+	segs := a.segmentsOf(tags)
+	if !o.Collective {
+		for _, seg := range segs {
+			if seg.exported {
+				return 0, core.Errorf(core.ErrInvalidState, "tag %q on device %d: its segment at heap offset %#x was rendezvoused with other processes; pause it with symmem_pause_group on that group", seg.pools.tag.name, a.device, seg.heapOff)
+			}
+		}
+	}
+	// Nothing may be unmapped while the device may use it (DESIGN
+	// invariant 4); the backup reads memory the device may be writing.
+	a.st.numSyncAll++
+	if err := a.be.SynchronizeDevice(a.device); err != nil {
+		return 0, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: waiting for the device's work failed, nothing was released: %v", tag, a.device, err)
+	}
+	// What others registered on the segments (NCCL windows) is undone
+	// before their memory goes, as for any release.
+	for _, seg := range segs {
+		if err := a.runReleaseHooks(seg); err != nil {
+			return 0, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: the segment at %#x: %v; nothing was released", seg.pools.tag.name, a.device, seg.addr, err)
+		}
+	}
+	var copies []core.FillOrCopy
+	var copied []*segment
+	for _, seg := range segs {
+		// A segment's host copy holds what this pause saved once the copy
+		// below has succeeded; a discarded segment's holds nothing.
+		seg.backupValid = false
+		kind := backupFor(seg, o.Backup)
+		if kind == BackupNone || seg.nAllocated == 0 {
+			// Nothing allocated: nothing anyone may read after the resume.
+			continue
+		}
+		if err := a.ensureBackup(seg, kind); err != nil {
+			return 0, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: a host backup of %d bytes: %v; nothing was released", seg.pools.tag.name, a.device, seg.size, err)
+		}
+		copies = append(copies, core.FillOrCopy{Dst: seg.backup, Src: seg.addr, Size: seg.size})
+		copied = append(copied, seg)
+	}
+	if err := a.fillOrCopy(copies); err != nil {
+		return 0, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: copying %d segments to the host: %v; nothing was released", tag, a.device, len(copies), err)
+	}
+	for _, seg := range copied {
+		if seg.backupFile != nil {
+			if err := spillBackup(seg); err != nil {
+				return 0, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: the segment at %#x: %v; nothing was released", seg.pools.tag.name, a.device, seg.addr, err)
+			}
+		}
+		seg.backupValid = true
+	}
+	for _, t := range tags {
+		t.paused = true
+	}
+	var released uint64
+	for _, seg := range segs {
+		if err := a.be.Unmap(a.device, seg.addr, seg.size); err != nil {
+			return released, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: unmapping the segment at %#x: %v (segments released before it stay paused; resume takes them back)", seg.pools.tag.name, a.device, seg.addr, err)
+		}
+		if err := a.be.Release(seg.mem); err != nil {
+			// Unmapped but not released: mark it paused anyway (the
+			// handle is lost to us), so that nothing uses it again.
+			err = core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: the segment at %#x was unmapped but its physical memory could not be released (leaked; the segment counts as paused): %v", seg.pools.tag.name, a.device, seg.addr, err)
+			a.markPaused(seg)
+			return released + uint64(seg.size), err
+		}
+		a.markPaused(seg)
+		released += uint64(seg.size)
+	}
+	return released, nil
+}
+
+func (a *Allocator) markPaused(seg *segment) {
+	seg.paused = true
+	seg.mem = 0
+	a.st.add(statReservedBytes, seg.small, -int64(seg.size))
+	a.st.add(statPausedBytes, seg.small, int64(seg.size))
+}
+
+// Resume takes back the memory of tag ("" = every paused tag used here) at
+// the same addresses and restores its backup (zero without one). It returns
+// the bytes mapped. A named tag that is not paused is ErrInvalidState. When
+// memory runs out (backend or memory limit), it undoes what it mapped and
+// returns ErrOutOfMemory naming the tag and the bytes; the tag stays paused
+// and Resume may be called again.
+func (a *Allocator) Resume(tag string) (uint64, error) {
+	return a.ResumeWith(tag, ResumeOptions{})
+}
+
+// ResumeOptions modify Resume.
+type ResumeOptions struct {
+	// NoFill leaves segments without a host copy as the backend gives
+	// the new memory (undefined contents) instead of zero-filling them:
+	// a zero-fill costs a pass over the memory at device bandwidth (about
+	// 1 ms for 4 GiB on an H200), which callers that overwrite the memory
+	// anyway need not pay.
+	NoFill bool
+	// Backup says what becomes of the host copies the resume restored.
+	Backup ResumeBackup
+}
+
+// ResumeBackup chooses what a resume does with the host copies it
+// restored (Note [Host copies after a resume]).
+type ResumeBackup uint8
+
+const (
+	// ResumeKeepBackup: kept for the next cycles; a pageable stand-in is
+	// replaced by the copy pinned ahead at a later pause.
+	ResumeKeepBackup ResumeBackup = iota
+	// ResumeRetainBackup: kept, and at the same address until a resume
+	// that does not retain them: BackupOf gives the same host address
+	// after the resume and at the next pause (torch_memory_saver's
+	// retain_cpu_backup).
+	ResumeRetainBackup
+	// ResumeReleaseBackup: given back. A pinned copy stays with its
+	// segment as the copy pinned ahead of its next pause where
+	// SYMMEM_BACKUP_PIN_AHEAD allows; other copies are freed.
+	ResumeReleaseBackup
+)
+
+// Note [Host copies after a resume]
+//
+// libsymmem's own resume keeps a segment's host copy for the next cycle,
+// so that a later pause never allocates. The drop-ins give host memory
+// back as torch_memory_saver and vLLM do: pinned memory is held from the
+// pause to the resume, then released, unless the caller retains it. What
+// keeps their pauses at copy speed is the bound of Note [Pinned ahead]: a
+// released pinned copy stays with its segment, unfilled (BackupOf finds
+// nothing), as the copy pinned ahead of the next pause, while the bytes
+// so held stay within SYMMEM_BACKUP_PIN_AHEAD; past it the copy is freed
+// and the next pause pins, as torch_memory_saver's does. Pageable and disk
+// copies are always freed.
+//
+// A retained copy stays where it is until a resume that does not retain
+// it, even where the copy pinned ahead has arrived in the meantime: a
+// caller may hold its address (torch_memory_saver's get_cpu_backup with
+// zero_copy). And once a segment has nothing allocated in it, a copy that
+// holds what a pause saved is of no use to anyone: the last free frees it
+// (the segment pins a new copy ahead with its next first block, as a new
+// segment does), and a pause copies nothing of it.
+
+// ResumeWith is Resume with options.
+func (a *Allocator) ResumeWith(tag string, o ResumeOptions) (uint64, error) {
+	a.lock()
+	defer a.mu.Unlock()
+	tags, err := a.tagsToChange(tag, true)
+	if err != nil {
+		return 0, err
+	}
+	var segs []*segment
+	var need uint64
+	for _, seg := range a.segmentsOf(tags) {
+		if seg.paused {
+			segs = append(segs, seg)
+			need += uint64(seg.size)
+		}
+	}
+	what := tag
+	if what == "" {
+		what = "(every paused tag)"
+	}
+	oom := func(detail string) error {
+		a.st.numOOM++
+		return core.Errorf(core.ErrOutOfMemory, "resuming tag %q on device %d needs %d bytes: %s; nothing was mapped, the tag stays paused and resume may be retried",
+			what, a.device, need, detail)
+	}
+	overLimit := func() bool {
+		return a.limit != 0 && uint64(a.st.by[statReservedBytes][poolAll].current)+need > a.limit
+	}
+	if overLimit() {
+		a.st.numAllocRetry++
+		if err := a.releaseIdle(); err != nil {
+			return 0, err
+		}
+		if overLimit() {
+			return 0, oom(fmt.Sprintf("the memory limit is %d bytes and %d are reserved", a.limit, a.st.by[statReservedBytes][poolAll].current))
+		}
+	}
+	mems := make([]core.Memory, 0, len(segs))
+	undo := func() {
+		for i, m := range mems {
+			_ = a.be.Unmap(a.device, segs[i].addr, segs[i].size)
+			_ = a.be.Release(m)
+		}
+	}
+	retried := false
+	for i := 0; i < len(segs); i++ {
+		seg := segs[i]
+		m, err := a.be.Create(a.device, seg.size)
+		if err != nil && core.CodeOf(err) == core.ErrOutOfMemory && !retried {
+			retried = true
+			a.st.numAllocRetry++
+			if rerr := a.releaseIdle(); rerr != nil {
+				undo()
+				return 0, rerr
+			}
+			m, err = a.be.Create(a.device, seg.size)
+		}
+		if err == nil {
+			if err = a.be.Map(a.device, seg.addr, seg.size, m); err != nil {
+				_ = a.be.Release(m)
+			}
+		}
+		if err != nil {
+			undo()
+			if core.CodeOf(err) == core.ErrOutOfMemory {
+				return 0, oom(err.Error())
+			}
+			return 0, core.Errorf(core.CodeOf(err), "resuming tag %q on device %d: mapping %d bytes at %#x: %v; nothing was mapped, the tag stays paused", what, a.device, seg.size, seg.addr, err)
+		}
+		mems = append(mems, m)
+	}
+	restores := make([]core.FillOrCopy, 0, len(segs))
+	for _, seg := range segs {
+		switch {
+		case seg.backupValid:
+			restores = append(restores, core.FillOrCopy{Dst: seg.addr, Src: seg.backup, Size: seg.size})
+		case !o.NoFill:
+			restores = append(restores, core.FillOrCopy{Dst: seg.addr, Size: seg.size, Fill: true})
+		}
+	}
+	if err := a.fillOrCopy(restores); err != nil {
+		if core.CodeOf(err) == core.ErrTimeout {
+			// The restores may still be running into the new memory:
+			// it must not be released under them (DESIGN invariant 4).
+			return 0, core.Errorf(core.ErrTimeout, "resuming tag %q on device %d: restoring %d bytes did not finish: %v; the device is stuck: the memory mapped for it stays mapped (leaked, it may still be written) and the tag stays paused", what, a.device, need, err)
+		}
+		undo()
+		return 0, core.Errorf(core.CodeOf(err), "resuming tag %q on device %d: restoring %d bytes: %v; nothing was mapped, the tag stays paused", what, a.device, need, err)
+	}
+	for i, seg := range segs {
+		seg.paused = false
+		seg.mem = mems[i]
+		a.st.add(statPausedBytes, seg.small, -int64(seg.size))
+		a.st.add(statReservedBytes, seg.small, int64(seg.size))
+		switch o.Backup {
+		case ResumeReleaseBackup:
+			a.releaseBackup(seg)
+		case ResumeRetainBackup:
+			seg.backupRetained = seg.backupValid
+		default:
+			seg.backupRetained = false
+		}
+	}
+	for _, t := range tags {
+		t.paused = false
+	}
+	return need, nil
+}
+
+// fillOrCopy runs ops: in one batch on backends with BatchMemOps (one wait,
+// bounded by SYMMEM_TIMEOUT_MS), else one by one on the default stream.
+func (a *Allocator) fillOrCopy(ops []core.FillOrCopy) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	if b, ok := a.be.(core.BatchMemOps); ok {
+		return b.FillOrCopyWithin(a.device, ops, core.DefaultTimeout())
+	}
+	for _, op := range ops {
+		var err error
+		if op.Fill {
+			err = a.be.Memset(a.device, 0, op.Dst, op.Value, op.Size)
+		} else {
+			err = a.be.Copy(a.device, 0, op.Dst, op.Src, op.Size)
+		}
+		if err != nil {
+			return core.Errorf(core.CodeOf(err), "%d bytes at %#x: %v", op.Size, op.Dst, err)
+		}
+	}
+	return nil
+}
+
+// Note [Pausing every device]
+//
+// symmem_pause and symmem_resume act on every device's allocator made so
+// far. A named tag is paused on the devices where it is live (resumed where
+// it is paused) and the others are left alone, so that a call after a
+// partial failure on several devices finishes the rest; a tag in the other
+// state on every device is the first device's ErrInvalidState ("already
+// paused", "not paused").
+//
+// The state is read and changed under one lock (Runtime.changing), held
+// from the first device's check to the last device's pause. Read, unlock,
+// then pause (as export/pause.go did) let two concurrent pauses of one tag
+// both see it live on a device after one had paused another device: each
+// then paused some devices with its own options and both succeeded, or the
+// slower one failed with ErrInvalidState after pausing devices itself
+// (TestConcurrentPausesOfOneTag). Now two concurrent pauses of one tag
+// behave as if one came after the other: exactly one pauses it, and the
+// other returns ErrInvalidState saying that the tag is already paused (the
+// same answer as a second pause after the first has returned). Resumes
+// likewise. A pause of every tag ("") that comes second finds nothing live
+// and succeeds. The lock serialises pauses and resumes of different tags
+// too; each is a device synchronisation and copies, so little is lost.
+
+// PauseTag pauses tag ("" = every live tag) on every device where it is
+// live (Note [Pausing every device]).
+func (r *Runtime) PauseTag(tag string, o PauseOptions) error {
+	return r.changeTag(tag, false, func(a *Allocator) error {
+		_, err := a.Pause(tag, o)
+		return err
+	})
+}
+
+// ResumeTag resumes tag ("" = every paused tag) on every device where it
+// is paused (Note [Pausing every device]).
+func (r *Runtime) ResumeTag(tag string, o ResumeOptions) error {
+	return r.changeTag(tag, true, func(a *Allocator) error {
+		_, err := a.ResumeWith(tag, o)
+		return err
+	})
+}
+
+// changeTag runs f on every allocator where tag ("" = every tag) is in the
+// state f acts on (paused for a resume, live for a pause), under
+// r.changing; a named tag in the other state on every device is the first
+// device's ErrInvalidState.
+func (r *Runtime) changeTag(tag string, paused bool, f func(a *Allocator) error) error {
+	r.changing.Lock()
+	defer r.changing.Unlock()
+	var wrongState error
+	did := false
+	for _, a := range r.Allocators() {
+		if tag != "" {
+			if _, err := a.TagSegments(tag, paused); err != nil {
+				if core.CodeOf(err) != core.ErrInvalidState {
+					return err
+				}
+				if wrongState == nil {
+					wrongState = err
+				}
+				continue
+			}
+		}
+		did = true
+		if err := f(a); err != nil {
+			return err
+		}
+	}
+	if tag != "" && !did {
+		return wrongState
+	}
+	return nil
+}
