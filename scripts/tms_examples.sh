@@ -24,8 +24,10 @@
 #   mkdir -p .scratch/torch_memory_saver && git --git-dir=MIRROR archive HEAD test/examples \
 #     | tar -x -C .scratch/torch_memory_saver
 #
-# TMS_REPO names another copy. Needs a GPU, torch, and build/libsymmem.so
-# (SYMMEM_LIBRARY) or an installed symmem.
+# TMS_REPO names another copy; PROGRAMS, MODES and ENTRIES (space-separated)
+# choose a subset, e.g. PROGRAMS="cpu_backup training_engine" MODES=preload.
+# Needs a GPU, torch, and build/libsymmem.so (SYMMEM_LIBRARY) or an
+# installed symmem.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -66,11 +68,12 @@ with ctx:
     status=1
   fi
 }
-entries=(install module)
+read -r -a entries <<<"${ENTRIES:-install module}"
 [ $real = 1 ] && entries=(real)
-for prog in simple cpu_backup cuda_graph rl_example training_engine; do
-  modes=(preload torch)
-  [ "$prog" = training_engine ] && modes=(preload)
+read -r -a programs <<<"${PROGRAMS:-simple cpu_backup cuda_graph rl_example training_engine}"
+for prog in "${programs[@]}"; do
+  read -r -a modes <<<"${MODES:-preload torch}"
+  [ "$prog" = training_engine ] && modes=(preload)  # TMS_INIT_ENABLE: preload only, as its tests run it
   for mode in "${modes[@]}"; do
     for entry in "${entries[@]}"; do run "$prog" "$mode" "$entry"; done
   done
