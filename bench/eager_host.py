@@ -5,7 +5,8 @@ to run behind), 2 ranks on 2 GPUs, bf16, 4 KiB, in place.
     python3 bench/eager_host.py [--calls 2000]
 
 Rows: a libsymmem C call that does no work (symmem_handle_rank: ctypes and
-the C-to-Go entry), symmem_collective through ctypes with its arguments
+the C-to-Go entry), a bare launch of an empty kernel through the driver with
+ctypes (the floor), symmem_collective through ctypes with its arguments
 ready (the C call and the launch), symmem.torch.all_reduce (the whole
 eager path), torch's two_shot_all_reduce_ and one_shot_all_reduce, a torch
 add_ (one kernel launch through torch's dispatcher), and NCCL's all_reduce.
@@ -20,6 +21,32 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 os.environ.update({"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"})
+
+
+EMPTY_PTX = b""".version 7.8
+.target sm_90
+.address_size 64
+.visible .entry symmem_empty()
+{
+  ret;
+}
+"""
+
+
+def bare_launch(stream):
+    """A launch of an empty kernel through the driver with ctypes: the floor
+    of any collective's host path (the same ctypes cost as symmem's)."""
+    import ctypes
+
+    cu = ctypes.CDLL("libcuda.so.1")
+    mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
+    assert cu.cuModuleLoadData(ctypes.byref(mod), EMPTY_PTX) == 0
+    assert cu.cuModuleGetFunction(ctypes.byref(fn), mod, b"symmem_empty") == 0
+    f = cu.cuLaunchKernel
+    f.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    f.restype = ctypes.c_int
+    fp = fn.value
+    return lambda: f(fp, 1, 1, 1, 32, 1, 1, 0, stream, None, None)
 
 
 def rank_main(rank, world, port, calls):
@@ -46,8 +73,10 @@ def rank_main(rank, world, port, calls):
     fn, rank_fn = lib.symmem_collective, lib.symmem_handle_rank
     ptr = h[2]
     stream = torch.cuda.current_stream(dev).cuda_stream
+    launch = bare_launch(stream)
     steps = {
         "symmem_handle_rank (ctypes + C-to-Go)": lambda: rank_fn(ptr),
+        "cuLaunchKernel of an empty kernel (ctypes)": launch,
         "symmem_collective, arguments ready": lambda: fn(ptr, 0, 2, 0, n, None, 0, 0, stream),
         "symmem.torch.all_reduce": lambda: st.all_reduce(t),
         "torch two_shot_all_reduce_": lambda: torch.ops.symm_mem.two_shot_all_reduce_(tin, "sum", gname),

@@ -276,6 +276,13 @@ func (a *Allocator) AllocTagged(size uintptr, s core.Stream, tag TagID) (uintptr
 	sp := a.poolsOf(t, s)
 	pool := sp.pool(small)
 	b := pool.lowerBound(rounded)
+	if b == nil && !small && a.st.by[statThreadCache][poolLarge].current != 0 {
+		// Large blocks waiting in thread caches go back to the pools before
+		// the device's reserve grows for another (Note [Thread caches]):
+		// one of them, or its segment's free neighbours, may fit.
+		a.drainCachesLocked()
+		b = pool.lowerBound(rounded)
+	}
 	if b == nil {
 		var err error
 		if b, err = a.newSegment(a.segmentSize(rounded), sp, small, rounded); err != nil {

@@ -42,7 +42,10 @@ import "github.com/libsymmem/libsymmem/core"
 // reserved_bytes, num_device_alloc) follow placement, as in PyTorch's own
 // caching. Every bin of the device is drained back into the pools before
 // idle segments are released (empty_cache, a memory limit, the OOM retry),
-// and when history recording starts.
+// when history recording starts, and before a large request (over 1 MiB)
+// maps a new segment while bins hold large blocks: the reserve then grows
+// no more than without the caches (a training step's peak reserved memory
+// measured 1.37x PyTorch's when bins kept blocks of up to 128 MiB aside).
 
 // MaxCachedBlock is the largest block a thread cache holds (128 MiB): the
 // blocks that share segments (up to midRequest, Note [How blocks are

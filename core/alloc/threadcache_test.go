@@ -548,3 +548,29 @@ func FuzzThreadCache(f *testing.F) {
 		})
 	})
 }
+
+// TestThreadCacheLargeBlocksDoNotGrowTheReserve: a large block waiting in a
+// bin goes back to the pools before a large request of another size maps a
+// new segment, so the reserve grows no more than without caches.
+func TestThreadCacheLargeBlocksDoNotGrowTheReserve(t *testing.T) {
+	for _, caches := range []bool{false, true} {
+		a := tcAllocator(t)
+		th := thread{a, nil}
+		if caches {
+			th.bin = &goBin{}
+		}
+		p, err := th.alloc(64<<20, 0)
+		require.NoError(t, err)
+		require.NoError(t, th.free(p, 64<<20, 0))
+		if caches {
+			require.Equal(t, int64(64<<20), stat(t, a, "thread_cache_bytes.all.current"), "a 64 MiB block is cached")
+		}
+		reserved := stat(t, a, "reserved_bytes.all.current")
+		q, err := th.alloc(40<<20, 0) // another size: no hit
+		require.NoError(t, err)
+		require.Equal(t, reserved, stat(t, a, "reserved_bytes.all.current"), "caches %v: the 64 MiB segment serves 40 MiB", caches)
+		require.Equal(t, p, q)
+		require.NoError(t, th.free(q, 0, 0))
+		require.NoError(t, a.Validate())
+	}
+}

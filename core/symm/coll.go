@@ -153,7 +153,7 @@ func (h *Handle) setWord(r, set, i int) *uint32 {
 // rank and peer fits LowLatencyMaxBytes (SYMMEM_LL_MAX_BYTES), which is
 // also what sizes the buffers: 2 * world * 2 * LowLatencyMaxBytes bytes of
 // each rank's pad, channel 0 only (other channels run the barrier
-// kernels). all_gather and reduce_scatter need a multiple of 8 bytes per
+// kernels), in groups of at most llMaxWorld ranks. all_gather and reduce_scatter need a multiple of 8 bytes per
 // rank and peer. The crossover was measured with bench/coll_bench.py
 // (README, "Collectives").
 
@@ -177,8 +177,20 @@ func llOffset(padSize uintptr, world int) uintptr {
 	return roundUp(padSize+deviceRegionBytes(world), 256)
 }
 
-// llAreaBytes is the size of the low-latency buffers for world ranks.
-func llAreaBytes(world int) uintptr { return 2 * uintptr(world) * llSlotBytes() }
+// llAreaBytes is the size of the low-latency buffers for world ranks: none
+// past llMaxWorld.
+func llAreaBytes(world int) uintptr {
+	if world > llMaxWorld {
+		return 0
+	}
+	return 2 * uintptr(world) * llSlotBytes()
+}
+
+// llMaxWorld is the largest group with low-latency buffers: they take
+// 4 * world * LowLatencyMaxBytes of each rank's pad (16 MiB at 16 ranks),
+// and past a node's GPUs a call's W-1 stores of each byte outweigh the
+// barrier they save.
+const llMaxWorld = 16
 
 // Note [Collectives]
 //
@@ -520,6 +532,8 @@ func (h *Handle) lowLatencyFits(a CollArgs, inBytes uintptr) (bool, string) {
 		return false, fmt.Sprintf("only collective channel 0 has low-latency buffers (channel %d)", a.Channel)
 	case LowLatencyMaxBytes == 0:
 		return false, "SYMMEM_LL_MAX_BYTES is 0"
+	case h.world > llMaxWorld:
+		return false, fmt.Sprintf("groups of more than %d ranks have no low-latency buffers (%d ranks)", llMaxWorld, h.world)
 	case per > LowLatencyMaxBytes:
 		return false, fmt.Sprintf("%d bytes per rank and peer are past SYMMEM_LL_MAX_BYTES (%d)", per, LowLatencyMaxBytes)
 	case a.Kind != core.AllReduce && per%8 != 0:

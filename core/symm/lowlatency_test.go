@@ -74,6 +74,16 @@ func TestLowLatencyPlan(t *testing.T) {
 		require.True(t, strings.Contains(err.Error(), tc.why), err.Error())
 	}
 
+	// Past llMaxWorld ranks: no buffers, the barrier kernels.
+	big := planHandle(&kernelBackend{})
+	big.world = llMaxWorld + 1
+	big.bufPtrs, big.padPtrs = make([]uintptr, big.world), make([]uintptr, big.world)
+	big.bufPtrs[1] = 0x100000
+	c, err = big.plan(CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 64})
+	require.NoError(t, err)
+	require.NotEqual(t, core.AlgoLowLatency, c.Algo)
+	require.Zero(t, llAreaBytes(big.world))
+
 	// A backend that runs no kernels: low_latency is one_shot there.
 	hh := planHandle(nil)
 	c, err = hh.plan(CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 64, Algo: core.AlgoLowLatency})

@@ -207,7 +207,7 @@ func (gm *groupMem) copyOut(dst, src, size uintptr) error {
 // part, the library's device region and, where the backend launches
 // kernels, the low-latency buffers (Note [Pad partition]).
 func (gm *groupMem) padUsed(size uintptr) uintptr {
-	if _, ok := gm.be.(core.CollectiveLauncher); ok && LowLatencyMaxBytes > 0 {
+	if _, ok := gm.be.(core.CollectiveLauncher); ok && llAreaBytes(gm.world) > 0 {
 		return llOffset(size, gm.world) + llAreaBytes(gm.world)
 	}
 	return size + deviceRegionBytes(gm.world)

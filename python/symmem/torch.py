@@ -879,64 +879,73 @@ def _register_ops(torch) -> None:
     with _ops_lock:
         if _ops_registered:
             return
-
-        def world(group: str) -> int:
-            return torch.distributed.get_world_size(None if group == "" else _resolve_pg(torch, group))
-
-        @torch.library.custom_op("symmem::all_reduce_", mutates_args=("tensor",),
-                                 schema="(Tensor(a!) tensor, str op, str group, str algo) -> ()")
-        def all_reduce_(tensor: Tensor, op: str, group: str, algo: str) -> None:
-            _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, None, None if algo == "auto" else algo)
-
-        @all_reduce_.register_fake
-        def _(tensor, op, group, algo):
-            return None
-
-        @torch.library.custom_op("symmem::all_reduce_out", mutates_args=("out",),
-                                 schema="(Tensor tensor, Tensor(a!) out, str op, str group, str algo) -> ()")
-        def all_reduce_out(tensor: Tensor, out: Tensor, op: str, group: str, algo: str) -> None:
-            _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, out, None if algo == "auto" else algo)
-
-        @all_reduce_out.register_fake
-        def _(tensor, out, op, group, algo):
-            return None
-
-        @torch.library.custom_op("symmem::all_gather", mutates_args=(), schema="(Tensor tensor, str group) -> Tensor")
-        def all_gather_op(tensor: Tensor, group: str) -> Tensor:
-            return all_gather(tensor, _group_arg(group))
-
-        @all_gather_op.register_fake
-        def _(tensor, group):
-            return tensor.new_empty(_gather_shape(tensor, world(group)))
-
-        @torch.library.custom_op("symmem::all_gather_out", mutates_args=("out",),
-                                 schema="(Tensor tensor, Tensor(a!) out, str group) -> ()")
-        def all_gather_out(tensor: Tensor, out: Tensor, group: str) -> None:
-            all_gather(tensor, _group_arg(group), out)
-
-        @all_gather_out.register_fake
-        def _(tensor, out, group):
-            return None
-
-        @torch.library.custom_op("symmem::reduce_scatter", mutates_args=(),
-                                 schema="(Tensor tensor, str op, str group) -> Tensor")
-        def reduce_scatter_op(tensor: Tensor, op: str, group: str) -> Tensor:
-            return reduce_scatter(tensor, op, _group_arg(group))
-
-        @reduce_scatter_op.register_fake
-        def _(tensor, op, group):
-            return tensor.new_empty(_scatter_shape(tensor, world(group)))
-
-        @torch.library.custom_op("symmem::reduce_scatter_out", mutates_args=("out",),
-                                 schema="(Tensor tensor, Tensor(a!) out, str op, str group) -> ()")
-        def reduce_scatter_out(tensor: Tensor, out: Tensor, op: str, group: str) -> None:
-            reduce_scatter(tensor, op, _group_arg(group), out)
-
-        @reduce_scatter_out.register_fake
-        def _(tensor, out, op, group):
-            return None
-
+        try:
+            _define_ops(torch)
+        except RuntimeError as exc:
+            # Defined already (this module loaded twice, by another path):
+            # the operators that exist are this module's.
+            if "already" not in str(exc):
+                raise
         _ops_registered = True
+
+
+def _define_ops(torch) -> None:
+    """Defines the operators and their fake implementations."""
+    def world(group: str) -> int:
+        return torch.distributed.get_world_size(None if group == "" else _resolve_pg(torch, group))
+
+    @torch.library.custom_op("symmem::all_reduce_", mutates_args=("tensor",),
+                             schema="(Tensor(a!) tensor, str op, str group, str algo) -> ()")
+    def all_reduce_(tensor: Tensor, op: str, group: str, algo: str) -> None:
+        _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, None, None if algo == "auto" else algo)
+
+    @all_reduce_.register_fake
+    def _(tensor, op, group, algo):
+        return None
+
+    @torch.library.custom_op("symmem::all_reduce_out", mutates_args=("out",),
+                             schema="(Tensor tensor, Tensor(a!) out, str op, str group, str algo) -> ()")
+    def all_reduce_out(tensor: Tensor, out: Tensor, op: str, group: str, algo: str) -> None:
+        _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, out, None if algo == "auto" else algo)
+
+    @all_reduce_out.register_fake
+    def _(tensor, out, op, group, algo):
+        return None
+
+    @torch.library.custom_op("symmem::all_gather", mutates_args=(), schema="(Tensor tensor, str group) -> Tensor")
+    def all_gather_op(tensor: Tensor, group: str) -> Tensor:
+        return all_gather(tensor, _group_arg(group))
+
+    @all_gather_op.register_fake
+    def _(tensor, group):
+        return tensor.new_empty(_gather_shape(tensor, world(group)))
+
+    @torch.library.custom_op("symmem::all_gather_out", mutates_args=("out",),
+                             schema="(Tensor tensor, Tensor(a!) out, str group) -> ()")
+    def all_gather_out(tensor: Tensor, out: Tensor, group: str) -> None:
+        all_gather(tensor, _group_arg(group), out)
+
+    @all_gather_out.register_fake
+    def _(tensor, out, group):
+        return None
+
+    @torch.library.custom_op("symmem::reduce_scatter", mutates_args=(),
+                             schema="(Tensor tensor, str op, str group) -> Tensor")
+    def reduce_scatter_op(tensor: Tensor, op: str, group: str) -> Tensor:
+        return reduce_scatter(tensor, op, _group_arg(group))
+
+    @reduce_scatter_op.register_fake
+    def _(tensor, op, group):
+        return tensor.new_empty(_scatter_shape(tensor, world(group)))
+
+    @torch.library.custom_op("symmem::reduce_scatter_out", mutates_args=("out",),
+                             schema="(Tensor tensor, Tensor(a!) out, str op, str group) -> ()")
+    def reduce_scatter_out(tensor: Tensor, out: Tensor, op: str, group: str) -> None:
+        reduce_scatter(tensor, op, _group_arg(group), out)
+
+    @reduce_scatter_out.register_fake
+    def _(tensor, out, op, group):
+        return None
 
 
 def _resolve_pg(torch, name: str):
