@@ -112,7 +112,7 @@ func TestPinnedBackupIsPinnedAhead(t *testing.T) {
 // the pinning in flight: it copies to pageable memory, and the pinned copy
 // takes over at the next pause.
 func TestFirstPauseDoesNotWaitForPinning(t *testing.T) {
-	be := newPinningBackend(t, time.Second)
+	be := newPinningBackend(t, 2*time.Second)
 	a := newAllocator(t, be)
 	name, id := kindTag(t, "w", alloc.BackupPinned)
 	const n = 40 << 20 // past pinWaitMax: small segments wait for their pinning
