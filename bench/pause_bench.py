@@ -19,8 +19,18 @@ runs --settle seconds of GPU work before the first pause, the same for
 every implementation), later pauses and resumes (medians of --reps), and
 the floor measured in the same process before the workload: one
 device-to-host and one host-to-device copy of the same bytes with pinned
-host memory (torch's copy_). "symmem/nofill" is libsymmem's resume without
-the zero-fill (symmem.resume(zero=False)) where there is no backup.
+host memory (torch's copy_). Without backup, "resume, libsymmem's
+zero-fill" is libsymmem's own symmem.resume (which zero-fills memory
+without a copy; the drop-in, like torch_memory_saver, does not).
+
+Host memory (the process's resident set, /proc/self/status, less what it
+was before the workload; pinned memory counts there): "host while live" just
+before the first pause (libsymmem's copies pinned ahead), "host peak"
+(VmHWM, reset after the floor's copies) over all the cycles, and "host
+after resume" after the last resume. "symmem" runs with libsymmem's
+defaults (pinned copies held between cycles within SYMMEM_BACKUP_PIN_AHEAD);
+"symmem-pin0" with SYMMEM_BACKUP_PIN_AHEAD=0 (nothing held between cycles,
+as torch_memory_saver).
 
 torch_memory_saver is skipped, saying why, when it cannot be imported. The
 driver floor (cuMemCreate+cuMemMap+cuMemSetAccess and cuMemUnmap+cuMemRelease
@@ -45,7 +55,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GiB = 1 << 30
 MiB = 1 << 20
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-IMPLS = ("symmem", "tms-preload", "tms-torch")
+IMPLS = ("symmem", "symmem-pin0", "tms-preload", "tms-torch")
 
 
 # --------------------------------------------------------------------------
@@ -54,7 +64,7 @@ IMPLS = ("symmem", "tms-preload", "tms-torch")
 
 
 def _saver(impl):
-    if impl == "symmem":
+    if impl.startswith("symmem"):
         from symmem.compat.torch_memory_saver import torch_memory_saver
 
         return torch_memory_saver
@@ -84,6 +94,25 @@ def copy_floor(torch, nbytes, reps):
     if hasattr(torch._C, "_host_emptyCache"):
         torch._C._host_emptyCache()  # give the floor's pinned memory back
     return statistics.median(d2h), statistics.median(h2d)
+
+
+def host_bytes(key="VmRSS"):
+    """The process's resident memory (VmRSS) or its peak (VmHWM), bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def reset_host_peak():
+    """Start VmHWM again from the current resident set (Linux: clear_refs 5)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def settle(torch, seconds):
@@ -119,6 +148,8 @@ def child(impl, workload, backup, reps, settle_s, model_gib):
     total = sum(sizes)
     out["bytes"], out["tensors"] = total, len(sizes)
     out["floor_d2h_s"], out["floor_h2d_s"] = copy_floor(torch, total, 3)
+    peak_reset = reset_host_peak()
+    host0 = host_bytes()
 
     tags = ["weights"]
     with tms.region(tag="weights", enable_cpu_backup=backup):
@@ -157,6 +188,7 @@ def child(impl, workload, backup, reps, settle_s, model_gib):
         for t in reversed(tags):
             tms.resume(t)
 
+    out["host_live_gib"] = (host_bytes() - host0) / GiB
     f0 = torch.cuda.mem_get_info(0)[0]
     out["first_pause_s"] = _timed(torch, pause)
     out["free_rise_gib"] = (torch.cuda.mem_get_info(0)[0] - f0) / GiB
@@ -166,6 +198,9 @@ def child(impl, workload, backup, reps, settle_s, model_gib):
         pauses.append(_timed(torch, pause))
         resumes.append(_timed(torch, resume))
     out["pause_s"], out["resume_s"] = statistics.median(pauses), statistics.median(resumes)
+    out["host_resumed_gib"] = (host_bytes() - host0) / GiB
+    if peak_reset:
+        out["host_peak_gib"] = (host_bytes("VmHWM") - host0) / GiB
     if backup:
         probe = list(range(0, len(ts), max(1, len(ts) // 16)))
         out["contents_ok"] = all(float(ts[i][-1].item()) == float(i % 251) for i in probe)
@@ -177,11 +212,11 @@ def child(impl, workload, backup, reps, settle_s, model_gib):
     if impl == "symmem" and not backup:
         import symmem
 
-        nofill = []
+        zero = []
         for _ in range(reps):
             symmem.pause("tms.weights")
-            nofill.append(_timed(torch, lambda: symmem.resume("tms.weights", zero=False)))
-        out["resume_nofill_s"] = statistics.median(nofill)
+            zero.append(_timed(torch, lambda: symmem.resume("tms.weights")))
+        out["resume_zero_s"] = statistics.median(zero)
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -339,7 +374,9 @@ def main():
         for w, b in cases:
             order = impls[rnd % len(impls):] + impls[: rnd % len(impls)]  # interleaved, rotating who goes first
             for impl in order:
-                env = sym_env if impl == "symmem" else dict(tms_env)
+                env = dict(sym_env) if impl.startswith("symmem") else dict(tms_env)
+                if impl == "symmem-pin0":
+                    env["SYMMEM_BACKUP_PIN_AHEAD"] = "0"
                 if impl == "tms-preload":
                     env["LD_PRELOAD"] = preload
                 args = ["--child", impl, w, "1" if b else "0", "--reps", str(a.reps), "--settle", str(a.settle), "--model-gib", str(a.model_gib)]
@@ -368,9 +405,14 @@ def print_table(results, a, why):
         ("later pause", "pause_s"),
         ("first resume", "first_resume_s"),
         ("resume", "resume_s"),
-        ("resume, no zero-fill", "resume_nofill_s"),
+        ("resume, libsymmem's zero-fill", "resume_zero_s"),
         ("floor: D2H pinned copy", "floor_d2h_s"),
         ("floor: H2D pinned copy", "floor_h2d_s"),
+    ]
+    host_metrics = [
+        ("host while live (GiB)", "host_live_gib"),
+        ("host peak (GiB)", "host_peak_gib"),
+        ("host after resume (GiB)", "host_resumed_gib"),
     ]
     groups = {}
     for r in results:
@@ -397,6 +439,13 @@ def print_table(results, a, why):
                 else:
                     cells.append("-")
             if any_value:
+                print(f"  {label:24s}" + "".join(f"{c:>28s}" for c in cells))
+        for label, key in host_metrics:
+            cells = []
+            for i in impls:
+                vals = [r[key] for r in rs if r["impl"] == i and key in r]
+                cells.append("/".join(f"{v:.2f}" for v in vals) if vals else "-")
+            if any(c != "-" for c in cells):
                 print(f"  {label:24s}" + "".join(f"{c:>28s}" for c in cells))
         notes = []
         for r in rs:

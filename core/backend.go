@@ -290,3 +290,9 @@ func backendNames(regs []registration) string {
 func BackendFromEnv() (Backend, []string, error) {
 	return OpenBackend(Current().Text("SYMMEM_BACKEND", ""))
 }
+
+// HostMemoryLimit, set by the host backend's package, returns the host
+// memory this process may use: the RAM, or the memory cgroup's limit where
+// that is smaller (0: unknown). It bounds the host copies that the
+// allocator pins ahead, whatever the backend.
+var HostMemoryLimit func() uint64

@@ -83,7 +83,7 @@ var settingSpecs = []settingSpec{
 	{name: "SYMMEM_ALLOW_OVERLAPPING_DEVICES", kind: kindBool, doc: "let several ranks of a group share a device"},
 	{name: "SYMMEM_JOB_TOKEN", kind: kindText, doc: "tells apart jobs that use the same group name"},
 	{name: "SYMMEM_BACKUP_DIR", kind: kindText, doc: "directory of disk backups of paused tags (default: the temporary directory)"},
-	{name: "SYMMEM_BACKUP_PIN_AHEAD", kind: kindSize, doc: "host copies of tags with pinned backup pinned ahead of the first pause, bytes per device (0: off)"},
+	{name: "SYMMEM_BACKUP_PIN_AHEAD", kind: kindSize, doc: "pinned host copies held ahead of a pause for tags with pinned backup, bytes per device (default: a quarter of the host memory, shared among the machine's GPUs; 0: off)"},
 	{name: "SYMMEM_HEAP_RESERVE", kind: kindSize, positive: true, doc: "address space reserved per heap range"},
 	{name: "SYMMEM_TRACE", kind: kindBool, doc: "print the phases of each rendezvous to stderr"},
 	{name: "SYMMEM_WAIT_REPORT_S", kind: kindSeconds, doc: "interval of progress lines while a rank waits (0: off)"},

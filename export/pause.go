@@ -328,19 +328,41 @@ func symmemgo_resume_with(tag *C.char, flags C.uint) (result C.int) {
 	return resumeTag("symmem_resume_with", tag, flags)
 }
 
-// resumeFlagNoFill is SYMMEM_RESUME_NO_FILL.
-const resumeFlagNoFill = 1
+// The resume flags: SYMMEM_RESUME_NO_FILL, SYMMEM_RESUME_RELEASE_BACKUP,
+// SYMMEM_RESUME_RETAIN_BACKUP.
+const (
+	resumeFlagNoFill  = 1
+	resumeFlagRelease = 2
+	resumeFlagRetain  = 4
+	resumeFlagsKnown  = resumeFlagNoFill | resumeFlagRelease | resumeFlagRetain
+)
+
+// resumeOptionsOf reads the resume flags.
+func resumeOptionsOf(flags C.uint) (alloc.ResumeOptions, error) {
+	o := alloc.ResumeOptions{NoFill: flags&resumeFlagNoFill != 0}
+	switch {
+	case flags&^resumeFlagsKnown != 0:
+		return o, core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^resumeFlagsKnown))
+	case flags&resumeFlagRelease != 0 && flags&resumeFlagRetain != 0:
+		return o, core.Errorf(core.ErrInvalidArgument, "SYMMEM_RESUME_RELEASE_BACKUP and SYMMEM_RESUME_RETAIN_BACKUP exclude each other")
+	case flags&resumeFlagRelease != 0:
+		o.Backup = alloc.ResumeReleaseBackup
+	case flags&resumeFlagRetain != 0:
+		o.Backup = alloc.ResumeRetainBackup
+	}
+	return o, nil
+}
 
 func resumeTag(call string, tag *C.char, flags C.uint) C.int {
 	t, err := goTag(tag)
-	if err == nil && flags&^resumeFlagNoFill != 0 {
-		err = core.Errorf(core.ErrInvalidArgument, "unknown flags %#x", uint(flags&^resumeFlagNoFill))
+	var o alloc.ResumeOptions
+	if err == nil {
+		o, err = resumeOptionsOf(flags)
 	}
 	if err == nil {
 		err = checkTagKnown(t)
 	}
 	if err == nil {
-		o := alloc.ResumeOptions{NoFill: flags&resumeFlagNoFill != 0}
 		err = withRuntime(func(rt *alloc.Runtime) error { return rt.ResumeTag(t, o) })
 	}
 	return setLastError(describeTag(call, tag), err)

@@ -756,7 +756,9 @@ symmem_result symmem_barrier(symmem_handle *handle, int channel,
  * A pinned backup is pinned ahead: when a segment of the tag is created, its
  * host copy is allocated (cuMemHostAlloc) in the background, so that the
  * first pause runs at copy speed; SYMMEM_BACKUP_PIN_AHEAD bounds the bytes
- * per device (default: no bound; 0: off, the first pause pins). */
+ * per device (default: a quarter of the host memory the process may use,
+ * RAM or memory cgroup limit, divided among the machine's GPUs; 0: off, the
+ * first pause pins). */
 
 /* Region flags. */
 #define SYMMEM_REGION_BACKUP 1u /* pause keeps a host copy; resume restores it */
@@ -832,11 +834,13 @@ symmem_result symmem_tag_bytes(const char *tag, size_t *live, size_t *paused);
 
 /* The host copy of [ptr, ptr + size) (within one segment): *host is its
  * address in the copy that the last pause of ptr's tag saved (valid until
- * the segment is released; it changes at the next pause), and *paused
+ * the copy is given back: a resume with SYMMEM_RESUME_RELEASE_BACKUP, the
+ * free that empties the segment, its release; it may change at the next
+ * pause unless the last resume passed SYMMEM_RESUME_RETAIN_BACKUP), and *paused
  * (unless NULL) whether the segment is paused now (set also when the call
  * fails with INVALID_STATE, for memory of libsymmem without a copy). INVALID_STATE when there
- * is no such copy (the tag has no backup, the last pause discarded it, or
- * it never paused); INVALID_POINTER for memory libsymmem did not allocate;
+ * is no such copy (the tag has no backup, the last pause discarded it, it
+ * never paused, or the copy was given back); INVALID_POINTER for memory libsymmem did not allocate;
  * INVALID_ARGUMENT for a NULL host or a range past the segment. */
 symmem_result symmem_backup_pointer(const void *ptr, size_t size, void **host, int *paused);
 
@@ -851,12 +855,26 @@ symmem_result symmem_resume(const char *tag);
 
 /* Resume flags (symmem_resume_with). */
 #define SYMMEM_RESUME_NO_FILL 1u /* leave memory without a host copy undefined, not zero */
+/* Give the host copies back after restoring them (torch_memory_saver's and
+ * vLLM's habit): symmem_backup_pointer then finds none. A pinned copy stays
+ * allocated, empty, as the copy pinned ahead of the segment's next pause
+ * while the bytes so held fit SYMMEM_BACKUP_PIN_AHEAD; other copies are
+ * freed. */
+#define SYMMEM_RESUME_RELEASE_BACKUP 2u
+/* Keep the host copies at their addresses: symmem_backup_pointer gives the
+ * same address after this resume and at the next pause (torch_memory_saver's
+ * retain_cpu_backup). Without it or RELEASE_BACKUP a copy is kept but may
+ * move at the next pause (to the copy pinned ahead once that has arrived). */
+#define SYMMEM_RESUME_RETAIN_BACKUP 4u
 
-/* symmem_resume with flags: 0 (as symmem_resume) or SYMMEM_RESUME_NO_FILL,
- * which skips the zero-fill of memory that has no host copy (a pass over
- * it at device bandwidth, about 1 ms for 4 GiB on an H200): its contents
- * are then whatever the new physical memory holds. Unknown flags:
- * INVALID_ARGUMENT. */
+/* symmem_resume with flags: 0 (as symmem_resume) or a combination of
+ * SYMMEM_RESUME_NO_FILL, which skips the zero-fill of memory that has no
+ * host copy (a pass over it at device bandwidth, about 1 ms for 4 GiB on
+ * an H200): its contents are then whatever the new physical memory holds,
+ * and one of SYMMEM_RESUME_RELEASE_BACKUP and SYMMEM_RESUME_RETAIN_BACKUP
+ * (both, or unknown flags: INVALID_ARGUMENT). The memory of a segment in
+ * which nothing is allocated any more holds nothing of use: its host copy is
+ * freed at the free that empties it, whatever the flags. */
 symmem_result symmem_resume_with(const char *tag, unsigned flags);
 
 /* Collective symmem_pause for memory rendezvoused in group: every rank calls

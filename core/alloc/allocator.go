@@ -305,6 +305,11 @@ func (a *Allocator) AllocTagged(size uintptr, s core.Stream, tag TagID) (uintptr
 	}
 	b.allocated = true
 	b.requested = size
+	if b.seg.nAllocated == 0 && b.seg.prepin == nil && b.seg.backup == 0 && !b.seg.pinnedAhead {
+		// A segment emptied once gave its host copy back (forgetBackup):
+		// it pins one ahead again with its first block, as when it was made.
+		a.startPinAhead(b.seg)
+	}
 	b.seg.nAllocated++
 	a.live.put(b.addr, b)
 	a.allocs++
@@ -370,6 +375,9 @@ func (a *Allocator) returnBlockLocked(b *block) {
 	b.requested = 0
 	b.streams = b.streams[:0]
 	seg.nAllocated--
+	if seg.nAllocated == 0 {
+		a.forgetBackup(seg)
+	}
 	pool := seg.pools.pool(small)
 	if p := b.prev; p != nil && !p.allocated {
 		pool.remove(p)

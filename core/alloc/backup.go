@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -59,7 +60,9 @@ func (k BackupKind) String() string {
 // the allocation) copies to anonymous pageable memory instead (slower than
 // to pinned memory, faster than the pinning left to do), and its pinned
 // copy takes over at the next pause. SYMMEM_BACKUP_PIN_AHEAD bounds the
-// bytes pinned this way per device (default: no bound; 0 turns it off); a
+// bytes pinned this way per device (default: a quarter of the host memory
+// the process may use, shared among the machine's GPUs: pinAheadDefault;
+// 0 turns it off); a
 // segment over the bound pins at its first pause, as without pinning
 // ahead. The copy is kept for the next cycles (later pauses never pin), and
 // goes with the segment. Pinning ahead holds host memory while the tag is
@@ -92,8 +95,7 @@ func (a *Allocator) startPinAhead(seg *segment) {
 	if !ok || seg.pools.tag == nil || seg.pools.tag.backup != BackupPinned {
 		return
 	}
-	limit := core.Current().Size("SYMMEM_BACKUP_PIN_AHEAD", math.MaxUint64)
-	if a.pinnedAhead+uint64(seg.size) > limit {
+	if a.pinnedAhead+uint64(seg.size) > pinAheadLimit() {
 		return
 	}
 	a.pinnedAhead += uint64(seg.size)
@@ -101,11 +103,13 @@ func (a *Allocator) startPinAhead(seg *segment) {
 	p := &prepin{done: make(chan struct{})}
 	seg.prepin = p
 	dev, size := a.device, seg.size
+	pinsPending.Add(1)
 	go func() {
 		pinSlots <- struct{}{}
 		p.addr, p.err = h.AllocHost(dev, size)
 		<-pinSlots
 		close(p.done)
+		pinsPending.Add(-1)
 	}()
 }
 
@@ -115,6 +119,15 @@ func (a *Allocator) startPinAhead(seg *segment) {
 // cores.
 var pinSlots = make(chan struct{}, 4)
 
+// pinWaitMax is the largest segment whose pause waits for its pinning
+// ahead still in flight rather than copy to a pageable stand-in, where no
+// more pinnings are pending than pinSlots runs at once (behind a queue the
+// wait would be the queue's).
+const pinWaitMax = 32 << 20
+
+// pinsPending counts the pinnings ahead started and not yet finished.
+var pinsPending atomic.Int64
+
 // ensureBackup gives seg a host copy of kind (a.mu held): the one pinned
 // ahead once it has arrived (freeing a pageable stand-in of an earlier
 // pause), the one it has, a pageable stand-in while the pinning is still
@@ -123,6 +136,11 @@ func (a *Allocator) ensureBackup(seg *segment, kind BackupKind) error {
 	if p := seg.prepin; p != nil {
 		select {
 		case <-p.done:
+			if seg.backupRetained && seg.backup != 0 {
+				// A retained copy stays where it is (Note [Host copies
+				// after a resume]); the pinned one waits.
+				return nil
+			}
 			seg.prepin = nil
 			if p.err == nil {
 				a.freeBackupMemory(seg)
@@ -135,7 +153,15 @@ func (a *Allocator) ensureBackup(seg *segment, kind BackupKind) error {
 			if seg.backup != 0 {
 				return nil
 			}
-			return a.anonymousBackup(seg)
+			if seg.size > pinWaitMax || pinsPending.Load() > int64(cap(pinSlots)) {
+				return a.anonymousBackup(seg)
+			}
+			// A small segment whose pinning is under way (no queue
+			// before it) waits: it ends about as soon as a pageable
+			// stand-in would be made, and the copy is then the pinned
+			// one from the first pause.
+			<-p.done
+			return a.ensureBackup(seg, kind)
 		}
 	}
 	if seg.backup != 0 {
@@ -245,6 +271,65 @@ func spillBackup(seg *segment) error {
 	return nil
 }
 
+// releaseBackup gives back seg's host copy after a resume
+// (ResumeReleaseBackup, Note [Host copies after a resume]): a pinned copy
+// stays as the one pinned ahead of the next pause where the bound allows,
+// any other is freed.
+func (a *Allocator) releaseBackup(seg *segment) {
+	seg.backupValid, seg.backupRetained = false, false
+	if seg.backup == 0 {
+		return
+	}
+	if seg.backupPinned && seg.backupFile == nil {
+		if seg.pinnedAhead {
+			return
+		}
+		if seg.prepin == nil && a.pinnedAhead+uint64(seg.size) <= pinAheadLimit() {
+			a.pinnedAhead += uint64(seg.size)
+			seg.pinnedAhead = true
+			return
+		}
+	}
+	a.freeBackupMemory(seg)
+}
+
+// forgetBackup frees the host copy of seg, in which nothing is allocated
+// any more, if it holds what a pause saved: nobody may read it (Note [Host
+// copies after a resume]). The segment pins a new copy ahead when it gets
+// a block again.
+func (a *Allocator) forgetBackup(seg *segment) {
+	if seg.backupValid {
+		a.dropBackup(seg)
+	}
+}
+
+// pinAheadLimit is SYMMEM_BACKUP_PIN_AHEAD: the bytes per device of host
+// copies pinned ahead (Note [Pinned ahead]).
+func pinAheadLimit() uint64 {
+	return core.Current().Size("SYMMEM_BACKUP_PIN_AHEAD", pinAheadDefault())
+}
+
+// pinAheadDefault is SYMMEM_BACKUP_PIN_AHEAD's default: a quarter of the
+// host memory this process may use (core.HostMemoryLimit), shared among the
+// machine's GPUs (as /proc/driver/nvidia/gpus lists them, whatever
+// CUDA_VISIBLE_DEVICES shows this process), so that the processes of a
+// machine, one per GPU, hold at most a quarter of it together. Unknown
+// memory: no bound.
+var pinAheadDefault = sync.OnceValue(func() uint64 {
+	var mem uint64
+	if core.HostMemoryLimit != nil {
+		mem = core.HostMemoryLimit()
+	}
+	if mem == 0 {
+		return math.MaxUint64
+	}
+	gpus := 1
+	if ents, err := os.ReadDir("/proc/driver/nvidia/gpus"); err == nil && len(ents) > 1 {
+		gpus = len(ents)
+	}
+	return mem / 4 / uint64(gpus)
+})
+
 // dropBackup frees seg's host copy, if any, and one still being pinned
 // ahead once it arrives.
 func (a *Allocator) dropBackup(seg *segment) {
@@ -264,7 +349,7 @@ func (a *Allocator) dropBackup(seg *segment) {
 		}()
 	}
 	a.freeBackupMemory(seg)
-	seg.backupValid = false
+	seg.backupValid, seg.backupRetained = false, false
 }
 
 // freeBackupMemory frees the memory of seg's host copy, if any.

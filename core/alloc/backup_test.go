@@ -108,16 +108,17 @@ func TestPinnedBackupIsPinnedAhead(t *testing.T) {
 		"the segment's release frees its host copy")
 }
 
-// A pause right after the allocation does not wait for the pinning in
-// flight: it copies to pageable memory, and the pinned copy takes over at
-// the next pause.
+// A pause right after the allocation of a large segment does not wait for
+// the pinning in flight: it copies to pageable memory, and the pinned copy
+// takes over at the next pause.
 func TestFirstPauseDoesNotWaitForPinning(t *testing.T) {
-	be := newPinningBackend(t, 300*time.Millisecond)
+	be := newPinningBackend(t, 2*time.Second)
 	a := newAllocator(t, be)
 	name, id := kindTag(t, "w", alloc.BackupPinned)
-	p, err := a.AllocTagged(1<<20, 0, id)
+	const n = 40 << 20 // past pinWaitMax: small segments wait for their pinning
+	p, err := a.AllocTagged(n, 0, id)
 	require.NoError(t, err)
-	poke(t, a, p, 0x17, 1<<20)
+	poke(t, a, p, 0x17, n)
 	_, err = a.Pause(name, alloc.PauseOptions{})
 	require.NoError(t, err)
 	host, _, err := a.BackupOf(p, 1)

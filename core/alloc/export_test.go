@@ -22,3 +22,6 @@ func (a *Allocator) MarkFirstSegmentUnmappedForTest() {
 	defer a.mu.Unlock()
 	a.heap.segments[0].unmapped = true
 }
+
+// PinsPendingForTest is the number of pinnings ahead not yet finished.
+func PinsPendingForTest() int64 { return pinsPending.Load() }

@@ -99,7 +99,8 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 		// below has succeeded; a discarded segment's holds nothing.
 		seg.backupValid = false
 		kind := backupFor(seg, o.Backup)
-		if kind == BackupNone {
+		if kind == BackupNone || seg.nAllocated == 0 {
+			// Nothing allocated: nothing anyone may read after the resume.
 			continue
 		}
 		if err := a.ensureBackup(seg, kind); err != nil {
@@ -185,7 +186,49 @@ type ResumeOptions struct {
 	// 1 ms for 4 GiB on an H200), which callers that overwrite the memory
 	// anyway need not pay.
 	NoFill bool
+	// Backup says what becomes of the host copies the resume restored.
+	Backup ResumeBackup
 }
+
+// ResumeBackup chooses what a resume does with the host copies it
+// restored (Note [Host copies after a resume]).
+type ResumeBackup uint8
+
+const (
+	// ResumeKeepBackup: kept for the next cycles; a pageable stand-in is
+	// replaced by the copy pinned ahead at a later pause.
+	ResumeKeepBackup ResumeBackup = iota
+	// ResumeRetainBackup: kept, and at the same address until a resume
+	// that does not retain them: BackupOf gives the same host address
+	// after the resume and at the next pause (torch_memory_saver's
+	// retain_cpu_backup).
+	ResumeRetainBackup
+	// ResumeReleaseBackup: given back. A pinned copy stays with its
+	// segment as the copy pinned ahead of its next pause where
+	// SYMMEM_BACKUP_PIN_AHEAD allows; other copies are freed.
+	ResumeReleaseBackup
+)
+
+// Note [Host copies after a resume]
+//
+// libsymmem's own resume keeps a segment's host copy for the next cycle,
+// so that a later pause never allocates. The drop-ins give host memory
+// back as torch_memory_saver and vLLM do: pinned memory is held from the
+// pause to the resume, then released, unless the caller retains it. What
+// keeps their pauses at copy speed is the bound of Note [Pinned ahead]: a
+// released pinned copy stays with its segment, unfilled (BackupOf finds
+// nothing), as the copy pinned ahead of the next pause, while the bytes
+// so held stay within SYMMEM_BACKUP_PIN_AHEAD; past it the copy is freed
+// and the next pause pins, as torch_memory_saver's does. Pageable and disk
+// copies are always freed.
+//
+// A retained copy stays where it is until a resume that does not retain
+// it, even where the copy pinned ahead has arrived in the meantime: a
+// caller may hold its address (torch_memory_saver's get_cpu_backup with
+// zero_copy). And once a segment has nothing allocated in it, a copy that
+// holds what a pause saved is of no use to anyone: the last free frees it
+// (the segment pins a new copy ahead with its next first block, as a new
+// segment does), and a pause copies nothing of it.
 
 // ResumeWith is Resume with options.
 func (a *Allocator) ResumeWith(tag string, o ResumeOptions) (uint64, error) {
@@ -281,6 +324,14 @@ func (a *Allocator) ResumeWith(tag string, o ResumeOptions) (uint64, error) {
 		seg.mem = mems[i]
 		a.st.add(statPausedBytes, seg.small, -int64(seg.size))
 		a.st.add(statReservedBytes, seg.small, int64(seg.size))
+		switch o.Backup {
+		case ResumeReleaseBackup:
+			a.releaseBackup(seg)
+		case ResumeRetainBackup:
+			seg.backupRetained = seg.backupValid
+		default:
+			seg.backupRetained = false
+		}
 	}
 	for _, t := range tags {
 		t.paused = false

@@ -46,6 +46,9 @@ type segment struct {
 	backupValid  bool
 	prepin       *prepin
 	pinnedAhead  bool
+	// backupRetained: a resume retained the copy at its address
+	// (ResumeRetainBackup); a later pause must not move it.
+	backupRetained bool
 	// unmapped is set once the backend has unmapped the segment; from then
 	// on it must be in no pool and not in the heap (Validate checks it).
 	unmapped bool

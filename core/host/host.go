@@ -23,6 +23,15 @@ import (
 
 func init() {
 	core.RegisterBackend("host", 0, func() (core.Backend, error) { return New() })
+	// The host memory this process may use bounds the host copies pinned
+	// ahead, whatever the backend (core's pinAheadDefault).
+	core.HostMemoryLimit = func() uint64 {
+		b, err := New()
+		if err != nil {
+			return 0
+		}
+		return b.total
+	}
 }
 
 // Backend is the host backend. It has one device, 0.

@@ -52,6 +52,9 @@ REGION_BACKUP_DISK = 8  # SYMMEM_REGION_BACKUP_DISK
 PAUSE_DISCARD = 1  # SYMMEM_PAUSE_DISCARD
 PAUSE_KEEP = 2  # SYMMEM_PAUSE_KEEP
 RESUME_NO_FILL = 1  # SYMMEM_RESUME_NO_FILL
+RESUME_RELEASE_BACKUP = 2  # SYMMEM_RESUME_RELEASE_BACKUP
+RESUME_RETAIN_BACKUP = 4  # SYMMEM_RESUME_RETAIN_BACKUP
+_RESUME_BACKUP = {"keep": 0, "release": RESUME_RELEASE_BACKUP, "retain": RESUME_RETAIN_BACKUP}
 
 
 def _region_flags(backup) -> int:
@@ -156,23 +159,35 @@ def pause(tag: Optional[str] = None, group=None, backup: Optional[bool] = None) 
         check(lib.symmem_pause_group(_group_ptr(group), _tag_arg(tag)), "symmem_pause_group")
 
 
-def resume(tag: Optional[str] = None, group=None, zero: bool = True) -> None:
+def resume(tag: Optional[str] = None, group=None, zero: bool = True, backup: str = "keep") -> None:
     """Take back the memory of ``tag`` (None: every paused tag) at the same
     addresses and restore its backup (zero without one; with ``zero=False``
     memory without a host copy is left undefined, which saves a pass over
     it at device bandwidth).
+
+    ``backup`` says what becomes of the host copies once restored: "keep"
+    (kept for the next cycle, so that the next pause allocates nothing),
+    "release" (given back: :func:`backup_pointer` finds none; a pinned copy
+    stays pinned ahead of the next pause within SYMMEM_BACKUP_PIN_AHEAD,
+    others are freed) or "retain" (kept at the same host address through
+    the next pause).
 
     Raises :class:`symmem.OutOfMemoryError` naming the tag and the bytes when
     memory runs out; nothing stays half-mapped and the call can be retried.
     With ``group``, collective, like :func:`pause` (always zero-filled).
     """
     lib = _lib.lib()
+    if backup not in _RESUME_BACKUP:
+        raise ValueError(f"symmem.resume: backup must be 'keep', 'release' or 'retain', not {brief(backup)}")
     if group is None:
-        if zero:
+        flags = (0 if zero else RESUME_NO_FILL) | _RESUME_BACKUP[backup]
+        if flags == 0:
             check(lib.symmem_resume(_tag_arg(tag)), "symmem_resume")
         else:
-            check(lib.symmem_resume_with(_tag_arg(tag), RESUME_NO_FILL), "symmem_resume_with")
+            check(lib.symmem_resume_with(_tag_arg(tag), flags), "symmem_resume_with")
     else:
+        if backup != "keep":
+            raise ValueError("symmem.resume: backup= is not available with group= (symmem_resume_group keeps the copies)")
         if not zero:
             raise ValueError("symmem.resume: zero=False is not available with group= (symmem_resume_group zero-fills)")
         check(lib.symmem_resume_group(_group_ptr(group), _tag_arg(tag)), "symmem_resume_group")

@@ -91,14 +91,92 @@ def test_cpu_backup_pinned_and_mmap(saver):
         assert copy == bytes([42]) * x.nbytes, "get_cpu_backup of a paused tensor is its contents"
         view = saver.get_cpu_backup(x, zero_copy=True)
         assert isinstance(view, memoryview) and view[x.nbytes - 1] == 42
+        del view
         saver.resume(tag)
         assert x.all(42), f"backend {backend}: the contents survived"
-        assert saver.get_cpu_backup(x) is None, "a live tensor without retain_cpu_backup: None"
-        saver.retain_cpu_backup = True
-        assert saver.retain_cpu_backup is True
-        ctypes.memset(x.ptr, 7, 1)
-        assert saver.get_cpu_backup(x)[0] == 42, "retained: the last pause's copy"
+        assert saver.get_cpu_backup(x) is None, "given back at the resume (no retain_cpu_backup)"
+        with pytest.raises(symmem.InvalidStateError):
+            symmem.backup_pointer(x.ptr, 1)  # the copy went, not only hidden
+
+
+def view_address(view: memoryview) -> int:
+    return ctypes.addressof((ctypes.c_uint8 * len(view)).from_buffer(view))
+
+
+@pytest.mark.parametrize("backend", ["pinned", "mmap"])
+def test_retain_cpu_backup_keeps_one_host_address(saver, backend):
+    """As torch_memory_saver's cpu_backup example: with retain_cpu_backup set
+    before the resume, get_cpu_backup(zero_copy=True) gives the same host
+    address after the resume and at the next pause, which refreshes it; a
+    resume without it gives the copy back."""
+    tag, other = unique("ret"), unique("oth")
+    with saver.region(tag=tag, enable_cpu_backup=True, cpu_backup_backend=backend):
+        x = Tensor(4096, 11)
+    with saver.region(tag=other, enable_cpu_backup=True):
+        y = Tensor(4096, 22)
+    assert saver.retain_cpu_backup is False
+    saver.pause(tag)
+    first = saver.get_cpu_backup(x, zero_copy=True)
+    addr = view_address(first)
+    assert first[0] == 11 and y.all(22)
+    saver.retain_cpu_backup = True
+    del first
+    saver.resume(tag)
+    kept = saver.get_cpu_backup(x, zero_copy=True)
+    assert view_address(kept) == addr and kept[4095] == 11, "retained at the same address"
+    assert x.all(11)
+    del kept
+    saver.retain_cpu_backup = False
+    again = saver.get_cpu_backup(x, zero_copy=True)
+    assert view_address(again) == addr, "retain_cpu_backup decides at the resume, not at get_cpu_backup"
+    del again
+    ctypes.memset(x.ptr, 12, x.nbytes)
+    saver.pause(tag)
+    second = saver.get_cpu_backup(x, zero_copy=True)
+    assert view_address(second) == addr and second[0] == 12, "the next pause reuses and refreshes it"
+    saver.retain_cpu_backup = True
+    del second
+    saver.resume(tag)
+    assert view_address(saver.get_cpu_backup(x, zero_copy=True)) == addr
+    ctypes.memset(x.ptr, 13, x.nbytes)
+    saver.pause(tag)
+    saver.retain_cpu_backup = False
+    saver.resume(tag)
+    assert x.all(13) and saver.get_cpu_backup(x) is None, "a resume without retain gives it back"
+    assert y.all(22)
+
+
+def test_retain_cpu_backup_from_the_environment():
+    out = _run(
+        """
+        from symmem.compat.torch_memory_saver import TorchMemorySaver
+        print(TorchMemorySaver().retain_cpu_backup)
+        """,
+        env_extra={"TMS_RETAIN_CPU_BACKUP": "1"},
+    )
+    assert out.strip() == "True"
+
+
+def test_freeing_a_tensor_frees_its_cpu_copy(saver):
+    """torch_memory_saver frees an allocation's host copy with the
+    allocation, paused or retained; so does the drop-in (the free that
+    empties a segment)."""
+    for retained in (True, False):
+        tag = unique("free")
+        with saver.region(tag=tag, enable_cpu_backup=True, cpu_backup_backend="mmap"):
+            x = Tensor(MiB, 5)
+        saver.retain_cpu_backup = retained
+        saver.pause(tag)
+        assert saver.get_cpu_backup(x) is not None
+        if retained:
+            saver.resume(tag)
+            assert saver.get_cpu_backup(x) is not None
+        symmem.free(x.ptr)
+        host, _ = symmem.tags.backup_state(x.ptr, 1)
+        assert host is None, "the copy went with the allocation"
         saver.retain_cpu_backup = False
+        if not retained:
+            saver.resume(tag)
 
 
 def test_cpu_backup_backend_arguments(saver):
@@ -605,3 +683,279 @@ def test_entry_point_is_declared():
     finally:
         sys.path.pop(0)
     assert symmem_build.ENTRY_POINTS == "[vllm.general_plugins]\nsymmem = symmem.compat.vllm:register\n", "the wheel carries it"
+
+
+# -- never stuck, errors of the originals' types ------------------------------
+
+
+def reserved() -> int:
+    return symmem.memory_stats(0)["reserved_bytes.all.current"]
+
+
+@pytest.fixture
+def no_limit():
+    yield
+    symmem.set_memory_limit(0, 0)
+
+
+def test_a_failed_resume_leaves_each_tag_paused_or_live_and_a_retry_works(saver, no_limit):
+    """Out of memory half-way through resume(T) (T is two libsymmem tags
+    here): the first is live, the second paused, both said so; the same
+    call works once there is room. The error is libsymmem's and a
+    RuntimeError, as torch_memory_saver's failures are."""
+    tag = unique("stuck")
+    with saver.region(tag=tag):
+        a = Tensor(4 * MiB, 1)
+    with saver.region(tag=tag, enable_cpu_backup=True):
+        b = Tensor(4 * MiB, 2)
+    saver.pause(tag)
+    symmem.empty_cache()
+    first = symmem.tag_bytes("tms." + tag)[1]
+    symmem.set_memory_limit(0, reserved() + first)
+    for _ in range(2):
+        with pytest.raises(symmem.OutOfMemoryError) as info:
+            saver.resume(tag)
+        assert isinstance(info.value, RuntimeError) and info.value.code == symmem.Result.OUT_OF_MEMORY
+        assert saver.tag_states() == {"tms." + tag: "live", "tms." + tag + ".cpu": "paused"}
+    symmem.set_memory_limit(0, 0)
+    saver.resume(tag)
+    assert b.all(2), "the paused part came back with its copy"
+    assert saver.tag_states() == {"tms." + tag: "live", "tms." + tag + ".cpu": "live"}
+    saver.pause(tag)
+    saver.resume(tag)
+    assert b.all(2)
+    del a
+
+
+def test_a_failed_pause_leaves_each_tag_paused_or_live_and_a_retry_works(saver, tmp_path):
+    """A pause that fails half-way (the disk copy's directory vanished):
+    the part paused before stays paused, the failed one live; pause(T)
+    again pauses what is left, resume(T) takes everything back."""
+    tag = unique("half")
+    d = tmp_path / "backups"
+    saver.set_disk_backup_dir(str(d))
+    try:
+        with saver.region(tag=tag):
+            a = Tensor(MiB, 1)
+        with saver.region(tag=tag, enable_disk_backup=True):
+            b = Tensor(MiB, 2)
+        d.rmdir()
+        with pytest.raises(symmem.InvalidStateError) as info:
+            saver.pause(tag)
+        assert isinstance(info.value, RuntimeError)
+        assert saver.tag_states() == {"tms." + tag: "paused", "tms." + tag + ".disk": "live"}
+        assert b.all(2), "the failed part is untouched"
+        d.mkdir()
+        saver.pause(tag)
+        assert saver.tag_states() == {"tms." + tag: "paused", "tms." + tag + ".disk": "paused"}
+        with pytest.raises(symmem.InvalidStateError, match="already paused"):
+            saver.pause(tag)
+        saver.resume(tag)
+        assert b.all(2)
+    finally:
+        symmem.set_backup_dir(None)
+    del a
+
+
+def test_errors_are_also_the_originals_types():
+    import pickle
+
+    from symmem.compat import original_error
+
+    oom = original_error(symmem.OutOfMemoryError(symmem.Result.OUT_OF_MEMORY, "resuming: no room"))
+    assert isinstance(oom, symmem.OutOfMemoryError) and isinstance(oom, RuntimeError) and isinstance(oom, MemoryError)
+    assert oom.code == symmem.Result.OUT_OF_MEMORY and "no room" in str(oom)
+    back = pickle.loads(pickle.dumps(oom))
+    assert type(back) is type(oom) and back.message == oom.message
+    for exc in (
+        symmem.BackendError(symmem.Result.BACKEND, "driver"),
+        symmem.TimeoutError(symmem.Result.TIMEOUT, "late"),
+        symmem.PeerError(symmem.Result.PEER, "gone"),
+    ):
+        new = original_error(exc)
+        assert isinstance(new, type(exc)) and isinstance(new, RuntimeError) and new.code == exc.code
+    arg = symmem.InvalidArgumentError(symmem.Result.INVALID_ARGUMENT, "x")
+    assert original_error(arg) is arg and isinstance(arg, ValueError)
+    state = symmem.InvalidStateError(symmem.Result.INVALID_STATE, "x")
+    assert original_error(state) is state and isinstance(state, RuntimeError)
+    other = KeyError("k")
+    assert original_error(other) is other
+
+
+def test_drop_ins_resume_without_fill(saver, allocator, monkeypatch):
+    """torch_memory_saver and vLLM leave memory without a copy undefined
+    after a resume: the drop-ins ask for no fill (SYMMEM_RESUME_NO_FILL);
+    symmem.resume keeps zero-filling by default."""
+    calls = []
+    real = symmem.tags.resume
+
+    def spy(tag=None, group=None, zero=True, backup="keep"):
+        calls.append((tag, zero, backup))
+        return real(tag, group=group, zero=zero, backup=backup)
+
+    monkeypatch.setattr(symmem.tags, "resume", spy)
+    tag = unique("nf")
+    with saver.region(tag=tag):
+        Tensor(MiB, 1)
+    saver.pause(tag)
+    saver.resume(tag)
+    (vt,) = vtags("nfv")
+    with allocator.use_memory_pool(vt):
+        Tensor(MiB, 1)
+    allocator.sleep(offload_tags=())
+    allocator.wake_up()
+    assert calls == [("tms." + tag, False, "release"), ("vllm." + vt, False, "release")]
+    with pytest.raises(ValueError, match="backup must be"):
+        symmem.resume("tms." + tag, backup="sometimes")
+
+
+def test_disable_gives_back_what_it_allocated(saver):
+    """torch_memory_saver's training_engine: memory allocated and freed
+    inside disable() is given back when the block exits."""
+    tag = unique("dis")
+    with saver.region(tag=tag):
+        Tensor(MiB, 1)
+        symmem.empty_cache()
+        before = reserved()
+        with saver.disable():
+            p = symmem.alloc(32 * MiB)
+            assert reserved() >= before + 32 * MiB
+            symmem.free(p)
+        assert reserved() <= before, "given back at the block's exit"
+
+
+# -- vLLM's habits -------------------------------------------------------------
+
+
+def test_vllm_worker_level_1_and_level_2_cycles(allocator):
+    """vLLM's worker: weights and KV cache in their pools; level 1 offloads
+    the weights and drops the KV cache, level 2 drops both (the worker
+    reloads the weights); it wakes the weights first, then the KV cache.
+    Host copies go back at wake_up, as vLLM frees its CPU tensors."""
+    weights, kv = vtags("weights", "kv_cache")
+    with allocator.use_memory_pool(tag=weights):
+        w = Tensor(3 * MiB, 0x5A)
+    with allocator.use_memory_pool(tag=kv):
+        k = Tensor(6 * MiB, 0x6B)
+    usage = allocator.get_current_usage()
+    assert usage >= 9 * MiB
+    for cycle in range(3):
+        allocator.sleep(offload_tags=(weights,))  # level 1
+        assert symmem.tag_bytes("vllm." + weights) == (0, symmem.tag_bytes("vllm." + weights)[1])
+        allocator.wake_up(tags=[weights])
+        assert w.all(0x5A), f"cycle {cycle}: the weights came back"
+        assert symmem.tags.backup_state(w.ptr, 1)[0] is None, "the host copy went back at wake_up"
+        assert symmem.tag_bytes("vllm." + kv)[0] == 0, "the KV cache sleeps until asked for"
+        allocator.wake_up(tags=[kv])
+        ctypes.memset(k.ptr, 0x6B, k.nbytes)  # the engine rebuilds its cache
+        assert allocator.get_current_usage() == usage
+    for cycle in range(2):
+        allocator.sleep(offload_tags=())  # level 2
+        allocator.wake_up(tags=[weights])
+        ctypes.memset(w.ptr, 0x5A, w.nbytes)  # the worker reloads the weights
+        allocator.wake_up(tags=[kv])
+        assert allocator.get_current_usage() == usage
+    assert w.all(0x5A)
+
+
+def test_vllm_wake_up_without_room_is_a_runtime_error_and_retries(allocator, no_limit):
+    weights, kv = vtags("weights", "kv_cache")
+    with allocator.use_memory_pool(tag=weights):
+        w = Tensor(4 * MiB, 0x21)
+    with allocator.use_memory_pool(tag=kv):
+        Tensor(4 * MiB, 0x22)
+    allocator.sleep(offload_tags=(weights,))
+    symmem.empty_cache()
+    symmem.set_memory_limit(0, reserved() + MiB)
+    try:
+        allocator.wake_up()
+    except RuntimeError as e:  # vLLM's callers catch RuntimeError
+        assert isinstance(e, symmem.OutOfMemoryError) and e.code == symmem.Result.OUT_OF_MEMORY
+    else:
+        raise AssertionError("wake_up found room under the limit")
+    symmem.set_memory_limit(0, 0)
+    allocator.wake_up()
+    assert w.all(0x21)
+    allocator.sleep()
+    allocator.wake_up()
+
+
+# -- names and messages ------------------------------------------------------
+
+
+# torch_memory_saver 0.0.10's public names, module by module.
+TMS_NAMES = {
+    "torch_memory_saver": ["TorchMemorySaver", "configure_subprocess", "torch_memory_saver"],
+    "torch_memory_saver.entrypoint": ["TorchMemorySaver", "CpuBackupBackend"],
+    "torch_memory_saver.utils": ["is_xpu", "get_binary_path_from_package", "change_env"],
+    "torch_memory_saver.hooks.base": ["HookMode", "HookUtilBase"],
+    "torch_memory_saver.hooks.mode_preload": ["HookUtilModePreload", "configure_subprocess"],
+    "torch_memory_saver.hooks.mode_torch": ["HookUtilModeTorch"],
+}
+TMS_METHODS = [
+    "region", "cuda_graph", "disable", "pause", "resume", "enabled", "hook_mode", "memory_margin_bytes",
+    "retain_cpu_backup", "get_cpu_backup", "set_disk_backup_dir",
+]
+
+
+def test_every_public_name_of_torch_memory_saver_0_0_10():
+    out = _run(
+        f"""
+        import sys, importlib
+        sys.modules["torch"] = None  # these need no torch
+        import symmem.compat
+        symmem.compat.install()
+        for mod, names in {TMS_NAMES!r}.items():
+            m = importlib.import_module(mod)
+            missing = [n for n in names if not hasattr(m, n)]
+            assert not missing, (mod, missing)
+        from torch_memory_saver import TorchMemorySaver
+        missing = [n for n in {TMS_METHODS!r} if not hasattr(TorchMemorySaver, n)]
+        assert not missing, missing
+        from torch_memory_saver.utils import change_env, is_xpu
+        assert is_xpu() is False
+        import os
+        with change_env("TMS_X_TEST", "1"):
+            assert os.environ["TMS_X_TEST"] == "1"
+        assert "TMS_X_TEST" not in os.environ
+        print("ok")
+        """
+    )
+    assert out.strip() == "ok"
+
+
+def _run_failing(code: str):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PYTHON_DIR
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    return p.stderr
+
+
+@pytest.mark.parametrize(
+    "code, api",
+    [
+        (
+            """
+            import symmem.compat
+            symmem.compat.install()
+            from torch_memory_saver import torch_memory_saver
+            with torch_memory_saver.region():
+                pass
+            """,
+            "torch_memory_saver",
+        ),
+        (
+            """
+            from symmem.compat.vllm import CuMemAllocator
+            CuMemAllocator.get_instance()
+            """,
+            "CuMemAllocator",
+        ),
+    ],
+)
+def test_without_torch_the_drop_ins_say_so_in_one_line(code, api):
+    stderr = _run_failing('import sys\nsys.modules["torch"] = None\n' + textwrap.dedent(code))
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("RuntimeError: ") and api in last and "needs PyTorch" in last and "install torch" in last, stderr
+    assert "ModuleNotFoundError" not in stderr and "During handling" not in stderr, stderr

@@ -8,8 +8,10 @@ why (fail with SYMMEM_REQUIRE_GPU=1)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -42,7 +44,7 @@ def test_simple(how):
     r = run_program("simple", how)
     assert r["dropin"], "torch_memory_saver resolved to libsymmem's drop-in"
     assert r["free_rise"] >= 256 * MiB - 16 * MiB, r
-    assert r["same_ptr"] and r["zero_after"], r
+    assert r["same_ptr"], r  # contents undefined after the resume, as torch_memory_saver's
 
 
 def test_cpu_backup():
@@ -63,7 +65,7 @@ def test_cuda_graph_replays_after_resume():
 def test_disable():
     need_gpus()
     r = run_program("disable")
-    assert r["disabled_live"] and r["tagged_zero"], r
+    assert r["disabled_live"], r
 
 
 def test_training_step_between_pause_and_resume():
@@ -76,7 +78,7 @@ def test_training_step_between_pause_and_resume():
 def test_tms_init_enable():
     need_gpus()
     r = run_program("init_enable", TMS_INIT_ENABLE="1", TMS_INIT_ENABLE_CPU_BACKUP="1")
-    assert r["weights_kept"] and r["grad_zero"], r
+    assert r["weights_kept"], r
     assert r["free_rise"] >= 2 * 40_000_000 - 16 * MiB, r
 
 
@@ -85,4 +87,55 @@ def test_vllm_sleep_and_wake_up():
     r = run_program("vllm")
     assert r["usage"] >= 96 * MiB * 4, r
     assert r["free_rise"] >= 96 * MiB * 4 - 16 * MiB, r
-    assert r["weights_ok"] and r["kv_zero"], r
+    assert r["weights_ok"], r
+
+
+def test_vllm_cuda_graph_across_sleep():
+    """vLLM's worker: a CUDA graph over the weights (kept at level 1,
+    dropped and reloaded at level 2) and the KV cache (dropped) replays
+    right after wake_up(["weights"]) then wake_up(["kv_cache"]);
+    get_current_usage is the same before and after; a wake_up without
+    room is a RuntimeError (torch.OutOfMemoryError) carrying libsymmem's
+    code, and the retry works."""
+    need_gpus()
+    r = run_program("vllm_graph")
+    assert r["replays_ok"] == [True] * 4, r
+    assert r["usage_before"] == r["usage_after"] >= r["weights_bytes"] + 64 * MiB, r
+    assert r["free_rise_min"] >= r["weights_bytes"] + 64 * MiB - 16 * MiB, r
+    assert r["oom"] == dict(runtime=True, torch_oom=True, symmem_oom=True, code=2), r
+    assert r["retry_ok"], r
+
+
+# -- torch_memory_saver's own example programs --------------------------------
+
+# Where a copy of torch_memory_saver's repository is (carried, never
+# committed: scripts/tms_examples.sh says how to fetch it).
+TMS_REPO = Path(os.environ.get("TMS_REPO", Path(__file__).resolve().parents[2] / ".scratch" / "torch_memory_saver"))
+TMS_PROGRAMS = ["simple", "cpu_backup", "cuda_graph", "rl_example", "training_engine"]
+
+
+@pytest.mark.parametrize("entry", ["install", "module"])
+@pytest.mark.parametrize("program", TMS_PROGRAMS)
+def test_torch_memory_saver_example_programs(program, entry):
+    """torch_memory_saver's test/examples/<program>.py, unchanged, in a
+    fresh process through symmem.compat.install() or python -m
+    symmem.compat --, hook mode "preload" (training_engine with
+    TMS_INIT_ENABLE=1 TMS_INIT_ENABLE_CPU_BACKUP=1, as its own tests run
+    it). Skips where the copy of its repository is absent."""
+    need_gpus()
+    prog = TMS_REPO / "test" / "examples" / f"{program}.py"
+    if not prog.exists():
+        pytest.skip(f"{prog} is absent: fetch torch_memory_saver's repository into {TMS_REPO} (scripts/tms_examples.sh)")
+    extra = {"TMS_INIT_ENABLE": "1", "TMS_INIT_ENABLE_CPU_BACKUP": "1"} if program == "training_engine" else {}
+    if entry == "module":
+        cmd = [sys.executable, "-m", "symmem.compat", "--", sys.executable, str(prog), "preload"]
+    else:
+        code = (
+            "import sys, runpy, symmem.compat; symmem.compat.install(); "
+            f"sys.argv = [{str(prog)!r}, 'preload']; runpy.run_path({str(prog)!r}, run_name='__main__')"
+        )
+        cmd = [sys.executable, "-c", code]
+    env = _env(**extra)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env["PYTHONPATH"]])  # symmem from any folder
+    r = subprocess.run(cmd, env=env, cwd=str(prog.parent), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, f"{program} ({entry}) failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-8000:]}"

@@ -169,13 +169,32 @@ static void test_backup_choices(void) {
   CHECK_RESULT(symmem_pause_with("c-pageable", SYMMEM_PAUSE_DISCARD), SYMMEM_SUCCESS, "pause c-pageable, discarding");
   CHECK_RESULT(symmem_backup_pointer(pg, 16, &host, &paused), SYMMEM_ERROR_INVALID_STATE, "no copy after a discard");
   CHECK(strstr(symmem_last_error_message(), "discarded") != NULL, "the error says why: %s", symmem_last_error_message());
-  CHECK_RESULT(symmem_resume_with("c-pageable", 2), SYMMEM_ERROR_INVALID_ARGUMENT, "unknown resume flags");
+  CHECK_RESULT(symmem_resume_with("c-pageable", 8), SYMMEM_ERROR_INVALID_ARGUMENT, "unknown resume flags");
   CHECK_RESULT(symmem_resume_with("", 0), SYMMEM_ERROR_INVALID_ARGUMENT, "symmem_resume_with(\"\")");
   CHECK_RESULT(symmem_resume("c-pageable"), SYMMEM_SUCCESS, "resume c-pageable");
   CHECK(pg[0] == 0 && pg[MiB - 1] == 0, "discarded: zero after the resume");
   CHECK_RESULT(symmem_pause("c-pageable"), SYMMEM_SUCCESS, "pause c-pageable again");
   CHECK_RESULT(symmem_resume_with("c-pageable", SYMMEM_RESUME_NO_FILL), SYMMEM_SUCCESS, "resume without fill");
   CHECK(pg[0] == 0 && pg[MiB - 1] == 0, "the copy is restored whatever the flag");
+
+  /* What a resume does with the host copies: retain them at their address,
+   * or give them back. */
+  memset(pg, 0x63, MiB);
+  CHECK_RESULT(symmem_pause("c-pageable"), SYMMEM_SUCCESS, "pause c-pageable");
+  void *first = NULL;
+  CHECK_RESULT(symmem_backup_pointer(pg, 16, &first, NULL), SYMMEM_SUCCESS, "the copy of the pause");
+  CHECK_RESULT(symmem_resume_with("c-pageable", SYMMEM_RESUME_RELEASE_BACKUP | SYMMEM_RESUME_RETAIN_BACKUP),
+               SYMMEM_ERROR_INVALID_ARGUMENT, "RELEASE_BACKUP and RETAIN_BACKUP together");
+  CHECK_RESULT(symmem_resume_with("c-pageable", SYMMEM_RESUME_RETAIN_BACKUP), SYMMEM_SUCCESS, "resume, retaining the copy");
+  CHECK_RESULT(symmem_backup_pointer(pg, 16, &host, &paused), SYMMEM_SUCCESS, "the retained copy");
+  CHECK(host == first && paused == 0, "retained at the same address");
+  CHECK_RESULT(symmem_pause("c-pageable"), SYMMEM_SUCCESS, "pause c-pageable");
+  CHECK_RESULT(symmem_backup_pointer(pg, 16, &host, NULL), SYMMEM_SUCCESS, "the copy of the pause");
+  CHECK(host == first, "the next pause saves into the retained copy");
+  CHECK_RESULT(symmem_resume_with("c-pageable", SYMMEM_RESUME_RELEASE_BACKUP | SYMMEM_RESUME_NO_FILL), SYMMEM_SUCCESS,
+               "resume, releasing the copy");
+  CHECK(pg[0] == 0x63 && pg[MiB - 1] == 0x63, "restored before the release");
+  CHECK_RESULT(symmem_backup_pointer(pg, 16, &host, &paused), SYMMEM_ERROR_INVALID_STATE, "released: no copy");
   symmem_free(pg, 0, 0, NULL);
   symmem_free(nb, 0, 0, NULL);
   CHECK_RESULT(symmem_empty_cache(-1), SYMMEM_SUCCESS, "empty_cache frees the host copies with their segments");

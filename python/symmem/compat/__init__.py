@@ -27,14 +27,16 @@ process's environment changes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
-from typing import Dict, Mapping
+from typing import Dict, Iterator, Mapping, Tuple, Type
 
-from ..errors import InvalidArgumentError, Result, quote
+from .. import errors as _errors
+from ..errors import InvalidArgumentError, Result, SymmemError, quote
 
-__all__ = ["SHIM_DIR", "install", "installed"]
+__all__ = ["SHIM_DIR", "install", "installed", "original_error"]
 
 SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim")
 
@@ -54,6 +56,79 @@ def _check_tag(api: str, tag, max_len: int, empty_hint: str = "") -> None:
         raise InvalidArgumentError(
             Result.INVALID_ARGUMENT, f"{api}: tag {quote(tag)}: libsymmem's drop-in takes tags of 1 to {max_len} letters, digits, '.', '_', '-'"
         )
+
+
+# -- errors as the originals raise them -------------------------------------
+#
+# torch_memory_saver and vLLM raise RuntimeError where their calls fail (a
+# CUDA error, no memory at a wake-up), torch.OutOfMemoryError where torch
+# runs out, ValueError for bad arguments; callers catch those. The drop-ins
+# raise libsymmem's own exception (its class, .code and .message) made a
+# subclass of the original's type too: symmem.InvalidArgumentError is
+# already a ValueError and InvalidStateError a RuntimeError; the others get
+# a subclass here that adds RuntimeError, and out of memory adds
+# torch.OutOfMemoryError (itself a RuntimeError) where torch is imported.
+# The classes are module attributes, so the exceptions pickle.
+
+_RUNTIME_CLASSES: Dict[Tuple[Type[SymmemError], type], type] = {}
+
+
+def _derived(cls: Type[SymmemError], base: type) -> type:
+    key = (cls, base)
+    out = _RUNTIME_CLASSES.get(key)
+    if out is None:
+        suffix = "Torch" if base is not RuntimeError else "Runtime"
+        name = f"{cls.__name__}{suffix}"
+        out = type(
+            name,
+            (cls, base),
+            {
+                "__module__": __name__,
+                "__doc__": f"{cls.__doc__ or cls.__name__} Raised by the drop-ins: also a {base.__module__}.{base.__qualname__}, as the original library raises there.",
+                "__reduce__": lambda self: (_rebuild, (cls.__name__, base is not RuntimeError, int(self.code), self.message)),
+            },
+        )
+        _RUNTIME_CLASSES[key] = out
+        globals()[name] = out
+    return out
+
+
+def _rebuild(name: str, torch_base: bool, code: int, message: str):
+    cls = getattr(_errors, name)
+    return original_error(cls(code, message), torch_oom=torch_base)
+
+
+def original_error(exc: BaseException, torch_oom: bool = True) -> BaseException:
+    """exc (a libsymmem exception) as a drop-in raises it: the same class,
+    code and message, and also an instance of what torch_memory_saver or
+    vLLM raise there (RuntimeError; torch.OutOfMemoryError for out of
+    memory where torch is imported; ValueError as it is for bad
+    arguments). Other exceptions come back unchanged."""
+    if not isinstance(exc, SymmemError):
+        return exc
+    base: type = RuntimeError
+    if isinstance(exc, _errors.OutOfMemoryError):
+        torch = sys.modules.get("torch") if torch_oom else None
+        base = getattr(torch, "OutOfMemoryError", None) or RuntimeError
+    elif isinstance(exc, (RuntimeError, ValueError)):
+        return exc
+    if isinstance(exc, base):
+        return exc
+    new = _derived(type(exc), base)(exc.code, exc.message)
+    new.__traceback__ = exc.__traceback__
+    return new
+
+
+@contextlib.contextmanager
+def _original_errors() -> Iterator[None]:
+    """Raise libsymmem's exceptions inside the block as original_error says."""
+    try:
+        yield
+    except SymmemError as exc:
+        new = original_error(exc)
+        if new is exc:
+            raise
+        raise new from None
 
 
 def _env_bool(name: str) -> bool:

@@ -25,6 +25,7 @@ import ctypes
 import threading
 from typing import Any, Iterator, Optional, Tuple
 
+from .. import allocator as _allocator
 from .. import tags as _tags
 
 
@@ -50,8 +51,13 @@ class BufferMemory:
 
     @contextlib.contextmanager
     def untagged_scope(self) -> Iterator[None]:
-        with _tags.untagged():
-            yield
+        # As torch_memory_saver's disable(): what the block allocated and
+        # freed is given back when it exits (libsymmem's idle segments).
+        try:
+            with _tags.untagged():
+                yield
+        finally:
+            _allocator.empty_cache()
 
     def tensor_memory(self, x) -> Tuple[int, int, bool]:
         if hasattr(x, "data_ptr"):
@@ -80,14 +86,20 @@ class TorchMemory:
 
     name = "torch"
 
-    def __init__(self) -> None:
-        import torch  # noqa: F401 - fail here, with torch's own message, if missing
+    def __init__(self, api: str = "symmem.compat") -> None:
+        try:
+            import torch
+        except ImportError as exc:
+            raise RuntimeError(
+                f"{api} (libsymmem's drop-in) needs PyTorch, which cannot be imported here ({exc}); install torch"
+            ) from None
 
         from .. import torch as symmem_torch
 
         self._torch = torch
         self._st = symmem_torch
         self._pools: dict = {}
+        self._kept_pools: list = []  # disable() pools still holding tensors at the block's exit
         self._lock = threading.Lock()
         # libsymmem is torch's global allocator (make_global_allocator).
         self._global = False
@@ -127,22 +139,42 @@ class TorchMemory:
 
     @contextlib.contextmanager
     def untagged_scope(self) -> Iterator[None]:
-        # A pool of the current allocator apart from the tags' pools, as
-        # torch_memory_saver's disable() uses, so that no tag's pool serves
-        # it. One per device, kept for the process: torch aborts when a
-        # MemPool that still holds tensors is destroyed.
+        # As torch_memory_saver's disable(): a fresh pool of the current
+        # allocator, apart from the tags' pools, given back when the block
+        # exits, so that what the block allocated and freed does not stay
+        # cached. A pool that still holds tensors then is kept (torch must
+        # not destroy a MemPool in use). Where libsymmem is torch's global
+        # allocator, libsymmem's idle segments are released instead.
         if self._global:
-            with _tags.untagged():
-                yield
+            try:
+                with _tags.untagged():
+                    yield
+            finally:
+                _allocator.empty_cache()
             return
         torch = self._torch
-        key = ("", torch.cuda.current_device())
-        with self._lock:
-            pool = self._pools.get(key)
-            if pool is None:
-                pool = self._pools[key] = torch.cuda.MemPool()
-        with torch.cuda.use_mem_pool(pool), _tags.untagged():
-            yield
+        held = [torch.cuda.MemPool()]  # the only reference, so that _dispose can drop it
+        try:
+            with torch.cuda.use_mem_pool(held[0]), _tags.untagged():
+                yield
+        finally:
+            self._dispose(held)
+
+    def _dispose(self, held: list) -> None:
+        """Give back the memory of a disable() block's pool (held: a list
+        with the only reference to it)."""
+        torch = self._torch
+        pool = held.pop()
+        try:
+            in_use = any(seg.get("allocated_size", 0) for seg in pool.snapshot())
+        except Exception:  # noqa: BLE001 - a torch without MemPool.snapshot
+            in_use = False
+        if in_use:
+            with self._lock:
+                self._kept_pools.append(pool)
+            return
+        del pool
+        torch.cuda.empty_cache()
 
     def tensor_memory(self, x) -> Tuple[int, int, bool]:
         if not x.is_cuda:
@@ -173,10 +205,11 @@ _default: Optional[Any] = None
 _default_lock = threading.Lock()
 
 
-def default_memory():
-    """The memory the drop-ins use unless given one: torch's."""
+def default_memory(api: str = "symmem.compat"):
+    """The memory the drop-ins use unless given one: torch's (RuntimeError
+    in one line naming api where torch cannot be imported)."""
     global _default
     with _default_lock:
         if _default is None:
-            _default = TorchMemory()
+            _default = TorchMemory(api)
         return _default

@@ -14,20 +14,28 @@ docs/dropin.md, never silent):
 - The empty tag "" is an error (torch_memory_saver treats it as every tag).
 - Tags are 1 to 55 characters of letters, digits, '.', '_', '-'.
 - Pausing a paused tag, or resuming a live one, raises
-  :class:`symmem.InvalidStateError` (torch_memory_saver exits the process).
-  ``pause(None)`` / ``resume(None)`` act on every tag and raise the same if
-  one of them is already in the target state.
+  :class:`symmem.InvalidStateError` (a RuntimeError; torch_memory_saver
+  exits the process). A tag partly paused (a pause or resume that failed
+  half-way) is neither: ``pause`` finishes it and ``resume`` takes it back.
+  ``pause(None)`` / ``resume(None)`` act on every tag that is not yet in
+  the target state, and raise the same only if none is left.
+- Every error is also the type torch_memory_saver raises there
+  (:func:`symmem.compat.original_error`): RuntimeError, ValueError, and
+  torch.OutOfMemoryError when memory runs out.
 - Pausing or resuming a tag that no region used does nothing (as there).
 - Allocating in a region of a paused tag fails (libsymmem keeps a tag's
   memory whole; torch reports it as out of memory); torch_memory_saver makes
   a new live allocation.
-- Without CPU backup the contents after a resume are zero (torch_memory_saver
-  leaves them undefined).
+- Without CPU backup the contents after a resume are undefined, as there
+  (no zero-fill: ``symmem_resume_with(SYMMEM_RESUME_NO_FILL)``).
 - ``get_cpu_backup`` of a paused tensor without backup raises
   :class:`symmem.InvalidStateError` (torch_memory_saver aborts).
-- Host copies are kept across cycles whatever ``retain_cpu_backup`` says
-  (later pauses never pin again); ``retain_cpu_backup`` only decides whether
-  ``get_cpu_backup`` returns the copy of a live tensor.
+- Host copies are held from the pause to the resume and given back at the
+  resume unless ``retain_cpu_backup`` keeps them (at the same address, reused
+  by the next pause), as there; a given-back pinned copy stays pinned ahead
+  of the next pause within SYMMEM_BACKUP_PIN_AHEAD (default: a quarter of
+  the host memory, shared among the machine's GPUs; 0: none, as
+  torch_memory_saver), so that pauses stay at copy speed.
 - ``memory_margin_bytes`` accepts 0 only: use ``symmem.set_memory_limit``.
 - ``get_cpu_backup`` of a disk-backed tensor returns its copy (read from
   the file) where torch_memory_saver returns None.
@@ -43,13 +51,14 @@ docs/dropin.md, never silent):
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import threading
-from typing import Dict, Iterator, Optional, Set
+from typing import Dict, Iterator, Optional
 
 from .. import tags as _tags
-from . import _check_tag, _env_bool
-from ..errors import InvalidArgumentError, InvalidStateError, Result, brief
+from . import _check_tag, _env_bool, _original_errors
+from ..errors import InvalidArgumentError, InvalidStateError, Result, SymmemError, brief, quote
 
 __all__ = ["TorchMemorySaver", "torch_memory_saver", "configure_subprocess"]
 
@@ -78,8 +87,12 @@ class TorchMemorySaver:
     def __init__(self, memory=None):
         self._memory = memory
         self._lock = threading.RLock()
-        self._tags: Dict[str, Set[str]] = {}  # torch_memory_saver tag -> libsymmem tags
-        self._paused: Set[str] = set()  # libsymmem tags paused by this object
+        self._tags: Dict[str, set] = {}  # torch_memory_saver tag -> libsymmem tags
+        # libsymmem tag -> "live", "paused" or "partly" (a pause or resume
+        # failed half-way, on some devices): never stuck, the next pause
+        # finishes a partly paused tag and the next resume takes it back.
+        self._state: Dict[str, str] = {}
+        self._impl = None  # torch_memory_saver's private object, as far as its tests use it
         self._local = threading.local()  # .depth: regions open on this thread
         self._retain = _env_bool("TMS_RETAIN_CPU_BACKUP")
         self._hook_mode = "preload"
@@ -102,7 +115,7 @@ class TorchMemorySaver:
             if self._memory is None:
                 from ._memory import default_memory
 
-                self._memory = default_memory()
+                self._memory = default_memory("torch_memory_saver")
             if self._disk_dir:
                 _tags.set_backup_dir(self._disk_dir)
             if _env_bool("TMS_INIT_ENABLE"):
@@ -113,6 +126,7 @@ class TorchMemorySaver:
                 tag, backup = self._symmem_tag(_TAG_DEFAULT, kind)
                 _tags.set_default_tag(tag, backup=backup)
                 self._init_enable = True
+            self._impl = _Impl(self)
             self._initialized = True
 
     def _symmem_tag(self, tag, kind: str):
@@ -205,56 +219,90 @@ class TorchMemorySaver:
             raise InvalidArgumentError(Result.INVALID_ARGUMENT, f'torch_memory_saver.{call}(""): the empty tag is refused (it is not "every tag": pass None)')
         return sorted(self._tags.get(tag, ()))
 
+    def _settle(self, name: str) -> None:
+        """After a failed pause or resume of name: its state as the library
+        has it (paused and live bytes; a tag without segments keeps the
+        state it had)."""
+        try:
+            live, paused = _tags.tag_bytes(name)
+        except SymmemError:
+            return
+        if paused and live:
+            self._state[name] = "partly"
+        elif paused:
+            self._state[name] = "paused"
+        elif live:
+            self._state[name] = "live"
+
+    def _change(self, tag: Optional[str], call: str, to: str) -> None:
+        """Pause (to="paused") or resume (to="live") the libsymmem tags of
+        tag, each one that is not in that state yet. A failure leaves every
+        one of them paused, live or partly (tag_states says which) and is
+        raised; the same call again finishes the rest."""
+        self._ensure_initialized()
+        with self._lock, _original_errors():
+            names = self._targets(tag, call)
+            todo = [n for n in names if self._state.get(n, "live") != to]
+            if names and not todo:
+                what = "already paused" if to == "paused" else "not paused"
+                raise InvalidStateError(
+                    Result.INVALID_STATE, f"torch_memory_saver.{call}({'None' if tag is None else quote(tag)}): {what}: {', '.join(names)}"
+                )
+            for n in todo:
+                try:
+                    if to == "paused":
+                        _tags.pause(n)
+                    else:
+                        _tags.resume(n, zero=False, backup="retain" if self._retain else "release")
+                except SymmemError:
+                    self._settle(n)
+                    raise
+                self._state[n] = to
+
     def pause(self, tag: Optional[str] = None) -> None:
         """Release the memory of ``tag`` (None: every tag), keeping addresses;
         tags with CPU backup copy their contents to the host first."""
-        self._ensure_initialized()
-        with self._lock:
-            names = self._targets(tag, "pause")
-            already = [n for n in names if n in self._paused]
-            if already:
-                raise InvalidStateError(Result.INVALID_STATE, f"torch_memory_saver.pause({tag!r}): already paused: {', '.join(already)}")
-            for n in names:
-                _tags.pause(n)
-                self._paused.add(n)
+        self._change(tag, "pause", "paused")
 
     def resume(self, tag: Optional[str] = None) -> None:
         """Take back the memory of ``tag`` (None: every tag) at the same
-        addresses; contents restored with CPU backup, zero without."""
-        self._ensure_initialized()
+        addresses; contents restored with CPU backup, undefined without. The
+        host copies are given back unless ``retain_cpu_backup`` is set."""
+        self._change(tag, "resume", "live")
+
+    def tag_states(self) -> Dict[str, str]:
+        """libsymmem's drop-in only: the state of each libsymmem tag of this
+        object ("tms.T", "tms.T.cpu", ...): "live", "paused" or "partly"."""
         with self._lock:
-            names = self._targets(tag, "resume")
-            live = [n for n in names if n not in self._paused]
-            if live:
-                raise InvalidStateError(Result.INVALID_STATE, f"torch_memory_saver.resume({tag!r}): not paused: {', '.join(live)}")
-            for n in names:
-                _tags.resume(n)
-                self._paused.discard(n)
+            return {n: self._state.get(n, "live") for names in self._tags.values() for n in sorted(names)}
 
     # -- CPU copies --------------------------------------------------------
 
     def get_cpu_backup(self, x, zero_copy: bool = False):
         """The CPU copy of tensor ``x``: while paused, the copy the pause
-        made; while live, None, or the last pause's copy if
-        ``retain_cpu_backup`` is set. A paused tensor without CPU backup
-        raises InvalidStateError."""
+        made; while live, the copy a resume with ``retain_cpu_backup``
+        kept (at the same address), else None. ``zero_copy`` gives a view of
+        the copy itself. A paused tensor without CPU backup raises
+        InvalidStateError."""
         self._ensure_initialized()
         ptr, nbytes, contiguous = self._memory.tensor_memory(x)
         if not contiguous:
             raise ValueError("torch_memory_saver.get_cpu_backup needs a contiguous tensor")
-        host, paused = _tags.backup_state(ptr, max(nbytes, 1))
-        if host is None:
-            if paused:
-                raise InvalidStateError(Result.INVALID_STATE, 
-                    f"torch_memory_saver.get_cpu_backup: the tensor at {ptr:#x} is paused and has no CPU copy (its region had enable_cpu_backup=False)"
-                )
-            return None
-        if not paused and not self._retain:
-            return None
+        with _original_errors():
+            host, paused = _tags.backup_state(ptr, max(nbytes, 1))
+            if host is None:
+                if paused:
+                    raise InvalidStateError(
+                        Result.INVALID_STATE,
+                        f"torch_memory_saver.get_cpu_backup: the tensor at {ptr:#x} is paused and has no CPU copy (its region had enable_cpu_backup=False)",
+                    )
+                return None
         return self._memory.cpu_copy(host, x, zero_copy)
 
     @property
     def retain_cpu_backup(self) -> bool:
+        """Whether a resume keeps the host copies (at their addresses, for
+        get_cpu_backup and the next pause) instead of giving them back."""
         return self._retain
 
     @retain_cpu_backup.setter
@@ -294,6 +342,100 @@ class TorchMemorySaver:
         os.makedirs(path, exist_ok=True)
         _tags.set_backup_dir(path)
         self._disk_dir = path
+
+
+class _PoolsView:
+    """torch_memory_saver's ``_impl._mem_pools``, keyed as there by (tag,
+    enable_cpu_backup, enable_disk_backup, resolved backend, device), over
+    the drop-in's pools (its tests pop a pool to free a tag's memory)."""
+
+    def __init__(self, saver: "TorchMemorySaver") -> None:
+        self._saver = saver
+
+    def _key(self, key):
+        tag, cpu, disk, backend, device = key
+        kind = self._saver._kind(bool(cpu), bool(disk), backend or None)
+        return (_PREFIX + tag + _KINDS[kind][0], device)
+
+    def _pools(self) -> dict:
+        return getattr(self._saver._memory, "_pools", {})
+
+    def pop(self, key, *default):
+        return self._pools().pop(self._key(key), *default)
+
+    def get(self, key, default=None):
+        return self._pools().get(self._key(key), default)
+
+    def __getitem__(self, key):
+        return self._pools()[self._key(key)]
+
+    def __contains__(self, key) -> bool:
+        return self._key(key) in self._pools()
+
+    def __len__(self) -> int:
+        return len(self._pools())
+
+    def clear(self) -> None:
+        self._pools().clear()
+
+
+class _CudaRuntime:
+    """torch_memory_saver's ``_impl._binary_wrapper.cdll`` as far as its
+    tests use it: the CUDA runtime's functions (cudaHostGetFlags,
+    cudaGetLastError) from the libcudart this process has loaded."""
+
+    def __init__(self) -> None:
+        self._lib = None
+
+    def _load(self):
+        if self._lib is None:
+            path = None
+            try:
+                with open("/proc/self/maps") as f:
+                    for line in f:
+                        if "libcudart" in line and "/" in line:
+                            path = line[line.index("/") :].strip()
+                            break
+            except OSError:
+                pass
+            if path is None:
+                raise AttributeError("torch_memory_saver (libsymmem's drop-in): no CUDA runtime (libcudart) is loaded in this process")
+            self._lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL)
+        return self._lib
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._load(), name)
+
+
+class _BinaryWrapper:
+    def __init__(self) -> None:
+        self.cdll = _CudaRuntime()
+
+
+class _Impl:
+    """What torch_memory_saver's tests reach through ``torch_memory_saver._impl``:
+    ``_mem_pools``, ``_with_region_config``, ``_binary_wrapper.cdll`` (the
+    CUDA runtime only), ``_hook_mode``, ``_is_xpu``. Not an API."""
+
+    _is_xpu = False
+
+    def __init__(self, saver: "TorchMemorySaver") -> None:
+        self._saver = saver
+        self._mem_pools = _PoolsView(saver)
+        self._binary_wrapper = _BinaryWrapper()
+
+    @property
+    def _hook_mode(self) -> str:
+        return self._saver._hook_mode
+
+    @contextlib.contextmanager
+    def _with_region_config(self, tag: str, enable_cpu_backup: bool, cpu_backup_backend=None, enable_disk_backup: bool = False):
+        kind = self._saver._kind(enable_cpu_backup, enable_disk_backup, cpu_backup_backend)
+        name, backup = self._saver._symmem_tag(tag, kind)
+        with _tags.region(name, backup=backup):
+            yield
 
 
 torch_memory_saver = TorchMemorySaver()

@@ -17,13 +17,21 @@ Differences from vLLM (each an error or a line of docs/dropin.md):
 
 - Tags are 1 to 59 characters of letters, digits, '.', '_', '-'; "" is an
   error.
-- After wake_up, discarded memory reads zero (vLLM leaves it undefined).
 - Tags named in ``CuMemAllocator.offload_ahead`` (default: "weights", what
   vLLM's level-1 sleep offloads) pin their host copy when their memory is
   allocated, in the background, so the first sleep runs at copy speed; other
-  offloaded tags pin at their first sleep. Host copies are kept for later
-  cycles (vLLM frees them at wake_up).
+  offloaded tags pin at their first sleep. wake_up gives the host copies
+  back, as vLLM does; a pinned one stays pinned ahead of the next sleep
+  within SYMMEM_BACKUP_PIN_AHEAD (default: a quarter of the host memory,
+  shared among the machine's GPUs; 0: none, as vLLM).
 - Allocating in a tag while it sleeps raises.
+- get_instance() without torch raises RuntimeError saying so (vLLM:
+  AssertionError "cumem allocator is not available").
+- Errors are libsymmem's exceptions that are also what vLLM raises there
+  (:func:`symmem.compat.original_error`): a wake_up without room raises
+  one that is a RuntimeError (torch.OutOfMemoryError). A sleep or wake_up
+  that fails half-way leaves each tag asleep, awake or partly asleep (the
+  next sleep finishes it, the next wake_up takes it back): retry the call.
 - ``use_cudagraph_pool`` / ``release_cudagraph_pool`` raise
   NotImplementedError: capture graphs inside ``use_memory_pool`` instead.
 """
@@ -35,7 +43,8 @@ import threading
 from typing import Dict, Iterable, Iterator, Optional, Set, Tuple, Union
 
 from .. import tags as _tags
-from . import _check_tag, _env_bool
+from ..errors import SymmemError
+from . import _check_tag, _env_bool, _original_errors
 
 __all__ = ["CuMemAllocator", "SymmemSleepBackend", "register"]
 
@@ -62,7 +71,9 @@ class CuMemAllocator:
     def get_instance() -> "CuMemAllocator":
         with CuMemAllocator._instance_lock:
             if CuMemAllocator.instance is None:
-                CuMemAllocator.instance = CuMemAllocator()
+                inst = CuMemAllocator()
+                inst._mem()  # torch, or RuntimeError in one line
+                CuMemAllocator.instance = inst
             return CuMemAllocator.instance
 
     def __init__(self, memory=None):
@@ -70,13 +81,15 @@ class CuMemAllocator:
         self._lock = threading.RLock()
         self._tags: Dict[str, bool] = {}  # vLLM tag -> pinned ahead (the libsymmem tag's backup)
         self._asleep: Set[str] = set()
+        # Tags that a sleep or wake_up left partly asleep (some devices).
+        self._partly: Set[str] = set()
         self.current_tag: str = CuMemAllocator.default_tag
 
     def _mem(self):
         if self._memory is None:
             from ._memory import default_memory
 
-            self._memory = default_memory()
+            self._memory = default_memory("CuMemAllocator")
         return self._memory
 
     def _name(self, tag: str) -> str:
@@ -100,38 +113,67 @@ class CuMemAllocator:
         finally:
             self.current_tag = old
 
+    def _settle(self, tag: str) -> None:
+        """After a failed sleep or wake_up of tag: asleep, awake or partly
+        asleep, as the library has it."""
+        try:
+            live, paused = _tags.tag_bytes(self._name(tag))
+        except SymmemError:
+            return
+        self._partly.discard(tag)
+        if paused and live:
+            self._partly.add(tag)
+            self._asleep.discard(tag)
+        elif paused:
+            self._asleep.add(tag)
+        elif live:
+            self._asleep.discard(tag)
+
+    def _pause(self, tag: str, backup: bool) -> None:
+        try:
+            _tags.pause(self._name(tag), backup=backup)
+        except SymmemError:
+            self._settle(tag)
+            raise
+        self._partly.discard(tag)
+        self._asleep.add(tag)
+
     def sleep(self, offload_tags: Union[Tuple[str, ...], str, None] = None) -> None:
         """Release every awake tag's memory: tags in ``offload_tags`` (default
         ("default",)) keep a host copy, the others are discarded. Tags
         already asleep keep what their sleep decided."""
         offload = (CuMemAllocator.default_tag,) if offload_tags is None else _as_tuple(offload_tags)
-        with self._lock:
+        with self._lock, _original_errors():
             for tag in sorted(self._tags):
                 if tag in self._asleep:
                     continue
-                _tags.pause(self._name(tag), backup=tag in offload)
-                self._asleep.add(tag)
+                self._pause(tag, tag in offload)
         self._mem().release_cached()
 
     def discard(self, tags: Union[Tuple[str, ...], str]) -> None:
         """Release the memory of the awake ``tags`` without keeping it."""
-        with self._lock:
+        with self._lock, _original_errors():
             for tag in sorted(set(_as_tuple(tags))):
                 if tag not in self._tags or tag in self._asleep:
                     continue
-                _tags.pause(self._name(tag), backup=False)
-                self._asleep.add(tag)
+                self._pause(tag, False)
 
     def wake_up(self, tags: Optional[Iterable[str]] = None) -> None:
         """Take back the memory of the sleeping ``tags`` (None: every tag) at
-        the same addresses: offloaded contents restored, the rest zero."""
+        the same addresses: offloaded contents restored, the rest undefined
+        (no fill, as vLLM); the host copies are given back."""
         want = None if tags is None else set(_as_tuple(tags))
-        with self._lock:
-            for tag in sorted(self._asleep):
+        with self._lock, _original_errors():
+            for tag in sorted(self._asleep | self._partly):
                 if want is not None and tag not in want:
                     continue
-                _tags.resume(self._name(tag))
+                try:
+                    _tags.resume(self._name(tag), zero=False, backup="release")
+                except SymmemError:
+                    self._settle(tag)
+                    raise
                 self._asleep.discard(tag)
+                self._partly.discard(tag)
 
     def get_current_usage(self) -> int:
         """Bytes of device memory in the pools of every tag, awake or

@@ -4,7 +4,8 @@ unchanged on libsymmem's drop-in: test_compat_gpu.py starts it through
 
 Usage: tms_program.py CASE
   simple      region / pause / resume: memory returns to the device while
-              paused, addresses stay, the contents are zero after the resume
+              paused, addresses stay (contents undefined after the resume,
+              as torch_memory_saver's)
   cpu_backup  enable_cpu_backup (pinned and mmap): contents survive 5 cycles,
               get_cpu_backup of a paused tensor equals it
   cuda_graph  a KV cache region and torch_memory_saver.cuda_graph: both tags
@@ -18,6 +19,12 @@ Usage: tms_program.py CASE
               allocation pauseable, a nested region without backup
   vllm        vLLM's CuMemAllocator (symmem.compat.vllm): sleep offloads
               "weights", discards "kv_cache", wake_up restores
+  vllm_graph  vLLM's worker habits: weights and KV cache pools, a CUDA graph
+              over both captured before the sleep replays right after each
+              wake-up (level 1: weights offloaded; level 2: weights dropped
+              and reloaded), get_current_usage before and after, and a
+              wake_up without room that raises a RuntimeError
+              (torch.OutOfMemoryError) and works when retried
 Prints one line RESULT <json>.
 """
 
@@ -196,7 +203,83 @@ def vllm():
     )
 
 
-CASES = {f.__name__: f for f in (simple, cpu_backup, cuda_graph, disable, training, init_enable, vllm)}
+def vllm_graph():
+    import torch
+
+    import symmem
+    from symmem.compat.vllm import CuMemAllocator
+
+    torch.manual_seed(0)
+    alloc = CuMemAllocator.get_instance()
+    with alloc.use_memory_pool(tag="weights"):
+        model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024)).cuda()
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    with alloc.use_memory_pool(tag="kv_cache"):
+        kv = torch.full((64 * MiB // 4,), 0.25, device="cuda")
+    x = torch.randn(16, 1024, device="cuda")
+
+    def step():
+        return model(x) + kv[:1024].sum()
+
+    with torch.no_grad():
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            step()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = step()
+        g.replay()
+        torch.cuda.synchronize()
+        ref = out.clone()
+        usage0 = alloc.get_current_usage()
+        replays = []
+        free_rises = []
+        for level in (1, 2, 1, 2):
+            f0 = free_bytes(torch)
+            alloc.sleep(offload_tags=("weights",) if level == 1 else ())
+            free_rises.append(free_bytes(torch) - f0)
+            alloc.wake_up(tags=["weights"])
+            if level == 2:
+                model.load_state_dict(state)  # the worker reloads the weights
+            alloc.wake_up(tags=["kv_cache"])
+            kv.fill_(0.25)  # the engine rebuilds its cache
+            g.replay()
+            torch.cuda.synchronize()
+            replays.append(bool(torch.equal(out, ref)))
+        usage1 = alloc.get_current_usage()
+        # A wake_up without room: vLLM's callers catch RuntimeError.
+        alloc.sleep(offload_tags=("weights",))
+        symmem.set_memory_limit(torch.cuda.current_device(), 1 << 20)
+        err = {}
+        try:
+            alloc.wake_up()
+        except RuntimeError as e:
+            err = dict(
+                runtime=True,
+                torch_oom=isinstance(e, torch.OutOfMemoryError),
+                symmem_oom=isinstance(e, symmem.OutOfMemoryError),
+                code=int(getattr(e, "code", -1)),
+            )
+        symmem.set_memory_limit(torch.cuda.current_device(), 0)
+        alloc.wake_up()
+        kv.fill_(0.25)
+        g.replay()
+        torch.cuda.synchronize()
+        retried = bool(torch.equal(out, ref))
+    return dict(
+        replays_ok=replays,
+        free_rise_min=min(free_rises),
+        weights_bytes=sum(v.numel() * v.element_size() for v in state.values()),
+        usage_before=usage0,
+        usage_after=usage1,
+        oom=err,
+        retry_ok=retried,
+    )
+
+
+CASES = {f.__name__: f for f in (simple, cpu_backup, cuda_graph, disable, training, init_enable, vllm, vllm_graph)}
 
 if __name__ == "__main__":
     result(**CASES[sys.argv[1]]())

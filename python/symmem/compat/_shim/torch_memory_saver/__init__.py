@@ -8,6 +8,8 @@ import os
 
 from symmem.compat.torch_memory_saver import TorchMemorySaver, configure_subprocess, torch_memory_saver
 
+from . import entrypoint, hooks, utils  # noqa: F401 - torch_memory_saver's submodules (testing_utils needs torch)
+
 __symmem_dropin__ = True
 __all__ = ["TorchMemorySaver", "configure_subprocess", "torch_memory_saver"]
 

@@ -2,9 +2,11 @@
 
 import torch
 
+from torch_memory_saver.utils import is_xpu
+
 
 def get_device() -> str:
-    return "cuda"
+    return "xpu" if is_xpu() else "cuda"
 
 
 def empty_cache() -> None:
