@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // Note [Abort]
@@ -142,11 +143,34 @@ func (gm *groupMem) releaseDeviceWaits() error {
 	c.mu.Unlock()
 	n := len(words) - 1
 	words[n] = devAbortWord(gm.rank)
-	// Pinned: the backend reads the words through their address.
+	// The words go from the backend's pinned host memory where it has some:
+	// a copy from pageable memory goes through the driver's staging, which
+	// a synchronous copy of another thread, stuck behind the very stream
+	// wait the abort must release, holds (seen on 2 H200: the waits ended
+	// at their timeout, not at the abort). Otherwise from Go memory, pinned
+	// for the runtime: the backend reads the words through their address.
+	var err error
+	if hm, ok := gm.be.(core.HostMemory); ok {
+		size := uintptr(4 * len(words))
+		if host, herr := hm.AllocHost(gm.device, size); herr == nil {
+			copy(unsafe.Slice((*uint32)(unmanaged.Pointer(host)), len(words)), words)
+			err = gm.copyOut(p.addr[gm.rank]+p.size+4, host+uintptr(4*n), 4)
+			if cerr := gm.copyOut(p.addr[gm.rank], host, uintptr(4*n)); err == nil || core.CodeOf(cerr) == core.ErrTimeout {
+				err = cerr
+			}
+			if core.CodeOf(err) != core.ErrTimeout { // a late copy may still read it
+				hm.FreeHost(gm.device, host, size)
+			}
+			if err != nil {
+				return core.Errorf(core.CodeOf(err), "group %q: rank %d: the group is aborted, but writing its counts forward to release its stream waits failed: %v", gm.name, gm.rank, err)
+			}
+			return nil
+		}
+	}
 	pin := new(runtime.Pinner)
 	pin.Pin(&words[0])
 	base := uintptr(unsafe.Pointer(&words[0]))
-	err := gm.copyOut(p.addr[gm.rank]+p.size+4, base+uintptr(4*n), 4)
+	err = gm.copyOut(p.addr[gm.rank]+p.size+4, base+uintptr(4*n), 4)
 	if cerr := gm.copyOut(p.addr[gm.rank], base, uintptr(4*n)); err == nil || core.CodeOf(cerr) == core.ErrTimeout {
 		err = cerr
 	}

@@ -2,15 +2,18 @@ package symm
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/internal/faultbe"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 	"github.com/stretchr/testify/require"
 )
 
@@ -160,16 +163,51 @@ func exchangeWords(h *Handle, fb *faultbe.Backend, s core.Stream, round int) err
 	}
 	for p := 0; p < world; p++ {
 		ptr, _ := h.BufferPtr(p)
-		atomic.StoreUint64(&words(ptr, world)[me], val(me, p, round))
+		if err := setWord(h, fb, s, ptr+uintptr(8*me), val(me, p, round)); err != nil {
+			return err
+		}
 	}
 	if err := sync(); err != nil {
 		return err
 	}
 	own, _ := h.BufferPtr(me)
 	for p := 0; p < world; p++ {
-		if got, want := atomic.LoadUint64(&words(own, world)[p]), val(p, me, round); got != want {
+		got, err := getWord(h, fb, s, own+uintptr(8*p))
+		if err != nil {
+			return err
+		}
+		if want := val(p, me, round); got != want {
 			return fmt.Errorf("rank %d's word in rank %d's block reads %#x, want %#x", p, me, got, want)
 		}
 	}
 	return sync()
+}
+
+// setWord and getWord move one word between Go memory and addr (this
+// rank's or a peer's block) as the backend copies, so that the test runs
+// where device memory is not the CPU's: on CPU memory with atomics, else
+// with the unwrapped backend's Copy on s (the fault counts stay the
+// pause's). The Go word is pinned: the copy reads it through its address.
+func setWord(h *Handle, fb *faultbe.Backend, s core.Stream, addr uintptr, v uint64) error {
+	if !fb.Capabilities().StreamSignals {
+		atomic.StoreUint64((*uint64)(unmanaged.Pointer(addr)), v)
+		return nil
+	}
+	buf := []uint64{v}
+	var pin runtime.Pinner
+	pin.Pin(&buf[0])
+	defer pin.Unpin()
+	return fb.Inner.Copy(h.gm.device, s, addr, uintptr(unsafe.Pointer(&buf[0])), 8)
+}
+
+func getWord(h *Handle, fb *faultbe.Backend, s core.Stream, addr uintptr) (uint64, error) {
+	if !fb.Capabilities().StreamSignals {
+		return atomic.LoadUint64((*uint64)(unmanaged.Pointer(addr))), nil
+	}
+	buf := []uint64{0}
+	var pin runtime.Pinner
+	pin.Pin(&buf[0])
+	defer pin.Unpin()
+	err := fb.Inner.Copy(h.gm.device, s, uintptr(unsafe.Pointer(&buf[0])), addr, 8)
+	return buf[0], err
 }
