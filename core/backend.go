@@ -114,6 +114,17 @@ type BoundedMemOps interface {
 	CopyWithin(device int, dst, src, size uintptr, timeout time.Duration) error
 }
 
+// WordWriter is implemented by backends that can store 32-bit words into
+// device memory from the device itself (cuda: the stream write-value
+// operation on the library's own stream), waited for up to timeout. No host
+// memory takes part: a copy from the host goes through the driver's
+// staging, which a synchronous copy of another thread holds while it waits
+// behind the very stream wait that the words are to release (an abort, a
+// dead peer's abort word). Every op is a write (MemOp.Wait false).
+type WordWriter interface {
+	WriteWordsWithin(device int, ops []MemOp, timeout time.Duration) error
+}
+
 // FillOrCopy is one operation of a batch (BatchMemOps): copy Size bytes
 // from Src to Dst, or, with Fill, set Size bytes at Dst to Value.
 type FillOrCopy struct {

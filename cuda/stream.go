@@ -320,6 +320,31 @@ func (b *Backend) StreamMemOps(dev int, s core.Stream, ops []core.MemOp, timeout
 	return nil
 }
 
+// WriteWordsWithin is core.WordWriter: the words stored by the GPU
+// (cuStreamBatchMemOp writes, up to SMCU_MAX_BATCH a call) on the library's
+// own stream, waited for up to timeout.
+func (b *Backend) WriteWordsWithin(dev int, ops []core.MemOp, timeout time.Duration) error {
+	buf := make([]C.smcu_memop, len(ops))
+	for i, op := range ops {
+		if op.Wait {
+			return core.Errorf(core.ErrInvalidArgument, "cuda: WriteWordsWithin on device %d: op %d is a wait", dev, i)
+		}
+		buf[i] = C.smcu_memop{addr: C.ulonglong(op.Addr), value: C.uint32_t(op.Value)}
+	}
+	return b.onOwnStreamWithin(dev, uintptr(4*len(ops)), timeout, func(d *device, s C.uintptr_t) C.smcu_status {
+		for rest := buf; len(rest) > 0; {
+			n := min(len(rest), C.SMCU_MAX_BATCH)
+			if st := C.smcu_batch_memops(d.ctx, s, &rest[0], C.int(n)); st.res != C.SM_CUDA_SUCCESS {
+				return st
+			}
+			rest = rest[n:]
+		}
+		return C.smcu_status{}
+	})
+}
+
+var _ core.WordWriter = (*Backend)(nil)
+
 // NewStream creates a non-blocking stream (CU_STREAM_NON_BLOCKING: it does
 // not synchronise with the legacy default stream) in dev's primary context.
 // Not part of core.Backend: for tests, benchmarks and C programs that have

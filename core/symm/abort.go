@@ -8,7 +8,6 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
-	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 // Note [Abort]
@@ -143,30 +142,23 @@ func (gm *groupMem) releaseDeviceWaits() error {
 	c.mu.Unlock()
 	n := len(words) - 1
 	words[n] = devAbortWord(gm.rank)
-	// The words go from the backend's pinned host memory where it has some:
-	// a copy from pageable memory goes through the driver's staging, which
-	// a synchronous copy of another thread, stuck behind the very stream
-	// wait the abort must release, holds (seen on 2 H200: the waits ended
-	// at their timeout, not at the abort). Otherwise from Go memory, pinned
-	// for the runtime: the backend reads the words through their address.
-	var err error
-	if hm, ok := gm.be.(core.HostMemory); ok {
-		size := uintptr(4 * len(words))
-		if host, herr := hm.AllocHost(gm.device, size); herr == nil {
-			copy(unsafe.Slice((*uint32)(unmanaged.Pointer(host)), len(words)), words)
-			err = gm.copyOut(p.addr[gm.rank]+p.size+4, host+uintptr(4*n), 4)
-			if cerr := gm.copyOut(p.addr[gm.rank], host, uintptr(4*n)); err == nil || core.CodeOf(cerr) == core.ErrTimeout {
-				err = cerr
-			}
-			if core.CodeOf(err) != core.ErrTimeout { // a late copy may still read it
-				hm.FreeHost(gm.device, host, size)
-			}
-			if err != nil {
-				return core.Errorf(core.CodeOf(err), "group %q: rank %d: the group is aborted, but writing its counts forward to release its stream waits failed: %v", gm.name, gm.rank, err)
-			}
-			return nil
+	// The words are stored by the device where the backend can
+	// (core.WordWriter): a copy from host memory goes through the driver's
+	// staging, which a synchronous copy of another thread, stuck behind the
+	// very stream wait the abort must release, holds (on 2 H200 such waits
+	// ended at their timeout, not at the abort).
+	if _, ok := gm.be.(core.WordWriter); ok {
+		ops := make([]core.MemOp, 0, len(words))
+		ops = append(ops, core.MemOp{Addr: p.addr[gm.rank] + p.size + 4, Value: words[n]})
+		for i := 0; i < n; i++ {
+			ops = append(ops, core.MemOp{Addr: p.addr[gm.rank] + uintptr(4*i), Value: words[i]})
 		}
+		if err := gm.writeWords(ops); err != nil {
+			return core.Errorf(core.CodeOf(err), "group %q: rank %d: the group is aborted, but writing its counts forward to release its stream waits failed: %v", gm.name, gm.rank, err)
+		}
+		return nil
 	}
+	var err error
 	pin := new(runtime.Pinner)
 	pin.Pin(&words[0])
 	base := uintptr(unsafe.Pointer(&words[0]))

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"unsafe"
 
+	"github.com/libsymmem/libsymmem/core"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,9 +38,14 @@ func (gm *groupMem) watchPeers(region uintptr) {
 		if r < 0 {
 			return
 		}
+		word := devFlag(devCausePeerExited, r, 0)
+		if _, ok := gm.be.(core.WordWriter); ok { // stored by the device: Note [Abort]'s reason
+			gm.writeWords([]core.MemOp{{Addr: region + 4, Value: word}})
+			return
+		}
 		// Pinned: the copy reads v through its address as a uintptr, so v
 		// must not live on this goroutine's stack, which may move.
-		v := []uint32{devFlag(devCausePeerExited, r, 0)}
+		v := []uint32{word}
 		pin := new(runtime.Pinner)
 		pin.Pin(&v[0])
 		unpinUnlessLate(pin, gm.copyOut(region+4, uintptr(unsafe.Pointer(&v[0])), 4))

@@ -219,6 +219,12 @@ func unpinUnlessLate(pin *runtime.Pinner, err error) {
 	lateCopies.Unlock()
 }
 
+// writeWords stores each op's word at its address from the device, bounded
+// like memsetZero (core.WordWriter; callers check that the backend is one).
+func (gm *groupMem) writeWords(ops []core.MemOp) error {
+	return gm.be.(core.WordWriter).WriteWordsWithin(gm.device, ops, gm.timeout)
+}
+
 // copyOut copies size bytes from src to dst, bounded like memsetZero.
 func (gm *groupMem) copyOut(dst, src, size uintptr) error {
 	if b, ok := gm.be.(core.BoundedMemOps); ok {

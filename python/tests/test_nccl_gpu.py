@@ -8,9 +8,17 @@ from __future__ import annotations
 
 import pytest
 
+import test_symm_gpu as tsg
 from test_symm_gpu import launch, parts, where
 
 pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _own_budget():
+    # This file's launches get test_symm_gpu's budget afresh.
+    tsg._budget_end = None
+    yield
 
 
 @pytest.mark.parametrize("mode", ["two_gpus", "all_gpus"])

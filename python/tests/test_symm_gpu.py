@@ -146,6 +146,15 @@ def layout(mode: str) -> tuple:
 _budget_end = None
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _own_budget():
+    # This file's launches get the whole budget, whatever other files that
+    # use launch (test_coll_gpu, test_nccl_gpu) spent before it.
+    global _budget_end
+    _budget_end = None
+    yield
+
+
 def _time_left() -> float:
     global _budget_end
     if _budget_end is None:
