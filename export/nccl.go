@@ -87,6 +87,10 @@ func symmemgo_handle_nccl_window(handle uintptr, window *unsafe.Pointer, offset 
 		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "window is NULL"))
 	}
 	w, off := h.Window()
+	if w == 0 && h.WindowPaused() {
+		*window = nil
+		return setLastError(call, core.Errorf(core.ErrInvalidState, "the buffer of group %q is in a paused tag: its NCCL window was deregistered with its memory, and the resume registers a new one (ask again then)", h.GroupName()))
+	}
 	if w == 0 {
 		*window = nil
 		return setLastError(call, core.Errorf(core.ErrUnavailable, "the handle of group %q has no NCCL window: the group is not over an NCCL communicator, or was created with SYMMEM_NCCL_NO_WINDOWS", h.GroupName()))

@@ -1182,12 +1182,17 @@ symmem_result symmem_group_create_nccl(void *nccl_comm, const char *name,
  * saying what was found and what is needed. Thread-safe. */
 int symmem_nccl_version(void);
 
-/* The NCCL window (an ncclWindow_t) holding handle's buffer on this rank and
- * the rendezvous pointer's offset in it, for NCCL calls that take windows.
- * The window is owned by the group; it stays valid while the buffer is
- * allocated and the group lives. SYMMEM_ERROR_UNAVAILABLE (and *window =
- * NULL) when the handle's group is not over a communicator or was created
- * with SYMMEM_NCCL_NO_WINDOWS. offset may be NULL. Thread-safe. */
+/* The current NCCL window (an ncclWindow_t) holding handle's buffer on this
+ * rank and the rendezvous pointer's offset in it, for NCCL calls that take
+ * windows. The window is owned by the group and stays valid while the
+ * buffer is allocated, the group lives and the buffer's tag is not paused:
+ * a collective pause deregisters it with the memory (only once every rank
+ * has agreed to pause, so a failed pause leaves it registered) and the
+ * resume registers a new one, which this call then returns; do not keep a
+ * window across a pause. SYMMEM_ERROR_INVALID_STATE (and *window = NULL)
+ * while the tag is paused; SYMMEM_ERROR_UNAVAILABLE when the handle's group
+ * is not over a communicator or was created with SYMMEM_NCCL_NO_WINDOWS.
+ * offset may be NULL. Thread-safe. */
 symmem_result symmem_handle_nccl_window(const symmem_handle *handle,
                                         void **window, size_t *offset);
 

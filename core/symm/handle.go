@@ -328,9 +328,16 @@ func (h *Handle) Buffers() []uintptr { return append([]uintptr(nil), h.bufPtrs..
 // SignalPads returns a copy of every rank's signal pad address.
 func (h *Handle) SignalPads() []uintptr { return append([]uintptr(nil), h.padPtrs...) }
 
+// WindowPaused says whether the buffer has an NCCL window that a pause of
+// its tag deregistered (Window is then 0 until the resume registers a new
+// one).
+func (h *Handle) WindowPaused() bool { return h.window != nil && h.window.win.Load() == 0 }
+
 // Window is the NCCL window (an ncclWindow_t) that holds the buffer, and
 // the rendezvous pointer's offset in it; 0, 0 when the group has no
-// communicator or windows are off. Valid while the buffer is allocated.
+// communicator, windows are off, or the buffer's tag is paused. The
+// window is the current one: a pause deregisters it and the resume
+// registers another, so callers ask again after a resume.
 func (h *Handle) Window() (win, offset uintptr) {
 	if h.window == nil {
 		return 0, 0
