@@ -104,7 +104,8 @@ func (gm *groupMem) importMapFabric(h []byte, size uintptr, what string) (addr u
 	return gm.mapImported(mem, size, what)
 }
 
-// exchangeFabric is exchange's part between the machines of a team: the
+// exchangeFabric is the fabric phase of an exchangeCall (Note [Descriptor
+// exchange phases]), between the machines of a team: the
 // pads (needPads) and the segment of the rendezvous where a peer of the
 // team on another machine lacks it travel as fabric handles through the
 // all-gather, and are mapped into p and fresh like descriptors. Collective

@@ -457,7 +457,8 @@ func (g *Group) exchangePads(localErr error, tr *phaseTrace) error {
 	if err == nil {
 		none := func(r, p int) bool { return false } // no buffer segments here
 		tr.mark("pad-status")
-		err = g.exchange(alloc.BlockInfo{}, nil, true, none, make([]*peerMap, g.world), nil, tr)
+		x := &exchangeCall{g: g, gm: gm, needPads: true, need: none, fresh: make([]*peerMap, g.world), tr: tr}
+		err = x.run()
 	}
 	gm.mu.Lock()
 	defer gm.mu.Unlock()

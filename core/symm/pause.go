@@ -326,94 +326,180 @@ func (g *Group) Resume(tag string) error {
 	return g.settle(what, g.resumeLocked(tag, what))
 }
 
-// resumeLocked is Resume (g.coll held, the group usable).
+// Note [Resume phases]
+//
+// A collective resume (g.coll held, the group usable) is one resumeCall
+// that runs these phases in order; a phase that returns an error ends the
+// call after the undo it names.
+//
+//	list      our paused segments of the tag, the paused imports of the
+//	          peers' segments we hold (an import a failed pause left
+//	          mapped is dropped now, under gm.mu), the windows a pause
+//	          deregistered; a failure is kept for the record. Leaves
+//	          nothing to undo (what it dropped is paused, as it should
+//	          have been).
+//	gather    one all-gather of the lists, checked alike on every rank
+//	          (gatherTag). Leaves nothing.
+//	takeBack  every rank resumes its own tag and shares the outcome; on
+//	          a failure every rank that resumed pauses again. Leaves our
+//	          memory resumed (undo: repause).
+//	send      descriptors of our new memory to every peer by socket that
+//	          held a paused import of it, all to all; on a failure the
+//	          driver pauses our tag again. Leaves the descriptors that
+//	          arrived.
+//	remap     under gm.mu: each arrived descriptor imported and mapped into
+//	          its import's reserved range. Leaves remapped (undo).
+//	fabric    the same for peers of our team on other machines, through
+//	          fabric handles (Note [Fabric teams]). Leaves remapped (undo).
+//	verdict   the outcome shared; on a failure, undo.
+//	windows   the NCCL windows the pause deregistered, registered again
+//	          collectively (registerResumed): the memory is back
+//	          everywhere, so a failure there leaves it so.
+//	undo      unmaps and releases what remap and fabric mapped, marks it
+//	          paused again, and pauses our tag again.
+type resumeCall struct {
+	g         *Group
+	gm        *groupMem
+	tag, what string
+
+	segs     []alloc.SegmentInfo // our segments of the tag
+	localErr error               // this rank's failure, for the next verdict
+	rec      tagRecord
+	recs     []tagRecord
+	in       [][]int // the descriptors that arrived, by sender
+	// fabricSegs are our segments wanted by a peer of our team on another
+	// machine, by heap offset.
+	fabricSegs map[uint64]uintptr
+	remapped   []*peerMap // imports this call mapped again
+}
+
+// resumeLocked is Resume (g.coll held, the group usable): the driver of
+// Note [Resume phases].
 func (g *Group) resumeLocked(tag, what string) error {
-	gm := g.gm
-	var rec tagRecord
-	segs, localErr := g.alloc.TagSegments(tag, true)
-	if localErr != nil {
-		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: %v", g.rank, localErr)
+	c := &resumeCall{g: g, gm: g.gm, tag: tag, what: what}
+	c.list()
+	if err := c.gather(); err != nil {
+		return err
 	}
-	rec.status, rec.segs = statusOf(localErr), segs
+	if err := c.takeBack(); err != nil {
+		return err
+	}
+	if err := c.send(); err != nil {
+		g.repause(tag)
+		return err
+	}
+	c.remap()
+	if err := c.fabric(); err != nil {
+		return c.undo(err)
+	}
+	if err := g.shareVerdict(what+" (mapping peers' memory)", c.localErr); err != nil {
+		return c.undo(err)
+	}
+	// The memory is back everywhere; a failure to register a window again
+	// leaves it so (the next rendezvous on the segment registers it).
+	return g.registerResumed(what, c.segs, c.recs)
+}
+
+// list fills our record: the tag's paused segments, the paused imports we
+// hold, and the windows the pause deregistered.
+func (c *resumeCall) list() {
+	g, gm := c.g, c.gm
+	c.segs, c.localErr = g.alloc.TagSegments(c.tag, true)
+	if c.localErr != nil {
+		c.localErr = core.Errorf(core.CodeOf(c.localErr), "rank %d: %v", g.rank, c.localErr)
+	}
+	c.rec.status, c.rec.segs = statusOf(c.localErr), c.segs
 	gm.mu.Lock()
 	tagOffs := map[uint64]bool{}
-	for _, s := range segs {
+	for _, s := range c.segs {
 		tagOffs[s.HeapOff] = true
 	}
 	for k, m := range gm.maps {
-		if !m.paused && k.peer != g.rank && tagOffs[k.heapOff] && localErr == nil {
+		if !m.paused && k.peer != g.rank && tagOffs[k.heapOff] && c.localErr == nil {
 			// A pause whose unmap of this import failed left it mapped
 			// (Note [Collective pause]), on memory its peer has released:
 			// dropped now, and mapped again below like the paused ones.
 			if err := g.be.Unmap(g.device, m.addr, m.size); err != nil {
-				localErr = core.Errorf(core.CodeOf(err), "rank %d: its mapping of rank %d's segment at heap offset %#x, left mapped by a failed pause, cannot be unmapped: %v", g.rank, k.peer, k.heapOff, err)
+				c.localErr = core.Errorf(core.CodeOf(err), "rank %d: its mapping of rank %d's segment at heap offset %#x, left mapped by a failed pause, cannot be unmapped: %v", g.rank, k.peer, k.heapOff, err)
 				continue
 			}
 			g.be.Release(m.mem) // a failure leaks it: the mapping is gone either way
 			m.paused, m.mem = true, 0
 		}
 		if m.paused {
-			rec.held = append(rec.held, k)
+			c.rec.held = append(c.rec.held, k)
 		}
 	}
 	gm.mu.Unlock()
 	if g.wins != nil {
 		g.wins.mu.Lock()
-		for _, s := range segs {
+		for _, s := range c.segs {
 			if x := g.wins.paused[s.HeapOff]; x != nil && x.segID == s.ID {
-				rec.wins = append(rec.wins, s.HeapOff)
+				c.rec.wins = append(c.rec.wins, s.HeapOff)
 			}
 		}
 		g.wins.mu.Unlock()
 	}
-	slices.SortFunc(rec.held, func(a, b mapKey) int {
+	slices.SortFunc(c.rec.held, func(a, b mapKey) int {
 		if a.peer != b.peer {
 			return a.peer - b.peer
 		}
 		return cmp.Compare(a.heapOff, b.heapOff)
 	})
-	recs, err := g.gatherTag(rec, what)
-	if err != nil {
-		return err
-	}
+}
 
-	// Every rank takes its own memory back, or all stay paused.
-	_, localErr = g.alloc.Resume(tag)
-	if localErr != nil {
-		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: %v", g.rank, localErr)
+// gather all-gathers the records and checks them alike on every rank.
+func (c *resumeCall) gather() error {
+	var err error
+	c.recs, err = c.g.gatherTag(c.rec, c.what)
+	return err
+}
+
+// takeBack: every rank takes its own memory back, or all stay paused.
+func (c *resumeCall) takeBack() error {
+	g := c.g
+	_, c.localErr = g.alloc.Resume(c.tag)
+	if c.localErr != nil {
+		c.localErr = core.Errorf(core.CodeOf(c.localErr), "rank %d: %v", g.rank, c.localErr)
 	}
-	if err := g.shareVerdict(what+" (taking memory back)", localErr); err != nil {
-		if localErr == nil {
-			g.repause(tag)
+	if err := g.shareVerdict(c.what+" (taking memory back)", c.localErr); err != nil {
+		if c.localErr == nil {
+			g.repause(c.tag)
 		}
 		return err
 	}
+	return nil
+}
 
-	// need(r, p, s): rank r held a paused import of peer p's segment s.
-	need := func(r, p int, s alloc.SegmentInfo) bool {
-		return r != p && slices.Contains(recs[r].held, mapKey{p, s.HeapOff})
-	}
-	me := g.rank
-	fds := make([]int, len(segs))
+// need(r, p, s): rank r held a paused import of peer p's segment s.
+func (c *resumeCall) need(r, p int, s alloc.SegmentInfo) bool {
+	return r != p && slices.Contains(c.recs[r].held, mapKey{p, s.HeapOff})
+}
+
+// send passes descriptors of our segments to the peers by socket that need
+// them, all to all, and notes the ones wanted through fabric handles.
+func (c *resumeCall) send() error {
+	g, me := c.g, c.g.rank
+	fds := make([]int, len(c.segs))
 	for i := range fds {
 		fds[i] = -1
 	}
 	out := make([][]int, g.world)
-	fabricSegs := map[uint64]uintptr{} // wanted by a peer of our team on another machine
-	for i, s := range segs {
+	c.fabricSegs = map[uint64]uintptr{}
+	for i, s := range c.segs {
 		for dst := 0; dst < g.world; dst++ {
-			if !need(dst, me, s) {
+			if !c.need(dst, me, s) {
 				continue
 			}
 			if !g.bySocket(dst) {
-				fabricSegs[s.HeapOff] = s.Addr
+				c.fabricSegs[s.HeapOff] = s.Addr
 				continue
 			}
 			if fds[i] < 0 {
 				fd, err := g.alloc.ExportSegment(s.Addr)
 				if err != nil {
-					if localErr == nil {
-						localErr = core.Errorf(core.CodeOf(err), "rank %d: exporting its segment at heap offset %#x: %v", me, s.HeapOff, err)
+					if c.localErr == nil {
+						c.localErr = core.Errorf(core.CodeOf(err), "rank %d: exporting its segment at heap offset %#x: %v", me, s.HeapOff, err)
 					}
 					break
 				}
@@ -428,107 +514,117 @@ func (g *Group) resumeLocked(tag, what string) error {
 			unix.Close(fd)
 		}
 	}
-	if err != nil {
-		g.repause(tag)
-		return err
-	}
-	var remapped []*peerMap
-	// fail undoes this rank's part of the resume: the peers mapped again
-	// are unmapped, its own memory paused again.
-	fail := func(err error) error {
-		gm.mu.Lock()
-		for _, m := range remapped {
-			g.be.Unmap(g.device, m.addr, m.size)
-			g.be.Release(m.mem)
-			m.mem, m.paused = 0, true
+	c.in = in
+	return err
+}
+
+// remap maps the descriptors that arrived into the paused imports' ranges.
+func (c *resumeCall) remap() {
+	g := c.g
+	c.gm.mu.Lock()
+	defer c.gm.mu.Unlock()
+	for src := 0; src < g.world; src++ {
+		if src == g.rank || !g.bySocket(src) {
+			continue
 		}
-		gm.mu.Unlock()
-		g.repause(tag)
+		c.remapFrom(src, c.in[src])
+	}
+}
+
+// remapFrom maps the descriptors got that src sent (gm.mu held).
+func (c *resumeCall) remapFrom(src int, got []int) {
+	g, gm, me := c.g, c.gm, c.g.rank
+	var want []*peerMap
+	for _, s := range c.recs[src].segs {
+		if c.need(me, src, s) {
+			want = append(want, gm.maps[mapKey{src, s.HeapOff}])
+		}
+	}
+	if len(got) != len(want) || c.localErr != nil {
+		if c.localErr == nil {
+			c.localErr = core.Errorf(core.ErrPeer, "rank %d: rank %d sent %d descriptors, %d were expected (it could not export its memory)", me, src, len(got), len(want))
+		}
+		for _, fd := range got {
+			unix.Close(fd)
+		}
+		return
+	}
+	for i, m := range want {
+		mem, err := g.be.Import(g.device, got[i])
+		if err == nil {
+			err = gm.remap(m, mem)
+		}
+		if err != nil {
+			if c.localErr == nil {
+				c.localErr = core.Errorf(core.CodeOf(err), "rank %d: mapping rank %d's segment at heap offset %#x again: %v", me, src, m.key.heapOff, err)
+			}
+			for _, fd := range got[i+1:] {
+				unix.Close(fd)
+			}
+			return
+		}
+		c.remapped = append(c.remapped, m)
+	}
+}
+
+// fabric maps again, through fabric handles in the all-gather, the imports
+// of peers of our team on other machines (Note [Fabric teams]); its error
+// is the all-gather's, this rank's failure goes to c.localErr.
+func (c *resumeCall) fabric() error {
+	g, gm, me := c.g, c.gm, c.g.rank
+	if !g.fabricSpan {
+		return nil
+	}
+	frs, err := g.fabricGather(c.localErr, false, c.fabricSegs)
+	if err != nil {
 		return err
 	}
 	gm.mu.Lock()
-	for src := 0; src < g.world; src++ {
-		if src == me || !g.bySocket(src) {
+	defer gm.mu.Unlock()
+	for src := 0; src < g.world && c.localErr == nil; src++ {
+		if !g.crossTeam(me, src) {
 			continue
 		}
-		var want []*peerMap
-		for _, s := range recs[src].segs {
-			if need(me, src, s) {
-				want = append(want, gm.maps[mapKey{src, s.HeapOff}])
-			}
+		if frs[src].status.code != core.Success {
+			c.localErr = core.Errorf(core.ErrPeer, "rank %d: rank %d could not send its fabric handles: %s", me, src, frs[src].status.msg)
+			break
 		}
-		got := in[src]
-		if len(got) != len(want) || localErr != nil {
-			if localErr == nil {
-				localErr = core.Errorf(core.ErrPeer, "rank %d: rank %d sent %d descriptors, %d were expected (it could not export its memory)", me, src, len(got), len(want))
-			}
-			for _, fd := range got {
-				unix.Close(fd)
-			}
-			continue
-		}
-		for i, m := range want {
-			mem, err := g.be.Import(g.device, got[i])
-			if err == nil {
-				err = gm.remap(m, mem)
-			}
-			if err != nil {
-				if localErr == nil {
-					localErr = core.Errorf(core.CodeOf(err), "rank %d: mapping rank %d's segment at heap offset %#x again: %v", me, src, m.key.heapOff, err)
-				}
-				for _, fd := range got[i+1:] {
-					unix.Close(fd)
-				}
-				break
-			}
-			remapped = append(remapped, m)
-		}
-	}
-	gm.mu.Unlock()
-	if g.fabricSpan {
-		// Peers of our team on other machines: fabric handles through the
-		// all-gather (Note [Fabric teams]).
-		frs, err := g.fabricGather(localErr, false, fabricSegs)
-		if err != nil {
-			return fail(err)
-		}
-		gm.mu.Lock()
-		for src := 0; src < g.world && localErr == nil; src++ {
-			if !g.crossTeam(me, src) {
+		for _, s := range c.recs[src].segs {
+			if !c.need(me, src, s) {
 				continue
 			}
-			if frs[src].status.code != core.Success {
-				localErr = core.Errorf(core.ErrPeer, "rank %d: rank %d could not send its fabric handles: %s", me, src, frs[src].status.msg)
+			m := gm.maps[mapKey{src, s.HeapOff}]
+			h := frs[src].segs[s.HeapOff]
+			var err error = core.Errorf(core.ErrPeer, "no fabric handle arrived")
+			if fb, ok := g.be.(fabricBackend); ok && len(h) > 0 {
+				var mem core.Memory
+				if mem, err = fb.ImportFabric(g.device, h); err == nil {
+					err = gm.remap(m, mem)
+				}
+			}
+			if err != nil {
+				c.localErr = core.Errorf(core.CodeOf(err), "rank %d: mapping rank %d's segment at heap offset %#x again through its fabric handle: %v", me, src, s.HeapOff, err)
 				break
 			}
-			for _, s := range recs[src].segs {
-				if !need(me, src, s) {
-					continue
-				}
-				m := gm.maps[mapKey{src, s.HeapOff}]
-				h := frs[src].segs[s.HeapOff]
-				var err error = core.Errorf(core.ErrPeer, "no fabric handle arrived")
-				if fb, ok := g.be.(fabricBackend); ok && len(h) > 0 {
-					var mem core.Memory
-					if mem, err = fb.ImportFabric(g.device, h); err == nil {
-						err = gm.remap(m, mem)
-					}
-				}
-				if err != nil {
-					localErr = core.Errorf(core.CodeOf(err), "rank %d: mapping rank %d's segment at heap offset %#x again through its fabric handle: %v", me, src, s.HeapOff, err)
-					break
-				}
-				remapped = append(remapped, m)
-			}
+			c.remapped = append(c.remapped, m)
 		}
-		gm.mu.Unlock()
 	}
-	if err := g.shareVerdict(what+" (mapping peers' memory)", localErr); err != nil {
-		return fail(err)
+	return nil
+}
+
+// undo undoes this rank's part of the resume: the peers mapped again are
+// unmapped, its own memory paused again. It returns err.
+func (c *resumeCall) undo(err error) error {
+	g, gm := c.g, c.gm
+	gm.mu.Lock()
+	for _, m := range c.remapped {
+		g.be.Unmap(g.device, m.addr, m.size)
+		g.be.Release(m.mem)
+		m.mem, m.paused = 0, true
 	}
-	// The memory is back everywhere; a failure to register a window again
-	// leaves it so (the next rendezvous on the segment registers it).
-	return g.registerResumed(what, segs, recs)
+	gm.mu.Unlock()
+	g.repause(c.tag)
+	return err
 }
 
 // remap maps imported memory mem into m's reserved range, which a pause
