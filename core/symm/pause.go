@@ -123,23 +123,39 @@ func tagWhat(tag string) string {
 	return fmt.Sprintf("tag %q", tag)
 }
 
-// gatherTag all-gathers rec and returns every rank's, failing alike on
-// every rank on a local failure or segment lists that differ.
-func (g *Group) gatherTag(rec tagRecord, what string) ([]tagRecord, error) {
-	raw, err := g.ex.AllGather(0, rec.encode())
+// tagCall is what one collective pause or resume holds (Note [Pause
+// phases], Note [Resume phases]): the group, the tag, the words that name
+// the call in messages, our segments of the tag, this rank's failure for
+// the next verdict, and the records.
+type tagCall struct {
+	g         *Group
+	gm        *groupMem
+	tag, what string
+
+	segs     []alloc.SegmentInfo // our segments of the tag, in heap order
+	localErr error               // this rank's failure, for the next verdict
+	rec      tagRecord
+	recs     []tagRecord
+}
+
+// gather all-gathers c.rec and keeps every rank's, failing alike on every
+// rank on a local failure or segment lists that differ.
+func (c *tagCall) gather() error {
+	g, what := c.g, c.what
+	raw, err := g.ex.AllGather(0, c.rec.encode())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	recs := make([]tagRecord, g.world)
 	sts := make([]status, g.world)
 	for r := range raw {
 		if recs[r], err = decodeTag(raw[r], g.world); err != nil {
-			return nil, core.Errorf(core.ErrPeer, "group %q: %s: rank %d sent a malformed record: %v", g.name, what, r, err)
+			return core.Errorf(core.ErrPeer, "group %q: %s: rank %d sent a malformed record: %v", g.name, what, r, err)
 		}
 		sts[r] = recs[r].status
 	}
 	if err := firstFailure(g.name, what, sts); err != nil {
-		return nil, err
+		return err
 	}
 	layout := func(r int) string {
 		s := fmt.Sprintf("%d segments", len(recs[r].segs))
@@ -149,9 +165,28 @@ func (g *Group) gatherTag(rec tagRecord, what string) ([]tagRecord, error) {
 		return s
 	}
 	if d := byValue(g.world, layout); d != "" {
-		return nil, core.Errorf(core.ErrMismatch, "group %q: %s: the ranks' segments differ (%s): placement diverged, or the tag holds different allocations on different ranks", g.name, what, d)
+		return core.Errorf(core.ErrMismatch, "group %q: %s: the ranks' segments differ (%s): placement diverged, or the tag holds different allocations on different ranks", g.name, what, d)
 	}
-	return recs, nil
+	c.recs = recs
+	return nil
+}
+
+// listSegments puts our segments of the tag (paused ones for a resume)
+// and this rank's failure to list them in c.rec.
+func (c *tagCall) listSegments(paused bool) {
+	c.segs, c.localErr = c.g.alloc.TagSegments(c.tag, paused)
+	if c.localErr != nil {
+		c.localErr = core.Errorf(core.CodeOf(c.localErr), "rank %d: %v", c.g.rank, c.localErr)
+	}
+	c.rec.status, c.rec.segs = statusOf(c.localErr), c.segs
+}
+
+// repause undoes this rank's part of a failed collective resume. Its own
+// error is dropped: the collective's error is the one reported, and a
+// pause after a resume in the same call has no new way to fail but the
+// device's (then the memory stays mapped, which is safe).
+func (c *tagCall) repause() {
+	_, _ = c.g.alloc.Pause(c.tag, alloc.PauseOptions{Collective: true})
 }
 
 // Pause releases the memory of tag ("" = every live tag of the group's
@@ -164,36 +199,66 @@ func (g *Group) Pause(tag string) error {
 	if err := g.usable(what); err != nil {
 		return err
 	}
-	return g.settle(what, g.pauseLocked(tag, what))
+	c := &pauseCall{tagCall: tagCall{g: g, gm: g.gm, tag: tag, what: what}}
+	return g.settle(what, c.run())
 }
 
-// pauseLocked is Pause (g.coll held, the group usable).
-func (g *Group) pauseLocked(tag, what string) error {
-	var rec tagRecord
-	segs, localErr := g.alloc.TagSegments(tag, false)
-	if localErr != nil {
-		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: %v", g.rank, localErr)
-	}
-	rec.status, rec.segs = statusOf(localErr), segs
-	recs, err := g.gatherTag(rec, what)
-	if err != nil {
+// Note [Pause phases]
+//
+// A collective pause (g.coll held, the group usable) is one pauseCall that
+// runs the steps of Note [Collective pause] as these phases, in order; a
+// phase that returns an error ends the call.
+//
+//	list            our live segments of the tag; a failure is kept for
+//	                the record. Leaves nothing.
+//	gather          step 1: one all-gather of the lists, checked alike on
+//	                every rank (tagCall.gather). Leaves nothing.
+//	prepare         step 2: the device's work and the host copies
+//	                (alloc.PausePrepare), releasing nothing, and the
+//	                outcome shared. Leaves the copies to the allocator (the
+//	                next pause starts afresh).
+//	releaseImports  step 3, under gm.mu: our imports of the peers' segments
+//	                of the lists are unmapped and released, their ranges
+//	                kept. Nothing to undo: a failure is reported, what it
+//	                left is described in Note [Collective pause].
+//	releaseOwn      step 3: our own memory (alloc.PauseCommit), the tag's
+//	                NCCL windows remembered for the resume, and the outcome
+//	                shared.
+type pauseCall struct {
+	tagCall
+}
+
+// run is the driver of Note [Pause phases].
+func (c *pauseCall) run() error {
+	c.listSegments(false)
+	if err := c.gather(); err != nil {
 		return err
 	}
-
-	// 2. Prepare: what can fail (the device's work, the host copies),
-	// releasing nothing; every rank learns whether every rank is ready.
-	if _, err := g.alloc.Pause(tag, alloc.PauseOptions{Collective: true, Stage: alloc.PausePrepare}); err != nil {
-		localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
-	}
-	if err := g.shareVerdict(what+" (waiting for the device, host copies; nothing was released)", localErr); err != nil {
+	if err := c.prepare(); err != nil {
 		return err
 	}
+	c.releaseImports()
+	return c.releaseOwn()
+}
 
-	// 3. Release: the peers' segments of the list, then our own.
-	gm := g.gm
+// prepare does what can fail (the device's work, the host copies),
+// releasing nothing; every rank learns whether every rank is ready.
+func (c *pauseCall) prepare() error {
+	g := c.g
+	if _, err := g.alloc.Pause(c.tag, alloc.PauseOptions{Collective: true, Stage: alloc.PausePrepare}); err != nil {
+		c.localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
+	}
+	return g.shareVerdict(c.what+" (waiting for the device, host copies; nothing was released)", c.localErr)
+}
+
+// releaseImports unmaps and releases our imports of the peers' segments
+// of the lists.
+func (c *pauseCall) releaseImports() {
+	g, gm := c.g, c.gm
 	gm.mu.Lock()
-	for p := range recs {
-		for _, s := range recs[p].segs {
+	defer gm.mu.Unlock()
+	for p := range c.recs {
+		for _, s := range c.recs[p].segs {
 			m := gm.maps[mapKey{p, s.HeapOff}]
 			if p == g.rank || m == nil || m.id != s.ID || m.paused {
 				continue
@@ -201,116 +266,31 @@ func (g *Group) pauseLocked(tag, what string) error {
 			if err := g.be.Unmap(g.device, m.addr, m.size); err != nil {
 				// Still mapped, still valid to touch: not paused (a
 				// later pause tries again).
-				if localErr == nil {
-					localErr = core.Errorf(core.CodeOf(err), "rank %d: unmapping its mapping of rank %d's segment at heap offset %#x failed, so it is left mapped (not paused): %v", g.rank, p, s.HeapOff, err)
+				if c.localErr == nil {
+					c.localErr = core.Errorf(core.CodeOf(err), "rank %d: unmapping its mapping of rank %d's segment at heap offset %#x failed, so it is left mapped (not paused): %v", g.rank, p, s.HeapOff, err)
 				}
 				continue
 			}
-			if err := g.be.Release(m.mem); err != nil && localErr == nil {
-				localErr = core.Errorf(core.CodeOf(err), "rank %d: its mapping of rank %d's segment at heap offset %#x was unmapped, but the imported memory could not be released (leaked): %v", g.rank, p, s.HeapOff, err)
+			if err := g.be.Release(m.mem); err != nil && c.localErr == nil {
+				c.localErr = core.Errorf(core.CodeOf(err), "rank %d: its mapping of rank %d's segment at heap offset %#x was unmapped, but the imported memory could not be released (leaked): %v", g.rank, p, s.HeapOff, err)
 			}
 			m.paused, m.mem = true, 0
 		}
 	}
-	gm.mu.Unlock()
+}
+
+// releaseOwn releases our own memory of the tag and shares the outcome.
+func (c *pauseCall) releaseOwn() error {
+	g := c.g
 	// The windows of the tag's segments are deregistered by the release
 	// hook before the memory goes (NCCL keeps a mapping of its own); the
 	// resume registers them again.
-	wins := g.windowsOf(segs)
-	if _, err := g.alloc.Pause(tag, alloc.PauseOptions{Collective: true, Stage: alloc.PauseCommit}); err != nil && localErr == nil {
-		localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
+	wins := g.wins.of(c.segs)
+	if _, err := g.alloc.Pause(c.tag, alloc.PauseOptions{Collective: true, Stage: alloc.PauseCommit}); err != nil && c.localErr == nil {
+		c.localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
 	}
-	g.keepPausedWindows(wins)
-	return g.shareVerdict(what+" (releasing memory)", localErr)
-}
-
-// windowsOf returns the windows this rank holds for segs.
-func (g *Group) windowsOf(segs []alloc.SegmentInfo) map[uint64]*window {
-	if g.wins == nil {
-		return nil
-	}
-	g.wins.mu.Lock()
-	defer g.wins.mu.Unlock()
-	ws := map[uint64]*window{}
-	for _, s := range segs {
-		if x := g.wins.m[s.HeapOff]; x != nil && x.segID == s.ID {
-			ws[s.HeapOff] = x
-		}
-	}
-	return ws
-}
-
-// keepPausedWindows remembers the windows of ws that a pause deregistered.
-func (g *Group) keepPausedWindows(ws map[uint64]*window) {
-	if len(ws) == 0 {
-		return
-	}
-	g.wins.mu.Lock()
-	defer g.wins.mu.Unlock()
-	if g.wins.paused == nil {
-		g.wins.paused = map[uint64]*window{}
-	}
-	for off, x := range ws {
-		if g.wins.m[off] != x {
-			g.wins.paused[off] = x
-		}
-	}
-}
-
-// registerResumed registers again, collectively, the windows that the
-// pause of segs deregistered on some rank (the union over ranks, in heap
-// order, from the resume records), and shares the verdict.
-func (g *Group) registerResumed(what string, segs []alloc.SegmentInfo, recs []tagRecord) error {
-	if g.wins == nil {
-		return nil
-	}
-	var offs []uint64
-	for _, r := range recs {
-		for _, off := range r.wins {
-			if !slices.Contains(offs, off) {
-				offs = append(offs, off)
-			}
-		}
-	}
-	if len(offs) == 0 {
-		return nil
-	}
-	slices.Sort(offs)
-	var localErr error
-	for _, off := range offs {
-		i := slices.IndexFunc(segs, func(s alloc.SegmentInfo) bool { return s.HeapOff == off })
-		if i < 0 {
-			localErr = core.Errorf(core.ErrInternal, "rank %d: no segment of the tag at heap offset %#x to register", g.rank, off)
-			break // the verdict fails every rank before it registers more
-		}
-		s := segs[i]
-		var win uintptr
-		err := g.cg.bounded("ncclCommWindowRegister", func() error {
-			var err error
-			win, err = g.comm.RegisterWindow(s.Addr, s.Size)
-			return err
-		})
-		if err != nil {
-			if localErr == nil {
-				localErr = core.Errorf(core.CodeOf(err), "rank %d: registering its resumed segment at %#x (%d bytes) as a window again: %v", g.rank, s.Addr, s.Size, err)
-			}
-			if core.CodeOf(err) == core.ErrTimeout {
-				return localErr
-			}
-			continue
-		}
-		g.wins.mu.Lock()
-		x := g.wins.paused[off]
-		delete(g.wins.paused, off)
-		if x == nil || x.segID != s.ID {
-			x = &window{segID: s.ID, addr: s.Addr, size: s.Size}
-		}
-		x.win.Store(win)
-		g.wins.m[off] = x
-		g.wins.registered++
-		g.wins.mu.Unlock()
-	}
-	return g.shareVerdict(what+" (NCCL windows)", localErr)
+	g.wins.keepPaused(wins)
+	return g.shareVerdict(c.what+" (releasing memory)", c.localErr)
 }
 
 // Resume takes back the memory of tag ("" = every paused tag) on every
@@ -323,7 +303,8 @@ func (g *Group) Resume(tag string) error {
 	if err := g.usable(what); err != nil {
 		return err
 	}
-	return g.settle(what, g.resumeLocked(tag, what))
+	c := &resumeCall{tagCall: tagCall{g: g, gm: g.gm, tag: tag, what: what}}
+	return g.settle(what, c.run())
 }
 
 // Note [Resume phases]
@@ -339,7 +320,7 @@ func (g *Group) Resume(tag string) error {
 //	          nothing to undo (what it dropped is paused, as it should
 //	          have been).
 //	gather    one all-gather of the lists, checked alike on every rank
-//	          (gatherTag). Leaves nothing.
+//	          (tagCall.gather). Leaves nothing.
 //	takeBack  every rank resumes its own tag and shares the outcome; on
 //	          a failure every rank that resumed pauses again. Leaves our
 //	          memory resumed (undo: repause).
@@ -353,30 +334,22 @@ func (g *Group) Resume(tag string) error {
 //	          fabric handles (Note [Fabric teams]). Leaves remapped (undo).
 //	verdict   the outcome shared; on a failure, undo.
 //	windows   the NCCL windows the pause deregistered, registered again
-//	          collectively (registerResumed): the memory is back
+//	          collectively (registerWindows): the memory is back
 //	          everywhere, so a failure there leaves it so.
 //	undo      unmaps and releases what remap and fabric mapped, marks it
 //	          paused again, and pauses our tag again.
 type resumeCall struct {
-	g         *Group
-	gm        *groupMem
-	tag, what string
-
-	segs     []alloc.SegmentInfo // our segments of the tag
-	localErr error               // this rank's failure, for the next verdict
-	rec      tagRecord
-	recs     []tagRecord
-	in       [][]int // the descriptors that arrived, by sender
+	tagCall
+	in [][]int // the descriptors that arrived, by sender
 	// fabricSegs are our segments wanted by a peer of our team on another
 	// machine, by heap offset.
 	fabricSegs map[uint64]uintptr
 	remapped   []*peerMap // imports this call mapped again
 }
 
-// resumeLocked is Resume (g.coll held, the group usable): the driver of
-// Note [Resume phases].
-func (g *Group) resumeLocked(tag, what string) error {
-	c := &resumeCall{g: g, gm: g.gm, tag: tag, what: what}
+// run is the driver of Note [Resume phases].
+func (c *resumeCall) run() error {
+	g, what := c.g, c.what
 	c.list()
 	if err := c.gather(); err != nil {
 		return err
@@ -385,7 +358,7 @@ func (g *Group) resumeLocked(tag, what string) error {
 		return err
 	}
 	if err := c.send(); err != nil {
-		g.repause(tag)
+		c.repause()
 		return err
 	}
 	c.remap()
@@ -397,18 +370,14 @@ func (g *Group) resumeLocked(tag, what string) error {
 	}
 	// The memory is back everywhere; a failure to register a window again
 	// leaves it so (the next rendezvous on the segment registers it).
-	return g.registerResumed(what, c.segs, c.recs)
+	return c.registerWindows()
 }
 
 // list fills our record: the tag's paused segments, the paused imports we
 // hold, and the windows the pause deregistered.
 func (c *resumeCall) list() {
 	g, gm := c.g, c.gm
-	c.segs, c.localErr = g.alloc.TagSegments(c.tag, true)
-	if c.localErr != nil {
-		c.localErr = core.Errorf(core.CodeOf(c.localErr), "rank %d: %v", g.rank, c.localErr)
-	}
-	c.rec.status, c.rec.segs = statusOf(c.localErr), c.segs
+	c.listSegments(true)
 	gm.mu.Lock()
 	tagOffs := map[uint64]bool{}
 	for _, s := range c.segs {
@@ -448,13 +417,6 @@ func (c *resumeCall) list() {
 	})
 }
 
-// gather all-gathers the records and checks them alike on every rank.
-func (c *resumeCall) gather() error {
-	var err error
-	c.recs, err = c.g.gatherTag(c.rec, c.what)
-	return err
-}
-
 // takeBack: every rank takes its own memory back, or all stay paused.
 func (c *resumeCall) takeBack() error {
 	g := c.g
@@ -464,7 +426,7 @@ func (c *resumeCall) takeBack() error {
 	}
 	if err := g.shareVerdict(c.what+" (taking memory back)", c.localErr); err != nil {
 		if c.localErr == nil {
-			g.repause(c.tag)
+			c.repause()
 		}
 		return err
 	}
@@ -623,8 +585,65 @@ func (c *resumeCall) undo(err error) error {
 		m.mem, m.paused = 0, true
 	}
 	gm.mu.Unlock()
-	g.repause(c.tag)
+	c.repause()
 	return err
+}
+
+// registerWindows registers again, collectively, the windows that the
+// pause of our segments deregistered on some rank (the union over ranks,
+// in heap order, from the resume records), and shares the verdict.
+func (c *resumeCall) registerWindows() error {
+	g, what, segs, recs := c.g, c.what, c.segs, c.recs
+	if g.wins == nil {
+		return nil
+	}
+	var offs []uint64
+	for _, r := range recs {
+		for _, off := range r.wins {
+			if !slices.Contains(offs, off) {
+				offs = append(offs, off)
+			}
+		}
+	}
+	if len(offs) == 0 {
+		return nil
+	}
+	slices.Sort(offs)
+	var localErr error
+	for _, off := range offs {
+		i := slices.IndexFunc(segs, func(s alloc.SegmentInfo) bool { return s.HeapOff == off })
+		if i < 0 {
+			localErr = core.Errorf(core.ErrInternal, "rank %d: no segment of the tag at heap offset %#x to register", g.rank, off)
+			break // the verdict fails every rank before it registers more
+		}
+		s := segs[i]
+		var win uintptr
+		err := g.cg.bounded("ncclCommWindowRegister", func() error {
+			var err error
+			win, err = g.comm.RegisterWindow(s.Addr, s.Size)
+			return err
+		})
+		if err != nil {
+			if localErr == nil {
+				localErr = core.Errorf(core.CodeOf(err), "rank %d: registering its resumed segment at %#x (%d bytes) as a window again: %v", g.rank, s.Addr, s.Size, err)
+			}
+			if core.CodeOf(err) == core.ErrTimeout {
+				return localErr
+			}
+			continue
+		}
+		g.wins.mu.Lock()
+		x := g.wins.paused[off]
+		delete(g.wins.paused, off)
+		if x == nil || x.segID != s.ID {
+			x = &window{segID: s.ID, addr: s.Addr, size: s.Size}
+		}
+		x.win.Store(win)
+		g.wins.m[off] = x
+		g.wins.registered++
+		g.wins.mu.Unlock()
+	}
+	return g.shareVerdict(what+" (NCCL windows)", localErr)
 }
 
 // remap maps imported memory mem into m's reserved range, which a pause
@@ -637,14 +656,6 @@ func (gm *groupMem) remap(m *peerMap, mem core.Memory) error {
 	}
 	m.mem, m.paused = mem, false
 	return nil
-}
-
-// repause undoes this rank's part of a failed collective resume. Its own
-// error is dropped: the collective's error is the one reported, and a
-// pause after a resume in the same call has no new way to fail but the
-// device's (then the memory stays mapped, which is safe).
-func (g *Group) repause(tag string) {
-	_, _ = g.alloc.Pause(tag, alloc.PauseOptions{Collective: true})
 }
 
 // dropPeerMap unmaps and releases a peer mapping and gives back its range;

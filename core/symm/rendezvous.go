@@ -23,7 +23,8 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	if err := g.usable("rendezvous"); err != nil {
 		return nil, err
 	}
-	h, err := g.rendezvousLocked(ptr)
+	c := &rendezvousCall{g: g, gm: g.gm, ptr: ptr}
+	h, err := c.run()
 	return h, g.settle("rendezvous", err)
 }
 
@@ -81,10 +82,9 @@ type rendezvousCall struct {
 	succeeded bool
 }
 
-// rendezvousLocked is Rendezvous (g.coll held, the group usable): the
-// driver of Note [Rendezvous phases].
-func (g *Group) rendezvousLocked(ptr uintptr) (*Handle, error) {
-	c := &rendezvousCall{g: g, gm: g.gm, ptr: ptr, tr: startTrace("group %q rank %d rendezvous", g.name, g.rank)}
+// run is the driver of Note [Rendezvous phases].
+func (c *rendezvousCall) run() (*Handle, error) {
+	c.tr = startTrace("group %q rank %d rendezvous", c.g.name, c.g.rank)
 	defer c.tr.done()
 	c.lookup()
 	c.pin()
@@ -155,7 +155,7 @@ func (c *rendezvousCall) pin() {
 				c.rec.held[p] = m.id + 1
 			}
 		}
-		if err := c.h.allocArrays(); err != nil {
+		if err := (handleArrays{c.h}).allocArrays(); err != nil {
 			c.localErr = core.Errorf(core.CodeOf(err), "rank %d: memory for the handle's pointer arrays: %v", me, err)
 		}
 	}
@@ -190,7 +190,7 @@ func (c *rendezvousCall) fill() error {
 		}
 	}
 	copy(h.padPtrs, c.gm.pads.addr)
-	return h.fillArrays()
+	return handleArrays{h}.fillArrays()
 }
 
 // undo gives back the pins, and the handle's arrays unless the call
@@ -204,7 +204,7 @@ func (c *rendezvousCall) undo() {
 		}
 	}
 	if !c.succeeded {
-		c.h.freeArrays()
+		handleArrays{c.h}.freeArrays()
 	}
 }
 
@@ -253,7 +253,7 @@ func (c *rendezvousCall) window() error {
 		return nil
 	}
 	var err error
-	if c.win, err = c.g.registerWindow(c.info, c.recs); err != nil {
+	if c.win, err = c.registerWindow(); err != nil {
 		return err
 	}
 	c.tr.mark("nccl-window")
@@ -327,7 +327,7 @@ func (c *rendezvousCall) checkPeers() (*Handle, error) {
 		return h, nil
 	}
 	h.window, h.windowOffset = c.win, c.ptr-info.Segment.Addr
-	if err := c.g.checkPeerPointers(h, c.win.win.Load(), info.Addr-info.Segment.Addr); err != nil {
+	if err := c.checkPeerPointers(c.win.win.Load(), info.Addr-info.Segment.Addr); err != nil {
 		h.Release()
 		return nil, err
 	}
@@ -602,7 +602,7 @@ func (x *exchangeCall) mapFrom(src int, fds []int) {
 // fabric is the exchange between the machines of a team (exchangeFabric).
 func (x *exchangeCall) fabric() {
 	if x.g.fabricSpan {
-		x.note(x.g.exchangeFabric(x.info, x.recs, x.needPads, x.need, x.fresh, x.localErr))
+		x.note(x.exchangeFabric())
 		x.tr.mark("fabric")
 	}
 }
