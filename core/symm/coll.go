@@ -111,19 +111,26 @@ func devFlag(cause, peer, set int) uint32 {
 	return devFlagFailed | uint32(cause)<<29 | uint32(peer&0x1fff)<<16 | uint32(set&0xffff)
 }
 
+// localRun runs a handle's (or team view's) checked collectives with the
+// library's own machinery on this machine: kernels enqueued on a stream
+// where the backend launches them, else the host reference runner
+// (runHost) on this thread over CPU memory, which reads and writes the
+// pads' device regions (Note [Pad partition]) as the kernels do.
+type localRun struct{ *Handle }
+
 // argSlot is the address of the argument slot (set, sender) in rank r's
 // region (Note [Pad partition]).
-func (h *Handle) argSlot(r, set, sender int) uintptr {
+func (h localRun) argSlot(r, set, sender int) uintptr {
 	words := h.padPtrs[r] + h.padSize + uintptr(4*(devRegionHeaderWords+devSets*2*h.world))
 	return (words+7)&^7 + uintptr(16*(set*h.world+sender))
 }
 
 // regionWord is the address of word i of rank r's device region.
-func (h *Handle) regionWord(r, i int) *uint32 {
+func (h localRun) regionWord(r, i int) *uint32 {
 	return (*uint32)(unmanaged.Pointer(h.padPtrs[r] + h.padSize + uintptr(4*i)))
 }
 
-func (h *Handle) setWord(r, set, i int) *uint32 {
+func (h localRun) setWord(r, set, i int) *uint32 {
 	return h.regionWord(r, devRegionHeaderWords+set*2*h.world+i)
 }
 
@@ -397,9 +404,9 @@ func (h *Handle) Collective(a CollArgs) error {
 		return err
 	}
 	if h.span != nil {
-		return h.spanCollective(a, c)
+		return acrossMachines{h}.spanCollective(a, c)
 	}
-	return h.runLocal(c, a.Stream)
+	return localRun{h}.run(c, a.Stream)
 }
 
 func overlap(a, an, b, bn uintptr) bool { return a < b+bn && b < a+an }
@@ -598,7 +605,7 @@ func (h *Handle) DeviceError() (uint32, error) {
 // ---- the host backend: the same protocol on the calling thread ----------
 
 // hostBarrier is a barrier on set (Note [Pad partition]).
-func (h *Handle) hostBarrier(set int, deadline time.Time) error {
+func (h localRun) hostBarrier(set int, deadline time.Time) error {
 	me, w := h.rank, h.world
 	mark := core.InterruptMark()
 	for i := 1; i < w; i++ {
@@ -619,23 +626,23 @@ func (h *Handle) hostBarrier(set int, deadline time.Time) error {
 			default:
 				select {
 				case <-h.life.closing:
-					return h.releasedDuring(fmt.Sprintf("a collective's barrier (device set %d)", set))
+					return signalPath{h.Handle}.releasedDuring(fmt.Sprintf("a collective's barrier (device set %d)", set))
 				case <-h.gm.abort.ch:
 					return h.gm.abortedErr(fmt.Sprintf("a collective's barrier (device set %d)", set))
 				default:
 				}
 				if core.InterruptedSince(mark) {
-					return h.interruptedWait(fmt.Sprintf("collective's barrier (device set %d)", set))
+					return signalPath{h.Handle}.interruptedWait(fmt.Sprintf("collective's barrier (device set %d)", set))
 				}
 				now := time.Now()
 				if !now.Before(deadline) {
 					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCauseTimeout, p, set))
 					return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v in a collective's barrier (device set %d): rank %d never arrived",
-						h.name, h.global(me), h.timeout, set, h.global(p))
+						h.name, h.ranks.global(me), h.timeout, set, h.ranks.global(p))
 				}
-				if h.peerExited(p, now, &checked) && !core.Reached(atomic.LoadUint32(arr), n) {
-					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCausePeerExited, h.global(p), set))
-					return h.gm.live.Exited(h.global(p), fmt.Sprintf("rank %d's collective (device set %d)", h.global(me), set))
+				if (signalPath{h.Handle}).peerExited(p, now, &checked) && !core.Reached(atomic.LoadUint32(arr), n) {
+					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCausePeerExited, h.ranks.global(p), set))
+					return h.gm.live.Exited(h.ranks.global(p), fmt.Sprintf("rank %d's collective (device set %d)", h.ranks.global(me), set))
 				}
 				core.Nap(sleep)
 				if sleep < 100*time.Microsecond {
@@ -652,7 +659,7 @@ func (h *Handle) hostBarrier(set int, deadline time.Time) error {
 // opening barrier on set with ours (Note [Collective agreement]); on a
 // difference the error names every rank's arguments, the same on every rank,
 // and peer is the first that differs.
-func (h *Handle) checkAgreement(set int, args uint64, digest uint32) (peer int, err error) {
+func (h localRun) checkAgreement(set int, args uint64, digest uint32) (peer int, err error) {
 	me, w := h.rank, h.world
 	all := make([]uint64, w)
 	all[me] = args
@@ -665,7 +672,7 @@ func (h *Handle) checkAgreement(set int, args uint64, digest uint32) (peer int, 
 		tagged := atomic.LoadUint64((*uint64)(unmanaged.Pointer(slot)))
 		all[p] = atomic.LoadUint64((*uint64)(unmanaged.Pointer(slot + 8)))
 		if tagged>>32 != uint64(atomic.LoadUint32(h.setWord(me, set, w+p))) {
-			return p, core.Errorf(core.ErrPeer, "group %q: rank %d published no collective arguments with its arrival (device set %d)", h.name, h.global(p), set)
+			return p, core.Errorf(core.ErrPeer, "group %q: rank %d published no collective arguments with its arrival (device set %d)", h.name, h.ranks.global(p), set)
 		}
 		if differ < 0 && (uint32(tagged) != digest || all[p] != args) {
 			differ = p
@@ -675,7 +682,7 @@ func (h *Handle) checkAgreement(set int, args uint64, digest uint32) (peer int, 
 		return -1, nil
 	}
 	return differ, core.Errorf(core.ErrMismatch, "group %q: rank %d: the ranks%s called different collectives (nothing was moved): %s",
-		h.name, h.global(me), h.viewText(), byValue(w, func(r int) string { return argsText(all[r]) }))
+		h.name, h.ranks.global(me), h.ranks.text(), byValue(w, func(r int) string { return argsText(all[r]) }))
 }
 
 // bytesAt views n bytes at addr.
@@ -690,7 +697,7 @@ func twoShotSlice(count, es uintptr, world, r int) (lo, hi uintptr) {
 }
 
 // runHost runs c on this thread (a CPU-addressable backend).
-func (h *Handle) runHost(c *core.Collective) error {
+func (h localRun) runHost(c *core.Collective) error {
 	deadline := time.Now().Add(h.timeout)
 	set := c.Channel * collMaxBlocks
 	es := c.DType.Size()

@@ -226,10 +226,13 @@ type window struct {
 	win   atomic.Uintptr
 }
 
-// windows are a group's NCCL windows, by the heap offset of their segment.
+// windows are a group's NCCL windows, by the heap offset of their segment,
+// registered with comm (the communicator of the group named name).
 type windows struct {
-	mu sync.Mutex
-	m  map[uint64]*window
+	comm Communicator
+	name string
+	mu   sync.Mutex
+	m    map[uint64]*window
 	// paused holds the windows of segments that a collective pause
 	// deregistered, by heap offset, until the resume registers them again
 	// (Note [Collective pause]).
@@ -264,32 +267,78 @@ func (g *Group) WindowCounts() (registered, deregistered, live int) {
 // Communicator is the group's communicator, nil for socket groups.
 func (g *Group) Communicator() Communicator { return g.comm }
 
-// dropWindowLocked deregisters x (w.mu held).
-func (g *Group) dropWindowLocked(heapOff uint64, x *window) error {
-	delete(g.wins.m, heapOff)
-	g.wins.deregistered++
+// dropLocked deregisters x (w.mu held).
+func (w *windows) dropLocked(heapOff uint64, x *window) error {
+	delete(w.m, heapOff)
+	w.deregistered++
 	win := x.win.Swap(0)
-	if err := g.comm.DeregisterWindow(win); err != nil {
-		return core.Errorf(core.CodeOf(err), "group %q: deregistering the window of the segment at %#x (%d bytes): %v", g.name, x.addr, x.size, err)
+	if err := w.comm.DeregisterWindow(win); err != nil {
+		return core.Errorf(core.CodeOf(err), "group %q: deregistering the window of the segment at %#x (%d bytes): %v", w.name, x.addr, x.size, err)
 	}
 	return nil
 }
 
 // onSegmentRelease is the allocator's release hook: the segment's window
 // goes before its memory.
-func (g *Group) onSegmentRelease(seg alloc.SegmentInfo) error {
-	g.wins.mu.Lock()
-	defer g.wins.mu.Unlock()
-	if x := g.wins.m[seg.HeapOff]; x != nil && x.segID == seg.ID {
-		return g.dropWindowLocked(seg.HeapOff, x)
+func (w *windows) onSegmentRelease(seg alloc.SegmentInfo) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if x := w.m[seg.HeapOff]; x != nil && x.segID == seg.ID {
+		return w.dropLocked(seg.HeapOff, x)
 	}
 	return nil
+}
+
+// of returns the windows held for segs (none on a nil w).
+func (w *windows) of(segs []alloc.SegmentInfo) map[uint64]*window {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ws := map[uint64]*window{}
+	for _, s := range segs {
+		if x := w.m[s.HeapOff]; x != nil && x.segID == s.ID {
+			ws[s.HeapOff] = x
+		}
+	}
+	return ws
+}
+
+// keepPaused remembers the windows of ws that a pause deregistered.
+func (w *windows) keepPaused(ws map[uint64]*window) {
+	if len(ws) == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.paused == nil {
+		w.paused = map[uint64]*window{}
+	}
+	for off, x := range ws {
+		if w.m[off] != x {
+			w.paused[off] = x
+		}
+	}
+}
+
+// close removes the release hook and deregisters every window (Destroy).
+func (w *windows) close() error {
+	var errs []error
+	w.removeHook()
+	w.mu.Lock()
+	for off, x := range w.m {
+		errs = append(errs, w.dropLocked(off, x))
+	}
+	w.mu.Unlock()
+	return errors.Join(errs...)
 }
 
 // registerWindow makes sure every rank holds a window for the rendezvous'
 // segment (Note [NCCL groups]); collective, g.coll held. It returns our
 // window and shares the verdict.
-func (g *Group) registerWindow(info alloc.BlockInfo, recs []blockRecord) (*window, error) {
+func (c *rendezvousCall) registerWindow() (*window, error) {
+	g, info, recs := c.g, c.info, c.recs
 	seg := info.Segment
 	need := false
 	for r := range recs {
@@ -304,7 +353,7 @@ func (g *Group) registerWindow(info alloc.BlockInfo, recs []blockRecord) (*windo
 	var localErr error
 	w.mu.Lock()
 	if x := w.m[seg.HeapOff]; x != nil {
-		localErr = g.dropWindowLocked(seg.HeapOff, x)
+		localErr = w.dropLocked(seg.HeapOff, x)
 	}
 	w.mu.Unlock()
 	var win uintptr
@@ -332,7 +381,7 @@ func (g *Group) registerWindow(info alloc.BlockInfo, recs []blockRecord) (*windo
 		if x != nil && localErr == nil {
 			w.mu.Lock()
 			if w.m[seg.HeapOff] == x {
-				g.dropWindowLocked(seg.HeapOff, x)
+				w.dropLocked(seg.HeapOff, x)
 			}
 			w.mu.Unlock()
 		}
@@ -367,7 +416,8 @@ func (g *Group) verdictOf(what string, raw [][]byte) error {
 // checkPeerPointers compares, for every peer, the first bytes of its block
 // through NCCL's peer pointer with the same bytes through our mapping
 // (NCCL >= 2.29; Note [NCCL groups]). Collective when supported.
-func (g *Group) checkPeerPointers(h *Handle, win uintptr, blockOff uintptr) error {
+func (c *rendezvousCall) checkPeerPointers(win uintptr, blockOff uintptr) error {
+	g, h := c.g, c.h
 	if _, ok, _ := g.comm.PeerPointer(win, blockOff, g.rank); !ok {
 		return nil
 	}
@@ -384,7 +434,7 @@ func (g *Group) checkPeerPointers(h *Handle, win uintptr, blockOff uintptr) erro
 		if ptr == 0 || h.bufPtrs[p] == 0 {
 			continue // not reachable by load/store in NCCL's view, or on another machine (Note [Local teams])
 		}
-		if err := errors.Join(g.readBytes(ours, h.bufPtrs[p]), g.readBytes(theirs, ptr)); err != nil {
+		if err := errors.Join(g.cg.readBytes(ours, h.bufPtrs[p]), g.cg.readBytes(theirs, ptr)); err != nil {
 			localErr = core.Errorf(core.CodeOf(err), "rank %d: reading rank %d's block: %v", g.rank, p, err)
 			break
 		}
@@ -396,30 +446,17 @@ func (g *Group) checkPeerPointers(h *Handle, win uintptr, blockOff uintptr) erro
 }
 
 // readBytes copies len(dst) bytes at addr (device memory) into dst.
-func (g *Group) readBytes(dst []byte, addr uintptr) error {
-	g.cg.mu.Lock()
-	defer g.cg.mu.Unlock()
-	if err := g.cg.ensure(uintptr(len(dst))); err != nil {
+func (cg *commGather) readBytes(dst []byte, addr uintptr) error {
+	cg.mu.Lock()
+	defer cg.mu.Unlock()
+	if err := cg.ensure(uintptr(len(dst))); err != nil {
 		return err
 	}
-	if err := g.be.Copy(g.device, g.cg.stream, g.cg.hbuf, addr, uintptr(len(dst))); err != nil {
+	if err := cg.be.Copy(cg.dev, cg.stream, cg.hbuf, addr, uintptr(len(dst))); err != nil {
 		return err
 	}
-	copy(dst, unsafe.Slice((*byte)(unmanaged.Pointer(g.cg.hbuf)), len(dst)))
+	copy(dst, unsafe.Slice((*byte)(unmanaged.Pointer(cg.hbuf)), len(dst)))
 	return nil
-}
-
-// closeComm deregisters every window and releases the gatherer (Destroy).
-func (g *Group) closeComm() error {
-	var errs []error
-	g.wins.removeHook()
-	g.wins.mu.Lock()
-	for off, x := range g.wins.m {
-		errs = append(errs, g.dropWindowLocked(off, x))
-	}
-	g.wins.mu.Unlock()
-	errs = append(errs, g.cg.close())
-	return errors.Join(errs...)
 }
 
 // commOptions fills o's rank, world and device from o.Comm.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/libsymmem/libsymmem/core"
-	"github.com/libsymmem/libsymmem/core/alloc"
 )
 
 const recFabric = 5 // fabric handles between the machines of a team
@@ -104,12 +103,14 @@ func (gm *groupMem) importMapFabric(h []byte, size uintptr, what string) (addr u
 	return gm.mapImported(mem, size, what)
 }
 
-// exchangeFabric is exchange's part between the machines of a team: the
-// pads (needPads) and the segment of the rendezvous where a peer of the
-// team on another machine lacks it travel as fabric handles through the
-// all-gather, and are mapped into p and fresh like descriptors. Collective
-// where g.fabricSpan; it returns this rank's failure.
-func (g *Group) exchangeFabric(info alloc.BlockInfo, recs []blockRecord, needPads bool, need func(r, p int) bool, fresh []*peerMap, localErr error) error {
+// exchangeFabric is the fabric phase of an exchangeCall (Note [Descriptor
+// exchange phases]), between the machines of a team: the pads (needPads)
+// and the segment of the rendezvous where a peer of the team on another
+// machine lacks it travel as fabric handles through the all-gather, and
+// are mapped into the pads and fresh like descriptors. Collective where
+// g.fabricSpan; it returns this rank's failure.
+func (x *exchangeCall) exchangeFabric() error {
+	g, info, recs, needPads, need, fresh, localErr := x.g, x.info, x.recs, x.needPads, x.need, x.fresh, x.localErr
 	me := g.rank
 	exportPad := false
 	segs := map[uint64]uintptr{}

@@ -161,8 +161,8 @@ func New(o Options) (*Group, error) {
 	if cg != nil {
 		g.comm, g.cg = o.Comm, cg
 		if !o.NoWindows {
-			g.wins = &windows{m: map[uint64]*window{}}
-			g.wins.removeHook = alloc.AddReleaseHook(g.onSegmentRelease)
+			g.wins = &windows{comm: o.Comm, name: o.Name, m: map[uint64]*window{}}
+			g.wins.removeHook = alloc.AddReleaseHook(g.wins.onSegmentRelease)
 		}
 	}
 	g.span = g.newSpan()
@@ -457,7 +457,8 @@ func (g *Group) exchangePads(localErr error, tr *phaseTrace) error {
 	if err == nil {
 		none := func(r, p int) bool { return false } // no buffer segments here
 		tr.mark("pad-status")
-		err = g.exchange(alloc.BlockInfo{}, nil, true, none, make([]*peerMap, g.world), nil, tr)
+		x := &exchangeCall{g: g, gm: gm, needPads: true, need: none, fresh: make([]*peerMap, g.world), tr: tr}
+		err = x.run()
 	}
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
@@ -498,7 +499,7 @@ func (g *Group) Destroy() error {
 	}
 	if g.cg != nil {
 		if g.wins != nil {
-			err = errors.Join(err, g.closeComm())
+			err = errors.Join(err, g.wins.close(), g.cg.close())
 		} else {
 			err = errors.Join(err, g.cg.close())
 		}

@@ -45,7 +45,7 @@ type Handle struct {
 	// handle.
 	team                *Handle
 	teamArr, teamDevArr uintptr
-	ranks               []int
+	ranks               viewRanks
 
 	// window is our segment's NCCL window on groups over a communicator
 	// (nil otherwise), windowOffset the rendezvous pointer's offset in it.
@@ -59,12 +59,17 @@ type Handle struct {
 	life *lifetime
 }
 
+// handleArrays keeps a handle's C-visible pointer arrays (arr, devArr) and
+// those of its team view (teamArr, teamDevArr): taken, written, shared and
+// freed (Note [Shared pointer arrays], Note [Pointer arrays in the pad]).
+type handleArrays struct{ *Handle }
+
 // allocArrays takes the handle's slots for the C-visible pointer arrays
 // (gm.mu held): host memory, and device memory where the backend's kernels
 // need it. Taken before the rendezvous's shared verdict, so that a rank
 // that cannot get them fails every rank (Note [Why every verdict is
 // shared]).
-func (h *Handle) allocArrays() error {
+func (h handleArrays) allocArrays() error {
 	var err error
 	if h.arr, h.devArr, err = h.gm.takeArrays(h.world); err != nil {
 		return err
@@ -139,7 +144,7 @@ type ptrArrays struct {
 
 // fillArrays writes bufPtrs and padPtrs into the arrays (and copies them to
 // the device copy), or shares equal arrays already filled; gm.mu held.
-func (h *Handle) fillArrays() error {
+func (h handleArrays) fillArrays() error {
 	gm := h.gm
 	key := arraysKey(h.bufPtrs, h.padPtrs)
 	if a := gm.arrays[key]; a != nil {
@@ -198,7 +203,7 @@ func arraysKey(bufs, pads []uintptr) string {
 
 // freeArrays gives the slots back (gm.mu held): this handle's own, or its
 // reference to shared ones.
-func (h *Handle) freeArrays() {
+func (h handleArrays) freeArrays() {
 	gm := h.gm
 	h.team = nil
 	if a := h.arrays; a != nil {
@@ -244,7 +249,7 @@ func (h *Handle) Release() error {
 		keep(gm.putMapLocked(m))
 	}
 	h.maps = nil
-	h.freeArrays()
+	handleArrays{h}.freeArrays()
 	keep(gm.unrefLocked())
 	return first
 }
@@ -284,7 +289,7 @@ func (h *Handle) checkRank(what string, r int) error {
 	return nil
 }
 
-func (h *Handle) checkChannel(c int) error {
+func (h signalPath) checkChannel(c int) error {
 	if n := h.Channels(); c < 0 || c >= n {
 		return core.Errorf(core.ErrInvalidArgument, "group %q: channel %d is out of range [0, %d) (signal pads of %d bytes, %d ranks, 4 bytes per slot)", h.name, c, n, h.padSize, h.world)
 	}

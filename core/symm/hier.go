@@ -186,28 +186,32 @@ func (hc *hierComm) isClosed() bool {
 	return hc.closed
 }
 
+// viewRanks, on a team view (Note [Team view]), is the group rank of each
+// view rank; nil on a handle.
+type viewRanks []int
+
 // global is the group rank of view rank r (r itself on a handle).
-func (h *Handle) global(r int) int {
-	if h.ranks != nil && r >= 0 && r < len(h.ranks) {
-		return h.ranks[r]
+func (v viewRanks) global(r int) int {
+	if v != nil && r >= 0 && r < len(v) {
+		return v[r]
 	}
 	return r
 }
 
-// viewText says which ranks a view's message numbers ("" on a handle).
-func (h *Handle) viewText() string {
-	if h.ranks == nil {
+// text says which ranks a view's message numbers ("" on a handle).
+func (v viewRanks) text() string {
+	if v == nil {
 		return ""
 	}
-	return fmt.Sprintf(" of the local team (ranks %s, numbered 0..%d in that order below)", ranksText(h.ranks), len(h.ranks)-1)
+	return fmt.Sprintf(" of the local team (ranks %s, numbered 0..%d in that order below)", ranksText(v), len(v)-1)
 }
 
 // makeTeamView builds h.team from h and its filled team arrays (gm.mu held).
-func (h *Handle) makeTeamView() {
+func (h handleArrays) makeTeamView() {
 	if h.span == nil || h.teamArr == 0 {
 		return
 	}
-	t := *h
+	t := *h.Handle
 	t.rank, t.world = h.span.localRank, len(h.span.team)
 	t.ranks = h.span.team
 	t.bufPtrs, t.padPtrs = make([]uintptr, t.world), make([]uintptr, t.world)
@@ -221,7 +225,7 @@ func (h *Handle) makeTeamView() {
 }
 
 // teamPtrs writes the team's buffer and pad pointers into host slot a.
-func (h *Handle) teamPtrs(a uintptr) {
+func (h handleArrays) teamPtrs(a uintptr) {
 	l := len(h.span.team)
 	arr := unsafe.Slice((*uintptr)(unmanaged.Pointer(a)), 2*l)
 	for i, r := range h.span.team {
@@ -231,7 +235,7 @@ func (h *Handle) teamPtrs(a uintptr) {
 
 // hierPlan says whether a checked collective c runs hierarchically; for an
 // explicit AlgoHierarchical that cannot, why (an error).
-func (h *Handle) hierPlan(a CollArgs, c *core.Collective) (bool, error) {
+func (h acrossMachines) hierPlan(a CollArgs, c *core.Collective) (bool, error) {
 	if c.Kind != core.AllReduce || (a.Algo != core.AlgoAuto && a.Algo != core.AlgoHierarchical) {
 		return false, nil
 	}
@@ -270,13 +274,13 @@ func (h *Handle) hierPlan(a CollArgs, c *core.Collective) (bool, error) {
 // or nil (the same on every rank of one build and driver). The first call
 // loads every kernel (compiled once, then read from the disk cache: Note
 // [Kernels compiled at run time] in cuda); the answer is kept for the group.
-func (h *Handle) runsLocal() error {
+func (h acrossMachines) runsLocal() error {
 	hc := h.span.hier
 	hc.localOnce.Do(func() { hc.local = h.askBackend() })
 	return hc.local
 }
 
-func (h *Handle) askBackend() error {
+func (h acrossMachines) askBackend() error {
 	be := h.gm.be
 	if _, ok := be.(core.CollectiveLauncher); ok {
 		if l, ok := be.(core.KernelLoader); ok {
@@ -293,7 +297,7 @@ func (h *Handle) askBackend() error {
 
 // hierAllReduce runs c (an all-reduce, out inside the block) in the
 // hierarchical form (Note [Hierarchical all-reduce]).
-func (h *Handle) hierAllReduce(a CollArgs, c *core.Collective) error {
+func (h acrossMachines) hierAllReduce(a CollArgs, c *core.Collective) error {
 	s := h.span
 	sub, done, err := s.hier.use(s.comm.(splitter), s.localRank, h.rank)
 	if err != nil {
@@ -334,19 +338,19 @@ func (h *Handle) hierAllReduce(a CollArgs, c *core.Collective) error {
 	}
 	if per > 0 {
 		slice := outOff + uintptr(t.rank)*per*es
-		if err := t.runLocal(phase(core.ReduceScatter, core.AlgoOneShot, body, c.InOffset, slice, false), a.Stream); err != nil {
+		if err := (localRun{t}).run(phase(core.ReduceScatter, core.AlgoOneShot, body, c.InOffset, slice, false), a.Stream); err != nil {
 			return err
 		}
 		if err := subRed.AllReduce(a.Stream, t.bufPtrs[t.rank]+slice, t.bufPtrs[t.rank]+slice, per, c.DType, c.Op); err != nil {
 			return h.engineErr(what, err)
 		}
-		if err := t.runLocal(phase(core.AllGather, core.AlgoOneShot, per, outOff, outOff, true), a.Stream); err != nil {
+		if err := (localRun{t}).run(phase(core.AllGather, core.AlgoOneShot, per, outOff, outOff, true), a.Stream); err != nil {
 			return err
 		}
 	}
 	if tail > 0 {
 		at := body * es
-		if err := t.runLocal(phase(core.AllReduce, core.AlgoOneShot, tail, c.InOffset+at, outOff+at, false), a.Stream); err != nil {
+		if err := (localRun{t}).run(phase(core.AllReduce, core.AlgoOneShot, tail, c.InOffset+at, outOff+at, false), a.Stream); err != nil {
 			return err
 		}
 		if err := subRed.AllReduce(a.Stream, out+at, out+at, tail, c.DType, c.Op); err != nil {
@@ -356,10 +360,10 @@ func (h *Handle) hierAllReduce(a CollArgs, c *core.Collective) error {
 	return nil
 }
 
-// runLocal runs checked collective c of this handle (or team view) with the
+// run runs checked collective c of this handle (or team view) with the
 // library's own machinery: kernels on stream s, or on this thread over CPU
 // memory.
-func (h *Handle) runLocal(c *core.Collective, s core.Stream) error {
+func (h localRun) run(c *core.Collective, s core.Stream) error {
 	be := h.gm.be
 	if l, ok := be.(core.CollectiveLauncher); ok {
 		return l.LaunchCollective(h.gm.device, s, c)

@@ -123,23 +123,39 @@ func tagWhat(tag string) string {
 	return fmt.Sprintf("tag %q", tag)
 }
 
-// gatherTag all-gathers rec and returns every rank's, failing alike on
-// every rank on a local failure or segment lists that differ.
-func (g *Group) gatherTag(rec tagRecord, what string) ([]tagRecord, error) {
-	raw, err := g.ex.AllGather(0, rec.encode())
+// tagCall is what one collective pause or resume holds (Note [Pause
+// phases], Note [Resume phases]): the group, the tag, the words that name
+// the call in messages, our segments of the tag, this rank's failure for
+// the next verdict, and the records.
+type tagCall struct {
+	g         *Group
+	gm        *groupMem
+	tag, what string
+
+	segs     []alloc.SegmentInfo // our segments of the tag, in heap order
+	localErr error               // this rank's failure, for the next verdict
+	rec      tagRecord
+	recs     []tagRecord
+}
+
+// gather all-gathers c.rec and keeps every rank's, failing alike on every
+// rank on a local failure or segment lists that differ.
+func (c *tagCall) gather() error {
+	g, what := c.g, c.what
+	raw, err := g.ex.AllGather(0, c.rec.encode())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	recs := make([]tagRecord, g.world)
 	sts := make([]status, g.world)
 	for r := range raw {
 		if recs[r], err = decodeTag(raw[r], g.world); err != nil {
-			return nil, core.Errorf(core.ErrPeer, "group %q: %s: rank %d sent a malformed record: %v", g.name, what, r, err)
+			return core.Errorf(core.ErrPeer, "group %q: %s: rank %d sent a malformed record: %v", g.name, what, r, err)
 		}
 		sts[r] = recs[r].status
 	}
 	if err := firstFailure(g.name, what, sts); err != nil {
-		return nil, err
+		return err
 	}
 	layout := func(r int) string {
 		s := fmt.Sprintf("%d segments", len(recs[r].segs))
@@ -149,9 +165,28 @@ func (g *Group) gatherTag(rec tagRecord, what string) ([]tagRecord, error) {
 		return s
 	}
 	if d := byValue(g.world, layout); d != "" {
-		return nil, core.Errorf(core.ErrMismatch, "group %q: %s: the ranks' segments differ (%s): placement diverged, or the tag holds different allocations on different ranks", g.name, what, d)
+		return core.Errorf(core.ErrMismatch, "group %q: %s: the ranks' segments differ (%s): placement diverged, or the tag holds different allocations on different ranks", g.name, what, d)
 	}
-	return recs, nil
+	c.recs = recs
+	return nil
+}
+
+// listSegments puts our segments of the tag (paused ones for a resume)
+// and this rank's failure to list them in c.rec.
+func (c *tagCall) listSegments(paused bool) {
+	c.segs, c.localErr = c.g.alloc.TagSegments(c.tag, paused)
+	if c.localErr != nil {
+		c.localErr = core.Errorf(core.CodeOf(c.localErr), "rank %d: %v", c.g.rank, c.localErr)
+	}
+	c.rec.status, c.rec.segs = statusOf(c.localErr), c.segs
+}
+
+// repause undoes this rank's part of a failed collective resume. Its own
+// error is dropped: the collective's error is the one reported, and a
+// pause after a resume in the same call has no new way to fail but the
+// device's (then the memory stays mapped, which is safe).
+func (c *tagCall) repause() {
+	_, _ = c.g.alloc.Pause(c.tag, alloc.PauseOptions{Collective: true})
 }
 
 // Pause releases the memory of tag ("" = every live tag of the group's
@@ -164,36 +199,66 @@ func (g *Group) Pause(tag string) error {
 	if err := g.usable(what); err != nil {
 		return err
 	}
-	return g.settle(what, g.pauseLocked(tag, what))
+	c := &pauseCall{tagCall: tagCall{g: g, gm: g.gm, tag: tag, what: what}}
+	return g.settle(what, c.run())
 }
 
-// pauseLocked is Pause (g.coll held, the group usable).
-func (g *Group) pauseLocked(tag, what string) error {
-	var rec tagRecord
-	segs, localErr := g.alloc.TagSegments(tag, false)
-	if localErr != nil {
-		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: %v", g.rank, localErr)
-	}
-	rec.status, rec.segs = statusOf(localErr), segs
-	recs, err := g.gatherTag(rec, what)
-	if err != nil {
+// Note [Pause phases]
+//
+// A collective pause (g.coll held, the group usable) is one pauseCall that
+// runs the steps of Note [Collective pause] as these phases, in order; a
+// phase that returns an error ends the call.
+//
+//	list            our live segments of the tag; a failure is kept for
+//	                the record. Leaves nothing.
+//	gather          step 1: one all-gather of the lists, checked alike on
+//	                every rank (tagCall.gather). Leaves nothing.
+//	prepare         step 2: the device's work and the host copies
+//	                (alloc.PausePrepare), releasing nothing, and the
+//	                outcome shared. Leaves the copies to the allocator (the
+//	                next pause starts afresh).
+//	releaseImports  step 3, under gm.mu: our imports of the peers' segments
+//	                of the lists are unmapped and released, their ranges
+//	                kept. Nothing to undo: a failure is reported, what it
+//	                left is described in Note [Collective pause].
+//	releaseOwn      step 3: our own memory (alloc.PauseCommit), the tag's
+//	                NCCL windows remembered for the resume, and the outcome
+//	                shared.
+type pauseCall struct {
+	tagCall
+}
+
+// run is the driver of Note [Pause phases].
+func (c *pauseCall) run() error {
+	c.listSegments(false)
+	if err := c.gather(); err != nil {
 		return err
 	}
-
-	// 2. Prepare: what can fail (the device's work, the host copies),
-	// releasing nothing; every rank learns whether every rank is ready.
-	if _, err := g.alloc.Pause(tag, alloc.PauseOptions{Collective: true, Stage: alloc.PausePrepare}); err != nil {
-		localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
-	}
-	if err := g.shareVerdict(what+" (waiting for the device, host copies; nothing was released)", localErr); err != nil {
+	if err := c.prepare(); err != nil {
 		return err
 	}
+	c.releaseImports()
+	return c.releaseOwn()
+}
 
-	// 3. Release: the peers' segments of the list, then our own.
-	gm := g.gm
+// prepare does what can fail (the device's work, the host copies),
+// releasing nothing; every rank learns whether every rank is ready.
+func (c *pauseCall) prepare() error {
+	g := c.g
+	if _, err := g.alloc.Pause(c.tag, alloc.PauseOptions{Collective: true, Stage: alloc.PausePrepare}); err != nil {
+		c.localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
+	}
+	return g.shareVerdict(c.what+" (waiting for the device, host copies; nothing was released)", c.localErr)
+}
+
+// releaseImports unmaps and releases our imports of the peers' segments
+// of the lists.
+func (c *pauseCall) releaseImports() {
+	g, gm := c.g, c.gm
 	gm.mu.Lock()
-	for p := range recs {
-		for _, s := range recs[p].segs {
+	defer gm.mu.Unlock()
+	for p := range c.recs {
+		for _, s := range c.recs[p].segs {
 			m := gm.maps[mapKey{p, s.HeapOff}]
 			if p == g.rank || m == nil || m.id != s.ID || m.paused {
 				continue
@@ -201,66 +266,334 @@ func (g *Group) pauseLocked(tag, what string) error {
 			if err := g.be.Unmap(g.device, m.addr, m.size); err != nil {
 				// Still mapped, still valid to touch: not paused (a
 				// later pause tries again).
-				if localErr == nil {
-					localErr = core.Errorf(core.CodeOf(err), "rank %d: unmapping its mapping of rank %d's segment at heap offset %#x failed, so it is left mapped (not paused): %v", g.rank, p, s.HeapOff, err)
+				if c.localErr == nil {
+					c.localErr = core.Errorf(core.CodeOf(err), "rank %d: unmapping its mapping of rank %d's segment at heap offset %#x failed, so it is left mapped (not paused): %v", g.rank, p, s.HeapOff, err)
 				}
 				continue
 			}
-			if err := g.be.Release(m.mem); err != nil && localErr == nil {
-				localErr = core.Errorf(core.CodeOf(err), "rank %d: its mapping of rank %d's segment at heap offset %#x was unmapped, but the imported memory could not be released (leaked): %v", g.rank, p, s.HeapOff, err)
+			if err := g.be.Release(m.mem); err != nil && c.localErr == nil {
+				c.localErr = core.Errorf(core.CodeOf(err), "rank %d: its mapping of rank %d's segment at heap offset %#x was unmapped, but the imported memory could not be released (leaked): %v", g.rank, p, s.HeapOff, err)
 			}
 			m.paused, m.mem = true, 0
 		}
 	}
-	gm.mu.Unlock()
+}
+
+// releaseOwn releases our own memory of the tag and shares the outcome.
+func (c *pauseCall) releaseOwn() error {
+	g := c.g
 	// The windows of the tag's segments are deregistered by the release
 	// hook before the memory goes (NCCL keeps a mapping of its own); the
 	// resume registers them again.
-	wins := g.windowsOf(segs)
-	if _, err := g.alloc.Pause(tag, alloc.PauseOptions{Collective: true, Stage: alloc.PauseCommit}); err != nil && localErr == nil {
-		localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
+	wins := g.wins.of(c.segs)
+	if _, err := g.alloc.Pause(c.tag, alloc.PauseOptions{Collective: true, Stage: alloc.PauseCommit}); err != nil && c.localErr == nil {
+		c.localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
 	}
-	g.keepPausedWindows(wins)
-	return g.shareVerdict(what+" (releasing memory)", localErr)
+	g.wins.keepPaused(wins)
+	return g.shareVerdict(c.what+" (releasing memory)", c.localErr)
 }
 
-// windowsOf returns the windows this rank holds for segs.
-func (g *Group) windowsOf(segs []alloc.SegmentInfo) map[uint64]*window {
-	if g.wins == nil {
-		return nil
+// Resume takes back the memory of tag ("" = every paused tag) on every
+// rank at the same addresses and maps the peers' new memory where their
+// imports were dropped (Note [Collective pause]). Collective.
+func (g *Group) Resume(tag string) error {
+	g.coll.Lock()
+	defer g.coll.Unlock()
+	what := "resume of " + tagWhat(tag)
+	if err := g.usable(what); err != nil {
+		return err
 	}
-	g.wins.mu.Lock()
-	defer g.wins.mu.Unlock()
-	ws := map[uint64]*window{}
-	for _, s := range segs {
-		if x := g.wins.m[s.HeapOff]; x != nil && x.segID == s.ID {
-			ws[s.HeapOff] = x
+	c := &resumeCall{tagCall: tagCall{g: g, gm: g.gm, tag: tag, what: what}}
+	return g.settle(what, c.run())
+}
+
+// Note [Resume phases]
+//
+// A collective resume (g.coll held, the group usable) is one resumeCall
+// that runs these phases in order; a phase that returns an error ends the
+// call after the undo it names.
+//
+//	list      our paused segments of the tag, the paused imports of the
+//	          peers' segments we hold (an import a failed pause left
+//	          mapped is dropped now, under gm.mu), the windows a pause
+//	          deregistered; a failure is kept for the record. Leaves
+//	          nothing to undo (what it dropped is paused, as it should
+//	          have been).
+//	gather    one all-gather of the lists, checked alike on every rank
+//	          (tagCall.gather). Leaves nothing.
+//	takeBack  every rank resumes its own tag and shares the outcome; on
+//	          a failure every rank that resumed pauses again. Leaves our
+//	          memory resumed (undo: repause).
+//	send      descriptors of our new memory to every peer by socket that
+//	          held a paused import of it, all to all; on a failure the
+//	          driver pauses our tag again. Leaves the descriptors that
+//	          arrived.
+//	remap     under gm.mu: each arrived descriptor imported and mapped into
+//	          its import's reserved range. Leaves remapped (undo).
+//	fabric    the same for peers of our team on other machines, through
+//	          fabric handles (Note [Fabric teams]). Leaves remapped (undo).
+//	verdict   the outcome shared; on a failure, undo.
+//	windows   the NCCL windows the pause deregistered, registered again
+//	          collectively (registerWindows): the memory is back
+//	          everywhere, so a failure there leaves it so.
+//	undo      unmaps and releases what remap and fabric mapped, marks it
+//	          paused again, and pauses our tag again.
+type resumeCall struct {
+	tagCall
+	in [][]int // the descriptors that arrived, by sender
+	// fabricSegs are our segments wanted by a peer of our team on another
+	// machine, by heap offset.
+	fabricSegs map[uint64]uintptr
+	remapped   []*peerMap // imports this call mapped again
+}
+
+// run is the driver of Note [Resume phases].
+func (c *resumeCall) run() error {
+	g, what := c.g, c.what
+	c.list()
+	if err := c.gather(); err != nil {
+		return err
+	}
+	if err := c.takeBack(); err != nil {
+		return err
+	}
+	if err := c.send(); err != nil {
+		c.repause()
+		return err
+	}
+	c.remap()
+	if err := c.fabric(); err != nil {
+		return c.undo(err)
+	}
+	if err := g.shareVerdict(what+" (mapping peers' memory)", c.localErr); err != nil {
+		return c.undo(err)
+	}
+	// The memory is back everywhere; a failure to register a window again
+	// leaves it so (the next rendezvous on the segment registers it).
+	return c.registerWindows()
+}
+
+// list fills our record: the tag's paused segments, the paused imports we
+// hold, and the windows the pause deregistered.
+func (c *resumeCall) list() {
+	g, gm := c.g, c.gm
+	c.listSegments(true)
+	gm.mu.Lock()
+	tagOffs := map[uint64]bool{}
+	for _, s := range c.segs {
+		tagOffs[s.HeapOff] = true
+	}
+	for k, m := range gm.maps {
+		if !m.paused && k.peer != g.rank && tagOffs[k.heapOff] && c.localErr == nil {
+			// A pause whose unmap of this import failed left it mapped
+			// (Note [Collective pause]), on memory its peer has released:
+			// dropped now, and mapped again below like the paused ones.
+			if err := g.be.Unmap(g.device, m.addr, m.size); err != nil {
+				c.localErr = core.Errorf(core.CodeOf(err), "rank %d: its mapping of rank %d's segment at heap offset %#x, left mapped by a failed pause, cannot be unmapped: %v", g.rank, k.peer, k.heapOff, err)
+				continue
+			}
+			g.be.Release(m.mem) // a failure leaks it: the mapping is gone either way
+			m.paused, m.mem = true, 0
+		}
+		if m.paused {
+			c.rec.held = append(c.rec.held, k)
 		}
 	}
-	return ws
+	gm.mu.Unlock()
+	if g.wins != nil {
+		g.wins.mu.Lock()
+		for _, s := range c.segs {
+			if x := g.wins.paused[s.HeapOff]; x != nil && x.segID == s.ID {
+				c.rec.wins = append(c.rec.wins, s.HeapOff)
+			}
+		}
+		g.wins.mu.Unlock()
+	}
+	slices.SortFunc(c.rec.held, func(a, b mapKey) int {
+		if a.peer != b.peer {
+			return a.peer - b.peer
+		}
+		return cmp.Compare(a.heapOff, b.heapOff)
+	})
 }
 
-// keepPausedWindows remembers the windows of ws that a pause deregistered.
-func (g *Group) keepPausedWindows(ws map[uint64]*window) {
-	if len(ws) == 0 {
+// takeBack: every rank takes its own memory back, or all stay paused.
+func (c *resumeCall) takeBack() error {
+	g := c.g
+	_, c.localErr = g.alloc.Resume(c.tag)
+	if c.localErr != nil {
+		c.localErr = core.Errorf(core.CodeOf(c.localErr), "rank %d: %v", g.rank, c.localErr)
+	}
+	if err := g.shareVerdict(c.what+" (taking memory back)", c.localErr); err != nil {
+		if c.localErr == nil {
+			c.repause()
+		}
+		return err
+	}
+	return nil
+}
+
+// need(r, p, s): rank r held a paused import of peer p's segment s.
+func (c *resumeCall) need(r, p int, s alloc.SegmentInfo) bool {
+	return r != p && slices.Contains(c.recs[r].held, mapKey{p, s.HeapOff})
+}
+
+// send passes descriptors of our segments to the peers by socket that need
+// them, all to all, and notes the ones wanted through fabric handles.
+func (c *resumeCall) send() error {
+	g, me := c.g, c.g.rank
+	fds := make([]int, len(c.segs))
+	for i := range fds {
+		fds[i] = -1
+	}
+	out := make([][]int, g.world)
+	c.fabricSegs = map[uint64]uintptr{}
+	for i, s := range c.segs {
+		for dst := 0; dst < g.world; dst++ {
+			if !c.need(dst, me, s) {
+				continue
+			}
+			if !g.bySocket(dst) {
+				c.fabricSegs[s.HeapOff] = s.Addr
+				continue
+			}
+			if fds[i] < 0 {
+				fd, err := g.alloc.ExportSegment(s.Addr)
+				if err != nil {
+					if c.localErr == nil {
+						c.localErr = core.Errorf(core.CodeOf(err), "rank %d: exporting its segment at heap offset %#x: %v", me, s.HeapOff, err)
+					}
+					break
+				}
+				fds[i] = fd
+			}
+			out[dst] = append(out[dst], fds[i])
+		}
+	}
+	in, err := g.allToAllFDs(out)
+	for _, fd := range fds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	c.in = in
+	return err
+}
+
+// remap maps the descriptors that arrived into the paused imports' ranges.
+func (c *resumeCall) remap() {
+	g := c.g
+	c.gm.mu.Lock()
+	defer c.gm.mu.Unlock()
+	for src := 0; src < g.world; src++ {
+		if src == g.rank || !g.bySocket(src) {
+			continue
+		}
+		c.remapFrom(src, c.in[src])
+	}
+}
+
+// remapFrom maps the descriptors got that src sent (gm.mu held).
+func (c *resumeCall) remapFrom(src int, got []int) {
+	g, gm, me := c.g, c.gm, c.g.rank
+	var want []*peerMap
+	for _, s := range c.recs[src].segs {
+		if c.need(me, src, s) {
+			want = append(want, gm.maps[mapKey{src, s.HeapOff}])
+		}
+	}
+	if len(got) != len(want) || c.localErr != nil {
+		if c.localErr == nil {
+			c.localErr = core.Errorf(core.ErrPeer, "rank %d: rank %d sent %d descriptors, %d were expected (it could not export its memory)", me, src, len(got), len(want))
+		}
+		for _, fd := range got {
+			unix.Close(fd)
+		}
 		return
 	}
-	g.wins.mu.Lock()
-	defer g.wins.mu.Unlock()
-	if g.wins.paused == nil {
-		g.wins.paused = map[uint64]*window{}
-	}
-	for off, x := range ws {
-		if g.wins.m[off] != x {
-			g.wins.paused[off] = x
+	for i, m := range want {
+		mem, err := g.be.Import(g.device, got[i])
+		if err == nil {
+			err = gm.remap(m, mem)
 		}
+		if err != nil {
+			if c.localErr == nil {
+				c.localErr = core.Errorf(core.CodeOf(err), "rank %d: mapping rank %d's segment at heap offset %#x again: %v", me, src, m.key.heapOff, err)
+			}
+			for _, fd := range got[i+1:] {
+				unix.Close(fd)
+			}
+			return
+		}
+		c.remapped = append(c.remapped, m)
 	}
 }
 
-// registerResumed registers again, collectively, the windows that the
-// pause of segs deregistered on some rank (the union over ranks, in heap
-// order, from the resume records), and shares the verdict.
-func (g *Group) registerResumed(what string, segs []alloc.SegmentInfo, recs []tagRecord) error {
+// fabric maps again, through fabric handles in the all-gather, the imports
+// of peers of our team on other machines (Note [Fabric teams]); its error
+// is the all-gather's, this rank's failure goes to c.localErr.
+func (c *resumeCall) fabric() error {
+	g, gm, me := c.g, c.gm, c.g.rank
+	if !g.fabricSpan {
+		return nil
+	}
+	frs, err := g.fabricGather(c.localErr, false, c.fabricSegs)
+	if err != nil {
+		return err
+	}
+	gm.mu.Lock()
+	defer gm.mu.Unlock()
+	for src := 0; src < g.world && c.localErr == nil; src++ {
+		if !g.crossTeam(me, src) {
+			continue
+		}
+		if frs[src].status.code != core.Success {
+			c.localErr = core.Errorf(core.ErrPeer, "rank %d: rank %d could not send its fabric handles: %s", me, src, frs[src].status.msg)
+			break
+		}
+		for _, s := range c.recs[src].segs {
+			if !c.need(me, src, s) {
+				continue
+			}
+			m := gm.maps[mapKey{src, s.HeapOff}]
+			h := frs[src].segs[s.HeapOff]
+			var err error = core.Errorf(core.ErrPeer, "no fabric handle arrived")
+			if fb, ok := g.be.(fabricBackend); ok && len(h) > 0 {
+				var mem core.Memory
+				if mem, err = fb.ImportFabric(g.device, h); err == nil {
+					err = gm.remap(m, mem)
+				}
+			}
+			if err != nil {
+				c.localErr = core.Errorf(core.CodeOf(err), "rank %d: mapping rank %d's segment at heap offset %#x again through its fabric handle: %v", me, src, s.HeapOff, err)
+				break
+			}
+			c.remapped = append(c.remapped, m)
+		}
+	}
+	return nil
+}
+
+// undo undoes this rank's part of the resume: the peers mapped again are
+// unmapped, its own memory paused again. It returns err.
+func (c *resumeCall) undo(err error) error {
+	g, gm := c.g, c.gm
+	gm.mu.Lock()
+	for _, m := range c.remapped {
+		g.be.Unmap(g.device, m.addr, m.size)
+		g.be.Release(m.mem)
+		m.mem, m.paused = 0, true
+	}
+	gm.mu.Unlock()
+	c.repause()
+	return err
+}
+
+// registerWindows registers again, collectively, the windows that the
+// pause of our segments deregistered on some rank (the union over ranks,
+// in heap order, from the resume records), and shares the verdict.
+func (c *resumeCall) registerWindows() error {
+	g, what, segs, recs := c.g, c.what, c.segs, c.recs
 	if g.wins == nil {
 		return nil
 	}
@@ -313,224 +646,6 @@ func (g *Group) registerResumed(what string, segs []alloc.SegmentInfo, recs []ta
 	return g.shareVerdict(what+" (NCCL windows)", localErr)
 }
 
-// Resume takes back the memory of tag ("" = every paused tag) on every
-// rank at the same addresses and maps the peers' new memory where their
-// imports were dropped (Note [Collective pause]). Collective.
-func (g *Group) Resume(tag string) error {
-	g.coll.Lock()
-	defer g.coll.Unlock()
-	what := "resume of " + tagWhat(tag)
-	if err := g.usable(what); err != nil {
-		return err
-	}
-	return g.settle(what, g.resumeLocked(tag, what))
-}
-
-// resumeLocked is Resume (g.coll held, the group usable).
-func (g *Group) resumeLocked(tag, what string) error {
-	gm := g.gm
-	var rec tagRecord
-	segs, localErr := g.alloc.TagSegments(tag, true)
-	if localErr != nil {
-		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: %v", g.rank, localErr)
-	}
-	rec.status, rec.segs = statusOf(localErr), segs
-	gm.mu.Lock()
-	tagOffs := map[uint64]bool{}
-	for _, s := range segs {
-		tagOffs[s.HeapOff] = true
-	}
-	for k, m := range gm.maps {
-		if !m.paused && k.peer != g.rank && tagOffs[k.heapOff] && localErr == nil {
-			// A pause whose unmap of this import failed left it mapped
-			// (Note [Collective pause]), on memory its peer has released:
-			// dropped now, and mapped again below like the paused ones.
-			if err := g.be.Unmap(g.device, m.addr, m.size); err != nil {
-				localErr = core.Errorf(core.CodeOf(err), "rank %d: its mapping of rank %d's segment at heap offset %#x, left mapped by a failed pause, cannot be unmapped: %v", g.rank, k.peer, k.heapOff, err)
-				continue
-			}
-			g.be.Release(m.mem) // a failure leaks it: the mapping is gone either way
-			m.paused, m.mem = true, 0
-		}
-		if m.paused {
-			rec.held = append(rec.held, k)
-		}
-	}
-	gm.mu.Unlock()
-	if g.wins != nil {
-		g.wins.mu.Lock()
-		for _, s := range segs {
-			if x := g.wins.paused[s.HeapOff]; x != nil && x.segID == s.ID {
-				rec.wins = append(rec.wins, s.HeapOff)
-			}
-		}
-		g.wins.mu.Unlock()
-	}
-	slices.SortFunc(rec.held, func(a, b mapKey) int {
-		if a.peer != b.peer {
-			return a.peer - b.peer
-		}
-		return cmp.Compare(a.heapOff, b.heapOff)
-	})
-	recs, err := g.gatherTag(rec, what)
-	if err != nil {
-		return err
-	}
-
-	// Every rank takes its own memory back, or all stay paused.
-	_, localErr = g.alloc.Resume(tag)
-	if localErr != nil {
-		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: %v", g.rank, localErr)
-	}
-	if err := g.shareVerdict(what+" (taking memory back)", localErr); err != nil {
-		if localErr == nil {
-			g.repause(tag)
-		}
-		return err
-	}
-
-	// need(r, p, s): rank r held a paused import of peer p's segment s.
-	need := func(r, p int, s alloc.SegmentInfo) bool {
-		return r != p && slices.Contains(recs[r].held, mapKey{p, s.HeapOff})
-	}
-	me := g.rank
-	fds := make([]int, len(segs))
-	for i := range fds {
-		fds[i] = -1
-	}
-	out := make([][]int, g.world)
-	fabricSegs := map[uint64]uintptr{} // wanted by a peer of our team on another machine
-	for i, s := range segs {
-		for dst := 0; dst < g.world; dst++ {
-			if !need(dst, me, s) {
-				continue
-			}
-			if !g.bySocket(dst) {
-				fabricSegs[s.HeapOff] = s.Addr
-				continue
-			}
-			if fds[i] < 0 {
-				fd, err := g.alloc.ExportSegment(s.Addr)
-				if err != nil {
-					if localErr == nil {
-						localErr = core.Errorf(core.CodeOf(err), "rank %d: exporting its segment at heap offset %#x: %v", me, s.HeapOff, err)
-					}
-					break
-				}
-				fds[i] = fd
-			}
-			out[dst] = append(out[dst], fds[i])
-		}
-	}
-	in, err := g.allToAllFDs(out)
-	for _, fd := range fds {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-	}
-	if err != nil {
-		g.repause(tag)
-		return err
-	}
-	var remapped []*peerMap
-	// fail undoes this rank's part of the resume: the peers mapped again
-	// are unmapped, its own memory paused again.
-	fail := func(err error) error {
-		gm.mu.Lock()
-		for _, m := range remapped {
-			g.be.Unmap(g.device, m.addr, m.size)
-			g.be.Release(m.mem)
-			m.mem, m.paused = 0, true
-		}
-		gm.mu.Unlock()
-		g.repause(tag)
-		return err
-	}
-	gm.mu.Lock()
-	for src := 0; src < g.world; src++ {
-		if src == me || !g.bySocket(src) {
-			continue
-		}
-		var want []*peerMap
-		for _, s := range recs[src].segs {
-			if need(me, src, s) {
-				want = append(want, gm.maps[mapKey{src, s.HeapOff}])
-			}
-		}
-		got := in[src]
-		if len(got) != len(want) || localErr != nil {
-			if localErr == nil {
-				localErr = core.Errorf(core.ErrPeer, "rank %d: rank %d sent %d descriptors, %d were expected (it could not export its memory)", me, src, len(got), len(want))
-			}
-			for _, fd := range got {
-				unix.Close(fd)
-			}
-			continue
-		}
-		for i, m := range want {
-			mem, err := g.be.Import(g.device, got[i])
-			if err == nil {
-				err = gm.remap(m, mem)
-			}
-			if err != nil {
-				if localErr == nil {
-					localErr = core.Errorf(core.CodeOf(err), "rank %d: mapping rank %d's segment at heap offset %#x again: %v", me, src, m.key.heapOff, err)
-				}
-				for _, fd := range got[i+1:] {
-					unix.Close(fd)
-				}
-				break
-			}
-			remapped = append(remapped, m)
-		}
-	}
-	gm.mu.Unlock()
-	if g.fabricSpan {
-		// Peers of our team on other machines: fabric handles through the
-		// all-gather (Note [Fabric teams]).
-		frs, err := g.fabricGather(localErr, false, fabricSegs)
-		if err != nil {
-			return fail(err)
-		}
-		gm.mu.Lock()
-		for src := 0; src < g.world && localErr == nil; src++ {
-			if !g.crossTeam(me, src) {
-				continue
-			}
-			if frs[src].status.code != core.Success {
-				localErr = core.Errorf(core.ErrPeer, "rank %d: rank %d could not send its fabric handles: %s", me, src, frs[src].status.msg)
-				break
-			}
-			for _, s := range recs[src].segs {
-				if !need(me, src, s) {
-					continue
-				}
-				m := gm.maps[mapKey{src, s.HeapOff}]
-				h := frs[src].segs[s.HeapOff]
-				var err error = core.Errorf(core.ErrPeer, "no fabric handle arrived")
-				if fb, ok := g.be.(fabricBackend); ok && len(h) > 0 {
-					var mem core.Memory
-					if mem, err = fb.ImportFabric(g.device, h); err == nil {
-						err = gm.remap(m, mem)
-					}
-				}
-				if err != nil {
-					localErr = core.Errorf(core.CodeOf(err), "rank %d: mapping rank %d's segment at heap offset %#x again through its fabric handle: %v", me, src, s.HeapOff, err)
-					break
-				}
-				remapped = append(remapped, m)
-			}
-		}
-		gm.mu.Unlock()
-	}
-	if err := g.shareVerdict(what+" (mapping peers' memory)", localErr); err != nil {
-		return fail(err)
-	}
-	// The memory is back everywhere; a failure to register a window again
-	// leaves it so (the next rendezvous on the segment registers it).
-	return g.registerResumed(what, segs, recs)
-}
-
 // remap maps imported memory mem into m's reserved range, which a pause
 // left unmapped, and marks m resumed; it releases mem if the map fails
 // (gm.mu held).
@@ -541,14 +656,6 @@ func (gm *groupMem) remap(m *peerMap, mem core.Memory) error {
 	}
 	m.mem, m.paused = mem, false
 	return nil
-}
-
-// repause undoes this rank's part of a failed collective resume. Its own
-// error is dropped: the collective's error is the one reported, and a
-// pause after a resume in the same call has no new way to fail but the
-// device's (then the memory stays mapped, which is safe).
-func (g *Group) repause(tag string) {
-	_, _ = g.alloc.Pause(tag, alloc.PauseOptions{Collective: true})
 }
 
 // dropPeerMap unmaps and releases a peer mapping and gives back its range;

@@ -23,206 +23,315 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	if err := g.usable("rendezvous"); err != nil {
 		return nil, err
 	}
-	h, err := g.rendezvousLocked(ptr)
+	c := &rendezvousCall{g: g, gm: g.gm, ptr: ptr}
+	h, err := c.run()
 	return h, g.settle("rendezvous", err)
 }
 
-// rendezvousLocked is Rendezvous (g.coll held, the group usable).
-func (g *Group) rendezvousLocked(ptr uintptr) (*Handle, error) {
-	gm := g.gm
-	world, me := g.world, g.rank
-	tr := startTrace("group %q rank %d rendezvous", g.name, me)
-	defer tr.done()
+// Note [Rendezvous phases]
+//
+// A rendezvous (g.coll held, the group usable) is one rendezvousCall that
+// runs these phases in order; a phase that returns an error ends the call,
+// and undo, deferred once pin has run, gives back what the call still holds.
+//
+//	lookup      the block of ptr, the handle to be (its fields from the
+//	            block); a failure is kept for the record. Leaves nothing.
+//	pin         under gm.mu: our signal pad (made if SetSignalPadSize dropped
+//	            it), a reference on each peer mapping we hold of the block's
+//	            segment (Note [Lifetimes]), the handle's pointer arrays, and
+//	            the arrays filled when we hold everything the handle needs;
+//	            a failure is kept for the record. Leaves the pins and the
+//	            arrays to undo.
+//	gather      our record, one all-gather, the records decoded. Leaves
+//	            nothing new.
+//	verdict     the same verdict from the same records on every rank (Note
+//	            [Why every verdict is shared]); on a failure, stale peer pads
+//	            are dropped on every rank. Leaves nothing new.
+//	window      the segment as an NCCL window (Note [NCCL groups]), before
+//	            anything is mapped. The window stays with the group.
+//	exchange    descriptors only where some rank lacks something
+//	            (exchangeCall, Note [Descriptor exchange phases]); it ends
+//	            with a verdict of its own and undoes its mappings itself on
+//	            failure. Leaves the fresh mappings to makeHandle.
+//	makeHandle  nothing here can fail: the fresh mappings enter the cache,
+//	            the handle takes its references, the call succeeds (undo then
+//	            keeps the arrays).
+//	checkPeers  NCCL's view of the peers' windows (NCCL >= 2.29): a
+//	            collective check whose failure releases the handle on every
+//	            rank.
+//	undo        drops the pins; frees the arrays unless makeHandle ran.
+type rendezvousCall struct {
+	g   *Group
+	gm  *groupMem
+	ptr uintptr
+	tr  *phaseTrace
 
-	// 1. What we have: the block, our pad, the peers' segments we hold, and
-	// the slots of the handle's pointer arrays (taken now so that a rank
-	// that cannot get them fails every rank through the verdict).
-	var info alloc.BlockInfo
-	var localErr error
+	info alloc.BlockInfo
+	// localErr is this rank's failure before the gather, which the record
+	// carries to every rank instead of being returned early.
+	localErr error
+	h        *Handle
+	rec      blockRecord
+	// pinned[p] is our mapping of peer p's segment at the block's segment
+	// offset, referenced until undo; nil where we hold none.
+	pinned    []*peerMap
+	recs      []blockRecord
+	win       *window
+	needPads  bool       // the pads were never exchanged: the exchange passes them
+	fresh     []*peerMap // segments mapped by this call
+	succeeded bool
+}
+
+// run is the driver of Note [Rendezvous phases].
+func (c *rendezvousCall) run() (*Handle, error) {
+	c.tr = startTrace("group %q rank %d rendezvous", c.g.name, c.g.rank)
+	defer c.tr.done()
+	c.lookup()
+	c.pin()
+	defer c.undo()
+	if err := c.gather(); err != nil {
+		return nil, err
+	}
+	if err := c.verdict(); err != nil {
+		return nil, err
+	}
+	if err := c.window(); err != nil {
+		return nil, err
+	}
+	if err := c.exchange(); err != nil {
+		return nil, err
+	}
+	c.makeHandle()
+	return c.checkPeers()
+}
+
+// lookup finds the block of ptr and shapes the handle from it.
+func (c *rendezvousCall) lookup() {
+	g, me := c.g, c.g.rank
 	if g.alloc == nil {
-		localErr = core.Errorf(core.ErrInvalidDevice, "no allocator for device %d", g.device)
+		c.localErr = core.Errorf(core.ErrInvalidDevice, "no allocator for device %d", g.device)
 	} else {
-		info, localErr = g.alloc.Lookup(ptr)
-		if localErr != nil {
-			localErr = core.Errorf(core.CodeOf(localErr), "rank %d: %v", me, localErr)
-		} else if info.Segment.Paused {
-			localErr = core.Errorf(core.ErrInvalidState, "rank %d: the block at %#x is in tag %q, which is paused", me, info.Addr, info.Segment.Tag)
+		var err error
+		c.info, err = g.alloc.Lookup(c.ptr)
+		if err != nil {
+			c.localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", me, err)
+		} else if c.info.Segment.Paused {
+			c.localErr = core.Errorf(core.ErrInvalidState, "rank %d: the block at %#x is in tag %q, which is paused", me, c.info.Addr, c.info.Segment.Tag)
 		}
 	}
-	h := &Handle{gm: gm, life: newLifetime(), name: g.name, rank: me, world: world, bufSize: info.Size, offset: ptr - info.Addr,
-		timeout: g.timeout, bufPtrs: make([]uintptr, world), padPtrs: make([]uintptr, world), span: g.span}
-	rec := blockRecord{held: make([]uint64, world), padSize: uint64(g.padSize)}
-	pinned := make([]*peerMap, world)
-	succeeded := false
+	c.h = &Handle{gm: c.gm, life: newLifetime(), name: g.name, rank: me, world: g.world, bufSize: c.info.Size, offset: c.ptr - c.info.Addr,
+		timeout: g.timeout, bufPtrs: make([]uintptr, g.world), padPtrs: make([]uintptr, g.world), span: g.span}
+	c.rec = blockRecord{held: make([]uint64, g.world), padSize: uint64(g.padSize)}
+	c.pinned = make([]*peerMap, g.world)
+}
+
+// pin takes what we have under gm.mu: our pad, the peers' segments we hold,
+// and the slots of the handle's pointer arrays (taken now so that a rank
+// that cannot get them fails every rank through the verdict).
+func (c *rendezvousCall) pin() {
+	g, gm, me := c.g, c.gm, c.g.rank
 	gm.mu.Lock()
-	if gm.pads == nil && localErr == nil {
-		if gm.pads, localErr = gm.makePads(g.padSize); localErr != nil {
-			localErr = core.Errorf(core.CodeOf(localErr), "rank %d: cannot make its signal pad of %d bytes: %v", me, g.padSize, localErr)
+	defer gm.mu.Unlock()
+	if gm.pads == nil && c.localErr == nil {
+		var err error
+		if gm.pads, err = gm.makePads(g.padSize); err != nil {
+			c.localErr = core.Errorf(core.CodeOf(err), "rank %d: cannot make its signal pad of %d bytes: %v", me, g.padSize, err)
 		} else if g.be.Capabilities().DevicePointerArrays && gm.dev == nil {
 			// A pad of a new size (SetSignalPadSize dropped the slab with
 			// the old pad): Note [Pointer arrays in the pad].
 			if err := gm.makeDeviceSlab(gm.pads); err != nil {
-				localErr = core.Errorf(core.CodeOf(err), "rank %d: device memory for pointer arrays: %v", me, err)
+				c.localErr = core.Errorf(core.CodeOf(err), "rank %d: device memory for pointer arrays: %v", me, err)
 			}
 		}
 	}
 	if gm.pads != nil {
-		rec.padsReady = gm.pads.ready
+		c.rec.padsReady = gm.pads.ready
 	}
-	if localErr == nil {
-		for p := 0; p < world; p++ {
-			if m := gm.maps[mapKey{p, info.Segment.HeapOff}]; m != nil && p != me && !m.paused {
-				m.refs++ // pinned until we return (Note [Lifetimes])
-				pinned[p] = m
-				rec.held[p] = m.id + 1
+	if c.localErr == nil {
+		for p := 0; p < g.world; p++ {
+			if m := gm.maps[mapKey{p, c.info.Segment.HeapOff}]; m != nil && p != me && !m.paused {
+				m.refs++ // pinned until undo (Note [Lifetimes])
+				c.pinned[p] = m
+				c.rec.held[p] = m.id + 1
 			}
 		}
-		if err := h.allocArrays(); err != nil {
-			localErr = core.Errorf(core.CodeOf(err), "rank %d: memory for the handle's pointer arrays: %v", me, err)
+		if err := (handleArrays{c.h}).allocArrays(); err != nil {
+			c.localErr = core.Errorf(core.CodeOf(err), "rank %d: memory for the handle's pointer arrays: %v", me, err)
 		}
-	}
-	// fill sets the handle's pointers from the mappings (fresh ones where
-	// this call made them) and writes its arrays; gm.mu held.
-	fill := func(fresh []*peerMap) error {
-		for p := 0; p < world; p++ {
-			m := pinned[p]
-			if fresh != nil && fresh[p] != nil {
-				m = fresh[p]
-			}
-			switch {
-			case p == me:
-				h.bufPtrs[p] = info.Addr
-			case m != nil:
-				h.bufPtrs[p] = m.addr + uintptr(info.HeapOff-info.Segment.HeapOff)
-			}
-		}
-		copy(h.padPtrs, gm.pads.addr)
-		return h.fillArrays()
 	}
 	// When we hold a mapping of every peer's segment and every pad, they
 	// are what the handle will use unless the verdict says that one is
 	// stale (then the exchange refills the arrays before its own verdict).
-	holdsAll := localErr == nil && gm.pads.ready
-	for p := 0; p < world && holdsAll; p++ {
-		holdsAll = p == me || pinned[p] != nil || !g.isLocal(p)
+	holdsAll := c.localErr == nil && gm.pads.ready
+	for p := 0; p < g.world && holdsAll; p++ {
+		holdsAll = p == me || c.pinned[p] != nil || !g.isLocal(p)
 	}
 	if holdsAll {
-		if err := fill(nil); err != nil {
-			localErr = core.Errorf(core.CodeOf(err), "rank %d: writing the handle's pointer arrays: %v", me, err)
+		if err := c.fill(); err != nil {
+			c.localErr = core.Errorf(core.CodeOf(err), "rank %d: writing the handle's pointer arrays: %v", me, err)
 		}
 	}
-	gm.mu.Unlock()
-	defer func() {
-		gm.mu.Lock()
-		for _, m := range pinned {
-			if m != nil {
-				gm.putMapLocked(m)
-			}
+}
+
+// fill sets the handle's pointers from the mappings (fresh ones where this
+// call made them) and writes its arrays; gm.mu held.
+func (c *rendezvousCall) fill() error {
+	h, info := c.h, c.info
+	for p := 0; p < c.g.world; p++ {
+		m := c.pinned[p]
+		if c.fresh != nil && c.fresh[p] != nil {
+			m = c.fresh[p]
 		}
-		if !succeeded {
-			h.freeArrays()
+		switch {
+		case p == c.g.rank:
+			h.bufPtrs[p] = info.Addr
+		case m != nil:
+			h.bufPtrs[p] = m.addr + uintptr(info.HeapOff-info.Segment.HeapOff)
 		}
-		gm.mu.Unlock()
-	}()
-	tr.mark("lookup+pads")
-	rec.status = statusOf(localErr)
-	if localErr == nil {
-		rec.blockSize, rec.requested, rec.offset = uint64(info.Size), uint64(info.Requested), uint64(ptr-info.Addr)
-		rec.heapOff, rec.segHeapOff, rec.segSize, rec.segID = info.HeapOff, info.Segment.HeapOff, uint64(info.Segment.Size), info.Segment.ID
-		rec.allocs, rec.frees = info.Allocs, info.Frees
+	}
+	copy(h.padPtrs, c.gm.pads.addr)
+	return handleArrays{h}.fillArrays()
+}
+
+// undo gives back the pins, and the handle's arrays unless the call
+// succeeded.
+func (c *rendezvousCall) undo() {
+	c.gm.mu.Lock()
+	defer c.gm.mu.Unlock()
+	for _, m := range c.pinned {
+		if m != nil {
+			c.gm.putMapLocked(m)
+		}
+	}
+	if !c.succeeded {
+		handleArrays{c.h}.freeArrays()
+	}
+}
+
+// gather all-gathers our record (with this rank's failure, if any) and
+// decodes every rank's.
+func (c *rendezvousCall) gather() error {
+	g, info := c.g, c.info
+	c.tr.mark("lookup+pads")
+	c.rec.status = statusOf(c.localErr)
+	if c.localErr == nil {
+		c.rec.blockSize, c.rec.requested, c.rec.offset = uint64(info.Size), uint64(info.Requested), uint64(c.ptr-info.Addr)
+		c.rec.heapOff, c.rec.segHeapOff, c.rec.segSize, c.rec.segID = info.HeapOff, info.Segment.HeapOff, uint64(info.Segment.Size), info.Segment.ID
+		c.rec.allocs, c.rec.frees = info.Allocs, info.Frees
 		if g.wins != nil {
-			rec.winHeld = g.wins.held(info.Segment.HeapOff, info.Segment.ID)
+			c.rec.winHeld = g.wins.held(info.Segment.HeapOff, info.Segment.ID)
 		}
 	}
-
-	// 2. One all-gather, and the same verdict everywhere.
-	raw, err := g.ex.AllGather(0, rec.encode())
+	raw, err := g.ex.AllGather(0, c.rec.encode())
 	if err != nil {
-		return nil, err
+		return err
 	}
-	recs := make([]blockRecord, world)
+	c.recs = make([]blockRecord, g.world)
 	for r := range raw {
-		if recs[r], err = decodeBlock(raw[r], world); err != nil {
-			return nil, core.Errorf(core.ErrPeer, "group %q: rendezvous: rank %d sent a malformed record: %v", g.name, r, err)
+		if c.recs[r], err = decodeBlock(raw[r], g.world); err != nil {
+			return core.Errorf(core.ErrPeer, "group %q: rendezvous: rank %d sent a malformed record: %v", g.name, r, err)
 		}
 	}
-	tr.mark("allgather")
-	if err := g.verdict(recs); err != nil {
-		g.dropStalePeerPads(recs)
-		return nil, err
-	}
+	c.tr.mark("allgather")
+	return nil
+}
 
-	// 2b. The segment as an NCCL window (Note [NCCL groups]), before
-	// anything is mapped, so that a failure here leaves nothing to undo.
-	var win *window
-	if g.wins != nil {
-		if win, err = g.registerWindow(info, recs); err != nil {
-			return nil, err
-		}
-		tr.mark("nccl-window")
+// verdict is the same verdict on every rank, from the same records; a
+// failure drops the peers' pads where they are stale.
+func (c *rendezvousCall) verdict() error {
+	if err := c.check(); err != nil {
+		c.dropStalePeerPads()
+		return err
 	}
+	return nil
+}
 
-	// 3. Descriptors, only where some rank lacks something; the exchange
-	// ends with a verdict of its own, after the arrays are refilled.
-	needPads := !recs[0].padsReady
-	// need(r, p): rank r lacks peer p's current segment, and p is on r's
-	// machine (Note [Local teams]: remote ranks are never mapped).
-	need := func(r, p int) bool {
-		return r != p && g.sameTeam(r, p) && recs[r].held[p] != recs[p].segID+1
+// window registers the segment as an NCCL window (Note [NCCL groups]),
+// before anything is mapped, so that a failure here leaves nothing to undo.
+func (c *rendezvousCall) window() error {
+	if c.g.wins == nil {
+		return nil
 	}
-	anyNeed := needPads
-	for r := 0; r < world && !anyNeed; r++ {
-		for p := 0; p < world; p++ {
-			anyNeed = anyNeed || need(r, p)
-		}
+	var err error
+	if c.win, err = c.registerWindow(); err != nil {
+		return err
 	}
-	fresh := make([]*peerMap, world) // segments mapped by this call
-	if anyNeed {
-		g.exchanges++
-		if err := g.exchange(info, recs, needPads, need, fresh, func() error { return fill(fresh) }, tr); err != nil {
-			return nil, err
-		}
-	}
+	c.tr.mark("nccl-window")
+	return nil
+}
 
-	// 4. The handle: nothing here can fail, so every rank succeeds.
+// need(r, p): rank r lacks peer p's current segment, and p is on r's
+// machine (Note [Local teams]: remote ranks are never mapped).
+func (c *rendezvousCall) need(r, p int) bool {
+	return r != p && c.g.sameTeam(r, p) && c.recs[r].held[p] != c.recs[p].segID+1
+}
+
+// exchange passes descriptors, only where some rank lacks something; the
+// exchange ends with a verdict of its own, after the arrays are refilled.
+func (c *rendezvousCall) exchange() error {
+	g := c.g
+	c.needPads = !c.recs[0].padsReady
+	anyNeed := c.needPads
+	for r := 0; r < g.world && !anyNeed; r++ {
+		for p := 0; p < g.world; p++ {
+			anyNeed = anyNeed || c.need(r, p)
+		}
+	}
+	c.fresh = make([]*peerMap, g.world)
+	if !anyNeed {
+		return nil
+	}
+	g.exchanges++
+	x := &exchangeCall{g: g, gm: c.gm, info: c.info, recs: c.recs, needPads: c.needPads, need: c.need, fresh: c.fresh, prepare: c.fill, tr: c.tr}
+	return x.run()
+}
+
+// makeHandle completes the handle: nothing here can fail, so every rank
+// succeeds.
+func (c *rendezvousCall) makeHandle() {
+	g, gm, h := c.g, c.gm, c.h
 	gm.mu.Lock()
-	if needPads {
+	defer gm.mu.Unlock()
+	if c.needPads {
 		gm.pads.ready = true
 		gm.abort.setRegion(gm.pads)
 		gm.watchPeers(gm.pads.addr[gm.rank] + gm.pads.size)
 	}
 	h.padSize, h.sig = gm.pads.size, gm.pads.sig
-	for p := 0; p < world; p++ {
-		if p == me || !g.isLocal(p) {
+	for p := 0; p < g.world; p++ {
+		if p == g.rank || !g.isLocal(p) {
 			continue
 		}
-		m := fresh[p]
+		m := c.fresh[p]
 		if m != nil {
 			// A newer segment replaces the slot's cache entry; an older
 			// mapping there lives on for the handles that use it.
 			gm.maps[m.key] = m
 		} else {
-			m = pinned[p]
+			m = c.pinned[p]
 		}
 		m.refs++
 		h.maps = append(h.maps, m)
 	}
-	tr.mark("handle")
+	c.tr.mark("handle")
 	gm.refs++
 	g.rendezvoused = true // only now: a failed rendezvous leaves the pad size open
-	succeeded = true
-	gm.mu.Unlock()
+	c.succeeded = true
+}
 
-	// 5. NCCL's view of the peers' windows (NCCL >= 2.29): a collective
-	// check whose failure releases the handle on every rank.
-	if win != nil {
-		h.window, h.windowOffset = win, ptr-info.Segment.Addr
-		if err := g.checkPeerPointers(h, win.win.Load(), info.Addr-info.Segment.Addr); err != nil {
-			h.Release()
-			return nil, err
-		}
-		tr.mark("nccl-peer-check")
+// checkPeers checks NCCL's view of the peers' windows (NCCL >= 2.29): a
+// collective check whose failure releases the handle on every rank.
+func (c *rendezvousCall) checkPeers() (*Handle, error) {
+	h, info := c.h, c.info
+	if c.win == nil {
+		return h, nil
 	}
+	h.window, h.windowOffset = c.win, c.ptr-info.Segment.Addr
+	if err := c.checkPeerPointers(c.win.win.Load(), info.Addr-info.Segment.Addr); err != nil {
+		h.Release()
+		return nil, err
+	}
+	c.tr.mark("nccl-peer-check")
 	return h, nil
 }
 
@@ -231,7 +340,8 @@ func (g *Group) rendezvousLocked(ptr uintptr) (*Handle, error) {
 // rank unmaps its mappings of the peers' pads, so that the next rendezvous
 // exchanges the pads again on every rank (a failed rendezvous does not fix
 // the group's pads for good). Every rank decides it from the same records.
-func (g *Group) dropStalePeerPads(recs []blockRecord) {
+func (c *rendezvousCall) dropStalePeerPads() {
+	recs := c.recs
 	same := true
 	for r := range recs {
 		same = same && recs[r].padSize == recs[0].padSize && recs[r].padsReady == recs[0].padsReady
@@ -239,7 +349,7 @@ func (g *Group) dropStalePeerPads(recs []blockRecord) {
 	if same {
 		return
 	}
-	gm := g.gm
+	gm := c.gm
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
 	if p := gm.pads; p != nil && p.ready {
@@ -250,21 +360,22 @@ func (g *Group) dropStalePeerPads(recs []blockRecord) {
 	}
 }
 
-// verdict checks the gathered records; every rank computes the same result.
-func (g *Group) verdict(recs []blockRecord) error {
-	world := g.world
+// check is the verdict on the gathered records; every rank computes the
+// same result.
+func (c *rendezvousCall) check() error {
+	name, world, recs := c.g.name, c.g.world, c.recs
 	sts := make([]status, world)
 	for r := range recs {
 		sts[r] = recs[r].status
 	}
-	if err := firstFailure(g.name, "rendezvous", sts); err != nil {
+	if err := firstFailure(name, "rendezvous", sts); err != nil {
 		return err
 	}
 	if d := byValue(world, func(r int) string { return fmt.Sprintf("%d bytes", recs[r].padSize) }); d != "" {
-		return core.Errorf(core.ErrMismatch, "group %q: rendezvous: the signal pad sizes differ (%s): set the same size on every rank before the first rendezvous", g.name, d)
+		return core.Errorf(core.ErrMismatch, "group %q: rendezvous: the signal pad sizes differ (%s): set the same size on every rank before the first rendezvous", name, d)
 	}
 	if d := byValue(world, func(r int) string { return fmt.Sprint(recs[r].padsReady) }); d != "" {
-		return core.Errorf(core.ErrInternal, "group %q: rendezvous: the ranks disagree on whether the signal pads were exchanged (%s)", g.name, d)
+		return core.Errorf(core.ErrInternal, "group %q: rendezvous: the ranks disagree on whether the signal pads were exchanged (%s)", name, d)
 	}
 	// Blocks are compared, not requests: requests that round to the same
 	// block are symmetric.
@@ -274,7 +385,7 @@ func (g *Group) verdict(recs []blockRecord) error {
 			req[r] = fmt.Sprintf("rank %d: %d", r, recs[r].requested)
 		}
 		return core.Errorf(core.ErrMismatch, "group %q: rendezvous on blocks of different sizes: %s; every rank must pass an allocation of the same size (bytes requested: %s)",
-			g.name, d, strings.Join(req, ", "))
+			name, d, strings.Join(req, ", "))
 	}
 	placement := func(r int) string {
 		return fmt.Sprintf("rank %d: %d allocs, %d frees", r, recs[r].allocs, recs[r].frees)
@@ -285,69 +396,136 @@ func (g *Group) verdict(recs []blockRecord) error {
 			counters[r] = placement(r)
 		}
 		return core.Errorf(core.ErrMismatch, "group %q: rendezvous on blocks at different heap offsets (%s): placement diverged; every rank must make the same allocations and frees, in the same order, before a rendezvous. Allocator counters: %s",
-			g.name, d, strings.Join(counters, "; "))
+			name, d, strings.Join(counters, "; "))
 	}
 	if d := byValue(world, func(r int) string {
 		return fmt.Sprintf("segment at heap offset %#x of %d bytes", recs[r].segHeapOff, recs[r].segSize)
 	}); d != "" {
-		return core.Errorf(core.ErrMismatch, "group %q: rendezvous: the blocks lie in different segments (%s): placement diverged", g.name, d)
+		return core.Errorf(core.ErrMismatch, "group %q: rendezvous: the blocks lie in different segments (%s): placement diverged", name, d)
 	}
 	if d := byValue(world, func(r int) string { return fmt.Sprintf("offset %d", recs[r].offset) }); d != "" {
-		return core.Errorf(core.ErrMismatch, "group %q: rendezvous on pointers at different offsets in their blocks (%s): every rank must pass the same offset into its block", g.name, d)
+		return core.Errorf(core.ErrMismatch, "group %q: rendezvous on pointers at different offsets in their blocks (%s): every rank must pass the same offset into its block", name, d)
 	}
 	return nil
 }
 
-// exchange passes the descriptors that some rank lacks (the peers' pads on
-// the first rendezvous, and segments not yet held), maps what arrives, and
-// all-gathers the outcome. On failure every rank undoes what it mapped.
+// Note [Descriptor exchange phases]
 //
-// prepare, if set, runs once what arrived is mapped and before the final
-// verdict (gm.mu held): its failure is this rank's failure, shared with all.
-func (g *Group) exchange(info alloc.BlockInfo, recs []blockRecord, needPads bool, need func(r, p int) bool, fresh []*peerMap, prepare func() error, tr *phaseTrace) error {
-	gm := g.gm
-	world, me := g.world, g.rank
-	var localErr error
-	note := func(err error) {
-		if localErr == nil && err != nil {
-			localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", me, err)
-		}
+// An exchangeCall passes the descriptors that some rank lacks (the peers'
+// pads on the first rendezvous or at group creation, and segments not yet
+// held), maps what arrives, and all-gathers the outcome; on failure every
+// rank undoes what it mapped. Its phases, in order:
+//
+//	export      descriptors of our pad and segment where a rank by socket
+//	            needs them; a failure is kept for the verdict. Leaves the
+//	            descriptors to send (closed by send).
+//	send        the all-to-all of descriptors; a failure here returns at
+//	            once unless this rank alone ran short of descriptors (then
+//	            the verdict tells every rank). Leaves the descriptors that
+//	            arrived, ours closed.
+//	mapArrived  under gm.mu: every descriptor that arrived is imported and
+//	            mapped (the pads into gm.pads, segments into fresh) or
+//	            closed. Leaves the mappings to undo.
+//	fabric      the same between the machines of a team, through fabric
+//	            handles (Note [Fabric teams]). Leaves its mappings to undo.
+//	prepare     the caller's step (a rendezvous fills the handle's arrays),
+//	            under gm.mu, if nothing failed. Leaves nothing.
+//	verdict     everyone succeeds or everyone undoes: an all-gather of the
+//	            outcome.
+//	undo        on a failed verdict: the fresh mappings and the peers' pads
+//	            are unmapped and released.
+type exchangeCall struct {
+	g    *Group
+	gm   *groupMem
+	info alloc.BlockInfo // the rendezvous' block (zero at group creation)
+	recs []blockRecord   // the rendezvous' records (nil at group creation)
+	// needPads says that the pads travel; need(r, p) that rank r lacks
+	// peer p's segment.
+	needPads bool
+	need     func(r, p int) bool
+	// fresh receives the segments this call maps, by peer.
+	fresh []*peerMap
+	// prepare, if set, runs once what arrived is mapped and before the
+	// final verdict (gm.mu held): its failure is this rank's failure,
+	// shared with all.
+	prepare func() error
+	tr      *phaseTrace
+
+	localErr     error // this rank's first failure, for the verdict
+	padFD, segFD int
+	in           [][]int // the descriptors that arrived, by sender
+	// fdErr is set when this rank alone ran out of descriptors receiving.
+	fdErr error
+	pads  *pads // gm.pads when mapArrived ran
+}
+
+// run is the driver of Note [Descriptor exchange phases].
+func (x *exchangeCall) run() error {
+	x.export()
+	if err := x.send(); err != nil {
+		return err
 	}
-	padFD, segFD := -1, -1
-	if needPads && len(g.sock) > 1 {
+	x.mapArrived()
+	x.fabric()
+	x.prepareLocked()
+	if err := x.verdict(); err != nil {
+		x.undo()
+		return err
+	}
+	return nil
+}
+
+// note keeps err as this rank's failure unless one came first.
+func (x *exchangeCall) note(err error) {
+	if x.localErr == nil && err != nil {
+		x.localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", x.g.rank, err)
+	}
+}
+
+// export makes the descriptors of our pad and segment that some rank by
+// socket needs.
+func (x *exchangeCall) export() {
+	g, me := x.g, x.g.rank
+	x.padFD, x.segFD = -1, -1
+	if x.needPads && len(g.sock) > 1 {
 		var err error
-		padFD, err = gm.be.Export(gm.pads.own)
-		note(err)
+		x.padFD, err = x.gm.be.Export(x.gm.pads.own)
+		x.note(err)
 	}
 	sendSeg := false
-	for r := 0; r < world; r++ {
-		sendSeg = sendSeg || (need(r, me) && g.bySocket(r))
+	for r := 0; r < g.world; r++ {
+		sendSeg = sendSeg || (x.need(r, me) && g.bySocket(r))
 	}
 	if sendSeg {
 		var err error
-		segFD, err = g.alloc.ExportSegment(info.Segment.Addr)
-		note(err)
+		x.segFD, err = g.alloc.ExportSegment(x.info.Segment.Addr)
+		x.note(err)
 	}
-	tr.mark("export")
-	out := make([][]int, world)
-	for dst := 0; dst < world; dst++ {
+	x.tr.mark("export")
+}
+
+// send passes the descriptors, all to all, and closes ours.
+func (x *exchangeCall) send() error {
+	g, me := x.g, x.g.rank
+	out := make([][]int, g.world)
+	for dst := 0; dst < g.world; dst++ {
 		if dst == me || !g.bySocket(dst) {
 			continue
 		}
-		if needPads && padFD >= 0 {
-			out[dst] = append(out[dst], padFD)
+		if x.needPads && x.padFD >= 0 {
+			out[dst] = append(out[dst], x.padFD)
 		}
-		if need(dst, me) && segFD >= 0 {
-			out[dst] = append(out[dst], segFD)
+		if x.need(dst, me) && x.segFD >= 0 {
+			out[dst] = append(out[dst], x.segFD)
 		}
 	}
 	in, err := g.allToAllFDs(out)
-	for _, fd := range []int{padFD, segFD} {
+	for _, fd := range []int{x.padFD, x.segFD} {
 		if fd >= 0 {
 			unix.Close(fd)
 		}
 	}
-	var fdErr error
+	x.in = in
 	if err != nil {
 		if g.localRank == 0 || !ipc.IsLocalShortage(err) {
 			return err // the team's rank 0 has told every rank (or every rank saw it)
@@ -355,92 +533,114 @@ func (g *Group) exchange(info alloc.BlockInfo, recs []blockRecord, needPads bool
 		// This rank alone ran out of descriptors receiving: the others
 		// succeeded and wait in the verdict below. Join it with the
 		// failure, so that every rank is told which rank failed and why.
-		fdErr = err
-		note(err)
-		in = make([][]int, world)
+		x.fdErr = err
+		x.note(err)
+		x.in = make([][]int, g.world)
 	}
+	x.tr.mark("send-fds")
+	return nil
+}
 
-	tr.mark("send-fds")
-	// Map what arrived. The backend owns each descriptor from Import on;
-	// the ones we do not get to are closed here.
-	gm.mu.Lock()
-	p := gm.pads
-	for src := 0; src < world; src++ {
-		fds := in[src]
-		if src == me || !g.bySocket(src) {
+// mapArrived maps what arrived. The backend owns each descriptor from
+// Import on; the ones we do not get to are closed here.
+func (x *exchangeCall) mapArrived() {
+	g := x.g
+	x.gm.mu.Lock()
+	defer x.gm.mu.Unlock()
+	x.pads = x.gm.pads
+	for src := 0; src < g.world; src++ {
+		if src == g.rank || !g.bySocket(src) {
 			continue
 		}
-		want := 0
-		if needPads {
-			want++
+		x.mapFrom(src, x.in[src])
+	}
+}
+
+// mapFrom imports and maps the descriptors fds that src sent (gm.mu held).
+func (x *exchangeCall) mapFrom(src int, fds []int) {
+	g, gm, p := x.g, x.gm, x.pads
+	want := 0
+	if x.needPads {
+		want++
+	}
+	if x.need(g.rank, src) {
+		want++
+	}
+	if len(fds) != want || x.localErr != nil {
+		if x.localErr == nil {
+			x.note(core.Errorf(core.ErrPeer, "%s sent %d descriptors, %d were expected (it could not export its memory)", g.who(src), len(fds), want))
 		}
-		if need(me, src) {
-			want++
+		for _, fd := range fds {
+			unix.Close(fd)
 		}
-		if len(fds) != want || localErr != nil {
-			if localErr == nil {
-				note(core.Errorf(core.ErrPeer, "%s sent %d descriptors, %d were expected (it could not export its memory)", g.who(src), len(fds), want))
-			}
+		return
+	}
+	if x.needPads {
+		addr, mem, err := gm.importMap(fds[0], p.phys, g.who(src)+"'s signal pad")
+		fds = fds[1:]
+		if err != nil {
+			x.note(fmt.Errorf("mapping %s's signal pad: %w", g.who(src), err))
 			for _, fd := range fds {
 				unix.Close(fd)
 			}
-			continue
+			return
 		}
-		if needPads {
-			addr, mem, err := gm.importMap(fds[0], p.phys, g.who(src)+"'s signal pad")
-			fds = fds[1:]
-			if err != nil {
-				note(fmt.Errorf("mapping %s's signal pad: %w", g.who(src), err))
-				for _, fd := range fds {
-					unix.Close(fd)
-				}
-				continue
-			}
-			p.addr[src], p.mem[src] = addr, mem
+		p.addr[src], p.mem[src] = addr, mem
+	}
+	if x.need(g.rank, src) {
+		off := x.info.Segment.HeapOff
+		size := uintptr(x.recs[src].segSize)
+		addr, mem, err := gm.importMap(fds[0], size, fmt.Sprintf("%s's segment at heap offset %#x", g.who(src), off))
+		if err != nil {
+			x.note(fmt.Errorf("mapping %s's segment of %d bytes: %w", g.who(src), size, err))
+			return
 		}
-		if need(me, src) {
-			size := uintptr(recs[src].segSize)
-			addr, mem, err := gm.importMap(fds[0], size, fmt.Sprintf("%s's segment at heap offset %#x", g.who(src), info.Segment.HeapOff))
-			if err != nil {
-				note(fmt.Errorf("mapping %s's segment of %d bytes: %w", g.who(src), size, err))
-				continue
-			}
-			fresh[src] = &peerMap{key: mapKey{src, info.Segment.HeapOff}, id: recs[src].segID, addr: addr, size: size, mem: mem}
-		}
+		x.fresh[src] = &peerMap{key: mapKey{src, off}, id: x.recs[src].segID, addr: addr, size: size, mem: mem}
 	}
-	gm.mu.Unlock()
-	if g.fabricSpan {
-		note(g.exchangeFabric(info, recs, needPads, need, fresh, localErr))
-		tr.mark("fabric")
-	}
-	gm.mu.Lock()
-	if localErr == nil && prepare != nil {
-		note(prepare())
-	}
-	gm.mu.Unlock()
-	tr.mark("import+map")
+}
 
-	// Everyone succeeds or everyone undoes.
-	raw, err := g.ex.AllGather(0, encodeStatus(statusOf(localErr)))
-	if err != nil && fdErr != nil {
-		err = fdErr // the verdict could not be shared (records on the broken channel): ours is the cause
+// fabric is the exchange between the machines of a team (exchangeFabric).
+func (x *exchangeCall) fabric() {
+	if x.g.fabricSpan {
+		x.note(x.exchangeFabric())
+		x.tr.mark("fabric")
+	}
+}
+
+// prepareLocked runs the caller's step under gm.mu if nothing failed.
+func (x *exchangeCall) prepareLocked() {
+	x.gm.mu.Lock()
+	if x.localErr == nil && x.prepare != nil {
+		x.note(x.prepare())
+	}
+	x.gm.mu.Unlock()
+	x.tr.mark("import+map")
+}
+
+// verdict: everyone succeeds or everyone undoes.
+func (x *exchangeCall) verdict() error {
+	raw, err := x.g.ex.AllGather(0, encodeStatus(statusOf(x.localErr)))
+	if err != nil && x.fdErr != nil {
+		err = x.fdErr // the verdict could not be shared (records on the broken channel): ours is the cause
 	}
 	if err == nil {
-		err = g.verdictOf("rendezvous (mapping peers' memory)", raw)
+		err = x.g.verdictOf("rendezvous (mapping peers' memory)", raw)
 	}
-	if err != nil {
-		gm.mu.Lock()
-		for i, m := range fresh {
-			if m != nil {
-				gm.unmapRelease(m.addr, m.size, m.mem)
-				fresh[i] = nil
-			}
+	return err
+}
+
+// undo unmaps and releases what this call mapped, after a failed verdict.
+func (x *exchangeCall) undo() {
+	gm := x.gm
+	gm.mu.Lock()
+	defer gm.mu.Unlock()
+	for i, m := range x.fresh {
+		if m != nil {
+			gm.unmapRelease(m.addr, m.size, m.mem)
+			x.fresh[i] = nil
 		}
-		if needPads {
-			gm.dropPeerPads(p)
-		}
-		gm.mu.Unlock()
-		return err
 	}
-	return nil
+	if x.needPads {
+		gm.dropPeerPads(x.pads)
+	}
 }

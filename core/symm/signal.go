@@ -72,12 +72,18 @@ func newSignalCounts(world, channels int) *signalCounts {
 
 func (c *signalCounts) index(peer, channel int) int { return peer*c.channels + channel }
 
+// signalPath carries PutSignal, WaitSignal and Barrier out: the checks of
+// their arguments, the counts in the pads on the host (Note [Signals]) or
+// on a stream, the bounded waits, and the errors of a wait that its handle's
+// release, an abort or a dead peer ended.
+type signalPath struct{ *Handle }
+
 // slot is the address of the count for (receiver, sender, channel).
-func (h *Handle) slot(receiver, sender, channel int) uintptr {
+func (h signalPath) slot(receiver, sender, channel int) uintptr {
 	return h.padPtrs[receiver] + uintptr(4*(channel*h.world+sender))
 }
 
-func (h *Handle) timeoutOr(t time.Duration) time.Duration {
+func (h signalPath) timeoutOr(t time.Duration) time.Duration {
 	if t <= 0 {
 		return h.timeout
 	}
@@ -88,7 +94,7 @@ func (h *Handle) onStreams() bool { return h.gm.be.Capabilities().StreamSignals 
 
 // checkSignal admits a signal call (the caller defers h.life.leave() when
 // it returns nil) and checks its arguments.
-func (h *Handle) checkSignal(peerWhat string, peer, channel int) error {
+func (h signalPath) checkSignal(peerWhat string, peer, channel int) error {
 	if err := h.enter(); err != nil {
 		return err
 	}
@@ -106,17 +112,18 @@ func (h *Handle) checkSignal(peerWhat string, peer, channel int) error {
 // host backend, in stream order on s on cuda. It never waits for dst.
 // timeout only bounds the enqueueing (nothing waits on a put).
 func (h *Handle) PutSignal(dst, channel int, s core.Stream, timeout time.Duration) error {
-	if err := h.checkSignal("destination rank", dst, channel); err != nil {
+	sp := signalPath{h}
+	if err := sp.checkSignal("destination rank", dst, channel); err != nil {
 		return err
 	}
 	defer h.life.leave()
 	if h.span != nil && !h.span.sameTeam(h.rank, dst) {
-		return h.spanPut(dst, channel, s)
+		return acrossMachines{h}.spanPut(dst, channel, s)
 	}
 	if h.onStreams() {
-		return h.streamSignals(s, h.timeoutOr(timeout), channel, []int{dst}, nil)
+		return sp.streamSignals(s, sp.timeoutOr(timeout), channel, []int{dst}, nil)
 	}
-	h.putHost(dst, channel)
+	sp.putHost(dst, channel)
 	return nil
 }
 
@@ -125,24 +132,25 @@ func (h *Handle) PutSignal(dst, channel int, s core.Stream, timeout time.Duratio
 // included. On the host backend it waits on this thread, up to timeout (<= 0:
 // the group's); on cuda it enqueues the wait on s.
 func (h *Handle) WaitSignal(src, channel int, s core.Stream, timeout time.Duration) error {
-	if err := h.checkSignal("source rank", src, channel); err != nil {
+	sp := signalPath{h}
+	if err := sp.checkSignal("source rank", src, channel); err != nil {
 		return err
 	}
 	defer h.life.leave()
-	timeout = h.timeoutOr(timeout)
+	timeout = sp.timeoutOr(timeout)
 	if h.span != nil && !h.span.sameTeam(h.rank, src) {
-		return h.spanWait(src, channel, s)
+		return acrossMachines{h}.spanWait(src, channel, s)
 	}
 	if h.onStreams() {
-		return h.streamSignals(s, timeout, channel, nil, []int{src})
+		return sp.streamSignals(s, timeout, channel, nil, []int{src})
 	}
-	switch h.waitHost(src, channel, time.Now().Add(timeout)) {
+	switch sp.waitHost(src, channel, time.Now().Add(timeout)) {
 	case waitReleased:
-		return h.releasedDuring(fmt.Sprintf("a wait for rank %d's signal on channel %d", src, channel))
+		return sp.releasedDuring(fmt.Sprintf("a wait for rank %d's signal on channel %d", src, channel))
 	case waitAborted:
 		return h.gm.abortedErr(fmt.Sprintf("a wait for rank %d's signal on channel %d", src, channel))
 	case waitInterrupted:
-		return h.interruptedWait(fmt.Sprintf("wait for rank %d's signal on channel %d", src, channel))
+		return sp.interruptedWait(fmt.Sprintf("wait for rank %d's signal on channel %d", src, channel))
 	case waitPeerExited:
 		return h.gm.live.Exited(src, fmt.Sprintf("rank %d's wait for its signal on channel %d", h.rank, channel))
 	case waitTimedOut:
@@ -156,7 +164,7 @@ func (h *Handle) WaitSignal(src, channel int, s core.Stream, timeout time.Durati
 // dsts (one driver call), then a wait for each rank of srcs (another), on
 // channel, and counts each batch once it is enqueued (Note [Signals]: one
 // batch holding both ran slower on the GPU).
-func (h *Handle) streamSignals(s core.Stream, timeout time.Duration, channel int, dsts, srcs []int) error {
+func (h signalPath) streamSignals(s core.Stream, timeout time.Duration, channel int, dsts, srcs []int) error {
 	c := h.sig
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -171,7 +179,7 @@ func (h *Handle) streamSignals(s core.Stream, timeout time.Duration, channel int
 	if k, ok := h.gm.be.(core.KernelMemOps); ok && signalKernels {
 		peers := append(append(make([]int, 0, len(ops)), dsts...), srcs...)
 		for i := range peers {
-			peers[i] = h.global(peers[i])
+			peers[i] = h.ranks.global(peers[i])
 		}
 		err := k.LaunchMemOps(h.gm.device, s, ops, core.MemOpWatch{TimeoutNs: uint64(timeout.Nanoseconds()),
 			Flag: h.padPtrs[h.rank] + h.padSize, Abort: h.padPtrs[h.rank] + h.padSize + 4, Peers: peers})
@@ -230,7 +238,7 @@ func (h *Handle) streamSignals(s core.Stream, timeout time.Duration, channel int
 var signalKernels = core.Current().Bool("SYMMEM_SIGNAL_KERNEL", true)
 
 // putHost adds one to our count in dst's pad on channel (host backend).
-func (h *Handle) putHost(dst, channel int) {
+func (h signalPath) putHost(dst, channel int) {
 	atomic.AddUint32((*uint32)(unmanaged.Pointer(h.slot(dst, h.rank, channel))), 1)
 }
 
@@ -249,7 +257,7 @@ const (
 // waitHost takes the next number for (src, channel) and polls src's count in
 // our pad until it reaches that number, the deadline passes, src's process
 // exits or the handle is released; unless reached, it gives the number back.
-func (h *Handle) waitHost(src, channel int, deadline time.Time) waitOutcome {
+func (h signalPath) waitHost(src, channel int, deadline time.Time) waitOutcome {
 	c := h.sig
 	seen := &c.seen[c.index(src, channel)]
 	n := atomic.AddUint32(seen, 1)
@@ -305,16 +313,16 @@ func (h *Handle) waitHost(src, channel int, deadline time.Time) waitOutcome {
 // every ipc.LivenessCheckEvery (checked is when it last did; Note [Dead
 // peers] in core/ipc). Callers read the awaited count once more after a
 // true, so that a peer that arrived and then exited is not reported.
-func (h *Handle) peerExited(r int, now time.Time, checked *time.Time) bool {
+func (h signalPath) peerExited(r int, now time.Time, checked *time.Time) bool {
 	if now.Sub(*checked) < ipc.LivenessCheckEvery {
 		return false
 	}
 	*checked = now
-	return h.gm.live.Gone(h.global(r))
+	return h.gm.live.Gone(h.ranks.global(r))
 }
 
 // releasedDuring is the error of a wait cut short by Release.
-func (h *Handle) releasedDuring(what string) error {
+func (h signalPath) releasedDuring(what string) error {
 	return core.Errorf(core.ErrInvalidState, "group %q: rank %d: the handle was released on another thread during %s", h.name, h.rank, what)
 }
 
@@ -365,18 +373,19 @@ func (h *Handle) barrierRounds() (dsts, srcs [][]int) {
 // peer, directly or through the dissemination rounds (Note [Barrier at more
 // ranks]). timeout <= 0 means the group's; it bounds the whole barrier.
 func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) error {
-	if err := h.checkSignal("rank", h.rank, channel); err != nil {
+	sp := signalPath{h}
+	if err := sp.checkSignal("rank", h.rank, channel); err != nil {
 		return err
 	}
 	defer h.life.leave()
-	timeout = h.timeoutOr(timeout)
+	timeout = sp.timeoutOr(timeout)
 	if h.span != nil {
-		return h.spanBarrier(channel, s, timeout)
+		return acrossMachines{h}.spanBarrier(channel, s, timeout)
 	}
 	steps, froms := h.barrierRounds()
 	if h.onStreams() {
 		for i := range steps {
-			if err := h.streamSignals(s, timeout, channel, steps[i], froms[i]); err != nil {
+			if err := sp.streamSignals(s, timeout, channel, steps[i], froms[i]); err != nil {
 				return err
 			}
 		}
@@ -384,7 +393,7 @@ func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) erro
 	}
 	deadline := time.Now().Add(timeout)
 	for i := range steps {
-		if err := h.hostStep(channel, steps[i], froms[i], deadline, timeout); err != nil {
+		if err := sp.hostStep(channel, steps[i], froms[i], deadline, timeout); err != nil {
 			return err
 		}
 	}
@@ -392,7 +401,7 @@ func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) erro
 }
 
 // hostStep puts to every rank of dsts, then waits for every rank of srcs.
-func (h *Handle) hostStep(channel int, dsts, srcs []int, deadline time.Time, timeout time.Duration) error {
+func (h signalPath) hostStep(channel int, dsts, srcs []int, deadline time.Time, timeout time.Duration) error {
 	for _, dst := range dsts {
 		h.putHost(dst, channel)
 	}

@@ -150,22 +150,29 @@ func (s *span) remote(me int) string {
 	return strings.Join(parts, "; ")
 }
 
+// acrossMachines is what a handle of a group that spans machines does
+// through the group's communicator (h.span): collectives (Note
+// [Collectives across machines], the hierarchical all-reduce of Note
+// [Hierarchical all-reduce]), signals and barriers with remote ranks, and
+// the errors that name where those ranks are.
+type acrossMachines struct{ *Handle }
+
 // noEngine is the error of an operation that needs an engine between
 // machines on a group that has none.
-func (h *Handle) noEngine(what string) error {
+func (h acrossMachines) noEngine(what string) error {
 	return core.Errorf(core.ErrUnavailable, "group %q: %s needs an engine between machines: the group spans %d machines (this is %s; %s) and was made without a communicator (symmem_group_create_with_allgather); make it over an NCCL communicator (symmem_group_create_nccl)",
 		h.name, what, len(h.span.machines), h.span.machines[h.span.machineOf[h.rank]], h.span.remote(h.rank))
 }
 
 // engineErr wraps a failure of the communicator with where the other
 // ranks are.
-func (h *Handle) engineErr(what string, err error) error {
+func (h acrossMachines) engineErr(what string, err error) error {
 	return core.Errorf(core.CodeOf(err), "group %q: rank %d: %s over %s: %v (ranks on other machines: %s)", h.name, h.rank, what, h.span.comm.Describe(), err, h.span.remote(h.rank))
 }
 
 // spanCollective runs a checked collective c on the group's communicator
 // (Note [Collectives across machines]).
-func (h *Handle) spanCollective(a CollArgs, c *core.Collective) error {
+func (h acrossMachines) spanCollective(a CollArgs, c *core.Collective) error {
 	if h.span.comm == nil {
 		return h.noEngine(c.Kind.String())
 	}
@@ -197,7 +204,7 @@ func (h *Handle) spanCollective(a CollArgs, c *core.Collective) error {
 
 // noOneSided says why the group has no one-sided signals (span.osig is
 // nil); what names the operation that needs them.
-func (h *Handle) noOneSided(what string) error {
+func (h acrossMachines) noOneSided(what string) error {
 	if h.span.comm == nil {
 		return h.noEngine(what)
 	}
@@ -210,7 +217,7 @@ func (h *Handle) noOneSided(what string) error {
 }
 
 // spanPut signals remote rank dst on channel through the communicator.
-func (h *Handle) spanPut(dst, channel int, s core.Stream) error {
+func (h acrossMachines) spanPut(dst, channel int, s core.Stream) error {
 	what := func() string { return "a signal to " + h.span.where(dst) }
 	if h.span.osig == nil {
 		return h.noOneSided(what())
@@ -222,7 +229,7 @@ func (h *Handle) spanPut(dst, channel int, s core.Stream) error {
 }
 
 // spanWait waits for a signal from remote rank src on channel.
-func (h *Handle) spanWait(src, channel int, s core.Stream) error {
+func (h acrossMachines) spanWait(src, channel int, s core.Stream) error {
 	what := func() string { return "a wait for a signal from " + h.span.where(src) }
 	if h.span.osig == nil {
 		return h.noOneSided(what())
@@ -236,10 +243,10 @@ func (h *Handle) spanWait(src, channel int, s core.Stream) error {
 // barrierWord is word 2 of this rank's device region: the buffer of the
 // all-reduce that serves as a barrier across machines (its value means
 // nothing).
-func (h *Handle) barrierWord() uintptr { return h.padPtrs[h.rank] + h.padSize + 8 }
+func (h acrossMachines) barrierWord() uintptr { return h.padPtrs[h.rank] + h.padSize + 8 }
 
 // spanBarrier is Barrier on a group that spans machines.
-func (h *Handle) spanBarrier(channel int, s core.Stream, timeout time.Duration) error {
+func (h acrossMachines) spanBarrier(channel int, s core.Stream, timeout time.Duration) error {
 	if h.span.comm == nil {
 		return h.noEngine(barrierText(channel))
 	}
@@ -259,7 +266,7 @@ func (h *Handle) spanBarrier(channel int, s core.Stream, timeout time.Duration) 
 
 // hasSlot says whether the communicator has a one-sided signal slot for
 // channel (when it does not say, every channel is assumed to have one).
-func (h *Handle) hasSlot(channel int) bool {
+func (h acrossMachines) hasSlot(channel int) bool {
 	if n, ok := h.span.comm.(signalSlots); ok {
 		return channel < n.SignalSlots()
 	}
@@ -271,18 +278,19 @@ func barrierText(channel int) string { return fmt.Sprintf("a barrier on channel 
 
 // signalBarrier: a signal to every peer, then a wait for every peer; local
 // peers through the pads, remote ones through the one-sided signals.
-func (h *Handle) signalBarrier(channel int, s core.Stream, timeout time.Duration) error {
+func (h acrossMachines) signalBarrier(channel int, s core.Stream, timeout time.Duration) error {
 	osig, local, remote := h.span.osig, h.span.localPeers, h.span.remotePeers
+	sp := signalPath{h.Handle}
 	for _, p := range remote {
 		if err := osig.Signal(s, p, channel); err != nil {
 			return h.engineErr(barrierText(channel), err)
 		}
 	}
 	if h.onStreams() {
-		if err := h.streamSignals(s, timeout, channel, local, local); err != nil {
+		if err := sp.streamSignals(s, timeout, channel, local, local); err != nil {
 			return err
 		}
-	} else if err := h.hostStep(channel, local, local, time.Now().Add(timeout), timeout); err != nil {
+	} else if err := sp.hostStep(channel, local, local, time.Now().Add(timeout), timeout); err != nil {
 		return err
 	}
 	for _, p := range remote {

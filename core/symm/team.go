@@ -39,17 +39,20 @@ import (
 // domain and one without on the same machine are in different teams (they
 // do not map each other): every GPU of a machine normally reports alike.
 
-// teams is how a group's ranks split over machines and teams. Invariants
-// (checkTeam):
+// teams is how a group's ranks split over machines and teams, seen from
+// this process's rank (self) of the group named groupName; its methods
+// answer where a rank is (Group embeds it). Invariants (checkTeam):
 //
 //	len(machineOf) == len(teamOf) == world
 //	machines and teams are numbered in order of their lowest rank
 //	ranks of one team are on one machine or share a fabric domain
 //	team == { r : teamOf[r] == teamOf[rank] }, ascending
-//	team[localRank] == rank
+//	team[localRank] == rank == self
 //	sock == { r in team : machineOf[r] == machineOf[rank] }, ascending,
 //	sock[sockRank] == rank (the ranks the group's socket channel connects)
 type teams struct {
+	groupName string
+	self      int
 	machineOf []int
 	machines  []machineIdentity
 	teamOf    []int
@@ -67,7 +70,7 @@ type teams struct {
 // (SYMMEM_MACHINE_ID set alike on two real machines) are never one team.
 func (g *Group) formTeams() error {
 	ms := g.members
-	t := teams{machineOf: make([]int, g.world), teamOf: make([]int, g.world)}
+	t := teams{groupName: g.name, self: g.rank, machineOf: make([]int, g.world), teamOf: make([]int, g.world)}
 	byKey := map[string]int{}
 	teamKey := map[string]int{}
 	for r := range ms {
@@ -168,7 +171,7 @@ func (g *Group) checkTeam() error {
 			}
 		}
 	}
-	if k != len(t.team) || s != len(t.sock) || t.localRank < 0 || t.localRank >= len(t.team) || t.team[t.localRank] != g.rank ||
+	if k != len(t.team) || s != len(t.sock) || t.localRank < 0 || t.localRank >= len(t.team) || t.team[t.localRank] != g.rank || t.self != g.rank ||
 		t.sockRank < 0 || t.sockRank >= len(t.sock) || t.sock[t.sockRank] != g.rank {
 		return bad("team %v (local rank %d), socket team %v (rank %d), rank %d", t.team, t.localRank, t.sock, t.sockRank, g.rank)
 	}
@@ -179,12 +182,12 @@ func (g *Group) checkTeam() error {
 func (t *teams) sameTeam(a, b int) bool { return t.teamOf[a] == t.teamOf[b] }
 
 // isLocal says whether rank r is in this rank's local team (it maps r).
-func (g *Group) isLocal(r int) bool { return g.sameTeam(g.rank, r) }
+func (t *teams) isLocal(r int) bool { return t.sameTeam(t.self, r) }
 
 // LocalRank is this rank's index in its local team, LocalSize the team's
 // size (Note [Local teams]).
-func (g *Group) LocalRank() int { return g.localRank }
-func (g *Group) LocalSize() int { return len(g.team) }
+func (t *teams) LocalRank() int { return t.localRank }
+func (t *teams) LocalSize() int { return len(t.team) }
 
 // fabricBackend is a backend whose memory can carry fabric handles (Note
 // [Fabric teams]): cuda's Backend.
@@ -195,36 +198,36 @@ type fabricBackend interface {
 }
 
 // Machines is the number of machines the group spans.
-func (g *Group) Machines() int { return len(g.machines) }
+func (t *teams) Machines() int { return len(t.machines) }
 
 // IsLocal says whether rank r shares this process's machine.
-func (g *Group) IsLocal(r int) (bool, error) {
-	if err := g.checkRank(r); err != nil {
+func (t *teams) IsLocal(r int) (bool, error) {
+	if err := t.checkRank(r); err != nil {
 		return false, err
 	}
-	return g.isLocal(r), nil
+	return t.isLocal(r), nil
 }
 
 // MachineOf names rank r's machine for messages ("host n2 (boot id ...)").
-func (g *Group) MachineOf(r int) (string, error) {
-	if err := g.checkRank(r); err != nil {
+func (t *teams) MachineOf(r int) (string, error) {
+	if err := t.checkRank(r); err != nil {
 		return "", err
 	}
-	return g.machines[g.machineOf[r]].String(), nil
+	return t.machines[t.machineOf[r]].String(), nil
 }
 
 // checkRank refuses a rank outside [0, world).
-func (g *Group) checkRank(r int) error {
-	if r < 0 || r >= g.world {
-		return core.Errorf(core.ErrInvalidArgument, "group %q: rank %d is out of range [0, %d)", g.name, r, g.world)
+func (t *teams) checkRank(r int) error {
+	if world := len(t.machineOf); r < 0 || r >= world {
+		return core.Errorf(core.ErrInvalidArgument, "group %q: rank %d is out of range [0, %d)", t.groupName, r, world)
 	}
 	return nil
 }
 
 // bySocket says whether rank r is reached over this machine's sockets: in
 // our team and on our machine.
-func (g *Group) bySocket(r int) bool {
-	return g.sameTeam(g.rank, r) && g.machineOf[r] == g.machineOf[g.rank]
+func (t *teams) bySocket(r int) bool {
+	return t.sameTeam(t.self, r) && t.machineOf[r] == t.machineOf[t.self]
 }
 
 // crossTeam says whether ranks a and b are in one team on different
