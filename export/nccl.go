@@ -86,10 +86,10 @@ func symmemgo_handle_nccl_window(handle uintptr, window *unsafe.Pointer, offset 
 	if window == nil {
 		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "window is NULL"))
 	}
-	w, off := h.Window()
-	if w == 0 && h.WindowPaused() {
+	w, off, err := h.Window()
+	if err != nil {
 		*window = nil
-		return setLastError(call, core.Errorf(core.ErrInvalidState, "the buffer of group %q is in a paused tag: its NCCL window was deregistered with its memory, and the resume registers a new one (ask again then)", h.GroupName()))
+		return setLastError(call, err)
 	}
 	if w == 0 {
 		*window = nil

@@ -5,7 +5,6 @@ import (
 	"math"
 	"runtime"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
@@ -133,71 +132,6 @@ func (h localRun) regionWord(r, i int) *uint32 {
 func (h localRun) setWord(r, set, i int) *uint32 {
 	return h.regionWord(r, devRegionHeaderWords+set*2*h.world+i)
 }
-
-// Note [Low-latency collectives]
-//
-// Under CUDA-graph replay a small collective costs a kernel's launch plus
-// its crossings of NVLink, and a barrier is a round trip: the barrier
-// kernels (open barrier, loads, closing barrier) cross three times and
-// measured 6.8 us for an all-reduce of 4 KiB on 2 x H200. The low-latency
-// path crosses once: each rank stores what each peer needs (all_reduce:
-// its input; reduce_scatter: the peer's slice; all_gather: its input) into
-// that peer's buffer as 16-byte lines {4 data bytes, flag, 4 data bytes,
-// flag}, the flag being the channel's call count + 1, and polls its own
-// buffer until every line of the call carries the call's flag (each
-// 8-byte half is one store, so data and flag arrive together). Nobody reads
-// a peer's input or writes a peer's output, so in place and out of place
-// are the same call and need no barrier. Two parities of buffers keep a
-// sender from overwriting lines not yet read (a sender is at most one call
-// ahead of its receivers); the call count lives in the pad (word 4 of the
-// region) and the kernel advances it, so CUDA-graph replays go on
-// counting. The argument agreement rides along: each rank publishes its
-// digest to each peer before its data and checks the peers' before it
-// writes any output (Note [Collective agreement]), and every poll gives up
-// on the abort word or the timeout as the barriers do. Cost: twice the
-// bytes on the wire (half of each line is flags) and W-1 stores of each
-// byte, so it pays for small calls: auto takes it whenever the data per
-// rank and peer fits LowLatencyMaxBytes (SYMMEM_LL_MAX_BYTES), which is
-// also what sizes the buffers: 2 * world * 2 * LowLatencyMaxBytes bytes of
-// each rank's pad, channel 0 only (other channels run the barrier
-// kernels), in groups of at most llMaxWorld ranks. all_gather and reduce_scatter need a multiple of 8 bytes per
-// rank and peer. The crossover was measured with bench/coll_bench.py
-// (README, "Collectives").
-
-// LowLatencyMaxBytes is the most data per rank and peer of a low-latency
-// call, and what sizes the buffers (Note [Low-latency collectives]);
-// SYMMEM_LL_MAX_BYTES overrides it (a multiple of 8; the same on every
-// rank, as the pads' size depends on it; 0 turns the path off).
-var LowLatencyMaxBytes = uintptr(core.Current().Size("SYMMEM_LL_MAX_BYTES", 256<<10)) &^ 7
-
-// collUnchecked turns the argument agreement off, for measuring its cost
-// only (SYMMEM_COLL_UNCHECKED).
-var collUnchecked = core.Current().Bool("SYMMEM_COLL_UNCHECKED", false)
-
-// llSlotBytes is one sender's slot of low-latency lines: two bytes of
-// line per byte of data.
-func llSlotBytes() uintptr { return 2 * LowLatencyMaxBytes }
-
-// llOffset is where the low-latency buffers start in a pad of padSize
-// bytes for world ranks (Note [Pad partition]).
-func llOffset(padSize uintptr, world int) uintptr {
-	return roundUp(padSize+deviceRegionBytes(world), 256)
-}
-
-// llAreaBytes is the size of the low-latency buffers for world ranks: none
-// past llMaxWorld.
-func llAreaBytes(world int) uintptr {
-	if world > llMaxWorld {
-		return 0
-	}
-	return 2 * uintptr(world) * llSlotBytes()
-}
-
-// llMaxWorld is the largest group with low-latency buffers: they take
-// 4 * world * LowLatencyMaxBytes of each rank's pad (16 MiB at 16 ranks),
-// and past a node's GPUs a call's W-1 stores of each byte outweigh the
-// barrier they save.
-const llMaxWorld = 16
 
 // Note [Collectives]
 //
@@ -475,7 +409,7 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 		outOff = int64(out - base)
 	}
 	algo := a.Algo
-	ll, llWhy := h.lowLatencyFits(a, inBytes)
+	ll, llWhy := lowLatencyFits(h, a, inBytes)
 	switch {
 	case h.span != nil:
 		// The group's engine or the hierarchical form runs it with the
@@ -483,7 +417,7 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 		// Op, Count, Out and OutOffset (spanCollective decides).
 	case h.world == 1:
 		algo = core.AlgoOneShot
-	case algo == core.AlgoLowLatency && !h.launchesKernels():
+	case algo == core.AlgoLowLatency && !launchesKernels(h):
 		algo = core.AlgoOneShot // the host backend's one form (same results)
 	case algo == core.AlgoLowLatency && !ll:
 		return bad("low_latency cannot run this call: %s", llWhy)
@@ -512,40 +446,6 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 	}
 	c.Digest = argsDigest(argsWord(c))
 	return c, nil
-}
-
-// launchesKernels says whether the group's backend runs collectives as
-// kernels (the low-latency buffers exist only there).
-func (h *Handle) launchesKernels() bool {
-	_, ok := h.gm.be.(core.CollectiveLauncher)
-	return ok
-}
-
-// lowLatencyFits says whether a can run on the low-latency path of a
-// kernel backend (Note [Low-latency collectives]), or why not.
-func (h *Handle) lowLatencyFits(a CollArgs, inBytes uintptr) (bool, string) {
-	w := uintptr(h.world)
-	per := inBytes // bytes each rank sends each peer
-	if a.Kind == core.ReduceScatter {
-		per = inBytes / w
-	}
-	switch {
-	case !h.launchesKernels():
-		return false, "the backend runs no kernels"
-	case h.span != nil:
-		return false, "the group spans machines"
-	case a.Channel != 0:
-		return false, fmt.Sprintf("only collective channel 0 has low-latency buffers (channel %d)", a.Channel)
-	case LowLatencyMaxBytes == 0:
-		return false, "SYMMEM_LL_MAX_BYTES is 0"
-	case h.world > llMaxWorld:
-		return false, fmt.Sprintf("groups of more than %d ranks have no low-latency buffers (%d ranks)", llMaxWorld, h.world)
-	case per > LowLatencyMaxBytes:
-		return false, fmt.Sprintf("%d bytes per rank and peer are past SYMMEM_LL_MAX_BYTES (%d)", per, LowLatencyMaxBytes)
-	case a.Kind != core.AllReduce && per%8 != 0:
-		return false, fmt.Sprintf("%d bytes per rank and peer are not a multiple of 8", per)
-	}
-	return true, ""
 }
 
 // DeviceErrorText says what a device error flag records: nil for 0 and
@@ -600,232 +500,4 @@ func (h *Handle) DeviceError() (uint32, error) {
 		return 0, core.Errorf(core.CodeOf(err), "group %q: rank %d: reading the device error flag: %v", h.name, h.rank, err)
 	}
 	return v[0], nil
-}
-
-// ---- the host backend: the same protocol on the calling thread ----------
-
-// hostBarrier is a barrier on set (Note [Pad partition]).
-func (h localRun) hostBarrier(set int, deadline time.Time) error {
-	me, w := h.rank, h.world
-	mark := core.InterruptMark()
-	for i := 1; i < w; i++ {
-		atomic.AddUint32(h.setWord((me+i)%w, set, me), 1)
-	}
-	for i := 1; i < w; i++ {
-		p := (me + w - i) % w
-		seen := h.setWord(me, set, w+p)
-		n := atomic.LoadUint32(seen) + 1
-		arr := h.setWord(me, set, p)
-		sleep := time.Microsecond
-		var checked time.Time
-		for k := 0; !core.Reached(atomic.LoadUint32(arr), n); k++ {
-			switch {
-			case k < 200:
-			case k < 400:
-				runtime.Gosched()
-			default:
-				select {
-				case <-h.life.closing:
-					return signalPath{h.Handle}.releasedDuring(fmt.Sprintf("a collective's barrier (device set %d)", set))
-				case <-h.gm.abort.ch:
-					return h.gm.abortedErr(fmt.Sprintf("a collective's barrier (device set %d)", set))
-				default:
-				}
-				if core.InterruptedSince(mark) {
-					return signalPath{h.Handle}.interruptedWait(fmt.Sprintf("collective's barrier (device set %d)", set))
-				}
-				now := time.Now()
-				if !now.Before(deadline) {
-					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCauseTimeout, p, set))
-					return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v in a collective's barrier (device set %d): rank %d never arrived",
-						h.name, h.ranks.global(me), h.timeout, set, h.ranks.global(p))
-				}
-				if (signalPath{h.Handle}).peerExited(p, now, &checked) && !core.Reached(atomic.LoadUint32(arr), n) {
-					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCausePeerExited, h.ranks.global(p), set))
-					return h.gm.live.Exited(h.ranks.global(p), fmt.Sprintf("rank %d's collective (device set %d)", h.ranks.global(me), set))
-				}
-				core.Nap(sleep)
-				if sleep < 100*time.Microsecond {
-					sleep *= 2
-				}
-			}
-		}
-		atomic.StoreUint32(seen, n)
-	}
-	return nil
-}
-
-// checkAgreement compares the arguments every peer published at the
-// opening barrier on set with ours (Note [Collective agreement]); on a
-// difference the error names every rank's arguments, the same on every rank,
-// and peer is the first that differs.
-func (h localRun) checkAgreement(set int, args uint64, digest uint32) (peer int, err error) {
-	me, w := h.rank, h.world
-	all := make([]uint64, w)
-	all[me] = args
-	differ := -1
-	for p := 0; p < w; p++ {
-		if p == me {
-			continue
-		}
-		slot := h.argSlot(me, set, p)
-		tagged := atomic.LoadUint64((*uint64)(unmanaged.Pointer(slot)))
-		all[p] = atomic.LoadUint64((*uint64)(unmanaged.Pointer(slot + 8)))
-		if tagged>>32 != uint64(atomic.LoadUint32(h.setWord(me, set, w+p))) {
-			return p, core.Errorf(core.ErrPeer, "group %q: rank %d published no collective arguments with its arrival (device set %d)", h.name, h.ranks.global(p), set)
-		}
-		if differ < 0 && (uint32(tagged) != digest || all[p] != args) {
-			differ = p
-		}
-	}
-	if differ < 0 {
-		return -1, nil
-	}
-	return differ, core.Errorf(core.ErrMismatch, "group %q: rank %d: the ranks%s called different collectives (nothing was moved): %s",
-		h.name, h.ranks.global(me), h.ranks.text(), byValue(w, func(r int) string { return argsText(all[r]) }))
-}
-
-// bytesAt views n bytes at addr.
-func bytesAt(addr, n uintptr) []byte { return unsafe.Slice((*byte)(unmanaged.Pointer(addr)), n) }
-
-// twoShotSlice is rank r's slice [lo, hi) of count elements of size es.
-func twoShotSlice(count, es uintptr, world, r int) (lo, hi uintptr) {
-	vec := 16 / es
-	per := ((count+vec-1)/vec + uintptr(world) - 1) / uintptr(world) * vec
-	lo, hi = min(count, uintptr(r)*per), min(count, uintptr(r+1)*per)
-	return lo, hi
-}
-
-// runHost runs c on this thread (a CPU-addressable backend).
-func (h localRun) runHost(c *core.Collective) error {
-	deadline := time.Now().Add(h.timeout)
-	set := c.Channel * collMaxBlocks
-	es := c.DType.Size()
-	me, w := h.rank, h.world
-	input := func(r int) uintptr { return h.bufPtrs[r] + c.InOffset }
-	if c.SlicedInput {
-		input = func(r int) uintptr { return h.bufPtrs[r] + c.InOffset + uintptr(r)*c.Count*es }
-	}
-	args := argsWord(c)
-	for i := 1; i < w; i++ { // Note [Collective agreement]
-		p := (me + i) % w
-		n := atomic.LoadUint32(h.setWord(me, set, w+p)) + 1
-		slot := h.argSlot(p, set, me)
-		atomic.StoreUint64((*uint64)(unmanaged.Pointer(slot+8)), args)
-		atomic.StoreUint64((*uint64)(unmanaged.Pointer(slot)), uint64(n)<<32|uint64(c.Digest))
-	}
-	if err := h.hostBarrier(set, deadline); err != nil {
-		return err
-	}
-	if peer, err := h.checkAgreement(set, args, c.Digest); err != nil {
-		atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCauseMismatch, peer, set))
-		// Every rank sees a difference when not all agree; one more
-		// barrier keeps the slots until all have read them, and the
-		// counts balanced for the next call.
-		if berr := h.hostBarrier(set, deadline); berr != nil {
-			return berr
-		}
-		return err
-	}
-	var store func()
-	switch {
-	case c.Kind == core.AllGather:
-		n := c.Count * es
-		tmp := make([]byte, n*uintptr(w))
-		for p := 0; p < w; p++ {
-			copy(tmp[uintptr(p)*n:], bytesAt(input(p), n))
-		}
-		store = func() { copy(bytesAt(c.Out, n*uintptr(w)), tmp) }
-	case c.Kind == core.ReduceScatter:
-		per := c.Count / uintptr(w)
-		tmp := reduceHost(c, h.bufPtrs, c.InOffset+uintptr(me)*per*es, per)
-		store = func() { copy(bytesAt(c.Out, per*es), tmp) }
-	case c.Algo == core.AlgoTwoShot && !c.Pull:
-		// Stores into every rank's out before the closing barrier: rank r
-		// alone reads and writes slice r anywhere, so no store races a read.
-		lo, hi := twoShotSlice(c.Count, es, w, me)
-		tmp := reduceHost(c, h.bufPtrs, c.InOffset+lo*es, hi-lo)
-		for p := 0; p < w; p++ {
-			copy(bytesAt(h.bufPtrs[p]+uintptr(c.OutOffset)+lo*es, (hi-lo)*es), tmp)
-		}
-	case c.Algo == core.AlgoTwoShot:
-		// Note [Two-shot pulls]: slice me reduced into our own out, a
-		// barrier, then every peer's reduced slice read from its out.
-		out := func(r int, lo uintptr) uintptr { return h.bufPtrs[r] + uintptr(c.OutOffset) + lo*es }
-		lo, hi := twoShotSlice(c.Count, es, w, me)
-		copy(bytesAt(out(me, lo), (hi-lo)*es), reduceHost(c, h.bufPtrs, c.InOffset+lo*es, hi-lo))
-		if err := h.hostBarrier(set, deadline); err != nil {
-			return err
-		}
-		for k := 1; k < w; k++ {
-			q := (me + k) % w
-			lo, hi := twoShotSlice(c.Count, es, w, q)
-			copy(bytesAt(out(me, lo), (hi-lo)*es), bytesAt(out(q, lo), (hi-lo)*es))
-		}
-	default:
-		tmp := reduceHost(c, h.bufPtrs, c.InOffset, c.Count)
-		store = func() { copy(bytesAt(c.Out, c.Count*es), tmp) }
-	}
-	// One-shot in place: nobody may store before every peer has read.
-	if store != nil && c.Kind == core.AllReduce && c.Out == input(me) {
-		if err := h.hostBarrier(set, deadline); err != nil {
-			return err
-		}
-		store()
-		return nil
-	}
-	if store != nil {
-		store()
-	}
-	return h.hostBarrier(set, deadline)
-}
-
-// reduceHost reduces n elements at offset off of every rank's block, in
-// rank order, as the kernels do (fp32 accumulation, one rounding).
-func reduceHost(c *core.Collective, bufs []uintptr, off, n uintptr) []byte {
-	es := c.DType.Size()
-	out := make([]byte, n*es)
-	if n == 0 {
-		return out
-	}
-	if c.DType == core.Int32 {
-		acc := make([]int32, n)
-		for r, b := range bufs {
-			src := unsafe.Slice((*int32)(unmanaged.Pointer(b+off)), n)
-			for i, v := range src {
-				if r == 0 {
-					acc[i] = v
-				} else {
-					acc[i] = reduceInt(c.Op, acc[i], v)
-				}
-			}
-		}
-		copy(out, unsafe.Slice((*byte)(unsafe.Pointer(&acc[0])), n*4))
-		return out
-	}
-	acc := make([]float32, n)
-	for r, b := range bufs {
-		for i := uintptr(0); i < n; i++ {
-			v := LoadFloat(c.DType, b+off+i*es)
-			if r == 0 {
-				acc[i] = v
-			} else {
-				acc[i] = ReduceFloat(c.Op, acc[i], v)
-			}
-		}
-	}
-	for i, v := range acc {
-		PutFloat(c.DType, out[uintptr(i)*es:], v) // Go memory: no address arithmetic
-	}
-	return out
-}
-
-func reduceInt(op core.ReduceOp, a, b int32) int32 {
-	switch op {
-	case core.OpMax:
-		return max(a, b)
-	case core.OpMin:
-		return min(a, b)
-	}
-	return a + b
 }

@@ -333,22 +333,17 @@ func (h *Handle) Buffers() []uintptr { return append([]uintptr(nil), h.bufPtrs..
 // SignalPads returns a copy of every rank's signal pad address.
 func (h *Handle) SignalPads() []uintptr { return append([]uintptr(nil), h.padPtrs...) }
 
-// WindowPaused says whether the buffer has an NCCL window that a pause of
-// its tag deregistered (Window is then 0 until the resume registers a new
-// one).
-func (h *Handle) WindowPaused() bool { return h.window != nil && h.window.win.Load() == 0 }
-
 // Window is the NCCL window (an ncclWindow_t) that holds the buffer, and
 // the rendezvous pointer's offset in it; 0, 0 when the group has no
-// communicator, windows are off, or the buffer's tag is paused. The
-// window is the current one: a pause deregisters it and the resume
+// communicator or windows are off. The window is the current one: a pause
+// deregisters it (ErrInvalidState until the resume) and the resume
 // registers another, so callers ask again after a resume.
-func (h *Handle) Window() (win, offset uintptr) {
+func (h *Handle) Window() (win, offset uintptr, err error) {
 	if h.window == nil {
-		return 0, 0
+		return 0, 0, nil
 	}
 	if win = h.window.win.Load(); win == 0 {
-		return 0, 0
+		return 0, 0, core.Errorf(core.ErrInvalidState, "the buffer of group %q is in a paused tag: its NCCL window was deregistered with its memory, and the resume registers a new one (ask again then)", h.name)
 	}
-	return win, h.windowOffset
+	return win, h.windowOffset, nil
 }

@@ -684,7 +684,7 @@ func TestMachinesPauseResume(t *testing.T) {
 				}
 				for cycle := 0; cycle < 2; cycle++ {
 					reg, dereg, _ := g.WindowCounts()
-					win, _ := h.Window()
+					win, _, _ := h.Window()
 					if win == 0 {
 						return fmt.Errorf("cycle %d: no window before the pause", cycle)
 					}
@@ -694,8 +694,8 @@ func TestMachinesPauseResume(t *testing.T) {
 					if err := g.Pause(tag); err != nil {
 						return err
 					}
-					if w, _ := h.Window(); w != 0 || !h.WindowPaused() {
-						return fmt.Errorf("cycle %d: the window %#x outlived the paused memory (paused says %v)", cycle, w, h.WindowPaused())
+					if w, _, err := h.Window(); w != 0 || core.CodeOf(err) != core.ErrInvalidState {
+						return fmt.Errorf("cycle %d: the window %#x outlived the paused memory (%v)", cycle, w, err)
 					}
 					if _, d, live := g.WindowCounts(); d != dereg+1 || live != 0 {
 						return fmt.Errorf("cycle %d: paused: %d deregistered (want %d), %d live", cycle, d, dereg+1, live)
@@ -706,7 +706,7 @@ func TestMachinesPauseResume(t *testing.T) {
 					if rg, _, live := g.WindowCounts(); rg != reg+1 || live != 1 {
 						return fmt.Errorf("cycle %d: resumed: %d registered (want %d), %d live", cycle, rg, reg+1, live)
 					}
-					if w, _ := h.Window(); w == 0 || h.WindowPaused() {
+					if w, _, err := h.Window(); w == 0 || err != nil {
 						return fmt.Errorf("cycle %d: no window after the resume", cycle)
 					}
 					for i := r.world; i < len(mark); i += 4096 {
