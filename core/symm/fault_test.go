@@ -368,6 +368,32 @@ func firstErr(o rankOutcome) error {
 // before a handle's release (the last owner of the group's memory) fails,
 // nothing is unmapped, and the error says the memory was left mapped.
 func TestFailedSyncLeaksInsteadOfUnmapping(t *testing.T) {
+	errs := onTwoFaultHosts(t, "leak-on-sync", func(h *Handle, g *Group, fb *faultbe.Backend) error {
+		if err := g.Destroy(); err != nil { // the handle is the last owner
+			return err
+		}
+		fb.Add(faultbe.Rule{Method: "SynchronizeDevice"}) // every call fails
+		unmaps := fb.Count("Unmap")
+		err := h.Release()
+		fb.Clear()
+		if err == nil || !strings.Contains(err.Error(), "left mapped (deliberately leaked)") {
+			return fmt.Errorf("release after a failed synchronisation: %v", err)
+		}
+		if fb.Count("Unmap") != unmaps {
+			return fmt.Errorf("%d unmaps after a failed synchronisation", fb.Count("Unmap")-unmaps)
+		}
+		return nil
+	})
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+}
+
+// onTwoFaultHosts runs ranks 0 and 1 of a group named name in-process, each
+// on a host backend behind a fault backend of its own: each joins, makes a
+// handle of 4096 bytes and meets the other at a barrier, then runs body
+// with them; it returns each rank's error.
+func onTwoFaultHosts(t *testing.T, name string, body func(h *Handle, g *Group, fb *faultbe.Backend) error) []error {
 	dir := sockDir(t)
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
@@ -375,7 +401,7 @@ func TestFailedSyncLeaksInsteadOfUnmapping(t *testing.T) {
 		be, err := host.New()
 		require.NoError(t, err)
 		fb := faultbe.New(be)
-		e := &rankEnv{rt: alloc.NewRuntime(fb), rank: r, world: 2, name: "leak-on-sync", dir: dir, timeout: 10 * time.Second}
+		e := &rankEnv{rt: alloc.NewRuntime(fb), rank: r, world: 2, name: name, dir: dir, timeout: 10 * time.Second}
 		a, err := e.rt.Allocator(0)
 		require.NoError(t, err)
 		wg.Add(1)
@@ -391,27 +417,15 @@ func TestFailedSyncLeaksInsteadOfUnmapping(t *testing.T) {
 					g.Destroy()
 					return err
 				}
-				if err := g.Destroy(); err != nil { // the handle is the last owner
+				if err := h.Barrier(0, 0, 0); err != nil {
 					return err
 				}
-				fb.Add(faultbe.Rule{Method: "SynchronizeDevice"}) // every call fails
-				unmaps := fb.Count("Unmap")
-				err = h.Release()
-				fb.Clear()
-				if err == nil || !strings.Contains(err.Error(), "left mapped (deliberately leaked)") {
-					return fmt.Errorf("release after a failed synchronisation: %v", err)
-				}
-				if fb.Count("Unmap") != unmaps {
-					return fmt.Errorf("%d unmaps after a failed synchronisation", fb.Count("Unmap")-unmaps)
-				}
-				return nil
+				return body(h, g, fb)
 			}()
 		}()
 	}
 	wg.Wait()
-	for r, err := range errs {
-		require.NoError(t, err, "rank %d", r)
-	}
+	return errs
 }
 
 // TestMemoryUseSeesSharedMemory: the fault table's memory check can fail: a

@@ -9,7 +9,6 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/alloc"
-	"github.com/libsymmem/libsymmem/core/host"
 	"github.com/libsymmem/libsymmem/core/internal/faultbe"
 	"github.com/stretchr/testify/require"
 )
@@ -98,47 +97,19 @@ func pidfds(t *testing.T) int {
 // reference even when the device synchronisation before the memory goes
 // fails (the memory is leaked then; the pidfds were too).
 func TestFailedSyncClosesPidfds(t *testing.T) {
-	dir := sockDir(t)
 	before := pidfds(t)
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for r := 0; r < 2; r++ {
-		be, err := host.New()
-		require.NoError(t, err)
-		fb := faultbe.New(be)
-		e := &rankEnv{rt: alloc.NewRuntime(fb), rank: r, world: 2, name: "pidfds-on-failed-sync", dir: dir, timeout: 10 * time.Second}
-		a, err := e.rt.Allocator(0)
-		require.NoError(t, err)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[e.rank] = func() error {
-				buf, g, err := join(e, a, 4096)
-				if err != nil {
-					return err
-				}
-				h, err := g.Rendezvous(buf)
-				if err != nil {
-					g.Destroy()
-					return err
-				}
-				if err := h.Barrier(0, 0, 0); err != nil {
-					return err
-				}
-				if err := g.Destroy(); err != nil {
-					return err
-				}
-				fb.Add(faultbe.Rule{Method: "SynchronizeDevice"}) // every call fails
-				err = h.Release()
-				fb.Clear()
-				if err == nil {
-					return fmt.Errorf("release with a failing synchronisation succeeded")
-				}
-				return nil
-			}()
-		}()
-	}
-	wg.Wait()
+	errs := onTwoFaultHosts(t, "pidfds-on-failed-sync", func(h *Handle, g *Group, fb *faultbe.Backend) error {
+		if err := g.Destroy(); err != nil {
+			return err
+		}
+		fb.Add(faultbe.Rule{Method: "SynchronizeDevice"}) // every call fails
+		err := h.Release()
+		fb.Clear()
+		if err == nil {
+			return fmt.Errorf("release with a failing synchronisation succeeded")
+		}
+		return nil
+	})
 	require.NoError(t, errs[0], "rank 0")
 	require.NoError(t, errs[1], "rank 1")
 	require.Equal(t, before, pidfds(t), "pidfds open after the groups went")
