@@ -1,8 +1,6 @@
 package symm
 
 import (
-	"fmt"
-
 	"github.com/libsymmem/libsymmem/core"
 )
 
@@ -101,69 +99,4 @@ func (gm *groupMem) importMapFabric(h []byte, size uintptr, what string) (addr u
 		return 0, 0, err
 	}
 	return gm.mapImported(mem, size, what)
-}
-
-// exchangeFabric is the fabric phase of an exchangeCall (Note [Descriptor
-// exchange phases]), between the machines of a team: the pads (needPads)
-// and the segment of the rendezvous where a peer of the team on another
-// machine lacks it travel as fabric handles through the all-gather, and
-// are mapped into the pads and fresh like descriptors. Collective where
-// g.fabricSpan; it returns this rank's failure.
-func (x *exchangeCall) exchangeFabric() error {
-	g, info, recs, needPads, need, fresh, localErr := x.g, x.info, x.recs, x.needPads, x.need, x.fresh, x.localErr
-	me := g.rank
-	exportPad := false
-	segs := map[uint64]uintptr{}
-	for r := 0; r < g.world; r++ {
-		if !g.crossTeam(me, r) {
-			continue
-		}
-		exportPad = exportPad || needPads
-		if need(r, me) {
-			segs[info.Segment.HeapOff] = info.Segment.Addr
-		}
-	}
-	frs, err := g.fabricGather(localErr, exportPad, segs)
-	if err != nil {
-		return err
-	}
-	if localErr != nil {
-		return nil // ours is the failure the verdict reports
-	}
-	gm := g.gm
-	gm.mu.Lock()
-	defer gm.mu.Unlock()
-	p := gm.pads
-	for src := 0; src < g.world; src++ {
-		if !g.crossTeam(me, src) {
-			continue
-		}
-		f := frs[src]
-		if f.status.code != core.Success {
-			return core.Errorf(core.ErrPeer, "%s could not send its fabric handles: %s", g.who(src), f.status.msg)
-		}
-		if needPads {
-			if len(f.pad) == 0 {
-				return core.Errorf(core.ErrPeer, "%s sent no fabric handle for its signal pad", g.who(src))
-			}
-			addr, mem, err := gm.importMapFabric(f.pad, p.phys, g.who(src)+"'s signal pad (fabric handle)")
-			if err != nil {
-				return fmt.Errorf("mapping %s's signal pad through its fabric handle: %w", g.who(src), err)
-			}
-			p.addr[src], p.mem[src] = addr, mem
-		}
-		if need(me, src) {
-			h := f.segs[info.Segment.HeapOff]
-			if len(h) == 0 {
-				return core.Errorf(core.ErrPeer, "%s sent no fabric handle for its segment at heap offset %#x", g.who(src), info.Segment.HeapOff)
-			}
-			size := uintptr(recs[src].segSize)
-			addr, mem, err := gm.importMapFabric(h, size, fmt.Sprintf("%s's segment at heap offset %#x (fabric handle)", g.who(src), info.Segment.HeapOff))
-			if err != nil {
-				return fmt.Errorf("mapping %s's segment of %d bytes through its fabric handle: %w", g.who(src), size, err)
-			}
-			fresh[src] = &peerMap{key: mapKey{src, info.Segment.HeapOff}, id: recs[src].segID, addr: addr, size: size, mem: mem}
-		}
-	}
-	return nil
 }

@@ -71,6 +71,9 @@ type Group struct {
 	ch      *ipc.Channel
 	ex      ipc.Exchange
 	shm     *ipc.ShmExchange // the control page when ex is it, else nil
+	// paths carry descriptors to the peers, in order (Note [Descriptor
+	// paths]); set with the teams.
+	paths   []descriptorPath
 	members []memberRecord
 	// machine is this process's identity (thisMachine unless a test says).
 	machine machineIdentity
@@ -333,6 +336,7 @@ func (g *Group) agreeMembers() error {
 	if err := g.formTeams(); err != nil {
 		return err
 	}
+	g.paths = pathsFor(&g.teams)
 	if _, callers := g.ex.(*ipc.FuncExchange); !callers {
 		if len(g.machines) > 1 {
 			d := byValue(g.world, func(r int) string { return ms[r].machine().String() })

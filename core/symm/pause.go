@@ -7,7 +7,6 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/alloc"
-	"golang.org/x/sys/unix"
 )
 
 // Note [Collective pause]
@@ -311,7 +310,8 @@ func (g *Group) Resume(tag string) error {
 //
 // A collective resume (g.coll held, the group usable) is one resumeCall
 // that runs these phases in order; a phase that returns an error ends the
-// call after the undo it names.
+// call after the undo it names. send and remap are socketPath's, fabric is
+// fabricPath's (Note [Descriptor paths]).
 //
 //	list      our paused segments of the tag, the paused imports of the
 //	          peers' segments we hold (an import a failed pause left
@@ -340,11 +340,8 @@ func (g *Group) Resume(tag string) error {
 //	          paused again, and pauses our tag again.
 type resumeCall struct {
 	tagCall
-	in [][]int // the descriptors that arrived, by sender
-	// fabricSegs are our segments wanted by a peer of our team on another
-	// machine, by heap offset.
-	fabricSegs map[uint64]uintptr
-	remapped   []*peerMap // imports this call mapped again
+	in       [][]int    // the descriptors that arrived, by sender
+	remapped []*peerMap // imports this call mapped again
 }
 
 // run is the driver of Note [Resume phases].
@@ -357,13 +354,10 @@ func (c *resumeCall) run() error {
 	if err := c.takeBack(); err != nil {
 		return err
 	}
-	if err := c.send(); err != nil {
-		c.repause()
-		return err
-	}
-	c.remap()
-	if err := c.fabric(); err != nil {
-		return c.undo(err)
+	for _, p := range g.paths {
+		if err := p.resume(c); err != nil {
+			return c.undo(err) // what the paths remapped, then our tag paused again
+		}
 	}
 	if err := g.shareVerdict(what+" (mapping peers' memory)", c.localErr); err != nil {
 		return c.undo(err)
@@ -436,142 +430,6 @@ func (c *resumeCall) takeBack() error {
 // need(r, p, s): rank r held a paused import of peer p's segment s.
 func (c *resumeCall) need(r, p int, s alloc.SegmentInfo) bool {
 	return r != p && slices.Contains(c.recs[r].held, mapKey{p, s.HeapOff})
-}
-
-// send passes descriptors of our segments to the peers by socket that need
-// them, all to all, and notes the ones wanted through fabric handles.
-func (c *resumeCall) send() error {
-	g, me := c.g, c.g.rank
-	fds := make([]int, len(c.segs))
-	for i := range fds {
-		fds[i] = -1
-	}
-	out := make([][]int, g.world)
-	c.fabricSegs = map[uint64]uintptr{}
-	for i, s := range c.segs {
-		for dst := 0; dst < g.world; dst++ {
-			if !c.need(dst, me, s) {
-				continue
-			}
-			if !g.bySocket(dst) {
-				c.fabricSegs[s.HeapOff] = s.Addr
-				continue
-			}
-			if fds[i] < 0 {
-				fd, err := g.alloc.ExportSegment(s.Addr)
-				if err != nil {
-					if c.localErr == nil {
-						c.localErr = core.Errorf(core.CodeOf(err), "rank %d: exporting its segment at heap offset %#x: %v", me, s.HeapOff, err)
-					}
-					break
-				}
-				fds[i] = fd
-			}
-			out[dst] = append(out[dst], fds[i])
-		}
-	}
-	in, err := g.allToAllFDs(out)
-	for _, fd := range fds {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-	}
-	c.in = in
-	return err
-}
-
-// remap maps the descriptors that arrived into the paused imports' ranges.
-func (c *resumeCall) remap() {
-	g := c.g
-	c.gm.mu.Lock()
-	defer c.gm.mu.Unlock()
-	for src := 0; src < g.world; src++ {
-		if src == g.rank || !g.bySocket(src) {
-			continue
-		}
-		c.remapFrom(src, c.in[src])
-	}
-}
-
-// remapFrom maps the descriptors got that src sent (gm.mu held).
-func (c *resumeCall) remapFrom(src int, got []int) {
-	g, gm, me := c.g, c.gm, c.g.rank
-	var want []*peerMap
-	for _, s := range c.recs[src].segs {
-		if c.need(me, src, s) {
-			want = append(want, gm.maps[mapKey{src, s.HeapOff}])
-		}
-	}
-	if len(got) != len(want) || c.localErr != nil {
-		if c.localErr == nil {
-			c.localErr = core.Errorf(core.ErrPeer, "rank %d: rank %d sent %d descriptors, %d were expected (it could not export its memory)", me, src, len(got), len(want))
-		}
-		for _, fd := range got {
-			unix.Close(fd)
-		}
-		return
-	}
-	for i, m := range want {
-		mem, err := g.be.Import(g.device, got[i])
-		if err == nil {
-			err = gm.remap(m, mem)
-		}
-		if err != nil {
-			if c.localErr == nil {
-				c.localErr = core.Errorf(core.CodeOf(err), "rank %d: mapping rank %d's segment at heap offset %#x again: %v", me, src, m.key.heapOff, err)
-			}
-			for _, fd := range got[i+1:] {
-				unix.Close(fd)
-			}
-			return
-		}
-		c.remapped = append(c.remapped, m)
-	}
-}
-
-// fabric maps again, through fabric handles in the all-gather, the imports
-// of peers of our team on other machines (Note [Fabric teams]); its error
-// is the all-gather's, this rank's failure goes to c.localErr.
-func (c *resumeCall) fabric() error {
-	g, gm, me := c.g, c.gm, c.g.rank
-	if !g.fabricSpan {
-		return nil
-	}
-	frs, err := g.fabricGather(c.localErr, false, c.fabricSegs)
-	if err != nil {
-		return err
-	}
-	gm.mu.Lock()
-	defer gm.mu.Unlock()
-	for src := 0; src < g.world && c.localErr == nil; src++ {
-		if !g.crossTeam(me, src) {
-			continue
-		}
-		if frs[src].status.code != core.Success {
-			c.localErr = core.Errorf(core.ErrPeer, "rank %d: rank %d could not send its fabric handles: %s", me, src, frs[src].status.msg)
-			break
-		}
-		for _, s := range c.recs[src].segs {
-			if !c.need(me, src, s) {
-				continue
-			}
-			m := gm.maps[mapKey{src, s.HeapOff}]
-			h := frs[src].segs[s.HeapOff]
-			var err error = core.Errorf(core.ErrPeer, "no fabric handle arrived")
-			if fb, ok := g.be.(fabricBackend); ok && len(h) > 0 {
-				var mem core.Memory
-				if mem, err = fb.ImportFabric(g.device, h); err == nil {
-					err = gm.remap(m, mem)
-				}
-			}
-			if err != nil {
-				c.localErr = core.Errorf(core.CodeOf(err), "rank %d: mapping rank %d's segment at heap offset %#x again through its fabric handle: %v", me, src, s.HeapOff, err)
-				break
-			}
-			c.remapped = append(c.remapped, m)
-		}
-	}
-	return nil
 }
 
 // undo undoes this rank's part of the resume: the peers mapped again are

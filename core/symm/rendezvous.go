@@ -6,8 +6,6 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/alloc"
-	"github.com/libsymmem/libsymmem/core/ipc"
-	"golang.org/x/sys/unix"
 )
 
 // Rendezvous is collective: every rank of the group calls it with a pointer
@@ -414,7 +412,9 @@ func (c *rendezvousCall) check() error {
 // An exchangeCall passes the descriptors that some rank lacks (the peers'
 // pads on the first rendezvous or at group creation, and segments not yet
 // held), maps what arrives, and all-gathers the outcome; on failure every
-// rank undoes what it mapped. Its phases, in order:
+// rank undoes what it mapped. Its phases, in order (export, send and
+// mapArrived are socketPath's, fabric is fabricPath's: Note [Descriptor
+// paths]):
 //
 //	export      descriptors of our pad and segment where a rank by socket
 //	            needs them; a failure is kept for the verdict. Leaves the
@@ -461,12 +461,11 @@ type exchangeCall struct {
 
 // run is the driver of Note [Descriptor exchange phases].
 func (x *exchangeCall) run() error {
-	x.export()
-	if err := x.send(); err != nil {
-		return err
+	for _, p := range x.g.paths {
+		if err := p.exchange(x); err != nil {
+			return err
+		}
 	}
-	x.mapArrived()
-	x.fabric()
 	x.prepareLocked()
 	if err := x.verdict(); err != nil {
 		x.undo()
@@ -479,131 +478,6 @@ func (x *exchangeCall) run() error {
 func (x *exchangeCall) note(err error) {
 	if x.localErr == nil && err != nil {
 		x.localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", x.g.rank, err)
-	}
-}
-
-// export makes the descriptors of our pad and segment that some rank by
-// socket needs.
-func (x *exchangeCall) export() {
-	g, me := x.g, x.g.rank
-	x.padFD, x.segFD = -1, -1
-	if x.needPads && len(g.sock) > 1 {
-		var err error
-		x.padFD, err = x.gm.be.Export(x.gm.pads.own)
-		x.note(err)
-	}
-	sendSeg := false
-	for r := 0; r < g.world; r++ {
-		sendSeg = sendSeg || (x.need(r, me) && g.bySocket(r))
-	}
-	if sendSeg {
-		var err error
-		x.segFD, err = g.alloc.ExportSegment(x.info.Segment.Addr)
-		x.note(err)
-	}
-	x.tr.mark("export")
-}
-
-// send passes the descriptors, all to all, and closes ours.
-func (x *exchangeCall) send() error {
-	g, me := x.g, x.g.rank
-	out := make([][]int, g.world)
-	for dst := 0; dst < g.world; dst++ {
-		if dst == me || !g.bySocket(dst) {
-			continue
-		}
-		if x.needPads && x.padFD >= 0 {
-			out[dst] = append(out[dst], x.padFD)
-		}
-		if x.need(dst, me) && x.segFD >= 0 {
-			out[dst] = append(out[dst], x.segFD)
-		}
-	}
-	in, err := g.allToAllFDs(out)
-	for _, fd := range []int{x.padFD, x.segFD} {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-	}
-	x.in = in
-	if err != nil {
-		if g.localRank == 0 || !ipc.IsLocalShortage(err) {
-			return err // the team's rank 0 has told every rank (or every rank saw it)
-		}
-		// This rank alone ran out of descriptors receiving: the others
-		// succeeded and wait in the verdict below. Join it with the
-		// failure, so that every rank is told which rank failed and why.
-		x.fdErr = err
-		x.note(err)
-		x.in = make([][]int, g.world)
-	}
-	x.tr.mark("send-fds")
-	return nil
-}
-
-// mapArrived maps what arrived. The backend owns each descriptor from
-// Import on; the ones we do not get to are closed here.
-func (x *exchangeCall) mapArrived() {
-	g := x.g
-	x.gm.mu.Lock()
-	defer x.gm.mu.Unlock()
-	x.pads = x.gm.pads
-	for src := 0; src < g.world; src++ {
-		if src == g.rank || !g.bySocket(src) {
-			continue
-		}
-		x.mapFrom(src, x.in[src])
-	}
-}
-
-// mapFrom imports and maps the descriptors fds that src sent (gm.mu held).
-func (x *exchangeCall) mapFrom(src int, fds []int) {
-	g, gm, p := x.g, x.gm, x.pads
-	want := 0
-	if x.needPads {
-		want++
-	}
-	if x.need(g.rank, src) {
-		want++
-	}
-	if len(fds) != want || x.localErr != nil {
-		if x.localErr == nil {
-			x.note(core.Errorf(core.ErrPeer, "%s sent %d descriptors, %d were expected (it could not export its memory)", g.who(src), len(fds), want))
-		}
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		return
-	}
-	if x.needPads {
-		addr, mem, err := gm.importMap(fds[0], p.phys, g.who(src)+"'s signal pad")
-		fds = fds[1:]
-		if err != nil {
-			x.note(fmt.Errorf("mapping %s's signal pad: %w", g.who(src), err))
-			for _, fd := range fds {
-				unix.Close(fd)
-			}
-			return
-		}
-		p.addr[src], p.mem[src] = addr, mem
-	}
-	if x.need(g.rank, src) {
-		off := x.info.Segment.HeapOff
-		size := uintptr(x.recs[src].segSize)
-		addr, mem, err := gm.importMap(fds[0], size, fmt.Sprintf("%s's segment at heap offset %#x", g.who(src), off))
-		if err != nil {
-			x.note(fmt.Errorf("mapping %s's segment of %d bytes: %w", g.who(src), size, err))
-			return
-		}
-		x.fresh[src] = &peerMap{key: mapKey{src, off}, id: x.recs[src].segID, addr: addr, size: size, mem: mem}
-	}
-}
-
-// fabric is the exchange between the machines of a team (exchangeFabric).
-func (x *exchangeCall) fabric() {
-	if x.g.fabricSpan {
-		x.note(x.exchangeFabric())
-		x.tr.mark("fabric")
 	}
 }
 
