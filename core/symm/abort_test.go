@@ -48,13 +48,11 @@ func testAbort(t *testing.T, what string) {
 				}
 				// A stream per rank: two ranks' waits on one stream would
 				// wait for each other in its order.
-				var s core.Stream
-				if sb, ok := fb.Inner.(streamBackend); ok && fb.Capabilities().StreamSignals {
-					if s, err = sb.NewStream(e.device); err != nil {
-						return err
-					}
-					defer sb.DestroyStream(e.device, s)
+				s, dropStream, err := rankStream(fb, e.device)
+				if err != nil {
+					return err
 				}
+				defer dropStream()
 				buf, g, err := join(e, a, 64<<10)
 				if err != nil {
 					return err

@@ -70,13 +70,11 @@ func rollbackRank(e *rankEnv, fb *faultbe.Backend, tag string, plan *[]faultbe.R
 	}
 	defer g.Destroy()
 	defer h.Release()
-	var s core.Stream
-	if sb, ok := fb.Inner.(streamBackend); ok && fb.Capabilities().StreamSignals {
-		if s, err = sb.NewStream(e.device); err != nil {
-			return err
-		}
-		defer sb.DestroyStream(e.device, s)
+	s, dropStream, err := rankStream(fb, e.device)
+	if err != nil {
+		return err
 	}
+	defer dropStream()
 	round := 0
 	live := func(when string) error {
 		round++
@@ -181,6 +179,21 @@ func exchangeWords(h *Handle, fb *faultbe.Backend, s core.Stream, round int) err
 		}
 	}
 	return sync()
+}
+
+// rankStream is a stream of the rank's own where fb's backend has streams
+// and signals on them (0 otherwise: the host backend), and its destroy:
+// two ranks' waits on one stream would wait for each other in its order.
+func rankStream(fb *faultbe.Backend, device int) (core.Stream, func(), error) {
+	sb, ok := fb.Inner.(streamBackend)
+	if !ok || !fb.Capabilities().StreamSignals {
+		return 0, func() {}, nil
+	}
+	s, err := sb.NewStream(device)
+	if err != nil {
+		return 0, nil, err
+	}
+	return s, func() { sb.DestroyStream(device, s) }, nil
 }
 
 // setWord and getWord move one word between Go memory and addr (this

@@ -45,13 +45,11 @@ func TestCollectivePauseUnmapFailureLeavesTheImportMapped(t *testing.T) {
 				}
 				defer g.Destroy()
 				defer h.Release()
-				var s core.Stream
-				if sb, ok := fb.Inner.(streamBackend); ok && fb.Capabilities().StreamSignals {
-					if s, err = sb.NewStream(e.device); err != nil {
-						return err
-					}
-					defer sb.DestroyStream(e.device, s)
+				s, dropStream, err := rankStream(fb, e.device)
+				if err != nil {
+					return err
 				}
+				defer dropStream()
 				if err := exchangeWords(h, fb, s, 1); err != nil {
 					return err
 				}
