@@ -250,33 +250,40 @@ def driver_child(reps):
         if r != 0:
             raise RuntimeError(f"{what} failed: CUresult {r}")
 
-    acc = Access(locType=1, locId=0, flags=3)
+    # Read-write access for device 0 alone, and (where there is a second
+    # GPU) for device 0 and its peer, as a mapping that peers may read gets.
+    ndev = torch.cuda.device_count()
+    accs = {"": (Access * 1)(Access(locType=1, locId=0, flags=3))}
+    if ndev > 1:
+        accs["+peer"] = (Access * 2)(Access(locType=1, locId=0, flags=3), Access(locType=1, locId=1, flags=3))
     out = {"impl": "driver", "device": torch.cuda.get_device_name(0)}
-    for handle in (0, 1):
+    cases = [(h, seg, n, "") for h in (0, 1) for seg, n in ((4 * GiB, 1), (20 * MiB, 205))]
+    cases += [(1, seg, n, "+peer") for seg, n in ((4 * GiB, 1), (20 * MiB, 205)) if "+peer" in accs]
+    for handle, seg, n, peers in cases:
         prop = Prop(type=1, requestedHandleTypes=handle, locType=1, locId=0)
-        for seg, n in ((4 * GiB, 1), (20 * MiB, 205)):
-            base = ull()
-            ok(cu.cuMemAddressReserve(ctypes.byref(base), ctypes.c_size_t(n * seg), ctypes.c_size_t(0), ull(0), ull(0)), "cuMemAddressReserve")
-            maps, unmaps = [], []
-            for _ in range(reps):
-                hs = []
-                t0 = time.perf_counter()
-                for i in range(n):
-                    h = ull()
-                    ok(cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(seg), ctypes.byref(prop), ull(0)), "cuMemCreate")
-                    ok(cu.cuMemMap(ull(base.value + i * seg), ctypes.c_size_t(seg), ctypes.c_size_t(0), h, ull(0)), "cuMemMap")
-                    ok(cu.cuMemSetAccess(ull(base.value + i * seg), ctypes.c_size_t(seg), ctypes.byref(acc), ctypes.c_size_t(1)), "cuMemSetAccess")
-                    hs.append(h)
-                maps.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                for i, h in enumerate(hs):
-                    ok(cu.cuMemUnmap(ull(base.value + i * seg), ctypes.c_size_t(seg)), "cuMemUnmap")
-                    ok(cu.cuMemRelease(h), "cuMemRelease")
-                unmaps.append(time.perf_counter() - t0)
-            ok(cu.cuMemAddressFree(base, ctypes.c_size_t(n * seg)), "cuMemAddressFree")
-            key = f"{'posix' if handle else 'none'}/{n}x{seg >> 20}MiB"
-            out[f"create_map_s/{key}"] = statistics.median(maps)
-            out[f"unmap_release_s/{key}"] = statistics.median(unmaps)
+        acc = accs[peers]
+        base = ull()
+        ok(cu.cuMemAddressReserve(ctypes.byref(base), ctypes.c_size_t(n * seg), ctypes.c_size_t(0), ull(0), ull(0)), "cuMemAddressReserve")
+        maps, unmaps = [], []
+        for _ in range(reps):
+            hs = []
+            t0 = time.perf_counter()
+            for i in range(n):
+                h = ull()
+                ok(cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(seg), ctypes.byref(prop), ull(0)), "cuMemCreate")
+                ok(cu.cuMemMap(ull(base.value + i * seg), ctypes.c_size_t(seg), ctypes.c_size_t(0), h, ull(0)), "cuMemMap")
+                ok(cu.cuMemSetAccess(ull(base.value + i * seg), ctypes.c_size_t(seg), acc, ctypes.c_size_t(len(acc))), "cuMemSetAccess")
+                hs.append(h)
+            maps.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            for i, h in enumerate(hs):
+                ok(cu.cuMemUnmap(ull(base.value + i * seg), ctypes.c_size_t(seg)), "cuMemUnmap")
+                ok(cu.cuMemRelease(h), "cuMemRelease")
+            unmaps.append(time.perf_counter() - t0)
+        ok(cu.cuMemAddressFree(base, ctypes.c_size_t(n * seg)), "cuMemAddressFree")
+        key = f"{'posix' if handle else 'none'}/{n}x{seg >> 20}MiB{peers}"
+        out[f"create_map_s/{key}"] = statistics.median(maps)
+        out[f"unmap_release_s/{key}"] = statistics.median(unmaps)
     print("RESULT " + json.dumps(out), flush=True)
 
 

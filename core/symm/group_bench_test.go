@@ -118,3 +118,62 @@ func BenchmarkGroupSockets2(b *testing.B) { benchGroups(b, 2, false) }
 func BenchmarkGroupSockets4(b *testing.B) { benchGroups(b, 4, false) }
 func BenchmarkGroupGather2(b *testing.B)  { benchGroups(b, 2, true) }
 func BenchmarkGroupGather4(b *testing.B)  { benchGroups(b, 4, true) }
+
+// benchRendezvousAgain times a rendezvous again on the same buffer (and
+// the handle's release), every rank in a loop: the ranks pace each other
+// through the record all-gather.
+func benchRendezvousAgain(b *testing.B, world int) {
+	dir := sockDir(b)
+	groups := make([]*Group, world)
+	first := make([]*Handle, world) // held throughout, as a program holds its handle
+	bufs := make([]uintptr, world)
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r := 0; r < world; r++ {
+		be, err := host.New()
+		if err != nil {
+			b.Fatal(err)
+		}
+		rt := alloc.NewRuntime(be)
+		a, _ := rt.Allocator(0)
+		bufs[r], _ = a.Alloc(1<<20, 0)
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			groups[r], errs[r] = New(Options{Name: "bench-again", Rank: r, World: world, Timeout: 20 * time.Second, Runtime: rt, SocketDir: dir, JobToken: "bench"})
+			if errs[r] == nil {
+				first[r], errs[r] = groups[r].Rendezvous(bufs[r])
+			}
+		}(r)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for r := 0; r < world; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			for i := 0; i < b.N && errs[r] == nil; i++ {
+				var h *Handle
+				if h, errs[r] = groups[r].Rendezvous(bufs[r]); errs[r] == nil {
+					h.Release()
+				}
+			}
+		}(r)
+	}
+	wg.Wait()
+	b.StopTimer()
+	for r, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+		first[r].Release()
+		groups[r].Destroy()
+	}
+}
+
+func BenchmarkRendezvousAgain2(b *testing.B) { benchRendezvousAgain(b, 2) }
