@@ -476,8 +476,19 @@ func (x *ShmExchange) waitAll(n uint64, deadline time.Time, timeout time.Duratio
 		}
 	}
 	for {
-		// Arrival first: a rank that leaves right after the round it
-		// completed must not fail the peers still reading that round.
+		// A round that every rank reached succeeds, whatever verdict the
+		// page holds: a rank that leaves right after the round it
+		// completed (Close's verdict; the member agreement's mismatches
+		// close every rank right after the round that showed them) must
+		// not fail the peers still waiting in that round. The verdict is
+		// read before arrival, not after: a verdict written by a rank that
+		// completed round n was stored after every rank's publication of
+		// n, so a waiter that sees it then sees round n complete. Read the
+		// other way round, the leaving rank's peer could see round n
+		// incomplete, lose the CPU while the last rank arrives and the
+		// others finish the round and close, then see the verdict, and
+		// report that a peer left instead of the round's outcome.
+		verdict := x.abortErr()
 		if x.arrived(n) {
 			return nil
 		}
@@ -485,8 +496,8 @@ func (x *ShmExchange) waitAll(n uint64, deadline time.Time, timeout time.Duratio
 			x.abort(core.Errorf(core.ErrPeer, "group %q: %s left the group (destroyed or closed) during all-gather #%d", x.name, x.who(x.rank), n))
 			return core.Errorf(core.ErrInvalidState, "group %q: rank %d left the group (destroyed or closed on another thread) during all-gather #%d", x.name, x.rank, n)
 		}
-		if err := x.abortErr(); err != nil {
-			return err
+		if verdict != nil {
+			return verdict
 		}
 		if core.InterruptedSince(mark) { // Note [Interrupts] in core
 			x.abort(core.Errorf(core.ErrPeer, "group %q: %s left the group (a signal interrupted it) during all-gather #%d", x.name, x.who(x.rank), n))
@@ -494,6 +505,12 @@ func (x *ShmExchange) waitAll(n uint64, deadline time.Time, timeout time.Duratio
 		}
 		for _, r := range x.missing(n) {
 			if x.live.Gone(r) {
+				// Arrival is read again after the exit, for the same
+				// reason: r may have published n, then exited, after
+				// missing read it.
+				if x.arrived(n) {
+					return nil
+				}
 				return x.abort(x.live.Exited(r, fmt.Sprintf("all-gather #%d (control page)", n)))
 			}
 		}

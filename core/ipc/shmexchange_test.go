@@ -216,6 +216,76 @@ func TestShmExchangeInProcess(t *testing.T) {
 	}
 }
 
+// A round's records reach every rank that took part in it, even one that
+// reads them after its peers have closed the page (Close writes a verdict
+// naming the closing rank): a group whose ranks all fail on what a round
+// gathered (the member agreement's mismatches) closes right after it, and
+// the slowest rank must report that failure too, not its peers' leaving.
+// Rank 0 waits asleep in the round; ranks 1 and 2 complete it and close
+// at once, so that the first to finish closes while the other may still be
+// between its checks in the round (a window of a few instructions: the
+// test finds it in about one run of 100 where the verdict is read after
+// arrival, under load). Only rank 0's next round learns that they left.
+func TestShmExchangeRoundOutlivesClose(t *testing.T) {
+	dir := sockDir(t)
+	cs := cfgs("shmlast", dir, 3, 5*time.Second)
+	for i := range cs {
+		cs[i].ControlPage = true
+	}
+	chs, errs := openAll(t, cs)
+	defer closeChans(chs)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	xs := make([]*ShmExchange, 3)
+	errs = parallel(3, func(r int) (err error) { xs[r], err = NewShmExchange(chs[r]); return })
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		for _, x := range xs {
+			x.Close()
+		}
+	}()
+	type result struct {
+		got [][]byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, err := xs[0].AllGather(0, shmRecord(0, 0, 3))
+		done <- result{got, err}
+	}()
+	time.Sleep(50 * time.Millisecond) // past the spin: rank 0 sleeps on the futex
+	errs = parallel(2, func(i int) error {
+		r := i + 1
+		if _, err := xs[r].AllGather(0, shmRecord(r, 0, 3)); err != nil {
+			return err
+		}
+		return xs[r].Close()
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := <-done
+	if res.err != nil {
+		t.Fatalf("rank 0 lost the round its peers completed before closing: %v", res.err)
+	}
+	for q := 0; q < 3; q++ {
+		if !bytes.Equal(res.got[q], shmRecord(q, 0, 3)) {
+			t.Fatalf("rank %d's record differs", q)
+		}
+	}
+	_, err := xs[0].AllGather(0, nil)
+	wantCode(t, err, core.ErrPeer, "left the group (destroyed or closed)")
+}
+
 // TestSpinCountsTheGroupsCPUs: the spin decision counts the CPUs of every
 // rank's affinity mask: two processes pinned to two CPUs have two, pinned
 // to one CPU they have one.

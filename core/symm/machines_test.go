@@ -109,8 +109,19 @@ func requireAllOK(t *testing.T, errs []error) {
 	}
 }
 
+// requireAllFail requires every rank to fail with code and the messages.
+// A rank with another code fails the test with every rank's error logged:
+// which rank saw what tells an ordering problem from a wrong verdict.
 func requireAllFail(t *testing.T, errs []error, code core.Code, contains ...string) {
 	t.Helper()
+	for r, err := range errs {
+		if core.CodeOf(err) != code {
+			for q, e := range errs {
+				t.Logf("rank %d: %v", q, e)
+			}
+			t.Fatalf("rank %d: code %v, want %v", r, core.CodeOf(err), code)
+		}
+	}
 	for r, err := range errs {
 		require.Error(t, err, "rank %d", r)
 		require.Equal(t, code, core.CodeOf(err), "rank %d: %v", r, err)
