@@ -121,9 +121,9 @@ const (
 	// contribution into every peer's low-latency buffer as 16-byte lines
 	// that carry the call's sequence number beside 8 bytes of data, and
 	// each rank polls its own buffer until every line of the call has
-	// arrived (Note [Low-latency collectives] in core/symm/coll/lowlatency.go). For
-	// small calls of every collective; on the host backend it runs as
-	// AlgoOneShot (same results).
+	// arrived (Note [Low-latency collectives] in
+	// core/symm/coll/lowlatency.go). For small calls of every collective;
+	// on the host backend it runs as AlgoOneShot (same results).
 	AlgoLowLatency Algo = 5
 )
 
@@ -146,8 +146,8 @@ func (a Algo) String() string {
 }
 
 // Collective is one checked collective call, everything a backend needs to
-// run it on one rank (Note [Collectives] in core/symm/coll/coll.go). Addresses are
-// this process's.
+// run it on one rank (Note [Collectives] in core/symm/coll/coll.go).
+// Addresses are this process's.
 type Collective struct {
 	Kind  CollKind
 	DType DType
@@ -191,9 +191,9 @@ type Collective struct {
 	Digest uint32
 	// LLOffset is where the low-latency buffers start in every rank's pad
 	// and LLSlot the bytes of one sender's slot there (AlgoLowLatency;
-	// Note [Low-latency collectives] in core/symm/coll/lowlatency.go). PadAddrs holds
-	// every rank's pad address here (what Pads holds in device memory),
-	// so that a kernel can take them from its parameters.
+	// Note [Low-latency collectives] in core/symm/coll/lowlatency.go).
+	// PadAddrs holds every rank's pad address here (what Pads holds in
+	// device memory), so that a kernel can take them from its parameters.
 	LLOffset, LLSlot uintptr
 	PadAddrs         []uintptr
 	// Unchecked skips the argument agreement, for measuring its cost only

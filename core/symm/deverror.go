@@ -19,7 +19,10 @@ func (h *Handle) DeviceErrorText(v uint32) error {
 	peer, set := int(v>>16&0x1fff), int(v&0xffff)
 	switch v >> 29 & 3 {
 	case core.DevCauseMismatch:
-		if h.span != nil && peer < len(h.span.team) { // the team view's collective (Note [Team view] in core/symm/coll)
+		// On a group that spans machines the collectives that run here
+		// run on the team view, whose flag names a view rank (Note [Team
+		// view] in core/symm/coll).
+		if h.span != nil && peer < len(h.span.team) {
 			peer = h.span.team[peer]
 		}
 		return core.Errorf(core.ErrMismatch, "group %q: rank %d: the device error flag %#x says that rank %d called a collective with other arguments than this rank (kernel block %d of collective channel %d; no data moved); the group's device barriers are no longer balanced: use another group",

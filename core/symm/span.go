@@ -155,9 +155,10 @@ func (s *span) remote(me int) string {
 
 // hierComm is a group's communicator split by local rank, made by the first
 // hierarchical all-reduce (Note [Hierarchical all-reduce] in
-// core/symm/coll) and destroyed with the group. mu guards the fields; a call that uses comm holds mu for reading from before its first
-// NCCL call until its last is enqueued, so that close (the group's
-// Destroy, which handles may outlive) never destroys it under a call.
+// core/symm/coll) and destroyed with the group. mu guards the fields; a
+// call that uses comm holds mu for reading from before its first NCCL call
+// until its last is enqueued, so that close (the group's Destroy, which
+// handles may outlive) never destroys it under a call.
 type hierComm struct {
 	mu     sync.RWMutex
 	comm   Communicator

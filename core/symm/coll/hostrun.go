@@ -11,6 +11,10 @@ import (
 	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
+// The host reference runner: the kernels' protocol (barriers on the pads'
+// sets, the argument agreement, the same reductions in the same order) on
+// the calling thread, over CPU memory.
+
 // hostBarrier is a barrier on set (Note [Pad partition] in core).
 func (l local) hostBarrier(set int, deadline time.Time) error {
 	me, w := l.rank, l.world
