@@ -201,7 +201,7 @@ clean: ## remove build/ and dist/
 # stand-in beside the stand-in driver), the Go test binaries and the Go
 # floor of the allocator benchmark, built here and carried in build/ (see
 # scripts/gpu_suite.sh; tests/test_make.py checks that nothing is missing).
-GO_TEST_PKGS ?= ./core ./core/alloc ./core/host ./core/ipc ./core/symm ./cuda ./cuda/symmtest
+GO_TEST_PKGS ?= ./core ./core/alloc ./core/host ./core/ipc ./core/symm ./core/symm/coll ./cuda ./cuda/symmtest
 gpu-artifacts: $(LIB) $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228) ## everything scripts/gpu_suite.sh needs from Go, in build/
 	@mkdir -p $(BUILD)/gotests
 	@for p in $(GO_TEST_PKGS); do \

@@ -158,7 +158,7 @@ type MemOp struct {
 // KernelMemOps is implemented by backends that can run a batch of
 // StreamMemOps' operations as one kernel on s (cuda with NVRTC), with
 // every wait bounded: a wait that gives up records the failure in the
-// word at Flag (Note [Pad partition] in core/symm) and lets the stream go
+// word at Flag (Note [Pad partition] in pad.go) and lets the stream go
 // on. ErrUnavailable means the caller should use StreamMemOps instead.
 type KernelMemOps interface {
 	LaunchMemOps(device int, s Stream, ops []MemOp, w MemOpWatch) error

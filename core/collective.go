@@ -96,20 +96,20 @@ type Algo int32
 
 const (
 	// AlgoAuto picks by world size, size and where out is (Note [All-reduce
-	// choice] in core/symm).
+	// choice] in core/symm/coll).
 	AlgoAuto Algo = 0
 	// AlgoOneShot: every rank reads every rank's whole input and reduces.
 	AlgoOneShot Algo = 1
 	// AlgoTwoShot: rank r reduces slice r, then every rank's output gets
 	// every reduced slice (a reduce-scatter then an all-gather, by direct
 	// stores into the peers or, for large calls, by direct loads: Note
-	// [Two-shot pulls] in core/symm/coll.go).
+	// [Two-shot pulls] in core/symm/coll/coll.go).
 	AlgoTwoShot Algo = 2
 	// AlgoHierarchical, on a group that spans machines: a reduce-scatter
 	// inside each machine over the mapped memory with the library's own
 	// collectives, an all-reduce of each slice across machines through the
 	// engine (NCCL on a communicator split by local rank), an all-gather
-	// inside each machine (Note [Hierarchical all-reduce] in core/symm). On
+	// inside each machine (Note [Hierarchical all-reduce] in core/symm/coll). On
 	// a group of one machine there is no level above the machine: it is
 	// AlgoAuto.
 	AlgoHierarchical Algo = 3
@@ -121,9 +121,9 @@ const (
 	// contribution into every peer's low-latency buffer as 16-byte lines
 	// that carry the call's sequence number beside 8 bytes of data, and
 	// each rank polls its own buffer until every line of the call has
-	// arrived (Note [Low-latency collectives] in core/symm/coll.go). For
-	// small calls of every collective; on the host backend it runs as
-	// AlgoOneShot (same results).
+	// arrived (Note [Low-latency collectives] in
+	// core/symm/coll/lowlatency.go). For small calls of every collective;
+	// on the host backend it runs as AlgoOneShot (same results).
 	AlgoLowLatency Algo = 5
 )
 
@@ -146,8 +146,8 @@ func (a Algo) String() string {
 }
 
 // Collective is one checked collective call, everything a backend needs to
-// run it on one rank (Note [Collectives] in core/symm/coll.go). Addresses are
-// this process's.
+// run it on one rank (Note [Collectives] in core/symm/coll/coll.go).
+// Addresses are this process's.
 type Collective struct {
 	Kind  CollKind
 	DType DType
@@ -155,7 +155,7 @@ type Collective struct {
 	Algo  Algo // never AlgoAuto here: resolved by the caller
 	// Pull, for two-shot: each rank reduces its slice into its own out and
 	// then reads the peers' reduced slices, rather than storing its slice
-	// into every rank's out (Note [Two-shot pulls] in core/symm/coll.go).
+	// into every rank's out (Note [Two-shot pulls] in core/symm/coll/coll.go).
 	Pull bool
 	// Count is the number of elements of each rank's input.
 	Count uintptr
@@ -187,13 +187,13 @@ type Collective struct {
 	TimeoutNs uint64
 	// Digest is the 32-bit digest of the call's arguments that every rank
 	// publishes at the opening barrier and compares with its peers' (Note
-	// [Collective agreement] in core/symm/coll.go).
+	// [Collective agreement] in core/symm/coll/coll.go).
 	Digest uint32
 	// LLOffset is where the low-latency buffers start in every rank's pad
 	// and LLSlot the bytes of one sender's slot there (AlgoLowLatency;
-	// Note [Low-latency collectives] in core/symm/coll.go). PadAddrs holds
-	// every rank's pad address here (what Pads holds in device memory),
-	// so that a kernel can take them from its parameters.
+	// Note [Low-latency collectives] in core/symm/coll/lowlatency.go).
+	// PadAddrs holds every rank's pad address here (what Pads holds in
+	// device memory), so that a kernel can take them from its parameters.
 	LLOffset, LLSlot uintptr
 	PadAddrs         []uintptr
 	// Unchecked skips the argument agreement, for measuring its cost only
@@ -229,7 +229,7 @@ type KernelLoader interface {
 
 // The kernels' encoding of a resolved algorithm (symmem_coll_params.algo in
 // cuda/kernels/collectives.cu), which is also the one the argument digest
-// packs (Note [Collective agreement] in core/symm/coll.go). It is not the
+// packs (Note [Collective agreement] in core/symm/coll/coll.go). It is not the
 // C API's Algo: two-shot has two kernel forms and the hierarchical and
 // NCCL forms never reach a kernel.
 const (

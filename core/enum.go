@@ -32,7 +32,7 @@ import (
 //
 // The kernels' encoding of a resolved algorithm is not symmem_algo: it is
 // Collective.KernelAlgo (collective.go), the one function that both
-// cuda/kernels.go and the argument digest of core/symm use.
+// cuda/kernels.go and the argument digest of core/symm/coll use.
 
 // EnumName names one value of an enum of include/symmem.h (Note [Enum
 // tables]).

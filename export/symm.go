@@ -23,6 +23,7 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/symm"
+	"github.com/libsymmem/libsymmem/core/symm/coll"
 	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
@@ -507,10 +508,10 @@ func symmemgo_barrier(handle uintptr, channel C.int, timeoutMs C.int64_t, stream
 	return setLastError(fmt.Sprintf("symmem_barrier(channel=%d)", int(channel)), err)
 }
 
-func collective(call string, handle uintptr, a symm.CollArgs) C.int {
+func collective(call string, handle uintptr, a coll.Args) C.int {
 	h, err := handleOf(handle)
 	if err == nil {
-		err = h.Collective(a)
+		err = coll.Run(h.View(), a)
 	}
 	if err == nil {
 		return 0
@@ -521,28 +522,28 @@ func collective(call string, handle uintptr, a symm.CollArgs) C.int {
 //export symmemgo_all_reduce
 func symmemgo_all_reduce(handle uintptr, dtype, op C.int, count C.size_t, out unsafe.Pointer, stream *C.struct_CUstream_st) (result C.int) {
 	defer recoverCall("symmem_all_reduce", &result, C.int(core.ErrInternal))
-	return collective("symmem_all_reduce", handle, symm.CollArgs{Kind: core.AllReduce, DType: core.DType(dtype), Op: core.ReduceOp(op),
+	return collective("symmem_all_reduce", handle, coll.Args{Kind: core.AllReduce, DType: core.DType(dtype), Op: core.ReduceOp(op),
 		Count: uintptr(count), Out: uintptr(out), Stream: streamOf(stream)})
 }
 
 //export symmemgo_all_gather
 func symmemgo_all_gather(handle uintptr, dtype C.int, count C.size_t, out unsafe.Pointer, stream *C.struct_CUstream_st) (result C.int) {
 	defer recoverCall("symmem_all_gather", &result, C.int(core.ErrInternal))
-	return collective("symmem_all_gather", handle, symm.CollArgs{Kind: core.AllGather, DType: core.DType(dtype),
+	return collective("symmem_all_gather", handle, coll.Args{Kind: core.AllGather, DType: core.DType(dtype),
 		Count: uintptr(count), Out: uintptr(out), Stream: streamOf(stream)})
 }
 
 //export symmemgo_reduce_scatter
 func symmemgo_reduce_scatter(handle uintptr, dtype, op C.int, count C.size_t, out unsafe.Pointer, stream *C.struct_CUstream_st) (result C.int) {
 	defer recoverCall("symmem_reduce_scatter", &result, C.int(core.ErrInternal))
-	return collective("symmem_reduce_scatter", handle, symm.CollArgs{Kind: core.ReduceScatter, DType: core.DType(dtype), Op: core.ReduceOp(op),
+	return collective("symmem_reduce_scatter", handle, coll.Args{Kind: core.ReduceScatter, DType: core.DType(dtype), Op: core.ReduceOp(op),
 		Count: uintptr(count), Out: uintptr(out), Stream: streamOf(stream)})
 }
 
 //export symmemgo_collective
-func symmemgo_collective(handle uintptr, coll, dtype, op C.int, count C.size_t, out unsafe.Pointer, algo, channel C.int, stream *C.struct_CUstream_st) (result C.int) {
+func symmemgo_collective(handle uintptr, kind, dtype, op C.int, count C.size_t, out unsafe.Pointer, algo, channel C.int, stream *C.struct_CUstream_st) (result C.int) {
 	defer recoverCall("symmem_collective", &result, C.int(core.ErrInternal))
-	return collective("symmem_collective", handle, symm.CollArgs{Kind: core.CollKind(coll), DType: core.DType(dtype), Op: core.ReduceOp(op),
+	return collective("symmem_collective", handle, coll.Args{Kind: core.CollKind(kind), DType: core.DType(dtype), Op: core.ReduceOp(op),
 		Algo: core.Algo(algo), Count: uintptr(count), Out: uintptr(out), Channel: int(channel), Stream: streamOf(stream)})
 }
 

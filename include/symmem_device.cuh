@@ -77,7 +77,7 @@
  * the 64-bit word arrival << 32 | digest that rank w's collective published
  * with its arrival at s's opening barrier, in the first word for an even
  * arrival and the second for an odd one (the host backend, which runs no
- * kernels, keeps the packed arguments in the second; core/symm/coll.go,
+ * kernels, keeps the packed arguments in the second; core/symm/coll/coll.go,
  * Note [Collective agreement]).
  *
  * Where the library runs kernels, the pad's memory holds after the device
@@ -131,7 +131,7 @@
 #ifndef SYMMEM_DEVICE_CUH
 #define SYMMEM_DEVICE_CUH
 
-/* ---- layout constants (core/symm/coll.go, Note [Pad partition]) --------- */
+/* ---- layout constants (core/pad.go, Note [Pad partition]) ------------- */
 
 #define SYMMEM_DEV_HEADER_WORDS 16
 #define SYMMEM_DEV_SETS 512

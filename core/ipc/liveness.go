@@ -27,7 +27,7 @@ import (
 // cuda backend the waits are on the GPU: a goroutine per group sleeps in
 // poll(2) on the pidfds and, when one becomes readable, writes the abort
 // word of the rank's device region (Note [Pad partition] in
-// core/symm/coll.go), which the kernels' waits read.
+// core/pad.go), which the kernels' waits read.
 
 // LivenessCheckEvery is how often the host backend's waits check their
 // peer (the control page checks at every bounded sleep, shmCheckEvery).

@@ -28,7 +28,7 @@ import (
 //     waits compare the counts in this rank's own pad with what they expect
 //     (Note [Signals]), so writing every count of our pad 2^30 past what
 //     this rank has waited for satisfies every wait enqueued so far; and it
-//     writes the abort word of our device region (Note [Pad partition]),
+//     writes the abort word of our device region (Note [Pad partition] in core),
 //     which every waiting kernel reads and gives up on. Both writes go
 //     through the library's own stream, bounded by the group's timeout, so
 //     that a stuck stream of the caller's does not hold them up.
@@ -89,7 +89,7 @@ func (gm *groupMem) abortedErr(what string) error {
 
 // devAbortWord is the abort word Abort writes: the peer field names this
 // rank (kernels record it in the error flag as a peer's exit).
-func devAbortWord(rank int) uint32 { return devFlagFailed | 3<<29 | uint32(rank&0x1fff)<<16 }
+func devAbortWord(rank int) uint32 { return core.DevFlagFailed | 3<<29 | uint32(rank&0x1fff)<<16 }
 
 // Abort aborts this rank's member of the group (Note [Abort]). Safe from any
 // thread, at any time, any number of times; the first call does the work.

@@ -9,6 +9,7 @@ import (
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/internal/faultbe"
+	"github.com/libsymmem/libsymmem/core/symm/coll"
 	"github.com/stretchr/testify/require"
 )
 
@@ -120,7 +121,7 @@ func abortRank0(g *Group, h *Handle, buf uintptr, what string, s core.Stream) er
 		"put_signal":  func() error { return h.PutSignal(1, 0, s, 0) },
 		"wait_signal": func() error { return h.WaitSignal(1, 0, s, 0) },
 		"all_reduce": func() error {
-			return h.Collective(CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 64, Stream: s})
+			return coll.Run(h.View(), coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 64, Stream: s})
 		},
 		"rendezvous":  func() error { _, err := g.Rendezvous(buf); return err },
 		"pause_group": func() error { return g.Pause("") },
@@ -135,7 +136,7 @@ func abortRank0(g *Group, h *Handle, buf uintptr, what string, s core.Stream) er
 		return fmt.Errorf("the device error flag after the abort: %v", err)
 	}
 	// What a kernel records when it sees this rank's abort word.
-	if err := h.DeviceErrorText(devFlag(devCausePeerExited, h.gm.rank, 3)); core.CodeOf(err) != core.ErrAborted {
+	if err := h.DeviceErrorText(core.DevFlag(core.DevCausePeerExited, h.gm.rank, 3)); core.CodeOf(err) != core.ErrAborted {
 		return fmt.Errorf("the flag a kernel records on the abort word reads %v, want ABORTED", err)
 	}
 	if err := g.Abort(); err != nil {

@@ -2,11 +2,7 @@ package symm
 
 import (
 	"fmt"
-	"go/constant"
-	"go/token"
-	"go/types"
 	"math"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,10 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/alloc"
+	"github.com/libsymmem/libsymmem/core/symm/coll"
 	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
@@ -61,14 +56,14 @@ func TestProcessesCollectivesMismatch(t *testing.T) {
 // and what the message must say of it.
 var mismatchCases = []struct {
 	what   string
-	mod    func(a *CollArgs)
+	mod    func(a *coll.Args)
 	theirs string
 }{
-	{"count", func(a *CollArgs) { a.Count = 128 }, "all_reduce(float32, sum, count 128, one_shot)"},
-	{"dtype", func(a *CollArgs) { a.DType = core.Int32 }, "all_reduce(int32, sum, count 256, one_shot)"},
-	{"op", func(a *CollArgs) { a.Op = core.OpMax }, "all_reduce(float32, max, count 256, one_shot)"},
-	{"kind", func(a *CollArgs) { a.Kind = core.AllGather }, "all_gather(float32, count 256)"},
-	{"algo", func(a *CollArgs) { a.Algo = core.AlgoTwoShot; a.Out = 0 }, "all_reduce(float32, sum, count 256, two_shot)"},
+	{"count", func(a *coll.Args) { a.Count = 128 }, "all_reduce(float32, sum, count 128, one_shot)"},
+	{"dtype", func(a *coll.Args) { a.DType = core.Int32 }, "all_reduce(int32, sum, count 256, one_shot)"},
+	{"op", func(a *coll.Args) { a.Op = core.OpMax }, "all_reduce(float32, max, count 256, one_shot)"},
+	{"kind", func(a *coll.Args) { a.Kind = core.AllGather }, "all_gather(float32, count 256)"},
+	{"algo", func(a *coll.Args) { a.Algo = core.AlgoTwoShot; a.Out = 0 }, "all_reduce(float32, sum, count 256, two_shot)"},
 }
 
 func scCollMismatch(e *rankEnv, a *alloc.Allocator) error {
@@ -83,7 +78,7 @@ func scCollMismatch(e *rankEnv, a *alloc.Allocator) error {
 		return err
 	}
 	last := e.world - 1
-	others := "ranks " + ranksText(func() []int {
+	others := "ranks " + core.RanksText(func() []int {
 		r := make([]int, last)
 		for i := range r {
 			r[i] = i
@@ -94,7 +89,7 @@ func scCollMismatch(e *rankEnv, a *alloc.Allocator) error {
 		others = "rank 0"
 	}
 	for _, m := range mismatchCases {
-		args := CollArgs{Kind: core.AllReduce, DType: core.Float32, Op: core.OpSum, Algo: core.AlgoOneShot, Count: 256, Out: local}
+		args := coll.Args{Kind: core.AllReduce, DType: core.Float32, Op: core.OpSum, Algo: core.AlgoOneShot, Count: 256, Out: local}
 		if e.rank == last {
 			m.mod(&args)
 		}
@@ -106,7 +101,7 @@ func scCollMismatch(e *rankEnv, a *alloc.Allocator) error {
 		for i := uintptr(0); i < 1024; i += 4 {
 			*(*uint32)(unmanaged.Pointer(in + i)) = uint32(e.rank + 1)
 		}
-		err := h.Collective(args)
+		err := coll.Run(h.View(), args)
 		if core.CodeOf(err) != core.ErrMismatch {
 			return fmt.Errorf("%s: got %v, want MISMATCH", m.what, err)
 		}
@@ -150,9 +145,9 @@ func inputBits(dt core.DType, r, i, call int) uint32 {
 	f := float32((r*7919+i*131+call*17)%2003-1001) * 0.0371
 	switch dt {
 	case core.BFloat16:
-		return uint32(FloatToBF16(f))
+		return uint32(coll.FloatToBF16(f))
 	case core.Float16:
-		return uint32(FloatToF16(f))
+		return uint32(coll.FloatToF16(f))
 	}
 	return math.Float32bits(f)
 }
@@ -177,28 +172,28 @@ func expectReduced(dt core.DType, op core.ReduceOp, world, i, call int) uint32 {
 	if dt == core.Int32 {
 		acc := int32(inputBits(dt, 0, i, call))
 		for r := 1; r < world; r++ {
-			acc = reduceInt(op, acc, int32(inputBits(dt, r, i, call)))
+			acc = coll.ReduceInt(op, acc, int32(inputBits(dt, r, i, call)))
 		}
 		return uint32(acc)
 	}
 	wide := func(b uint32) float32 {
 		switch dt {
 		case core.BFloat16:
-			return BF16ToFloat(uint16(b))
+			return coll.BF16ToFloat(uint16(b))
 		case core.Float16:
-			return F16ToFloat(uint16(b))
+			return coll.F16ToFloat(uint16(b))
 		}
 		return math.Float32frombits(b)
 	}
 	acc := wide(inputBits(dt, 0, i, call))
 	for r := 1; r < world; r++ {
-		acc = ReduceFloat(op, acc, wide(inputBits(dt, r, i, call)))
+		acc = coll.ReduceFloat(op, acc, wide(inputBits(dt, r, i, call)))
 	}
 	switch dt {
 	case core.BFloat16:
-		return uint32(FloatToBF16(acc))
+		return uint32(coll.FloatToBF16(acc))
 	case core.Float16:
-		return uint32(FloatToF16(acc))
+		return uint32(coll.FloatToF16(acc))
 	}
 	return math.Float32bits(acc)
 }
@@ -246,7 +241,7 @@ func runCase(h *Handle, c collCase, local uintptr, half uintptr, call int) error
 			out = in + uintptr(me*c.count/w)*es
 		}
 	}
-	if err := h.Collective(CollArgs{Kind: c.kind, DType: c.dt, Op: c.op, Algo: c.algo, Count: uintptr(c.count), Out: out}); err != nil {
+	if err := coll.Run(h.View(), coll.Args{Kind: c.kind, DType: c.dt, Op: c.op, Algo: c.algo, Count: uintptr(c.count), Out: out}); err != nil {
 		return fmt.Errorf("%v: %w", c, err)
 	}
 	if out == 0 {
@@ -290,7 +285,7 @@ var allOps = []core.ReduceOp{core.OpSum, core.OpMax, core.OpMin}
 
 func scColl(e *rankEnv, a *alloc.Allocator) error {
 	if e.arg == 1 { // every rank alike: the push/pull choice must agree
-		TwoShotPullMinBytes = 0
+		coll.TwoShotPullMinBytes = 0
 	}
 	const size = 256 << 10
 	// The input starts 4096 bytes into the block, so that an in-place
@@ -385,30 +380,30 @@ func scCollBad(e *rankEnv, a *alloc.Allocator) error {
 	local, _ := a.Alloc(64<<10, 0)
 	bad := []struct {
 		what string
-		a    CollArgs
+		a    coll.Args
 		msg  string
 	}{
-		{"count past the buffer", CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 16<<10 + 1}, "past the buffer"},
-		{"unknown dtype", CollArgs{Kind: core.AllReduce, DType: 9, Count: 4}, "unknown dtype 9 (known: " + core.Known[core.DType]() + ")"},
-		{"unknown op", CollArgs{Kind: core.AllReduce, DType: core.Float32, Op: 7, Count: 4}, "unknown reduction op 7 (known: " + core.Known[core.ReduceOp]() + ")"},
-		{"unknown algo", CollArgs{Kind: core.AllReduce, DType: core.Float32, Algo: 6, Count: 4}, "unknown algorithm 6 (known: " + core.Known[core.Algo]() + ")"},
-		{"misaligned out", CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 4, Out: local + 4}, "16-byte aligned"},
-		{"overlap", CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 64, Out: in + 16}, "overlaps the input"},
-		{"all-gather overlap", CollArgs{Kind: core.AllGather, DType: core.Float32, Count: 64, Out: in + 16}, "overlaps the input"},
-		{"all-gather no out", CollArgs{Kind: core.AllGather, DType: core.Float32, Count: 64}, "out is NULL"},
-		{"reduce-scatter count", CollArgs{Kind: core.ReduceScatter, DType: core.Float32, Count: uintptr(e.world*3 + 1), Out: local}, "not a multiple of the world size"},
-		{"two-shot local out", CollArgs{Kind: core.AllReduce, DType: core.Float32, Algo: core.AlgoTwoShot, Count: 64, Out: local}, "inside the rendezvoused block"},
-		{"channel", CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 4, Channel: CollChannels}, "collective channel 4 is out of range"},
-		{"kind", CollArgs{Kind: 3, DType: core.Float32, Count: 4}, "unknown collective 3 (known: " + core.Known[core.CollKind]() + ")"},
+		{"count past the buffer", coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 16<<10 + 1}, "past the buffer"},
+		{"unknown dtype", coll.Args{Kind: core.AllReduce, DType: 9, Count: 4}, "unknown dtype 9 (known: " + core.Known[core.DType]() + ")"},
+		{"unknown op", coll.Args{Kind: core.AllReduce, DType: core.Float32, Op: 7, Count: 4}, "unknown reduction op 7 (known: " + core.Known[core.ReduceOp]() + ")"},
+		{"unknown algo", coll.Args{Kind: core.AllReduce, DType: core.Float32, Algo: 6, Count: 4}, "unknown algorithm 6 (known: " + core.Known[core.Algo]() + ")"},
+		{"misaligned out", coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 4, Out: local + 4}, "16-byte aligned"},
+		{"overlap", coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 64, Out: in + 16}, "overlaps the input"},
+		{"all-gather overlap", coll.Args{Kind: core.AllGather, DType: core.Float32, Count: 64, Out: in + 16}, "overlaps the input"},
+		{"all-gather no out", coll.Args{Kind: core.AllGather, DType: core.Float32, Count: 64}, "out is NULL"},
+		{"reduce-scatter count", coll.Args{Kind: core.ReduceScatter, DType: core.Float32, Count: uintptr(e.world*3 + 1), Out: local}, "not a multiple of the world size"},
+		{"two-shot local out", coll.Args{Kind: core.AllReduce, DType: core.Float32, Algo: core.AlgoTwoShot, Count: 64, Out: local}, "inside the rendezvoused block"},
+		{"channel", coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 4, Channel: core.CollChannels}, "collective channel 4 is out of range"},
+		{"kind", coll.Args{Kind: 3, DType: core.Float32, Count: 4}, "unknown collective 3 (known: " + core.Known[core.CollKind]() + ")"},
 	}
 	for _, b := range bad {
-		err := h.Collective(b.a)
+		err := coll.Run(h.View(), b.a)
 		if core.CodeOf(err) != core.ErrInvalidArgument || !regexp.MustCompile(regexp.QuoteMeta(b.msg)).MatchString(err.Error()) {
 			return fmt.Errorf("%s: got %v, want INVALID_ARGUMENT with %q", b.what, err, b.msg)
 		}
 	}
 	// count 0 is a no-op.
-	if err := h.Collective(CollArgs{Kind: core.AllReduce, DType: core.Float32}); err != nil {
+	if err := coll.Run(h.View(), coll.Args{Kind: core.AllReduce, DType: core.Float32}); err != nil {
 		return fmt.Errorf("count 0: %v", err)
 	}
 	// Nothing was enqueued: a good call meets the peers at once.
@@ -481,119 +476,4 @@ func scCollGroups(e *rankEnv, a *alloc.Allocator) error {
 		}
 	}
 	return nil
-}
-
-// The conversions against known values (include/symmem_device.cuh has the
-// same ones).
-func TestFloatConversions(t *testing.T) {
-	for _, c := range []struct {
-		f    float32
-		bf16 uint16
-		f16  uint16
-	}{
-		{0, 0, 0},
-		{1, 0x3f80, 0x3c00},
-		{-2, 0xc000, 0xc000},
-		{65504, 0x4780, 0x7bff},
-		{65520, 0x4780, 0x7c00}, // f16: rounds to infinity
-		{float32(math.Inf(1)), 0x7f80, 0x7c00},
-		{1.0 / (1 << 24), 0x3380, 0x0001},                  // smallest f16 subnormal
-		{1.0 / (1 << 25), 0x3300, 0x0000},                  // a tie: to even (0)
-		{1.5 / (1 << 24), 0x33c0, 0x0002},                  // a tie: to even (2)
-		{math.Float32frombits(0x3f808000), 0x3f80, 0x3c04}, // bf16 tie to even (down)
-		{math.Float32frombits(0x3f818000), 0x3f82, 0x3c0c}, // bf16 tie to even (up)
-		{math.Float32frombits(0x3f801000), 0x3f80, 0x3c00}, // f16 tie to even (down)
-		{math.Float32frombits(0x3f803000), 0x3f80, 0x3c02}, // f16 tie to even (up)
-	} {
-		if got := FloatToBF16(c.f); got != c.bf16 {
-			t.Errorf("FloatToBF16(%g) = %#x, want %#x", c.f, got, c.bf16)
-		}
-		if got := FloatToF16(c.f); got != c.f16 {
-			t.Errorf("FloatToF16(%g) = %#x, want %#x", c.f, got, c.f16)
-		}
-	}
-	// Every half round-trips through float32 exactly.
-	for h := 0; h < 1<<16; h++ {
-		if h&0x7c00 == 0x7c00 && h&0x3ff != 0 {
-			continue // NaNs
-		}
-		if got := FloatToF16(F16ToFloat(uint16(h))); got != uint16(h) {
-			t.Fatalf("half %#x -> %g -> %#x", h, F16ToFloat(uint16(h)), got)
-		}
-		if got := FloatToBF16(BF16ToFloat(uint16(h))); h&0x7f80 != 0x7f80 && got != uint16(h) {
-			t.Fatalf("bfloat16 %#x -> %#x", h, got)
-		}
-	}
-}
-
-// The pad layout constants of include/symmem_device.cuh are those of Note
-// [Pad partition].
-func TestDeviceHeaderConstants(t *testing.T) {
-	src, err := os.ReadFile("../../include/symmem_device.cuh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range map[string]int{
-		"SYMMEM_DEV_HEADER_WORDS": devRegionHeaderWords, "SYMMEM_DEV_SETS": devSets,
-		"SYMMEM_DEV_LIBRARY_SETS": CollChannels * collMaxBlocks, "SYMMEM_DEV_COLL_CHANNELS": CollChannels,
-		"SYMMEM_DEV_COLL_MAX_BLOCKS": collMaxBlocks, "SYMMEM_DEV_CAUSE_TIMEOUT": devCauseTimeout,
-		"SYMMEM_DEV_CAUSE_MISMATCH": devCauseMismatch, "SYMMEM_DEV_CAUSE_PEER_EXITED": devCausePeerExited,
-	} {
-		m := regexp.MustCompile(`#define ` + name + ` (\d+)`).FindSubmatch(src)
-		if m == nil {
-			t.Errorf("%s is not defined in symmem_device.cuh", name)
-			continue
-		}
-		if got, _ := strconv.Atoi(string(m[1])); got != want {
-			t.Errorf("%s = %d in the header, %d in Go", name, got, want)
-		}
-	}
-}
-
-// SYMMEM_DEV_REGION_BYTES(world) of the header, evaluated as Go constant
-// arithmetic, is deviceRegionBytes(world).
-func TestDeviceHeaderRegionBytes(t *testing.T) {
-	src, err := os.ReadFile("../../include/symmem_device.cuh")
-	require.NoError(t, err)
-	m := regexp.MustCompile(`(?s)#define SYMMEM_DEV_REGION_BYTES\(world\)(.*?[^\\])\n`).FindSubmatch(src)
-	require.NotNil(t, m, "SYMMEM_DEV_REGION_BYTES(world) is not defined")
-	body := strings.NewReplacer("\\\n", " ", "ull", "", "SYMMEM_DEV_HEADER_WORDS", fmt.Sprint(devRegionHeaderWords),
-		"SYMMEM_DEV_SETS", fmt.Sprint(devSets), "SYMMEM_DEV_LIBRARY_SETS", fmt.Sprint(libSets)).Replace(string(m[1]))
-	for _, world := range []int{1, 2, 3, 8} {
-		tv, err := types.Eval(token.NewFileSet(), nil, token.NoPos, strings.ReplaceAll(body, "(world)", fmt.Sprint(world)))
-		require.NoError(t, err, body)
-		got, _ := constant.Uint64Val(tv.Value)
-		require.Equal(t, uint64(deviceRegionBytes(world)), got, "world %d: %s", world, body)
-	}
-}
-
-// Note [All-reduce choice]: what auto resolves to by world, size and where
-// out is.
-func TestCollAutoAllReduce(t *testing.T) {
-	big, small := OneShotMaxBytes+16, OneShotMaxBytes
-	require.Less(t, OneShotMaxBytes, TwoShotPullMinBytes, "two-shot pushes between the two, where it measured faster")
-	require.Less(t, OneShotInPlaceMaxBytes2, TwoShotPullMinBytes)
-	cases := []struct {
-		world               int
-		n                   uintptr
-		inPlace, outInBlock bool
-		want                core.Algo
-	}{
-		{2, small, true, true, core.AlgoOneShot},
-		{2, big, false, true, core.AlgoOneShot},
-		{2, big, false, false, core.AlgoOneShot},
-		{2, 256 << 20, false, true, core.AlgoOneShot},
-		{2, big, true, true, core.AlgoOneShot},
-		{2, OneShotInPlaceMaxBytes2, true, true, core.AlgoOneShot},
-		{2, OneShotInPlaceMaxBytes2 + 16, true, true, core.AlgoTwoShot},
-		{2, OneShotInPlaceMaxBytes2 + 16, true, false, core.AlgoOneShot},
-		{4, small, false, true, core.AlgoOneShot},
-		{4, big, false, true, core.AlgoTwoShot},
-		{4, big, true, true, core.AlgoTwoShot},
-		{4, big, false, false, core.AlgoOneShot},
-		{8, big, true, true, core.AlgoTwoShot},
-	}
-	for _, c := range cases {
-		require.Equal(t, c.want, autoAllReduce(c.world, c.n, c.inPlace, c.outInBlock), "%+v", c)
-	}
 }

@@ -12,7 +12,7 @@ import (
 // peerWatch is the goroutine of Note [Dead peers] (core/ipc) on backends
 // whose waits run on the device: it sleeps in poll(2) on the peers' pidfds
 // and, when one exits, writes the abort word of this rank's device region
-// (Note [Pad partition]), which the kernels' waits read.
+// (Note [Pad partition] in core), which the kernels' waits read.
 type peerWatch struct {
 	stop int // an eventfd: readable once stopWatch asks the goroutine to end
 	done chan struct{}
@@ -38,7 +38,7 @@ func (gm *groupMem) watchPeers(region uintptr) {
 		if r < 0 {
 			return
 		}
-		word := devFlag(devCausePeerExited, r, 0)
+		word := core.DevFlag(core.DevCausePeerExited, r, 0)
 		if _, ok := gm.be.(core.WordWriter); ok { // stored by the device: Note [Abort]'s reason
 			gm.writeWords([]core.MemOp{{Addr: region + 4, Value: word}})
 			return

@@ -514,7 +514,7 @@ func testPointerArraysInPad(t *testing.T, resize bool) {
 					return err
 				}
 				pad := h.padPtrs[e.rank]
-				if h.devArr == h.arr || h.devArr < pad+padSize+deviceRegionBytes(2) || h.devArr+32 > pad+gran {
+				if h.devArr == h.arr || h.devArr < pad+padSize+core.DeviceRegionBytes(2) || h.devArr+32 > pad+gran {
 					return fmt.Errorf("device arrays at %#x: not in the spare end of the pad [%#x, %#x)", h.devArr, pad, pad+gran)
 				}
 				if n := fb.Count("Create") - created; n != pads {

@@ -84,7 +84,8 @@ type Group struct {
 	cg   *commGather
 	wins *windows
 	// hier is the communicator split by local rank for the hierarchical
-	// collectives, made on first use (Note [Hierarchical all-reduce]).
+	// collectives, made on first use (Note [Hierarchical all-reduce] in
+	// core/symm/coll).
 	hier hierComm
 	// span is what handles need to reach the ranks on other machines
 	// (newSpan); nil on a group of one machine.
@@ -330,7 +331,7 @@ func (g *Group) agreeMembers() error {
 		return err
 	}
 	ms := g.members
-	if d := byValue(g.world, func(r int) string { return ms[r].backend }); d != "" {
+	if d := core.RanksByValue(g.world, func(r int) string { return ms[r].backend }); d != "" {
 		return core.Errorf(core.ErrMismatch, "group %q: the ranks use different backends (%s): set SYMMEM_BACKEND alike on every rank", g.name, d)
 	}
 	if err := g.formTeams(); err != nil {
@@ -339,7 +340,7 @@ func (g *Group) agreeMembers() error {
 	g.paths = pathsFor(&g.teams)
 	if _, callers := g.ex.(*ipc.FuncExchange); !callers {
 		if len(g.machines) > 1 {
-			d := byValue(g.world, func(r int) string { return ms[r].machine().String() })
+			d := core.RanksByValue(g.world, func(r int) string { return ms[r].machine().String() })
 			return core.Errorf(core.ErrMismatch, "group %q: the ranks are on different machines (%s): a group over this host's sockets needs one machine; make it over an NCCL communicator or with an all-gather to span machines", g.name, d)
 		}
 	}

@@ -38,14 +38,11 @@ type Handle struct {
 	// span reaches the ranks on other machines; nil on one machine (Note
 	// [Collectives across machines]).
 	span *span
-	// team, on a handle of a group that spans machines, is its team view
-	// (Note [Team view]), whose pointer arrays are teamArr (host) and
-	// teamDevArr (device; teamArr on the host backend); nil and 0 otherwise.
-	// ranks, on a team view, is the group rank of each view rank; nil on a
-	// handle.
-	team                *Handle
+	// teamArr and teamDevArr, on a handle of a group that spans machines,
+	// are the pointer arrays of its team view (Note [Team view] in
+	// core/symm/coll): the team's blocks then pads, in host memory and in
+	// device memory (teamArr on the host backend); 0 otherwise.
 	teamArr, teamDevArr uintptr
-	ranks               viewRanks
 
 	// window is our segment's NCCL window on groups over a communicator
 	// (nil otherwise), windowOffset the rendezvous pointer's offset in it.
@@ -74,7 +71,7 @@ func (h handleArrays) allocArrays() error {
 	if h.arr, h.devArr, err = h.gm.takeArrays(h.world); err != nil {
 		return err
 	}
-	if h.span != nil { // the team view's (Note [Team view])
+	if h.span != nil { // the team view's (Note [Team view] in core/symm/coll)
 		if h.teamArr, h.teamDevArr, err = h.gm.takeArrays(h.world); err != nil {
 			h.gm.giveArrays(h.arr, h.devArr)
 			h.arr, h.devArr = 0, 0
@@ -152,7 +149,6 @@ func (h handleArrays) fillArrays() error {
 		a.refs++
 		h.arrays, h.arr, h.devArr = a, a.host, a.dev
 		h.teamArr, h.teamDevArr = a.teamHost, a.teamDev
-		h.makeTeamView()
 		return nil
 	}
 	arr := unsafe.Slice((*uintptr)(unmanaged.Pointer(h.arr)), 2*h.world)
@@ -172,8 +168,16 @@ func (h handleArrays) fillArrays() error {
 	}
 	h.arrays = &ptrArrays{key: key, host: h.arr, dev: h.devArr, teamHost: h.teamArr, teamDev: h.teamDevArr, refs: 1}
 	gm.arrays[key] = h.arrays
-	h.makeTeamView()
 	return nil
+}
+
+// teamPtrs writes the team's buffer and pad pointers into host slot a.
+func (h handleArrays) teamPtrs(a uintptr) {
+	l := len(h.span.team)
+	arr := unsafe.Slice((*uintptr)(unmanaged.Pointer(a)), 2*l)
+	for i, r := range h.span.team {
+		arr[i], arr[l+i] = h.bufPtrs[r], h.padPtrs[r]
+	}
 }
 
 // copyArrays copies world-long filled host arrays to their device slot
@@ -205,7 +209,6 @@ func arraysKey(bufs, pads []uintptr) string {
 // reference to shared ones.
 func (h handleArrays) freeArrays() {
 	gm := h.gm
-	h.team = nil
 	if a := h.arrays; a != nil {
 		h.arrays = nil
 		h.arr, h.devArr, h.teamArr, h.teamDevArr = 0, 0, 0, 0

@@ -17,6 +17,7 @@ import (
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/host"
+	"github.com/libsymmem/libsymmem/core/symm/coll"
 	"github.com/libsymmem/libsymmem/core/unmanaged"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -281,7 +282,7 @@ func TestMachinesWithoutEngine(t *testing.T) {
 		}
 		remote := (r.rank + 2) % 4
 		for what, err := range map[string]error{
-			"all_reduce":  h.Collective(CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 16}),
+			"all_reduce":  coll.Run(h.View(), coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 16}),
 			"barrier":     h.Barrier(0, 0, 0),
 			"put_signal":  h.PutSignal(remote, 0, 0, 0),
 			"wait_signal": h.WaitSignal(remote, 0, 0, 0),
@@ -360,8 +361,8 @@ func collCheckAlgo(h *Handle, kind core.CollKind, dt core.DType, op core.ReduceO
 	for i := uintptr(0); i < count; i++ {
 		storeInt(dt, in+i*es, inputOf(me, i))
 	}
-	a := CollArgs{Kind: kind, DType: dt, Op: op, Count: count, Out: out, Algo: algo}
-	if err := h.Collective(a); err != nil {
+	a := coll.Args{Kind: kind, DType: dt, Op: op, Count: count, Out: out, Algo: algo}
+	if err := coll.Run(h.View(), a); err != nil {
 		return err
 	}
 	reduce := func(i uintptr) int {
@@ -416,14 +417,14 @@ func storeInt(dt core.DType, addr uintptr, v int) {
 		*(*int32)(unmanaged.Pointer(addr)) = int32(v)
 		return
 	}
-	StoreFloat(dt, addr, float32(v))
+	coll.StoreFloat(dt, addr, float32(v))
 }
 
 func loadInt(dt core.DType, addr uintptr) int {
 	if dt == core.Int32 {
 		return int(*(*int32)(unmanaged.Pointer(addr)))
 	}
-	return int(LoadFloat(dt, addr))
+	return int(coll.LoadFloat(dt, addr))
 }
 
 // Every collective across machines against a reference, at sizes from one
@@ -457,7 +458,7 @@ func TestMachinesCollectives(t *testing.T) {
 					}
 				}
 				// Bad arguments are refused as on one machine.
-				err = h.Collective(CollArgs{Kind: core.ReduceScatter, DType: core.Float32, Count: w + 1, Out: 16})
+				err = coll.Run(h.View(), coll.Args{Kind: core.ReduceScatter, DType: core.Float32, Count: w + 1, Out: 16})
 				if core.CodeOf(err) != core.ErrInvalidArgument {
 					return fmt.Errorf("reduce_scatter of a count not a multiple of the world: %v", err)
 				}
@@ -474,8 +475,8 @@ func TestMachinesCollectives(t *testing.T) {
 // reference; the split communicator made once by the first hierarchical
 // call, by local rank, and closed with the group.
 func TestMachinesHierarchical(t *testing.T) {
-	defer func(v uintptr) { HierMinBytes = v }(HierMinBytes)
-	HierMinBytes = 4 << 10
+	defer func(v uintptr) { coll.HierMinBytes = v }(coll.HierMinBytes)
+	coll.HierMinBytes = 4 << 10
 	for _, name := range []string{"2x2", "3x1", "interleaved"} {
 		machines := layouts[name]
 		t.Run(name, func(t *testing.T) {
@@ -491,8 +492,8 @@ func TestMachinesHierarchical(t *testing.T) {
 				}
 				defer g.Destroy()
 				defer h.Release()
-				if h.team == nil || h.team.world != g.LocalSize() || h.team.rank != g.LocalRank() {
-					return fmt.Errorf("rank %d: team view %+v", r.rank, h.team)
+				if team, bufs, pads := h.View().Team(); bufs == 0 || pads != bufs+uintptr(8*len(team)) || len(team) != g.LocalSize() || team[g.LocalRank()] != r.rank {
+					return fmt.Errorf("rank %d: team %v, team view arrays %#x %#x", r.rank, team, bufs, pads)
 				}
 				w := uintptr(r.world)
 				call := 0
@@ -529,12 +530,12 @@ func TestMachinesHierarchical(t *testing.T) {
 					return err
 				}
 				defer r.a.Free(priv, 64<<10, 0)
-				big := CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 8 << 10, Out: priv, Algo: core.AlgoHierarchical}
-				if err := h.Collective(big); core.CodeOf(err) != core.ErrInvalidArgument || !strings.Contains(err.Error(), "inside the rendezvoused block") {
+				big := coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 8 << 10, Out: priv, Algo: core.AlgoHierarchical}
+				if err := coll.Run(h.View(), big); core.CodeOf(err) != core.ErrInvalidArgument || !strings.Contains(err.Error(), "inside the rendezvoused block") {
 					return fmt.Errorf("hierarchical with out outside the block: %v", err)
 				}
 				big.Algo = core.AlgoAuto
-				return h.Collective(big)
+				return coll.Run(h.View(), big)
 			}))
 			// One split (by local rank: one communicator per local rank),
 			// every rank's communicator closed with its group.
@@ -561,7 +562,7 @@ func TestMachinesHierarchicalMismatch(t *testing.T) {
 		if r.rank == 3 {
 			op = core.OpMax
 		}
-		return h.Collective(CollArgs{Kind: core.AllReduce, DType: core.Float32, Op: op, Count: 4096, Algo: core.AlgoHierarchical})
+		return coll.Run(h.View(), coll.Args{Kind: core.AllReduce, DType: core.Float32, Op: op, Count: 4096, Algo: core.AlgoHierarchical})
 	})
 	requireAllFail(t, errs[2:], core.ErrMismatch, "ranks of the local team (ranks 2, 3,", "rank 0: reduce_scatter(float32, sum", "rank 1: reduce_scatter(float32, max")
 	requireAllFail(t, errs[:2], core.ErrTimeout, "never arrived")
@@ -579,8 +580,8 @@ func machinesIn(machines []int) int {
 // Teams of different sizes: hierarchical is refused, naming the sizes;
 // auto runs the call on the engine.
 func TestMachinesHierarchicalUnevenTeams(t *testing.T) {
-	defer func(v uintptr) { HierMinBytes = v }(HierMinBytes)
-	HierMinBytes = 0
+	defer func(v uintptr) { coll.HierMinBytes = v }(coll.HierMinBytes)
+	coll.HierMinBytes = 0
 	errs := runMachines(t, mmConfig{machines: []int{0, 0, 1}, engine: "comm"}, func(r *mmRank) error {
 		g, h, _, err := r.join(1 << 20)
 		if err != nil {
@@ -658,7 +659,7 @@ func TestMachinesDeadRemoteRank(t *testing.T) {
 		if r.rank == 3 {
 			return nil // gone: it never makes the collective
 		}
-		return h.Collective(CollArgs{Kind: core.AllReduce, DType: core.Float32, Count: 64})
+		return coll.Run(h.View(), coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 64})
 	})
 	require.Less(t, time.Since(start), 15*time.Second)
 	require.NoError(t, errs[3])

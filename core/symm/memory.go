@@ -83,8 +83,8 @@ type peerMap struct {
 // Slot channel*world + sender lives in the receiver's pad.
 type pads struct {
 	size uintptr // bytes per rank, as requested: a multiple of 4, >= 4*world
-	// phys is size plus the library's device region (Note [Pad partition]),
-	// rounded up to the backend granularity.
+	// phys is size plus the library's device region (Note [Pad
+	// partition] in core), rounded up to the backend granularity.
 	phys uintptr
 	own  core.Memory
 	// addr[r] is rank r's pad mapped here (addr[rank] is our own);
@@ -99,8 +99,8 @@ type pads struct {
 	// sig counts the signals through these pads (Note [Signals]).
 	sig *signalCounts
 	// coll serialises the host backend's collectives per collective channel
-	// (each channel's device sets take one barrier at a time).
-	coll [CollChannels]sync.Mutex
+	// (each channel's device sets take one barrier at a time; View.ChannelLock).
+	coll [core.CollChannels]sync.Mutex
 }
 
 func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
@@ -235,12 +235,12 @@ func (gm *groupMem) copyOut(dst, src, size uintptr) error {
 
 // padUsed is how much of a pad of size bytes the group uses: the users'
 // part, the library's device region and, where the backend launches
-// kernels, the low-latency buffers (Note [Pad partition]).
+// kernels, the low-latency buffers (Note [Pad partition] in core).
 func (gm *groupMem) padUsed(size uintptr) uintptr {
-	if _, ok := gm.be.(core.CollectiveLauncher); ok && llAreaBytes(gm.world) > 0 {
-		return llOffset(size, gm.world) + llAreaBytes(gm.world)
+	if _, ok := gm.be.(core.CollectiveLauncher); ok && core.LowLatencyAreaBytes(gm.world) > 0 {
+		return core.LowLatencyOffset(size, gm.world) + core.LowLatencyAreaBytes(gm.world)
 	}
-	return size + deviceRegionBytes(gm.world)
+	return size + core.DeviceRegionBytes(gm.world)
 }
 
 // makePads creates, maps and zeroes this rank's pad of size bytes.
@@ -276,7 +276,7 @@ func (gm *groupMem) makePads(size uintptr) (*pads, error) {
 // of this rank's pad, so a group's arrays need no memory of their own
 // until its handles' arrays outgrow the pad's spare end (more than ~60,000
 // live handles at 2 ranks). Peers map our whole pad but only ever touch its
-// first padSize + deviceRegionBytes bytes. The pad then lives as long as
+// first padSize + core.DeviceRegionBytes bytes. The pad then lives as long as
 // the slab: both go with the group's memory (unrefLocked), and a slab
 // tainted by a timed-out copy leaks the pad with it.
 

@@ -163,7 +163,7 @@ func (c *tagCall) gather() error {
 		}
 		return s
 	}
-	if d := byValue(g.world, layout); d != "" {
+	if d := core.RanksByValue(g.world, layout); d != "" {
 		return core.Errorf(core.ErrMismatch, "group %q: %s: the ranks' segments differ (%s): placement diverged, or the tag holds different allocations on different ranks", g.name, what, d)
 	}
 	c.recs = recs

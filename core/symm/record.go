@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
-	"strings"
 
 	"github.com/libsymmem/libsymmem/core"
 )
@@ -260,42 +258,7 @@ func firstFailure(group, what string, sts []status) error {
 	r := failed[0]
 	msg := fmt.Sprintf("group %q: %s failed on rank %d: %s", group, what, r, sts[r].msg)
 	if len(failed) > 1 {
-		msg += fmt.Sprintf(" (rank(s) %s failed too)", ranksText(failed[1:]))
+		msg += fmt.Sprintf(" (rank(s) %s failed too)", core.RanksText(failed[1:]))
 	}
 	return &core.Error{Code: sts[r].code, Msg: msg}
-}
-
-func ranksText(ranks []int) string {
-	s := make([]string, len(ranks))
-	for i, r := range ranks {
-		s[i] = fmt.Sprint(r)
-	}
-	return strings.Join(s, ", ")
-}
-
-// byValue describes how ranks split over the values val(r): "rank 0, 2: A;
-// rank 1: B". It returns "" when every rank has the same value.
-func byValue(world int, val func(r int) string) string {
-	groups := map[string][]int{}
-	var order []string
-	for r := 0; r < world; r++ {
-		v := val(r)
-		if _, ok := groups[v]; !ok {
-			order = append(order, v)
-		}
-		groups[v] = append(groups[v], r)
-	}
-	if len(order) <= 1 {
-		return ""
-	}
-	sort.SliceStable(order, func(i, j int) bool { return len(groups[order[i]]) > len(groups[order[j]]) })
-	parts := make([]string, len(order))
-	for i, v := range order {
-		word := "rank"
-		if len(groups[v]) > 1 {
-			word = "ranks"
-		}
-		parts[i] = fmt.Sprintf("%s %s: %s", word, ranksText(groups[v]), v)
-	}
-	return strings.Join(parts, "; ")
 }

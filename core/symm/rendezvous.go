@@ -369,15 +369,15 @@ func (c *rendezvousCall) check() error {
 	if err := firstFailure(name, "rendezvous", sts); err != nil {
 		return err
 	}
-	if d := byValue(world, func(r int) string { return fmt.Sprintf("%d bytes", recs[r].padSize) }); d != "" {
+	if d := core.RanksByValue(world, func(r int) string { return fmt.Sprintf("%d bytes", recs[r].padSize) }); d != "" {
 		return core.Errorf(core.ErrMismatch, "group %q: rendezvous: the signal pad sizes differ (%s): set the same size on every rank before the first rendezvous", name, d)
 	}
-	if d := byValue(world, func(r int) string { return fmt.Sprint(recs[r].padsReady) }); d != "" {
+	if d := core.RanksByValue(world, func(r int) string { return fmt.Sprint(recs[r].padsReady) }); d != "" {
 		return core.Errorf(core.ErrInternal, "group %q: rendezvous: the ranks disagree on whether the signal pads were exchanged (%s)", name, d)
 	}
 	// Blocks are compared, not requests: requests that round to the same
 	// block are symmetric.
-	if d := byValue(world, func(r int) string { return fmt.Sprintf("block of %d bytes", recs[r].blockSize) }); d != "" {
+	if d := core.RanksByValue(world, func(r int) string { return fmt.Sprintf("block of %d bytes", recs[r].blockSize) }); d != "" {
 		req := make([]string, world)
 		for r := range req {
 			req[r] = fmt.Sprintf("rank %d: %d", r, recs[r].requested)
@@ -388,7 +388,7 @@ func (c *rendezvousCall) check() error {
 	placement := func(r int) string {
 		return fmt.Sprintf("rank %d: %d allocs, %d frees", r, recs[r].allocs, recs[r].frees)
 	}
-	if d := byValue(world, func(r int) string { return fmt.Sprintf("heap offset %#x", recs[r].heapOff) }); d != "" {
+	if d := core.RanksByValue(world, func(r int) string { return fmt.Sprintf("heap offset %#x", recs[r].heapOff) }); d != "" {
 		counters := make([]string, world)
 		for r := range counters {
 			counters[r] = placement(r)
@@ -396,12 +396,12 @@ func (c *rendezvousCall) check() error {
 		return core.Errorf(core.ErrMismatch, "group %q: rendezvous on blocks at different heap offsets (%s): placement diverged; every rank must make the same allocations and frees, in the same order, before a rendezvous. Allocator counters: %s",
 			name, d, strings.Join(counters, "; "))
 	}
-	if d := byValue(world, func(r int) string {
+	if d := core.RanksByValue(world, func(r int) string {
 		return fmt.Sprintf("segment at heap offset %#x of %d bytes", recs[r].segHeapOff, recs[r].segSize)
 	}); d != "" {
 		return core.Errorf(core.ErrMismatch, "group %q: rendezvous: the blocks lie in different segments (%s): placement diverged", name, d)
 	}
-	if d := byValue(world, func(r int) string { return fmt.Sprintf("offset %d", recs[r].offset) }); d != "" {
+	if d := core.RanksByValue(world, func(r int) string { return fmt.Sprintf("offset %d", recs[r].offset) }); d != "" {
 		return core.Errorf(core.ErrMismatch, "group %q: rendezvous on pointers at different offsets in their blocks (%s): every rank must pass the same offset into its block", name, d)
 	}
 	return nil

@@ -178,9 +178,6 @@ func (h signalPath) streamSignals(s core.Stream, timeout time.Duration, channel 
 	}
 	if k, ok := h.gm.be.(core.KernelMemOps); ok && signalKernels {
 		peers := append(append(make([]int, 0, len(ops)), dsts...), srcs...)
-		for i := range peers {
-			peers[i] = h.ranks.global(peers[i])
-		}
 		err := k.LaunchMemOps(h.gm.device, s, ops, core.MemOpWatch{TimeoutNs: uint64(timeout.Nanoseconds()),
 			Flag: h.padPtrs[h.rank] + h.padSize, Abort: h.padPtrs[h.rank] + h.padSize + 4, Peers: peers})
 		if err == nil {
@@ -318,7 +315,7 @@ func (h signalPath) peerExited(r int, now time.Time, checked *time.Time) bool {
 		return false
 	}
 	*checked = now
-	return h.gm.live.Gone(h.ranks.global(r))
+	return h.gm.live.Gone(r)
 }
 
 // releasedDuring is the error of a wait cut short by Release.
@@ -422,7 +419,7 @@ func (h signalPath) hostStep(channel int, dsts, srcs []int, deadline time.Time, 
 	}
 	if len(late) > 0 {
 		return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v in a barrier on channel %d: no signal from rank(s) %s",
-			h.name, h.rank, timeout, channel, ranksText(late))
+			h.name, h.rank, timeout, channel, core.RanksText(late))
 	}
 	return nil
 }

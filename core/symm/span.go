@@ -3,6 +3,7 @@ package symm
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
@@ -24,10 +25,12 @@ import (
 //     with the library's own collectives, NCCL across teams on a
 //     communicator split by local rank, an all-gather inside each team
 //     (algo hierarchical); auto picks by size and topology (Note
-//     [Hierarchical all-reduce], which also says why all_gather and
-//     reduce_scatter have no two-level form). The arguments are checked as
-//     on one machine; one_shot and two_shot choose among our one-machine
-//     kernels and mean nccl here.
+//     [Hierarchical all-reduce] in core/symm/coll, which also says why
+//     all_gather and reduce_scatter have no two-level form). The arguments
+//     are checked as on one machine; one_shot and two_shot choose among our
+//     one-machine kernels and mean nccl here. core/symm/coll runs these
+//     (acrossMachines in machines.go), reaching the communicator and the
+//     team through the handle's View.
 //   - Reduction order and determinism: NCCL's order across machines, not
 //     rank order (hierarchical: local rank order inside each team first).
 //     For a fixed communicator, algorithm and protocol (NCCL_ALGO/NCCL_PROTO
@@ -40,8 +43,8 @@ import (
 //     local peers through the signal pads as on one machine, remote ones
 //     through ncclSignal / ncclWaitSignal. Without it, an in-place
 //     all-reduce of one int32 on this rank's pad (word 2 of the library's
-//     region, Note [Pad partition]): a collective returns on no rank before
-//     every rank has entered it.
+//     region, Note [Pad partition] in core): a collective returns on no
+//     rank before every rank has entered it.
 //   - put_signal / wait_signal: to and from a local peer through the pads;
 //     to and from a remote one through the one-sided API, slot = channel;
 //     with an NCCL older than 2.29 that is SYMMEM_ERROR_UNAVAILABLE naming
@@ -79,7 +82,7 @@ type span struct {
 	// uniform: every team has len(team) ranks.
 	uniform bool
 	// hier is the group's communicator split by local rank (Note
-	// [Hierarchical all-reduce]).
+	// [Hierarchical all-reduce] in core/symm/coll).
 	hier *hierComm
 }
 
@@ -145,16 +148,76 @@ func (s *span) remote(me int) string {
 		if len(ranks) == 0 {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("rank(s) %s on %s", ranksText(ranks), m))
+		parts = append(parts, fmt.Sprintf("rank(s) %s on %s", core.RanksText(ranks), m))
 	}
 	return strings.Join(parts, "; ")
 }
 
+// hierComm is a group's communicator split by local rank, made by the first
+// hierarchical all-reduce (Note [Hierarchical all-reduce] in
+// core/symm/coll) and destroyed with the group. mu guards the fields; a
+// call that uses comm holds mu for reading from before its first NCCL call
+// until its last is enqueued, so that close (the group's Destroy, which
+// handles may outlive) never destroys it under a call.
+type hierComm struct {
+	mu     sync.RWMutex
+	comm   Communicator
+	err    error // why the split failed (kept: a split is collective, it is not retried)
+	closed bool
+}
+
+// use returns the split communicator, making it on first use (collective:
+// ncclCommSplit over the parent), and the function that ends its use.
+func (hc *hierComm) use(parent splitter, color, key int) (Communicator, func(), error) {
+	hc.mu.Lock()
+	if !hc.closed && hc.err == nil && hc.comm == nil {
+		c, err := parent.Split(color, key)
+		if err == nil && c == nil {
+			err = core.Errorf(core.ErrBackend, "the split by local rank %d gave no communicator", color)
+		}
+		if err != nil {
+			hc.err = core.Errorf(core.CodeOf(err), "splitting the communicator by local rank (color %d, key %d): %v", color, key, err)
+		}
+		hc.comm = c
+	}
+	hc.mu.Unlock()
+	hc.mu.RLock()
+	switch {
+	case hc.closed:
+		hc.mu.RUnlock()
+		return nil, nil, core.Errorf(core.ErrInvalidState, "the group is destroyed: its communicator split by local rank is closed")
+	case hc.err != nil:
+		hc.mu.RUnlock()
+		return nil, nil, hc.err
+	}
+	return hc.comm, hc.mu.RUnlock, nil
+}
+
+// close destroys the split communicator, if any, once no call uses it;
+// later uses fail.
+func (hc *hierComm) close() error {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	hc.closed = true
+	c := hc.comm
+	hc.comm = nil
+	if cl, ok := c.(closer); ok {
+		return cl.Close()
+	}
+	return nil
+}
+
+func (hc *hierComm) isClosed() bool {
+	hc.mu.RLock()
+	defer hc.mu.RUnlock()
+	return hc.closed
+}
+
 // acrossMachines is what a handle of a group that spans machines does
-// through the group's communicator (h.span): collectives (Note
-// [Collectives across machines], the hierarchical all-reduce of Note
-// [Hierarchical all-reduce]), signals and barriers with remote ranks, and
-// the errors that name where those ranks are.
+// through the group's communicator (h.span): signals and barriers with
+// remote ranks (Note [Collectives across machines]), and the errors that
+// name where those ranks are, which the collectives (core/symm/coll) give
+// through View.
 type acrossMachines struct{ *Handle }
 
 // noEngine is the error of an operation that needs an engine between
@@ -168,38 +231,6 @@ func (h acrossMachines) noEngine(what string) error {
 // ranks are.
 func (h acrossMachines) engineErr(what string, err error) error {
 	return core.Errorf(core.CodeOf(err), "group %q: rank %d: %s over %s: %v (ranks on other machines: %s)", h.name, h.rank, what, h.span.comm.Describe(), err, h.span.remote(h.rank))
-}
-
-// spanCollective runs a checked collective c on the group's communicator
-// (Note [Collectives across machines]).
-func (h acrossMachines) spanCollective(a CollArgs, c *core.Collective) error {
-	if h.span.comm == nil {
-		return h.noEngine(c.Kind.String())
-	}
-	red, ok := h.span.comm.(reducer)
-	if !ok {
-		return core.Errorf(core.ErrUnavailable, "group %q: %s across machines needs typed collectives from %s, which it lacks", h.name, c.Kind, h.span.comm.Describe())
-	}
-	hier, err := h.hierPlan(a, c)
-	if err != nil {
-		return err
-	}
-	if hier {
-		return h.hierAllReduce(a, c)
-	}
-	in := h.bufPtrs[h.rank] + c.InOffset
-	switch c.Kind {
-	case core.AllReduce:
-		err = red.AllReduce(a.Stream, in, c.Out, c.Count, c.DType, c.Op)
-	case core.AllGather:
-		err = red.AllGatherTyped(a.Stream, in, c.Out, c.Count, c.DType)
-	case core.ReduceScatter:
-		err = red.ReduceScatter(a.Stream, in, c.Out, c.Count/uintptr(h.world), c.DType, c.Op)
-	}
-	if err != nil {
-		return h.engineErr(c.Kind.String(), err)
-	}
-	return nil
 }
 
 // noOneSided says why the group has no one-sided signals (span.osig is

@@ -302,16 +302,6 @@ func TestInProcess(t *testing.T) {
 	})
 }
 
-func TestByValue(t *testing.T) {
-	vals := []string{"a", "b", "a", "c"}
-	if got := byValue(4, func(r int) string { return vals[r] }); got != "ranks 0, 2: a; rank 1: b; rank 3: c" {
-		t.Fatal(got)
-	}
-	if got := byValue(3, func(int) string { return "x" }); got != "" {
-		t.Fatal(got)
-	}
-}
-
 func TestRecordRoundTrip(t *testing.T) {
 	b := blockRecord{status: status{core.ErrMismatch, "m"}, blockSize: 1, requested: 2, offset: 3, heapOff: 4, segHeapOff: 5,
 		segSize: 6, segID: 7, allocs: 8, frees: 9, padSize: 10, padsReady: true, held: []uint64{11, 12}}

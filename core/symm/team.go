@@ -101,11 +101,11 @@ func (g *Group) formTeams() error {
 				ranks = append(ranks, r)
 			}
 		}
-		if d := byValue(len(ranks), func(k int) string {
+		if d := core.RanksByValue(len(ranks), func(k int) string {
 			return fmt.Sprintf("host %s (boot id %s)", ms[ranks[k]].hostname, ms[ranks[k]].bootID)
 		}); d != "" {
 			return core.Errorf(core.ErrMismatch, "group %q: ranks %s claim one machine, %s, but run under different kernels (in the order of those ranks: %s): SYMMEM_MACHINE_ID imitates machines on one host and cannot join two real ones; give each machine its own",
-				g.name, ranksText(ranks), id, d)
+				g.name, core.RanksText(ranks), id, d)
 		}
 	}
 	for r := range ms {

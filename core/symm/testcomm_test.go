@@ -13,8 +13,11 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/symm/coll"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
 type testHub struct {
@@ -103,7 +106,7 @@ func (c *testComm) round(arg any, work func(all []any) error, after ...func()) e
 				ms = append(ms, r)
 			}
 		}
-		return ranksText(ms)
+		return core.RanksText(ms)
 	}
 	select {
 	case <-rd.all:
@@ -134,9 +137,9 @@ func (c *testComm) AllGather(stream core.Stream, send, recv, n uintptr) error {
 	return c.round(send, func(all []any) error {
 		tmp := make([]byte, n*uintptr(len(all)))
 		for r, a := range all {
-			copy(tmp[uintptr(r)*n:], bytesAt(a.(uintptr), n))
+			copy(tmp[uintptr(r)*n:], bytesOf(a.(uintptr), n))
 		}
-		copy(bytesAt(recv, uintptr(len(tmp))), tmp)
+		copy(bytesOf(recv, uintptr(len(tmp))), tmp)
 		return nil
 	})
 }
@@ -172,9 +175,9 @@ func (c *testComm) AllReduce(stream core.Stream, send, recv, count uintptr, dt c
 			for r, a := range all {
 				bufs[r] = a.(uintptr)
 			}
-			out = reduceHost(&core.Collective{DType: dt, Op: op}, bufs, 0, count)
+			out = coll.Reduce(dt, op, bufs, 0, count)
 			return nil
-		}, func() { copy(bytesAt(recv, uintptr(len(out))), out) })
+		}, func() { copy(bytesOf(recv, uintptr(len(out))), out) })
 	})
 }
 
@@ -186,9 +189,9 @@ func (c *testComm) ReduceScatter(stream core.Stream, send, recv, recvCount uintp
 			for r, a := range all {
 				bufs[r] = a.(uintptr)
 			}
-			out = reduceHost(&core.Collective{DType: dt, Op: op}, bufs, uintptr(c.rank)*recvCount*dt.Size(), recvCount)
+			out = coll.Reduce(dt, op, bufs, uintptr(c.rank)*recvCount*dt.Size(), recvCount)
 			return nil
-		}, func() { copy(bytesAt(recv, uintptr(len(out))), out) })
+		}, func() { copy(bytesOf(recv, uintptr(len(out))), out) })
 	})
 }
 
@@ -199,10 +202,10 @@ func (c *testComm) AllGatherTyped(stream core.Stream, send, recv, sendCount uint
 		return c.round(send, func(all []any) error {
 			tmp = make([]byte, n*uintptr(len(all)))
 			for r, a := range all {
-				copy(tmp[uintptr(r)*n:], bytesAt(a.(uintptr), n))
+				copy(tmp[uintptr(r)*n:], bytesOf(a.(uintptr), n))
 			}
 			return nil
-		}, func() { copy(bytesAt(recv, uintptr(len(tmp))), tmp) })
+		}, func() { copy(bytesOf(recv, uintptr(len(tmp))), tmp) })
 	})
 }
 
@@ -332,3 +335,6 @@ func (c *testComm) LSAPeers() ([]int, bool, error) {
 	}
 	return ps, true, nil
 }
+
+// bytesOf views n bytes at addr.
+func bytesOf(addr, n uintptr) []byte { return unsafe.Slice((*byte)(unmanaged.Pointer(addr)), n) }

@@ -2,7 +2,7 @@
  * collectives.cu - libsymmem's collectives as CUDA kernels, embedded in the
  * library and compiled at first use with NVRTC for the device at hand
  * (cuda/kernels.go). Built on include/symmem_device.cuh, which NVRTC gets as
- * an in-memory header. Semantics: core/symm/coll.go, Note [Collectives];
+ * an in-memory header. Semantics: core/symm/coll/coll.go, Note [Collectives];
  * the host backend computes exactly the same results.
  *
  * One kernel per call, whatever the phase count: a block barrier with the
@@ -113,7 +113,7 @@ static __device__ __forceinline__ bool symmem_coll_barrier(const symmem_device_v
 }
 
 /* The opening barrier of a collective, which also compares the call's
- * arguments with every peer's (core/symm/coll.go, Note [Collective
+ * arguments with every peer's (core/symm/coll/coll.go, Note [Collective
  * agreement]): thread p stores arrival << 32 | digest into peer p's argument
  * slot (set, rank), where arrival is the number of the arrival it then makes
  * (relaxed, as symmem_coll_barrier's unpublishing signal), waits for p's
@@ -225,7 +225,7 @@ template <bool BF> struct symmem_elem16 {
 template <> struct symmem_elem<1> : symmem_elem16<false> {}; /* float16 */
 template <> struct symmem_elem<2> : symmem_elem16<true> {};  /* bfloat16 */
 
-/* OP on two values, as the host backend (core/symm/float.go): max and min
+/* OP on two values, as the host backend (core/symm/coll/float.go): max and min
  * keep the other operand when one is NaN; int32 sums wrap. OP is a template
  * argument (one kernel per dtype and op): a run-time op would put all three
  * in every unrolled reduction, tripling the code NVRTC compiles at first
@@ -512,7 +512,7 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
   if (pull) {
     /* Our slice is reduced into our out: publish it (release at system
      * scope), then read every peer's reduced slice from its out into ours
-     * (Note [Two-shot pulls] in core/symm/coll.go). */
+     * (Note [Two-shot pulls] in core/symm/coll/coll.go). */
     if (!symmem_coll_barrier(v, set, true))
       return;
     for (int k = 1; k < v.world; k++) {
@@ -529,7 +529,7 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
   symmem_coll_barrier(v, set, push);
 }
 
-/* ---- the low-latency path (Note [Low-latency collectives] in core/symm/coll.go)
+/* ---- the low-latency path (Note [Low-latency collectives] in core/symm/coll/lowlatency.go)
  *
  * Every rank stores its contribution for peer q (all-reduce: its whole
  * input; reduce-scatter: slice q; all-gather: its input) into q's slot for

@@ -25,7 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/libsymmem/libsymmem/core"
-	"github.com/libsymmem/libsymmem/core/symm"
+	"github.com/libsymmem/libsymmem/core/symm/coll"
 	"github.com/libsymmem/libsymmem/core/unmanaged"
 	"github.com/libsymmem/libsymmem/cuda"
 	"github.com/libsymmem/libsymmem/cuda/internal/nccltest"
@@ -176,9 +176,9 @@ func elem(dt core.DType, seed, r, i int) uint32 {
 	v := float32(math.Ldexp(m, (r*5+i*3+seed)%span-span/2))
 	switch dt {
 	case core.Float16:
-		return uint32(symm.FloatToF16(v))
+		return uint32(coll.FloatToF16(v))
 	case core.BFloat16:
-		return uint32(symm.FloatToBF16(v))
+		return uint32(coll.FloatToBF16(v))
 	}
 	return math.Float32bits(v)
 }
@@ -186,9 +186,9 @@ func elem(dt core.DType, seed, r, i int) uint32 {
 func widen(dt core.DType, b uint32) float32 {
 	switch dt {
 	case core.Float16:
-		return symm.F16ToFloat(uint16(b))
+		return coll.F16ToFloat(uint16(b))
 	case core.BFloat16:
-		return symm.BF16ToFloat(uint16(b))
+		return coll.BF16ToFloat(uint16(b))
 	}
 	return math.Float32frombits(b)
 }
@@ -196,9 +196,9 @@ func widen(dt core.DType, b uint32) float32 {
 func narrow(dt core.DType, f float32) uint32 {
 	switch dt {
 	case core.Float16:
-		return uint32(symm.FloatToF16(f))
+		return uint32(coll.FloatToF16(f))
 	case core.BFloat16:
-		return uint32(symm.FloatToBF16(f))
+		return uint32(coll.FloatToBF16(f))
 	}
 	return math.Float32bits(f)
 }
@@ -223,7 +223,7 @@ func reduceRef(dt core.DType, op core.ReduceOp, seed, world, i int) uint32 {
 	}
 	acc := widen(dt, elem(dt, seed, 0, i))
 	for r := 1; r < world; r++ {
-		acc = symm.ReduceFloat(op, acc, widen(dt, elem(dt, seed, r, i)))
+		acc = coll.ReduceFloat(op, acc, widen(dt, elem(dt, seed, r, i)))
 	}
 	return narrow(dt, acc)
 }

@@ -1,4 +1,4 @@
-package symm
+package coll
 
 import (
 	"encoding/binary"

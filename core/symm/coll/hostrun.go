@@ -1,4 +1,4 @@
-package symm
+package coll
 
 import (
 	"fmt"
@@ -11,20 +11,22 @@ import (
 	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
-// ---- the host backend: the same protocol on the calling thread ----------
+// The host reference runner: the kernels' protocol (barriers on the pads'
+// sets, the argument agreement, the same reductions in the same order) on
+// the calling thread, over CPU memory.
 
-// hostBarrier is a barrier on set (Note [Pad partition]).
-func (h localRun) hostBarrier(set int, deadline time.Time) error {
-	me, w := h.rank, h.world
+// hostBarrier is a barrier on set (Note [Pad partition] in core).
+func (l local) hostBarrier(set int, deadline time.Time) error {
+	me, w := l.rank, l.world
 	mark := core.InterruptMark()
 	for i := 1; i < w; i++ {
-		atomic.AddUint32(h.setWord((me+i)%w, set, me), 1)
+		atomic.AddUint32(l.setWord((me+i)%w, set, me), 1)
 	}
 	for i := 1; i < w; i++ {
 		p := (me + w - i) % w
-		seen := h.setWord(me, set, w+p)
+		seen := l.setWord(me, set, w+p)
 		n := atomic.LoadUint32(seen) + 1
-		arr := h.setWord(me, set, p)
+		arr := l.setWord(me, set, p)
 		sleep := time.Microsecond
 		var checked time.Time
 		for k := 0; !core.Reached(atomic.LoadUint32(arr), n); k++ {
@@ -33,25 +35,19 @@ func (h localRun) hostBarrier(set int, deadline time.Time) error {
 			case k < 400:
 				runtime.Gosched()
 			default:
-				select {
-				case <-h.life.closing:
-					return signalPath{h.Handle}.releasedDuring(fmt.Sprintf("a collective's barrier (device set %d)", set))
-				case <-h.gm.abort.ch:
-					return h.gm.abortedErr(fmt.Sprintf("a collective's barrier (device set %d)", set))
-				default:
-				}
-				if core.InterruptedSince(mark) {
-					return signalPath{h.Handle}.interruptedWait(fmt.Sprintf("collective's barrier (device set %d)", set))
+				if err := l.h.WaitCut(mark, fmt.Sprintf("collective's barrier (device set %d)", set)); err != nil {
+					return err
 				}
 				now := time.Now()
 				if !now.Before(deadline) {
-					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCauseTimeout, p, set))
+					atomic.CompareAndSwapUint32(l.regionWord(me, 0), 0, core.DevFlag(core.DevCauseTimeout, p, set))
 					return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v in a collective's barrier (device set %d): rank %d never arrived",
-						h.name, h.ranks.global(me), h.timeout, set, h.ranks.global(p))
+						l.h.GroupName(), l.global(me), l.h.Timeout(), set, l.global(p))
 				}
-				if (signalPath{h.Handle}).peerExited(p, now, &checked) && !core.Reached(atomic.LoadUint32(arr), n) {
-					atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCausePeerExited, h.ranks.global(p), set))
-					return h.gm.live.Exited(h.ranks.global(p), fmt.Sprintf("rank %d's collective (device set %d)", h.ranks.global(me), set))
+				exited := l.h.PeerExited(l.global(p), now, &checked, fmt.Sprintf("rank %d's collective (device set %d)", l.global(me), set))
+				if exited != nil && !core.Reached(atomic.LoadUint32(arr), n) {
+					atomic.CompareAndSwapUint32(l.regionWord(me, 0), 0, core.DevFlag(core.DevCausePeerExited, l.global(p), set))
+					return exited
 				}
 				core.Nap(sleep)
 				if sleep < 100*time.Microsecond {
@@ -68,8 +64,8 @@ func (h localRun) hostBarrier(set int, deadline time.Time) error {
 // opening barrier on set with ours (Note [Collective agreement]); on a
 // difference the error names every rank's arguments, the same on every rank,
 // and peer is the first that differs.
-func (h localRun) checkAgreement(set int, args uint64, digest uint32) (peer int, err error) {
-	me, w := h.rank, h.world
+func (l local) checkAgreement(set int, args uint64, digest uint32) (peer int, err error) {
+	me, w := l.rank, l.world
 	all := make([]uint64, w)
 	all[me] = args
 	differ := -1
@@ -77,11 +73,11 @@ func (h localRun) checkAgreement(set int, args uint64, digest uint32) (peer int,
 		if p == me {
 			continue
 		}
-		slot := h.argSlot(me, set, p)
+		slot := l.argSlot(me, set, p)
 		tagged := atomic.LoadUint64((*uint64)(unmanaged.Pointer(slot)))
 		all[p] = atomic.LoadUint64((*uint64)(unmanaged.Pointer(slot + 8)))
-		if tagged>>32 != uint64(atomic.LoadUint32(h.setWord(me, set, w+p))) {
-			return p, core.Errorf(core.ErrPeer, "group %q: rank %d published no collective arguments with its arrival (device set %d)", h.name, h.ranks.global(p), set)
+		if tagged>>32 != uint64(atomic.LoadUint32(l.setWord(me, set, w+p))) {
+			return p, core.Errorf(core.ErrPeer, "group %q: rank %d published no collective arguments with its arrival (device set %d)", l.h.GroupName(), l.global(p), set)
 		}
 		if differ < 0 && (uint32(tagged) != digest || all[p] != args) {
 			differ = p
@@ -91,7 +87,7 @@ func (h localRun) checkAgreement(set int, args uint64, digest uint32) (peer int,
 		return -1, nil
 	}
 	return differ, core.Errorf(core.ErrMismatch, "group %q: rank %d: the ranks%s called different collectives (nothing was moved): %s",
-		h.name, h.ranks.global(me), h.ranks.text(), byValue(w, func(r int) string { return argsText(all[r]) }))
+		l.h.GroupName(), l.global(me), l.text(), core.RanksByValue(w, func(r int) string { return argsText(all[r]) }))
 }
 
 // bytesAt views n bytes at addr.
@@ -106,32 +102,32 @@ func twoShotSlice(count, es uintptr, world, r int) (lo, hi uintptr) {
 }
 
 // runHost runs c on this thread (a CPU-addressable backend).
-func (h localRun) runHost(c *core.Collective) error {
-	deadline := time.Now().Add(h.timeout)
-	set := c.Channel * collMaxBlocks
+func (l local) runHost(c *core.Collective) error {
+	deadline := time.Now().Add(l.h.Timeout())
+	set := c.Channel * core.CollMaxBlocks
 	es := c.DType.Size()
-	me, w := h.rank, h.world
-	input := func(r int) uintptr { return h.bufPtrs[r] + c.InOffset }
+	me, w := l.rank, l.world
+	input := func(r int) uintptr { return l.bufs[r] + c.InOffset }
 	if c.SlicedInput {
-		input = func(r int) uintptr { return h.bufPtrs[r] + c.InOffset + uintptr(r)*c.Count*es }
+		input = func(r int) uintptr { return l.bufs[r] + c.InOffset + uintptr(r)*c.Count*es }
 	}
 	args := argsWord(c)
 	for i := 1; i < w; i++ { // Note [Collective agreement]
 		p := (me + i) % w
-		n := atomic.LoadUint32(h.setWord(me, set, w+p)) + 1
-		slot := h.argSlot(p, set, me)
+		n := atomic.LoadUint32(l.setWord(me, set, w+p)) + 1
+		slot := l.argSlot(p, set, me)
 		atomic.StoreUint64((*uint64)(unmanaged.Pointer(slot+8)), args)
 		atomic.StoreUint64((*uint64)(unmanaged.Pointer(slot)), uint64(n)<<32|uint64(c.Digest))
 	}
-	if err := h.hostBarrier(set, deadline); err != nil {
+	if err := l.hostBarrier(set, deadline); err != nil {
 		return err
 	}
-	if peer, err := h.checkAgreement(set, args, c.Digest); err != nil {
-		atomic.CompareAndSwapUint32(h.regionWord(me, 0), 0, devFlag(devCauseMismatch, peer, set))
+	if peer, err := l.checkAgreement(set, args, c.Digest); err != nil {
+		atomic.CompareAndSwapUint32(l.regionWord(me, 0), 0, core.DevFlag(core.DevCauseMismatch, peer, set))
 		// Every rank sees a difference when not all agree; one more
 		// barrier keeps the slots until all have read them, and the
 		// counts balanced for the next call.
-		if berr := h.hostBarrier(set, deadline); berr != nil {
+		if berr := l.hostBarrier(set, deadline); berr != nil {
 			return berr
 		}
 		return err
@@ -147,23 +143,23 @@ func (h localRun) runHost(c *core.Collective) error {
 		store = func() { copy(bytesAt(c.Out, n*uintptr(w)), tmp) }
 	case c.Kind == core.ReduceScatter:
 		per := c.Count / uintptr(w)
-		tmp := reduceHost(c, h.bufPtrs, c.InOffset+uintptr(me)*per*es, per)
+		tmp := Reduce(c.DType, c.Op, l.bufs, c.InOffset+uintptr(me)*per*es, per)
 		store = func() { copy(bytesAt(c.Out, per*es), tmp) }
 	case c.Algo == core.AlgoTwoShot && !c.Pull:
 		// Stores into every rank's out before the closing barrier: rank r
 		// alone reads and writes slice r anywhere, so no store races a read.
 		lo, hi := twoShotSlice(c.Count, es, w, me)
-		tmp := reduceHost(c, h.bufPtrs, c.InOffset+lo*es, hi-lo)
+		tmp := Reduce(c.DType, c.Op, l.bufs, c.InOffset+lo*es, hi-lo)
 		for p := 0; p < w; p++ {
-			copy(bytesAt(h.bufPtrs[p]+uintptr(c.OutOffset)+lo*es, (hi-lo)*es), tmp)
+			copy(bytesAt(l.bufs[p]+uintptr(c.OutOffset)+lo*es, (hi-lo)*es), tmp)
 		}
 	case c.Algo == core.AlgoTwoShot:
 		// Note [Two-shot pulls]: slice me reduced into our own out, a
 		// barrier, then every peer's reduced slice read from its out.
-		out := func(r int, lo uintptr) uintptr { return h.bufPtrs[r] + uintptr(c.OutOffset) + lo*es }
+		out := func(r int, lo uintptr) uintptr { return l.bufs[r] + uintptr(c.OutOffset) + lo*es }
 		lo, hi := twoShotSlice(c.Count, es, w, me)
-		copy(bytesAt(out(me, lo), (hi-lo)*es), reduceHost(c, h.bufPtrs, c.InOffset+lo*es, hi-lo))
-		if err := h.hostBarrier(set, deadline); err != nil {
+		copy(bytesAt(out(me, lo), (hi-lo)*es), Reduce(c.DType, c.Op, l.bufs, c.InOffset+lo*es, hi-lo))
+		if err := l.hostBarrier(set, deadline); err != nil {
 			return err
 		}
 		for k := 1; k < w; k++ {
@@ -172,12 +168,12 @@ func (h localRun) runHost(c *core.Collective) error {
 			copy(bytesAt(out(me, lo), (hi-lo)*es), bytesAt(out(q, lo), (hi-lo)*es))
 		}
 	default:
-		tmp := reduceHost(c, h.bufPtrs, c.InOffset, c.Count)
+		tmp := Reduce(c.DType, c.Op, l.bufs, c.InOffset, c.Count)
 		store = func() { copy(bytesAt(c.Out, c.Count*es), tmp) }
 	}
 	// One-shot in place: nobody may store before every peer has read.
 	if store != nil && c.Kind == core.AllReduce && c.Out == input(me) {
-		if err := h.hostBarrier(set, deadline); err != nil {
+		if err := l.hostBarrier(set, deadline); err != nil {
 			return err
 		}
 		store()
@@ -186,18 +182,20 @@ func (h localRun) runHost(c *core.Collective) error {
 	if store != nil {
 		store()
 	}
-	return h.hostBarrier(set, deadline)
+	return l.hostBarrier(set, deadline)
 }
 
-// reduceHost reduces n elements at offset off of every rank's block, in
-// rank order, as the kernels do (fp32 accumulation, one rounding).
-func reduceHost(c *core.Collective, bufs []uintptr, off, n uintptr) []byte {
-	es := c.DType.Size()
+// Reduce reduces n elements of type dt with op at offset off of every
+// block in bufs, in their order (rank order), as the kernels do (fp32
+// accumulation for 16-bit types, one rounding; int32 sums wrap): the host
+// reference runner's reduction.
+func Reduce(dt core.DType, op core.ReduceOp, bufs []uintptr, off, n uintptr) []byte {
+	es := dt.Size()
 	out := make([]byte, n*es)
 	if n == 0 {
 		return out
 	}
-	if c.DType == core.Int32 {
+	if dt == core.Int32 {
 		acc := make([]int32, n)
 		for r, b := range bufs {
 			src := unsafe.Slice((*int32)(unmanaged.Pointer(b+off)), n)
@@ -205,7 +203,7 @@ func reduceHost(c *core.Collective, bufs []uintptr, off, n uintptr) []byte {
 				if r == 0 {
 					acc[i] = v
 				} else {
-					acc[i] = reduceInt(c.Op, acc[i], v)
+					acc[i] = ReduceInt(op, acc[i], v)
 				}
 			}
 		}
@@ -215,21 +213,22 @@ func reduceHost(c *core.Collective, bufs []uintptr, off, n uintptr) []byte {
 	acc := make([]float32, n)
 	for r, b := range bufs {
 		for i := uintptr(0); i < n; i++ {
-			v := LoadFloat(c.DType, b+off+i*es)
+			v := LoadFloat(dt, b+off+i*es)
 			if r == 0 {
 				acc[i] = v
 			} else {
-				acc[i] = ReduceFloat(c.Op, acc[i], v)
+				acc[i] = ReduceFloat(op, acc[i], v)
 			}
 		}
 	}
 	for i, v := range acc {
-		PutFloat(c.DType, out[uintptr(i)*es:], v) // Go memory: no address arithmetic
+		PutFloat(dt, out[uintptr(i)*es:], v) // Go memory: no address arithmetic
 	}
 	return out
 }
 
-func reduceInt(op core.ReduceOp, a, b int32) int32 {
+// ReduceInt is op on two int32 values as the kernels compute it (sums wrap).
+func ReduceInt(op core.ReduceOp, a, b int32) int32 {
 	switch op {
 	case core.OpMax:
 		return max(a, b)

@@ -1,4 +1,4 @@
-package symm
+package coll
 
 import (
 	"fmt"
@@ -29,59 +29,31 @@ import (
 // on the abort word or the timeout as the barriers do. Cost: twice the
 // bytes on the wire (half of each line is flags) and W-1 stores of each
 // byte, so it pays for small calls: auto takes it whenever the data per
-// rank and peer fits LowLatencyMaxBytes (SYMMEM_LL_MAX_BYTES), which is
-// also what sizes the buffers: 2 * world * 2 * LowLatencyMaxBytes bytes of
-// each rank's pad, channel 0 only (other channels run the barrier
-// kernels), in groups of at most llMaxWorld ranks. all_gather and reduce_scatter need a multiple of 8 bytes per
-// rank and peer. The crossover was measured with bench/coll_bench.py
-// (README, "Collectives").
-
-// LowLatencyMaxBytes is the most data per rank and peer of a low-latency
-// call, and what sizes the buffers (Note [Low-latency collectives]);
-// SYMMEM_LL_MAX_BYTES overrides it (a multiple of 8; the same on every
-// rank, as the pads' size depends on it; 0 turns the path off).
-var LowLatencyMaxBytes = uintptr(core.Current().Size("SYMMEM_LL_MAX_BYTES", 256<<10)) &^ 7
+// rank and peer fits core.LowLatencyMaxBytes (SYMMEM_LL_MAX_BYTES), which
+// is also what sizes the buffers: 2 * world * 2 * LowLatencyMaxBytes bytes
+// of each rank's pad, channel 0 only (other channels run the barrier
+// kernels), in groups of at most core.LowLatencyMaxWorld ranks (Note [Pad
+// partition] in core says where they lie). all_gather and reduce_scatter
+// need a multiple of 8 bytes per rank and peer. The crossover was measured
+// with bench/coll_bench.py (README, "Collectives").
 
 // collUnchecked turns the argument agreement off, for measuring its cost
 // only (SYMMEM_COLL_UNCHECKED).
 var collUnchecked = core.Current().Bool("SYMMEM_COLL_UNCHECKED", false)
 
-// llSlotBytes is one sender's slot of low-latency lines: two bytes of
-// line per byte of data.
-func llSlotBytes() uintptr { return 2 * LowLatencyMaxBytes }
-
-// llOffset is where the low-latency buffers start in a pad of padSize
-// bytes for world ranks (Note [Pad partition]).
-func llOffset(padSize uintptr, world int) uintptr {
-	return roundUp(padSize+deviceRegionBytes(world), 256)
-}
-
-// llAreaBytes is the size of the low-latency buffers for world ranks: none
-// past llMaxWorld.
-func llAreaBytes(world int) uintptr {
-	if world > llMaxWorld {
-		return 0
-	}
-	return 2 * uintptr(world) * llSlotBytes()
-}
-
-// llMaxWorld is the largest group with low-latency buffers: they take
-// 4 * world * LowLatencyMaxBytes of each rank's pad (16 MiB at 16 ranks),
-// and past a node's GPUs a call's W-1 stores of each byte outweigh the
-// barrier they save.
-const llMaxWorld = 16
-
 // launchesKernels says whether the group's backend runs collectives as
 // kernels (the low-latency buffers exist only there).
-func launchesKernels(h *Handle) bool {
-	_, ok := h.gm.be.(core.CollectiveLauncher)
+func launchesKernels(h View) bool {
+	be, _ := h.Backend()
+	_, ok := be.(core.CollectiveLauncher)
 	return ok
 }
 
 // lowLatencyFits says whether a can run on the low-latency path of a
 // kernel backend (Note [Low-latency collectives]), or why not.
-func lowLatencyFits(h *Handle, a CollArgs, inBytes uintptr) (bool, string) {
-	w := uintptr(h.world)
+func lowLatencyFits(h View, a Args, inBytes uintptr) (bool, string) {
+	world := h.World()
+	w := uintptr(world)
 	per := inBytes // bytes each rank sends each peer
 	if a.Kind == core.ReduceScatter {
 		per = inBytes / w
@@ -89,16 +61,14 @@ func lowLatencyFits(h *Handle, a CollArgs, inBytes uintptr) (bool, string) {
 	switch {
 	case !launchesKernels(h):
 		return false, "the backend runs no kernels"
-	case h.span != nil:
-		return false, "the group spans machines"
 	case a.Channel != 0:
 		return false, fmt.Sprintf("only collective channel 0 has low-latency buffers (channel %d)", a.Channel)
-	case LowLatencyMaxBytes == 0:
+	case core.LowLatencyMaxBytes == 0:
 		return false, "SYMMEM_LL_MAX_BYTES is 0"
-	case h.world > llMaxWorld:
-		return false, fmt.Sprintf("groups of more than %d ranks have no low-latency buffers (%d ranks)", llMaxWorld, h.world)
-	case per > LowLatencyMaxBytes:
-		return false, fmt.Sprintf("%d bytes per rank and peer are past SYMMEM_LL_MAX_BYTES (%d)", per, LowLatencyMaxBytes)
+	case world > core.LowLatencyMaxWorld:
+		return false, fmt.Sprintf("groups of more than %d ranks have no low-latency buffers (%d ranks)", core.LowLatencyMaxWorld, world)
+	case per > core.LowLatencyMaxBytes:
+		return false, fmt.Sprintf("%d bytes per rank and peer are past SYMMEM_LL_MAX_BYTES (%d)", per, core.LowLatencyMaxBytes)
 	case a.Kind != core.AllReduce && per%8 != 0:
 		return false, fmt.Sprintf("%d bytes per rank and peer are not a multiple of 8", per)
 	}

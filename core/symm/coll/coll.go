@@ -1,137 +1,19 @@
-package symm
+// Package coll is the collectives over symmetric memory: all-reduce,
+// all-gather and reduce-scatter on a rendezvoused buffer. It checks and
+// plans a call (which algorithm, the arguments every rank must agree on),
+// runs it on this machine with the library's own machinery (kernels on the
+// backend, or the host reference runner over CPU memory), and on a group
+// that spans machines through the group's engine or hierarchically over
+// the local team. It sees a handle only through View (core/symm's
+// Handle.View), and the pads' layout through core (Note [Pad partition]).
+package coll
 
 import (
 	"fmt"
 	"math"
-	"runtime"
-	"sync/atomic"
-	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
-	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
-
-// Note [Pad partition]
-//
-// A rank's signal pad is signal_pad_size bytes of 32-bit slots that belong
-// to host-side signals and to users' own protocols (slot channel*world +
-// sender, Note [Signals]), followed by the library's device region of
-// deviceRegionBytes(world) bytes, which no channel reaches: the pad's memory
-// is made that much larger (and rounded up to the granularity), so the two
-// never collide whatever channels users pick. include/symmem_device.cuh
-// states the same layout (SYMMEM_DEV_*; TestDeviceHeaderConstants checks that
-// both agree). In 32-bit words from the region's start:
-//
-//	word 0                  the error flag: 0, or the first failure of a
-//	                        kernel: 0x80000000 | cause<<29 | peer<<16 | set,
-//	                        cause 0 a wait timed out, 1 the peer's
-//	                        collective arguments differ (Note [Collective
-//	                        agreement]), 2 the peer's process exited
-//	word 1                  the abort word: 0, or 0x80000000 | 2<<29 |
-//	                        peer<<16 written by the host when it sees
-//	                        rank peer's process exit (Note [Dead peers]);
-//	                        waiting kernels give up when they see it
-//	word 2                  the buffer of the all-reduce that is a barrier
-//	                        across machines (Note [Collectives across
-//	                        machines]; its value means nothing)
-//	word 3                  reserved (zero)
-//	word 4                  the low-latency path's call count (its
-//	                        sequence number, Note [Low-latency collectives])
-//	word 5                  how many blocks of the current low-latency call
-//	                        have finished (the last one advances word 4)
-//	words 6..15             reserved (zero)
-//	set s, s in [0, 512)    2*world words at 16 + s*2*world:
-//	                        arrivals[w]: how many times rank w has arrived at
-//	                                     this set's barrier in our pad (only w
-//	                                     adds to it, atomically, with release)
-//	                        seen[w]:     how many of those we have consumed
-//	                                     (only we write it); seen[rank] is the
-//	                                     set's grid-barrier counter instead
-//
-// Sets [0, 256) are the library's: collective channel c (in
-// [0, CollChannels)), kernel block b (in [0, collMaxBlocks)) uses set
-// c*collMaxBlocks + b. Sets [256, 512) are users' device barriers
-// (symmem_dev_barrier_* of the device header take a set in [0, 256)).
-//
-// On a group that spans machines the library's sets and argument slots are
-// laid out for the local team, with world = its size (Note [Team view]).
-//
-// After the sets, at the first 8-byte aligned address, the argument slots
-// of the library's sets: for set s in [0, 256) and sender w, 16 bytes at
-// 16*(s*world + w): a 64-bit word arrival<<32 | digest (what rank w
-// published with its arrival number at set s's opening barrier of a
-// collective), then a 64-bit word of the packed arguments (on the host
-// backend; kernels use the two words by the parity of the arrival instead,
-// Note [Collective agreement]).
-//
-// On backends that launch kernels the pad holds one more area, the
-// low-latency buffers of collective channel 0, at llOffset (the region's
-// end rounded up to 256 bytes): for parity 0 and 1 and sender w, a slot of
-// llSlotBytes at (parity*world + w)*llSlotBytes (Note [Low-latency
-// collectives]). It is zero when the pad is made, as the rest.
-//
-// A barrier on set s: add 1 to arrivals[me] of s in every peer's region,
-// then for each peer p wait until arrivals[p] in ours has reached seen[p]+1
-// (compared as int32(count-expected) >= 0, so wrap-around is harmless) and
-// store seen[p]+1. Nothing needs resetting: the counts only grow, a barrier
-// is balanced on every rank, so the next use (the next call, the next replay
-// of a CUDA graph) finds the pads ready. A wait is bounded by the group's
-// timeout: a kernel that gives up records the error flag and returns (its
-// results are then undefined); the host backend returns ErrTimeout.
-const (
-	devRegionHeaderWords = 16
-	devSets              = 512
-	// CollChannels is the number of collective channels: collectives that
-	// may run at once on one group (on different streams) need different
-	// channels.
-	CollChannels = 4
-	// collMaxBlocks is the most kernel blocks of one collective.
-	collMaxBlocks = 64
-)
-
-// deviceRegionBytes is the size of the library's region of a pad: the
-// words, up to 4 bytes of alignment, the argument slots.
-func deviceRegionBytes(world int) uintptr {
-	return uintptr(4*(devRegionHeaderWords+devSets*2*world) + 8 + 16*libSets*world)
-}
-
-// libSets is the number of the library's sets (CollChannels*collMaxBlocks).
-const libSets = CollChannels * collMaxBlocks
-
-// Error flag causes (word 0 of the region, Note [Pad partition]).
-const (
-	devFlagFailed      = 0x80000000
-	devCauseTimeout    = 0
-	devCauseMismatch   = 1
-	devCausePeerExited = 2
-)
-
-func devFlag(cause, peer, set int) uint32 {
-	return devFlagFailed | uint32(cause)<<29 | uint32(peer&0x1fff)<<16 | uint32(set&0xffff)
-}
-
-// localRun runs a handle's (or team view's) checked collectives with the
-// library's own machinery on this machine: kernels enqueued on a stream
-// where the backend launches them, else the host reference runner
-// (runHost) on this thread over CPU memory, which reads and writes the
-// pads' device regions (Note [Pad partition]) as the kernels do.
-type localRun struct{ *Handle }
-
-// argSlot is the address of the argument slot (set, sender) in rank r's
-// region (Note [Pad partition]).
-func (h localRun) argSlot(r, set, sender int) uintptr {
-	words := h.padPtrs[r] + h.padSize + uintptr(4*(devRegionHeaderWords+devSets*2*h.world))
-	return (words+7)&^7 + uintptr(16*(set*h.world+sender))
-}
-
-// regionWord is the address of word i of rank r's device region.
-func (h localRun) regionWord(r, i int) *uint32 {
-	return (*uint32)(unmanaged.Pointer(h.padPtrs[r] + h.padSize + uintptr(4*i)))
-}
-
-func (h localRun) setWord(r, set, i int) *uint32 {
-	return h.regionWord(r, devRegionHeaderWords+set*2*h.world+i)
-}
 
 // Note [Collectives]
 //
@@ -231,7 +113,7 @@ func (h localRun) setWord(r, set, i int) *uint32 {
 // returns ErrMismatch naming every rank's arguments (it also stores the
 // packed arguments in the slot's second word, its atomics order both
 // stores before the arrival, and one more barrier keeps the slots until
-// every rank has read them); a kernel records devCauseMismatch with the
+// every rank has read them); a kernel records core.DevCauseMismatch with the
 // peer in the error flag and returns with out untouched. A kernel that
 // finds a tag past the arrival it waited for knows that the peer has
 // already failed this call and moved on: a mismatch too. Blocks that a
@@ -312,8 +194,8 @@ func oneShotMax() (any, two uintptr) {
 	return 256 << 10, 1 << 20
 }
 
-// CollArgs is one collective call.
-type CollArgs struct {
+// Args is one collective call.
+type Args struct {
 	Kind  core.CollKind
 	DType core.DType
 	Op    core.ReduceOp
@@ -325,32 +207,34 @@ type CollArgs struct {
 	Stream  core.Stream
 }
 
-// Collective checks a and runs it: enqueued on a.Stream where the backend
-// launches kernels, on this thread where its memory is CPU-addressable.
-// On any error nothing ran.
-func (h *Handle) Collective(a CollArgs) error {
-	if err := h.enter(); err != nil {
+// Run checks a and runs it over h: enqueued on a.Stream where the backend
+// launches kernels, on this thread where its memory is CPU-addressable,
+// through the group's engine on a group that spans machines (Note
+// [Collectives across machines] in core/symm). On any error nothing ran.
+func Run(h View, a Args) error {
+	leave, err := h.Enter()
+	if err != nil {
 		return err
 	}
-	defer h.life.leave()
-	c, err := h.plan(a)
+	defer leave()
+	c, err := plan(h, a)
 	if err != nil || c == nil {
 		return err
 	}
-	if h.span != nil {
-		return acrossMachines{h}.spanCollective(a, c)
+	if team, _, _ := h.Team(); team != nil {
+		return acrossMachines{h}.run(a, c)
 	}
-	return localRun{h}.run(c, a.Stream)
+	return wholeGroup(h).run(c, a.Stream)
 }
 
 func overlap(a, an, b, bn uintptr) bool { return a < b+bn && b < a+an }
 
 // plan validates a and resolves it into a core.Collective (nil: count 0,
 // nothing to do).
-func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
+func plan(h View, a Args) (*core.Collective, error) {
 	what := a.Kind.String()
 	bad := func(format string, args ...any) (*core.Collective, error) {
-		return nil, core.Errorf(core.ErrInvalidArgument, "group %q: %s: "+format, append([]any{h.name, what}, args...)...)
+		return nil, core.Errorf(core.ErrInvalidArgument, "group %q: %s: "+format, append([]any{h.GroupName(), what}, args...)...)
 	}
 	if !a.Kind.Valid() {
 		return bad("unknown collective %d (known: %s)", int32(a.Kind), core.Known[core.CollKind]())
@@ -364,19 +248,21 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 	if !a.Algo.Valid() {
 		return bad("unknown algorithm %d (known: %s)", int32(a.Algo), core.Known[core.Algo]())
 	}
-	if a.Channel < 0 || a.Channel >= CollChannels {
-		return bad("collective channel %d is out of range [0, %d)", a.Channel, CollChannels)
+	if a.Channel < 0 || a.Channel >= core.CollChannels {
+		return bad("collective channel %d is out of range [0, %d)", a.Channel, core.CollChannels)
 	}
 	if a.Count == 0 {
 		return nil, nil
 	}
-	es, w := a.DType.Size(), uintptr(h.world)
-	room := h.bufSize - h.offset
+	rank, world, bufSize, offset := h.Rank(), h.World(), h.BufferSize(), h.Offset()
+	es, w := a.DType.Size(), uintptr(world)
+	room := bufSize - offset
 	if a.Count > room/es {
-		return bad("count %d of %s (%d bytes) is past the buffer: %d bytes from the rendezvous offset %d to the block's end", a.Count, a.DType, a.Count*es, room, h.offset)
+		return bad("count %d of %s (%d bytes) is past the buffer: %d bytes from the rendezvous offset %d to the block's end", a.Count, a.DType, a.Count*es, room, offset)
 	}
-	base := h.bufPtrs[h.rank]
-	in, inBytes := base+h.offset, a.Count*es
+	pads := h.SignalPads()
+	base := h.Buffers()[rank]
+	in, inBytes := base+offset, a.Count*es
 	out, outBytes := a.Out, inBytes
 	inPlace := false
 	switch a.Kind {
@@ -387,13 +273,13 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 		inPlace = out == in
 	case core.AllGather:
 		outBytes = inBytes * w
-		inPlace = out != 0 && out+uintptr(h.rank)*inBytes == in
+		inPlace = out != 0 && out+uintptr(rank)*inBytes == in
 	case core.ReduceScatter:
 		if a.Count%w != 0 {
 			return bad("count %d is not a multiple of the world size %d", a.Count, w)
 		}
 		outBytes = inBytes / w
-		inPlace = out == in+uintptr(h.rank)*outBytes
+		inPlace = out == in+uintptr(rank)*outBytes
 	}
 	if out == 0 {
 		return bad("out is NULL (only all_reduce may default to in place)")
@@ -405,17 +291,18 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 		return bad("out [%#x, +%d) overlaps the input [%#x, +%d) in a way the operation cannot do (in place means out == input for all_reduce, out + rank*count elements == input for all_gather, out == input + rank*count/world elements for reduce_scatter)", out, outBytes, in, inBytes)
 	}
 	outOff := int64(-1)
-	if out >= base && out-base+outBytes <= h.bufSize {
+	if out >= base && out-base+outBytes <= bufSize {
 		outOff = int64(out - base)
 	}
 	algo := a.Algo
+	team, _, _ := h.Team()
 	ll, llWhy := lowLatencyFits(h, a, inBytes)
 	switch {
-	case h.span != nil:
+	case team != nil:
 		// The group's engine or the hierarchical form runs it with the
 		// caller's algo: neither uses the fields below but Kind, DType,
-		// Op, Count, Out and OutOffset (spanCollective decides).
-	case h.world == 1:
+		// Op, Count, Out and OutOffset (acrossMachines decides).
+	case world == 1:
 		algo = core.AlgoOneShot
 	case algo == core.AlgoLowLatency && !launchesKernels(h):
 		algo = core.AlgoOneShot // the host backend's one form (same results)
@@ -431,73 +318,19 @@ func (h *Handle) plan(a CollArgs) (*core.Collective, error) {
 	case algo == core.AlgoAuto || algo == core.AlgoHierarchical || algo == core.AlgoNCCL:
 		// On one machine hierarchical and nccl have no level above it:
 		// they choose as auto does.
-		algo = autoAllReduce(h.world, inBytes, inPlace, outOff >= 0)
+		algo = autoAllReduce(world, inBytes, inPlace, outOff >= 0)
 	case algo == core.AlgoTwoShot && outOff < 0:
-		return bad("two-shot reads every rank's out, so out must lie inside the rendezvoused block (out %#x is outside [%#x, +%d))", out, base, h.bufSize)
+		return bad("two-shot reads every rank's out, so out must lie inside the rendezvoused block (out %#x is outside [%#x, +%d))", out, base, bufSize)
 	}
 	pull := algo == core.AlgoTwoShot && inBytes >= TwoShotPullMinBytes
-	_, bufs := h.BufferPtrs() // device arrays (the host ones on the host backend)
-	_, pads := h.SignalPadPtrs()
-	c := &core.Collective{Kind: a.Kind, DType: a.DType, Op: a.Op, Algo: algo, Pull: pull, Count: a.Count, Rank: h.rank, World: h.world,
-		Buffers: bufs, Pads: pads, PadSize: h.padSize, InOffset: h.offset, Out: out, OutOffset: outOff,
-		Channel: a.Channel, TimeoutNs: uint64(h.timeout.Nanoseconds()), Unchecked: collUnchecked}
+	bufArr, padArr := h.PointerArrays() // device arrays (the host ones on the host backend)
+	padSize := h.SignalPadSize()
+	c := &core.Collective{Kind: a.Kind, DType: a.DType, Op: a.Op, Algo: algo, Pull: pull, Count: a.Count, Rank: rank, World: world,
+		Buffers: bufArr, Pads: padArr, PadSize: padSize, InOffset: offset, Out: out, OutOffset: outOff,
+		Channel: a.Channel, TimeoutNs: uint64(h.Timeout().Nanoseconds()), Unchecked: collUnchecked}
 	if algo == core.AlgoLowLatency {
-		c.LLOffset, c.LLSlot, c.PadAddrs = llOffset(h.padSize, h.world), llSlotBytes(), h.padPtrs
+		c.LLOffset, c.LLSlot, c.PadAddrs = core.LowLatencyOffset(padSize, world), core.LowLatencySlotBytes(), pads
 	}
 	c.Digest = argsDigest(argsWord(c))
 	return c, nil
-}
-
-// DeviceErrorText says what a device error flag records: nil for 0 and
-// for a timeout (the flag itself names the peer and set), ErrMismatch for a
-// peer's different collective arguments, ErrPeer for a peer's exit.
-func (h *Handle) DeviceErrorText(v uint32) error {
-	if v&devFlagFailed == 0 {
-		return nil
-	}
-	peer, set := int(v>>16&0x1fff), int(v&0xffff)
-	switch v >> 29 & 3 {
-	case devCauseMismatch:
-		if h.team != nil && peer < len(h.team.ranks) { // the team view's collective (Note [Team view])
-			peer = h.team.ranks[peer]
-		}
-		return core.Errorf(core.ErrMismatch, "group %q: rank %d: the device error flag %#x says that rank %d called a collective with other arguments than this rank (kernel block %d of collective channel %d; no data moved); the group's device barriers are no longer balanced: use another group",
-			h.name, h.rank, v, peer, set%collMaxBlocks, set/collMaxBlocks)
-	case devCausePeerExited:
-		if peer == h.gm.rank && h.gm.abort.aborted() { // Note [Abort]: our own abort word
-			return core.Errorf(core.ErrAborted, "group %q: rank %d: the device error flag %#x says that a kernel gave up on device set %d because the group was aborted (%s)",
-				h.name, h.rank, v, set, h.gm.abort.why)
-		}
-		return core.Errorf(core.ErrPeer, "group %q: rank %d: the device error flag %#x says that rank %d's process exited while a kernel waited for it (device set %d)",
-			h.name, h.rank, v, peer, set)
-	}
-	return nil
-}
-
-// DeviceError is word 0 of this rank's device region: 0, or what the first
-// kernel wait that gave up recorded (Note [Pad partition]).
-func (h *Handle) DeviceError() (uint32, error) {
-	if !h.life.enter() { // also on an aborted group (Note [Abort])
-		return 0, h.releasedErr()
-	}
-	defer h.life.leave()
-	addr := h.padPtrs[h.rank] + h.padSize
-	if !h.gm.be.Capabilities().StreamSignals {
-		return atomic.LoadUint32((*uint32)(unmanaged.Pointer(addr))), nil
-	}
-	// On the library's own stream, bounded by the group's timeout: the
-	// flag is read when something went wrong, which is when the caller's
-	// streams (the legacy default stream too) may be stuck on a wait.
-	// The backend writes through v's address as a uintptr: pinned, v is on
-	// the heap and stays put (on the goroutine's stack it could move
-	// before the copy, which would then write the old stack).
-	v := make([]uint32, 1)
-	pin := new(runtime.Pinner)
-	pin.Pin(&v[0])
-	err := h.gm.copyOut(uintptr(unsafe.Pointer(&v[0])), addr, 4)
-	unpinUnlessLate(pin, err)
-	if err != nil {
-		return 0, core.Errorf(core.CodeOf(err), "group %q: rank %d: reading the device error flag: %v", h.name, h.rank, err)
-	}
-	return v[0], nil
 }
