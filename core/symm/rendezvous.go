@@ -46,7 +46,9 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 //	            [Why every verdict is shared]); on a failure, stale peer pads
 //	            are dropped on every rank. Leaves nothing new.
 //	window      the segment as an NCCL window (Note [NCCL groups]), before
-//	            anything is mapped. The window stays with the group.
+//	            anything is mapped, by the group's window registry (Note
+//	            [Window registration]: nothing on groups without windows).
+//	            The window stays with the group.
 //	exchange    descriptors only where some rank lacks something
 //	            (exchangeCall, Note [Descriptor exchange phases]); it ends
 //	            with a verdict of its own and undoes its mappings itself on
@@ -54,9 +56,9 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 //	makeHandle  nothing here can fail: the fresh mappings enter the cache,
 //	            the handle takes its references, the call succeeds (undo then
 //	            keeps the arrays).
-//	checkPeers  NCCL's view of the peers' windows (NCCL >= 2.29): a
-//	            collective check whose failure releases the handle on every
-//	            rank.
+//	checkPeers  the handle's window, and NCCL's view of the peers' windows
+//	            (NCCL >= 2.29): a collective check whose failure releases
+//	            the handle on every rank.
 //	undo        drops the pins; frees the arrays unless makeHandle ran.
 type rendezvousCall struct {
 	g   *Group
