@@ -99,10 +99,7 @@ func (g *Group) Abort() error {
 
 func (g *Group) abortFor(why string) error {
 	first := g.gm.abort.mark(why)
-	g.ch.Cancel()
-	if g.shm != nil {
-		g.shm.Cancel()
-	}
+	g.meet.cancel()
 	if !first {
 		return nil
 	}

@@ -1,15 +1,12 @@
 package symm
 
 import (
-	"bytes"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
-	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/unmanaged"
 	"golang.org/x/sys/unix"
 )
@@ -216,179 +213,8 @@ func (cg *commGather) close() error {
 	return err
 }
 
-// window is a segment of ours registered with the communicator. win is
-// the ncclWindow_t, 0 while the segment is paused or once it is released
-// (handles read it: Handle.Window).
-type window struct {
-	segID uint64
-	addr  uintptr
-	size  uintptr
-	win   atomic.Uintptr
-}
-
-// windows are a group's NCCL windows, by the heap offset of their segment,
-// registered with comm (the communicator of the group named name).
-type windows struct {
-	comm Communicator
-	name string
-	mu   sync.Mutex
-	m    map[uint64]*window
-	// paused holds the windows of segments that a collective pause
-	// deregistered, by heap offset, until the resume registers them again
-	// (Note [Collective pause]).
-	paused map[uint64]*window
-	// registered and deregistered count calls (tests check them).
-	registered, deregistered int
-	removeHook               func()
-}
-
-// held is 1 + the segment ID of the window at heapOff if it is for segID,
-// else 0 (blockRecord.winHeld).
-func (w *windows) held(heapOff, segID uint64) uint64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if x := w.m[heapOff]; x != nil && x.segID == segID {
-		return segID + 1
-	}
-	return 0
-}
-
-// WindowCounts reports how many windows the group registered and
-// deregistered, and how many it holds.
-func (g *Group) WindowCounts() (registered, deregistered, live int) {
-	if g.wins == nil {
-		return 0, 0, 0
-	}
-	g.wins.mu.Lock()
-	defer g.wins.mu.Unlock()
-	return g.wins.registered, g.wins.deregistered, len(g.wins.m)
-}
-
 // Communicator is the group's communicator, nil for socket groups.
 func (g *Group) Communicator() Communicator { return g.comm }
-
-// dropLocked deregisters x (w.mu held).
-func (w *windows) dropLocked(heapOff uint64, x *window) error {
-	delete(w.m, heapOff)
-	w.deregistered++
-	win := x.win.Swap(0)
-	if err := w.comm.DeregisterWindow(win); err != nil {
-		return core.Errorf(core.CodeOf(err), "group %q: deregistering the window of the segment at %#x (%d bytes): %v", w.name, x.addr, x.size, err)
-	}
-	return nil
-}
-
-// onSegmentRelease is the allocator's release hook: the segment's window
-// goes before its memory.
-func (w *windows) onSegmentRelease(seg alloc.SegmentInfo) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if x := w.m[seg.HeapOff]; x != nil && x.segID == seg.ID {
-		return w.dropLocked(seg.HeapOff, x)
-	}
-	return nil
-}
-
-// of returns the windows held for segs (none on a nil w).
-func (w *windows) of(segs []alloc.SegmentInfo) map[uint64]*window {
-	if w == nil {
-		return nil
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	ws := map[uint64]*window{}
-	for _, s := range segs {
-		if x := w.m[s.HeapOff]; x != nil && x.segID == s.ID {
-			ws[s.HeapOff] = x
-		}
-	}
-	return ws
-}
-
-// keepPaused remembers the windows of ws that a pause deregistered.
-func (w *windows) keepPaused(ws map[uint64]*window) {
-	if len(ws) == 0 {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.paused == nil {
-		w.paused = map[uint64]*window{}
-	}
-	for off, x := range ws {
-		if w.m[off] != x {
-			w.paused[off] = x
-		}
-	}
-}
-
-// close removes the release hook and deregisters every window (Destroy).
-func (w *windows) close() error {
-	var errs []error
-	w.removeHook()
-	w.mu.Lock()
-	for off, x := range w.m {
-		errs = append(errs, w.dropLocked(off, x))
-	}
-	w.mu.Unlock()
-	return errors.Join(errs...)
-}
-
-// registerWindow makes sure every rank holds a window for the rendezvous'
-// segment (Note [NCCL groups]); collective, g.coll held. It returns our
-// window and shares the verdict.
-func (c *rendezvousCall) registerWindow() (*window, error) {
-	g, info, recs := c.g, c.info, c.recs
-	seg := info.Segment
-	need := false
-	for r := range recs {
-		need = need || recs[r].winHeld != recs[r].segID+1
-	}
-	w := g.wins
-	if !need {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.m[seg.HeapOff], nil
-	}
-	var localErr error
-	w.mu.Lock()
-	if x := w.m[seg.HeapOff]; x != nil {
-		localErr = w.dropLocked(seg.HeapOff, x)
-	}
-	w.mu.Unlock()
-	var win uintptr
-	err := g.cg.bounded("ncclCommWindowRegister", func() error {
-		var err error
-		win, err = g.comm.RegisterWindow(seg.Addr, seg.Size)
-		return err
-	})
-	if core.CodeOf(err) == core.ErrTimeout {
-		return nil, err
-	}
-	if localErr == nil && err != nil {
-		localErr = core.Errorf(core.CodeOf(err), "rank %d: registering its segment at %#x (%d bytes) as a window: %v", g.rank, seg.Addr, seg.Size, err)
-	}
-	var x *window
-	if err == nil {
-		x = &window{segID: seg.ID, addr: seg.Addr, size: seg.Size}
-		x.win.Store(win)
-		w.mu.Lock()
-		w.registered++
-		w.m[seg.HeapOff] = x
-		w.mu.Unlock()
-	}
-	if err := g.shareVerdict("rendezvous (NCCL window registration)", localErr); err != nil {
-		if x != nil && localErr == nil {
-			w.mu.Lock()
-			if w.m[seg.HeapOff] == x {
-				w.dropLocked(seg.HeapOff, x)
-			}
-			w.mu.Unlock()
-		}
-		return nil, err
-	}
-	return x, nil
-}
 
 // shareVerdict all-gathers local outcomes: every rank gets the first
 // failure, or nil.
@@ -411,38 +237,6 @@ func (g *Group) verdictOf(what string, raw [][]byte) error {
 		}
 	}
 	return firstFailure(g.name, what, sts)
-}
-
-// checkPeerPointers compares, for every peer, the first bytes of its block
-// through NCCL's peer pointer with the same bytes through our mapping
-// (NCCL >= 2.29; Note [NCCL groups]). Collective when supported.
-func (c *rendezvousCall) checkPeerPointers(win uintptr, blockOff uintptr) error {
-	g, h := c.g, c.h
-	if _, ok, _ := g.comm.PeerPointer(win, blockOff, g.rank); !ok {
-		return nil
-	}
-	n := min(h.bufSize, 4096)
-	var localErr error
-	ours := make([]byte, n)
-	theirs := make([]byte, n)
-	for p := 0; p < g.world && localErr == nil; p++ {
-		ptr, _, err := g.comm.PeerPointer(win, blockOff, p)
-		if err != nil {
-			localErr = core.Errorf(core.CodeOf(err), "rank %d: NCCL's pointer to rank %d's window: %v", g.rank, p, err)
-			break
-		}
-		if ptr == 0 || h.bufPtrs[p] == 0 {
-			continue // not reachable by load/store in NCCL's view, or on another machine (Note [Local teams])
-		}
-		if err := errors.Join(g.cg.readBytes(ours, h.bufPtrs[p]), g.cg.readBytes(theirs, ptr)); err != nil {
-			localErr = core.Errorf(core.CodeOf(err), "rank %d: reading rank %d's block: %v", g.rank, p, err)
-			break
-		}
-		if !bytes.Equal(ours, theirs) {
-			localErr = core.Errorf(core.ErrMismatch, "rank %d: NCCL's view of rank %d's window (%#x) holds other bytes than libsymmem's mapping of its block (%#x): the window is not the rendezvoused buffer", g.rank, p, ptr, h.bufPtrs[p])
-		}
-	}
-	return g.shareVerdict("rendezvous (checking NCCL's peer pointers)", localErr)
 }
 
 // readBytes copies len(dst) bytes at addr (device memory) into dst.

@@ -2,7 +2,6 @@ package symm
 
 import (
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -70,7 +69,9 @@ type Group struct {
 	alloc   *alloc.Allocator
 	ch      *ipc.Channel
 	ex      ipc.Exchange
-	shm     *ipc.ShmExchange // the control page when ex is it, else nil
+	// meet is how the members met (Note [Member paths]): it owns ch and
+	// what carries ex.
+	meet memberPath
 	// paths carry descriptors to the peers, in order (Note [Descriptor
 	// paths]); set with the teams.
 	paths   []descriptorPath
@@ -78,11 +79,11 @@ type Group struct {
 	// machine is this process's identity (thisMachine unless a test says).
 	machine machineIdentity
 	teams
-	// comm, cg and wins are set on groups over a communicator (Note [NCCL
-	// groups]); wins is nil when windows are off.
+	// comm is set on groups over a communicator (Note [NCCL groups]).
 	comm Communicator
-	cg   *commGather
-	wins *windows
+	// wins registers rendezvoused segments as the engine's windows (Note
+	// [Window registration]); noWindows on groups without them.
+	wins windowRegistry
 	// hier is the communicator split by local rank for the hierarchical
 	// collectives, made on first use (Note [Hierarchical all-reduce] in
 	// core/symm/coll).
@@ -148,94 +149,95 @@ func New(o Options) (*Group, error) {
 	// if they had not been made.
 	alloc.DrainThreadCaches()
 
+	// How the members meet is chosen once, here (Note [Member paths]).
+	var meet memberPath = &socketMembers{o: o}
 	var cg *commGather
-	if o.Comm != nil {
+	switch {
+	case o.Comm != nil:
 		if cg, err = newCommGather(o.Comm, rt.Backend, o.Device, o.Name, o.Timeout); err != nil {
 			return nil, core.Errorf(core.CodeOf(err), "group %q: rank %d: a stream for %s: %v", o.Name, o.Rank, o.Comm.Describe(), err)
 		}
-		o.AllGather = cg.allGather
+		meet = &gatherMembers{o: o, fn: cg.allGather, done: cg.close}
+	case o.AllGather != nil:
+		meet = &gatherMembers{o: o, fn: o.AllGather, done: func() error { return nil }}
 	}
-	g, err := newGroup(o, rt, alloc)
+	g, err := newGroup(o, rt, alloc, meet)
 	if err != nil {
-		if cg != nil {
-			cg.close()
-		}
+		meet.close()
 		return nil, err
 	}
+	// What the group registers with its engine is chosen once, here (Note
+	// [Window registration]).
+	g.wins = noWindows{}
 	if cg != nil {
-		g.comm, g.cg = o.Comm, cg
+		g.comm = o.Comm
 		if !o.NoWindows {
-			g.wins = &windows{comm: o.Comm, name: o.Name, m: map[uint64]*window{}}
-			g.wins.removeHook = alloc.AddReleaseHook(g.wins.onSegmentRelease)
+			g.wins = newNCCLWindows(o.Comm, cg, o.Name, alloc)
 		}
 	}
 	g.span = g.newSpan()
 	return g, nil
 }
 
-// newGroup is New once the exchange is known.
+// Note [Member paths]
 //
-// Socket groups connect first (the channel carries their records) and may
-// hold one machine only. Groups whose records go through the caller's
-// all-gather (or a communicator) learn every rank's machine from the member
-// records first, then open the channel among their local team alone
-// (Note [Local teams]).
-func newGroup(o Options, rt *alloc.Runtime, alloc *alloc.Allocator) (*Group, error) {
+// How the ranks of a group meet is one memberPath, chosen once in New, so
+// that newGroup runs one sequence of phases on every group:
+//
+//	records   the exchange that carries the group's records (g.ex).
+//	members   agreeMembers: every rank's member record, the teams, and
+//	          what the path needs of them (admit).
+//	connect   the channel that carries descriptors (g.ch), among the
+//	          socket team.
+//	pads      the signal pads, exchanged with a shared verdict.
+//
+// The paths:
+//
+//	socketMembers  (sockets_members.go) socket groups: records connects
+//	               the ranks over this machine's sockets and carries the
+//	               records on the channel; admit wants one machine.
+//	gatherMembers  (gather_members.go) the caller's all-gather or a
+//	               communicator: records carries them through it, and
+//	               connect opens the channel among the local team alone,
+//	               once the members say where every rank is (Note [Local
+//	               teams]).
+//
+// A failed creation closes what the path opened (memberPath.close), as
+// Destroy does.
+type memberPath interface {
+	// records sets the group's exchange of records.
+	records(g *Group, tr *phaseTrace) error
+	// admit checks what the path needs of the members, once their
+	// records are agreed and the teams formed.
+	admit(g *Group) error
+	// connect opens the group's channel.
+	connect(g *Group, tr *phaseTrace) error
+	// cancel makes waits on the path's channels fail at once (Destroy,
+	// Abort).
+	cancel()
+	// close closes what the path opened, whatever it got to.
+	close() error
+}
+
+// newGroup is New once the member path is known: the phases of Note
+// [Member paths]. On failure the caller closes meet.
+func newGroup(o Options, rt *alloc.Runtime, alloc *alloc.Allocator, meet memberPath) (*Group, error) {
 	tr := startTrace("group %q rank %d creation", o.Name, o.Rank)
 	defer tr.done()
 	g := &Group{name: o.Name, rank: o.Rank, world: o.World, device: o.Device, timeout: o.Timeout,
-		be: rt.Backend, alloc: alloc, padSize: DefaultSignalPadSize, machine: thisMachine}
+		be: rt.Backend, alloc: alloc, padSize: DefaultSignalPadSize, machine: thisMachine, meet: meet}
 	if o.machine != nil {
 		g.machine = *o.machine
 	}
-	if o.AllGather != nil {
-		g.ex = &ipc.FuncExchange{Rank: o.Rank, World: o.World, Fn: o.AllGather}
-		if err := g.agreeMembers(); err != nil {
-			return nil, err
-		}
-		tr.mark("members")
-		// The caller's all-gather already connects exactly this job's
-		// ranks: rank 0's nonce is a token that no other job can present.
-		token := o.JobToken
-		if token == "" {
-			token = ipc.JobToken()
-		}
-		token += "/" + hex.EncodeToString(g.members[0].nonce[:])
-		cfg := ipc.Config{Name: o.Name, Rank: g.sockRank, World: len(g.sock), Timeout: o.Timeout, Dir: o.SocketDir, Token: token}
-		if len(g.machines) > 1 || g.nteams > 1 {
-			// Teams of one group that share a socket directory (machines
-			// imitated on one host) must not share a socket.
-			cfg.Socket = fmt.Sprintf("%s.team%d", o.Name, g.sock[0])
-		}
-		ch, err := ipc.Open(cfg)
-		if err != nil {
-			return nil, err
-		}
-		g.ch = ch
-		tr.mark("connect")
-	} else {
-		ch, err := ipc.Open(ipc.Config{Name: o.Name, Rank: o.Rank, World: o.World, Timeout: o.Timeout, Dir: o.SocketDir, Token: o.JobToken,
-			ControlPage: useShmExchange()})
-		if err != nil {
-			return nil, err
-		}
-		g.ch, g.ex = ch, ch
-		tr.mark("connect")
-		if useShmExchange() {
-			// Records through the group's shared-memory page (Note
-			// [Shared-memory control page]); descriptors stay on ch.
-			if g.shm, err = ipc.NewShmExchange(ch); err != nil {
-				ch.Close()
-				return nil, err
-			}
-			g.ex = g.shm
-		}
-		tr.mark("control-page")
-		if err := g.agreeMembers(); err != nil {
-			g.closeChannels()
-			return nil, err
-		}
-		tr.mark("members")
+	if err := meet.records(g, tr); err != nil {
+		return nil, err
+	}
+	if err := g.agreeMembers(); err != nil {
+		return nil, err
+	}
+	tr.mark("members")
+	if err := meet.connect(g, tr); err != nil {
+		return nil, err
 	}
 	// What fails here fails on this rank only; it is carried into the pad
 	// exchange's all-gathered status, so that every rank returns the same
@@ -251,7 +253,6 @@ func newGroup(o Options, rt *alloc.Runtime, alloc *alloc.Allocator) (*Group, err
 	}
 	if err := g.exchangePads(localErr, tr); err != nil {
 		g.gm.live.Close()
-		g.closeChannels()
 		return nil, err
 	}
 	return g, nil
@@ -273,22 +274,10 @@ func (g *Group) socketTeamPids() []int32 {
 	return pids
 }
 
-// useShmExchange: records go through a shared-memory page unless
-// SYMMEM_SHM_EXCHANGE=0 (every rank must choose alike; the benchmarks use
-// it to compare with the sockets).
-func useShmExchange() bool { return core.Current().Bool("SYMMEM_SHM_EXCHANGE", true) }
-
-// closeChannels closes the control page and the channel.
-func (g *Group) closeChannels() error {
-	if g.shm != nil {
-		g.shm.Close()
-	}
-	return g.ch.Close()
-}
-
 // agreeMembers all-gathers every rank's member record and checks that the
 // ranks can share memory: one backend, machine identities that hold
-// together (Note [Machine identity]), one machine for socket groups, and
+// together (Note [Machine identity]), what the member path needs (one
+// machine for socket groups: Note [Member paths]), and
 // distinct devices on each machine unless SYMMEM_ALLOW_OVERLAPPING_DEVICES=1
 // on every rank (the host backend has one device, which every rank shares
 // by design). It sets the group's local team (Note [Local teams]).
@@ -338,11 +327,8 @@ func (g *Group) agreeMembers() error {
 		return err
 	}
 	g.paths = pathsFor(&g.teams)
-	if _, callers := g.ex.(*ipc.FuncExchange); !callers {
-		if len(g.machines) > 1 {
-			d := core.RanksByValue(g.world, func(r int) string { return ms[r].machine().String() })
-			return core.Errorf(core.ErrMismatch, "group %q: the ranks are on different machines (%s): a group over this host's sockets needs one machine; make it over an NCCL communicator or with an all-gather to span machines", g.name, d)
-		}
+	if err := g.meet.admit(g); err != nil {
+		return err
 	}
 	if g.be.Capabilities().SharedDevice { // every rank has the same backend by now
 		return nil
@@ -488,27 +474,18 @@ func (g *Group) exchangePads(localErr error, tr *phaseTrace) error {
 // (Options.AllGather) the call inside it cannot be cancelled: Destroy then
 // waits for it to return.
 func (g *Group) Destroy() error {
-	g.ch.Cancel()
-	if g.shm != nil {
-		g.shm.Cancel()
-	}
+	g.meet.cancel()
 	g.coll.Lock()
 	defer g.coll.Unlock()
 	if g.destroyed {
 		return nil
 	}
 	g.destroyed = true
-	err := g.closeChannels()
+	err := g.meet.close()
 	if herr := g.hier.close(); herr != nil {
 		err = errors.Join(err, core.Errorf(core.CodeOf(herr), "group %q: destroying the communicator split by local rank: %v", g.name, herr))
 	}
-	if g.cg != nil {
-		if g.wins != nil {
-			err = errors.Join(err, g.wins.close(), g.cg.close())
-		} else {
-			err = errors.Join(err, g.cg.close())
-		}
-	}
+	err = errors.Join(err, g.wins.close())
 	g.gm.mu.Lock()
 	if uerr := g.gm.unrefLocked(); uerr != nil && err == nil {
 		err = uerr

@@ -281,14 +281,15 @@ func (c *pauseCall) releaseImports() {
 // releaseOwn releases our own memory of the tag and shares the outcome.
 func (c *pauseCall) releaseOwn() error {
 	g := c.g
-	// The windows of the tag's segments are deregistered by the release
-	// hook before the memory goes (NCCL keeps a mapping of its own); the
-	// resume registers them again.
-	wins := g.wins.of(c.segs)
-	if _, err := g.alloc.Pause(c.tag, alloc.PauseOptions{Collective: true, Stage: alloc.PauseCommit}); err != nil && c.localErr == nil {
+	// The windows of the tag's segments go before the memory does (Note
+	// [Window registration]); the resume registers them again.
+	err := g.wins.pause(c.segs, func() error {
+		_, err := g.alloc.Pause(c.tag, alloc.PauseOptions{Collective: true, Stage: alloc.PauseCommit})
+		return err
+	})
+	if err != nil && c.localErr == nil {
 		c.localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
 	}
-	g.wins.keepPaused(wins)
 	return g.shareVerdict(c.what+" (releasing memory)", c.localErr)
 }
 
@@ -334,7 +335,7 @@ func (g *Group) Resume(tag string) error {
 //	          fabric handles (Note [Fabric teams]). Leaves remapped (undo).
 //	verdict   the outcome shared; on a failure, undo.
 //	windows   the NCCL windows the pause deregistered, registered again
-//	          collectively (registerWindows): the memory is back
+//	          collectively (Note [Window registration]): the memory is back
 //	          everywhere, so a failure there leaves it so.
 //	undo      unmaps and releases what remap and fabric mapped, marks it
 //	          paused again, and pauses our tag again.
@@ -364,7 +365,7 @@ func (c *resumeCall) run() error {
 	}
 	// The memory is back everywhere; a failure to register a window again
 	// leaves it so (the next rendezvous on the segment registers it).
-	return c.registerWindows()
+	return g.wins.resume(c)
 }
 
 // list fills our record: the tag's paused segments, the paused imports we
@@ -394,15 +395,7 @@ func (c *resumeCall) list() {
 		}
 	}
 	gm.mu.Unlock()
-	if g.wins != nil {
-		g.wins.mu.Lock()
-		for _, s := range c.segs {
-			if x := g.wins.paused[s.HeapOff]; x != nil && x.segID == s.ID {
-				c.rec.wins = append(c.rec.wins, s.HeapOff)
-			}
-		}
-		g.wins.mu.Unlock()
-	}
+	c.rec.wins = g.wins.paused(c.segs)
 	slices.SortFunc(c.rec.held, func(a, b mapKey) int {
 		if a.peer != b.peer {
 			return a.peer - b.peer
@@ -445,63 +438,6 @@ func (c *resumeCall) undo(err error) error {
 	gm.mu.Unlock()
 	c.repause()
 	return err
-}
-
-// registerWindows registers again, collectively, the windows that the
-// pause of our segments deregistered on some rank (the union over ranks,
-// in heap order, from the resume records), and shares the verdict.
-func (c *resumeCall) registerWindows() error {
-	g, what, segs, recs := c.g, c.what, c.segs, c.recs
-	if g.wins == nil {
-		return nil
-	}
-	var offs []uint64
-	for _, r := range recs {
-		for _, off := range r.wins {
-			if !slices.Contains(offs, off) {
-				offs = append(offs, off)
-			}
-		}
-	}
-	if len(offs) == 0 {
-		return nil
-	}
-	slices.Sort(offs)
-	var localErr error
-	for _, off := range offs {
-		i := slices.IndexFunc(segs, func(s alloc.SegmentInfo) bool { return s.HeapOff == off })
-		if i < 0 {
-			localErr = core.Errorf(core.ErrInternal, "rank %d: no segment of the tag at heap offset %#x to register", g.rank, off)
-			break // the verdict fails every rank before it registers more
-		}
-		s := segs[i]
-		var win uintptr
-		err := g.cg.bounded("ncclCommWindowRegister", func() error {
-			var err error
-			win, err = g.comm.RegisterWindow(s.Addr, s.Size)
-			return err
-		})
-		if err != nil {
-			if localErr == nil {
-				localErr = core.Errorf(core.CodeOf(err), "rank %d: registering its resumed segment at %#x (%d bytes) as a window again: %v", g.rank, s.Addr, s.Size, err)
-			}
-			if core.CodeOf(err) == core.ErrTimeout {
-				return localErr
-			}
-			continue
-		}
-		g.wins.mu.Lock()
-		x := g.wins.paused[off]
-		delete(g.wins.paused, off)
-		if x == nil || x.segID != s.ID {
-			x = &window{segID: s.ID, addr: s.Addr, size: s.Size}
-		}
-		x.win.Store(win)
-		g.wins.m[off] = x
-		g.wins.registered++
-		g.wins.mu.Unlock()
-	}
-	return g.shareVerdict(what+" (NCCL windows)", localErr)
 }
 
 // remap maps imported memory mem into m's reserved range, which a pause

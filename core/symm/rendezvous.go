@@ -46,7 +46,9 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 //	            [Why every verdict is shared]); on a failure, stale peer pads
 //	            are dropped on every rank. Leaves nothing new.
 //	window      the segment as an NCCL window (Note [NCCL groups]), before
-//	            anything is mapped. The window stays with the group.
+//	            anything is mapped, by the group's window registry (Note
+//	            [Window registration]: nothing on groups without windows).
+//	            The window stays with the group.
 //	exchange    descriptors only where some rank lacks something
 //	            (exchangeCall, Note [Descriptor exchange phases]); it ends
 //	            with a verdict of its own and undoes its mappings itself on
@@ -54,9 +56,9 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 //	makeHandle  nothing here can fail: the fresh mappings enter the cache,
 //	            the handle takes its references, the call succeeds (undo then
 //	            keeps the arrays).
-//	checkPeers  NCCL's view of the peers' windows (NCCL >= 2.29): a
-//	            collective check whose failure releases the handle on every
-//	            rank.
+//	checkPeers  the handle's window, and NCCL's view of the peers' windows
+//	            (NCCL >= 2.29): a collective check whose failure releases
+//	            the handle on every rank.
 //	undo        drops the pins; frees the arrays unless makeHandle ran.
 type rendezvousCall struct {
 	g   *Group
@@ -74,7 +76,7 @@ type rendezvousCall struct {
 	// offset, referenced until undo; nil where we hold none.
 	pinned    []*peerMap
 	recs      []blockRecord
-	win       *window
+	win       *window    // our window of the segment (register; nil without windows)
 	needPads  bool       // the pads were never exchanged: the exchange passes them
 	fresh     []*peerMap // segments mapped by this call
 	succeeded bool
@@ -216,9 +218,7 @@ func (c *rendezvousCall) gather() error {
 		c.rec.blockSize, c.rec.requested, c.rec.offset = uint64(info.Size), uint64(info.Requested), uint64(c.ptr-info.Addr)
 		c.rec.heapOff, c.rec.segHeapOff, c.rec.segSize, c.rec.segID = info.HeapOff, info.Segment.HeapOff, uint64(info.Segment.Size), info.Segment.ID
 		c.rec.allocs, c.rec.frees = info.Allocs, info.Frees
-		if g.wins != nil {
-			c.rec.winHeld = g.wins.held(info.Segment.HeapOff, info.Segment.ID)
-		}
+		c.rec.winHeld = g.wins.held(info.Segment)
 	}
 	raw, err := g.ex.AllGather(0, c.rec.encode())
 	if err != nil {
@@ -244,19 +244,10 @@ func (c *rendezvousCall) verdict() error {
 	return nil
 }
 
-// window registers the segment as an NCCL window (Note [NCCL groups]),
-// before anything is mapped, so that a failure here leaves nothing to undo.
-func (c *rendezvousCall) window() error {
-	if c.g.wins == nil {
-		return nil
-	}
-	var err error
-	if c.win, err = c.registerWindow(); err != nil {
-		return err
-	}
-	c.tr.mark("nccl-window")
-	return nil
-}
+// window registers the segment as a window of the group's engine, where
+// its group has windows (Note [Window registration]), before anything is
+// mapped, so that a failure here leaves nothing to undo.
+func (c *rendezvousCall) window() error { return c.g.wins.register(c) }
 
 // need(r, p): rank r lacks peer p's current segment, and p is on r's
 // machine (Note [Local teams]: remote ranks are never mapped).
@@ -317,20 +308,15 @@ func (c *rendezvousCall) makeHandle() {
 	c.succeeded = true
 }
 
-// checkPeers checks NCCL's view of the peers' windows (NCCL >= 2.29): a
-// collective check whose failure releases the handle on every rank.
+// checkPeers gives the handle its window and checks NCCL's view of the
+// peers' windows (NCCL >= 2.29; Note [Window registration]): a collective
+// check whose failure releases the handle on every rank.
 func (c *rendezvousCall) checkPeers() (*Handle, error) {
-	h, info := c.h, c.info
-	if c.win == nil {
-		return h, nil
-	}
-	h.window, h.windowOffset = c.win, c.ptr-info.Segment.Addr
-	if err := c.checkPeerPointers(c.win.win.Load(), info.Addr-info.Segment.Addr); err != nil {
-		h.Release()
+	if err := c.g.wins.attach(c); err != nil {
+		c.h.Release()
 		return nil, err
 	}
-	c.tr.mark("nccl-peer-check")
-	return h, nil
+	return c.h, nil
 }
 
 // dropStalePeerPads: when the ranks' pads differ in size or in whether they

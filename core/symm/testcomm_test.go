@@ -36,6 +36,8 @@ type testHub struct {
 	// windows counts registrations (tests read it); closes counts Close
 	// calls on this hub's communicators (made by Split).
 	windows, deregs, closes int
+	// liveWins holds the windows registered and not yet deregistered.
+	liveWins map[uintptr]bool
 }
 
 const testSlots = 64
@@ -53,7 +55,7 @@ type testRound struct {
 
 func newTestHub(world int, timeout time.Duration, machine []string, oneSided bool) *testHub {
 	return &testHub{world: world, timeout: timeout, machine: machine, oneSided: oneSided,
-		rounds: map[int]*testRound{}, subs: map[string]*testHub{}, sig: make([]uint32, world*world*testSlots)}
+		rounds: map[int]*testRound{}, subs: map[string]*testHub{}, liveWins: map[uintptr]bool{}, sig: make([]uint32, world*world*testSlots)}
 }
 
 type testComm struct {
@@ -144,23 +146,45 @@ func (c *testComm) AllGather(stream core.Stream, send, recv, n uintptr) error {
 	})
 }
 
+// RegisterWindow gives every registration a handle of its own (a later
+// registration of the same memory is another window, as in NCCL), which
+// stays live until its deregistration.
 func (c *testComm) RegisterWindow(addr, size uintptr) (uintptr, error) {
-	var win uintptr
-	err := c.round(addr, func(all []any) error {
-		win = addr // the window's handle: its address, unique per rank
-		return nil
-	})
-	c.hub.mu.Lock()
-	c.hub.windows++
-	c.hub.mu.Unlock()
-	return win, err
+	err := c.round(addr, func(all []any) error { return nil })
+	h := c.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.windows++
+	if err != nil {
+		return 0, err
+	}
+	win := testWindowBase + uintptr(h.windows)<<8 + uintptr(c.rank)
+	h.liveWins[win] = true
+	return win, nil
 }
 
+// testWindowBase keeps the test windows' handles apart from addresses.
+const testWindowBase = 0x5e00_0000_0000
+
+// DeregisterWindow fails for a handle that is not a live window: one never
+// registered, or deregistered already.
 func (c *testComm) DeregisterWindow(win uintptr) error {
-	c.hub.mu.Lock()
-	c.hub.deregs++
-	c.hub.mu.Unlock()
+	h := c.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.deregs++
+	if !h.liveWins[win] {
+		return core.Errorf(core.ErrInvalidArgument, "test communicator: deregistering %#x, which is not a live window", win)
+	}
+	delete(h.liveWins, win)
 	return nil
+}
+
+// liveWindow says whether win is registered and not deregistered.
+func (h *testHub) liveWindow(win uintptr) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.liveWins[win]
 }
 
 func (c *testComm) PeerPointer(win, offset uintptr, peer int) (uintptr, bool, error) {

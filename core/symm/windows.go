@@ -1,0 +1,356 @@
+package symm
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
+)
+
+// Note [Window registration]
+//
+// What a group registers of its rendezvoused segments with its engine is
+// one windowRegistry, chosen once when the group is made (New), so that the
+// rendezvous, the collective pause and resume, Destroy and the statistics
+// call it the same way on every group:
+//
+//	noWindows    groups whose segments have no windows: socket groups,
+//	             groups on the caller's all-gather, groups over a
+//	             communicator made with Options.NoWindows. Every step is
+//	             nothing, and the statistics are zero.
+//	ncclWindows  groups over a communicator: every segment a rendezvous
+//	             shares is an NCCL symmetric window (Note [NCCL groups]),
+//	             deregistered with its memory by a collective pause's
+//	             commit and registered again by the resume.
+//
+// Each step keeps the phases' contract: register and resume are
+// collective and end with a shared verdict; pause runs the pause's commit
+// (whose release hook deregisters the windows of the memory it releases)
+// and remembers, for the resume, the windows it deregistered.
+type windowRegistry interface {
+	// held is blockRecord.winHeld for seg: 1 + its ID where this rank holds
+	// the segment's window, else 0.
+	held(seg alloc.SegmentInfo) uint64
+	// register is the rendezvous' window phase (Note [Rendezvous phases]):
+	// every rank holds a window for the call's segment, or every rank
+	// fails alike. It sets c.win (nil where the group has no windows).
+	register(c *rendezvousCall) error
+	// attach gives the handle its window and checks NCCL's view of the
+	// peers (NCCL >= 2.29), collectively: the rendezvous' checkPeers phase.
+	attach(c *rendezvousCall) error
+	// pause runs commit, the release of the memory of segs, and keeps the
+	// windows that the release deregistered for the resume; it returns
+	// commit's error.
+	pause(segs []alloc.SegmentInfo, commit func() error) error
+	// paused lists the heap offsets of segs whose window a pause
+	// deregistered (tagRecord.wins).
+	paused(segs []alloc.SegmentInfo) []uint64
+	// resume registers again, collectively, what the pause deregistered
+	// on any rank (the resume's windows phase, Note [Resume phases]).
+	resume(c *resumeCall) error
+	// counts are Group.WindowCounts.
+	counts() (registered, deregistered, live int)
+	// close deregisters every window the group holds (Destroy).
+	close() error
+}
+
+// noWindows is the registry of groups without windows.
+type noWindows struct{}
+
+func (noWindows) held(alloc.SegmentInfo) uint64                          { return 0 }
+func (noWindows) register(*rendezvousCall) error                         { return nil }
+func (noWindows) attach(*rendezvousCall) error                           { return nil }
+func (noWindows) pause(_ []alloc.SegmentInfo, commit func() error) error { return commit() }
+func (noWindows) paused([]alloc.SegmentInfo) []uint64                    { return nil }
+func (noWindows) resume(*resumeCall) error                               { return nil }
+func (noWindows) counts() (registered, deregistered, live int)           { return 0, 0, 0 }
+func (noWindows) close() error                                           { return nil }
+
+// WindowCounts reports how many windows the group registered and
+// deregistered, and how many it holds.
+func (g *Group) WindowCounts() (registered, deregistered, live int) { return g.wins.counts() }
+
+// window is a segment of ours registered with the communicator. win is
+// the ncclWindow_t, 0 while the segment is paused or once it is released
+// (handles read it: Handle.Window).
+type window struct {
+	segID uint64
+	addr  uintptr
+	size  uintptr
+	win   atomic.Uintptr
+}
+
+// ncclWindows are a group's NCCL windows, by the heap offset of their
+// segment, registered with comm (the communicator of the group named name,
+// whose waits cg bounds).
+type ncclWindows struct {
+	comm Communicator
+	cg   *commGather
+	name string
+	mu   sync.Mutex
+	m    map[uint64]*window
+	// pausedWins holds the windows of segments that a collective pause
+	// deregistered, by heap offset, until the resume registers them again
+	// (Note [Collective pause]).
+	pausedWins map[uint64]*window
+	// registered and deregistered count calls (tests check them).
+	registered, deregistered int
+	removeHook               func()
+}
+
+// newNCCLWindows is the registry of a group over comm, whose windows go
+// before the memory that a's release hook is told about.
+func newNCCLWindows(comm Communicator, cg *commGather, name string, a *alloc.Allocator) *ncclWindows {
+	w := &ncclWindows{comm: comm, cg: cg, name: name, m: map[uint64]*window{}, pausedWins: map[uint64]*window{}}
+	w.removeHook = a.AddReleaseHook(w.onSegmentRelease)
+	return w
+}
+
+func (w *ncclWindows) held(seg alloc.SegmentInfo) uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if x := w.m[seg.HeapOff]; x != nil && x.segID == seg.ID {
+		return seg.ID + 1
+	}
+	return 0
+}
+
+func (w *ncclWindows) counts() (registered, deregistered, live int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.registered, w.deregistered, len(w.m)
+}
+
+// dropLocked deregisters x (w.mu held).
+func (w *ncclWindows) dropLocked(heapOff uint64, x *window) error {
+	delete(w.m, heapOff)
+	w.deregistered++
+	win := x.win.Swap(0)
+	if err := w.comm.DeregisterWindow(win); err != nil {
+		return core.Errorf(core.CodeOf(err), "group %q: deregistering the window of the segment at %#x (%d bytes): %v", w.name, x.addr, x.size, err)
+	}
+	return nil
+}
+
+// onSegmentRelease is the allocator's release hook: the segment's window
+// goes before its memory.
+func (w *ncclWindows) onSegmentRelease(seg alloc.SegmentInfo) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if x := w.m[seg.HeapOff]; x != nil && x.segID == seg.ID {
+		return w.dropLocked(seg.HeapOff, x)
+	}
+	return nil
+}
+
+// pause: the windows of the tag's segments are deregistered by the release
+// hook before the memory goes (NCCL keeps a mapping of its own); those
+// that commit deregistered are kept for the resume.
+func (w *ncclWindows) pause(segs []alloc.SegmentInfo, commit func() error) error {
+	w.mu.Lock()
+	ws := map[uint64]*window{}
+	for _, s := range segs {
+		if x := w.m[s.HeapOff]; x != nil && x.segID == s.ID {
+			ws[s.HeapOff] = x
+		}
+	}
+	w.mu.Unlock()
+	err := commit()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for off, x := range ws {
+		if w.m[off] != x {
+			w.pausedWins[off] = x
+		}
+	}
+	return err
+}
+
+func (w *ncclWindows) paused(segs []alloc.SegmentInfo) []uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var offs []uint64
+	for _, s := range segs {
+		if x := w.pausedWins[s.HeapOff]; x != nil && x.segID == s.ID {
+			offs = append(offs, s.HeapOff)
+		}
+	}
+	return offs
+}
+
+// close removes the release hook and deregisters every window (Destroy).
+func (w *ncclWindows) close() error {
+	var errs []error
+	w.removeHook()
+	w.mu.Lock()
+	for off, x := range w.m {
+		errs = append(errs, w.dropLocked(off, x))
+	}
+	w.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// register makes sure every rank holds a window for the rendezvous'
+// segment (Note [NCCL groups]), before anything is mapped, so that a
+// failure here leaves nothing to undo; collective, g.coll held. It sets
+// our window in c.win and shares the verdict.
+func (w *ncclWindows) register(c *rendezvousCall) error {
+	g, info, recs := c.g, c.info, c.recs
+	seg := info.Segment
+	need := false
+	for r := range recs {
+		need = need || recs[r].winHeld != recs[r].segID+1
+	}
+	if !need {
+		w.mu.Lock()
+		c.win = w.m[seg.HeapOff]
+		w.mu.Unlock()
+		c.tr.mark("nccl-window")
+		return nil
+	}
+	var localErr error
+	w.mu.Lock()
+	if x := w.m[seg.HeapOff]; x != nil {
+		localErr = w.dropLocked(seg.HeapOff, x)
+	}
+	w.mu.Unlock()
+	var win uintptr
+	err := w.cg.bounded("ncclCommWindowRegister", func() error {
+		var err error
+		win, err = w.comm.RegisterWindow(seg.Addr, seg.Size)
+		return err
+	})
+	if core.CodeOf(err) == core.ErrTimeout {
+		return err
+	}
+	if localErr == nil && err != nil {
+		localErr = core.Errorf(core.CodeOf(err), "rank %d: registering its segment at %#x (%d bytes) as a window: %v", g.rank, seg.Addr, seg.Size, err)
+	}
+	var x *window
+	if err == nil {
+		x = &window{segID: seg.ID, addr: seg.Addr, size: seg.Size}
+		x.win.Store(win)
+		w.mu.Lock()
+		w.registered++
+		w.m[seg.HeapOff] = x
+		w.mu.Unlock()
+	}
+	if err := g.shareVerdict("rendezvous (NCCL window registration)", localErr); err != nil {
+		if x != nil && localErr == nil {
+			w.mu.Lock()
+			if w.m[seg.HeapOff] == x {
+				w.dropLocked(seg.HeapOff, x)
+			}
+			w.mu.Unlock()
+		}
+		return err
+	}
+	c.win = x
+	c.tr.mark("nccl-window")
+	return nil
+}
+
+// attach gives the handle our window and compares, for every peer, the
+// first bytes of its block through NCCL's peer pointer with the same bytes
+// through our mapping (NCCL >= 2.29; Note [NCCL groups]). Collective when
+// supported.
+func (w *ncclWindows) attach(c *rendezvousCall) error {
+	h, info := c.h, c.info
+	if c.win == nil {
+		return nil
+	}
+	h.window, h.windowOffset = c.win, c.ptr-info.Segment.Addr
+	if err := w.checkPeerPointers(c, c.win.win.Load(), info.Addr-info.Segment.Addr); err != nil {
+		return err
+	}
+	c.tr.mark("nccl-peer-check")
+	return nil
+}
+
+// checkPeerPointers is attach's check of NCCL's view of the peers.
+func (w *ncclWindows) checkPeerPointers(c *rendezvousCall, win, blockOff uintptr) error {
+	g, h := c.g, c.h
+	if _, ok, _ := w.comm.PeerPointer(win, blockOff, g.rank); !ok {
+		return nil
+	}
+	n := min(h.bufSize, 4096)
+	var localErr error
+	ours := make([]byte, n)
+	theirs := make([]byte, n)
+	for p := 0; p < g.world && localErr == nil; p++ {
+		ptr, _, err := w.comm.PeerPointer(win, blockOff, p)
+		if err != nil {
+			localErr = core.Errorf(core.CodeOf(err), "rank %d: NCCL's pointer to rank %d's window: %v", g.rank, p, err)
+			break
+		}
+		if ptr == 0 || h.bufPtrs[p] == 0 {
+			continue // not reachable by load/store in NCCL's view, or on another machine (Note [Local teams])
+		}
+		if err := errors.Join(w.cg.readBytes(ours, h.bufPtrs[p]), w.cg.readBytes(theirs, ptr)); err != nil {
+			localErr = core.Errorf(core.CodeOf(err), "rank %d: reading rank %d's block: %v", g.rank, p, err)
+			break
+		}
+		if !bytes.Equal(ours, theirs) {
+			localErr = core.Errorf(core.ErrMismatch, "rank %d: NCCL's view of rank %d's window (%#x) holds other bytes than libsymmem's mapping of its block (%#x): the window is not the rendezvoused buffer", g.rank, p, ptr, h.bufPtrs[p])
+		}
+	}
+	return g.shareVerdict("rendezvous (checking NCCL's peer pointers)", localErr)
+}
+
+// resume registers again, collectively, the windows that the pause of our
+// segments deregistered on some rank (the union over ranks, in heap order,
+// from the resume records), and shares the verdict.
+func (w *ncclWindows) resume(c *resumeCall) error {
+	g, what, segs, recs := c.g, c.what, c.segs, c.recs
+	var offs []uint64
+	for _, r := range recs {
+		for _, off := range r.wins {
+			if !slices.Contains(offs, off) {
+				offs = append(offs, off)
+			}
+		}
+	}
+	if len(offs) == 0 {
+		return nil
+	}
+	slices.Sort(offs)
+	var localErr error
+	for _, off := range offs {
+		i := slices.IndexFunc(segs, func(s alloc.SegmentInfo) bool { return s.HeapOff == off })
+		if i < 0 {
+			localErr = core.Errorf(core.ErrInternal, "rank %d: no segment of the tag at heap offset %#x to register", g.rank, off)
+			break // the verdict fails every rank before it registers more
+		}
+		s := segs[i]
+		var win uintptr
+		err := w.cg.bounded("ncclCommWindowRegister", func() error {
+			var err error
+			win, err = w.comm.RegisterWindow(s.Addr, s.Size)
+			return err
+		})
+		if err != nil {
+			if localErr == nil {
+				localErr = core.Errorf(core.CodeOf(err), "rank %d: registering its resumed segment at %#x (%d bytes) as a window again: %v", g.rank, s.Addr, s.Size, err)
+			}
+			if core.CodeOf(err) == core.ErrTimeout {
+				return localErr
+			}
+			continue
+		}
+		w.mu.Lock()
+		x := w.pausedWins[off]
+		delete(w.pausedWins, off)
+		if x == nil || x.segID != s.ID {
+			x = &window{segID: s.ID, addr: s.Addr, size: s.Size}
+		}
+		x.win.Store(win)
+		w.m[off] = x
+		w.registered++
+		w.mu.Unlock()
+	}
+	return g.shareVerdict(what+" (NCCL windows)", localErr)
+}
