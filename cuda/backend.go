@@ -299,6 +299,39 @@ func (b *Backend) Map(dev int, addr, size uintptr, m core.Memory) error {
 	return check(C.smcu_map(d.ctx, &access[0], C.int(len(access)), C.ulonglong(addr), C.size_t(size), C.ulonglong(m)), dev)
 }
 
+// MapOwnDevice is Map granting access to dev alone (core.OwnDeviceMapper):
+// the other GPUs of this process cannot read the memory directly, as with
+// torch_memory_saver's and vLLM's mappings.
+func (b *Backend) MapOwnDevice(dev int, addr, size uintptr, m core.Memory) error {
+	d, err := b.device(dev)
+	if err != nil {
+		return err
+	}
+	if _, err := b.owner("Map", m); err != nil {
+		return err
+	}
+	access := b.accessList(d)[:1]
+	return check(C.smcu_map(d.ctx, &access[0], C.int(1), C.ulonglong(addr), C.size_t(size), C.ulonglong(m)), dev)
+}
+
+// AccessOf tells whether device peer may read and write the mapping at
+// addr, which lies in a mapping made on dev (cuMemGetAccess).
+func (b *Backend) AccessOf(dev int, addr uintptr, peer int) (bool, error) {
+	d, err := b.device(dev)
+	if err != nil {
+		return false, err
+	}
+	pcu, err := cuDevice(peer)
+	if err != nil {
+		return false, err
+	}
+	var flags C.ulonglong
+	if err := check(C.smcu_mem_access(d.ctx, pcu, C.ulonglong(addr), &flags), dev); err != nil {
+		return false, err
+	}
+	return flags == 3, nil // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+}
+
 // accessList is the devices a mapping on d grants read/write access to: d
 // itself, then every device that can access d's memory directly (NVLink or
 // PCIe P2P). PyTorch enables peer access for cudaMalloc memory only, and

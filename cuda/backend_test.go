@@ -618,6 +618,55 @@ func TestBackendMappingGrantsPeerAccess(t *testing.T) {
 	requireAll(t, download(t, b, 0, s0.addr, gran), 0x5a, "device 1's write read on device 0")
 }
 
+// TestBackendMapOwnDeviceGrantsItsDeviceAlone: Map grants the peer GPU
+// read-write access, MapOwnDevice only the device itself (Note [Own-device
+// tags] in core/alloc); a map after an unmap grants afresh.
+func TestBackendMapOwnDeviceGrantsItsDeviceAlone(t *testing.T) {
+	b := requireGPU(t)
+	if b.DeviceCount() < 2 {
+		t.Skipf("needs 2 devices, have %d", b.DeviceCount())
+	}
+	if can, err := CanAccessPeer(1, 0); err != nil || !can {
+		t.Skipf("device 1 cannot access device 0's memory (%v)", err)
+	}
+	gran, err := b.Granularity(0)
+	require.NoError(t, err)
+	shared := newSegment(t, b, 0, gran)
+	own, err := b.AccessOf(0, shared.addr, 0)
+	require.NoError(t, err)
+	peer, err := b.AccessOf(0, shared.addr, 1)
+	require.NoError(t, err)
+	assert.True(t, own, "Map: device 0's access to its own mapping")
+	assert.True(t, peer, "Map: device 1's access to device 0's mapping")
+
+	mem, err := b.Create(0, gran)
+	require.NoError(t, err)
+	addr, err := b.Reserve(0, gran)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, b.Unreserve(0, addr, gran)) }()
+	require.NoError(t, b.MapOwnDevice(0, addr, gran, mem))
+	own, err = b.AccessOf(0, addr, 0)
+	require.NoError(t, err)
+	peer, err = b.AccessOf(0, addr, 1)
+	require.NoError(t, err)
+	assert.True(t, own, "MapOwnDevice: device 0's access")
+	assert.False(t, peer, "MapOwnDevice: device 1 was granted access")
+	require.NoError(t, b.Memset(0, 0, addr, 0x3c, gran), "device 0 writes its own-device mapping")
+	requireAll(t, download(t, b, 0, addr, gran), 0x3c, "device 0's write")
+
+	// The same memory mapped again with Map: the peer is granted again.
+	require.NoError(t, b.Unmap(0, addr, gran))
+	require.NoError(t, b.Map(0, addr, gran, mem))
+	peer, err = b.AccessOf(0, addr, 1)
+	require.NoError(t, err)
+	assert.True(t, peer, "Map after MapOwnDevice: device 1's access")
+	require.NoError(t, b.Unmap(0, addr, gran))
+	require.NoError(t, b.Release(mem))
+
+	_, err = b.AccessOf(0, addr, 1)
+	assert.Error(t, err, "access of an address that is no longer mapped")
+}
+
 // newStream makes a stream on dev, destroyed when the test ends.
 func newStream(t *testing.T, b *Backend, dev int) core.Stream {
 	t.Helper()

@@ -292,6 +292,8 @@ typedef struct sm_CUlaunchConfig_st {
   X(cuMemUnmap, cuMemUnmap, (T(CUdeviceptr) ptr, size_t size))                         \
   X(cuMemSetAccess, cuMemSetAccess,                                                    \
     (T(CUdeviceptr) ptr, size_t size, const T(CUmemAccessDesc) *desc, size_t count))   \
+  X(cuMemGetAccess, cuMemGetAccess,                                                    \
+    (unsigned long long *flags, const T(CUmemLocation) *location, T(CUdeviceptr) ptr)) \
   X(cuMemExportToShareableHandle, cuMemExportToShareableHandle,                        \
     (void *shareableHandle, T(CUmemGenericAllocationHandle) handle,                    \
      T(CUmemAllocationHandleType) handleType, unsigned long long flags))               \

@@ -209,6 +209,15 @@ smcu_status smcu_mem_create(uintptr_t ctx, int dev, int handle_types, size_t siz
   SMCU_IN_CTX(ctx, "cuMemCreate", smcu.cuMemCreate(handle, size, &prop, 0));
 }
 
+smcu_status smcu_mem_access(uintptr_t ctx, int dev, unsigned long long addr,
+                            unsigned long long *flags) {
+  sm_CUmemLocation loc;
+  memset(&loc, 0, sizeof loc);
+  loc.type = SM_CU_MEM_LOCATION_TYPE_DEVICE;
+  loc.id = dev;
+  SMCU_IN_CTX(ctx, "cuMemGetAccess", smcu.cuMemGetAccess(flags, &loc, addr));
+}
+
 smcu_status smcu_mem_release(uintptr_t ctx, unsigned long long handle) {
   SMCU_IN_CTX(ctx, "cuMemRelease", smcu.cuMemRelease(handle));
 }

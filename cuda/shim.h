@@ -94,6 +94,10 @@ smcu_status smcu_unreserve(uintptr_t ctx, unsigned long long addr, size_t size);
 /* The most devices one mapping grants access to (the mapping device first,
  * then the peers that can reach it). */
 #define SMCU_MAX_ACCESS 64
+/* The access flags (0 none, 1 read, 3 read-write) that device dev has to
+ * the mapping at addr. */
+smcu_status smcu_mem_access(uintptr_t ctx, int dev, unsigned long long addr,
+                            unsigned long long *flags);
 smcu_status smcu_map(uintptr_t ctx, const int *devs, int ndevs, unsigned long long addr,
                      size_t size, unsigned long long handle);
 smcu_status smcu_unmap(uintptr_t ctx, unsigned long long addr, size_t size);

@@ -21,14 +21,16 @@ import (
 )
 
 // The region flags (SYMMEM_REGION_BACKUP, SYMMEM_REGION_BACKUP_PAGEABLE,
-// SYMMEM_REGION_UNTAGGED) and the pause flags (SYMMEM_PAUSE_DISCARD,
+// SYMMEM_REGION_UNTAGGED, SYMMEM_REGION_BACKUP_DISK,
+// SYMMEM_REGION_OWN_DEVICE) and the pause flags (SYMMEM_PAUSE_DISCARD,
 // SYMMEM_PAUSE_KEEP).
 const (
-	regionFlagBackup   = 1
-	regionFlagPageable = 2
-	regionFlagUntagged = 4
-	regionFlagDisk     = 8
-	regionFlagsKnown   = regionFlagBackup | regionFlagPageable | regionFlagDisk
+	regionFlagBackup    = 1
+	regionFlagPageable  = 2
+	regionFlagUntagged  = 4
+	regionFlagDisk      = 8
+	regionFlagOwnDevice = 16
+	regionFlagsKnown    = regionFlagBackup | regionFlagPageable | regionFlagDisk | regionFlagOwnDevice
 
 	pauseFlagDiscard = 1
 	pauseFlagKeep    = 2
@@ -62,7 +64,7 @@ func registerTag(tag *C.char, flags C.uint) (alloc.TagID, error) {
 	if err != nil {
 		return 0, err
 	}
-	return alloc.RegisterTag(C.GoString(tag), kind)
+	return alloc.RegisterTagWith(C.GoString(tag), alloc.TagOptions{Backup: kind, OwnDevice: flags&regionFlagOwnDevice != 0})
 }
 
 // pauseBackupOf reads the pause flags.

@@ -772,6 +772,15 @@ symmem_result symmem_barrier(symmem_handle *handle, int channel,
 /* With a NULL tag and no other flag: an untagged region, whose allocations
  * carry no tag whatever the outer regions and the default tag say. */
 #define SYMMEM_REGION_UNTAGGED 4u
+/* The tag's segments are mapped for their own GPU alone. Without it a
+ * segment also grants read-write access to every other GPU that can reach
+ * it directly, so that a copy between GPUs in this process (PyTorch's peer
+ * copy kernels) can read it; that builds page tables on each such GPU at
+ * every map and resume (on an H200, 4 GiB maps in about 1 ms for its own
+ * GPU and 21 ms with one peer). torch_memory_saver's and vLLM's memory is
+ * mapped this way, and so are the drop-ins' tags. Processes that import
+ * the memory through a group are unaffected (each maps for its own GPU). */
+#define SYMMEM_REGION_OWN_DEVICE 16u
 
 /* Pause flags (symmem_pause_with): what this pause keeps, whatever the tag's
  * regions asked for. */
@@ -782,7 +791,8 @@ symmem_result symmem_barrier(symmem_handle *handle, int channel,
  * symmem_region_end, this thread's allocations (symmem_alloc, PyTorch's
  * through libsymmem) carry tag. Regions nest (16 deep per thread; the
  * innermost wins). flags: 0, SYMMEM_REGION_BACKUP, or SYMMEM_REGION_BACKUP |
- * SYMMEM_REGION_BACKUP_PAGEABLE or _DISK; every region of a tag must pass the same
+ * SYMMEM_REGION_BACKUP_PAGEABLE or _DISK, each optionally with
+ * SYMMEM_REGION_OWN_DEVICE; every region of a tag must pass the same
  * flags. symmem_region_begin(NULL, SYMMEM_REGION_UNTAGGED) opens an untagged
  * region. Returns INVALID_ARGUMENT for a bad, empty or NULL tag, unknown
  * flags, PAGEABLE without BACKUP, or flags that differ from the tag's; INVALID_STATE when 16

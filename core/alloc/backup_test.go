@@ -387,3 +387,60 @@ func TestDiskBackupNeedsADirectory(t *testing.T) {
 	_, _, err = a.BackupOf(p, 1)
 	require.Equal(t, core.ErrInvalidState, core.CodeOf(err), "nothing was paused")
 }
+
+// mapCountingBackend counts the maps that reach the backend, and which of
+// them were for the device alone.
+type mapCountingBackend struct {
+	core.Backend
+	maps, ownDevice atomic.Int64
+}
+
+func (b *mapCountingBackend) Map(dev int, addr, size uintptr, m core.Memory) error {
+	b.maps.Add(1)
+	return b.Backend.Map(dev, addr, size, m)
+}
+
+func (b *mapCountingBackend) MapOwnDevice(dev int, addr, size uintptr, m core.Memory) error {
+	b.ownDevice.Add(1)
+	return b.Backend.Map(dev, addr, size, m)
+}
+
+// Segments of a tag registered with OwnDevice are mapped for their device
+// alone, when made and at every resume; other memory as the backend's Map
+// grants (Note [Own-device tags]). Every region of a tag asks the same.
+func TestOwnDeviceTagsMapForTheirDeviceAlone(t *testing.T) {
+	be := &mapCountingBackend{Backend: testBackend(t)}
+	a := newAllocator(t, be)
+	name := "own-" + t.Name()
+	own, err := alloc.RegisterTagWith(name, alloc.TagOptions{Backup: alloc.BackupPinned, OwnDevice: true})
+	require.NoError(t, err)
+	_, shared := kindTag(t, "shared", alloc.BackupNone)
+
+	p, err := a.AllocTagged(1<<20, 0, own)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), be.ownDevice.Load(), "the own-device tag's new segment")
+	require.Equal(t, int64(0), be.maps.Load())
+	_, err = a.AllocTagged(1<<20, 0, shared)
+	require.NoError(t, err)
+	_, err = a.Alloc(1<<20, 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), be.ownDevice.Load())
+	require.Equal(t, int64(2), be.maps.Load(), "the other tag's and the untagged segments")
+
+	poke(t, a, p, 0x6e, 1<<20)
+	_, err = a.Pause(name, alloc.PauseOptions{})
+	require.NoError(t, err)
+	_, err = a.Resume(name)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), be.ownDevice.Load(), "the resume maps for the device alone")
+	require.Equal(t, int64(2), be.maps.Load())
+	require.Equal(t, byte(0x6e), peek(t, a, p+(1<<20)-1, 1)[0], "the copy is restored")
+
+	_, err = alloc.RegisterTagWith(name, alloc.TagOptions{Backup: alloc.BackupPinned})
+	require.Error(t, err)
+	require.Equal(t, core.ErrInvalidArgument, core.CodeOf(err))
+	require.Contains(t, err.Error(), "own-device mapping true before")
+	id, err := alloc.RegisterTagWith(name, alloc.TagOptions{Backup: alloc.BackupPinned, OwnDevice: true})
+	require.NoError(t, err)
+	require.Equal(t, own, id)
+}

@@ -288,7 +288,7 @@ func (a *Allocator) ResumeWith(tag string, o ResumeOptions) (uint64, error) {
 			m, err = a.be.Create(a.device, seg.size)
 		}
 		if err == nil {
-			if err = a.be.Map(a.device, seg.addr, seg.size, m); err != nil {
+			if err = a.mapSegment(seg.pools.tag, seg.addr, seg.size, m); err != nil {
 				_ = a.be.Release(m)
 			}
 		}

@@ -146,7 +146,7 @@ func (a *Allocator) newSegment(size uintptr, sp *streamPools, small bool, reques
 	}
 	addr, heapOff, err := a.heap.place(size)
 	if err == nil {
-		err = a.be.Map(a.device, addr, size, mem)
+		err = a.mapSegment(sp.tag, addr, size, mem)
 		if err != nil {
 			a.heap.remove(heapOff)
 		}

@@ -56,9 +56,35 @@ const MaxTagLen = 64
 
 // tagInfo is what the process knows of a tag, whatever the device.
 type tagInfo struct {
-	name   string
-	backup BackupKind
+	name string
+	TagOptions
 }
+
+// TagOptions are the properties of a tag, the same for every region of it.
+type TagOptions struct {
+	// Backup says where a pause keeps a host copy of the tag's memory.
+	Backup BackupKind
+	// OwnDevice maps the tag's segments for their own device alone (Note
+	// [Own-device tags]).
+	OwnDevice bool
+}
+
+// Note [Own-device tags]
+//
+// A segment is mapped with read-write access for its device and, by
+// default, for every other GPU that can reach it directly, so that a copy
+// between GPUs in one process (PyTorch runs them as kernels reading the
+// peer's memory) works on libsymmem's memory as on cudaMalloc's. Each
+// granted peer costs page tables on that peer, built at every map: on an
+// H200, mapping 4 GiB takes 0.8 ms for its own device and 21 ms with one
+// peer (bench/pause_bench.py's driver floor), and a tag that is paused and
+// resumed pays it at every resume. A tag registered with OwnDevice maps its
+// segments for their device alone (core.OwnDeviceMapper), as
+// torch_memory_saver and vLLM's CuMemAllocator map theirs: the drop-ins'
+// tags are such tags, so their resumes cost what the originals' do, and a
+// program written for those originals never relied on peer access to that
+// memory. Peers in other processes are unaffected: an importer grants
+// access to its own device when it maps a peer's segment.
 
 // tagRegistry numbers tags process-wide. Tags are never forgotten: an ID
 // stays valid for the life of the process (there are few tags).
@@ -72,6 +98,12 @@ var tagRegistry = struct {
 // (where a host copy is kept across a pause) is a property of the tag:
 // every region of a tag must ask for the same.
 func RegisterTag(name string, backup BackupKind) (TagID, error) {
+	return RegisterTagWith(name, TagOptions{Backup: backup})
+}
+
+// RegisterTagWith is RegisterTag with every property of the tag.
+func RegisterTagWith(name string, o TagOptions) (TagID, error) {
+	backup := o.Backup
 	if backup > BackupDisk {
 		return 0, core.Errorf(core.ErrInvalidArgument, "tag %q: unknown backup kind %d", name, uint8(backup))
 	}
@@ -82,13 +114,16 @@ func RegisterTag(name string, backup BackupKind) (TagID, error) {
 	r.Lock()
 	defer r.Unlock()
 	if id, ok := r.byName[name]; ok {
-		if r.info[id].backup != backup {
-			return 0, core.Errorf(core.ErrInvalidArgument, "tag %q was opened with backup %v before; every region of a tag must ask for the same backup", name, r.info[id].backup)
+		if r.info[id].Backup != backup {
+			return 0, core.Errorf(core.ErrInvalidArgument, "tag %q was opened with backup %v before; every region of a tag must ask for the same backup", name, r.info[id].Backup)
+		}
+		if r.info[id].OwnDevice != o.OwnDevice {
+			return 0, core.Errorf(core.ErrInvalidArgument, "tag %q was opened with own-device mapping %v before; every region of a tag must ask for the same", name, r.info[id].OwnDevice)
 		}
 		return id, nil
 	}
 	id := TagID(len(r.info))
-	r.info = append(r.info, tagInfo{name: name, backup: backup})
+	r.info = append(r.info, tagInfo{name: name, TagOptions: o})
 	r.byName[name] = id
 	return id, nil
 }
@@ -130,10 +165,11 @@ func tagInfoOf(id TagID) (tagInfo, bool) {
 // tag can be allocated. A pause that fails after releasing some segments
 // leaves the tag paused, so that Resume takes those back.
 type tagState struct {
-	id     TagID
-	name   string
-	backup BackupKind
-	paused bool
+	id        TagID
+	name      string
+	backup    BackupKind
+	ownDevice bool // Note [Own-device tags]
+	paused    bool
 }
 
 // tagLocked returns the state of tag id here, making it at first use.
@@ -148,9 +184,21 @@ func (a *Allocator) tagLocked(id TagID) (*tagState, error) {
 	for int(id) >= len(a.tags) {
 		a.tags = append(a.tags, nil)
 	}
-	t := &tagState{id: id, name: info.name, backup: info.backup}
+	t := &tagState{id: id, name: info.name, backup: info.Backup, ownDevice: info.OwnDevice}
 	a.tags[id] = t
 	return t, nil
+}
+
+// mapSegment maps memory for a segment of tag t (nil: untagged) at addr:
+// for its device alone where the tag asks (Note [Own-device tags]) and the
+// backend can, else as the backend's Map grants.
+func (a *Allocator) mapSegment(t *tagState, addr, size uintptr, m core.Memory) error {
+	if t != nil && t.ownDevice {
+		if om, ok := a.be.(core.OwnDeviceMapper); ok {
+			return om.MapOwnDevice(a.device, addr, size, m)
+		}
+	}
+	return a.be.Map(a.device, addr, size, m)
 }
 
 // info describes seg for peers and callers.

@@ -521,25 +521,73 @@ sm_CUresult cuMemMap(sm_CUdeviceptr ptr, size_t size, size_t offset,
   return p == MAP_FAILED ? SM_CUDA_ERROR_INVALID_VALUE : SM_CUDA_SUCCESS;
 }
 
+/* The devices each mapped range grants access to (a bit per device), for
+ * cuMemGetAccess; a range is forgotten when an unmap overlaps it. */
+static struct {
+  sm_CUdeviceptr ptr;
+  size_t size;
+  unsigned mask;
+} fake_access[FAKE_MAX_ALLOCS];
+
+static void fake_forget_access(sm_CUdeviceptr ptr, size_t size) {
+  for (int i = 0; i < FAKE_MAX_ALLOCS; i++)
+    if (fake_access[i].size != 0 && fake_access[i].ptr < ptr + size &&
+        ptr < fake_access[i].ptr + fake_access[i].size)
+      fake_access[i].size = 0;
+}
+
 sm_CUresult cuMemSetAccess(sm_CUdeviceptr ptr, size_t size, const sm_CUmemAccessDesc *desc, size_t count) {
   NEED_CTX;
   if (count == 0)
     return SM_CUDA_ERROR_INVALID_VALUE;
+  unsigned mask = 0;
   for (size_t i = 0; i < count; i++) {
     if (desc[i].location.type != SM_CU_MEM_LOCATION_TYPE_DEVICE ||
         desc[i].flags != SM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
       return SM_CUDA_ERROR_INVALID_VALUE;
     NEED_DEVICE(desc[i].location.id);
+    mask |= 1u << desc[i].location.id;
   }
   if (mprotect((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE) != 0)
     return SM_CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&fake_mu);
+  fake_forget_access(ptr, size);
+  for (int i = 0; i < FAKE_MAX_ALLOCS; i++)
+    if (fake_access[i].size == 0) {
+      fake_access[i].ptr = ptr;
+      fake_access[i].size = size;
+      fake_access[i].mask = mask;
+      break;
+    }
+  pthread_mutex_unlock(&fake_mu);
   return SM_CUDA_SUCCESS;
+}
+
+sm_CUresult cuMemGetAccess(unsigned long long *flags, const sm_CUmemLocation *location, sm_CUdeviceptr ptr) {
+  NEED_CTX;
+  if (flags == NULL || location == NULL || location->type != SM_CU_MEM_LOCATION_TYPE_DEVICE)
+    return SM_CUDA_ERROR_INVALID_VALUE;
+  NEED_DEVICE(location->id);
+  sm_CUresult r = SM_CUDA_ERROR_INVALID_VALUE; /* not a mapped address */
+  pthread_mutex_lock(&fake_mu);
+  for (int i = 0; i < FAKE_MAX_ALLOCS; i++)
+    if (fake_access[i].size != 0 && ptr >= fake_access[i].ptr &&
+        ptr < fake_access[i].ptr + fake_access[i].size) {
+      *flags = fake_access[i].mask & (1u << location->id) ? SM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE : 0;
+      r = SM_CUDA_SUCCESS;
+      break;
+    }
+  pthread_mutex_unlock(&fake_mu);
+  return r;
 }
 
 sm_CUresult cuMemUnmap(sm_CUdeviceptr ptr, size_t size) {
   NEED_CTX;
   if (ptr % FAKE_GRANULARITY != 0 || size == 0 || size % FAKE_GRANULARITY != 0)
     return SM_CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&fake_mu);
+  fake_forget_access(ptr, size);
+  pthread_mutex_unlock(&fake_mu);
   /* Back to reserved: an inaccessible private mapping at the same place. */
   void *p = mmap((void *)(uintptr_t)ptr, size, PROT_NONE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);

@@ -62,6 +62,19 @@ def test_cuda_graph_replays_after_resume():
     assert r["replays_ok"] == [True, True, True], r
 
 
+def test_dropin_memory_is_mapped_for_its_own_gpu():
+    """The drop-ins' tags map for their own GPU alone (as torch_memory_saver
+    and vLLM map theirs, and so their resumes skip the peers' page tables);
+    libsymmem's own pool grants the peer GPU too."""
+    need_gpus(2)
+    r = run_program("own_device")
+    rw = 3  # CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+    assert r["tms_own"] == rw, r
+    assert r["tms_peer"] == 0 and r["tms_peer_after_resume"] == 0, r
+    assert r["vllm_peer"] == 0, r
+    assert r["plain_peer"] == rw, r
+
+
 def test_disable():
     need_gpus()
     r = run_program("disable")

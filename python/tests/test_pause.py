@@ -262,3 +262,33 @@ def test_default_tag_and_untagged_regions():
         symmem.set_default_tag("")
     for q in (p, got[0], u, u2, after):
         symmem.free(q)
+
+
+def test_own_device_is_a_property_of_the_tag():
+    """own_device (SYMMEM_REGION_OWN_DEVICE) is fixed by the tag's first
+    region like its backup; the memory pauses and resumes with its contents,
+    and the default tag takes it too."""
+    tag = unique("own")
+    with symmem.region(tag, backup=True, own_device=True):
+        p = symmem.alloc(MiB)
+    with pytest.raises(symmem.InvalidArgumentError, match="own-device mapping true before"):
+        with symmem.region(tag, backup=True):
+            pass
+    with pytest.raises(TypeError, match="own_device must be a bool"):
+        with symmem.region(unique("own-bad"), own_device=1):
+            pass
+    ctypes.memset(p, 0x5d, MiB)
+    symmem.pause(tag)
+    symmem.resume(tag)
+    assert ctypes.string_at(p + MiB - 1, 1) == b"\x5d"
+    symmem.free(p)
+    default = unique("own-default")
+    symmem.set_default_tag(default, own_device=True)
+    try:
+        q = symmem.alloc(4096)
+    finally:
+        symmem.set_default_tag(None)
+    with pytest.raises(symmem.InvalidArgumentError, match="own-device"):
+        with symmem.region(default):
+            pass
+    symmem.free(q)

@@ -246,6 +246,30 @@ static void test_backup_choices(void) {
   CHECK_RESULT(symmem_empty_cache(-1), SYMMEM_SUCCESS, "empty_cache");
 }
 
+/* SYMMEM_REGION_OWN_DEVICE: a property of the tag like its backup; the
+ * memory pauses and resumes with its contents. */
+static void test_own_device(void) {
+  CHECK_RESULT(symmem_region_begin("c-own", SYMMEM_REGION_OWN_DEVICE | SYMMEM_REGION_BACKUP), SYMMEM_SUCCESS,
+               "a region mapped for its own device, with backup");
+  unsigned char *p = symmem_alloc(MiB, 0, NULL);
+  CHECK_RESULT(symmem_region_end(), SYMMEM_SUCCESS, "end c-own");
+  CHECK(p != NULL, "allocation in c-own");
+  CHECK_RESULT(symmem_region_begin("c-own", SYMMEM_REGION_BACKUP), SYMMEM_ERROR_INVALID_ARGUMENT,
+               "the same tag without OWN_DEVICE");
+  CHECK(strstr(symmem_last_error_message(), "own-device") != NULL, "the error names the flag: %s",
+        symmem_last_error_message());
+  CHECK_RESULT(symmem_region_begin("c-own-bad", 32), SYMMEM_ERROR_INVALID_ARGUMENT, "unknown flags");
+  CHECK_RESULT(symmem_region_begin(NULL, SYMMEM_REGION_UNTAGGED | SYMMEM_REGION_OWN_DEVICE),
+               SYMMEM_ERROR_INVALID_ARGUMENT, "OWN_DEVICE on an untagged region");
+  if (!p)
+    return;
+  memset(p, 0x77, MiB);
+  CHECK_RESULT(symmem_pause("c-own"), SYMMEM_SUCCESS, "pause c-own");
+  CHECK_RESULT(symmem_resume("c-own"), SYMMEM_SUCCESS, "resume c-own");
+  CHECK(p[0] == 0x77 && p[MiB - 1] == 0x77, "c-own's contents came back");
+  symmem_free(p, 0, 0, NULL);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   symmem_clear_last_error();
@@ -257,5 +281,6 @@ int main(void) {
   test_regions();
   test_empty_tag();
   test_backup_choices();
+  test_own_device();
   return check_summary();
 }

@@ -16,6 +16,11 @@ tensors come from:
 - :class:`BufferMemory`: libsymmem's own allocations (``symmem.alloc``,
   ``symmem.empty``) inside a region, no torch: how the logic is tested on
   the host backend and the stand-in driver.
+
+Every tag of the drop-ins maps its memory for its own GPU alone
+(``own_device``, Note [Own-device tags] in core/alloc), as
+torch_memory_saver's and vLLM's allocations are mapped: their resumes then
+cost what the originals' do.
 """
 
 from __future__ import annotations
@@ -39,14 +44,14 @@ class BufferMemory:
 
     @contextlib.contextmanager
     def allocation_scope(self, tag: str, backup) -> Iterator[None]:
-        with _tags.region(tag, backup=backup):
+        with _tags.region(tag, backup=backup, own_device=True):
             yield
 
     @contextlib.contextmanager
     def graph_scope(self, graph, pool, stream, capture_error_mode, tag: str, backup) -> Iterator[None]:
         # No graphs without torch: what a capture allocates is tagged as in
         # allocation_scope, and the graph object is only recorded.
-        with _tags.region(tag, backup=backup):
+        with _tags.region(tag, backup=backup, own_device=True):
             yield
 
     @contextlib.contextmanager
@@ -117,11 +122,11 @@ class TorchMemory:
     @contextlib.contextmanager
     def allocation_scope(self, tag: str, backup) -> Iterator[None]:
         if self._global:
-            with _tags.region(tag, backup=backup):
+            with _tags.region(tag, backup=backup, own_device=True):
                 yield
             return
         torch = self._torch
-        with torch.cuda.use_mem_pool(self.pool(tag)), _tags.region(tag, backup=backup):
+        with torch.cuda.use_mem_pool(self.pool(tag)), _tags.region(tag, backup=backup, own_device=True):
             yield
 
     @contextlib.contextmanager
@@ -134,7 +139,7 @@ class TorchMemory:
         if pool is None and not self._global:
             pool = self.pool(tag).id
         with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode=capture_error_mode):
-            with _tags.region(tag, backup=backup):
+            with _tags.region(tag, backup=backup, own_device=True):
                 yield
 
     @contextlib.contextmanager

@@ -124,7 +124,7 @@ class TorchMemorySaver:
                 )
                 self._memory.make_global_allocator()
                 tag, backup = self._symmem_tag(_TAG_DEFAULT, kind)
-                _tags.set_default_tag(tag, backup=backup)
+                _tags.set_default_tag(tag, backup=backup, own_device=True)
                 self._init_enable = True
             self._impl = _Impl(self)
             self._initialized = True
@@ -434,7 +434,7 @@ class _Impl:
     def _with_region_config(self, tag: str, enable_cpu_backup: bool, cpu_backup_backend=None, enable_disk_backup: bool = False):
         kind = self._saver._kind(enable_cpu_backup, enable_disk_backup, cpu_backup_backend)
         name, backup = self._saver._symmem_tag(tag, kind)
-        with _tags.region(name, backup=backup):
+        with _tags.region(name, backup=backup, own_device=True):
             yield
 
 

@@ -25,6 +25,10 @@ Usage: tms_program.py CASE
               and reloaded), get_current_usage before and after, and a
               wake_up without room that raises a RuntimeError
               (torch.OutOfMemoryError) and works when retried
+  own_device  (2 GPUs) the access the second GPU has to memory of a
+              torch_memory_saver region, of a vLLM pool and of libsymmem's
+              own pool (cuMemGetAccess): the drop-ins' memory is mapped for
+              its own GPU alone, as the originals map theirs
 Prints one line RESULT <json>.
 """
 
@@ -279,7 +283,45 @@ def vllm_graph():
     )
 
 
-CASES = {f.__name__: f for f in (simple, cpu_backup, cuda_graph, disable, training, init_enable, vllm, vllm_graph)}
+def own_device():
+    import ctypes
+
+    import torch
+    import symmem.torch as st
+    from symmem.compat.vllm import CuMemAllocator
+    from torch_memory_saver import torch_memory_saver
+
+    cu = ctypes.CDLL("libcuda.so.1")
+
+    class Location(ctypes.Structure):  # CUmemLocation
+        _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+    def access(t, dev):
+        flags = ctypes.c_ulonglong()
+        r = cu.cuMemGetAccess(ctypes.byref(flags), ctypes.byref(Location(1, dev)), ctypes.c_ulonglong(t.data_ptr()))
+        assert r == 0, f"cuMemGetAccess: CUresult {r}"
+        return flags.value
+
+    with torch_memory_saver.region():
+        x = torch.ones(64 * MiB, dtype=torch.uint8, device="cuda")
+    with CuMemAllocator.get_instance().use_memory_pool(tag="weights"):
+        y = torch.ones(64 * MiB, dtype=torch.uint8, device="cuda")
+    z = st.empty(64 * MiB, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    tms_peer = access(x, 1)
+    torch_memory_saver.pause()
+    torch_memory_saver.resume()
+    return dict(
+        ndev=torch.cuda.device_count(),
+        tms_own=access(x, 0),
+        tms_peer=tms_peer,
+        tms_peer_after_resume=access(x, 1),
+        vllm_peer=access(y, 1),
+        plain_peer=access(z, 1),
+    )
+
+
+CASES = {f.__name__: f for f in (simple, cpu_backup, cuda_graph, disable, training, init_enable, vllm, vllm_graph, own_device)}
 
 if __name__ == "__main__":
     result(**CASES[sys.argv[1]]())
