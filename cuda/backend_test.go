@@ -599,10 +599,10 @@ func TestBackendPeerMapping(t *testing.T) {
 	assert.Equal(t, uint32(0xFEEDF00D), le32(download(t, b, 0, s0.addr, 4)), "written by device 1, read by device 0")
 }
 
-// TestBackendMappingGrantsPeerAccess: memory mapped on device 0 is usable
-// from device 1's context at the same address (PyTorch copies between GPUs
-// with peer kernels, which fault on VMM memory that grants no access).
-func TestBackendMappingGrantsPeerAccess(t *testing.T) {
+// requirePeerGPUs is requireGPU where device 1 can access device 0's
+// memory directly; it skips otherwise.
+func requirePeerGPUs(t *testing.T) *Backend {
+	t.Helper()
 	b := requireGPU(t)
 	if b.DeviceCount() < 2 {
 		t.Skipf("needs 2 devices, have %d", b.DeviceCount())
@@ -610,6 +610,14 @@ func TestBackendMappingGrantsPeerAccess(t *testing.T) {
 	if can, err := CanAccessPeer(1, 0); err != nil || !can {
 		t.Skipf("device 1 cannot access device 0's memory (%v)", err)
 	}
+	return b
+}
+
+// TestBackendMappingGrantsPeerAccess: memory mapped on device 0 is usable
+// from device 1's context at the same address (PyTorch copies between GPUs
+// with peer kernels, which fault on VMM memory that grants no access).
+func TestBackendMappingGrantsPeerAccess(t *testing.T) {
+	b := requirePeerGPUs(t)
 	gran, err := b.Granularity(0)
 	require.NoError(t, err)
 	s0 := newSegment(t, b, 0, gran)
@@ -622,13 +630,7 @@ func TestBackendMappingGrantsPeerAccess(t *testing.T) {
 // read-write access, MapOwnDevice only the device itself (Note [Own-device
 // tags] in core/alloc); a map after an unmap grants afresh.
 func TestBackendMapOwnDeviceGrantsItsDeviceAlone(t *testing.T) {
-	b := requireGPU(t)
-	if b.DeviceCount() < 2 {
-		t.Skipf("needs 2 devices, have %d", b.DeviceCount())
-	}
-	if can, err := CanAccessPeer(1, 0); err != nil || !can {
-		t.Skipf("device 1 cannot access device 0's memory (%v)", err)
-	}
+	b := requirePeerGPUs(t)
 	gran, err := b.Granularity(0)
 	require.NoError(t, err)
 	shared := newSegment(t, b, 0, gran)

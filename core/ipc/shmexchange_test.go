@@ -135,17 +135,19 @@ func TestShmExchangeDeadPeer(t *testing.T) {
 	}
 }
 
-// In one process (threads as ranks): records, a closed exchange, world 1.
-func TestShmExchangeInProcess(t *testing.T) {
+// threeShmExchanges opens three ranks in this process (threads as ranks)
+// with control pages, and their exchanges; the caller closes the channels.
+func threeShmExchanges(t *testing.T, name string) ([]*ShmExchange, []*Channel) {
+	t.Helper()
 	dir := sockDir(t)
-	cs := cfgs("shmin", dir, 3, 5*time.Second)
+	cs := cfgs(name, dir, 3, 5*time.Second)
 	for i := range cs {
 		cs[i].ControlPage = true
 	}
 	chs, errs := openAll(t, cs)
-	defer closeChans(chs)
 	for r, err := range errs {
 		if err != nil {
+			closeChans(chs)
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
@@ -153,10 +155,18 @@ func TestShmExchangeInProcess(t *testing.T) {
 	errs = parallel(3, func(r int) (err error) { xs[r], err = NewShmExchange(chs[r]); return })
 	for _, err := range errs {
 		if err != nil {
+			closeChans(chs)
 			t.Fatal(err)
 		}
 	}
-	errs = parallel(3, func(r int) error {
+	return xs, chs
+}
+
+// In one process (threads as ranks): records, a closed exchange, world 1.
+func TestShmExchangeInProcess(t *testing.T) {
+	xs, chs := threeShmExchanges(t, "shmin")
+	defer closeChans(chs)
+	errs := parallel(3, func(r int) error {
 		for i := 0; i < 100; i++ {
 			got, err := xs[r].AllGather(0, shmRecord(r, i, 3))
 			if err != nil {
@@ -201,7 +211,7 @@ func TestShmExchangeInProcess(t *testing.T) {
 		x.Close()
 	}
 
-	solo, err := Open(Config{Name: "shmsolo", World: 1, Dir: dir})
+	solo, err := Open(Config{Name: "shmsolo", World: 1, Dir: sockDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,25 +237,8 @@ func TestShmExchangeInProcess(t *testing.T) {
 // test finds it in about one run of 100 where the verdict is read after
 // arrival, under load). Only rank 0's next round learns that they left.
 func TestShmExchangeRoundOutlivesClose(t *testing.T) {
-	dir := sockDir(t)
-	cs := cfgs("shmlast", dir, 3, 5*time.Second)
-	for i := range cs {
-		cs[i].ControlPage = true
-	}
-	chs, errs := openAll(t, cs)
+	xs, chs := threeShmExchanges(t, "shmlast")
 	defer closeChans(chs)
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	xs := make([]*ShmExchange, 3)
-	errs = parallel(3, func(r int) (err error) { xs[r], err = NewShmExchange(chs[r]); return })
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	defer func() {
 		for _, x := range xs {
 			x.Close()
@@ -261,7 +254,7 @@ func TestShmExchangeRoundOutlivesClose(t *testing.T) {
 		done <- result{got, err}
 	}()
 	time.Sleep(50 * time.Millisecond) // past the spin: rank 0 sleeps on the futex
-	errs = parallel(2, func(i int) error {
+	errs := parallel(2, func(i int) error {
 		r := i + 1
 		if _, err := xs[r].AllGather(0, shmRecord(r, 0, 3)); err != nil {
 			return err
