@@ -899,9 +899,17 @@ symmem_result symmem_resume_with(const char *tag, unsigned flags);
  * host memory or disk short), and the ranks share the verdict; a failure
  * there, on any rank, fails every rank with every buffer still live, mapped
  * and usable, and the next pause starts afresh. Only then do the ranks drop
- * their mappings and release. What can still fail then is the driver
- * refusing an unmap (that mapping stays mapped, not paused; the next pause
- * tries it again) or a release (leaked); the error says which. A peer that
+ * their mappings and release, segment by segment, each segment's NCCL
+ * window deregistered just before its memory goes. What can still fail then
+ * is the driver refusing an unmap or a release (leaked), or NCCL refusing a
+ * window deregistration (that window stays registered): the segments not
+ * yet released stay mapped, with their windows, and the error, the same on
+ * every rank, says what the failing rank holds. The tag then counts as
+ * paused on every rank (in part on that one): symmem_pause_group again is
+ * INVALID_STATE, and symmem_resume_group on every rank takes every rank
+ * back to the resumed state, windows registered again; pause again after
+ * it. A segment whose unmap failed after its window went is mapped without
+ * a window until that resume (symmem_handle_nccl_window says so). A peer that
  * dies before the release phase leaves everything as it was (PEER or
  * TIMEOUT naming it, within the group's timeout); after it, this rank's part
  * is done and its tag is paused (symmem_resume takes it back locally). */
@@ -1197,10 +1205,13 @@ int symmem_nccl_version(void);
  * windows. The window is owned by the group and stays valid while the
  * buffer is allocated, the group lives and the buffer's tag is not paused:
  * a collective pause deregisters it with the memory (only once every rank
- * has agreed to pause, so a failed pause leaves it registered) and the
- * resume registers a new one, which this call then returns; do not keep a
- * window across a pause. SYMMEM_ERROR_INVALID_STATE (and *window = NULL)
- * while the tag is paused; SYMMEM_ERROR_UNAVAILABLE when the handle's group
+ * has agreed to pause, so a pause that fails before that leaves it
+ * registered) and the resume registers a new one, which this call then
+ * returns; do not keep a window across a pause. SYMMEM_ERROR_INVALID_STATE
+ * (and *window = NULL) while the tag is paused, and on a segment that a
+ * pause failing in its release phase left mapped without its window (the
+ * message says so; symmem_resume_group on every rank registers it again);
+ * SYMMEM_ERROR_UNAVAILABLE when the handle's group
  * is not over a communicator or was created with SYMMEM_NCCL_NO_WINDOWS.
  * offset may be NULL. Thread-safe. */
 symmem_result symmem_handle_nccl_window(const symmem_handle *handle,

@@ -546,7 +546,7 @@ func (a *Allocator) Close() error {
 	sort.Slice(segs, func(i, j int) bool { return segs[i].heapOff < segs[j].heapOff })
 	for _, seg := range segs {
 		if !seg.paused {
-			_ = a.runReleaseHooks(seg)
+			_ = a.runReleaseHooks(seg, false)
 			_ = a.be.Unmap(a.device, seg.addr, seg.size)
 			_ = a.be.Release(seg.mem)
 		}

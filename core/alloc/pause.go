@@ -59,7 +59,9 @@ func backupFor(seg *segment, o PauseBackup) BackupKind {
 // this device) as Note [Tags and pause] says, and returns the bytes released.
 // A named tag that is already paused is ErrInvalidState; an unknown one
 // ErrInvalidArgument. If waiting for the device or making the backup fails,
-// nothing is unmapped.
+// nothing is unmapped; a failure while releasing (a release hook, an unmap
+// or a release) leaves the tag paused, in part, as Note [Releasing a
+// paused tag] says, and Resume takes it back.
 func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 	a.lock()
 	defer a.mu.Unlock()
@@ -76,9 +78,6 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 		}
 	}
 	if o.Stage == PauseCommit { // the prepare waited and made the copies
-		if err := a.runPauseHooks(tag, segs); err != nil {
-			return 0, err
-		}
 		return a.releasePaused(tags, segs, tag)
 	}
 	// Nothing may be unmapped while the device may use it (DESIGN
@@ -86,11 +85,6 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 	a.st.numSyncAll++
 	if err := a.be.SynchronizeDevice(a.device); err != nil {
 		return 0, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: waiting for the device's work failed, nothing was released: %v", tag, a.device, err)
-	}
-	if o.Stage == PauseWhole {
-		if err := a.runPauseHooks(tag, segs); err != nil {
-			return 0, err
-		}
 	}
 	var copies []core.FillOrCopy
 	var copied []*segment
@@ -126,32 +120,51 @@ func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
 	return a.releasePaused(tags, segs, tag)
 }
 
-// runPauseHooks undoes what others registered on the segments (NCCL
-// windows) before their memory goes, as for any release.
-func (a *Allocator) runPauseHooks(tag string, segs []*segment) error {
-	for _, seg := range segs {
-		if err := a.runReleaseHooks(seg); err != nil {
-			return core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: the segment at %#x: %v; nothing was released", seg.pools.tag.name, a.device, seg.addr, err)
-		}
-	}
-	return nil
-}
+// Note [Releasing a paused tag]
+//
+// The release step of a pause (releasePaused) takes the tag's segments one
+// at a time, in heap order, and for each runs the release hooks (what
+// others registered on it: NCCL windows), unmaps it and releases its
+// memory, in that order, before it touches the next. The hooks run
+// immediately before their own segment's unmap, never all of them before
+// the first unmap, so that a failure stops the step with every segment
+// after the failing one still mapped and still holding what was
+// registered on it. What a failure at segment k leaves:
+//
+//	a hook fails     k and the segments after it are mapped, their
+//	                 registrations kept (a hook that fails keeps its own;
+//	                 others that ran for k are undone).
+//	the unmap fails  k is mapped, but its hooks have run: what they undid
+//	                 stays undone until a resume. The segments after it
+//	                 are mapped with their registrations.
+//	the release      k is unmapped, its memory leaked; it counts as
+//	fails            paused.
+//
+// In each case the segments before k are paused, and the tag is paused
+// (tagState's rule): Resume takes back the paused segments and leaves the
+// mapped ones as they are, so a resume after any of these failures gives a
+// tag with every segment live. A second Pause is ErrInvalidState (the tag
+// is paused) and says that the tag is paused only in part.
 
-// releasePaused is the end of Pause: it marks tags paused and unmaps and
-// releases segs (a.mu held).
+// releasePaused is the end of Pause: it marks tags paused and releases
+// segs one by one (Note [Releasing a paused tag]; a.mu held).
 func (a *Allocator) releasePaused(tags []*tagState, segs []*segment, tag string) (uint64, error) {
 	for _, t := range tags {
 		t.paused = true
 	}
 	var released uint64
-	for _, seg := range segs {
+	for i, seg := range segs {
+		rest := len(segs) - i - 1
+		if err := a.runReleaseHooks(seg, true); err != nil {
+			return released, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: the segment at %#x: %v; it and the %d segment(s) after it stay mapped, with what was registered on them (%d segment(s) released before it are paused; the tag counts as paused, and resume takes them back)", seg.pools.tag.name, a.device, seg.addr, err, rest, i)
+		}
 		if err := a.be.Unmap(a.device, seg.addr, seg.size); err != nil {
-			return released, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: unmapping the segment at %#x: %v (segments released before it stay paused; resume takes them back)", seg.pools.tag.name, a.device, seg.addr, err)
+			return released, core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: unmapping the segment at %#x: %v; it stays mapped, but what its release hooks undid (an NCCL window) stays undone until a resume; the %d segment(s) after it stay mapped with what was registered on them (%d segment(s) released before it are paused; the tag counts as paused, and resume takes them back)", seg.pools.tag.name, a.device, seg.addr, err, rest, i)
 		}
 		if err := a.be.Release(seg.mem); err != nil {
 			// Unmapped but not released: mark it paused anyway (the
 			// handle is lost to us), so that nothing uses it again.
-			err = core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: the segment at %#x was unmapped but its physical memory could not be released (leaked; the segment counts as paused): %v", seg.pools.tag.name, a.device, seg.addr, err)
+			err = core.Errorf(core.CodeOf(err), "pausing tag %q on device %d: the segment at %#x was unmapped but its physical memory could not be released (leaked; the segment counts as paused): %v; the %d segment(s) after it stay mapped with what was registered on them (the tag counts as paused, and resume takes back its paused segments)", seg.pools.tag.name, a.device, seg.addr, err, rest)
 			a.markPaused(seg)
 			return released + uint64(seg.size), err
 		}

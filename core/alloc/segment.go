@@ -54,10 +54,13 @@ type segment struct {
 	unmapped bool
 }
 
-// ReleaseHook is told about a segment before its memory is unmapped and
-// released, once the device has been synchronised: what others registered
-// on it (NCCL windows) must be undone there. An error keeps the segment
-// (its memory is not released; the release fails with that error).
+// ReleaseHook is told about a segment immediately before its memory is
+// unmapped and released, once the device has been synchronised: what
+// others registered on it (NCCL windows) must be undone there. seg.Paused
+// says that the release is a pause's: the segment stays, and a resume maps
+// new memory at its address. An error keeps the segment (its memory is not
+// released; the release fails with that error), and a hook that fails must
+// leave its own registration in place (Note [Releasing a paused tag]).
 type ReleaseHook func(seg SegmentInfo) error
 
 // AddReleaseHook adds h; the returned function removes it.
@@ -77,15 +80,17 @@ func (a *Allocator) AddReleaseHook(h ReleaseHook) (remove func()) {
 	}
 }
 
-// runReleaseHooks tells every hook that seg goes (mu held).
-func (a *Allocator) runReleaseHooks(seg *segment) error {
+// runReleaseHooks tells every hook that seg's memory goes, for a pause
+// where pausing (mu held).
+func (a *Allocator) runReleaseHooks(seg *segment, pausing bool) error {
 	a.hookMu.Lock()
 	hooks := make([]ReleaseHook, 0, len(a.hooks))
 	for _, h := range a.hooks {
 		hooks = append(hooks, h)
 	}
 	a.hookMu.Unlock()
-	info := SegmentInfo{ID: seg.id, Addr: seg.addr, Size: seg.size, HeapOff: seg.heapOff}
+	info := seg.info()
+	info.Paused = pausing
 	var first error
 	for _, h := range hooks {
 		if err := h(info); err != nil && first == nil {
@@ -182,6 +187,17 @@ type SegmentInfo struct {
 	Paused  bool   // its physical memory is released (Pause)
 }
 
+// SegmentAt describes the segment whose address range holds addr, paused
+// or not; false where no segment of this allocator's heap does.
+func (a *Allocator) SegmentAt(addr uintptr) (SegmentInfo, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if seg := a.heap.segmentAt(addr); seg != nil {
+		return seg.info(), true
+	}
+	return SegmentInfo{}, false
+}
+
 // ExportSegment returns a new descriptor (the caller closes it) for the
 // physical memory of the segment that starts at segAddr.
 func (a *Allocator) ExportSegment(segAddr uintptr) (int, error) {
@@ -253,7 +269,7 @@ func (a *Allocator) releaseIdle() error {
 // its addresses no longer hold memory, and handing them out would fault. A
 // failed Release then leaks the physical memory, and the error says so.
 func (a *Allocator) releaseSegment(seg *segment) error {
-	if err := a.runReleaseHooks(seg); err != nil {
+	if err := a.runReleaseHooks(seg, false); err != nil {
 		return err
 	}
 	if err := a.be.Unmap(a.device, seg.addr, seg.size); err != nil {

@@ -162,8 +162,9 @@ func tagInfoOf(id TagID) (tagInfo, bool) {
 // Invariants (Validate checks the first): a segment is paused only while
 // its tag is (the untagged memory, tags[0], never is); paused is true from a
 // successful Pause to a successful Resume, and while it is no block of the
-// tag can be allocated. A pause that fails after releasing some segments
-// leaves the tag paused, so that Resume takes those back.
+// tag can be allocated. A pause that fails in its release step leaves the
+// tag paused, whatever it released (Note [Releasing a paused tag]), so
+// that Resume takes back what it did release.
 type tagState struct {
 	id        TagID
 	name      string
@@ -255,7 +256,7 @@ func (a *Allocator) TagSegments(tag string, wantPaused bool) ([]SegmentInfo, err
 		return nil, err
 	}
 	if tag != "" {
-		if err := checkTagState(tags[0], wantPaused, a.device); err != nil {
+		if err := a.checkTagState(tags[0], wantPaused); err != nil {
 			return nil, err
 		}
 	}
@@ -266,12 +267,23 @@ func (a *Allocator) TagSegments(tag string, wantPaused bool) ([]SegmentInfo, err
 	return out, nil
 }
 
-func checkTagState(t *tagState, wantPaused bool, device int) error {
+// checkTagState says whether t is paused (wantPaused) or live; a paused
+// tag that a failed pause left in part mapped says so (a.mu held).
+func (a *Allocator) checkTagState(t *tagState, wantPaused bool) error {
 	switch {
 	case wantPaused && !t.paused:
-		return core.Errorf(core.ErrInvalidState, "tag %q on device %d is not paused: nothing to resume", t.name, device)
+		return core.Errorf(core.ErrInvalidState, "tag %q on device %d is not paused: nothing to resume", t.name, a.device)
 	case !wantPaused && t.paused:
-		return core.Errorf(core.ErrInvalidState, "tag %q on device %d is already paused", t.name, device)
+		mapped := 0
+		for _, seg := range a.segmentsOf([]*tagState{t}) {
+			if !seg.paused {
+				mapped++
+			}
+		}
+		if mapped > 0 {
+			return core.Errorf(core.ErrInvalidState, "tag %q on device %d is already paused, in part: a pause that failed while releasing left %d of its segments mapped; resume it (which takes back the rest), then pause it again", t.name, a.device, mapped)
+		}
+		return core.Errorf(core.ErrInvalidState, "tag %q on device %d is already paused", t.name, a.device)
 	}
 	return nil
 }
@@ -296,7 +308,7 @@ func (a *Allocator) tagsToChange(tag string, paused bool) ([]*tagState, error) {
 		return nil, err
 	}
 	if tag != "" {
-		if err := checkTagState(tags[0], paused, a.device); err != nil {
+		if err := a.checkTagState(tags[0], paused); err != nil {
 			return nil, err
 		}
 	}

@@ -340,12 +340,18 @@ func (h *Handle) SignalPads() []uintptr { return append([]uintptr(nil), h.padPtr
 // the rendezvous pointer's offset in it; 0, 0 when the group has no
 // communicator or windows are off. The window is the current one: a pause
 // deregisters it (ErrInvalidState until the resume) and the resume
-// registers another, so callers ask again after a resume.
+// registers another, so callers ask again after a resume. A segment that
+// a failed pause left mapped keeps its window, or, where its unmap failed
+// after the window went, is ErrInvalidState saying so (Note [Window
+// registration]).
 func (h *Handle) Window() (win, offset uintptr, err error) {
 	if h.window == nil {
 		return 0, 0, nil
 	}
 	if win = h.window.win.Load(); win == 0 {
+		if h.window.mapped() {
+			return 0, 0, core.Errorf(core.ErrInvalidState, "the buffer of group %q is in a segment that a failed pause left mapped on rank %d, without its NCCL window (deregistered before the segment's unmap failed; the other ranks released theirs): call the group's resume (symmem_resume_group) on every rank, which registers the window again, then ask again", h.name, h.rank)
+		}
 		return 0, 0, core.Errorf(core.ErrInvalidState, "the buffer of group %q is in a paused tag: its NCCL window was deregistered with its memory, and the resume registers a new one (ask again then)", h.name)
 	}
 	return win, h.windowOffset, nil

@@ -30,9 +30,33 @@ import (
 //     step 2), and all-gathers the outcome.
 //
 // What can still fail in step 3 is the driver refusing an unmap or a
-// release: an import whose unmap fails stays mapped and is not marked
-// paused (a later pause tries it again); one whose release fails is paused
-// and its memory leaked; either is reported to every rank.
+// release, or the communicator refusing to deregister an NCCL window: an
+// import whose unmap fails stays mapped and is not marked paused (the
+// resume drops it); one whose release fails is paused and its memory
+// leaked. Our own segments are released one by one, each segment's window
+// deregistered immediately before its unmap (Note [Releasing a paused
+// tag] in core/alloc), so a failure stops with the segments after it still
+// mapped and still holding their windows; a window whose deregistration
+// fails stays registered on its mapped segment. Either way the tag counts
+// as paused on every rank, in part on the failing one, and every rank gets
+// the failure with what the failing rank holds. What the ranks see then:
+//
+//   - Handle.Window: the window on a segment still mapped with it;
+//     ErrInvalidState "paused" on a released one; on a segment whose unmap
+//     failed after its window went (mapped, no window: the one state a
+//     live segment can be in without its window), ErrInvalidState naming
+//     that state and the resume.
+//   - Group.Pause again: ErrInvalidState on every rank (already paused;
+//     "in part" on the failing rank), changing nothing.
+//   - Group.Resume: the way back. Every rank lists every segment of its
+//     paused tag, so the lists agree; each takes back what it released and
+//     leaves what is still mapped; the peers' imports are mapped again from
+//     descriptors of whatever memory each segment has now; and every window
+//     that any rank deregistered is registered again on every rank, a rank
+//     that kept the old one deregistering it once the new one is there
+//     (the window is collective, and its peers' parts are gone). After it
+//     the group is resumed everywhere with one window per segment, and a
+//     pause may be tried again.
 //
 // Group.Resume mirrors it: the lists are checked (the tag is paused
 // everywhere), every rank resumes its own tag (a rank that fails, e.g. out
@@ -220,9 +244,12 @@ func (g *Group) Pause(tag string) error {
 //	                of the lists are unmapped and released, their ranges
 //	                kept. Nothing to undo: a failure is reported, what it
 //	                left is described in Note [Collective pause].
-//	releaseOwn      step 3: our own memory (alloc.PauseCommit), the tag's
-//	                NCCL windows remembered for the resume, and the outcome
-//	                shared.
+//	releaseOwn      step 3: our own memory (alloc.PauseCommit), each
+//	                segment's NCCL window deregistered right before its
+//	                unmap and remembered for the resume, and the outcome
+//	                shared. Nothing to undo: a failure leaves the tag
+//	                paused, in part, and its error names the resume as the
+//	                way back (Note [Collective pause]).
 type pauseCall struct {
 	tagCall
 }
@@ -278,19 +305,31 @@ func (c *pauseCall) releaseImports() {
 	}
 }
 
-// releaseOwn releases our own memory of the tag and shares the outcome.
+// releaseOwn releases our own memory of the tag and shares the outcome;
+// a failure anywhere names the way back (Note [Pause phases]).
 func (c *pauseCall) releaseOwn() error {
 	g := c.g
-	// The windows of the tag's segments go before the memory does (Note
+	// Each segment's window goes immediately before its memory does (Note
 	// [Window registration]); the resume registers them again.
 	err := g.wins.pause(c.segs, func() error {
 		_, err := g.alloc.Pause(c.tag, alloc.PauseOptions{Collective: true, Stage: alloc.PauseCommit})
 		return err
 	})
-	if err != nil && c.localErr == nil {
+	switch {
+	case err != nil && c.localErr == nil:
 		c.localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
+	case err != nil: // after a failure of releaseImports: both are told
+		c.localErr = core.Errorf(core.CodeOf(c.localErr), "%v; and releasing its own memory: %v", c.localErr, err)
 	}
-	return g.shareVerdict(c.what+" (releasing memory)", c.localErr)
+	what := c.what + " (releasing memory)"
+	raw, err := g.ex.AllGather(0, encodeStatus(statusOf(c.localErr)))
+	if err != nil {
+		return err
+	}
+	if err := g.verdictOf(what, raw); err != nil {
+		return core.Errorf(core.CodeOf(err), "%v; %s is now paused on every rank, in part where a rank said so above: the group's resume, on every rank, takes every rank back to the resumed state (its windows registered again), and the pause may then be tried again (a pause before that resume is ErrInvalidState: already paused)", err, tagWhat(c.tag))
+	}
+	return nil
 }
 
 // Resume takes back the memory of tag ("" = every paused tag) on every

@@ -65,6 +65,19 @@ type testComm struct {
 	seen  []uint32 // seen[src*slots+slot]: signals waited for
 	// failAt makes call number failAt fail (0: never), counting from 1.
 	failAt int
+	// deregs counts this rank's DeregisterWindow calls; the call numbered
+	// failDereg fails (0: none), leaving its window registered. Both are
+	// guarded by hub.mu.
+	deregs, failDereg int
+}
+
+// failDeregistration makes this rank's nth next DeregisterWindow call
+// fail (1 = the next one), as a communicator that refuses it: the window
+// stays registered.
+func (c *testComm) failDeregistration(n int) {
+	c.hub.mu.Lock()
+	defer c.hub.mu.Unlock()
+	c.failDereg = c.deregs + n
 }
 
 func newTestComms(world int, timeout time.Duration, machine []string, oneSided bool) []*testComm {
@@ -173,11 +186,30 @@ func (c *testComm) DeregisterWindow(win uintptr) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.deregs++
+	c.deregs++
+	if c.deregs == c.failDereg {
+		c.failDereg = 0
+		return core.Errorf(core.ErrBackend, "test communicator: deregistering window %#x: injected failure", win)
+	}
 	if !h.liveWins[win] {
 		return core.Errorf(core.ErrInvalidArgument, "test communicator: deregistering %#x, which is not a live window", win)
 	}
 	delete(h.liveWins, win)
 	return nil
+}
+
+// liveWindowsOf counts the windows of rank's registered and not
+// deregistered.
+func (h *testHub) liveWindowsOf(rank int) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for win := range h.liveWins {
+		if int(win&0xff) == rank {
+			n++
+		}
+	}
+	return n
 }
 
 // liveWindow says whether win is registered and not deregistered.

@@ -3,7 +3,9 @@ package symm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -28,9 +30,19 @@ import (
 //	             commit and registered again by the resume.
 //
 // Each step keeps the phases' contract: register and resume are
-// collective and end with a shared verdict; pause runs the pause's commit
-// (whose release hook deregisters the windows of the memory it releases)
-// and remembers, for the resume, the windows it deregistered.
+// collective and end with a shared verdict; pause runs the pause's commit,
+// whose release hook deregisters each segment's window immediately before
+// that segment's unmap (Note [Releasing a paused tag] in core/alloc) and
+// keeps it, for the resume, as a paused window.
+//
+// A window is deregistered only together with its memory, and a
+// deregistration that fails leaves the window registered and the segment
+// mapped, so a live segment always has its window, with one exception: a
+// pause's commit whose unmap of a segment fails after its window went.
+// That segment is mapped without a window on this rank (the others have
+// released theirs, so no window of it can be registered again until they
+// have memory again); Handle.Window says so and names the remedy, and the
+// resume registers its window again with everyone's (Note [Pause phases]).
 type windowRegistry interface {
 	// held is blockRecord.winHeld for seg: 1 + its ID where this rank holds
 	// the segment's window, else 0.
@@ -42,15 +54,15 @@ type windowRegistry interface {
 	// attach gives the handle its window and checks NCCL's view of the
 	// peers (NCCL >= 2.29), collectively: the rendezvous' checkPeers phase.
 	attach(c *rendezvousCall) error
-	// pause runs commit, the release of the memory of segs, and keeps the
-	// windows that the release deregistered for the resume; it returns
-	// commit's error.
+	// pause runs commit, the release of the memory of segs; on a failure
+	// it returns commit's error with what became of each segment's window.
 	pause(segs []alloc.SegmentInfo, commit func() error) error
 	// paused lists the heap offsets of segs whose window a pause
 	// deregistered (tagRecord.wins).
 	paused(segs []alloc.SegmentInfo) []uint64
 	// resume registers again, collectively, what the pause deregistered
-	// on any rank (the resume's windows phase, Note [Resume phases]).
+	// on any rank (the resume's windows phase, Note [Resume phases]),
+	// replacing a window that a failed pause left registered on a rank.
 	resume(c *resumeCall) error
 	// counts are Group.WindowCounts.
 	counts() (registered, deregistered, live int)
@@ -76,12 +88,21 @@ func (g *Group) WindowCounts() (registered, deregistered, live int) { return g.w
 
 // window is a segment of ours registered with the communicator. win is
 // the ncclWindow_t, 0 while the segment is paused or once it is released
-// (handles read it: Handle.Window).
+// (handles read it: Handle.Window), or where a failed pause left the
+// segment mapped without it (mapped says which).
 type window struct {
 	segID uint64
 	addr  uintptr
 	size  uintptr
 	win   atomic.Uintptr
+	a     *alloc.Allocator // the segment's
+}
+
+// mapped says whether the window's segment is mapped (not paused, not
+// released).
+func (x *window) mapped() bool {
+	info, ok := x.a.SegmentAt(x.addr)
+	return ok && info.ID == x.segID && !info.Paused
 }
 
 // ncclWindows are a group's NCCL windows, by the heap offset of their
@@ -91,11 +112,13 @@ type ncclWindows struct {
 	comm Communicator
 	cg   *commGather
 	name string
+	a    *alloc.Allocator // the group's, whose segments the windows hold
 	mu   sync.Mutex
 	m    map[uint64]*window
-	// pausedWins holds the windows of segments that a collective pause
-	// deregistered, by heap offset, until the resume registers them again
-	// (Note [Collective pause]).
+	// pausedWins holds the windows of segments that a pause deregistered
+	// with their memory (the release hook, told the release is a pause's),
+	// by heap offset, until the resume registers them again in the same
+	// window value, which handles hold (Note [Collective pause]).
 	pausedWins map[uint64]*window
 	// registered and deregistered count calls (tests check them).
 	registered, deregistered int
@@ -105,7 +128,7 @@ type ncclWindows struct {
 // newNCCLWindows is the registry of a group over comm, whose windows go
 // before the memory that a's release hook is told about.
 func newNCCLWindows(comm Communicator, cg *commGather, name string, a *alloc.Allocator) *ncclWindows {
-	w := &ncclWindows{comm: comm, cg: cg, name: name, m: map[uint64]*window{}, pausedWins: map[uint64]*window{}}
+	w := &ncclWindows{comm: comm, cg: cg, name: name, a: a, m: map[uint64]*window{}, pausedWins: map[uint64]*window{}}
 	w.removeHook = a.AddReleaseHook(w.onSegmentRelease)
 	return w
 }
@@ -125,49 +148,72 @@ func (w *ncclWindows) counts() (registered, deregistered, live int) {
 	return w.registered, w.deregistered, len(w.m)
 }
 
-// dropLocked deregisters x (w.mu held).
+// dropLocked deregisters x (w.mu held). A deregistration that fails
+// leaves x registered and held: the caller keeps the memory it holds.
 func (w *ncclWindows) dropLocked(heapOff uint64, x *window) error {
-	delete(w.m, heapOff)
 	w.deregistered++
-	win := x.win.Swap(0)
-	if err := w.comm.DeregisterWindow(win); err != nil {
-		return core.Errorf(core.CodeOf(err), "group %q: deregistering the window of the segment at %#x (%d bytes): %v", w.name, x.addr, x.size, err)
+	if err := w.comm.DeregisterWindow(x.win.Load()); err != nil {
+		return core.Errorf(core.CodeOf(err), "group %q: deregistering the window of the segment at %#x (%d bytes) failed, so the window stays registered: %v", w.name, x.addr, x.size, err)
 	}
+	delete(w.m, heapOff)
+	x.win.Store(0)
 	return nil
 }
 
 // onSegmentRelease is the allocator's release hook: the segment's window
-// goes before its memory.
+// goes before its memory (NCCL keeps a mapping of its own); a pause's is
+// kept for the resume. A failure keeps the window and fails the release.
 func (w *ncclWindows) onSegmentRelease(seg alloc.SegmentInfo) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if x := w.m[seg.HeapOff]; x != nil && x.segID == seg.ID {
-		return w.dropLocked(seg.HeapOff, x)
+	x := w.m[seg.HeapOff]
+	if x == nil || x.segID != seg.ID {
+		return nil
+	}
+	if err := w.dropLocked(seg.HeapOff, x); err != nil {
+		return err
+	}
+	if seg.Paused {
+		w.pausedWins[seg.HeapOff] = x
 	}
 	return nil
 }
 
-// pause: the windows of the tag's segments are deregistered by the release
-// hook before the memory goes (NCCL keeps a mapping of its own); those
-// that commit deregistered are kept for the resume.
+// pause runs commit; the release hook deregisters each segment's window
+// before its memory goes and keeps it for the resume. On a failure the
+// error says what each of segs holds now: released, mapped with its
+// window, or mapped without it.
 func (w *ncclWindows) pause(segs []alloc.SegmentInfo, commit func() error) error {
-	w.mu.Lock()
-	ws := map[uint64]*window{}
-	for _, s := range segs {
-		if x := w.m[s.HeapOff]; x != nil && x.segID == s.ID {
-			ws[s.HeapOff] = x
-		}
-	}
-	w.mu.Unlock()
 	err := commit()
+	if err == nil {
+		return nil
+	}
+	// The allocator's lock comes before w.mu (the hook runs under it).
+	mapped := make([]bool, len(segs))
+	for i, s := range segs {
+		info, ok := w.a.SegmentAt(s.Addr)
+		mapped[i] = ok && info.ID == s.ID && !info.Paused
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for off, x := range ws {
-		if w.m[off] != x {
-			w.pausedWins[off] = x
+	var released, kept int
+	var bare []string
+	for i, s := range segs {
+		x := w.m[s.HeapOff]
+		switch {
+		case !mapped[i]:
+			released++
+		case x != nil && x.segID == s.ID:
+			kept++
+		default:
+			bare = append(bare, fmt.Sprintf("%#x", s.HeapOff))
 		}
 	}
-	return err
+	msg := fmt.Sprintf("%v; of its %d segment(s) of the tag, %d are released (their NCCL windows deregistered) and %d are still mapped with their windows registered", err, len(segs), released, kept)
+	if len(bare) > 0 {
+		msg += fmt.Sprintf(", and the segment(s) at heap offset %s are still mapped but without their windows (deregistered before the unmap failed)", strings.Join(bare, ", "))
+	}
+	return core.Errorf(core.CodeOf(err), "%s", msg)
 }
 
 func (w *ncclWindows) paused(segs []alloc.SegmentInfo) []uint64 {
@@ -232,11 +278,19 @@ func (w *ncclWindows) register(c *rendezvousCall) error {
 	}
 	var x *window
 	if err == nil {
-		x = &window{segID: seg.ID, addr: seg.Addr, size: seg.Size}
+		x = &window{segID: seg.ID, addr: seg.Addr, size: seg.Size, a: w.a}
 		x.win.Store(win)
 		w.mu.Lock()
 		w.registered++
-		w.m[seg.HeapOff] = x
+		if localErr == nil {
+			w.m[seg.HeapOff] = x
+		} else {
+			// The old window could not be deregistered and still holds
+			// the segment: the new one goes, and the verdict fails.
+			w.deregistered++
+			w.comm.DeregisterWindow(win)
+			x = nil
+		}
 		w.mu.Unlock()
 	}
 	if err := g.shareVerdict("rendezvous (NCCL window registration)", localErr); err != nil {
@@ -303,7 +357,9 @@ func (w *ncclWindows) checkPeerPointers(c *rendezvousCall, win, blockOff uintptr
 
 // resume registers again, collectively, the windows that the pause of our
 // segments deregistered on some rank (the union over ranks, in heap order,
-// from the resume records), and shares the verdict.
+// from the resume records), and shares the verdict. A rank whose failed
+// pause kept a segment's window registers it too (the window is
+// collective, and its peers' parts are gone) and deregisters the kept one.
 func (w *ncclWindows) resume(c *resumeCall) error {
 	g, what, segs, recs := c.g, c.what, c.segs, c.recs
 	var offs []uint64
@@ -344,12 +400,24 @@ func (w *ncclWindows) resume(c *resumeCall) error {
 		w.mu.Lock()
 		x := w.pausedWins[off]
 		delete(w.pausedWins, off)
+		var old uintptr // the window a failed pause left registered here
+		if k := w.m[off]; k != nil && k.segID == s.ID {
+			x, old = k, k.win.Load()
+		}
 		if x == nil || x.segID != s.ID {
-			x = &window{segID: s.ID, addr: s.Addr, size: s.Size}
+			x = &window{segID: s.ID, addr: s.Addr, size: s.Size, a: w.a}
 		}
 		x.win.Store(win)
 		w.m[off] = x
 		w.registered++
+		if old != 0 {
+			// Its peers' parts were deregistered by their pause: the new
+			// window replaces it, in the value the handles hold.
+			w.deregistered++
+			if err := w.comm.DeregisterWindow(old); err != nil && localErr == nil {
+				localErr = core.Errorf(core.CodeOf(err), "rank %d: its segment at %#x has its new window, but the one a failed pause left registered could not be deregistered (it stays registered, unused): %v", g.rank, s.Addr, err)
+			}
+		}
 		w.mu.Unlock()
 	}
 	return g.shareVerdict(what+" (NCCL windows)", localErr)
