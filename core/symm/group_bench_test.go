@@ -177,3 +177,4 @@ func benchRendezvousAgain(b *testing.B, world int) {
 }
 
 func BenchmarkRendezvousAgain2(b *testing.B) { benchRendezvousAgain(b, 2) }
+func BenchmarkRendezvousAgain4(b *testing.B) { benchRendezvousAgain(b, 4) }

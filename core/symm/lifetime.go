@@ -26,7 +26,7 @@ import (
 // takes the collective lock that the rendezvous releases on its way out.
 
 // lifetime counts an object's calls in flight and lets its release wait for
-// them. The zero value is not usable: see newLifetime.
+// them. The zero value is not usable: see init.
 type lifetime struct {
 	// state is the number of calls in flight, plus closedBit once release
 	// has begun.
@@ -39,7 +39,14 @@ type lifetime struct {
 const closedBit = int64(1) << 62
 
 func newLifetime() *lifetime {
-	return &lifetime{closing: make(chan struct{}), idle: make(chan struct{})}
+	l := &lifetime{}
+	l.init()
+	return l
+}
+
+// init makes the zero value usable (for a lifetime held by value).
+func (l *lifetime) init() {
+	l.closing, l.idle = make(chan struct{}), make(chan struct{})
 }
 
 // enter registers a call; false means release has begun (the call must
@@ -79,6 +86,11 @@ func (l *lifetime) closed() bool { return l.state.Load()&closedBit != 0 }
 // drain waits up to bound for the calls in flight to leave; it returns the
 // number still in flight (0: none).
 func (l *lifetime) drain(bound time.Duration) int64 {
+	select {
+	case <-l.idle: // the usual case: no call in flight, no timer to make
+		return 0
+	default:
+	}
 	t := time.NewTimer(bound)
 	defer t.Stop()
 	select {

@@ -191,10 +191,13 @@ type blockRecord struct {
 	winHeld uint64
 }
 
-func (b *blockRecord) encode() []byte {
-	var w writer
+func (b *blockRecord) encode() []byte { return b.appendTo(nil) }
+
+// appendTo appends the encoded record to buf (a rendezvous reuses one).
+func (b *blockRecord) appendTo(buf []byte) []byte {
+	w := writer{b: buf}
 	w.header(recRendezvous, b.status)
-	for _, v := range []uint64{b.blockSize, b.requested, b.offset, b.heapOff, b.segHeapOff, b.segSize, b.segID, b.allocs, b.frees, b.padSize} {
+	for _, v := range [...]uint64{b.blockSize, b.requested, b.offset, b.heapOff, b.segHeapOff, b.segSize, b.segID, b.allocs, b.frees, b.padSize} {
 		w.u64(v)
 	}
 	if b.padsReady {
@@ -211,9 +214,16 @@ func (b *blockRecord) encode() []byte {
 }
 
 func decodeBlock(p []byte, world int) (b blockRecord, err error) {
+	err = decodeBlockInto(&b, p, world, nil)
+	return b, err
+}
+
+// decodeBlockInto decodes p into *b, with b.held in held (world long) if
+// given, else in a new slice.
+func decodeBlockInto(b *blockRecord, p []byte, world int, held []uint64) error {
 	r := reader{b: p}
-	b.status = r.header(recRendezvous)
-	for _, v := range []*uint64{&b.blockSize, &b.requested, &b.offset, &b.heapOff, &b.segHeapOff, &b.segSize, &b.segID, &b.allocs, &b.frees, &b.padSize} {
+	*b = blockRecord{status: r.header(recRendezvous)}
+	for _, v := range [...]*uint64{&b.blockSize, &b.requested, &b.offset, &b.heapOff, &b.segHeapOff, &b.segSize, &b.segID, &b.allocs, &b.frees, &b.padSize} {
 		*v = r.u64()
 	}
 	b.padsReady = r.u8() != 0
@@ -222,13 +232,16 @@ func decodeBlock(p []byte, world int) (b blockRecord, err error) {
 		r.err = fmt.Errorf("record for %d ranks in a group of %d", n, world)
 	}
 	if r.err == nil {
-		b.held = make([]uint64, n)
+		if len(held) != n {
+			held = make([]uint64, n)
+		}
+		b.held = held
 		for i := range b.held {
 			b.held[i] = r.u64()
 		}
 	}
 	b.winHeld = r.u64()
-	return b, r.err
+	return r.err
 }
 
 func encodeStatus(st status) []byte {
