@@ -223,21 +223,25 @@ func decodeBlock(p []byte, world int) (b blockRecord, err error) {
 func decodeBlockInto(b *blockRecord, p []byte, world int, held []uint64) error {
 	r := reader{b: p}
 	*b = blockRecord{status: r.header(recRendezvous)}
-	for _, v := range [...]*uint64{&b.blockSize, &b.requested, &b.offset, &b.heapOff, &b.segHeapOff, &b.segSize, &b.segID, &b.allocs, &b.frees, &b.padSize} {
-		*v = r.u64()
-	}
-	b.padsReady = r.u8() != 0
-	n := int(r.u32())
-	if r.err == nil && n != world {
-		r.err = fmt.Errorf("record for %d ranks in a group of %d", n, world)
+	// The fixed fields in one take (one bounds check, not one per field).
+	if f := r.take(10*8 + 1 + 4); f != nil {
+		le := binary.LittleEndian
+		b.blockSize, b.requested, b.offset, b.heapOff, b.segHeapOff = le.Uint64(f[0:]), le.Uint64(f[8:]), le.Uint64(f[16:]), le.Uint64(f[24:]), le.Uint64(f[32:])
+		b.segSize, b.segID, b.allocs, b.frees, b.padSize = le.Uint64(f[40:]), le.Uint64(f[48:]), le.Uint64(f[56:]), le.Uint64(f[64:]), le.Uint64(f[72:])
+		b.padsReady = f[80] != 0
+		if n := int(le.Uint32(f[81:])); n != world {
+			r.err = fmt.Errorf("record for %d ranks in a group of %d", n, world)
+		}
 	}
 	if r.err == nil {
-		if len(held) != n {
-			held = make([]uint64, n)
+		if len(held) != world {
+			held = make([]uint64, world)
 		}
-		b.held = held
-		for i := range b.held {
-			b.held[i] = r.u64()
+		if f := r.take(8 * world); f != nil {
+			b.held = held
+			for i := range b.held {
+				b.held[i] = binary.LittleEndian.Uint64(f[8*i:])
+			}
 		}
 	}
 	b.winHeld = r.u64()

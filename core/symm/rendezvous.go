@@ -22,8 +22,12 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	if err := g.usable("rendezvous"); err != nil {
 		return nil, err
 	}
-	c := &rendezvousCall{g: g, gm: g.gm, ptr: ptr}
+	// The call's state is the group's, reused (g.coll held), and cleared
+	// after the call so that it keeps nothing alive.
+	c := &g.rdv
+	*c = rendezvousCall{g: g, gm: g.gm, ptr: ptr}
 	h, err := c.run()
+	*c = rendezvousCall{}
 	return h, g.settle("rendezvous", err)
 }
 
@@ -109,8 +113,10 @@ func (sc *rendezvousScratch) reset(world int) *rendezvousScratch {
 
 // run is the driver of Note [Rendezvous phases].
 func (c *rendezvousCall) run() (*Handle, error) {
-	c.tr = startTrace("group %q rank %d rendezvous", c.g.name, c.g.rank)
-	defer c.tr.done()
+	if traceOn { // the arguments would be boxed even with tracing off
+		c.tr = startTrace("group %q rank %d rendezvous", c.g.name, c.g.rank)
+		defer c.tr.done()
+	}
 	c.lookup()
 	c.pin()
 	defer c.undo()
@@ -147,7 +153,6 @@ func (c *rendezvousCall) lookup() {
 	ptrs := make([]uintptr, 2*g.world) // bufPtrs then padPtrs
 	c.h = &Handle{gm: c.gm, name: g.name, rank: me, world: g.world, bufSize: c.info.Size, offset: c.ptr - c.info.Addr,
 		timeout: g.timeout, bufPtrs: ptrs[:g.world:g.world], padPtrs: ptrs[g.world:], span: g.span}
-	c.h.life.init()
 	sc := g.scratch.reset(g.world)
 	c.rec = blockRecord{held: sc.held[g.world*g.world:], padSize: uint64(g.padSize)}
 	c.pinned = sc.pinned
