@@ -300,18 +300,20 @@ func symmemgo_group_set_signal_pad_size(group uintptr, bytes C.size_t) (result C
 //export symmemgo_rendezvous
 func symmemgo_rendezvous(ptr unsafe.Pointer, group uintptr, out *uintptr) (result C.int) {
 	defer recoverCall("symmem_rendezvous", &result, C.int(core.ErrInternal))
-	call := fmt.Sprintf("symmem_rendezvous(ptr=%p)", ptr)
+	// The call is named only in a failure's message: a rendezvous again
+	// formats nothing.
+	fail := func(err error) C.int { return setLastError(fmt.Sprintf("symmem_rendezvous(ptr=%p)", ptr), err) }
 	if out == nil {
-		return setLastError(call, core.Errorf(core.ErrInvalidArgument, "out is NULL"))
+		return fail(core.Errorf(core.ErrInvalidArgument, "out is NULL"))
 	}
 	*out = 0
 	g, err := groupOf(group)
 	if err != nil {
-		return setLastError(call, err)
+		return fail(err)
 	}
 	h, err := g.Rendezvous(uintptr(ptr))
 	if err != nil {
-		return setLastError(call, err)
+		return fail(err)
 	}
 	*out = register(objHandle, h)
 	return 0

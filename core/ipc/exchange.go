@@ -20,6 +20,20 @@ type Exchange interface {
 
 var _ Exchange = (*Channel)(nil)
 
+// ReusingExchange is an Exchange that can hand the records back in buffers
+// its caller keeps from one call to the next, so that a call that is made
+// over and over (a rendezvous again on the same buffer) allocates nothing.
+type ReusingExchange interface {
+	Exchange
+	// AllGatherInto is AllGather with the records copied into into's
+	// entries (each grown as needed, so each must be a buffer of its own)
+	// when into has one entry per rank; the result is then into itself,
+	// valid until into is passed again. Otherwise, and where the records
+	// had to take another way, the result is freshly allocated (into's
+	// entries may hold bytes of the call either way).
+	AllGatherInto(timeout time.Duration, rec []byte, into [][]byte) ([][]byte, error)
+}
+
 // FuncExchange adapts a caller's all-gather of equal-sized records (the
 // shape of MPI_Allgather and of symmem_allgather_fn): Fn sends send
 // (len(send) bytes) and fills recv with World*len(send) bytes, rank r's at

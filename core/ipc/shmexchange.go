@@ -357,8 +357,16 @@ func (x *ShmExchange) slotOf(r int, round uint64) []byte {
 	return x.page[off : off+8+x.slot]
 }
 
+var _ ReusingExchange = (*ShmExchange)(nil)
+
 // AllGather contributes rec and returns every rank's record (copies).
 func (x *ShmExchange) AllGather(timeout time.Duration, rec []byte) ([][]byte, error) {
+	return x.AllGatherInto(timeout, rec, nil)
+}
+
+// AllGatherInto is AllGather copying the records into into's buffers where
+// into has one per rank (ReusingExchange).
+func (x *ShmExchange) AllGatherInto(timeout time.Duration, rec []byte, into [][]byte) ([][]byte, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.broken != nil {
@@ -388,7 +396,10 @@ func (x *ShmExchange) AllGather(timeout time.Duration, rec []byte) ([][]byte, er
 		x.broken = err
 		return nil, err
 	}
-	out := make([][]byte, x.world)
+	out := into
+	if len(out) != x.world {
+		out = make([][]byte, x.world)
+	}
 	long := false
 	for r := range out {
 		s := x.slotOf(r, n)
@@ -402,7 +413,7 @@ func (x *ShmExchange) AllGather(timeout time.Duration, rec []byte) ([][]byte, er
 			x.broken = x.abort(err)
 			return nil, x.broken
 		}
-		out[r] = append([]byte(nil), s[8:8+l]...)
+		out[r] = append(out[r][:0], s[8:8+l]...)
 	}
 	if long {
 		// Every rank saw the same marks: all take the sockets together.

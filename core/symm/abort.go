@@ -23,7 +23,7 @@ import (
 //     a group collective in flight (rendezvous, pause, resume) fails at
 //     once, and reports ErrAborted;
 //  3. ends the host backend's waits (barriers, signal waits, collectives):
-//     they watch the abort channel next to the handle's closing channel;
+//     they watch the abort channel next to the handle's closing mark;
 //  4. on backends whose waits run on streams, releases them: the stream
 //     waits compare the counts in this rank's own pad with what they expect
 //     (Note [Signals]), so writing every count of our pad 2^30 past what

@@ -103,6 +103,10 @@ type Group struct {
 	// is fixed from then on (a failed one, e.g. on a pad-size mismatch,
 	// leaves it open to be corrected).
 	rendezvoused bool
+	// rdv is the rendezvous in progress; scratch what rendezvous reuse
+	// (rendezvousScratch).
+	rdv     rendezvousCall
+	scratch rendezvousScratch
 	// exchanges counts rendezvous that passed descriptors (tests check that
 	// a rendezvous on an already mapped segment does not).
 	exchanges int

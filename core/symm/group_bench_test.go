@@ -176,4 +176,31 @@ func benchRendezvousAgain(b *testing.B, world int) {
 	}
 }
 
+// BenchmarkRendezvousAgain1 is a rank's own work alone: its all-gather
+// waits for nobody.
+func BenchmarkRendezvousAgain1(b *testing.B) { benchRendezvousAgain(b, 1) }
 func BenchmarkRendezvousAgain2(b *testing.B) { benchRendezvousAgain(b, 2) }
+func BenchmarkRendezvousAgain4(b *testing.B) { benchRendezvousAgain(b, 4) }
+
+// BenchmarkRendezvousRecords4 is the record work of a rendezvous of 4
+// ranks: ours encoded, every rank's decoded, the verdict.
+func BenchmarkRendezvousRecords4(b *testing.B) {
+	const world = 4
+	rec := blockRecord{blockSize: 1 << 20, requested: 1 << 20, heapOff: 0x2000, segSize: 2 << 20, segID: 3, allocs: 5, frees: 1,
+		padSize: 4096, padsReady: true, held: []uint64{0, 4, 4, 4}}
+	var sc rendezvousScratch
+	sc.reset(world)
+	c := rendezvousCall{g: &Group{name: "bench", world: world}, recs: sc.recs}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		sc.enc = rec.appendTo(sc.enc[:0])
+		for r := 0; r < world; r++ {
+			if err := decodeBlockInto(&sc.recs[r], sc.enc, world, sc.held[r*world:(r+1)*world]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := c.check(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

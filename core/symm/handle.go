@@ -53,7 +53,7 @@ type Handle struct {
 
 	// life counts the calls in flight that touch the pads, so that Release
 	// never unmaps under them (Note [Calls in flight]).
-	life *lifetime
+	life lifetime
 }
 
 // handleArrays keeps a handle's C-visible pointer arrays (arr, devArr) and
@@ -143,8 +143,9 @@ type ptrArrays struct {
 // the device copy), or shares equal arrays already filled; gm.mu held.
 func (h handleArrays) fillArrays() error {
 	gm := h.gm
-	key := arraysKey(h.bufPtrs, h.padPtrs)
-	if a := gm.arrays[key]; a != nil {
+	var kb [16 * 8]byte // the key of up to 8 ranks without an allocation
+	key := arraysKey(kb[:0], h.bufPtrs, h.padPtrs)
+	if a := gm.arrays[string(key)]; a != nil {
 		h.freeArrays()
 		a.refs++
 		h.arrays, h.arr, h.devArr = a, a.host, a.dev
@@ -166,8 +167,8 @@ func (h handleArrays) fillArrays() error {
 	if gm.arrays == nil {
 		gm.arrays = map[string]*ptrArrays{}
 	}
-	h.arrays = &ptrArrays{key: key, host: h.arr, dev: h.devArr, teamHost: h.teamArr, teamDev: h.teamDevArr, refs: 1}
-	gm.arrays[key] = h.arrays
+	h.arrays = &ptrArrays{key: string(key), host: h.arr, dev: h.devArr, teamHost: h.teamArr, teamDev: h.teamDevArr, refs: 1}
+	gm.arrays[h.arrays.key] = h.arrays
 	return nil
 }
 
@@ -195,14 +196,15 @@ func (gm *groupMem) copyArrays(dev, host uintptr, world int) error {
 	return nil
 }
 
-func arraysKey(bufs, pads []uintptr) string {
-	b := make([]byte, 0, 8*(len(bufs)+len(pads)))
-	for _, l := range [][]uintptr{bufs, pads} {
-		for _, p := range l {
-			b = binary.LittleEndian.AppendUint64(b, uint64(p))
-		}
+// arraysKey appends the key of gm.arrays for these pointers to b.
+func arraysKey(b []byte, bufs, pads []uintptr) []byte {
+	for _, p := range bufs {
+		b = binary.LittleEndian.AppendUint64(b, uint64(p))
 	}
-	return string(b)
+	for _, p := range pads {
+		b = binary.LittleEndian.AppendUint64(b, uint64(p))
+	}
+	return b
 }
 
 // freeArrays gives the slots back (gm.mu held): this handle's own, or its
@@ -241,7 +243,8 @@ func (h *Handle) Release() error {
 	gm := h.gm
 	gm.mu.Lock()
 	defer gm.mu.Unlock()
-	defer gm.syncBatch()()
+	gm.startBatch()
+	defer gm.endBatch()
 	var first error
 	keep := func(err error) {
 		if first == nil {

@@ -1,9 +1,10 @@
 package symm
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/libsymmem/libsymmem/core"
 )
 
 // Note [Calls in flight]
@@ -13,8 +14,8 @@ import (
 // pads under that call would make it fault, so a handle counts the calls
 // that touch its memory: each enters before it reads or writes a pad and
 // leaves when done. Release first marks the handle closing (every later
-// call fails with ErrInvalidState, and a host-side wait in progress sees
-// the closing channel and gives up at once with ErrInvalidState, naming the
+// call fails with ErrInvalidState, and a host-side wait in progress, which
+// polls the mark, gives up at once with ErrInvalidState, naming the
 // release), then waits for the calls in flight to leave, bounded by the
 // group's timeout; only then is memory unmapped. If calls are still in
 // flight after the bound (a driver call that does not return), nothing is
@@ -26,21 +27,16 @@ import (
 // takes the collective lock that the rendezvous releases on its way out.
 
 // lifetime counts an object's calls in flight and lets its release wait for
-// them. The zero value is not usable: see newLifetime.
+// them. The zero value is ready to use, and holds no channel or timer: a
+// handle is made and released on every rendezvous, and what is checked
+// often (closed) is one atomic load.
 type lifetime struct {
 	// state is the number of calls in flight, plus closedBit once release
 	// has begun.
-	state   atomic.Int64
-	closing chan struct{} // closed when release begins
-	idle    chan struct{} // closed once release has begun and no call is in flight
-	once    sync.Once
+	state atomic.Int64
 }
 
 const closedBit = int64(1) << 62
-
-func newLifetime() *lifetime {
-	return &lifetime{closing: make(chan struct{}), idle: make(chan struct{})}
-}
 
 // enter registers a call; false means release has begun (the call must
 // fail without touching the object's memory).
@@ -53,38 +49,34 @@ func (l *lifetime) enter() bool {
 }
 
 // leave ends a call that enter admitted (or undoes a refused enter).
-func (l *lifetime) leave() {
-	if l.state.Add(-1) == closedBit {
-		l.once.Do(func() { close(l.idle) })
-	}
-}
+func (l *lifetime) leave() { l.state.Add(-1) }
 
-// close begins the release: later enters fail and waits in progress are
-// told to give up. It returns false if release had already begun.
-func (l *lifetime) close() bool {
-	old := l.state.Or(closedBit)
-	if old&closedBit != 0 {
-		return false
-	}
-	close(l.closing)
-	if old == 0 {
-		l.once.Do(func() { close(l.idle) })
-	}
-	return true
-}
+// close begins the release: later enters fail and waits in progress,
+// which poll closed, give up. It returns false if release had already
+// begun.
+func (l *lifetime) close() bool { return l.state.Or(closedBit)&closedBit == 0 }
 
 // closed says whether release has begun.
 func (l *lifetime) closed() bool { return l.state.Load()&closedBit != 0 }
 
 // drain waits up to bound for the calls in flight to leave; it returns the
-// number still in flight (0: none).
+// number still in flight (0: none). Waits in flight poll closed and leave
+// within their own polling interval, so drain polls too, with naps that
+// grow to a millisecond.
 func (l *lifetime) drain(bound time.Duration) int64 {
-	t := time.NewTimer(bound)
-	defer t.Stop()
-	select {
-	case <-l.idle:
+	n := l.state.Load() &^ closedBit
+	if n == 0 {
 		return 0
-	case <-t.C:
-		return l.state.Load() &^ closedBit
+	}
+	deadline := time.Now().Add(bound)
+	for nap := time.Microsecond; ; nap = min(2*nap, time.Millisecond) {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return n
+		}
+		core.Nap(min(nap, left))
+		if n = l.state.Load() &^ closedBit; n == 0 {
+			return 0
+		}
 	}
 }

@@ -208,7 +208,7 @@ func TestReleaseUnderLoad(t *testing.T) {
 }
 
 func TestLifetimeCounts(t *testing.T) {
-	l := newLifetime()
+	var l lifetime
 	if !l.enter() || !l.enter() {
 		t.Fatal("enter refused before close")
 	}

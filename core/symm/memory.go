@@ -52,7 +52,7 @@ type groupMem struct {
 	arrays map[string]*ptrArrays
 	// batch, while set (syncBatch), makes every syncThen of one release share
 	// one device synchronisation and its result.
-	batch *syncResult
+	batch syncResult
 	// leaked counts the times memory was left mapped because the device
 	// synchronisation before unmapping it failed (syncThen).
 	leaked int
@@ -154,18 +154,19 @@ func (gm *groupMem) unmapRelease(addr, size uintptr, mem core.Memory) error {
 func (gm *groupMem) sync() error { return gm.be.SynchronizeDevice(gm.device) }
 
 type syncResult struct {
+	on   bool // a batch is open
 	done bool
 	err  error
 }
 
-// syncBatch starts a release that may unmap several things (mu held): they
+// startBatch starts a release that may unmap several things (mu held): they
 // share one device synchronisation (one per peer mapping took as many
 // synchronisations, and as many timeouts on a stuck device). The caller
-// defers the returned function.
-func (gm *groupMem) syncBatch() func() {
-	gm.batch = &syncResult{}
-	return func() { gm.batch = nil }
-}
+// defers endBatch.
+func (gm *groupMem) startBatch() { gm.batch = syncResult{on: true} }
+
+// endBatch ends what startBatch started.
+func (gm *groupMem) endBatch() { gm.batch = syncResult{} }
 
 // syncThen runs unmap once the device is synchronised. When the
 // synchronisation fails or times out (a peer died with a stream waiting for
@@ -173,7 +174,7 @@ func (gm *groupMem) syncBatch() func() {
 // unmapped: what is deliberately leaked, and the error says so.
 func (gm *groupMem) syncThen(what string, unmap func() error) error {
 	var err error
-	if gm.batch != nil { // one synchronisation serves the whole release
+	if gm.batch.on { // one synchronisation serves the whole release
 		if !gm.batch.done {
 			gm.batch.err, gm.batch.done = gm.sync(), true
 		}

@@ -191,10 +191,13 @@ type blockRecord struct {
 	winHeld uint64
 }
 
-func (b *blockRecord) encode() []byte {
-	var w writer
+func (b *blockRecord) encode() []byte { return b.appendTo(nil) }
+
+// appendTo appends the encoded record to buf (a rendezvous reuses one).
+func (b *blockRecord) appendTo(buf []byte) []byte {
+	w := writer{b: buf}
 	w.header(recRendezvous, b.status)
-	for _, v := range []uint64{b.blockSize, b.requested, b.offset, b.heapOff, b.segHeapOff, b.segSize, b.segID, b.allocs, b.frees, b.padSize} {
+	for _, v := range [...]uint64{b.blockSize, b.requested, b.offset, b.heapOff, b.segHeapOff, b.segSize, b.segID, b.allocs, b.frees, b.padSize} {
 		w.u64(v)
 	}
 	if b.padsReady {
@@ -211,24 +214,38 @@ func (b *blockRecord) encode() []byte {
 }
 
 func decodeBlock(p []byte, world int) (b blockRecord, err error) {
+	err = decodeBlockInto(&b, p, world, nil)
+	return b, err
+}
+
+// decodeBlockInto decodes p into *b, with b.held in held (world long) if
+// given, else in a new slice.
+func decodeBlockInto(b *blockRecord, p []byte, world int, held []uint64) error {
 	r := reader{b: p}
-	b.status = r.header(recRendezvous)
-	for _, v := range []*uint64{&b.blockSize, &b.requested, &b.offset, &b.heapOff, &b.segHeapOff, &b.segSize, &b.segID, &b.allocs, &b.frees, &b.padSize} {
-		*v = r.u64()
-	}
-	b.padsReady = r.u8() != 0
-	n := int(r.u32())
-	if r.err == nil && n != world {
-		r.err = fmt.Errorf("record for %d ranks in a group of %d", n, world)
+	*b = blockRecord{status: r.header(recRendezvous)}
+	// The fixed fields in one take (one bounds check, not one per field).
+	if f := r.take(10*8 + 1 + 4); f != nil {
+		le := binary.LittleEndian
+		b.blockSize, b.requested, b.offset, b.heapOff, b.segHeapOff = le.Uint64(f[0:]), le.Uint64(f[8:]), le.Uint64(f[16:]), le.Uint64(f[24:]), le.Uint64(f[32:])
+		b.segSize, b.segID, b.allocs, b.frees, b.padSize = le.Uint64(f[40:]), le.Uint64(f[48:]), le.Uint64(f[56:]), le.Uint64(f[64:]), le.Uint64(f[72:])
+		b.padsReady = f[80] != 0
+		if n := int(le.Uint32(f[81:])); n != world {
+			r.err = fmt.Errorf("record for %d ranks in a group of %d", n, world)
+		}
 	}
 	if r.err == nil {
-		b.held = make([]uint64, n)
-		for i := range b.held {
-			b.held[i] = r.u64()
+		if len(held) != world {
+			held = make([]uint64, world)
+		}
+		if f := r.take(8 * world); f != nil {
+			b.held = held
+			for i := range b.held {
+				b.held[i] = binary.LittleEndian.Uint64(f[8*i:])
+			}
 		}
 	}
 	b.winHeld = r.u64()
-	return b, r.err
+	return r.err
 }
 
 func encodeStatus(st status) []byte {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/alloc"
+	"github.com/libsymmem/libsymmem/core/ipc"
 )
 
 // Rendezvous is collective: every rank of the group calls it with a pointer
@@ -21,8 +22,12 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	if err := g.usable("rendezvous"); err != nil {
 		return nil, err
 	}
-	c := &rendezvousCall{g: g, gm: g.gm, ptr: ptr}
+	// The call's state is the group's, reused (g.coll held), and cleared
+	// after the call so that it keeps nothing alive.
+	c := &g.rdv
+	*c = rendezvousCall{g: g, gm: g.gm, ptr: ptr}
 	h, err := c.run()
+	*c = rendezvousCall{}
 	return h, g.settle("rendezvous", err)
 }
 
@@ -82,10 +87,36 @@ type rendezvousCall struct {
 	succeeded bool
 }
 
+// rendezvousScratch is what a rendezvous reuses from one call to the next,
+// so that a rendezvous again on the same buffer allocates little beyond its
+// handle: guarded by g.coll, and nothing in it outlives the call that
+// filled it (the handle copies what it keeps).
+type rendezvousScratch struct {
+	enc    []byte        // our record, encoded
+	raw    [][]byte      // every rank's record as it arrived (ipc.ReusingExchange)
+	recs   []blockRecord // every rank's record, decoded
+	held   []uint64      // the records' held arrays, world by world, then ours
+	pinned []*peerMap    // rendezvousCall.pinned
+}
+
+// reset sizes the scratch for world ranks and clears what a call reads
+// before it writes.
+func (sc *rendezvousScratch) reset(world int) *rendezvousScratch {
+	if len(sc.recs) != world {
+		*sc = rendezvousScratch{raw: make([][]byte, world), recs: make([]blockRecord, world),
+			held: make([]uint64, (world+1)*world), pinned: make([]*peerMap, world)}
+	}
+	clear(sc.held[world*world:])
+	clear(sc.pinned)
+	return sc
+}
+
 // run is the driver of Note [Rendezvous phases].
 func (c *rendezvousCall) run() (*Handle, error) {
-	c.tr = startTrace("group %q rank %d rendezvous", c.g.name, c.g.rank)
-	defer c.tr.done()
+	if traceOn { // the arguments would be boxed even with tracing off
+		c.tr = startTrace("group %q rank %d rendezvous", c.g.name, c.g.rank)
+		defer c.tr.done()
+	}
 	c.lookup()
 	c.pin()
 	defer c.undo()
@@ -119,10 +150,12 @@ func (c *rendezvousCall) lookup() {
 			c.localErr = core.Errorf(core.ErrInvalidState, "rank %d: the block at %#x is in tag %q, which is paused", me, c.info.Addr, c.info.Segment.Tag)
 		}
 	}
-	c.h = &Handle{gm: c.gm, life: newLifetime(), name: g.name, rank: me, world: g.world, bufSize: c.info.Size, offset: c.ptr - c.info.Addr,
-		timeout: g.timeout, bufPtrs: make([]uintptr, g.world), padPtrs: make([]uintptr, g.world), span: g.span}
-	c.rec = blockRecord{held: make([]uint64, g.world), padSize: uint64(g.padSize)}
-	c.pinned = make([]*peerMap, g.world)
+	ptrs := make([]uintptr, 2*g.world) // bufPtrs then padPtrs
+	c.h = &Handle{gm: c.gm, name: g.name, rank: me, world: g.world, bufSize: c.info.Size, offset: c.ptr - c.info.Addr,
+		timeout: g.timeout, bufPtrs: ptrs[:g.world:g.world], padPtrs: ptrs[g.world:], span: g.span}
+	sc := g.scratch.reset(g.world)
+	c.rec = blockRecord{held: sc.held[g.world*g.world:], padSize: uint64(g.padSize)}
+	c.pinned = sc.pinned
 }
 
 // pin takes what we have under gm.mu: our pad, the peers' segments we hold,
@@ -220,13 +253,21 @@ func (c *rendezvousCall) gather() error {
 		c.rec.allocs, c.rec.frees = info.Allocs, info.Frees
 		c.rec.winHeld = g.wins.held(info.Segment)
 	}
-	raw, err := g.ex.AllGather(0, c.rec.encode())
+	sc := &g.scratch
+	sc.enc = c.rec.appendTo(sc.enc[:0])
+	var raw [][]byte
+	var err error
+	if rx, ok := g.ex.(ipc.ReusingExchange); ok {
+		raw, err = rx.AllGatherInto(0, sc.enc, sc.raw)
+	} else {
+		raw, err = g.ex.AllGather(0, sc.enc)
+	}
 	if err != nil {
 		return err
 	}
-	c.recs = make([]blockRecord, g.world)
+	c.recs = sc.recs
 	for r := range raw {
-		if c.recs[r], err = decodeBlock(raw[r], g.world); err != nil {
+		if err = decodeBlockInto(&c.recs[r], raw[r], g.world, sc.held[r*g.world:(r+1)*g.world]); err != nil {
 			return core.Errorf(core.ErrPeer, "group %q: rendezvous: rank %d sent a malformed record: %v", g.name, r, err)
 		}
 	}
@@ -266,10 +307,10 @@ func (c *rendezvousCall) exchange() error {
 			anyNeed = anyNeed || c.need(r, p)
 		}
 	}
-	c.fresh = make([]*peerMap, g.world)
 	if !anyNeed {
 		return nil
 	}
+	c.fresh = make([]*peerMap, g.world)
 	g.exchanges++
 	x := &exchangeCall{g: g, gm: c.gm, info: c.info, recs: c.recs, needPads: c.needPads, need: c.need, fresh: c.fresh, prepare: c.fill, tr: c.tr}
 	return x.run()
@@ -291,7 +332,10 @@ func (c *rendezvousCall) makeHandle() {
 		if p == g.rank || !g.isLocal(p) {
 			continue
 		}
-		m := c.fresh[p]
+		var m *peerMap
+		if c.fresh != nil {
+			m = c.fresh[p]
+		}
 		if m != nil {
 			// A newer segment replaces the slot's cache entry; an older
 			// mapping there lives on for the handles that use it.
@@ -345,25 +389,33 @@ func (c *rendezvousCall) dropStalePeerPads() {
 }
 
 // check is the verdict on the gathered records; every rank computes the
-// same result.
+// same result. Each field is compared as a number first and described for
+// the message only where the ranks differ: a rendezvous again compares
+// every rank's record without formatting any of it.
 func (c *rendezvousCall) check() error {
 	name, world, recs := c.g.name, c.g.world, c.recs
-	sts := make([]status, world)
 	for r := range recs {
-		sts[r] = recs[r].status
+		if recs[r].status.code == core.Success {
+			continue
+		}
+		sts := make([]status, world)
+		for r := range recs {
+			sts[r] = recs[r].status
+		}
+		return firstFailure(name, "rendezvous", sts)
 	}
-	if err := firstFailure(name, "rendezvous", sts); err != nil {
-		return err
-	}
-	if d := core.RanksByValue(world, func(r int) string { return fmt.Sprintf("%d bytes", recs[r].padSize) }); d != "" {
+	if !recsAgree(recs, func(b *blockRecord) uint64 { return b.padSize }) {
+		d := core.RanksByValue(world, func(r int) string { return fmt.Sprintf("%d bytes", recs[r].padSize) })
 		return core.Errorf(core.ErrMismatch, "group %q: rendezvous: the signal pad sizes differ (%s): set the same size on every rank before the first rendezvous", name, d)
 	}
-	if d := core.RanksByValue(world, func(r int) string { return fmt.Sprint(recs[r].padsReady) }); d != "" {
+	if !recsAgree(recs, func(b *blockRecord) uint64 { return boolWord(b.padsReady) }) {
+		d := core.RanksByValue(world, func(r int) string { return fmt.Sprint(recs[r].padsReady) })
 		return core.Errorf(core.ErrInternal, "group %q: rendezvous: the ranks disagree on whether the signal pads were exchanged (%s)", name, d)
 	}
 	// Blocks are compared, not requests: requests that round to the same
 	// block are symmetric.
-	if d := core.RanksByValue(world, func(r int) string { return fmt.Sprintf("block of %d bytes", recs[r].blockSize) }); d != "" {
+	if !recsAgree(recs, func(b *blockRecord) uint64 { return b.blockSize }) {
+		d := core.RanksByValue(world, func(r int) string { return fmt.Sprintf("block of %d bytes", recs[r].blockSize) })
 		req := make([]string, world)
 		for r := range req {
 			req[r] = fmt.Sprintf("rank %d: %d", r, recs[r].requested)
@@ -371,26 +423,43 @@ func (c *rendezvousCall) check() error {
 		return core.Errorf(core.ErrMismatch, "group %q: rendezvous on blocks of different sizes: %s; every rank must pass an allocation of the same size (bytes requested: %s)",
 			name, d, strings.Join(req, ", "))
 	}
-	placement := func(r int) string {
-		return fmt.Sprintf("rank %d: %d allocs, %d frees", r, recs[r].allocs, recs[r].frees)
-	}
-	if d := core.RanksByValue(world, func(r int) string { return fmt.Sprintf("heap offset %#x", recs[r].heapOff) }); d != "" {
+	if !recsAgree(recs, func(b *blockRecord) uint64 { return b.heapOff }) {
+		d := core.RanksByValue(world, func(r int) string { return fmt.Sprintf("heap offset %#x", recs[r].heapOff) })
 		counters := make([]string, world)
 		for r := range counters {
-			counters[r] = placement(r)
+			counters[r] = fmt.Sprintf("rank %d: %d allocs, %d frees", r, recs[r].allocs, recs[r].frees)
 		}
 		return core.Errorf(core.ErrMismatch, "group %q: rendezvous on blocks at different heap offsets (%s): placement diverged; every rank must make the same allocations and frees, in the same order, before a rendezvous. Allocator counters: %s",
 			name, d, strings.Join(counters, "; "))
 	}
-	if d := core.RanksByValue(world, func(r int) string {
-		return fmt.Sprintf("segment at heap offset %#x of %d bytes", recs[r].segHeapOff, recs[r].segSize)
-	}); d != "" {
+	if !recsAgree(recs, func(b *blockRecord) uint64 { return b.segHeapOff }) || !recsAgree(recs, func(b *blockRecord) uint64 { return b.segSize }) {
+		d := core.RanksByValue(world, func(r int) string {
+			return fmt.Sprintf("segment at heap offset %#x of %d bytes", recs[r].segHeapOff, recs[r].segSize)
+		})
 		return core.Errorf(core.ErrMismatch, "group %q: rendezvous: the blocks lie in different segments (%s): placement diverged", name, d)
 	}
-	if d := core.RanksByValue(world, func(r int) string { return fmt.Sprintf("offset %d", recs[r].offset) }); d != "" {
+	if !recsAgree(recs, func(b *blockRecord) uint64 { return b.offset }) {
+		d := core.RanksByValue(world, func(r int) string { return fmt.Sprintf("offset %d", recs[r].offset) })
 		return core.Errorf(core.ErrMismatch, "group %q: rendezvous on pointers at different offsets in their blocks (%s): every rank must pass the same offset into its block", name, d)
 	}
 	return nil
+}
+
+// recsAgree says whether field has one value in every record.
+func recsAgree(recs []blockRecord, field func(*blockRecord) uint64) bool {
+	for r := 1; r < len(recs); r++ {
+		if field(&recs[r]) != field(&recs[0]) {
+			return false
+		}
+	}
+	return true
+}
+
+func boolWord(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Note [Descriptor exchange phases]

@@ -272,10 +272,11 @@ func (h signalPath) waitHost(src, channel int, deadline time.Time) waitOutcome {
 		case i < 300:
 			runtime.Gosched()
 		default:
-			select {
-			case <-h.life.closing:
+			if h.life.closed() {
 				atomic.AddUint32(seen, ^uint32(0))
 				return waitReleased
+			}
+			select {
 			case <-h.gm.abort.ch:
 				atomic.AddUint32(seen, ^uint32(0))
 				return waitAborted

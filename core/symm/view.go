@@ -57,9 +57,10 @@ func (v View) ChannelLock(channel int) *sync.Mutex { return &v.h.gm.pads.coll[ch
 // [Interrupts] in core).
 func (v View) WaitCut(mark uint64, what string) error {
 	h := v.h
-	select {
-	case <-h.life.closing:
+	if h.life.closed() {
 		return signalPath{h}.releasedDuring("a " + what)
+	}
+	select {
 	case <-h.gm.abort.ch:
 		return h.gm.abortedErr("a " + what)
 	default:

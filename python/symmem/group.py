@@ -18,9 +18,12 @@ ints holding a CUstream (0: the legacy default stream), or objects with a
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import math
 import re
+import struct
+import threading
 import weakref
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
@@ -92,6 +95,37 @@ def _release_handle(ptr: int) -> None:
         pass
 
 
+# Handle.__del__ releases a handle that was never released, except once the
+# interpreter exits (as weakref.finalize with atexit=False does for groups
+# and buffers): the library's objects then go with the process.
+_exiting = False
+
+
+def _at_exit() -> None:
+    global _exiting
+    _exiting = True
+
+
+atexit.register(_at_exit)
+
+# struct symmem_handle_desc read in one unpack: rank, world_size, then
+# buffer_size, offset, signal_pad_size, then the four pointer arrays.
+_DESC = struct.Struct("@2i3N4P")
+assert _DESC.size == ctypes.sizeof(_lib.SymmemHandleDesc)
+
+
+class _DescBuffer(threading.local):
+    """Each thread's symmem_handle_desc for symmem_handle_describe, made
+    once: the bytes that _DESC unpacks, and the pointer to pass."""
+
+    def __init__(self) -> None:
+        self.raw = bytearray(_DESC.size)
+        self.ref = ctypes.byref(_lib.SymmemHandleDesc.from_buffer(self.raw))
+
+
+_desc_buffer = _DescBuffer()
+
+
 class Group:
     """This process's member of a named group of ranks.
 
@@ -139,6 +173,7 @@ class Group:
         self.rank, self.world_size, self.device = rank, world_size, device
         self._ptr: Optional[int] = None
         self._finalizer = None
+        self._mapped_peers: Optional[int] = None  # for Handle, asked with the first one
         self._allgather = allgather
         self._callback = None
         self._callback_error: Optional[BaseException] = None
@@ -184,6 +219,7 @@ class Group:
         self.name = name
         self._ptr = None
         self._finalizer = None
+        self._mapped_peers = None
         self._allgather = None
         self._callback = None
         self._callback_error = None
@@ -356,25 +392,35 @@ class Handle:
             for kernels (device memory on cuda, the host array on host)
     """
 
+    # A rendezvous again makes a Handle and releases it in a loop of its
+    # caller, so construction costs one C call (symmem_handle_describe into a
+    # buffer each thread keeps), one read of the pointer arrays, and what the
+    # group already knows; a handle never released is released by __del__.
+
     def __init__(self, ptr: int, group: Optional[Group] = None):
-        self._ptr: Optional[int] = int(ptr)
+        self._ptr: Optional[int] = int(ptr)  # set first: __del__ releases it should __init__ fail
         self._group = group  # keeps a Python all-gather callback alive
-        self._finalizer = weakref.finalize(self, _release_handle, self._ptr)
-        self._finalizer.atexit = False
         lib = _lib.lib()
         # Every property in one call (a library without it raises
         # UnavailableError naming itself as older than this package).
-        d = _lib.SymmemHandleDesc()
-        check(lib.symmem_handle_describe(ptr, ctypes.byref(d)), "symmem_handle_describe")
-        self.rank, self.world_size = d.rank, d.world_size
-        self.buffer_size, self.offset, self.signal_pad_size = d.buffer_size, d.offset, d.signal_pad_size
-        self.buffer_ptrs = self._ptr_list(d.buffer_ptrs)
-        self.signal_pad_ptrs = self._ptr_list(d.signal_pad_ptrs)
-        self.buffer_ptrs_dev = d.buffer_ptrs_dev or 0
-        self.signal_pad_ptrs_dev = d.signal_pad_ptrs_dev or 0
+        desc = _desc_buffer
+        rc = lib.symmem_handle_describe(ptr, desc.ref)
+        if rc:
+            check(rc, "symmem_handle_describe")
+        (self.rank, self.world_size, self.buffer_size, self.offset, self.signal_pad_size,
+         bufs, pads, bufs_dev, pads_dev) = _DESC.unpack_from(desc.raw)
+        self.buffer_ptrs, self.signal_pad_ptrs = _ptr_lists(bufs, pads, self.world_size)
+        self.buffer_ptrs_dev = bufs_dev or 0
+        self.signal_pad_ptrs_dev = pads_dev or 0
         self.device = group.device if group is not None else 0
-        # Peers mapped here: the other ranks of this machine (docs/machines.md).
-        self.mapped_peers = int(lib.symmem_handle_mapped_peers(ptr))
+        # Peers mapped here: the other ranks of this machine (docs/machines.md),
+        # the same for every handle of a group, so asked once per group.
+        mapped = group._mapped_peers if group is not None else None
+        if mapped is None:
+            mapped = int(lib.symmem_handle_mapped_peers(ptr))
+            if group is not None and mapped >= 0:
+                group._mapped_peers = mapped
+        self.mapped_peers = mapped
         self.kind = _backend_of_handles or _remember_backend()
         # The views handed out (get_buffer, get_signal_pad): release()
         # invalidates them and their memoryviews first.
@@ -383,10 +429,10 @@ class Handle:
         self._wait_signal = lib.symmem_wait_signal
         self._barrier = lib.symmem_barrier
 
-    def _ptr_list(self, arr) -> List[int]:
-        if not arr:
-            raise make_error(Result.INTERNAL, "symmem.Handle: the library returned no pointer array")
-        return [p or 0 for p in arr[: self.world_size]]
+    def __del__(self) -> None:
+        ptr = self.__dict__.get("_ptr")
+        if ptr is not None and not _exiting:
+            _release_handle(ptr)
 
     @property
     def ptr(self) -> int:
@@ -588,12 +634,12 @@ class Handle:
             if view is not None:
                 view._invalidate("its symmem.Handle was released")
         self._views.clear()
-        if self._finalizer.alive:
-            self._finalizer.detach()
-            ptr, self._ptr = self._ptr, None
-            check(_lib.lib().symmem_handle_release(ptr), "symmem_handle_release")
-        self._ptr = None
+        ptr, self._ptr = self._ptr, None
         self._group = None
+        if ptr is not None:
+            rc = _lib.lib().symmem_handle_release(ptr)
+            if rc:
+                check(rc, "symmem_handle_release")
 
     def __enter__(self) -> "Handle":
         return self
@@ -607,6 +653,28 @@ class Handle:
             f"<symmem.Handle rank={self.rank}/{self.world_size} buffer_size={self.buffer_size} "
             f"offset={self.offset}{state}>"
         )
+
+
+_ptr_arrays: dict = {}  # length -> ctypes array of that many pointer-sized ints
+
+
+def _ptr_lists(bufs: int, pads: int, world: int) -> Tuple[List[int], List[int]]:
+    """The handle's arrays of world pointers at bufs and pads, as lists of
+    ints: one read when the library keeps them end to end, as it does."""
+    if not bufs or not pads:
+        raise make_error(Result.INTERNAL, "symmem.Handle: the library returned no pointer array")
+    if pads == bufs + ctypes.sizeof(ctypes.c_size_t) * world:
+        both = _ptr_array(2 * world).from_address(bufs)[:]
+        return both[:world], both[world:]
+    arr = _ptr_array(world)
+    return arr.from_address(bufs)[:], arr.from_address(pads)[:]
+
+
+def _ptr_array(n: int):
+    t = _ptr_arrays.get(n)
+    if t is None:
+        t = _ptr_arrays[n] = ctypes.c_size_t * n
+    return t
 
 
 def _address(buf_or_ptr) -> int:

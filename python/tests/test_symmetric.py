@@ -143,6 +143,42 @@ def test_single_rank_group(clean_device):
         g.rendezvous(0)
 
 
+def test_handle_description_and_release(clean_device):
+    """A handle's attributes match the library's getters, stay readable
+    after release, and a handle dropped without release() is released when
+    it is collected."""
+    import gc
+
+    lib = symmem._lib.lib()
+    with symmem.Group(unique("desc"), 0, 1, timeout=10) as g, symmem.empty(4096) as buf:
+        first = symmem.rendezvous(buf.ptr + 64, g)
+        for _ in range(3):  # again on the same buffer: the same description
+            h = symmem.rendezvous(buf.ptr + 64, g)
+            p = h.ptr
+            assert (h.rank, h.world_size, h.offset) == (0, 1, 64)
+            assert h.buffer_size == lib.symmem_handle_buffer_size(p) and h.buffer_size >= 4096
+            assert h.signal_pad_size == lib.symmem_handle_signal_pad_size(p)
+            assert h.buffer_ptrs == [buf.ptr] == first.buffer_ptrs
+            assert h.signal_pad_ptrs == [lib.symmem_handle_signal_pad_ptr(p, 0)] == first.signal_pad_ptrs
+            assert h.buffer_ptrs_dev == lib.symmem_handle_buffer_ptrs_dev(p)
+            assert h.signal_pad_ptrs_dev == lib.symmem_handle_signal_pad_ptrs_dev(p)
+            assert h.mapped_peers == lib.symmem_handle_mapped_peers(p) == 0
+            assert h.kind == symmem.backend_name() and h.device == g.device
+            h.release()
+            h.release()  # twice is fine
+            assert h.buffer_ptrs == [buf.ptr] and h.mapped_peers == 0 and "released" in repr(h)
+            with pytest.raises(symmem.InvalidStateError):
+                h.ptr
+            assert lib.symmem_handle_rank(p) == -1  # no longer a live handle
+        h = symmem.rendezvous(buf, g)
+        p = h.ptr
+        assert lib.symmem_handle_rank(p) == 0
+        del h
+        gc.collect()
+        assert lib.symmem_handle_rank(p) == -1  # released by the collection
+        first.release()
+
+
 def test_peer_views_as_memoryviews(host_backend):
     with symmem.Group(unique("mv"), 0, 1, timeout=10) as g, symmem.empty(256) as buf:
         with symmem.rendezvous(buf.ptr + 128, g) as h:
