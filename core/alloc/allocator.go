@@ -275,14 +275,14 @@ func (a *Allocator) AllocTagged(size uintptr, s core.Stream, tag TagID) (uintptr
 	small := rounded <= smallRequest
 	sp := a.poolsOf(t, s)
 	pool := sp.pool(small)
-	b := pool.lowerBound(rounded)
-	if b == nil && !small && a.st.by[statThreadCache][poolLarge].current != 0 {
-		// Large blocks waiting in thread caches go back to the pools before
-		// the device's reserve grows for another (Note [Thread caches]):
-		// one of them, or its segment's free neighbours, may fit.
+	if !small && a.st.by[statThreadCache][poolLarge].current != 0 {
+		// Large blocks waiting in thread caches go back to the pools
+		// before a large request chooses (Note [Thread caches]): the best
+		// fit may be one of them, and a worse one would split a block that
+		// a later request needs whole.
 		a.drainCachesLocked()
-		b = pool.lowerBound(rounded)
 	}
+	b := pool.lowerBound(rounded)
 	if b == nil {
 		var err error
 		if b, err = a.newSegment(a.segmentSize(rounded), sp, small, rounded); err != nil {

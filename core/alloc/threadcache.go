@@ -43,9 +43,15 @@ import "github.com/libsymmem/libsymmem/core"
 // caching. Every bin of the device is drained back into the pools before
 // idle segments are released (empty_cache, a memory limit, the OOM retry),
 // when history recording starts, and before a large request (over 1 MiB)
-// maps a new segment while bins hold large blocks: the reserve then grows
-// no more than without the caches (a training step's peak reserved memory
-// measured 1.37x PyTorch's when bins kept blocks of up to 128 MiB aside).
+// that missed its own bin chooses a block while bins hold large blocks: a
+// block that another thread freed is then as much a candidate as it would
+// be without the caches. A training step's peak reserved memory measured
+// 1.37x PyTorch's with no drain before a large request (bins kept blocks of
+// up to 128 MiB aside while other sizes mapped new segments), and 1.15x
+// with a drain only before a new segment: the backward pass frees on
+// another thread than the forward pass allocates, and a request that
+// cannot see the block of its size splits a larger one that a later
+// request needs whole (TestThreadCacheLargeMissSeesOtherThreadsBlocks).
 
 // MaxCachedBlock is the largest block a thread cache holds (128 MiB): the
 // blocks that share segments (up to midRequest, Note [How blocks are

@@ -574,3 +574,37 @@ func TestThreadCacheLargeBlocksDoNotGrowTheReserve(t *testing.T) {
 		require.NoError(t, a.Validate())
 	}
 }
+
+// A large request that misses its own thread's bin sees the blocks that
+// other threads' bins hold before it chooses a free block: thread B's
+// 64 MiB takes the 64 MiB block that thread A freed into its bin rather than
+// splitting a free 100 MiB block, so a 100 MiB request after it fits
+// without growing the reserve, as it would without the caches (the
+// backward pass frees on another thread than the forward pass allocates).
+func TestThreadCacheLargeMissSeesOtherThreadsBlocks(t *testing.T) {
+	for _, caches := range []bool{false, true} {
+		a := tcAllocator(t)
+		ta, tb, none := thread{a, nil}, thread{a, nil}, thread{a, nil}
+		if caches {
+			ta.bin, tb.bin = &goBin{}, &goBin{}
+		}
+		p64, err := ta.alloc(64<<20, 0)
+		require.NoError(t, err)
+		p100, err := tb.alloc(100<<20, 0)
+		require.NoError(t, err)
+		require.NoError(t, ta.free(p64, 64<<20, 0))
+		require.NoError(t, none.free(p100, 100<<20, 0))
+		reserved := stat(t, a, "reserved_bytes.all.current")
+
+		q64, err := tb.alloc(64<<20, 0)
+		require.NoError(t, err)
+		require.Equal(t, p64, q64, "caches %v: the 64 MiB request takes the 64 MiB block", caches)
+		q100, err := tb.alloc(100<<20, 0)
+		require.NoError(t, err)
+		require.Equal(t, p100, q100, "caches %v: the 100 MiB block is whole", caches)
+		require.Equal(t, reserved, stat(t, a, "reserved_bytes.all.current"), "caches %v: the reserve did not grow", caches)
+		require.NoError(t, tb.free(q64, 64<<20, 0))
+		require.NoError(t, tb.free(q100, 100<<20, 0))
+		require.NoError(t, a.Validate())
+	}
+}
