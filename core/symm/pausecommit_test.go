@@ -10,7 +10,6 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/alloc"
-	"github.com/libsymmem/libsymmem/core/host"
 	"github.com/libsymmem/libsymmem/core/internal/faultbe"
 	"github.com/stretchr/testify/require"
 )
@@ -77,16 +76,9 @@ var commitFaults = []commitFault{
 // After the failures a pause and resume succeed.
 func TestFailedPauseCommitKeepsEveryLiveSegmentsWindow(t *testing.T) {
 	tag := fmt.Sprintf("win-commit-%d", time.Now().UnixNano()%1e9)
-	id, err := alloc.RegisterTag(tag, alloc.BackupPinned)
-	require.NoError(t, err)
-	machines := []int{0, 0, 1}
+	id, fbs, cfg := faultyWindowGroup(t, tag)
 	const faulty = 1
-	fbs := make([]*faultbe.Backend, len(machines))
-	wrap := func(r int, be *host.Backend) core.Backend {
-		fbs[r] = faultbe.New(be)
-		return fbs[r]
-	}
-	requireAllOK(t, runMachines(t, mmConfig{machines: machines, engine: "comm", backend: wrap}, func(r *mmRank) error {
+	requireAllOK(t, runMachines(t, cfg, func(r *mmRank) error {
 		return failedCommitRank(r, fbs[r.rank], tag, id, r.rank == faulty)
 	}))
 	// The three backend failures; the two deregistrations are the
@@ -96,28 +88,11 @@ func TestFailedPauseCommitKeepsEveryLiveSegmentsWindow(t *testing.T) {
 }
 
 func failedCommitRank(r *mmRank, fb *faultbe.Backend, tag string, id alloc.TagID, faulty bool) error {
-	var bufs []uintptr
-	for _, size := range pauseWindowSizes {
-		buf, err := r.a.AllocTagged(size, 0, id)
-		if err != nil {
-			return err
-		}
-		bufs = append(bufs, buf)
-	}
-	g, err := New(r.o)
+	g, bufs, hs, done, err := windowedBuffers(r, id)
 	if err != nil {
 		return err
 	}
-	defer g.Destroy()
-	var hs []*Handle
-	for _, buf := range bufs {
-		h, err := g.Rendezvous(buf)
-		if err != nil {
-			return err
-		}
-		defer h.Release()
-		hs = append(hs, h)
-	}
+	defer done()
 	hub := r.comm.hub
 	// pos[i] is the place of buffer i's segment in heap order.
 	pos := make([]int, len(bufs))

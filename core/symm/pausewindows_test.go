@@ -31,20 +31,13 @@ import (
 // the resume.
 func TestFailedPauseKeepsEveryLiveSegmentsWindow(t *testing.T) {
 	tag := fmt.Sprintf("win-rollback-%d", time.Now().UnixNano()%1e9)
-	id, err := alloc.RegisterTag(tag, alloc.BackupPinned)
-	require.NoError(t, err)
-	machines := []int{0, 0, 1}
+	id, fbs, cfg := faultyWindowGroup(t, tag)
 	const faulty = 1
-	fbs := make([]*faultbe.Backend, len(machines))
-	wrap := func(r int, be *host.Backend) core.Backend {
-		fbs[r] = faultbe.New(be)
-		return fbs[r]
-	}
 	// plan is rank 1's injections, set after its dry runs; every rank then
 	// runs one failed pause per entry.
 	var plan []faultbe.Rule
 	planned := make(chan struct{})
-	requireAllOK(t, runMachines(t, mmConfig{machines: machines, engine: "comm", backend: wrap}, func(r *mmRank) error {
+	requireAllOK(t, runMachines(t, cfg, func(r *mmRank) error {
 		return failedPauseRank(r, fbs[r.rank], tag, id, r.rank == faulty, &plan, planned)
 	}))
 	require.NotEmpty(t, plan)
@@ -56,29 +49,60 @@ func TestFailedPauseKeepsEveryLiveSegmentsWindow(t *testing.T) {
 // large enough for a segment of its own.
 var pauseWindowSizes = []uintptr{pauseBlock, 12 << 20}
 
-func failedPauseRank(r *mmRank, fb *faultbe.Backend, tag string, id alloc.TagID, faulty bool, plan *[]faultbe.Rule, planned chan struct{}) error {
-	var bufs []uintptr
+// faultyWindowGroup registers tag (pinned backup) and gives the
+// configuration of a group over the test communicator with windows: ranks
+// 0 and 1 on one machine, rank 2 on another, each rank's backend behind a
+// fault backend (fbs, by rank, filled as the ranks start).
+func faultyWindowGroup(t *testing.T, tag string) (alloc.TagID, []*faultbe.Backend, mmConfig) {
+	t.Helper()
+	id, err := alloc.RegisterTag(tag, alloc.BackupPinned)
+	require.NoError(t, err)
+	machines := []int{0, 0, 1}
+	fbs := make([]*faultbe.Backend, len(machines))
+	wrap := func(r int, be *host.Backend) core.Backend {
+		fbs[r] = faultbe.New(be)
+		return fbs[r]
+	}
+	return id, fbs, mmConfig{machines: machines, engine: "comm", backend: wrap}
+}
+
+// windowedBuffers allocates pauseWindowSizes in tag id, makes the group
+// and rendezvouses on each buffer (each segment an NCCL window); done
+// releases the handles and destroys the group.
+func windowedBuffers(r *mmRank, id alloc.TagID) (g *Group, bufs []uintptr, hs []*Handle, done func(), err error) {
 	for _, size := range pauseWindowSizes {
 		buf, err := r.a.AllocTagged(size, 0, id)
 		if err != nil {
-			return err
+			return nil, nil, nil, nil, err
 		}
 		bufs = append(bufs, buf)
 	}
-	g, err := New(r.o)
-	if err != nil {
-		return err
+	if g, err = New(r.o); err != nil {
+		return nil, nil, nil, nil, err
 	}
-	defer g.Destroy()
-	var hs []*Handle
+	done = func() {
+		for _, h := range hs {
+			h.Release()
+		}
+		g.Destroy()
+	}
 	for _, buf := range bufs {
 		h, err := g.Rendezvous(buf)
 		if err != nil {
-			return err
+			done()
+			return nil, nil, nil, nil, err
 		}
-		defer h.Release()
 		hs = append(hs, h)
 	}
+	return g, bufs, hs, done, nil
+}
+
+func failedPauseRank(r *mmRank, fb *faultbe.Backend, tag string, id alloc.TagID, faulty bool, plan *[]faultbe.Rule, planned chan struct{}) error {
+	g, bufs, hs, done, err := windowedBuffers(r, id)
+	if err != nil {
+		return err
+	}
+	defer done()
 	hub := r.comm.hub
 	windows := func() ([]uintptr, error) {
 		var ws []uintptr
