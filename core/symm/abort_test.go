@@ -2,7 +2,6 @@ package symm
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,54 +28,35 @@ func TestAbortReleasesStuckWaits(t *testing.T) {
 }
 
 func testAbort(t *testing.T, what string) {
-	dir := sockDir(t)
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
 	done := make(chan struct{}) // rank 0 is through: rank 1 may leave
-	for r := 0; r < 2; r++ {
-		fb := faultbe.New(faultBackend(t))
-		e := &rankEnv{rt: alloc.NewRuntime(fb), rank: r, world: 2, name: "abort-" + what, dir: dir, timeout: 20 * time.Second}
-		if !fb.Capabilities().SharedDevice {
-			e.device = r
+	errs := onTwoFaultRanks(t, "abort-"+what, 20*time.Second, nil, func(e *rankEnv, fb *faultbe.Backend, a *alloc.Allocator) error {
+		// A stream per rank: two ranks' waits on one stream would
+		// wait for each other in its order.
+		s, dropStream, err := rankStream(fb, e.device)
+		if err != nil {
+			return err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[e.rank] = func() error {
-				a, err := e.rt.Allocator(e.device)
-				if err != nil {
-					return err
-				}
-				// A stream per rank: two ranks' waits on one stream would
-				// wait for each other in its order.
-				s, dropStream, err := rankStream(fb, e.device)
-				if err != nil {
-					return err
-				}
-				defer dropStream()
-				buf, g, err := join(e, a, 64<<10)
-				if err != nil {
-					return err
-				}
-				defer g.Destroy()
-				h, err := g.Rendezvous(buf)
-				if err != nil {
-					return err
-				}
-				defer h.Release()
-				if err := h.Barrier(0, s, 0); err != nil {
-					return err
-				}
-				if e.rank == 1 { // the peer that never comes
-					<-done
-					return nil
-				}
-				defer close(done)
-				return abortRank0(g, h, buf, what, s)
-			}()
-		}()
-	}
-	wg.Wait()
+		defer dropStream()
+		buf, g, err := join(e, a, 64<<10)
+		if err != nil {
+			return err
+		}
+		defer g.Destroy()
+		h, err := g.Rendezvous(buf)
+		if err != nil {
+			return err
+		}
+		defer h.Release()
+		if err := h.Barrier(0, s, 0); err != nil {
+			return err
+		}
+		if e.rank == 1 { // the peer that never comes
+			<-done
+			return nil
+		}
+		defer close(done)
+		return abortRank0(g, h, buf, what, s)
+	})
 	require.NoError(t, errs[0], "rank 0")
 	require.NoError(t, errs[1], "rank 1")
 }

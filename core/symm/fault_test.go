@@ -389,6 +389,45 @@ func TestFailedSyncLeaksInsteadOfUnmapping(t *testing.T) {
 	}
 }
 
+// onTwoFaultRanks runs ranks 0 and 1 of a group named name in this process,
+// each on the environment's backend (faultBackend) behind a fault backend of
+// its own, which configure (if set) adjusts first; each rank has a device of
+// its own where the backend has no shared device (the test skips with fewer
+// than two). body gets the rank's environment, fault backend and allocator;
+// it returns each rank's error.
+func onTwoFaultRanks(t *testing.T, name string, timeout time.Duration, configure func(fb *faultbe.Backend),
+	body func(e *rankEnv, fb *faultbe.Backend, a *alloc.Allocator) error) []error {
+	if fb := faultBackend(t); !fb.Capabilities().SharedDevice && fb.DeviceCount() < 2 {
+		t.Skip("needs a device per rank (2)")
+	}
+	dir := sockDir(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r := 0; r < 2; r++ {
+		fb := faultbe.New(faultBackend(t))
+		if configure != nil {
+			configure(fb)
+		}
+		e := &rankEnv{rt: alloc.NewRuntime(fb), rank: r, world: 2, name: name, dir: dir, timeout: timeout}
+		if !fb.Capabilities().SharedDevice {
+			e.device = r
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[e.rank] = func() error {
+				a, err := e.rt.Allocator(e.device)
+				if err != nil {
+					return err
+				}
+				return body(e, fb, a)
+			}()
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
 // onTwoFaultHosts runs ranks 0 and 1 of a group named name in-process, each
 // on a host backend behind a fault backend of its own: each joins, makes a
 // handle of 4096 bytes and meets the other at a barrier, then runs body
@@ -470,85 +509,68 @@ func TestPointerArraysLiveInThePad(t *testing.T) {
 
 func testPointerArraysInPad(t *testing.T, resize bool) {
 	const gran = 2 << 20
-	dir := sockDir(t)
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for r := 0; r < 2; r++ {
-		fb := faultbe.New(faultBackend(t))
+	configure := func(fb *faultbe.Backend) {
 		fb.Caps = &core.Capabilities{StreamSignals: fb.Capabilities().StreamSignals, DevicePointerArrays: true, SharedDevice: fb.Capabilities().SharedDevice}
 		fb.Gran = gran
-		e := &rankEnv{rt: alloc.NewRuntime(fb), rank: r, world: 2, name: fmt.Sprint("arrays-in-pad-", resize), dir: dir, timeout: 10 * time.Second}
-		if !fb.Capabilities().SharedDevice {
-			e.device = r
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[e.rank] = func() error {
-				a, err := e.rt.Allocator(e.device)
-				if err != nil {
-					return err
-				}
-				buf, err := a.Alloc(64<<10, 0)
-				if err != nil {
-					return err
-				}
-				defer a.Free(buf, 64<<10, 0)
-				created := fb.Count("Create")
-				g, err := New(e.opts(e.name, e.rank, e.world))
-				if err != nil {
-					return err
-				}
-				if n := fb.Count("Create") - created; n != 1 {
-					return fmt.Errorf("group creation made %d allocations, want 1 (the pad)", n)
-				}
-				padSize, pads := uintptr(DefaultSignalPadSize), 1
-				if resize {
-					padSize, pads = 32<<10, 2
-					if err := g.SetSignalPadSize(padSize); err != nil {
-						return err
-					}
-				}
-				h, err := g.Rendezvous(buf)
-				if err != nil {
-					return err
-				}
-				pad := h.padPtrs[e.rank]
-				if h.devArr == h.arr || h.devArr < pad+padSize+core.DeviceRegionBytes(2) || h.devArr+32 > pad+gran {
-					return fmt.Errorf("device arrays at %#x: not in the spare end of the pad [%#x, %#x)", h.devArr, pad, pad+gran)
-				}
-				if n := fb.Count("Create") - created; n != pads {
-					return fmt.Errorf("group creation and a rendezvous made %d allocations, want %d (the pads)", n, pads)
-				}
-				got := make([]uintptr, 4)
-				if err := h.gm.copyOut(uintptr(unsafe.Pointer(&got[0])), h.devArr, 32); err != nil {
-					return err
-				}
-				want := append(append([]uintptr(nil), h.bufPtrs...), h.padPtrs...)
-				if fmt.Sprint(got) != fmt.Sprint(want) {
-					return fmt.Errorf("device arrays hold %#x, want %#x", got, want)
-				}
-				if err := h.Release(); err != nil {
-					return err
-				}
-				// A copy into the arrays that times out may still land:
-				// the pad that holds them is then leaked, not unmapped.
-				fb.Add(faultbe.Rule{Method: "CopyWithin", Nth: 1, Code: core.ErrTimeout})
-				if h, err := g.Rendezvous(buf); err == nil || core.CodeOf(err) != core.ErrTimeout {
-					if h != nil {
-						h.Release()
-					}
-					return fmt.Errorf("a rendezvous whose copy into the pointer arrays timed out: %v, want a TIMEOUT", err)
-				}
-				err = g.Destroy()
-				if err == nil || !strings.Contains(err.Error(), "signal pad") || !strings.Contains(err.Error(), "deliberately leaked") || g.gm.leaked == 0 {
-					return fmt.Errorf("destroying the group after a timed-out copy into its pad: %v, want the pad declared leaked", err)
-				}
-				return nil
-			}()
-		}()
 	}
-	wg.Wait()
+	errs := onTwoFaultRanks(t, fmt.Sprint("arrays-in-pad-", resize), 10*time.Second, configure, func(e *rankEnv, fb *faultbe.Backend, a *alloc.Allocator) error {
+		buf, err := a.Alloc(64<<10, 0)
+		if err != nil {
+			return err
+		}
+		defer a.Free(buf, 64<<10, 0)
+		created := fb.Count("Create")
+		g, err := New(e.opts(e.name, e.rank, e.world))
+		if err != nil {
+			return err
+		}
+		if n := fb.Count("Create") - created; n != 1 {
+			return fmt.Errorf("group creation made %d allocations, want 1 (the pad)", n)
+		}
+		padSize, pads := uintptr(DefaultSignalPadSize), 1
+		if resize {
+			padSize, pads = 32<<10, 2
+			if err := g.SetSignalPadSize(padSize); err != nil {
+				return err
+			}
+		}
+		h, err := g.Rendezvous(buf)
+		if err != nil {
+			return err
+		}
+		pad := h.padPtrs[e.rank]
+		if h.devArr == h.arr || h.devArr < pad+padSize+core.DeviceRegionBytes(2) || h.devArr+32 > pad+gran {
+			return fmt.Errorf("device arrays at %#x: not in the spare end of the pad [%#x, %#x)", h.devArr, pad, pad+gran)
+		}
+		if n := fb.Count("Create") - created; n != pads {
+			return fmt.Errorf("group creation and a rendezvous made %d allocations, want %d (the pads)", n, pads)
+		}
+		got := make([]uintptr, 4)
+		if err := h.gm.copyOut(uintptr(unsafe.Pointer(&got[0])), h.devArr, 32); err != nil {
+			return err
+		}
+		want := append(append([]uintptr(nil), h.bufPtrs...), h.padPtrs...)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("device arrays hold %#x, want %#x", got, want)
+		}
+		if err := h.Release(); err != nil {
+			return err
+		}
+		// A copy into the arrays that times out may still land:
+		// the pad that holds them is then leaked, not unmapped.
+		fb.Add(faultbe.Rule{Method: "CopyWithin", Nth: 1, Code: core.ErrTimeout})
+		if h, err := g.Rendezvous(buf); err == nil || core.CodeOf(err) != core.ErrTimeout {
+			if h != nil {
+				h.Release()
+			}
+			return fmt.Errorf("a rendezvous whose copy into the pointer arrays timed out: %v, want a TIMEOUT", err)
+		}
+		err = g.Destroy()
+		if err == nil || !strings.Contains(err.Error(), "signal pad") || !strings.Contains(err.Error(), "deliberately leaked") || g.gm.leaked == 0 {
+			return fmt.Errorf("destroying the group after a timed-out copy into its pad: %v, want the pad declared leaked", err)
+		}
+		return nil
+	})
 	for r, err := range errs {
 		require.NoError(t, err, "rank %d", r)
 	}

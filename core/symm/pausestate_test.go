@@ -3,7 +3,6 @@ package symm
 import (
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,62 +17,40 @@ import (
 // memory released under the live mapping); the resume then drops it and maps
 // the peer's new memory there, so the ranks agree again.
 func TestCollectivePauseUnmapFailureLeavesTheImportMapped(t *testing.T) {
-	if fb := faultBackend(t); !fb.Capabilities().SharedDevice && fb.DeviceCount() < 2 {
-		t.Skip("needs a device per rank (2)")
-	}
-	dir := sockDir(t)
 	tag := fmt.Sprintf("unmapfail-%d", time.Now().UnixNano()%1e9)
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for r := 0; r < 2; r++ {
-		fb := faultbe.New(faultBackend(t))
-		e := &rankEnv{rt: alloc.NewRuntime(fb), rank: r, world: 2, name: "pause-unmap-fails", dir: dir, timeout: 20 * time.Second}
-		if !fb.Capabilities().SharedDevice {
-			e.device = r
+	errs := onTwoFaultRanks(t, "pause-unmap-fails", 20*time.Second, nil, func(e *rankEnv, fb *faultbe.Backend, a *alloc.Allocator) error {
+		g, h, err := joinTagged(e, a, tag)
+		if err != nil {
+			return err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[e.rank] = func() error {
-				a, err := e.rt.Allocator(e.device)
-				if err != nil {
-					return err
-				}
-				g, h, err := joinTagged(e, a, tag)
-				if err != nil {
-					return err
-				}
-				defer g.Destroy()
-				defer h.Release()
-				s, dropStream, err := rankStream(fb, e.device)
-				if err != nil {
-					return err
-				}
-				defer dropStream()
-				if err := exchangeWords(h, fb, s, 1); err != nil {
-					return err
-				}
-				if e.rank == 1 {
-					fb.FailNth("Unmap", 1) // the release phase's first: our import of rank 0's segment
-				}
-				err = g.Pause(tag)
-				fb.Clear()
-				if core.CodeOf(err) != core.ErrBackend {
-					return fmt.Errorf("pause with a failing unmap on rank 1: %v, want BACKEND", err)
-				}
-				if e.rank == 1 {
-					if len(h.maps) != 1 || h.maps[0].paused || h.maps[0].mem == 0 {
-						return fmt.Errorf("the import whose unmap failed: %+v, want mapped and not paused", h.maps)
-					}
-				}
-				if err := g.Resume(tag); err != nil {
-					return fmt.Errorf("resume: %v", err)
-				}
-				return exchangeWords(h, fb, s, 2)
-			}()
-		}()
-	}
-	wg.Wait()
+		defer g.Destroy()
+		defer h.Release()
+		s, dropStream, err := rankStream(fb, e.device)
+		if err != nil {
+			return err
+		}
+		defer dropStream()
+		if err := exchangeWords(h, fb, s, 1); err != nil {
+			return err
+		}
+		if e.rank == 1 {
+			fb.FailNth("Unmap", 1) // the release phase's first: our import of rank 0's segment
+		}
+		err = g.Pause(tag)
+		fb.Clear()
+		if core.CodeOf(err) != core.ErrBackend {
+			return fmt.Errorf("pause with a failing unmap on rank 1: %v, want BACKEND", err)
+		}
+		if e.rank == 1 {
+			if len(h.maps) != 1 || h.maps[0].paused || h.maps[0].mem == 0 {
+				return fmt.Errorf("the import whose unmap failed: %+v, want mapped and not paused", h.maps)
+			}
+		}
+		if err := g.Resume(tag); err != nil {
+			return fmt.Errorf("resume: %v", err)
+		}
+		return exchangeWords(h, fb, s, 2)
+	})
 	require.NoError(t, errs[0], "rank 0")
 	require.NoError(t, errs[1], "rank 1")
 }
