@@ -283,8 +283,22 @@ func (b *Backend) Release(m core.Memory) error {
 }
 
 // Map maps m at addr (inside a reserved range) and grants dev read/write
-// access to it (cuMemMap + cuMemSetAccess). A failed access grant is undone.
+// access to it, and every peer GPU of accessList for memory created here
+// (cuMemMap + cuMemSetAccess). A failed access grant is undone.
 func (b *Backend) Map(dev int, addr, size uintptr, m core.Memory) error {
+	_, imported := b.imported.Load(m)
+	return b.mapFor(dev, addr, size, m, imported)
+}
+
+// MapOwnDevice is Map granting access to dev alone (core.OwnDeviceMapper):
+// the other GPUs of this process cannot read the memory directly, as with
+// torch_memory_saver's and vLLM's mappings.
+func (b *Backend) MapOwnDevice(dev int, addr, size uintptr, m core.Memory) error {
+	return b.mapFor(dev, addr, size, m, true)
+}
+
+// mapFor maps m at addr for dev, and for dev's peers unless ownOnly.
+func (b *Backend) mapFor(dev int, addr, size uintptr, m core.Memory, ownOnly bool) error {
 	d, err := b.device(dev)
 	if err != nil {
 		return err
@@ -293,25 +307,10 @@ func (b *Backend) Map(dev int, addr, size uintptr, m core.Memory) error {
 		return err
 	}
 	access := b.accessList(d)
-	if _, ok := b.imported.Load(m); ok {
+	if ownOnly {
 		access = access[:1]
 	}
 	return check(C.smcu_map(d.ctx, &access[0], C.int(len(access)), C.ulonglong(addr), C.size_t(size), C.ulonglong(m)), dev)
-}
-
-// MapOwnDevice is Map granting access to dev alone (core.OwnDeviceMapper):
-// the other GPUs of this process cannot read the memory directly, as with
-// torch_memory_saver's and vLLM's mappings.
-func (b *Backend) MapOwnDevice(dev int, addr, size uintptr, m core.Memory) error {
-	d, err := b.device(dev)
-	if err != nil {
-		return err
-	}
-	if _, err := b.owner("Map", m); err != nil {
-		return err
-	}
-	access := b.accessList(d)[:1]
-	return check(C.smcu_map(d.ctx, &access[0], C.int(1), C.ulonglong(addr), C.size_t(size), C.ulonglong(m)), dev)
 }
 
 // AccessOf tells whether device peer may read and write the mapping at
