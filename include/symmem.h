@@ -1042,7 +1042,8 @@ typedef enum symmem_op {
 typedef enum symmem_coll {
   SYMMEM_ALL_REDUCE = 0,
   SYMMEM_ALL_GATHER = 1,
-  SYMMEM_REDUCE_SCATTER = 2
+  SYMMEM_REDUCE_SCATTER = 2,
+  SYMMEM_ALL_TO_ALL = 3
 } symmem_coll;
 
 /* Algorithms. Fixed values. HIERARCHICAL and NCCL choose between the two
@@ -1087,14 +1088,103 @@ symmem_result symmem_collective(symmem_handle *handle, symmem_coll coll,
                                 void *out, symmem_algo algo, int channel,
                                 symmem_stream_t stream);
 
+/* ---------------------------------------------------------------------------
+ * All-to-all (expert parallelism)
+ *
+ * The input is at the handle's rendezvous pointer of every rank, as for the
+ * collectives above; out is this rank's output (any memory of its device:
+ * every rank reads its peers' inputs and writes only its own out, so out
+ * need not be symmetric). Every call is one kernel on stream (cuda,
+ * capturable in CUDA graphs, no host synchronisation anywhere) or runs on
+ * the calling thread (host backend), with the collectives' opening barrier
+ * and argument agreement, closing barrier, timeout and abort word. They use
+ * collective channel 0: order them with the other collectives of channel 0,
+ * and run one all-to-all of a group at a time.
+ *
+ * symmem_all_to_all: equal splits. Each rank's input is W*count elements,
+ * chunk p (elements [p*count, (p+1)*count)) for rank p; out receives W*count
+ * elements, rank p's chunk for us at p*count. Also symmem_collective with
+ * SYMMEM_ALL_TO_ALL (op and algo are ignored; channel as there).
+ *
+ * The v forms: split sizes are read from device memory when the kernel runs
+ * (an MoE router computes them on the GPU), counted in rows of row_bytes
+ * bytes; the sizes and offsets each rank receives are written to device
+ * memory. Any split size works (0 included). They take the arguments and
+ * give the results of torch 2.11's torch.ops.symm_mem.all_to_all_vdev,
+ * all_to_all_vdev_2d and all_to_all_vdev_2d_offset, with E = experts per
+ * rank and S = W*E splits:
+ *
+ *   symmem_all_to_all_v          in_splits[p] rows for rank p, taken from
+ *                                the input in rank order (offsets: the
+ *                                exclusive prefix sum); out receives rank
+ *                                s's rows at out_splits_offsets[W + s], in
+ *                                rank order, out_splits_offsets[s] of them.
+ *   symmem_all_to_all_v_2d       dispatch: in_splits[p*E + e] rows for local
+ *                                expert e of rank p, taken in that order;
+ *                                out groups what arrives by our expert:
+ *                                index i = e*W + s (expert e, source rank s)
+ *                                in out_splits_offsets[i] (rows) and
+ *                                out_splits_offsets[S + i] (row offset);
+ *                                each expert's rows start at a multiple of
+ *                                major_align (> 0; 1: packed), and an
+ *                                expert that receives nothing still takes
+ *                                major_align rows (torch's rule, for grouped
+ *                                GEMMs that refuse empty groups).
+ *   symmem_all_to_all_v_2d_offset combine, the reverse of the dispatch:
+ *                                in_splits_offsets is 2 x S, index i = e*W + p
+ *                                (rows for source rank p's expert e, as the
+ *                                dispatch gave them: splits in row 0, row
+ *                                offsets into the input in row 1, padding
+ *                                between them not sent); out receives, in
+ *                                rank-major order i = p*E + e, the rows that
+ *                                rank p's expert e sends back, packed.
+ *
+ * out has room for out_rows rows. A call whose received rows would pass
+ * out_rows, or whose splits pass the input (the block from the rendezvous
+ * offset), or a negative split, is refused on the device: nothing is
+ * written to out (a sender's bad splits fail the call on every rank;
+ * a receiver's overrun on that receiver), out_splits_offsets still holds
+ * what was received, and the device error flag records
+ * SYMMEM_DEV_CAUSE_OVERRUN with the rank whose splits overran
+ * (symmem_handle_device_error returns SYMMEM_ERROR_INVALID_ARGUMENT for
+ * it); the host backend returns SYMMEM_ERROR_INVALID_ARGUMENT naming it.
+ * Ranks must agree on the form, row_bytes, experts, out_rows and
+ * major_align (the argument agreement compares them). S <= 1024.
+ * Errors with nothing enqueued: SYMMEM_ERROR_INVALID_ARGUMENT for a
+ * row_bytes of 0, experts < 1, S > 1024, major_align < 1, NULL pointers,
+ * in_splits not 8-byte aligned; SYMMEM_ERROR_INVALID_STATE for a released
+ * handle; SYMMEM_ERROR_UNAVAILABLE on a group that spans machines (the
+ * all-to-alls run over one machine's mapped memory only). */
+symmem_result symmem_all_to_all(symmem_handle *handle, symmem_dtype dtype,
+                                size_t count, void *out,
+                                symmem_stream_t stream);
+symmem_result symmem_all_to_all_v(symmem_handle *handle, size_t row_bytes,
+                                  const int64_t *in_splits, void *out,
+                                  size_t out_rows, int64_t *out_splits_offsets,
+                                  symmem_stream_t stream);
+symmem_result symmem_all_to_all_v_2d(symmem_handle *handle, size_t row_bytes,
+                                     int experts, const int64_t *in_splits,
+                                     void *out, size_t out_rows,
+                                     int64_t *out_splits_offsets,
+                                     int64_t major_align,
+                                     symmem_stream_t stream);
+symmem_result symmem_all_to_all_v_2d_offset(symmem_handle *handle,
+                                            size_t row_bytes, int experts,
+                                            const int64_t *in_splits_offsets,
+                                            void *out, size_t out_rows,
+                                            int64_t *out_splits_offsets,
+                                            symmem_stream_t stream);
+
 /* Reads this rank's device error flag (the library's part of its signal pad,
  * include/symmem_device.cuh) into *flag: 0 while every kernel wait
  * succeeded, else 0x80000000 | cause << 29 | peer << 16 | set of the first
  * failure (the kernel's results are then undefined; use another group).
  * Returns SYMMEM_SUCCESS for 0 and for a timeout (cause 0: the flag names
  * the peer waited for), SYMMEM_ERROR_MISMATCH when peer called a collective
- * with other arguments (cause 1; out was left untouched) and
- * SYMMEM_ERROR_PEER when peer's process exited during a wait (cause 2), the
+ * with other arguments (cause 1; out was left untouched),
+ * SYMMEM_ERROR_PEER when peer's process exited during a wait (cause 2) and
+ * SYMMEM_ERROR_INVALID_ARGUMENT when an all-to-all's splits from rank peer
+ * overran a buffer (cause 3; out was left untouched), the
  * last error naming the rank; *flag is filled in every case. On cuda a copy
  * from the device on the library's own non-blocking stream, ordered after
  * nothing (synchronise the collectives' streams first to see what their
