@@ -67,8 +67,9 @@ package core
 //
 // Then, at the region's end rounded up to 256 bytes (A2AExchangeOffset),
 // the all-to-all's exchange area: for parity 0 and 1, A2AMaxSplits entries
-// of two 64-bit words, where this rank publishes its own splits and their
-// row offsets in its input for its peers to read (Note [All-to-all]).
+// of two 64-bit words, where the peers store the splits this rank receives
+// from them and their row offsets in the senders' inputs (Note
+// [All-to-all] in core/symm/coll).
 //
 // On backends that launch kernels the pad holds one more area, the
 // low-latency buffers of collective channel 0, at LowLatencyOffset (the

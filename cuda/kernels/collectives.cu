@@ -829,10 +829,11 @@ extern "C" __global__ void __launch_bounds__(32) symmem_memops(symmem_memops_par
 #elif defined(SYMMEM_A2A)
 /* All-to-all (core/symm/coll/alltoall.go, Note [All-to-all]): every rank
  * pulls its chunks from its peers' inputs into its own out. The
- * split-driven forms publish each rank's split table in its own pad's
- * exchange area before the opening barrier (a releasing arrival) and read
- * the peers' tables after it; every block does both, so that no block
- * waits for another. cuda/kernels.go packs the same layout. */
+ * split-driven forms store each entry of a rank's split table into the
+ * exchange area of the rank it is for before the opening barrier (a
+ * releasing arrival), and read their own area after it; every block does
+ * both, so that no block waits for another. cuda/kernels.go packs the same
+ * layout. */
 struct symmem_a2a_params {
   symmem_device_view view;             /* 0 */
   unsigned long long in_offset;        /* 40: input offset in every rank's block */
@@ -912,9 +913,25 @@ static __device__ __forceinline__ void symmem_a2a_source(const symmem_a2a_params
   }
 }
 
+/* Where entry j of rank me's table goes: rank r, as its piece i (the
+ * inverse of symmem_a2a_source). */
+static __device__ __forceinline__ void symmem_a2a_target(const symmem_a2a_params &p, int me, int j, int &r, int &i) {
+  const int W = p.view.world, E = p.experts;
+  if (p.layout == 1) {
+    r = j / E;
+    i = (j % E) * W + me;
+  } else if (p.layout == 2) {
+    r = j % W;
+    i = me * E + j / W;
+  } else {
+    r = j;
+    i = me;
+  }
+}
+
 /* The opening barrier of a split-driven all-to-all: symmem_coll_open with
  * a releasing arrival, so that the table this block published is visible
- * to a peer that has seen the arrival. */
+ * into that peer's pad is visible to it once it has seen the arrival. */
 static __device__ __forceinline__ bool symmem_a2a_open(const symmem_device_view &v, int set, unsigned int digest,
                                                        unsigned int flags) {
   __syncthreads();
@@ -976,8 +993,11 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_to_
         bad = true;
     }
     const unsigned long long poison = __syncthreads_or(bad) ? SYMMEM_A2A_POISON : 0;
+    /* Entry j goes to the rank it is for, as that rank's piece i. */
     for (int j = threadIdx.x; j < S; j += blockDim.x) {
-      unsigned long long *e = symmem_a2a_entry(p, me, parity, j);
+      int r, i;
+      symmem_a2a_target(p, me, j, r, i);
+      unsigned long long *e = symmem_a2a_entry(p, r, parity, i);
       asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(e),
                    "l"(tag | poison | ((unsigned long long)s_split[j] & SYMMEM_A2A_VALUE))
                    : "memory");
@@ -992,11 +1012,12 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_to_
   if (!ok)
     goto done;
   if (split_driven) {
-    /* What we receive, in output order, from the peers' tables. */
+    /* What we receive, in output order: the entries the peers stored in
+     * our own pad. */
     for (int i = threadIdx.x; i < S; i += blockDim.x) {
       int s, j;
       symmem_a2a_source(p, me, i, s, j);
-      const unsigned long long *e = symmem_a2a_entry(p, s, parity, j);
+      const unsigned long long *e = symmem_a2a_entry(p, me, parity, i);
       unsigned long long w0, w1;
       asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(w0) : "l"(e) : "memory");
       asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(w1) : "l"(e + 1) : "memory");
@@ -1053,7 +1074,10 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_to_
        * k % nthreads, so that small pieces do not all fall on thread 0. */
       const unsigned long long rb = p.row_bytes;
       const bool vec = ((rb | p.in_offset | (unsigned long long)p.out) & 15) == 0;
-      for (int i = 0; i < S; i++) {
+      for (int k = 0; k < S; k++) {
+        /* Blocks start at different pieces, so that the local copy and
+         * the pulls from every peer run at once. */
+        const int i = (k + blockIdx.x) % S;
         const unsigned long long n = (unsigned long long)s_split[i] * rb;
         if (n == 0)
           continue;
@@ -1086,7 +1110,7 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_to_
     const unsigned long long n = p.row_bytes;
     const bool vec = ((n | p.in_offset | (unsigned long long)p.out) & 15) == 0;
     for (int k = 0; k < W; k++) {
-      const int s = (me + k) % W;
+      const int s = (me + k + blockIdx.x) % W;
       const char *src = symmem_dev_ptr(v, s, p.in_offset + (unsigned long long)me * n);
       char *dst = p.out + (unsigned long long)s * n;
       if (!vec) {

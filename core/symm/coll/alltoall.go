@@ -46,20 +46,21 @@ import (
 // _2d_offset, bit for bit.
 //
 // The tables cross through the pads. Before its opening barrier each rank
-// publishes its table, validated (a negative split, or one past its input,
-// poisons every entry), in its own pad's exchange area (Note [Pad
-// partition] in core) by the call's parity, each word tagged with the
-// call's number (word 6 of the rank's device region, which every rank
-// advances once per all-to-all, the same on every rank as the calls are);
-// its opening arrival at each peer is a release, so a peer that has seen
-// the arrival reads the table whole. On the GPU every block publishes the
-// same table, since each block's barrier pairs it with the peers' same
-// block alone; identical stores, so the blocks need no order among
-// themselves. A reader compares each word's tag with its own call number:
-// a difference means the ranks are a call apart, a mismatch. The parity
-// keeps a rank's next table from overwriting one a peer still reads: a
-// rank starts call k+2 only after call k+1's closing barrier, which every
-// peer reaches after it has read call k's table.
+// validates its table (a negative split, or one past its input, poisons
+// every entry) and stores entry j into the exchange area (Note [Pad
+// partition] in core) of the rank it is for, at that rank's piece index,
+// by the call's parity, each word tagged with the call's number (word 6 of
+// the rank's device region, which every rank advances once per
+// all-to-all, the same on every rank as the calls are). Its opening
+// arrival at each peer is a release, so a peer that has seen the arrival
+// reads its own area whole, locally. On the GPU every block stores the same
+// entries, since each block's barrier pairs it with the peers' same block
+// alone; identical stores, so the blocks need no order among themselves. A
+// reader compares each word's tag with its own call number: a difference
+// means the ranks are a call apart, a mismatch. The parity keeps a
+// sender's next entries from overwriting ones a receiver still reads: a
+// rank starts call k+2 only after call k's closing barrier, which every
+// peer reaches after it has read call k's entries.
 //
 // A receiver whose rows would pass out (OutRows), and every rank when a
 // sender's table is poisoned, writes nothing to out, still writes
@@ -205,6 +206,20 @@ func a2aSource(v *core.AllToAllV, world, r, i int) (s, j int) {
 	return i, r
 }
 
+// a2aTarget is where entry j of rank me's table goes: rank r, as its
+// piece i (the inverse of a2aSource).
+func a2aTarget(v *core.AllToAllV, world, me, j int) (r, i int) {
+	switch v.Layout {
+	case core.A2AV2D:
+		r, e := j/v.Experts, j%v.Experts
+		return r, e*world + me
+	case core.A2AV2DOffset:
+		r, e := j%world, j/world
+		return r, me*v.Experts + e
+	}
+	return j, me
+}
+
 // a2aOutOffsets lays out received splits (in output order) as the layout
 // says: the row offset of each, and the rows the layout takes in all.
 func a2aOutOffsets(v *core.AllToAllV, world int, splits []int64) (offs []int64, total int64) {
@@ -232,13 +247,15 @@ func int64s(addr uintptr, n int) []int64 {
 	return unsafe.Slice((*int64)(unmanaged.Pointer(addr)), n)
 }
 
-// exchangeEntry is the address of entry j of parity's table in rank r's pad.
+// exchangeEntry is the address of entry j of parity's exchange area in rank
+// r's pad.
 func (l local) exchangeEntry(c *core.Collective, r int, parity uint32, j int) *uint64 {
 	return (*uint64)(unmanaged.Pointer(l.pads[r] + c.V.ExchangeOffset + uintptr(parity)*core.A2AMaxSplits*16 + uintptr(16*j)))
 }
 
-// publishTable validates this rank's split table and publishes it in its
-// own exchange area for call seq (Note [All-to-all]).
+// publishTable validates this rank's split table and stores each entry
+// into the exchange area of the rank it is for, for call seq (Note
+// [All-to-all]).
 func (l local) publishTable(c *core.Collective, seq uint32) {
 	v, S := c.V, c.V.Splits(l.world)
 	splits := int64s(v.InSplits, S)
@@ -261,27 +278,29 @@ func (l local) publishTable(c *core.Collective, seq uint32) {
 		}
 	}
 	for j := range splits {
-		atomic.StoreUint64(l.exchangeEntry(c, l.rank, seq&1, j), tag|poison|uint64(splits[j])&a2aValue)
-		entry := (*uint64)(unsafe.Add(unsafe.Pointer(l.exchangeEntry(c, l.rank, seq&1, j)), 8))
-		atomic.StoreUint64(entry, tag|poison|uint64(offs[j])&a2aValue)
+		r, i := a2aTarget(v, l.world, l.rank, j)
+		e := l.exchangeEntry(c, r, seq&1, i)
+		atomic.StoreUint64(e, tag|poison|uint64(splits[j])&a2aValue)
+		atomic.StoreUint64((*uint64)(unsafe.Add(unsafe.Pointer(e), 8)), tag|poison|uint64(offs[j])&a2aValue)
 	}
 }
 
-// readTables reads what this rank receives from every peer's table of
-// call seq: splits and source row offsets in output order. A poisoned
-// table, or a received total past out, is an ErrInvalidArgument naming the
-// rank; a tag of another call an ErrMismatch.
+// readTables reads what this rank receives in call seq, from its own
+// exchange area: splits and source row offsets in output order. A poisoned
+// entry is an ErrInvalidArgument naming its sender; a tag of another call
+// an ErrMismatch.
 func (l local) readTables(c *core.Collective, seq uint32) (splits, src []int64, err error) {
 	v, S := c.V, c.V.Splits(l.world)
 	splits, src = make([]int64, S), make([]int64, S)
 	tag := a2aTag(seq)
 	for i := 0; i < S; i++ {
-		s, j := a2aSource(v, l.world, l.rank, i)
-		w0 := atomic.LoadUint64(l.exchangeEntry(c, s, seq&1, j))
-		w1 := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(l.exchangeEntry(c, s, seq&1, j)), 8)))
+		s, _ := a2aSource(v, l.world, l.rank, i)
+		e := l.exchangeEntry(c, l.rank, seq&1, i)
+		w0 := atomic.LoadUint64(e)
+		w1 := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(e), 8)))
 		switch {
 		case w0&^(a2aPoison|a2aValue) != tag || w1&^(a2aPoison|a2aValue) != tag:
-			return nil, nil, core.Errorf(core.ErrMismatch, "group %q: rank %d: rank %d's %s table is of another call (call %d here): the ranks are a call apart",
+			return nil, nil, core.Errorf(core.ErrMismatch, "group %q: rank %d: rank %d's %s splits are of another call (call %d here): the ranks are a call apart",
 				l.h.GroupName(), l.global(l.rank), l.global(s), v.Layout, seq)
 		case w0&a2aPoison != 0:
 			return nil, nil, core.Errorf(core.ErrInvalidArgument, "group %q: %s: rank %d's splits overrun its input (a negative split, or rows past the %d its buffer holds): nothing was moved",
