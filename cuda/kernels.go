@@ -446,7 +446,7 @@ func collGrid(c *core.Collective) (blocks, threads uint32) {
 		if c.Kind == core.ReduceScatter {
 			work /= w
 		}
-	case c.Kind == core.AllGather:
+	case c.Kind == core.AllGather || c.Kind == core.AllToAll:
 		work = bytes * w
 	case c.Kind == core.ReduceScatter || c.Algo == core.AlgoTwoShot:
 		work = bytes / w
@@ -476,7 +476,7 @@ func packCollParams(c *core.Collective) [collParamSize]byte {
 	le.PutUint64(p[48:], uint64(c.Out))
 	le.PutUint64(p[56:], uint64(c.OutOffset))
 	count := uint64(c.Count)
-	if c.Kind == core.AllGather {
+	if c.Kind == core.AllGather || c.Kind == core.AllToAll {
 		count *= uint64(c.DType.Size())
 	}
 	le.PutUint64(p[64:], count)
@@ -519,11 +519,11 @@ func (b *Backend) LaunchCollective(dev int, s core.Stream, c *core.Collective) e
 	if err != nil {
 		return err
 	}
-	if c.Kind == core.AllToAll {
+	if c.Kind == core.AllToAll && c.Algo != core.AlgoLowLatency {
 		return b.launchAllToAll(m, d, dev, s, c)
 	}
-	k := allGatherKernel
-	if c.Kind != core.AllGather {
+	k := allGatherKernel // also the all-to-all's low-latency calls
+	if c.Kind != core.AllGather && c.Kind != core.AllToAll {
 		k = reduceKernel(c.DType, c.Op)
 	}
 	fn, _, err := m.kernel(k)

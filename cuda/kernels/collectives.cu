@@ -35,7 +35,8 @@ struct symmem_coll_params {
   char *out;                     /* 48: this rank's output */
   long long out_offset;          /* 56: out's offset in every block (two-shot), or -1 */
   unsigned long long count;      /* 64: elements of each rank's input (all-gather: bytes) */
-  int kind;                      /* 72: 0 all-reduce, 2 reduce-scatter (all-gather has its kernel) */
+  int kind;                      /* 72: 0 all-reduce, 2 reduce-scatter (all-gather has its kernel; 3 an
+                                    all-to-all's low-latency call, in the all-gather's kernel) */
   int algo;                      /* 76: 1 one-shot, 2 two-shot (push), 3 two-shot (pull) */
   int op;                        /* 80: 0 sum, 1 max, 2 min (the kernel's own; checked by the host) */
   int set_base;                  /* 84: the channel's first device set */
@@ -647,7 +648,7 @@ template <int KIND, int DT, int OP> static __device__ __forceinline__ void symme
   __shared__ unsigned int seq_shared;
   const bool checked = !(p.flags & SYMMEM_COLL_UNCHECKED);
   /* Bytes this rank sends each peer (and receives from each). */
-  const unsigned long long pay = KIND == 1 ? p.count : (KIND == 2 ? p.count / W : p.count) * T::SIZE;
+  const unsigned long long pay = KIND == 1 || KIND == 3 ? p.count : (KIND == 2 ? p.count / W : p.count) * T::SIZE;
   const unsigned long long lines = (pay + 7) / 8;
   const unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
   const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
@@ -669,7 +670,7 @@ template <int KIND, int DT, int OP> static __device__ __forceinline__ void symme
   /* Send: line i of our contribution for peer r into r's slot (parity, me). */
   for (unsigned long long i = tid; i < lines; i += nthreads) {
     const unsigned long long rem = pay - 8 * i;
-    if (KIND == 2) {
+    if (KIND == 2 || KIND == 3) {
       for (int k = 1; k < W; k++) {
         const int r = (me + k) % W;
         unsigned int d0, d1;
@@ -699,7 +700,7 @@ template <int KIND, int DT, int OP> static __device__ __forceinline__ void symme
   /* Receive and combine. */
   for (unsigned long long i = tid; i < lines && ok; i += nthreads) {
     const unsigned long long rem = pay - 8 * i;
-    if (KIND == 1) {
+    if (KIND == 1 || KIND == 3) {
       for (int k = 1; k < W && ok; k++) {
         const int r = (me + W - k) % W;
         unsigned int d0, d1;
@@ -708,9 +709,10 @@ template <int KIND, int DT, int OP> static __device__ __forceinline__ void symme
           symmem_ll_write8(p.out + r * pay + 8 * i, rem, d0, d1);
       }
       char *own = p.out + me * pay + 8 * i;
-      if (ok && own != in + 8 * i) {
+      const char *mine = in + (KIND == 3 ? me * pay : 0) + 8 * i;
+      if (ok && own != mine) {
         unsigned int d0, d1;
-        symmem_ll_read8(in + 8 * i, rem, d0, d1);
+        symmem_ll_read8(mine, rem, d0, d1);
         symmem_ll_write8(own, rem, d0, d1);
       }
     } else {
@@ -1167,7 +1169,12 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gat
   symmem_pdl_wait();
   symmem_pdl_release();
   if (p.algo == SYMMEM_COLL_ALGO_LL) {
-    symmem_coll_ll<1, 3, 0>(p);
+    /* The all-to-all's small calls ride here too (kind 3): chunk r of our
+     * input to rank r, chunk r's lines from rank r to out + r*count. */
+    if (p.kind == 3)
+      symmem_coll_ll<3, 3, 0>(p);
+    else
+      symmem_coll_ll<1, 3, 0>(p);
     return;
   }
   const symmem_device_view &v = p.view;

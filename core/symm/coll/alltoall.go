@@ -17,9 +17,12 @@ import (
 // here) and writes only its own out, so out may be any memory of the
 // device, and the bytes cross NVLink once, as loads, as in one-shot.
 //
-// Equal splits (the C symmem_all_to_all): chunk p is elements [p*count,
-// (p+1)*count) of the input and lands at p*count of rank p's out... of
-// every out: rank q's out holds rank p's chunk q at p*count.
+// Equal splits (the C symmem_all_to_all): chunk q of rank p's input
+// (elements [q*count, (q+1)*count)) lands at p*count of rank q's out. On a
+// kernel backend, chunks that fit the low-latency buffers (a multiple of 8
+// bytes, up to SYMMEM_LL_MAX_BYTES, channel 0) cross as the low-latency
+// path's lines into the receiver's buffer (Note [Low-latency
+// collectives]), with no barrier: the all-gather's kernel runs them.
 //
 // The split-driven forms take their split sizes, in rows of RowBytes, from
 // memory the device reads when the call runs (an MoE router writes them on
@@ -133,6 +136,12 @@ func planAllToAll(h View, a Args) (*core.Collective, error) {
 			return bad("out [%#x, +%d) overlaps the input [%#x, +%d): an all-to-all cannot run in place", a.Out, n, in, n)
 		}
 		c.Count = a.Count
+		if ll, _ := lowLatencyFits(h, Args{Kind: core.AllGather, Channel: a.Channel}, a.Count*es); ll && launchesKernels(h) {
+			// Small chunks cross once, as lines that carry the call's
+			// number (Note [Low-latency collectives]): no barrier.
+			c.Algo = core.AlgoLowLatency
+			c.LLOffset, c.LLSlot, c.PadAddrs = core.LowLatencyOffset(c.PadSize, world), core.LowLatencySlotBytes(), h.SignalPads()
+		}
 		c.Digest = argsDigest(argsWord(c))
 		return c, nil
 	}
