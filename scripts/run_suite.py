@@ -31,7 +31,7 @@ def shown(kind: str, line: str) -> bool:
     if kind == "go":
         return bool(re.match(r"^(ok |FAIL|--- FAIL|panic|--- SKIP|\s+--- FAIL|# |\S+\.go:\d+)", line)) or "DATA RACE" in line
     if kind == "c":
-        return bool(re.search(r"FAIL|\d+ passed, \d+ failed|^== |skip|ERROR|Sanitizer", line))
+        return bool(re.search(r"FAIL|\d+ passed, \d+ failed|^== |\bskip\b|ERROR|Sanitizer", line))
     return True
 
 

@@ -103,6 +103,19 @@ FAIL	example.com/x	0.01s
     assert "is the NVIDIA driver installed?" in (tmp_path / "build" / "logs" / "g.log").read_text()
 
 
+def test_a_c_suite_shows_skips_and_failures_not_passing_checks(tmp_path):
+    c_out = """== build/tests/test_bad_input
+[test_bad_input] ok   backend_notes() says why cuda was skipped (cuda backend unavailable: is the NVIDIA driver installed?)
+[test_bad_input] skip stream test: host backend only
+[test_bad_input] FAIL alloc returns NULL
+[test_bad_input] 1 passed, 1 failed
+"""
+    (tmp_path / "c.txt").write_text(c_out)
+    out = run_suite(tmp_path, "c", "c", "cat c.txt").stdout
+    assert "NVIDIA" not in out, out
+    assert "skip stream test" in out and "FAIL alloc returns NULL" in out and "== build/tests" in out, out
+
+
 def test_a_suite_without_skips_prints_no_reasons(tmp_path):
     (tmp_path / "o.txt").write_text("3 passed in 0.10s\n")
     assert run_suite(tmp_path, "o", "pytest", "cat o.txt").returncode == 0
