@@ -111,11 +111,12 @@ suite-install: $(LIB) $(BUILD)/symmem-info
 suite-wheel: $(LIB)
 	@$(RUN) wheel plain -- sh scripts/test_wheel.sh
 
-# readme: every README block runs; the tracked tree holds no build output and
-# no narration (tests/test_tree.py); gpu-artifacts, the summary's skip
-# reasons and the toolchain check (tests/test_make.py).
+# readme: every README block runs; the documents agree with the code
+# (tests/test_docs.py); the tracked tree holds no build output and no
+# narration (tests/test_tree.py); gpu-artifacts, the summary's skip reasons
+# and the toolchain check (tests/test_make.py).
 suite-readme: $(LIB)
-	@$(RUN) readme pytest -- sh -c 'SYMMEM_LIBRARY=$(ROOT)/$(LIB) $(PYTHON) -m pytest -q -rs tests/test_readme.py tests/test_tree.py tests/test_make.py'
+	@$(RUN) readme pytest -- sh -c 'SYMMEM_LIBRARY=$(ROOT)/$(LIB) $(PYTHON) -m pytest -q -rs tests/test_readme.py tests/test_docs.py tests/test_tree.py tests/test_make.py'
 
 # The single suites, by hand.
 test-go: suite-go ## go vet and go test -race

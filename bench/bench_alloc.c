@@ -309,7 +309,7 @@ int main(int argc, char **argv) {
          "and maps/unmaps blocks above its mmap threshold (32 MiB at most) on every pair.\n"
          "One call from C into libsymmem's Go runtime and back (symmem_version) costs %.0f ns;\n"
          "a pair that enters Go makes two such calls; one served by the calling thread's cache\n"
-         "(blocks up to 10 MiB; SYMMEM_THREAD_CACHE, on by default) makes none.\n",
+         "(blocks up to 128 MiB; SYMMEM_THREAD_CACHE, on by default) makes none.\n",
          reps, cgo_med);
   if (usable < 8)
     printf("Note: %d usable CPUs: with 8 threads each thread waits for a core part of the time.\n", usable);

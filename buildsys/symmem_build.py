@@ -7,8 +7,9 @@ library is native code, but it is loaded with ctypes, so any Python 3 can
 use it) holding the `symmem` package with `symmem/libsymmem.so` inside.
 The version comes from the VERSION file.
 
-Hooks: build_wheel, build_sdist, get_requires_for_build_wheel/sdist. pip
-calls them with the repository root as the working directory.
+Hooks: build_wheel, build_editable (`pip install -e .`), build_sdist,
+get_requires_for_build_wheel/editable/sdist. pip calls them with the
+repository root as the working directory.
 """
 
 from __future__ import annotations
@@ -146,20 +147,13 @@ def _record_line(arcname: str, data: bytes) -> str:
     return f"{arcname},sha256={digest},{len(data)}"
 
 
-def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+def _write_wheel(wheel_directory, files) -> str:
+    """Writes the wheel of files [(arcname, bytes)] with its dist-info."""
     version = _version()
     tag = f"py3-none-{_platform_tag()}"
     wheel_name = f"{NAME}-{version}-{tag}.whl"
     dist_info = f"{NAME}-{version}.dist-info"
-    files = []  # (arcname, bytes)
-    pkg = ROOT / "python" / NAME
-    for path in sorted(pkg.rglob("*")):
-        if path.is_dir() or "__pycache__" in path.parts or path.suffix in (".pyc", ".so"):
-            continue
-        files.append((f"{NAME}/{path.relative_to(pkg).as_posix()}", path.read_bytes()))
-    with tempfile.TemporaryDirectory() as tmp:
-        lib = _build_library(Path(tmp))
-        files.append((f"{NAME}/libsymmem.so", lib.read_bytes()))
+    files = list(files)
     files.append((f"{dist_info}/METADATA", _metadata().encode()))
     files.append((f"{dist_info}/WHEEL", (
         "Wheel-Version: 1.0\nGenerator: symmem_build\nRoot-Is-Purelib: false\n" f"Tag: {tag}\n").encode()))
@@ -176,6 +170,34 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, data)
     return wheel_name
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    files = []  # (arcname, bytes)
+    pkg = ROOT / "python" / NAME
+    for path in sorted(pkg.rglob("*")):
+        if path.is_dir() or "__pycache__" in path.parts or path.suffix in (".pyc", ".so"):
+            continue
+        files.append((f"{NAME}/{path.relative_to(pkg).as_posix()}", path.read_bytes()))
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = _build_library(Path(tmp))
+        files.append((f"{NAME}/libsymmem.so", lib.read_bytes()))
+    return _write_wheel(wheel_directory, files)
+
+
+# `pip install -e .` (PEP 660): the wheel holds one .pth file that puts the
+# checkout's python/ on sys.path, so the package runs from the checkout and
+# finds the library in build/ (the last place python/symmem/_lib.py tries,
+# in a checkout). The library is built there by this hook, as `make` builds
+# it; after a change to the Go code, `make` rebuilds it.
+EDITABLE_PTH = f"{NAME}_editable.pth"
+
+
+def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+    build = ROOT / "build"
+    build.mkdir(exist_ok=True)
+    _build_library(build)
+    return _write_wheel(wheel_directory, [(EDITABLE_PTH, (str(ROOT / "python") + "\n").encode())])
 
 
 def _sdist_files():
@@ -207,6 +229,10 @@ def get_requires_for_build_wheel(config_settings=None):
 
 
 def get_requires_for_build_sdist(config_settings=None):
+    return []
+
+
+def get_requires_for_build_editable(config_settings=None):
     return []
 
 

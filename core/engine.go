@@ -5,7 +5,7 @@ package core
 // A group that spans machines, or lives on a communicator the caller owns,
 // runs on an engine: today NCCL. core/symm sees the engine only through
 // the Communicator interface and the optional capabilities below, found by
-// type assertion (DESIGN.md: capabilities, not names); cuda's NCCLComm
+// type assertion (docs/design.md: capabilities, not names); cuda's NCCLComm
 // implements them on NCCL, and core/symm's tests' communicator on host
 // memory. They live here, below both, so that cuda implements them without
 // importing core/symm, and Split returns a Communicator that core/symm

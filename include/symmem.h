@@ -257,7 +257,7 @@ size_t symmem_info_json(char *buf, size_t len);
  * the same calls (streams numbered by first use) receive the same offsets in
  * their heaps. Blocks freed on a stream are reused only on that stream.
  * Thread caches (SYMMEM_THREAD_CACHE, on by default): a block of at most
- * 10 MiB freed by a thread may be kept in that thread's cache and handed to
+ * 128 MiB freed by a thread may be kept in that thread's cache and handed to
  * its next symmem_alloc of the same rounded size and stream (the newest
  * first) without entering the allocator's lock; placement is then a pure
  * function of each thread's own sequence of calls. Allocations inside a

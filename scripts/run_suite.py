@@ -7,10 +7,11 @@ the reasons given for skipped tests in build/results/NAME.skips.
 
     run_suite.py NAME KIND -- COMMAND...
 
-KIND says how to count and what to show: go (go test -v), pytest (pytest -q
--rs), c (the C tests' check.h lines, "N passed, M failed" and "skip"), plain
-(everything shown; counted from "N passed, M failed" lines, else by the exit
-status alone).
+KIND says how to count and what to show: go (go test -v; a test's log
+lines are shown only when it fails), pytest (pytest -q -rs), c (the C
+tests' check.h lines, "N passed, M failed" and "skip"), plain (everything
+shown; counted from "N passed, M failed" lines, else by the exit status
+alone).
 """
 import os
 import re
@@ -30,8 +31,42 @@ def shown(kind: str, line: str) -> bool:
     if kind == "go":
         return bool(re.match(r"^(ok |FAIL|--- FAIL|panic|--- SKIP|\s+--- FAIL|# |\S+\.go:\d+)", line)) or "DATA RACE" in line
     if kind == "c":
-        return bool(re.search(r"FAIL|\d+ passed, \d+ failed|^== |skip|ERROR|Sanitizer", line))
+        return bool(re.search(r"FAIL|\d+ passed, \d+ failed|^== |\bskip\b|ERROR|Sanitizer", line))
     return True
+
+
+class GoShown:
+    """What the terminal shows of `go test -v`: results, failures, panics,
+    races and build errors, and a test's log lines (`    x_test.go:12: ...`)
+    only when that test, or the test it belongs to, fails. Passing and
+    skipped tests log the errors they exercise on purpose and the reasons
+    they skip ("is the NVIDIA driver installed?"), which on the terminal
+    read like failures; they stay in the log file, and the summary counts
+    the skip reasons."""
+
+    LOG = re.compile(r"^\s+\S+\.go:\d+: ")
+
+    def __init__(self) -> None:
+        self.current = ""
+        self.held = {}  # test name -> its log lines, not shown yet
+
+    def feed(self, line: str):
+        """The lines to show now, given the next line of output."""
+        m = re.match(r"^=== (?:RUN|CONT|NAME|PAUSE)\s+(\S+)", line)
+        if m:
+            self.current = m.group(1)
+            return []
+        if self.current and self.LOG.match(line):
+            self.held.setdefault(self.current, []).append(line)
+            return []
+        m = re.match(r"^\s*--- (PASS|FAIL|SKIP): (\S+)", line)
+        if m:
+            verdict, name = m.groups()
+            logs = []
+            for test in [n for n in self.held if n == name or n.startswith(name + "/")]:
+                logs += self.held.pop(test)
+            return logs + [line] if verdict == "FAIL" else ([line] if verdict == "SKIP" else [])
+        return [line] if shown("go", line) else []
 
 
 def count(kind: str, lines):
@@ -143,6 +178,7 @@ def main() -> int:
     say("start: " + " ".join(cmd))
     threading.Thread(target=beat, daemon=True).start()
     lines = []
+    go_shown = GoShown() if kind == "go" else None
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
                                 start_new_session=True)
@@ -151,8 +187,8 @@ def main() -> int:
             log.write(line)
             line = line.rstrip("\n")
             lines.append(line)
-            if shown(kind, line):
-                say(line)
+            for l in go_shown.feed(line) if go_shown else [line] if shown(kind, line) else []:
+                say(l)
         rc = proc.wait()
     done.set()
     secs = time.monotonic() - start

@@ -54,10 +54,31 @@ except symmem.LibraryNotFoundError as e:
     msg = str(e)
     assert '$site/libsymmem.so: no such file' in msg and 'libsymmem.so.0 (through the system loader' in msg, msg
     assert '$root/build/libsymmem.so' not in msg, msg  # an installed package names no source-tree folder
-    print('not found: the error lists what was tried:'); print(msg)
+    print('no library anywhere: LibraryNotFoundError lists the %d places tried' % msg.count(chr(10) + '  '))
 else:
     raise SystemExit('expected LibraryNotFoundError')"
-# The build's own message when Go is missing or too old.
+# `pip install -e .`: the package runs from the checkout's python/ and the
+# library is built into its build/. A copy of the tracked tree stands in for
+# the checkout, so that the build/ that other suites load is left alone.
+src=$t/editable-src
+mkdir -p "$src"
+cd "$root"
+git ls-files -z | xargs -0 cp --parents -t "$src"
+python3 -m venv --without-pip "$t/venv-e"
+python3 -m pip --python "$t/venv-e/bin/python" install -q --no-index --no-build-isolation --no-deps -e "$src"
+cd "$t/elsewhere"
+"$t/venv-e/bin/python" - "$src" <<'PY'
+import os, sys, symmem
+src = sys.argv[1]
+assert symmem.__file__ == os.path.join(src, "python", "symmem", "__init__.py"), symmem.__file__
+assert symmem.library_path() == os.path.join(src, "build", "libsymmem.so"), symmem.library_path()
+symmem.free(symmem.alloc(64))
+print("pip install -e: the package from the checkout, the library from its build/")
+PY
+cd "$root"
+# The build's own message when Go is missing or too old. The expected
+# messages are checked here, not printed: printed, they read like failures
+# in make test's output.
 cd "$root"
 printf '#!/bin/sh\necho go1.10\n' > "$t/oldgo"; chmod +x "$t/oldgo"
 for go in /nonexistent/go "$t/oldgo"; do
@@ -70,7 +91,7 @@ except symmem_build.BuildError as e:
     # the README's ways out, not a distribution's package manager
     assert 'GOTOOLCHAIN=auto' in str(e) and 'https://go.dev/dl/' in str(e), e
     assert 'package manager' not in str(e), e
-    print('GO=$go:', e)
+    print('GO=$go: the toolchain check refuses it, naming the Go needed and the ways to get it')
 else:
     raise SystemExit('expected BuildError for GO=$go')"
   # make checks first, with the same message (not go.mod's "invalid go version").
@@ -78,7 +99,7 @@ else:
   # Only the check's own line is shown: make's "*** ... Error 1" after it is
   # expected here and must not read as a failure in make test's output.
   case $out in
-    *"building symmem needs Go >="*) echo "make with GO=$go refused as expected: $(echo "$out" | grep -o 'building symmem needs Go >= [0-9.]*')" ;;
+    *"building symmem needs Go >="*) echo "GO=$go: make refuses it, saying which Go it needs" ;;
     *) echo "make with GO=$go did not say which Go it needs: $out"; exit 1 ;;
   esac
 done

@@ -69,6 +69,53 @@ SKIPPED [1] tests/test_x.py:40: no NVIDIA GPU
     assert text.rstrip().endswith("7 passed, 0 failed, 8 skipped"), text
 
 
+def test_a_go_suite_shows_a_tests_log_only_when_it_fails(tmp_path):
+    # A passing test that exercised an error and a skipped test log what
+    # reads like a failure; only the failing tests' logs are shown, before
+    # their verdict; the skip reason still reaches the summary.
+    go_out = """=== RUN   TestOpenMissingLibrary
+    cuda_test.go:35: Open: cuda: cannot load the CUDA driver library (is the NVIDIA driver installed?)
+--- PASS: TestOpenMissingLibrary (0.00s)
+=== RUN   TestNeedsGPU
+    backend_test.go:43: no CUDA: libcuda.so.1 not found
+--- SKIP: TestNeedsGPU (0.00s)
+=== RUN   TestBroken
+    c_test.go:7: want 3, got 4
+--- FAIL: TestBroken (0.00s)
+=== RUN   TestParent
+=== RUN   TestParent/sub
+    d_test.go:9: the subtest's own failure
+--- FAIL: TestParent (0.00s)
+    --- FAIL: TestParent/sub (0.00s)
+FAIL
+FAIL	example.com/x	0.01s
+"""
+    (tmp_path / "g.txt").write_text(go_out)
+    r = run_suite(tmp_path, "g", "go", "cat g.txt; exit 1")
+    out = r.stdout
+    assert r.returncode == 1, out
+    assert "NVIDIA" not in out and "libcuda" not in out, out
+    assert "--- SKIP: TestNeedsGPU" in out, out
+    assert out.index("want 3, got 4") < out.index("--- FAIL: TestBroken"), out
+    assert out.index("the subtest's own failure") < out.index("--- FAIL: TestParent "), out
+    assert "1 passed, 3 failed, 1 skipped" in out and "FAIL\texample.com/x" in out, out
+    assert "no CUDA: libcuda.so.1 not found" in (tmp_path / "build" / "results" / "g.skips").read_text()
+    assert "is the NVIDIA driver installed?" in (tmp_path / "build" / "logs" / "g.log").read_text()
+
+
+def test_a_c_suite_shows_skips_and_failures_not_passing_checks(tmp_path):
+    c_out = """== build/tests/test_bad_input
+[test_bad_input] ok   backend_notes() says why cuda was skipped (cuda backend unavailable: is the NVIDIA driver installed?)
+[test_bad_input] skip stream test: host backend only
+[test_bad_input] FAIL alloc returns NULL
+[test_bad_input] 1 passed, 1 failed
+"""
+    (tmp_path / "c.txt").write_text(c_out)
+    out = run_suite(tmp_path, "c", "c", "cat c.txt").stdout
+    assert "NVIDIA" not in out, out
+    assert "skip stream test" in out and "FAIL alloc returns NULL" in out and "== build/tests" in out, out
+
+
 def test_a_suite_without_skips_prints_no_reasons(tmp_path):
     (tmp_path / "o.txt").write_text("3 passed in 0.10s\n")
     assert run_suite(tmp_path, "o", "pytest", "cat o.txt").returncode == 0

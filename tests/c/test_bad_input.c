@@ -463,7 +463,8 @@ static int no_backend_child(const char *want) {
   }
   CHECK(name && !strcmp(name, "none"), "backend_name() is \"none\" (\"%s\")", name ? name : "(null)");
   if (!strcmp(want, "cuda"))
-    CHECK(notes && notes[0], "backend_notes() says why cuda was skipped (\"%s\")", notes ? notes : "(null)");
+    CHECK(notes && strstr(notes, "cuda backend unavailable: ") && strstr(notes, "SYMMEM_LIBCUDA"),
+          "backend_notes() says why the cuda backend is unavailable and which setting names its driver");
   else
     check_info("backend_notes() = \"%s\"", notes ? notes : "(null)");
   symmem_clear_last_error();
