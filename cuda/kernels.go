@@ -519,7 +519,7 @@ func (b *Backend) LaunchCollective(dev int, s core.Stream, c *core.Collective) e
 	if err != nil {
 		return err
 	}
-	if c.Kind == core.AllToAll && c.Algo != core.AlgoLowLatency {
+	if c.Kind == core.AllToAll && (c.V != nil || c.Algo != core.AlgoLowLatency) {
 		return b.launchAllToAll(m, d, dev, s, c)
 	}
 	k := allGatherKernel // also the all-to-all's low-latency calls
@@ -540,7 +540,7 @@ func (b *Backend) LaunchCollective(dev int, s core.Stream, c *core.Collective) e
 }
 
 // a2aParamSize is sizeof(symmem_a2a_params) (kernels/collectives.cu).
-const a2aParamSize = 136
+const a2aParamSize = 152
 
 // packA2AParams lays all-to-all c out as symmem_a2a_params.
 func packA2AParams(c *core.Collective) [a2aParamSize]byte {
@@ -574,6 +574,10 @@ func packA2AParams(c *core.Collective) [a2aParamSize]byte {
 	le.PutUint32(p[124:], c.Digest)
 	if c.Unchecked {
 		le.PutUint32(p[128:], 1)
+	}
+	if c.V != nil && c.Algo == core.AlgoLowLatency {
+		le.PutUint64(p[136:], uint64(c.LLOffset))
+		le.PutUint64(p[144:], uint64(c.LLSlot))
 	}
 	return p
 }

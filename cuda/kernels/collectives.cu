@@ -853,8 +853,10 @@ struct symmem_a2a_params {
   unsigned int digest;                 /* 124 */
   unsigned int flags;                  /* 128 */
   unsigned int pad0;                   /* 132 */
+  unsigned long long ll_offset;        /* 136: the low-latency buffers in every pad (0: not this path) */
+  unsigned long long ll_slot;          /* 144: bytes of one sender's slot there */
 };
-static_assert(sizeof(symmem_a2a_params) == 136, "symmem_a2a_params layout");
+static_assert(sizeof(symmem_a2a_params) == 152, "symmem_a2a_params layout");
 
 #define SYMMEM_A2A_MAX_SPLITS 1024
 #define SYMMEM_A2A_TAG_SHIFT 48
@@ -956,6 +958,246 @@ static __device__ __forceinline__ bool symmem_a2a_open(const symmem_device_view 
   return __syncthreads_and(ok);
 }
 
+/* The most splits of the low-latency path (its tables share the kernel's
+ * shared pool, ten arrays of them). */
+#define SYMMEM_A2A_LL_MAX_SPLITS 256
+
+/* Index in rank me's table of the entry for rank r's expert e (the
+ * sender's view of piece (me, e) at r). */
+static __device__ __forceinline__ int symmem_a2a_entry_for(const symmem_a2a_params &p, int r, int e) {
+  if (p.layout == 1)
+    return r * p.experts + e;
+  if (p.layout == 2)
+    return e * p.view.world + r;
+  return r;
+}
+
+/* Piece index at rank r of what sender s sends for r's expert e. */
+static __device__ __forceinline__ int symmem_a2a_piece(const symmem_a2a_params &p, int s, int e) {
+  if (p.layout == 1)
+    return e * p.view.world + s;
+  if (p.layout == 2)
+    return s * p.experts + e;
+  return s;
+}
+
+/* The line slot of (parity, sender) in rank r's low-latency buffers. */
+static __device__ __forceinline__ char *symmem_a2a_ll_slot(const symmem_a2a_params &p, int r, unsigned int parity,
+                                                           int sender) {
+  return (char *)p.view.pads[r] + p.ll_offset + ((unsigned long long)parity * p.view.world + sender) * p.ll_slot;
+}
+
+/* The split-driven forms on the low-latency buffers (Note [All-to-all]):
+ * one crossing, no barrier. Sender s's slot in rank r holds, as the
+ * low-latency path's lines (8 bytes of data, the call's flag beside each
+ * half), E header lines (the rows s sends for each of r's experts; bit 31
+ * of the high word says s's table is bad, bit 30 that its rows for r would
+ * pass r's slot) and then each piece's rows, packed from
+ * line E on, each piece starting at a line. The host takes this path only
+ * when out holds at most the slot's data less 16 bytes per expert, so that
+ * whatever a rank may receive fits its slots; a sender whose rows for r
+ * would not fit sends r poisoned headers, as r overruns out anyway. Our
+ * own pieces are copied from our input. The call's number is the
+ * low-latency path's (words 4 and 5), which these calls share with the
+ * other low-latency collectives of channel 0; the argument agreement is
+ * theirs. */
+static __device__ __noinline__ void symmem_a2a_ll(const symmem_a2a_params &p, long long *pool, int *fail) {
+  const symmem_device_view &v = p.view;
+  const int W = v.world, me = v.rank, E = p.experts, S = W * E;
+  const int set = p.set_base + blockIdx.x;
+  const unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+  const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
+  const unsigned long long rb = p.row_bytes, slot_lines = p.ll_slot / 16;
+  const int M = SYMMEM_A2A_LL_MAX_SPLITS + 1;
+  /* By our table's entry j: splits, source rows, first line in the
+   * receiver's slot; by piece i: splits received, their first line in the
+   * sender's slot, out rows (raw prefix, then with the alignment). */
+  long long *t_split = pool, *t_src = pool + M, *t_line = pool + 2 * M;
+  long long *r_split = pool + 3 * M, *r_line = pool + 4 * M, *r_raw = pool + 5 * M, *r_off = pool + 6 * M,
+            *r_at = pool + 7 * M;
+  __shared__ unsigned int seq_sh, over_sh;
+  const bool checked = !(p.flags & SYMMEM_COLL_UNCHECKED);
+  if (threadIdx.x == 0) {
+    seq_sh = *(volatile unsigned int *)symmem_dev_region(v, me, 4);
+    over_sh = 0;
+    *fail = 0;
+  }
+  const int q = threadIdx.x;
+  const bool agent = checked && q < W && q != me;
+  unsigned int n = 0;
+  unsigned long long mine = 0;
+  if (agent) {
+    n = *(volatile unsigned int *)symmem_dev_set_word(v, me, set, W + q) + 1;
+    mine = symmem_coll_publish(v, set, q, n, p.digest);
+  }
+  for (int j = threadIdx.x; j < S; j += blockDim.x)
+    t_split[j] = p.in_splits[j];
+  if (p.layout != 2)
+    symmem_a2a_scan(t_split, t_src, S);
+  else
+    for (int j = threadIdx.x; j < S; j += blockDim.x)
+      t_src[j] = p.in_splits[S + j];
+  __syncthreads();
+  const unsigned int seq = seq_sh, flag = seq + 1, parity = seq & 1;
+  bool bad = false;
+  for (int j = threadIdx.x; j < S; j += blockDim.x) {
+    long long k = t_split[j], off = t_src[j];
+    if (k < 0 || off < 0 || (unsigned long long)k > p.in_rows || (unsigned long long)off > p.in_rows - k)
+      bad = true;
+  }
+  const bool poison = __syncthreads_or(bad);
+  /* Lines of each destination's pieces (thread r for destination r); a
+   * destination whose lines pass its slot is poisoned (bit r of over_sh). */
+  if (threadIdx.x < W) {
+    const int r = threadIdx.x;
+    unsigned long long at = E;
+    for (int e = 0; e < E; e++) {
+      const int j = symmem_a2a_entry_for(p, r, e);
+      t_line[j] = (long long)at;
+      at += ((unsigned long long)t_split[j] * rb + 7) / 8;
+    }
+    if (at > slot_lines)
+      atomicOr(&over_sh, 1u << r);
+  }
+  __syncthreads();
+  /* Send: headers, then rows, to every peer. */
+  for (int k = 1; k < W; k++) {
+    const int r = (me + k) % W;
+    const bool over = over_sh >> r & 1, off = poison || over;
+    char *slot = symmem_a2a_ll_slot(p, r, parity, me);
+    for (int e = tid; e < E; e += nthreads) {
+      const unsigned long long x = (unsigned long long)t_split[symmem_a2a_entry_for(p, r, e)];
+      const unsigned int mark = poison ? 0x80000000u : (over ? 0x40000000u : 0);
+      symmem_ll_store(slot + 16 * e, (unsigned int)x, ((unsigned int)(x >> 32) & 0x3fffffffu) | mark, flag);
+    }
+    if (off)
+      continue;
+    for (int e = 0; e < E; e++) {
+      const int j = symmem_a2a_entry_for(p, r, e);
+      const unsigned long long bytes = (unsigned long long)t_split[j] * rb, lines = (bytes + 7) / 8;
+      const char *src = symmem_dev_ptr(v, me, p.in_offset + (unsigned long long)t_src[j] * rb);
+      char *dst = slot + 16 * (unsigned long long)t_line[j];
+      for (unsigned long long l = (tid + nthreads - (unsigned long long)t_line[j] % nthreads) % nthreads; l < lines;
+           l += nthreads) {
+        unsigned int d0, d1;
+        symmem_ll_read8(src + 8 * l, bytes - 8 * l, d0, d1);
+        symmem_ll_store(dst + 16 * l, d0, d1, flag);
+      }
+    }
+  }
+  /* Every peer's arguments equal ours before any output is written. */
+  bool ok = true;
+  if (agent) {
+    ok = symmem_coll_agree(v, set, q, n, mine);
+    if (ok)
+      *(volatile unsigned int *)symmem_dev_set_word(v, me, set, W + q) = n;
+  }
+  if (!__syncthreads_and(ok))
+    return;
+  /* Headers: what every piece brings. */
+  for (int i = threadIdx.x; i < S && ok; i += blockDim.x) {
+    int s, j;
+    symmem_a2a_source(p, me, i, s, j);
+    if (s == me) {
+      r_split[i] = poison ? 0 : t_split[j];
+      if (poison)
+        atomicCAS(fail, 0, 1 + (SYMMEM_DEV_CAUSE_OVERRUN << 16 | me));
+      continue;
+    }
+    const int e = p.layout == 1 ? i / W : (p.layout == 2 ? i % E : 0);
+    unsigned int d0, d1;
+    ok = symmem_ll_load(v, symmem_a2a_ll_slot(p, me, parity, s) + 16 * e, flag, s, set, d0, d1);
+    if (ok && (d1 & 0xc0000000u)) {
+      /* The sender's table was bad (bit 31: it is named), or what it
+       * sends us passes our slot, and so our out (bit 30: we are). */
+      atomicCAS(fail, 0, 1 + (SYMMEM_DEV_CAUSE_OVERRUN << 16 | (d1 & 0x80000000u ? s : me)));
+      d0 = d1 = 0;
+    }
+    r_split[i] = (long long)((unsigned long long)(d1 & 0x3fffffffu) << 32 | d0);
+  }
+  if (!__syncthreads_and(ok))
+    return;
+  if (*fail)
+    for (int i = threadIdx.x; i < S; i += blockDim.x)
+      r_split[i] = 0;
+  /* Where each piece starts in its sender's slot (thread s for sender s). */
+  if (threadIdx.x < W) {
+    const int s = threadIdx.x;
+    unsigned long long at = E;
+    for (int e = 0; e < E; e++) {
+      const int i = symmem_a2a_piece(p, s, e);
+      r_line[i] = (long long)at;
+      at += ((unsigned long long)r_split[i] * rb + 7) / 8;
+    }
+  }
+  /* Out rows, as the barrier path lays them out. */
+  symmem_a2a_scan(r_split, r_raw, S);
+  const int tile = p.layout == 1 ? W : S, ntiles = S / tile;
+  if (p.major_align > 0) {
+    for (int t = threadIdx.x; t < ntiles; t += blockDim.x) {
+      long long len = r_raw[(t + 1) * tile] - r_raw[t * tile];
+      len = (len + p.major_align - 1) / p.major_align * p.major_align;
+      r_off[t] = len < p.major_align ? p.major_align : len;
+    }
+    symmem_a2a_scan(r_off, r_off, ntiles);
+  }
+  __syncthreads();
+  const long long total = p.major_align > 0 ? r_off[ntiles] : r_raw[S];
+  for (int i = threadIdx.x; i < S; i += blockDim.x) {
+    const int t = i / tile;
+    r_at[i] = (p.major_align > 0 ? r_off[t] - r_raw[t * tile] : 0) + r_raw[i];
+  }
+  if (threadIdx.x == 0 && !*fail && (unsigned long long)total > p.out_rows)
+    *fail = 1 + (SYMMEM_DEV_CAUSE_OVERRUN << 16 | me);
+  __syncthreads();
+  if (blockIdx.x == 0)
+    for (int i = threadIdx.x; i < S; i += blockDim.x) {
+      p.out_splits_offsets[i] = r_split[i];
+      p.out_splits_offsets[S + i] = r_at[i];
+    }
+  if (*fail) {
+    if (threadIdx.x == 0)
+      symmem_dev_fail_cause(v, (unsigned)(*fail - 1) >> 16, (*fail - 1) & 0xffff, set);
+  } else {
+    /* Rows: from the peers' lines, and our own from our input. */
+    for (int i = 0; i < S && ok; i++) {
+      int s, j;
+      symmem_a2a_source(p, me, i, s, j);
+      const unsigned long long bytes = (unsigned long long)r_split[i] * rb, lines = (bytes + 7) / 8;
+      char *dst = p.out + (unsigned long long)r_at[i] * rb;
+      const unsigned long long first = (unsigned long long)r_raw[i] * rb / 8 % nthreads;
+      const char *slot = s == me ? 0 : symmem_a2a_ll_slot(p, me, parity, s) + 16 * (unsigned long long)r_line[i];
+      const char *src = s == me ? symmem_dev_ptr(v, me, p.in_offset + (unsigned long long)t_src[j] * rb) : 0;
+      for (unsigned long long l = (tid + nthreads - first) % nthreads; l < lines && ok; l += nthreads) {
+        unsigned int d0, d1;
+        if (s == me)
+          symmem_ll_read8(src + 8 * l, bytes - 8 * l, d0, d1);
+        else
+          ok = symmem_ll_load(v, slot + 16 * l, flag, s, set, d0, d1);
+        if (ok)
+          symmem_ll_write8(dst + 8 * l, bytes - 8 * l, d0, d1);
+      }
+    }
+  }
+  if (!__syncthreads_and(ok))
+    return;
+  /* The last block to finish advances the call number (words 4, 5). */
+  if (threadIdx.x == 0) {
+    unsigned int *seqw = symmem_dev_region(v, me, 4);
+    if (gridDim.x == 1) {
+      *(volatile unsigned int *)seqw = seq + 1;
+    } else {
+      unsigned int *done = symmem_dev_region(v, me, 5);
+      __threadfence();
+      if (atomicAdd(done, 1u) == gridDim.x - 1) {
+        *(volatile unsigned int *)done = 0;
+        *(volatile unsigned int *)seqw = seq + 1;
+        __threadfence();
+      }
+    }
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_to_all(const symmem_a2a_params p) {
   symmem_pdl_wait();
   symmem_pdl_release();
@@ -971,9 +1213,15 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_to_
   const int S = split_driven ? W * p.experts : W;
   /* By output piece i: rows received, source row, out row; raw[i] the
    * exclusive prefix of the received rows (raw[S] their total). */
-  __shared__ long long s_split[SYMMEM_A2A_MAX_SPLITS + 1], s_src[SYMMEM_A2A_MAX_SPLITS + 1];
-  __shared__ long long s_off[SYMMEM_A2A_MAX_SPLITS + 1], s_raw[SYMMEM_A2A_MAX_SPLITS + 1];
+  __shared__ long long s_pool[5 * (SYMMEM_A2A_MAX_SPLITS + 1)];
   __shared__ int s_fail; /* 0, or 1 + cause << 16 | rank */
+  if (p.ll_slot != 0) {
+    symmem_a2a_ll(p, s_pool, &s_fail);
+    return;
+  }
+  long long *const s_split = s_pool, *const s_src = s_pool + (SYMMEM_A2A_MAX_SPLITS + 1);
+  long long *const s_off = s_pool + 2 * (SYMMEM_A2A_MAX_SPLITS + 1), *const s_raw = s_pool + 3 * (SYMMEM_A2A_MAX_SPLITS + 1);
+  long long *const s_at = s_pool + 4 * (SYMMEM_A2A_MAX_SPLITS + 1);
   bool ok = true;
   if (threadIdx.x == 0)
     s_fail = 0;
@@ -1053,7 +1301,6 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_to_
     __syncthreads();
     long long total = p.major_align > 0 ? s_off[ntiles] : s_raw[S];
     /* Offsets of piece i: group start + rows before it in its group. */
-    __shared__ long long s_at[SYMMEM_A2A_MAX_SPLITS];
     for (int i = threadIdx.x; i < S; i += blockDim.x) {
       int t = i / tile;
       s_at[i] = (p.major_align > 0 ? s_off[t] : 0) + s_raw[i] - (p.major_align > 0 ? s_raw[t * tile] : 0);

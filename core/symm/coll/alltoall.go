@@ -183,8 +183,27 @@ func planAllToAll(h View, a Args) (*core.Collective, error) {
 		OutSplitsOffsets: v.OutSplitsOffsets, InRows: room / v.RowBytes, OutRows: v.OutRows, MajorAlign: align,
 		ExchangeOffset: core.A2AExchangeOffset(h.SignalPadSize(), world)}
 	c.Count = v.OutRows // what sizes the grid: the same on every rank, agreed below
+	if a2aLowLatencyFits(h, a, c.V, in) {
+		c.Algo = core.AlgoLowLatency
+		c.LLOffset, c.LLSlot = core.LowLatencyOffset(c.PadSize, world), core.LowLatencySlotBytes()
+	}
 	c.Digest = argsDigest(argsWord(c))
 	return c, nil
+}
+
+// A2ALowLatencyMaxSplits is the most splits of a split-driven all-to-all
+// on the low-latency buffers (SYMMEM_A2A_LL_MAX_SPLITS of the kernels).
+const A2ALowLatencyMaxSplits = 256
+
+// a2aLowLatencyFits says whether split-driven call a runs on the
+// low-latency buffers (Note [All-to-all]): a kernel backend's channel 0,
+// 8-byte rows and pointers, and an out small enough that whatever a rank
+// may receive from a sender fits that sender's slot with its E header
+// lines (so no valid call can pass it).
+func a2aLowLatencyFits(h View, a Args, v *core.AllToAllV, in uintptr) bool {
+	ll, _ := lowLatencyFits(h, Args{Kind: core.AllGather, Channel: a.Channel}, 8)
+	return ll && v.Splits(h.World()) <= A2ALowLatencyMaxSplits && v.RowBytes%8 == 0 && in%8 == 0 && a.Out%8 == 0 &&
+		v.OutRows <= (core.LowLatencyMaxBytes-16*uintptr(v.Experts))/v.RowBytes && core.LowLatencyMaxBytes > 16*uintptr(v.Experts)
 }
 
 // a2aWord is the packed arguments of a split-driven all-to-all for the
@@ -197,7 +216,11 @@ func a2aWord(c *core.Collective) uint64 {
 	h = h*0x94d049bb133111eb ^ uint64(v.OutRows)
 	h = h*0x9e3779b97f4a7c15 ^ uint64(v.MajorAlign)
 	h ^= h >> 29
-	return h&(1<<53-1) | uint64(core.AllToAll)&3<<53 | uint64(v.Layout)&3<<55 | 1<<59
+	ll := uint64(0)
+	if c.Algo == core.AlgoLowLatency {
+		ll = 1 << 60
+	}
+	return h&(1<<53-1) | uint64(core.AllToAll)&3<<53 | uint64(v.Layout)&3<<55 | 1<<59 | ll
 }
 
 // a2aSource is where split i of rank r's output comes from in the tables:
@@ -381,5 +404,9 @@ func a2aText(w uint64) string {
 	if w>>59&7 == 0 {
 		return fmt.Sprintf("all_to_all(%s, count %d)", core.DType(w>>55&3), w&(1<<53-1))
 	}
-	return fmt.Sprintf("%s(arguments %#x)", core.A2ALayout(w>>55&3), w&(1<<53-1))
+	path := ""
+	if w>>60&1 != 0 {
+		path = ", low_latency"
+	}
+	return fmt.Sprintf("%s(arguments %#x%s)", core.A2ALayout(w>>55&3), w&(1<<53-1), path)
 }
