@@ -339,3 +339,79 @@ def test_arguments_are_checked_before_anything_runs():
         assert sp.read(0, 64) == bytes(64)
     with pytest.raises(symmem.InvalidStateError):
         h.all_to_all_v(12, sp, out, 10, oso)
+
+
+# -- symmem.torch (where torch is installed) --------------------------------------------
+
+
+def test_torch_operators_on_tensors(tmp_path):
+    """symmem.torch's all_to_all, all_to_all_v, all_to_all_v_2d and
+    all_to_all_v_2d_offset on tensors (CPU tensors on the host backend),
+    against the reference, and their argument checks."""
+    pytest.importorskip("torch", reason="PyTorch is not installed: the torch all-to-all test needs it")
+    _no_kernels()
+    import _a2a_torch_workers as tw
+
+    world, experts, align = 3, 2, 4
+    rng = random.Random(77)
+    splits_v = [_rand_splits(rng, world, 120) for _ in range(world)]
+    splits_2d = [_rand_splits(rng, world * experts, 120) for _ in range(world)]
+    results = run_ranks(tw.run, world, str(tmp_path / "init"), splits_v, splits_2d, experts, align)
+    R, OUT = tw.ROWS, tw.OUT_ROWS
+    rows = [[tw.row_values(q, r) for r in range(R)] for q in range(world)]
+
+    def apply(copies):
+        out = [[-1.0] * tw.H for _ in range(OUT)]
+        for q, src, dst, n in copies:
+            out[dst:dst + n] = rows[q][src:src + n]
+        return out
+
+    per = R * tw.H // world  # elements per chunk of the equal all-to-all
+    flat = [[v for row in rows[q] for v in row] for q in range(world)]
+    for p, res in enumerate(results):
+        want = [v for q in range(world) for v in flat[q][p * per:(p + 1) * per]]
+        assert [v for row in res["equal"] for v in row] == want, p
+        assert res["equal_int64"] == [q * 1000 + p * 6 + k for q in range(world) for k in range(6)], p
+        rec = ref.all_to_all_v(splits_v, p, OUT, [R] * world)
+        assert res["v"] == (apply(rec.copies), [rec.splits, rec.offsets]), p
+        rec2 = ref.all_to_all_v_2d(splits_2d, experts, p, OUT, [R] * world, align)
+        assert res["dispatch"] == (apply(rec2.copies), [rec2.splits, rec2.offsets]), p
+        n = sum(splits_2d[p])
+        back, oso = res["combine"]
+        assert back[:n] == rows[p][:n] and back[n:] == [[-1.0] * tw.H] * (OUT - n), p
+        assert oso[0] == splits_2d[p], p
+        bad = res["bad"]
+        for name, words in {
+            "in_splits_dtype": "in_splits must be int64",
+            "in_splits_shape": f"in_splits has shape ({world + 1},), expected ({world},)",
+            "oso_shape": f"out_splits_offsets has shape ({world},), expected (2, {world})",
+            "out_dtype": "out is torch.float64, input torch.float32",
+            "out_rows": "out's rows (stride(0) 5) differ from input's (stride(0) 4)",
+            "out_contiguous": "out must be contiguous",
+            "input_contiguous": "input must be contiguous",
+            "experts": f"in_splits holds {world * experts + 1} splits, not a positive multiple of the world size {world}",
+            "major_align": "major_align must be at least 1, got 0",
+            "offsets_shape": "in_splits_offsets must have shape (2, world_size * experts)",
+            "oso_contiguous": "out_splits_offsets must be contiguous",
+            "equal_out": f"out must be a contiguous torch.float32 tensor of {R * tw.H} elements",
+            "device": "in_splits is on cpu",
+        }.items():
+            if name in bad:
+                assert bad[name] is not None and words in bad[name], (name, bad[name])
+
+
+def test_torch_compile_traces_the_operators_without_a_graph_break(tmp_path):
+    """torch.compile(fullgraph=True) of an MoE exchange: one graph holding
+    the symmem operators in call order (the backend keeps the graph and
+    runs nothing), and fake implementations that check shapes."""
+    pytest.importorskip("torch", reason="PyTorch is not installed: the torch.compile test needs it")
+    import _a2a_torch_workers as tw
+
+    res = run_ranks(tw.compile_graph, 1, str(tmp_path / "init"))[0]
+    assert len(res["graphs"]) == 1, res["graphs"]
+    code = res["graphs"][0]
+    calls = [line.split("torch.ops.symmem.")[1].split("(")[0] for line in code.splitlines() if "torch.ops.symmem." in line]
+    assert calls == ["all_to_all_v_2d", "all_to_all_v_2d_offset", "all_to_all_v", "all_to_all"], code
+    assert "'', 16)" in code  # the group ("" the default) and major_align travel as constants
+    assert res["refused"] == "symmem.torch.all_to_all_v_2d: out_splits_offsets has shape (2, 3), expected (2, 2)"
+    assert res["all_to_all_shape"] == (8,)
