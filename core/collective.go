@@ -72,12 +72,17 @@ const (
 	AllReduce     CollKind = 0
 	AllGather     CollKind = 1
 	ReduceScatter CollKind = 2
+	// AllToAll: rank p's chunk of every input to rank p (equal splits, or
+	// the split-driven forms of AllToAllV; Note [All-to-all] in
+	// core/symm/coll/alltoall.go).
+	AllToAll CollKind = 3
 )
 
 var collNames = [...]EnumName{
 	AllReduce:     {"SYMMEM_ALL_REDUCE", "all_reduce"},
 	AllGather:     {"SYMMEM_ALL_GATHER", "all_gather"},
 	ReduceScatter: {"SYMMEM_REDUCE_SCATTER", "reduce_scatter"},
+	AllToAll:      {"SYMMEM_ALL_TO_ALL", "all_to_all"},
 }
 
 func (k CollKind) Valid() bool { return k >= 0 && int(k) < len(collNames) }
@@ -200,7 +205,65 @@ type Collective struct {
 	// (SYMMEM_COLL_UNCHECKED; never for real work: ranks that disagree then
 	// compute wrong numbers instead of failing).
 	Unchecked bool
+	// V, for AllToAll, is its split-driven form (nil: equal splits of Count
+	// elements per rank).
+	V *AllToAllV
 }
+
+// A2ALayout is the form of a split-driven all-to-all (Note [All-to-all] in
+// core/symm/coll/alltoall.go): how its splits are ordered and where the
+// rows land.
+type A2ALayout int32
+
+const (
+	// A2AV: one split per rank, rows packed in rank order on both sides
+	// (torch's all_to_all_vdev).
+	A2AV A2ALayout = 0
+	// A2AV2D: the dispatch: splits per (rank, expert), rank-major; out
+	// grouped by our expert, each group aligned (all_to_all_vdev_2d).
+	A2AV2D A2ALayout = 1
+	// A2AV2DOffset: the combine: splits and offsets per (expert, rank),
+	// expert-major; out packed rank-major (all_to_all_vdev_2d_offset).
+	A2AV2DOffset A2ALayout = 2
+)
+
+func (l A2ALayout) String() string {
+	switch l {
+	case A2AV:
+		return "all_to_all_v"
+	case A2AV2D:
+		return "all_to_all_v_2d"
+	case A2AV2DOffset:
+		return "all_to_all_v_2d_offset"
+	}
+	return fmt.Sprintf("a2a_layout(%d)", int32(l))
+}
+
+// A2AMaxSplits is the most splits (world * experts) of one split-driven
+// all-to-all: what sizes the exchange area of every pad (Note [Pad
+// partition]).
+const A2AMaxSplits = 1024
+
+// AllToAllV is the split-driven part of an all-to-all call. Addresses are
+// this process's (device memory on cuda).
+type AllToAllV struct {
+	Layout   A2ALayout
+	RowBytes uintptr
+	Experts  int
+	// InSplits is S int64 splits (A2AV2DOffset: 2 x S, splits then row
+	// offsets into the input); OutSplitsOffsets is 2 x S int64, written.
+	InSplits, OutSplitsOffsets uintptr
+	// InRows is how many rows the input can hold (the block from the
+	// rendezvous offset), OutRows how many out can.
+	InRows, OutRows uintptr
+	MajorAlign      int64
+	// ExchangeOffset is where the exchange area starts in every rank's pad
+	// (A2AExchangeOffset).
+	ExchangeOffset uintptr
+}
+
+// Splits is the number of splits, world * experts.
+func (v *AllToAllV) Splits(world int) int { return world * v.Experts }
 
 // CollectiveLauncher is implemented by backends that run collectives as
 // kernels on a stream (cuda). Launch enqueues c on s and returns; nothing

@@ -19,7 +19,8 @@ package core
 //	                        cause 0 a wait timed out, 1 the peer's
 //	                        collective arguments differ (Note [Collective
 //	                        agreement] in core/symm/coll), 2 the peer's
-//	                        process exited
+//	                        process exited, 3 an all-to-all's splits from
+//	                        the peer overran a buffer
 //	word 1                  the abort word: 0, or 0x80000000 | 2<<29 |
 //	                        peer<<16 written by the host when it sees
 //	                        rank peer's process exit (Note [Dead peers] in
@@ -34,7 +35,11 @@ package core
 //	                        in core/symm/coll)
 //	word 5                  how many blocks of the current low-latency call
 //	                        have finished (the last one advances word 4)
-//	words 6..15             reserved (zero)
+//	word 6                  the all-to-all's call count (Note [All-to-all]
+//	                        in core/symm/coll/alltoall.go)
+//	word 7                  how many blocks of the current all-to-all have
+//	                        finished (the last one advances word 6)
+//	words 8..15             reserved (zero)
 //	set s, s in [0, 512)    2*world words at 16 + s*2*world:
 //	                        arrivals[w]: how many times rank w has arrived at
 //	                                     this set's barrier in our pad (only w
@@ -60,9 +65,15 @@ package core
 // backend; kernels use the two words by the parity of the arrival instead,
 // Note [Collective agreement]).
 //
+// Then, at the region's end rounded up to 256 bytes (A2AExchangeOffset),
+// the all-to-all's exchange area: for parity 0 and 1, A2AMaxSplits entries
+// of two 64-bit words, where the peers store the splits this rank receives
+// from them and their row offsets in the senders' inputs (Note
+// [All-to-all] in core/symm/coll).
+//
 // On backends that launch kernels the pad holds one more area, the
 // low-latency buffers of collective channel 0, at LowLatencyOffset (the
-// region's end rounded up to 256 bytes): for parity 0 and 1 and sender w, a
+// exchange area's end): for parity 0 and 1 and sender w, a
 // slot of LowLatencySlotBytes at (parity*world + w)*LowLatencySlotBytes
 // (Note [Low-latency collectives]). It is zero when the pad is made, as the
 // rest.
@@ -102,6 +113,7 @@ const (
 	DevCauseTimeout    = 0
 	DevCauseMismatch   = 1
 	DevCausePeerExited = 2
+	DevCauseOverrun    = 3
 )
 
 // DevFlag is the error flag word of a wait that gave up for cause on peer
@@ -127,11 +139,28 @@ const LowLatencyMaxWorld = 16
 // of line per byte of data.
 func LowLatencySlotBytes() uintptr { return 2 * LowLatencyMaxBytes }
 
+// A2AExchangeOffset is where the all-to-all's exchange area starts in a
+// pad of padSize bytes for world ranks, and A2AExchangeBytes its size.
+func A2AExchangeOffset(padSize uintptr, world int) uintptr {
+	const align = 256
+	return (padSize + DeviceRegionBytes(world) + align - 1) / align * align
+}
+
+// A2AExchangeBytes is the size of the exchange area: two parities of
+// A2AMaxSplits entries of 16 bytes.
+const A2AExchangeBytes = 2 * A2AMaxSplits * 16
+
+// PadEnd is the end of the library's part of a pad of padSize bytes for
+// world ranks without the low-latency buffers: the region and the
+// exchange area.
+func PadEnd(padSize uintptr, world int) uintptr {
+	return A2AExchangeOffset(padSize, world) + A2AExchangeBytes
+}
+
 // LowLatencyOffset is where the low-latency buffers start in a pad of
 // padSize bytes for world ranks.
 func LowLatencyOffset(padSize uintptr, world int) uintptr {
-	const align = 256
-	return (padSize + DeviceRegionBytes(world) + align - 1) / align * align
+	return PadEnd(padSize, world)
 }
 
 // LowLatencyAreaBytes is the size of the low-latency buffers for world

@@ -30,11 +30,11 @@ import (
 // Note [Kernels compiled at run time]
 //
 // The collectives' CUDA source (kernels/collectives.cu, on top of
-// include/symmem_device.cuh) is embedded in the library. It holds fourteen
+// include/symmem_device.cuh) is embedded in the library. It holds fifteen
 // kernels, each built as its own NVRTC program: all-reduce/reduce-scatter
 // for each dtype and op (the op a template argument, so that no kernel
-// carries the other two ops in its unrolled loops), the all-gather and the
-// stream signals' kernel (Note [Signals as a kernel] in core/symm). A
+// carries the other two ops in its unrolled loops), the all-gather, the
+// all-to-all and the stream signals' kernel (Note [Signals as a kernel] in core/symm). A
 // kernel is built at its first use on a device, so the first collective
 // waits for one program (a few hundred ms) rather than for all of them;
 // symmem_collectives_load builds every missing one at once, in parallel.
@@ -72,7 +72,8 @@ const (
 	numReduceKernels = 4 * 3
 	allGatherKernel  = numReduceKernels
 	memOpsKernel     = numReduceKernels + 1
-	numKernels       = numReduceKernels + 2
+	allToAllKernel   = numReduceKernels + 2
+	numKernels       = numReduceKernels + 3
 )
 
 // reduceKernel is the index of the kernel for dt and op.
@@ -86,6 +87,8 @@ func kernelName(k int) string {
 		return "symmem_all_gather"
 	case memOpsKernel:
 		return "symmem_memops"
+	case allToAllKernel:
+		return "symmem_all_to_all"
 	}
 	return fmt.Sprintf("symmem_coll_%s_%s", core.DType(k/3), core.ReduceOp(k%3))
 }
@@ -106,6 +109,8 @@ func kernelDefines(k int) []string {
 		return nil
 	case memOpsKernel:
 		return []string{"-DSYMMEM_MEMOPS=1"}
+	case allToAllKernel:
+		return []string{"-DSYMMEM_A2A=1"}
 	}
 	return []string{fmt.Sprintf("-DSYMMEM_COLL_DT=%d", k/3), fmt.Sprintf("-DSYMMEM_COLL_OP=%d", k%3),
 		"-DSYMMEM_COLL_NAME=" + kernelName(k)}
@@ -514,6 +519,9 @@ func (b *Backend) LaunchCollective(dev int, s core.Stream, c *core.Collective) e
 	if err != nil {
 		return err
 	}
+	if c.Kind == core.AllToAll {
+		return b.launchAllToAll(m, d, dev, s, c)
+	}
 	k := allGatherKernel
 	if c.Kind != core.AllGather {
 		k = reduceKernel(c.DType, c.Op)
@@ -529,6 +537,73 @@ func (b *Backend) LaunchCollective(dev int, s core.Stream, c *core.Collective) e
 		pdl = 1
 	}
 	return check(C.smcu_launch(d.ctx, fn, C.uint(blocks), C.uint(threads), C.uintptr_t(s), unsafe.Pointer(&params[0]), pdl), dev)
+}
+
+// a2aParamSize is sizeof(symmem_a2a_params) (kernels/collectives.cu).
+const a2aParamSize = 136
+
+// packA2AParams lays all-to-all c out as symmem_a2a_params.
+func packA2AParams(c *core.Collective) [a2aParamSize]byte {
+	var p [a2aParamSize]byte
+	le := binary.LittleEndian
+	le.PutUint64(p[0:], uint64(c.Buffers))
+	le.PutUint64(p[8:], uint64(c.Pads))
+	le.PutUint64(p[16:], uint64(c.PadSize))
+	le.PutUint64(p[24:], c.TimeoutNs)
+	le.PutUint32(p[32:], uint32(c.Rank))
+	le.PutUint32(p[36:], uint32(c.World))
+	le.PutUint64(p[40:], uint64(c.InOffset))
+	le.PutUint64(p[48:], uint64(c.Out))
+	layout := int32(-1)
+	if v := c.V; v != nil {
+		layout = int32(v.Layout)
+		le.PutUint64(p[56:], uint64(v.OutRows))
+		le.PutUint64(p[64:], uint64(v.RowBytes))
+		le.PutUint64(p[72:], uint64(v.InSplits))
+		le.PutUint64(p[80:], uint64(v.OutSplitsOffsets))
+		le.PutUint64(p[88:], uint64(v.ExchangeOffset))
+		le.PutUint64(p[96:], uint64(v.InRows))
+		le.PutUint64(p[104:], uint64(v.MajorAlign))
+		le.PutUint32(p[116:], uint32(v.Experts))
+	} else {
+		le.PutUint64(p[64:], uint64(c.Count*c.DType.Size())) // bytes from each rank
+		le.PutUint32(p[116:], 1)
+	}
+	le.PutUint32(p[112:], uint32(layout))
+	le.PutUint32(p[120:], uint32(c.Channel*collMaxBlocks))
+	le.PutUint32(p[124:], c.Digest)
+	if c.Unchecked {
+		le.PutUint32(p[128:], 1)
+	}
+	return p
+}
+
+// a2aGrid is the all-to-all's launch geometry: blocks enough for one
+// 16-byte item per thread of what out can receive, at most collBlocks, of
+// collThreads threads (its scans and barriers take one block of them).
+// Every rank computes the same from agreed arguments.
+func a2aGrid(c *core.Collective) uint32 {
+	bytes := uint64(c.Count*c.DType.Size()) * uint64(c.World)
+	if v := c.V; v != nil {
+		bytes = uint64(v.OutRows) * uint64(v.RowBytes)
+	}
+	g := (bytes/16 + collThreads - 1) / collThreads
+	return uint32(max(1, min(g, collBlocks)))
+}
+
+// launchAllToAll enqueues all-to-all c on s (Note [All-to-all] in
+// core/symm/coll).
+func (b *Backend) launchAllToAll(m *kernelModule, d *device, dev int, s core.Stream, c *core.Collective) error {
+	fn, _, err := m.kernel(allToAllKernel)
+	if err != nil {
+		return err
+	}
+	params := packA2AParams(c)
+	pdl := C.int(0)
+	if collPDL && m.arch >= 90 {
+		pdl = 1
+	}
+	return check(C.smcu_launch(d.ctx, fn, C.uint(a2aGrid(c)), C.uint(collThreads), C.uintptr_t(s), unsafe.Pointer(&params[0]), pdl), dev)
 }
 
 // memOpsMax is SYMMEM_MEMOPS_MAX, and memOpsParamSize

@@ -130,6 +130,21 @@ SYMMEM_FRONT(symmem_result, collective, UNAVAILABLE,
              (symmem_handle *handle, symmem_coll coll, symmem_dtype dtype, symmem_op op, size_t count, void *out,
               symmem_algo algo, int channel, symmem_stream_t stream),
              (handle, coll, dtype, op, count, out, algo, channel, stream))
+SYMMEM_FRONT(symmem_result, all_to_all, UNAVAILABLE,
+             (symmem_handle *handle, symmem_dtype dtype, size_t count, void *out, symmem_stream_t stream),
+             (handle, dtype, count, out, stream))
+SYMMEM_FRONT(symmem_result, all_to_all_v, UNAVAILABLE,
+             (symmem_handle *handle, size_t row_bytes, const int64_t *in_splits, void *out, size_t out_rows,
+              int64_t *out_splits_offsets, symmem_stream_t stream),
+             (handle, row_bytes, (void *)in_splits, out, out_rows, out_splits_offsets, stream))
+SYMMEM_FRONT(symmem_result, all_to_all_v_2d, UNAVAILABLE,
+             (symmem_handle *handle, size_t row_bytes, int experts, const int64_t *in_splits, void *out,
+              size_t out_rows, int64_t *out_splits_offsets, int64_t major_align, symmem_stream_t stream),
+             (handle, row_bytes, experts, (void *)in_splits, out, out_rows, out_splits_offsets, major_align, stream))
+SYMMEM_FRONT(symmem_result, all_to_all_v_2d_offset, UNAVAILABLE,
+             (symmem_handle *handle, size_t row_bytes, int experts, const int64_t *in_splits_offsets, void *out,
+              size_t out_rows, int64_t *out_splits_offsets, symmem_stream_t stream),
+             (handle, row_bytes, experts, (void *)in_splits_offsets, out, out_rows, out_splits_offsets, stream))
 SYMMEM_FRONT(symmem_result, handle_device_error, UNAVAILABLE, (const symmem_handle *handle, uint32_t *flag),
              (handle, flag))
 SYMMEM_FRONT(symmem_result, collectives_load, UNAVAILABLE, (int device, symmem_kernel_info *info), (device, info))

@@ -549,6 +549,50 @@ func symmemgo_collective(handle uintptr, kind, dtype, op C.int, count C.size_t, 
 		Algo: core.Algo(algo), Count: uintptr(count), Out: uintptr(out), Channel: int(channel), Stream: streamOf(stream)})
 }
 
+//export symmemgo_all_to_all
+func symmemgo_all_to_all(handle uintptr, dtype C.int, count C.size_t, out unsafe.Pointer, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_all_to_all", &result, C.int(core.ErrInternal))
+	return collective("symmem_all_to_all", handle, coll.Args{Kind: core.AllToAll, DType: core.DType(dtype),
+		Count: uintptr(count), Out: uintptr(out), Stream: streamOf(stream)})
+}
+
+// allToAllV runs a split-driven all-to-all (Note [All-to-all] in
+// core/symm/coll).
+func allToAllV(call string, handle uintptr, out unsafe.Pointer, v coll.A2AArgs, stream *C.struct_CUstream_st) C.int {
+	h, err := handleOf(handle)
+	if err == nil {
+		err = coll.Run(h.View(), coll.Args{Kind: core.AllToAll, Out: uintptr(out), V: &v, Stream: streamOf(stream)})
+	}
+	if err == nil {
+		return 0
+	}
+	return setLastError(fmt.Sprintf("%s(row_bytes=%d, experts=%d, out_rows=%d)", call, uint64(v.RowBytes), v.Experts, uint64(v.OutRows)), err)
+}
+
+//export symmemgo_all_to_all_v
+func symmemgo_all_to_all_v(handle uintptr, rowBytes C.size_t, inSplits unsafe.Pointer, out unsafe.Pointer, outRows C.size_t,
+	outSplitsOffsets unsafe.Pointer, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_all_to_all_v", &result, C.int(core.ErrInternal))
+	return allToAllV("symmem_all_to_all_v", handle, out, coll.A2AArgs{Layout: core.A2AV, RowBytes: uintptr(rowBytes), Experts: 1,
+		InSplits: uintptr(inSplits), OutRows: uintptr(outRows), OutSplitsOffsets: uintptr(outSplitsOffsets)}, stream)
+}
+
+//export symmemgo_all_to_all_v_2d
+func symmemgo_all_to_all_v_2d(handle uintptr, rowBytes C.size_t, experts C.int, inSplits unsafe.Pointer, out unsafe.Pointer, outRows C.size_t,
+	outSplitsOffsets unsafe.Pointer, majorAlign C.int64_t, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_all_to_all_v_2d", &result, C.int(core.ErrInternal))
+	return allToAllV("symmem_all_to_all_v_2d", handle, out, coll.A2AArgs{Layout: core.A2AV2D, RowBytes: uintptr(rowBytes), Experts: int(experts),
+		InSplits: uintptr(inSplits), OutRows: uintptr(outRows), OutSplitsOffsets: uintptr(outSplitsOffsets), MajorAlign: int64(majorAlign)}, stream)
+}
+
+//export symmemgo_all_to_all_v_2d_offset
+func symmemgo_all_to_all_v_2d_offset(handle uintptr, rowBytes C.size_t, experts C.int, inSplitsOffsets unsafe.Pointer, out unsafe.Pointer,
+	outRows C.size_t, outSplitsOffsets unsafe.Pointer, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_all_to_all_v_2d_offset", &result, C.int(core.ErrInternal))
+	return allToAllV("symmem_all_to_all_v_2d_offset", handle, out, coll.A2AArgs{Layout: core.A2AV2DOffset, RowBytes: uintptr(rowBytes),
+		Experts: int(experts), InSplits: uintptr(inSplitsOffsets), OutRows: uintptr(outRows), OutSplitsOffsets: uintptr(outSplitsOffsets)}, stream)
+}
+
 //export symmemgo_handle_device_error
 func symmemgo_handle_device_error(handle uintptr, flag *C.uint32_t) (result C.int) {
 	defer recoverCall("symmem_handle_device_error", &result, C.int(core.ErrInternal))

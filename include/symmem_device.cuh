@@ -51,8 +51,10 @@
  *                   (symmem_handle_device_error reads it on the host), cause
  *                   SYMMEM_DEV_CAUSE_TIMEOUT (a wait for peer gave up),
  *                   SYMMEM_DEV_CAUSE_MISMATCH (peer called a collective with
- *                   other arguments) or SYMMEM_DEV_CAUSE_PEER_EXITED (peer's
- *                   process exited while we waited)
+ *                   other arguments), SYMMEM_DEV_CAUSE_PEER_EXITED (peer's
+ *                   process exited while we waited) or
+ *                   SYMMEM_DEV_CAUSE_OVERRUN (an all-to-all's splits from
+ *                   peer overran a buffer; nothing was written to out)
  *   word 1          the abort word: 0, or 0x80000000 |
  *                   SYMMEM_DEV_CAUSE_PEER_EXITED << 29 | peer << 16, written
  *                   by the library on the host when it sees rank peer's
@@ -61,7 +63,8 @@
  *                   barrier across machines (its value means nothing)
  *   words 4, 5      the library's: the low-latency collectives' call count
  *                   and how many blocks of the current call have finished
- *   words 3, 6..15  reserved
+ *   words 6, 7      the library's: the same for the all-to-alls
+ *   words 3, 8..15  reserved
  *   set s           2*world words at SYMMEM_DEV_HEADER_WORDS + s*2*world, for
  *                   s in [0, SYMMEM_DEV_SETS):
  *                     arrivals[w] (word w): how many times rank w arrived at
@@ -149,6 +152,7 @@
 #define SYMMEM_DEV_CAUSE_TIMEOUT 0
 #define SYMMEM_DEV_CAUSE_MISMATCH 1
 #define SYMMEM_DEV_CAUSE_PEER_EXITED 2
+#define SYMMEM_DEV_CAUSE_OVERRUN 3
 
 /* The view of a handle, passed to kernels by value (40 bytes; the
  * library's collectives pass the same layout). */

@@ -394,7 +394,7 @@ func scCollBad(e *rankEnv, a *alloc.Allocator) error {
 		{"reduce-scatter count", coll.Args{Kind: core.ReduceScatter, DType: core.Float32, Count: uintptr(e.world*3 + 1), Out: local}, "not a multiple of the world size"},
 		{"two-shot local out", coll.Args{Kind: core.AllReduce, DType: core.Float32, Algo: core.AlgoTwoShot, Count: 64, Out: local}, "inside the rendezvoused block"},
 		{"channel", coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 4, Channel: core.CollChannels}, "collective channel 4 is out of range"},
-		{"kind", coll.Args{Kind: 3, DType: core.Float32, Count: 4}, "unknown collective 3 (known: " + core.Known[core.CollKind]() + ")"},
+		{"kind", coll.Args{Kind: 4, DType: core.Float32, Count: 4}, "unknown collective 4 (known: " + core.Known[core.CollKind]() + ")"},
 	}
 	for _, b := range bad {
 		err := coll.Run(h.View(), b.a)

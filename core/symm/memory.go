@@ -235,13 +235,13 @@ func (gm *groupMem) copyOut(dst, src, size uintptr) error {
 }
 
 // padUsed is how much of a pad of size bytes the group uses: the users'
-// part, the library's device region and, where the backend launches
-// kernels, the low-latency buffers (Note [Pad partition] in core).
+// part, the library's device region, the all-to-all's exchange area and,
+// where the backend launches kernels, the low-latency buffers (Note [Pad partition] in core).
 func (gm *groupMem) padUsed(size uintptr) uintptr {
 	if _, ok := gm.be.(core.CollectiveLauncher); ok && core.LowLatencyAreaBytes(gm.world) > 0 {
 		return core.LowLatencyOffset(size, gm.world) + core.LowLatencyAreaBytes(gm.world)
 	}
-	return size + core.DeviceRegionBytes(gm.world)
+	return core.PadEnd(size, gm.world)
 }
 
 // makePads creates, maps and zeroes this rank's pad of size bytes.

@@ -821,10 +821,331 @@ extern "C" __global__ void __launch_bounds__(32) symmem_memops(symmem_memops_par
 #endif
 
 /* One program per kernel (cuda/kernels.go compiles each at its first use):
- * with SYMMEM_COLL_DT and SYMMEM_COLL_OP defined, the all-reduce and
- * reduce-scatter kernel SYMMEM_COLL_NAME of that dtype (core.DType order)
- * and op; without them, the all-gather. */
+ * with SYMMEM_A2A defined, the all-to-all; with SYMMEM_COLL_DT and
+ * SYMMEM_COLL_OP defined, the all-reduce and reduce-scatter kernel
+ * SYMMEM_COLL_NAME of that dtype (core.DType order) and op; without them,
+ * the all-gather. */
 #if defined(SYMMEM_MEMOPS)
+#elif defined(SYMMEM_A2A)
+/* All-to-all (core/symm/coll/alltoall.go, Note [All-to-all]): every rank
+ * pulls its chunks from its peers' inputs into its own out. The
+ * split-driven forms store each entry of a rank's split table into the
+ * exchange area of the rank it is for before the opening barrier (a
+ * releasing arrival), and read their own area after it; every block does
+ * both, so that no block waits for another. cuda/kernels.go packs the same
+ * layout. */
+struct symmem_a2a_params {
+  symmem_device_view view;             /* 0 */
+  unsigned long long in_offset;        /* 40: input offset in every rank's block */
+  char *out;                           /* 48: this rank's out */
+  unsigned long long out_rows;         /* 56: rows out holds (split-driven forms) */
+  unsigned long long row_bytes;        /* 64: bytes of a row (equal splits: bytes per rank) */
+  const long long *in_splits;          /* 72: S splits (the combine: then S row offsets) */
+  long long *out_splits_offsets;       /* 80: 2 x S, written */
+  unsigned long long exchange_offset;  /* 88: the exchange area in every pad */
+  unsigned long long in_rows;          /* 96: rows the input holds */
+  long long major_align;               /* 104: the dispatch's; 0: none */
+  int layout;                          /* 112: -1 equal splits, 0 v, 1 2-D, 2 2-D offset */
+  int experts;                         /* 116 */
+  int set_base;                        /* 120 */
+  unsigned int digest;                 /* 124 */
+  unsigned int flags;                  /* 128 */
+  unsigned int pad0;                   /* 132 */
+};
+static_assert(sizeof(symmem_a2a_params) == 136, "symmem_a2a_params layout");
+
+#define SYMMEM_A2A_MAX_SPLITS 1024
+#define SYMMEM_A2A_TAG_SHIFT 48
+#define SYMMEM_A2A_POISON (1ull << 47)
+#define SYMMEM_A2A_VALUE (SYMMEM_A2A_POISON - 1)
+
+/* Entry j of parity's table in rank r's pad (two 64-bit words). */
+static __device__ __forceinline__ unsigned long long *symmem_a2a_entry(const symmem_a2a_params &p, int r,
+                                                                      unsigned int parity, int j) {
+  return (unsigned long long *)((char *)p.view.pads[r] + p.exchange_offset +
+                                ((unsigned long long)parity * SYMMEM_A2A_MAX_SPLITS + j) * 16);
+}
+
+/* Exclusive prefix sum of n values by warp 0 (lane l takes a run of
+ * consecutive values): out[i] = sum of in[0..i), out[n] = the total. in
+ * and out may be the same shared array. Every thread calls it. */
+static __device__ __forceinline__ void symmem_a2a_scan(const long long *in, long long *out, int n) {
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x, per = (n + 31) / 32;
+    const int lo = min(n, lane * per), hi = min(n, lo + per);
+    long long sum = 0;
+    for (int i = lo; i < hi; i++)
+      sum += in[i];
+    long long incl = sum;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      long long y = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d)
+        incl += y;
+    }
+    long long run = incl - sum;
+    const long long total = __shfl_sync(0xffffffffu, incl, 31);
+    for (int i = lo; i < hi; i++) {
+      long long x = in[i];
+      out[i] = run;
+      run += x;
+    }
+    if (lane == 0)
+      out[n] = total;
+  }
+  __syncthreads();
+}
+
+/* Where piece i of rank r's output comes from: sender s and index j in
+ * s's table. */
+static __device__ __forceinline__ void symmem_a2a_source(const symmem_a2a_params &p, int r, int i, int &s, int &j) {
+  const int W = p.view.world, E = p.experts;
+  if (p.layout == 1) {
+    s = i % W;
+    j = r * E + i / W;
+  } else if (p.layout == 2) {
+    s = i / E;
+    j = (i % E) * W + r;
+  } else {
+    s = i;
+    j = r;
+  }
+}
+
+/* Where entry j of rank me's table goes: rank r, as its piece i (the
+ * inverse of symmem_a2a_source). */
+static __device__ __forceinline__ void symmem_a2a_target(const symmem_a2a_params &p, int me, int j, int &r, int &i) {
+  const int W = p.view.world, E = p.experts;
+  if (p.layout == 1) {
+    r = j / E;
+    i = (j % E) * W + me;
+  } else if (p.layout == 2) {
+    r = j % W;
+    i = me * E + j / W;
+  } else {
+    r = j;
+    i = me;
+  }
+}
+
+/* The opening barrier of a split-driven all-to-all: symmem_coll_open with
+ * a releasing arrival, so that the table this block published is visible
+ * into that peer's pad is visible to it once it has seen the arrival. */
+static __device__ __forceinline__ bool symmem_a2a_open(const symmem_device_view &v, int set, unsigned int digest,
+                                                       unsigned int flags) {
+  __syncthreads();
+  bool ok = true;
+  int q = threadIdx.x;
+  if (q < v.world && q != v.rank) {
+    if (flags & SYMMEM_COLL_UNCHECKED) {
+      symmem_dev_add_release(symmem_dev_set_word(v, q, set, v.rank), 1);
+      ok = symmem_dev_wait(v, q, set);
+    } else {
+      const unsigned int n = *(volatile unsigned int *)symmem_dev_set_word(v, v.rank, set, v.world + q) + 1;
+      const unsigned long long mine = (unsigned long long)n << 32 | digest;
+      asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(symmem_dev_arg_slot(v, q, set, v.rank) + (n & 1)),
+                   "l"(mine)
+                   : "memory");
+      symmem_dev_add_release(symmem_dev_set_word(v, q, set, v.rank), 1);
+      ok = symmem_dev_wait(v, q, set) && symmem_coll_agree(v, set, q, n, mine);
+    }
+  }
+  return __syncthreads_and(ok);
+}
+
+extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_to_all(const symmem_a2a_params p) {
+  symmem_pdl_wait();
+  symmem_pdl_release();
+  const symmem_device_view &v = p.view;
+  const int W = v.world, me = v.rank, set = p.set_base + blockIdx.x;
+  const unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+  const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
+  unsigned int *const seq_word = symmem_dev_region(v, me, 6);
+  const unsigned int seq = *(volatile unsigned int *)seq_word;
+  const unsigned int parity = seq & 1;
+  const unsigned long long tag = (unsigned long long)(seq & 0xffff) << SYMMEM_A2A_TAG_SHIFT;
+  const bool split_driven = p.layout >= 0;
+  const int S = split_driven ? W * p.experts : W;
+  /* By output piece i: rows received, source row, out row; raw[i] the
+   * exclusive prefix of the received rows (raw[S] their total). */
+  __shared__ long long s_split[SYMMEM_A2A_MAX_SPLITS + 1], s_src[SYMMEM_A2A_MAX_SPLITS + 1];
+  __shared__ long long s_off[SYMMEM_A2A_MAX_SPLITS + 1], s_raw[SYMMEM_A2A_MAX_SPLITS + 1];
+  __shared__ int s_fail; /* 0, or 1 + cause << 16 | rank */
+  bool ok = true;
+  if (threadIdx.x == 0)
+    s_fail = 0;
+  if (split_driven) {
+    /* Our table: splits, their source rows (the prefix sum, or given),
+     * validated; any bad entry poisons all. */
+    for (int j = threadIdx.x; j < S; j += blockDim.x)
+      s_split[j] = p.in_splits[j];
+    if (p.layout != 2)
+      symmem_a2a_scan(s_split, s_src, S);
+    else
+      for (int j = threadIdx.x; j < S; j += blockDim.x)
+        s_src[j] = p.in_splits[S + j];
+    __syncthreads();
+    bool bad = false;
+    for (int j = threadIdx.x; j < S; j += blockDim.x) {
+      long long n = s_split[j], off = s_src[j];
+      if (n < 0 || off < 0 || (unsigned long long)n > p.in_rows || (unsigned long long)off > p.in_rows - n)
+        bad = true;
+    }
+    const unsigned long long poison = __syncthreads_or(bad) ? SYMMEM_A2A_POISON : 0;
+    /* Entry j goes to the rank it is for, as that rank's piece i. */
+    for (int j = threadIdx.x; j < S; j += blockDim.x) {
+      int r, i;
+      symmem_a2a_target(p, me, j, r, i);
+      unsigned long long *e = symmem_a2a_entry(p, r, parity, i);
+      asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(e),
+                   "l"(tag | poison | ((unsigned long long)s_split[j] & SYMMEM_A2A_VALUE))
+                   : "memory");
+      asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(e + 1),
+                   "l"(tag | poison | ((unsigned long long)s_src[j] & SYMMEM_A2A_VALUE))
+                   : "memory");
+    }
+    ok = symmem_a2a_open(v, set, p.digest, p.flags);
+  } else {
+    ok = symmem_coll_open(v, set, p.digest, p.flags);
+  }
+  if (!ok)
+    goto done;
+  if (split_driven) {
+    /* What we receive, in output order: the entries the peers stored in
+     * our own pad. */
+    for (int i = threadIdx.x; i < S; i += blockDim.x) {
+      int s, j;
+      symmem_a2a_source(p, me, i, s, j);
+      const unsigned long long *e = symmem_a2a_entry(p, me, parity, i);
+      unsigned long long w0, w1;
+      asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(w0) : "l"(e) : "memory");
+      asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(w1) : "l"(e + 1) : "memory");
+      const unsigned long long hi = ~(SYMMEM_A2A_POISON | SYMMEM_A2A_VALUE);
+      if ((w0 & hi) != tag || (w1 & hi) != tag)
+        atomicCAS(&s_fail, 0, 1 + (SYMMEM_DEV_CAUSE_MISMATCH << 16 | s));
+      else if (w0 & SYMMEM_A2A_POISON)
+        atomicCAS(&s_fail, 0, 1 + (SYMMEM_DEV_CAUSE_OVERRUN << 16 | s));
+      s_split[i] = (long long)(w0 & SYMMEM_A2A_VALUE);
+      s_src[i] = (long long)(w1 & SYMMEM_A2A_VALUE);
+    }
+    __syncthreads();
+    if (s_fail) {
+      for (int i = threadIdx.x; i < S; i += blockDim.x)
+        s_split[i] = 0;
+    }
+    /* Out rows: the exclusive prefix, by groups (the dispatch: one per
+     * expert, W pieces each, each group aligned up to major_align and
+     * never empty). */
+    symmem_a2a_scan(s_split, s_raw, S);
+    const int tile = p.layout == 1 ? W : S, ntiles = S / tile;
+    if (p.major_align > 0) {
+      /* s_off[t]: group t's aligned length, then its start. */
+      for (int t = threadIdx.x; t < ntiles; t += blockDim.x) {
+        long long len = s_raw[(t + 1) * tile] - s_raw[t * tile];
+        len = (len + p.major_align - 1) / p.major_align * p.major_align;
+        s_off[t] = len < p.major_align ? p.major_align : len;
+      }
+      symmem_a2a_scan(s_off, s_off, ntiles); /* group starts; s_off[ntiles] the total */
+    }
+    __syncthreads();
+    long long total = p.major_align > 0 ? s_off[ntiles] : s_raw[S];
+    /* Offsets of piece i: group start + rows before it in its group. */
+    __shared__ long long s_at[SYMMEM_A2A_MAX_SPLITS];
+    for (int i = threadIdx.x; i < S; i += blockDim.x) {
+      int t = i / tile;
+      s_at[i] = (p.major_align > 0 ? s_off[t] : 0) + s_raw[i] - (p.major_align > 0 ? s_raw[t * tile] : 0);
+    }
+    __syncthreads();
+    if (!s_fail && (unsigned long long)total > p.out_rows && threadIdx.x == 0)
+      s_fail = 1 + (SYMMEM_DEV_CAUSE_OVERRUN << 16 | me);
+    __syncthreads();
+    if (blockIdx.x == 0)
+      for (int i = threadIdx.x; i < S; i += blockDim.x) {
+        p.out_splits_offsets[i] = s_split[i];
+        p.out_splits_offsets[S + i] = s_at[i];
+      }
+    if (s_fail) {
+      if (threadIdx.x == 0)
+        symmem_dev_fail_cause(v, (unsigned)(s_fail - 1) >> 16, (s_fail - 1) & 0xffff, set);
+    } else {
+      /* The rows, spread over the whole grid: the vectors of piece i are
+       * numbered on from the pieces before it, vector k going to thread
+       * k % nthreads, so that small pieces do not all fall on thread 0. */
+      const unsigned long long rb = p.row_bytes;
+      const bool vec = ((rb | p.in_offset | (unsigned long long)p.out) & 15) == 0;
+      for (int k = 0; k < S; k++) {
+        /* Blocks start at different pieces, so that the local copy and
+         * the pulls from every peer run at once. */
+        const int i = (k + blockIdx.x) % S;
+        const unsigned long long n = (unsigned long long)s_split[i] * rb;
+        if (n == 0)
+          continue;
+        int s, j;
+        symmem_a2a_source(p, me, i, s, j);
+        const char *src = symmem_dev_ptr(v, s, p.in_offset + (unsigned long long)s_src[i] * rb);
+        char *dst = p.out + (unsigned long long)s_at[i] * rb;
+        if (!vec) {
+          symmem_dev_copy(dst, src, n, tid, nthreads);
+          continue;
+        }
+        const unsigned long long nv = n / 16, first = (unsigned long long)s_raw[i] * rb / 16 % nthreads;
+        unsigned long long k0 = (tid + nthreads - first) % nthreads;
+        for (; k0 < nv; k0 += SYMMEM_COLL_UNROLL * nthreads) {
+          symmem_vec16 x[SYMMEM_COLL_UNROLL];
+#pragma unroll
+          for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+            if (k0 + u * nthreads < nv)
+              x[u] = symmem_dev_load16(src + 16 * (k0 + u * nthreads));
+#pragma unroll
+          for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+            if (k0 + u * nthreads < nv)
+              symmem_dev_store16(dst + 16 * (k0 + u * nthreads), x[u]);
+        }
+      }
+    }
+  } else {
+    /* Equal splits: row_bytes bytes from every rank, our chunk of its
+     * input, rank s's at s * row_bytes of out. */
+    const unsigned long long n = p.row_bytes;
+    const bool vec = ((n | p.in_offset | (unsigned long long)p.out) & 15) == 0;
+    for (int k = 0; k < W; k++) {
+      const int s = (me + k + blockIdx.x) % W;
+      const char *src = symmem_dev_ptr(v, s, p.in_offset + (unsigned long long)me * n);
+      char *dst = p.out + (unsigned long long)s * n;
+      if (!vec) {
+        symmem_dev_copy(dst, src, n, tid, nthreads);
+        continue;
+      }
+      const unsigned long long nv = n / 16, first = (unsigned long long)s * nv % nthreads;
+      for (unsigned long long k0 = (tid + nthreads - first) % nthreads; k0 < nv; k0 += SYMMEM_COLL_UNROLL * nthreads) {
+        symmem_vec16 x[SYMMEM_COLL_UNROLL];
+#pragma unroll
+        for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+          if (k0 + u * nthreads < nv)
+            x[u] = symmem_dev_load16(src + 16 * (k0 + u * nthreads));
+#pragma unroll
+        for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
+          if (k0 + u * nthreads < nv)
+            symmem_dev_store16(dst + 16 * (k0 + u * nthreads), x[u]);
+      }
+    }
+  }
+  /* Pulls only: the peers need our reads done (of their inputs and
+   * tables), not our stores. */
+  symmem_coll_barrier(v, set, false);
+done:
+  /* The last block to finish advances the call number (word 6). */
+  if (threadIdx.x == 0) {
+    __threadfence();
+    unsigned int *finished = symmem_dev_region(v, me, 7);
+    if (atomicAdd(finished, 1u) == gridDim.x - 1) {
+      *(volatile unsigned int *)finished = 0;
+      __threadfence();
+      *(volatile unsigned int *)seq_word = seq + 1;
+    }
+  }
+}
 #elif defined(SYMMEM_COLL_DT)
 extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) SYMMEM_COLL_NAME(symmem_coll_params p) {
   symmem_pdl_wait();

@@ -134,6 +134,12 @@ import (
 // buffer), kind 53..54, dtype 55..56, op 57..58 (0 for all_gather), the
 // kernels' algorithm (core.Collective.KernelAlgo) 59..61.
 func argsWord(c *core.Collective) uint64 {
+	switch {
+	case c.Kind == core.AllToAll && c.V != nil:
+		return a2aWord(c)
+	case c.Kind == core.AllToAll: // no op, no algorithm
+		return uint64(c.Count)&(1<<53-1) | uint64(c.Kind)&3<<53 | uint64(c.DType)&3<<55
+	}
 	op := uint64(c.Op)
 	if c.Kind == core.AllGather {
 		op = 0
@@ -156,6 +162,9 @@ func argsDigest(w uint64) uint32 {
 func argsText(w uint64) string {
 	kind, dt, op, algo := core.CollKind(w>>53&3), core.DType(w>>55&3), core.ReduceOp(w>>57&3), uint32(w>>59&7)
 	count := w & (1<<53 - 1)
+	if kind == core.AllToAll {
+		return a2aText(w)
+	}
 	if kind == core.AllGather {
 		return fmt.Sprintf("%s(%s, count %d)", kind, dt, count)
 	}
@@ -205,6 +214,9 @@ type Args struct {
 	Out     uintptr
 	Channel int
 	Stream  core.Stream
+	// V is an all-to-all's split-driven form (nil: equal splits of Count
+	// elements per rank; Note [All-to-all]).
+	V *A2AArgs
 }
 
 // Run checks a and runs it over h: enqueued on a.Stream where the backend
@@ -217,6 +229,13 @@ func Run(h View, a Args) error {
 		return err
 	}
 	defer leave()
+	if a.Kind == core.AllToAll {
+		c, err := planAllToAll(h, a)
+		if err != nil || c == nil {
+			return err
+		}
+		return wholeGroup(h).run(c, a.Stream)
+	}
 	c, err := plan(h, a)
 	if err != nil || c == nil {
 		return err

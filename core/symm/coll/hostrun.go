@@ -101,18 +101,15 @@ func twoShotSlice(count, es uintptr, world, r int) (lo, hi uintptr) {
 	return lo, hi
 }
 
-// runHost runs c on this thread (a CPU-addressable backend).
-func (l local) runHost(c *core.Collective) error {
-	deadline := time.Now().Add(l.h.Timeout())
-	set := c.Channel * core.CollMaxBlocks
-	es := c.DType.Size()
+// openHost is a call's opening barrier on set with the argument
+// agreement (Note [Collective agreement]): every rank publishes its
+// arguments to every peer, arrives, and compares; on a difference one more
+// barrier keeps the slots until every rank has read them, and the error
+// names every rank's call.
+func (l local) openHost(c *core.Collective, set int, deadline time.Time) error {
 	me, w := l.rank, l.world
-	input := func(r int) uintptr { return l.bufs[r] + c.InOffset }
-	if c.SlicedInput {
-		input = func(r int) uintptr { return l.bufs[r] + c.InOffset + uintptr(r)*c.Count*es }
-	}
 	args := argsWord(c)
-	for i := 1; i < w; i++ { // Note [Collective agreement]
+	for i := 1; i < w; i++ {
 		p := (me + i) % w
 		n := atomic.LoadUint32(l.setWord(me, set, w+p)) + 1
 		slot := l.argSlot(p, set, me)
@@ -130,6 +127,25 @@ func (l local) runHost(c *core.Collective) error {
 		if berr := l.hostBarrier(set, deadline); berr != nil {
 			return berr
 		}
+		return err
+	}
+	return nil
+}
+
+// runHost runs c on this thread (a CPU-addressable backend).
+func (l local) runHost(c *core.Collective) error {
+	if c.Kind == core.AllToAll {
+		return l.runHostAllToAll(c)
+	}
+	deadline := time.Now().Add(l.h.Timeout())
+	set := c.Channel * core.CollMaxBlocks
+	es := c.DType.Size()
+	me, w := l.rank, l.world
+	input := func(r int) uintptr { return l.bufs[r] + c.InOffset }
+	if c.SlicedInput {
+		input = func(r int) uintptr { return l.bufs[r] + c.InOffset + uintptr(r)*c.Count*es }
+	}
+	if err := l.openHost(c, set, deadline); err != nil {
 		return err
 	}
 	var store func()
