@@ -212,6 +212,7 @@ def main():
           f"{rank * layer.local}..{(rank + 1) * layer.local - 1}; round trip exact {moved_back}, "
           f"dispatch exact {dispatched}; forward max |y - reference| {err:.3g} (tolerance {tol:.3g})"
           f"{'; grouped GEMM' if layer.grouped else ''}", flush=True)
+    dist.barrier()  # no rank tears down its connections while a peer still uses them
     dist.destroy_process_group()
     return 0 if int(flags) == 1 else 1
 
