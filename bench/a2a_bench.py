@@ -39,7 +39,7 @@ in graphs and eager; NCCL eager only (it cannot be captured).
 The peer-copy ceiling (rank 0 copies from GPU 1 into GPU 0 with copy_,
 cudaMemcpyPeer) is measured in the same run; BW lines give each large
 exchange's received bytes per second against it. GOAL lines judge the
-goals of issue 36 (libsymmem <= 0.95x the best other at every size, <= 5 us
+all-to-all goals (libsymmem <= 0.95x the best other at every size, <= 5 us
 up to 64 KiB, >= 0.9x peer copy at 64 MiB and up, v within 1.1x of equal,
 MoE <= 0.5x torch and faster than NCCL); a missed goal is reported, not a
 failure. NVLink multicast is off for everyone (NCCL_NVLS_ENABLE=0,
@@ -424,7 +424,7 @@ def tables(res):
 
 
 def goals(res):
-    """GOAL lines (issue 36's goals); returns (met, missed)."""
+    """GOAL lines, one per goal and size; returns (met, missed)."""
     met = missed = 0
     W = res["world"]
 
