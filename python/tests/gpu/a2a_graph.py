@@ -9,10 +9,10 @@ usage: a2a_graph.py REPLAYS
    all_to_all. Between replays new splits (random, zeros included) are
    written into the split tensors on the device; every replay's outs and
    out_splits_offsets must equal the reference's (_a2a_ref) for its splits.
-2. torch.compile(fullgraph=True) of a function that dispatches, scales and
-   combines (a graph break would fail the compile), against the same
-   calls made eagerly; then that compiled function captured in a CUDA
-   graph and replayed.
+2. torch.compile(fullgraph=True) of a function that dispatches, combines
+   and reduces what came back (a graph break would fail the compile),
+   against the same calls made eagerly; then that compiled function
+   captured in a CUDA graph and replayed.
 """
 
 from __future__ import annotations
@@ -141,12 +141,13 @@ def body(ctx):
     # torch.compile: no graph break, the same results as eager.
     ctx.stage("torch.compile")
 
+    # The combine's input is mid as the dispatch left it: a symmetric tensor
+    # the compiled function passes on unchanged (a value computed inside it
+    # would live in inductor's buffers, not in libsymmem memory).
     def moe_exchange(x, mid_, back_, splits, oso_d_, oso_c_):
         st.all_to_all_v_2d(x, mid_, splits, oso_d_, major_align=align)
-        y = mid_ * 3.0
-        mid_.copy_(y)
         st.all_to_all_v_2d_offset(mid_, back_, oso_d_, oso_c_)
-        return back_.sum(dim=1) + 1.0
+        return back_.sum(dim=1) * 3.0 + 1.0
 
     compiled = torch.compile(moe_exchange, fullgraph=True)
     s2, _ = new_splits()
