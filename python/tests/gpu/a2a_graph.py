@@ -9,8 +9,9 @@ usage: a2a_graph.py REPLAYS
    all_to_all. Between replays new splits (random, zeros included) are
    written into the split tensors on the device; every replay's outs and
    out_splits_offsets must equal the reference's (_a2a_ref) for its splits.
-2. torch.compile(fullgraph=True) of a function that dispatches, combines
-   and reduces what came back (a graph break would fail the compile),
+2. torch.compile(fullgraph=True) of a function that dispatches, scales
+   what arrived in place, combines and reduces what came back (a graph
+   break would fail the compile),
    against the same calls made eagerly; then that compiled function
    captured in a CUDA graph and replayed.
 """
@@ -141,13 +142,15 @@ def body(ctx):
     # torch.compile: no graph break, the same results as eager.
     ctx.stage("torch.compile")
 
-    # The combine's input is mid as the dispatch left it: a symmetric tensor
-    # the compiled function passes on unchanged (a value computed inside it
-    # would live in inductor's buffers, not in libsymmem memory).
+    # The experts' stand-in writes its result into mid in place: the
+    # combine's input is the symmetric tensor itself (a tensor computed
+    # inside the compiled function would be inductor's memory, not
+    # libsymmem's).
     def moe_exchange(x, mid_, back_, splits, oso_d_, oso_c_):
         st.all_to_all_v_2d(x, mid_, splits, oso_d_, major_align=align)
+        mid_.copy_(mid_ * 3.0)
         st.all_to_all_v_2d_offset(mid_, back_, oso_d_, oso_c_)
-        return back_.sum(dim=1) * 3.0 + 1.0
+        return back_.sum(dim=1) + 1.0
 
     compiled = torch.compile(moe_exchange, fullgraph=True)
     s2, _ = new_splits()
