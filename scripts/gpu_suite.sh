@@ -94,6 +94,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   step bench-symm env SYMMEM_TRACE=1 python3 bench/symm_bench.py --reps ${BENCH_REPS:-3} --out "$out"
   if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
     step bench-coll python3 bench/coll_bench.py --world 2 --out "$out"
+    step bench-a2a python3 bench/a2a_bench.py --world 2 --out "$out"
   fi
 fi
 for f in "$logs"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$out/suite.log"

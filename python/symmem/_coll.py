@@ -65,20 +65,22 @@ def algo_code(algo, what: str) -> int:
     raise make_error(Result.INVALID_ARGUMENT, f"{what}: unknown algo {_shown(algo)} (known: {', '.join(ALGOS)})")
 
 
-def address(out, what: str) -> Optional[int]:
-    """out as an address: None, an int, a Buffer (.ptr) or a tensor
-    (.data_ptr())."""
+def address(out, what: str, name: str = "out") -> Optional[int]:
+    """out (the argument called name) as an address: None, an int, a Buffer
+    (.ptr) or a tensor (.data_ptr())."""
     if out is None:
         return None
     if isinstance(out, int) and not isinstance(out, bool):
-        return int_arg(out, "out", what, C_PTR)
+        return int_arg(out, name, what, C_PTR)
     ptr = getattr(out, "ptr", None)
     if isinstance(ptr, int):
-        return int_arg(ptr, "out", what, C_PTR)
+        return int_arg(ptr, name, what, C_PTR)
     data_ptr = getattr(out, "data_ptr", None)
     if callable(data_ptr):
-        return int_arg(data_ptr(), "out", what, C_PTR)
-    raise make_error(Result.INVALID_ARGUMENT, f"{what}: out must be None, an int address or a Buffer, got {type(out).__name__}")
+        return int_arg(data_ptr(), name, what, C_PTR)
+    raise make_error(
+        Result.INVALID_ARGUMENT, f"{what}: {name} must be None, an int address or a Buffer, got {type(out).__name__}"
+    )
 
 
 def collectives_load(device: int = 0) -> dict:

@@ -31,7 +31,7 @@ from . import _coll, _lib
 from .allocator import _stream, backend_name
 from .buffer import Buffer
 from ._lib import check, error_from_last
-from .errors import C_INT, C_PTR, C_SIZE, Result, SymmemError, brief, int_arg, make_error, quote
+from .errors import C_INT, C_INT64, C_PTR, C_SIZE, Result, SymmemError, brief, int_arg, make_error, quote
 
 __all__ = ["AllGather", "Group", "Handle", "nccl_version", "rendezvous"]
 
@@ -597,6 +597,92 @@ class Handle:
         rank's slice (count a multiple of world_size; default: the whole
         buffer rounded down to one). algo as all_gather's."""
         self._collective("reduce_scatter", _coll.REDUCE_SCATTER, dtype, op, count, out, algo, channel, stream)
+
+    # All-to-all (include/symmem.h, "All-to-all (expert parallelism)"): the
+    # input is at the rendezvous pointer of every rank; out, the splits and
+    # out_splits_offsets are this rank's own memory (int addresses, Buffers
+    # or tensors; host memory on the host backend, device memory on cuda,
+    # where the kernel reads and writes them when it runs). Every rank calls
+    # with the same form, row_bytes, experts, out_rows and major_align.
+
+    def all_to_all(self, dtype, count: Optional[int] = None, out=None, stream=0) -> None:
+        """Equal splits: chunk p of this rank's input (elements [p * count,
+        (p + 1) * count)) goes to rank p, and out receives world_size *
+        count elements, rank p's chunk for us at p * count. count defaults
+        to the block from the rendezvous pointer, divided among the ranks."""
+        if _lib._forked_child:
+            _lib._refuse_forked_child()
+        w = "symmem.Handle.all_to_all"
+        code = _coll.dtype_code(dtype, "all_to_all")
+        if count is None:
+            count = (self.buffer_size - self.offset) // _coll.DTYPE_SIZES[code] // self.world_size
+        count = int_arg(count, "count", w, C_SIZE)
+        rc = _lib.lib().symmem_all_to_all(self.ptr, code, count, _coll.address(out, w), _stream(stream, w))
+        if rc:
+            check(rc, "symmem_all_to_all")
+
+    def _a2a_args(self, w: str, row_bytes, out, out_rows, out_splits_offsets):
+        return (
+            int_arg(row_bytes, "row_bytes", w, C_SIZE),
+            _coll.address(out, w),
+            int_arg(out_rows, "out_rows", w, C_SIZE),
+            _coll.address(out_splits_offsets, w, "out_splits_offsets"),
+        )
+
+    def all_to_all_v(self, row_bytes: int, in_splits, out, out_rows: int, out_splits_offsets, stream=0) -> None:
+        """torch.ops.symm_mem.all_to_all_vdev: in_splits (W int64) rows of
+        row_bytes bytes for each rank, taken from the input in rank order;
+        out (room for out_rows rows) receives rank s's rows at row
+        out_splits_offsets[W + s], out_splits_offsets[s] of them (a 2 x W
+        int64 array, written by the call). Received rows past out_rows, or
+        splits past the input or negative, are refused (InvalidArgumentError
+        naming the rank; out untouched)."""
+        if _lib._forked_child:
+            _lib._refuse_forked_child()
+        w = "symmem.Handle.all_to_all_v"
+        rb, o, rows, oso = self._a2a_args(w, row_bytes, out, out_rows, out_splits_offsets)
+        rc = _lib.lib().symmem_all_to_all_v(self.ptr, rb, _coll.address(in_splits, w, "in_splits"), o, rows, oso,
+                                           _stream(stream, w))
+        if rc:
+            check(rc, "symmem_all_to_all_v")
+
+    def all_to_all_v_2d(self, row_bytes: int, experts: int, in_splits, out, out_rows: int, out_splits_offsets,
+                        major_align: int = 1, stream=0) -> None:
+        """torch.ops.symm_mem.all_to_all_vdev_2d, the MoE dispatch: in_splits
+        (S = W * experts int64) holds in_splits[p * experts + e] rows for
+        local expert e of rank p, taken from the input in that order; out
+        groups what arrives by our expert: index i = e * W + s (expert e,
+        source rank s) in out_splits_offsets[i] (rows) and
+        out_splits_offsets[S + i] (row offset). Each expert's rows start at
+        a multiple of major_align, and an expert that receives nothing
+        still takes major_align rows."""
+        if _lib._forked_child:
+            _lib._refuse_forked_child()
+        w = "symmem.Handle.all_to_all_v_2d"
+        rb, o, rows, oso = self._a2a_args(w, row_bytes, out, out_rows, out_splits_offsets)
+        rc = _lib.lib().symmem_all_to_all_v_2d(
+            self.ptr, rb, int_arg(experts, "experts", w, C_INT), _coll.address(in_splits, w, "in_splits"), o, rows,
+            oso, int_arg(major_align, "major_align", w, C_INT64), _stream(stream, w))
+        if rc:
+            check(rc, "symmem_all_to_all_v_2d")
+
+    def all_to_all_v_2d_offset(self, row_bytes: int, experts: int, in_splits_offsets, out, out_rows: int,
+                               out_splits_offsets, stream=0) -> None:
+        """torch.ops.symm_mem.all_to_all_vdev_2d_offset, the MoE combine
+        (the dispatch's reverse): in_splits_offsets (2 x S int64, index
+        i = e * W + p) holds the rows of source rank p's expert e (row 0)
+        and their row offsets in the input (row 1, padding between them not
+        sent); out receives them in rank-major order i = p * experts + e,
+        packed, described in out_splits_offsets (2 x S)."""
+        if _lib._forked_child:
+            _lib._refuse_forked_child()
+        w = "symmem.Handle.all_to_all_v_2d_offset"
+        rb, o, rows, oso = self._a2a_args(w, row_bytes, out, out_rows, out_splits_offsets)
+        rc = _lib.lib().symmem_all_to_all_v_2d_offset(
+            self.ptr, rb, int_arg(experts, "experts", w, C_INT),
+            _coll.address(in_splits_offsets, w, "in_splits_offsets"), o, rows, oso, _stream(stream, w))
+        if rc:
+            check(rc, "symmem_all_to_all_v_2d_offset")
 
     def device_error(self) -> int:
         """This rank's device error flag: 0, or 0x80000000 | cause << 29 |

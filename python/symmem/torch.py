@@ -67,6 +67,10 @@ __all__ = [
     "all_reduce",
     "all_gather",
     "reduce_scatter",
+    "all_to_all",
+    "all_to_all_v",
+    "all_to_all_v_2d",
+    "all_to_all_v_2d_offset",
     "register_ops",
 ]
 
@@ -893,6 +897,236 @@ def reduce_scatter(tensor, op: str = "sum", group=None, out=None):
     return out
 
 
+# --------------------------------------------------------------------------
+# All-to-all on tensors (the arguments and results of torch 2.11's
+# torch.ops.symm_mem.all_to_all_vdev, all_to_all_vdev_2d and
+# all_to_all_vdev_2d_offset; include/symmem.h, "All-to-all")
+# --------------------------------------------------------------------------
+
+# The dtype that moves a chunk of another dtype's bytes: all-to-all only
+# copies, so any element type goes as int32 or bfloat16 words of the same
+# bytes.
+_A2A_WORDS = ((4, "int32"), (2, "bfloat16"))
+_a2a_fns: Dict[str, Any] = {}
+
+
+def _a2a_fn(name: str):
+    fn = _a2a_fns.get(name)
+    if fn is None:
+        fn = _a2a_fns[name] = getattr(_lib.lib(), name)
+    return fn
+
+
+def _a2a_entry(torch, what: str, input, group):
+    """(the _fast entry of input's rendezvous, the device index): input is
+    the symmetric side of every all-to-all (Note [Eager collectives])."""
+    if not input.is_contiguous():
+        raise ValueError(f"symmem.torch.{what}: input must be contiguous")
+    dev = input.get_device()
+    e = None
+    if group is None:
+        e = _fast.get((None, dev, input.data_ptr(), input.nbytes))
+        if e is not None and e[1] is not _world_pg(torch.distributed):
+            e = None
+    if e is None:
+        e = _fast_entry(torch, input, group, dev)
+    return e, dev
+
+
+def _a2a_check(what: str, input, out, tensors) -> None:
+    """What can be checked without reading device memory: out beside input
+    (rows of the same bytes), and each (name, tensor, shape) of tensors an
+    int64, contiguous tensor of that shape on input's device."""
+    if input.dim() < 1 or out.dim() < 1:
+        raise ValueError(f"symmem.torch.{what}: input and out need a dimension 0 (rows), got shapes "
+                         f"{tuple(input.shape)} and {tuple(out.shape)}")
+    if out.dtype != input.dtype:
+        raise ValueError(f"symmem.torch.{what}: out is {out.dtype}, input {input.dtype}: they must be the same dtype")
+    if out.stride(0) != input.stride(0):
+        raise ValueError(f"symmem.torch.{what}: out's rows (stride(0) {out.stride(0)}) differ from input's "
+                         f"(stride(0) {input.stride(0)}): rows must have the same size")
+    if not out.is_contiguous():
+        raise ValueError(f"symmem.torch.{what}: out must be contiguous")
+    if out.device != input.device:
+        raise ValueError(f"symmem.torch.{what}: out is on {out.device}, input on {input.device}")
+    torch = _torch_module
+    for name, t, shape in tensors:
+        if t.dtype != torch.int64:
+            raise ValueError(f"symmem.torch.{what}: {name} must be int64, not {t.dtype}")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"symmem.torch.{what}: {name} has shape {tuple(t.shape)}, expected {shape}")
+        if not t.is_contiguous():
+            raise ValueError(f"symmem.torch.{what}: {name} must be contiguous")
+        if t.device != input.device:
+            raise ValueError(f"symmem.torch.{what}: {name} is on {t.device}, input on {input.device}")
+
+
+def _experts(what: str, name: str, nsplits: int, world: int) -> int:
+    if nsplits < 1 or nsplits % world:
+        raise ValueError(f"symmem.torch.{what}: {name} holds {nsplits} splits, not a positive multiple of the "
+                         f"world size {world} (world_size * experts per rank)")
+    return nsplits // world
+
+
+def _a2a_stream(torch, dev: int) -> int:
+    return (_raw_stream or _raw_stream_fn(torch))(dev) if dev >= 0 else 0
+
+
+def _run_all_to_all(input, out, group) -> None:
+    torch = _torch_module or _torch()
+    what = "all_to_all"
+    e, dev = _a2a_entry(torch, what, input, group)
+    w = e[3]
+    if out.dtype != input.dtype or out.numel() != input.numel() or not out.is_contiguous() or out.device != input.device:
+        raise ValueError(f"symmem.torch.all_to_all: out must be a contiguous {input.dtype} tensor of "
+                         f"{input.numel()} elements on {input.device}, like input; got {out.dtype}, "
+                         f"{out.numel()} elements, on {out.device}")
+    if input.numel() % w:
+        raise ValueError(f"symmem.torch.all_to_all: {input.numel()} elements do not split over {w} ranks")
+    count = input.numel() // w
+    code = (_fast_codes or _codes(torch)).get(input.dtype)
+    if code is None:
+        chunk = count * input.element_size()
+        for size, name in _A2A_WORDS:
+            if chunk % size == 0:
+                code, count = _coll.DTYPES[name], chunk // size
+                break
+        else:
+            raise ValueError(f"symmem.torch.all_to_all: a chunk of {chunk} bytes ({input.dtype}) is not a whole "
+                             f"number of 2-byte words")
+    rc = _a2a_fn("symmem_all_to_all")(e[2], code, count, out.data_ptr(), _a2a_stream(torch, dev))
+    if rc:
+        _lib.check(rc, "symmem.torch.all_to_all")
+
+
+def _run_all_to_all_v(input, out, in_splits, out_splits_offsets, group) -> None:
+    torch = _torch_module or _torch()
+    what = "all_to_all_v"
+    e, dev = _a2a_entry(torch, what, input, group)
+    w = e[3]
+    _a2a_check(what, input, out, (("in_splits", in_splits, (w,)), ("out_splits_offsets", out_splits_offsets, (2, w))))
+    rc = _a2a_fn("symmem_all_to_all_v")(
+        e[2], input.stride(0) * input.element_size(), in_splits.data_ptr(), out.data_ptr(), out.shape[0],
+        out_splits_offsets.data_ptr(), _a2a_stream(torch, dev))
+    if rc:
+        _lib.check(rc, f"symmem.torch.{what}")
+
+
+def _run_all_to_all_v_2d(input, out, in_splits, out_splits_offsets, group, major_align: int) -> None:
+    torch = _torch_module or _torch()
+    what = "all_to_all_v_2d"
+    e, dev = _a2a_entry(torch, what, input, group)
+    w = e[3]
+    if in_splits.dim() != 1:
+        raise ValueError(f"symmem.torch.{what}: in_splits must be 1-D (world_size * experts), "
+                         f"got shape {tuple(in_splits.shape)}")
+    experts = _experts(what, "in_splits", in_splits.shape[0], w)
+    s = w * experts
+    _a2a_check(what, input, out, (("in_splits", in_splits, (s,)), ("out_splits_offsets", out_splits_offsets, (2, s))))
+    if major_align < 1:
+        raise ValueError(f"symmem.torch.{what}: major_align must be at least 1, got {major_align}")
+    rc = _a2a_fn("symmem_all_to_all_v_2d")(
+        e[2], input.stride(0) * input.element_size(), experts, in_splits.data_ptr(), out.data_ptr(), out.shape[0],
+        out_splits_offsets.data_ptr(), major_align, _a2a_stream(torch, dev))
+    if rc:
+        _lib.check(rc, f"symmem.torch.{what}")
+
+
+def _run_all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offsets, group) -> None:
+    torch = _torch_module or _torch()
+    what = "all_to_all_v_2d_offset"
+    e, dev = _a2a_entry(torch, what, input, group)
+    w = e[3]
+    if in_splits_offsets.dim() != 2 or in_splits_offsets.shape[0] != 2:
+        raise ValueError(f"symmem.torch.{what}: in_splits_offsets must have shape (2, world_size * experts), "
+                         f"got {tuple(in_splits_offsets.shape)}")
+    experts = _experts(what, "in_splits_offsets", in_splits_offsets.shape[1], w)
+    s = w * experts
+    _a2a_check(what, input, out, (("in_splits_offsets", in_splits_offsets, (2, s)),
+                                  ("out_splits_offsets", out_splits_offsets, (2, s))))
+    rc = _a2a_fn("symmem_all_to_all_v_2d_offset")(
+        e[2], input.stride(0) * input.element_size(), experts, in_splits_offsets.data_ptr(), out.data_ptr(),
+        out.shape[0], out_splits_offsets.data_ptr(), _a2a_stream(torch, dev))
+    if rc:
+        _lib.check(rc, f"symmem.torch.{what}")
+
+
+def all_to_all(input, out=None, group=None):
+    """Equal splits: chunk p of input (numel / world_size elements, rank
+    order) goes to rank p, and out (default: a new tensor shaped like
+    input) receives rank p's chunk for us as its chunk p. input is a tensor
+    of libsymmem memory (:func:`empty`); the first call on it rendezvouses
+    (collective). Any dtype (the bytes are moved). Returns out. Under
+    torch.compile it is torch.ops.symmem.all_to_all (or all_to_all_out)."""
+    torch = _torch()
+    if _compiling(torch):
+        if out is None:
+            return torch.ops.symmem.all_to_all(input, _group_name(group))
+        torch.ops.symmem.all_to_all_out(input, out, _group_name(group))
+        return out
+    if out is None:
+        out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    _run_all_to_all(input, out, group)
+    return out
+
+
+def all_to_all_v(input, out, in_splits, out_splits_offsets, group=None) -> None:
+    """torch.ops.symm_mem.all_to_all_vdev on libsymmem: rows are input's
+    dimension 0. in_splits (int64, world_size) says how many rows go to
+    each rank, taken from input in rank order; out receives rank s's rows at
+    row out_splits_offsets[1][s], out_splits_offsets[0][s] of them (int64,
+    (2, world_size), written on the device). The split sizes are read on
+    the device when the kernel runs: no host synchronisation, capturable in
+    CUDA graphs. input is a tensor of libsymmem memory (the first call on it
+    rendezvouses); out and the splits are any tensors of its device. Rows
+    that would pass out's shape[0] are refused on the device (out untouched,
+    handle.device_error() names the rank). Under torch.compile it is
+    torch.ops.symmem.all_to_all_v."""
+    torch = _torch()
+    if _compiling(torch):
+        torch.ops.symmem.all_to_all_v(input, out, in_splits, out_splits_offsets, _group_name(group))
+        return None
+    _run_all_to_all_v(input, out, in_splits, out_splits_offsets, group)
+    return None
+
+
+def all_to_all_v_2d(input, out, in_splits, out_splits_offsets, group=None, major_align: Optional[int] = None) -> None:
+    """torch.ops.symm_mem.all_to_all_vdev_2d on libsymmem, the MoE dispatch:
+    in_splits (int64, world_size * experts) holds in_splits[p * experts + e]
+    rows for local expert e of rank p, taken from input in that order; out
+    groups what arrives by our expert, index i = e * world_size + s (expert
+    e, source rank s): out_splits_offsets[0][i] rows at row
+    out_splits_offsets[1][i]. Each expert's rows start at a multiple of
+    major_align (None: 1), and an expert that receives nothing still takes
+    major_align rows (for grouped GEMMs that refuse empty groups). Under
+    torch.compile it is torch.ops.symmem.all_to_all_v_2d."""
+    torch = _torch()
+    align = 1 if major_align is None else int(major_align)
+    if _compiling(torch):
+        torch.ops.symmem.all_to_all_v_2d(input, out, in_splits, out_splits_offsets, _group_name(group), align)
+        return None
+    _run_all_to_all_v_2d(input, out, in_splits, out_splits_offsets, group, align)
+    return None
+
+
+def all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offsets, group=None) -> None:
+    """torch.ops.symm_mem.all_to_all_vdev_2d_offset on libsymmem, the MoE
+    combine (the dispatch's reverse): in_splits_offsets (int64, (2,
+    world_size * experts), index i = e * world_size + p) holds the rows our
+    expert e sends back to rank p (row 0) and their row offsets in input
+    (row 1: the dispatch's out_splits_offsets; padding between the groups
+    is not sent); out receives in rank-major order i = p * experts + e the
+    rows rank p's expert e sends back, packed, described in
+    out_splits_offsets. Under torch.compile it is
+    torch.ops.symmem.all_to_all_v_2d_offset."""
+    torch = _torch()
+    if _compiling(torch):
+        torch.ops.symmem.all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offsets, _group_name(group))
+        return None
+    _run_all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offsets, group)
+    return None
+
+
 # Note [Collectives as torch operators]
 #
 # Under torch.compile, symmem.torch's collectives are torch.library custom
@@ -982,6 +1216,68 @@ def _define_ops(torch) -> None:
 
     @reduce_scatter_out.register_fake
     def _(tensor, out, op, group):
+        return None
+
+    @torch.library.custom_op("symmem::all_to_all", mutates_args=(), schema="(Tensor input, str group) -> Tensor")
+    def all_to_all_op(input: Tensor, group: str) -> Tensor:
+        return all_to_all(input, None, _group_arg(group))
+
+    @all_to_all_op.register_fake
+    def _(input, group):
+        return input.new_empty(input.shape)
+
+    @torch.library.custom_op("symmem::all_to_all_out", mutates_args=("out",),
+                             schema="(Tensor input, Tensor(a!) out, str group) -> ()")
+    def all_to_all_out(input: Tensor, out: Tensor, group: str) -> None:
+        _run_all_to_all(input, out, _group_arg(group))
+
+    @all_to_all_out.register_fake
+    def _(input, out, group):
+        return None
+
+    # The v forms mutate out and out_splits_offsets; their fakes check the
+    # shapes, as the eager calls do, so that a mistake shows when tracing.
+    @torch.library.custom_op(
+        "symmem::all_to_all_v", mutates_args=("out", "out_splits_offsets"),
+        schema="(Tensor input, Tensor(a!) out, Tensor in_splits, Tensor(b!) out_splits_offsets, str group) -> ()")
+    def all_to_all_v_op(input: Tensor, out: Tensor, in_splits: Tensor, out_splits_offsets: Tensor, group: str) -> None:
+        _run_all_to_all_v(input, out, in_splits, out_splits_offsets, _group_arg(group))
+
+    @all_to_all_v_op.register_fake
+    def _(input, out, in_splits, out_splits_offsets, group):
+        w = world(group)
+        _a2a_check("all_to_all_v", input, out,
+                    (("in_splits", in_splits, (w,)), ("out_splits_offsets", out_splits_offsets, (2, w))))
+        return None
+
+    @torch.library.custom_op(
+        "symmem::all_to_all_v_2d", mutates_args=("out", "out_splits_offsets"),
+        schema="(Tensor input, Tensor(a!) out, Tensor in_splits, Tensor(b!) out_splits_offsets, str group, "
+               "int major_align) -> ()")
+    def all_to_all_v_2d_op(input: Tensor, out: Tensor, in_splits: Tensor, out_splits_offsets: Tensor, group: str,
+                           major_align: int) -> None:
+        _run_all_to_all_v_2d(input, out, in_splits, out_splits_offsets, _group_arg(group), major_align)
+
+    @all_to_all_v_2d_op.register_fake
+    def _(input, out, in_splits, out_splits_offsets, group, major_align):
+        s = in_splits.shape[0] if in_splits.dim() == 1 else -1
+        _a2a_check("all_to_all_v_2d", input, out,
+                   (("in_splits", in_splits, (s,)), ("out_splits_offsets", out_splits_offsets, (2, s))))
+        return None
+
+    @torch.library.custom_op(
+        "symmem::all_to_all_v_2d_offset", mutates_args=("out", "out_splits_offsets"),
+        schema="(Tensor input, Tensor(a!) out, Tensor in_splits_offsets, Tensor(b!) out_splits_offsets, "
+               "str group) -> ()")
+    def all_to_all_v_2d_offset_op(input: Tensor, out: Tensor, in_splits_offsets: Tensor, out_splits_offsets: Tensor,
+                                  group: str) -> None:
+        _run_all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offsets, _group_arg(group))
+
+    @all_to_all_v_2d_offset_op.register_fake
+    def _(input, out, in_splits_offsets, out_splits_offsets, group):
+        s = tuple(in_splits_offsets.shape)
+        _a2a_check("all_to_all_v_2d_offset", input, out,
+                   (("in_splits_offsets", in_splits_offsets, s), ("out_splits_offsets", out_splits_offsets, s)))
         return None
 
 
