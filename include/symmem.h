@@ -1139,13 +1139,14 @@ symmem_result symmem_collective(symmem_handle *handle, symmem_coll coll,
  *                                rank-major order i = p*E + e, the rows that
  *                                rank p's expert e sends back, packed.
  *
- * out has room for out_rows rows. A call whose received rows would pass
- * out_rows, or whose splits pass the input (the block from the rendezvous
- * offset), or a negative split, is refused on the device: nothing is
- * written to out (a sender's bad splits fail the call on every rank;
- * a receiver's overrun on that receiver), out_splits_offsets still holds
- * what was received, and the device error flag records
- * SYMMEM_DEV_CAUSE_OVERRUN with the rank whose splits overran
+ * out has room for out_rows rows. A call is refused on the device, with
+ * nothing written to out, when a rank's splits are bad (a negative split
+ * or offset, or rows past its input: the block from the rendezvous
+ * offset; an empty split's offset is not looked at): on every rank, naming
+ * that sender; or when the rows a rank receives, as laid out (a dispatch's
+ * padding included), pass its out_rows: on that rank alone, naming it.
+ * out_splits_offsets still holds what the receiver was sent, and the
+ * device error flag records SYMMEM_DEV_CAUSE_OVERRUN with the rank named
  * (symmem_handle_device_error returns SYMMEM_ERROR_INVALID_ARGUMENT for
  * it); the host backend returns SYMMEM_ERROR_INVALID_ARGUMENT naming it.
  * Ranks must agree on the form, row_bytes, experts, out_rows and

@@ -1042,7 +1042,7 @@ static __device__ __noinline__ void symmem_a2a_ll(const symmem_a2a_params &p, lo
   bool bad = false;
   for (int j = threadIdx.x; j < S; j += blockDim.x) {
     long long k = t_split[j], off = t_src[j];
-    if (k < 0 || off < 0 || (unsigned long long)k > p.in_rows || (unsigned long long)off > p.in_rows - k)
+    if (k < 0 || off < 0 || (k > 0 && ((unsigned long long)k > p.in_rows || (unsigned long long)off > p.in_rows - k)))
       bad = true;
   }
   const bool poison = __syncthreads_or(bad);
@@ -1239,7 +1239,7 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_to_
     bool bad = false;
     for (int j = threadIdx.x; j < S; j += blockDim.x) {
       long long n = s_split[j], off = s_src[j];
-      if (n < 0 || off < 0 || (unsigned long long)n > p.in_rows || (unsigned long long)off > p.in_rows - n)
+      if (n < 0 || off < 0 || (n > 0 && ((unsigned long long)n > p.in_rows || (unsigned long long)off > p.in_rows - n)))
         bad = true;
     }
     const unsigned long long poison = __syncthreads_or(bad) ? SYMMEM_A2A_POISON : 0;

@@ -12,9 +12,9 @@ bytes, the GPU tests to tensors.
 Errors (the header's "refused" cases), as (kind, rank):
   ("negative", q)   a negative split (or offset) of rank q: every rank
   ("input", q)      rank q's splits pass its input: every rank
-  ("overrun", q)    the rows this rank receives pass out_rows; q is the
-                    rank whose split first passes it, in the order out is
-                    filled: this rank only
+  ("overrun", me)   the rows this rank receives, as laid out (a 2-D
+                    dispatch's padding included), pass out_rows: this rank
+                    only, and it names itself
 The first sender fault in rank order wins; a receiver overrun counts only
 when no sender is at fault.
 """
@@ -60,15 +60,17 @@ def _sender_fault(splits: Sequence[Sequence[int]], input_rows: Sequence[int],
     return None
 
 
-def _finish(rec: Received, out_rows: int, sender: Optional[Tuple[str, int]]) -> Received:
+def _finish(rec: Received, out_rows: int, sender: Optional[Tuple[str, int]], me: int,
+            laid_out: Optional[int] = None) -> Received:
+    """laid_out: the rows the layout takes (default: up to the last row
+    written); past out_rows the call is refused on this rank, naming it."""
     if sender is not None:
         rec.error = sender
         rec.copies = []
         return rec
     rec.rows_needed = max([0] + [dst + n for (_, _, dst, n) in rec.copies])
-    if rec.rows_needed > out_rows:
-        first = next(c for c in rec.copies if c[2] + c[3] > out_rows)
-        rec.error = ("overrun", first[0])
+    if (rec.rows_needed if laid_out is None else laid_out) > out_rows:
+        rec.error = ("overrun", me)
         rec.copies = []
     return rec
 
@@ -90,7 +92,7 @@ def all_to_all_v(splits: Sequence[Sequence[int]], me: int, out_rows: int, input_
             src = exclusive_sum(splits[q])[me]
             if got[q]:
                 rec.copies.append((q, src, rec.offsets[q], got[q]))
-    return _finish(rec, out_rows, sender)
+    return _finish(rec, out_rows, sender, me)
 
 
 def expert_starts(totals: Sequence[int], major_align: int) -> Tuple[List[int], List[int]]:
@@ -121,7 +123,7 @@ def all_to_all_v_2d(splits: Sequence[Sequence[int]], experts: int, me: int, out_
                 i = e * world + s
                 if got[i]:
                     rec.copies.append((s, exclusive_sum(splits[s])[me * E + e], offsets[i], got[i]))
-    return _finish(rec, out_rows, sender)
+    return _finish(rec, out_rows, sender, me, dispatch_rows_taken(splits, E, me, major_align))
 
 
 def dispatch_rows_taken(splits: Sequence[Sequence[int]], experts: int, me: int, major_align: int) -> int:
@@ -147,7 +149,7 @@ def all_to_all_v_2d_offset(splits: Sequence[Sequence[int]], offsets: Sequence[Se
                 j = q * E + e
                 if got[j]:
                     rec.copies.append((q, offsets[q][e * world + me], rec.offsets[j], got[j]))
-    return _finish(rec, out_rows, sender)
+    return _finish(rec, out_rows, sender, me)
 
 
 def apply_rows(copies: Sequence[Copy], inputs: Sequence[bytes], out: bytes, row_bytes: int) -> bytes:

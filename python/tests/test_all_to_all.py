@@ -295,36 +295,42 @@ def test_refusals(world, host_backend):
         assert got[6]["out"] == want
 
 
-def test_an_overrun_names_the_rank_whose_splits_overran(host_backend):
-    """include/symmem.h: an overrun is refused "with the rank whose splits
-    overran" (the reference: the sender whose rows first pass out_rows).
-    Rank 0 receives 30 rows from rank 1 alone, into room for 20."""
+def test_an_overrun_names_the_receiver(host_backend):
+    """include/symmem.h: a call whose received rows would pass out_rows is
+    refused on that receiver, naming it (no one sender overran: the sum
+    did); the sender's call succeeds. Rank 0 receives 30 rows from rank 1
+    alone, into room for 20."""
     sp = [[0, 0], [30, 0]]
     case = {"form": "v", "row_bytes": 12, "splits": sp, "out_rows": 20}
-    assert ref.all_to_all_v(sp, 0, 20, [100, 100]).error == ("overrun", 1)
+    assert ref.all_to_all_v(sp, 0, 20, [100, 100]).error == ("overrun", 0)
     results = run_ranks(run_cases, 2, f"a2an-{uuid.uuid4().hex[:12]}", [case])
     name, code, msg = results[0]["results"][0]["error"]
     assert (name, code) == ("InvalidArgumentError", Result.INVALID_ARGUMENT)
-    assert "rank 1" in msg, msg
+    assert "rank 0 receives 30 rows" in msg, msg
     assert results[1]["results"][0]["error"] is None
 
 
-def test_a_dispatch_fits_when_its_written_rows_fit(host_backend):
-    """The reference counts the rows a dispatch writes (the end of the last
-    row received), not the padding after the last expert's rows: with
-    major_align 16, 3 rows for expert 0 and none for expert 1 end at row 3
-    although the layout spans 32 rows; out_rows 20 holds them."""
+def test_a_dispatch_is_refused_when_its_layout_passes_out(host_backend):
+    """A dispatch's out must hold its rows as laid out, padding included (a
+    grouped GEMM reads every group whole): with major_align 16, 3 rows for
+    expert 0 and none for expert 1 take 32 rows, which out_rows 20 cannot
+    hold, although the rows written end at row 3; out_rows 32 can."""
     sp = [[3, 0, 0, 0], [0, 0, 0, 0]]
     rec = ref.all_to_all_v_2d(sp, 2, 0, 20, [100, 100], major_align=16)
-    assert rec.error is None and rec.rows_needed == 3 and ref.dispatch_rows_taken(sp, 2, 0, 16) == 32
-    case = {"form": "2d", "row_bytes": 12, "experts": 2, "major_align": 16, "splits": sp, "out_rows": 20}
-    results = run_ranks(run_cases, 2, f"a2ao-{uuid.uuid4().hex[:12]}", [case])
-    avails = [r["avail"] for r in results]
-    for p in range(2):
-        res = results[p]["results"][0]
-        assert res["error"] is None, (p, res["error"])
-        rec, want = _expected(0, case, p, 2, avails)
-        assert res["out"] == want and res["oso"] == rec.splits + rec.offsets, p
+    assert rec.error == ("overrun", 0) and ref.dispatch_rows_taken(sp, 2, 0, 16) == 32
+    for out_rows, refused in ((20, True), (32, False)):
+        case = {"form": "2d", "row_bytes": 12, "experts": 2, "major_align": 16, "splits": sp, "out_rows": out_rows}
+        results = run_ranks(run_cases, 2, f"a2ao-{uuid.uuid4().hex[:12]}", [case])
+        avails = [r["avail"] for r in results]
+        for p in range(2):
+            res = results[p]["results"][0]
+            if refused:
+                assert res["error"] is not None and res["error"][1] == Result.INVALID_ARGUMENT, (p, res["error"])
+                assert f"rank {p} receives 32 rows" in res["error"][2], res["error"]
+                continue
+            assert res["error"] is None, (p, res["error"])
+            rec, want = _expected(0, case, p, 2, avails)
+            assert res["out"] == want and res["oso"] == rec.splits + rec.offsets, p
 
 
 # -- arguments ---------------------------------------------------------------------

@@ -49,8 +49,8 @@ import (
 // _2d_offset, bit for bit.
 //
 // The tables cross through the pads. Before its opening barrier each rank
-// validates its table (a negative split, or one past its input, poisons
-// every entry) and stores entry j into the exchange area (Note [Pad
+// validates its table (a negative split or offset, or rows past its input,
+// poison every entry; an empty split's offset is not looked at) and stores entry j into the exchange area (Note [Pad
 // partition] in core) of the rank it is for, at that rank's piece index,
 // by the call's parity, each word tagged with the call's number (word 6 of
 // the rank's device region, which every rank advances once per
@@ -305,7 +305,7 @@ func (l local) publishTable(c *core.Collective, seq uint32) {
 		}
 		offs[j] = off
 		next = off + n
-		if n < 0 || off < 0 || n > int64(v.InRows) || off > int64(v.InRows)-n {
+		if n < 0 || off < 0 || n > 0 && (n > int64(v.InRows) || off > int64(v.InRows)-n) {
 			poison = a2aPoison
 		}
 	}
