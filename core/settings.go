@@ -263,10 +263,15 @@ func (s *Setting) read(spec settingSpec) {
 }
 
 // nearestSetting names the known setting closest to name (edit distance at
-// most 3), or "".
+// most 3), or "". A name whose length differs from a setting's by more than
+// 3 is not compared with it: the distance is at least the difference, and a
+// name of any length costs no more than a short one.
 func nearestSetting(name string) string {
 	best, bestD := "", 4
 	for _, s := range settingSpecs {
+		if len(name) > len(s.name)+3 || len(s.name) > len(name)+3 {
+			continue
+		}
 		if d := editDistance(name, s.name); d < bestD {
 			best, bestD = s.name, d
 		}
@@ -466,8 +471,8 @@ func (st *Settings) Warnings() []string {
 		if near := nearestSetting(s.Name); near != "" {
 			hint = "did you mean " + near + "?"
 		}
-		out = append(out, fmt.Sprintf("symmem: warning: %s=%q is not a libsymmem setting and is ignored; %s (SYMMEM_QUIET=1 silences this)",
-			s.Name, s.Raw, hint))
+		out = append(out, fmt.Sprintf("symmem: warning: %s=%s is not a libsymmem setting and is ignored; %s (SYMMEM_QUIET=1 silences this)",
+			settingName(s.Name), Quote(s.Raw), hint))
 	}
 	return out
 }

@@ -59,7 +59,7 @@ func (m machineIdentity) key() string {
 // String names the machine for messages.
 func (m machineIdentity) String() string {
 	if m.simulated != "" {
-		return fmt.Sprintf("machine %q (SYMMEM_MACHINE_ID on host %s)", m.simulated, m.hostname)
+		return fmt.Sprintf("machine %s (SYMMEM_MACHINE_ID on host %s)", core.Quote(m.simulated), m.hostname)
 	}
 	return fmt.Sprintf("host %s (boot id %s)", m.hostname, m.bootID)
 }
