@@ -291,7 +291,7 @@ def empty(nbytes: int, device: int = 0, stream=0) -> Buffer:
     offset is the same on every rank that makes the same allocations, even
     where one rank freed scratch memory the others did not."""
     w = "symmem.empty"
-    nbytes = int_arg(nbytes, "nbytes", w, C_SIZE, too_big=Result.OUT_OF_MEMORY)
+    nbytes = int_arg(nbytes, "nbytes", w, C_SIZE)
     device = int_arg(device, "device", w, C_INT)
     raw_stream = allocator._stream(stream, w) or 0
     lib = _lib.lib()
