@@ -199,3 +199,21 @@ func TestSettingsMessagesBounded(t *testing.T) {
 	assert.Contains(t, lines[1], "did you mean SYMMEM_TIMEOUT_MS?")
 	assert.Less(t, time.Since(start), 2*time.Second, "a long name is not compared character by character with every setting")
 }
+
+// SYMMEM_PYTHON_INTERRUPTS is a boolean setting (read by the Python
+// package): no warning calls it ignored, it reads by the boolean rule, and a
+// value that is no boolean is an error like any other setting's.
+func TestPythonInterruptsIsABooleanSetting(t *testing.T) {
+	require.True(t, IsSetting("SYMMEM_PYTHON_INTERRUPTS"))
+	for v, want := range map[string]bool{"0": false, "off": false, "False": false, "no": false, "1": true, "on": true, "YES": true} {
+		st := ParseSettings([]string{"SYMMEM_PYTHON_INTERRUPTS=" + v})
+		assert.Empty(t, st.Warnings(), v)
+		assert.Empty(t, st.Notes(), v)
+		assert.Equal(t, want, st.Bool("SYMMEM_PYTHON_INTERRUPTS", !want), v)
+		require.Len(t, st.All(), 1)
+		assert.Equal(t, "python", st.All()[0].Reader)
+	}
+	st := ParseSettings([]string{"SYMMEM_PYTHON_INTERRUPTS=sometimes"})
+	require.Error(t, st.Err())
+	assert.Contains(t, st.Err().Error(), `SYMMEM_PYTHON_INTERRUPTS="sometimes" cannot be read as a boolean`)
+}

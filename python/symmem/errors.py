@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import ctypes
+import os
 import reprlib
 from typing import Dict, NamedTuple, Type, Union
 
@@ -210,6 +211,30 @@ def int_arg(value, name: str, what: str, ctype: CType) -> int:
     raise make_error(
         Result.INVALID_ARGUMENT,
         f"{what}: {name} {int_text(v)} is out of range for its C type {ctype.name} [{ctype.lo}, {ctype.hi}]",
+    )
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """The boolean setting name, read by the library's rule for booleans
+    (Note [Settings] in core/settings.go): 1/true/yes/on or 0/false/no/off
+    in any case, spaces around ignored; unset or empty is default; anything
+    else raises InvalidArgumentError naming the variable and the value, as
+    the library's own error for it does."""
+    raw = os.environ.get(name, "")
+    v = raw.strip().lower()
+    if raw == "":
+        return default
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise make_error(
+        Result.INVALID_ARGUMENT,
+        f"{name}={quote(raw)} cannot be read as a boolean: not one of 1/true/yes/on or 0/false/no/off",
     )
 
 
