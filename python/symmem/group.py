@@ -56,6 +56,19 @@ def nccl_version() -> int:
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
+def _check_name(name, what: str) -> None:
+    """A group's name: TypeError for anything but a str, InvalidArgumentError
+    for a str the library would refuse (checked here first, so that the
+    message is the call's)."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what}: name must be a str, not {brief(name)}")
+    if not _NAME_RE.match(name):
+        raise make_error(
+            Result.INVALID_ARGUMENT,
+            f"{what}: bad name {quote(name)} (letters, digits, '.', '_', '-'; 1 to 64 characters)",
+        )
+
+
 _INT64_MAX = (1 << 63) - 1
 
 
@@ -158,13 +171,9 @@ class Group:
         timeout: Optional[float] = None,
         allgather: Optional[AllGather] = None,
     ):
-        if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise make_error(
-                Result.INVALID_ARGUMENT,
-                f"symmem.Group: bad name {quote(name)} (letters, digits, '.', '_', '-'; 1 to 64 characters)",
-            )
-        self.name = name
         w = "symmem.Group"
+        _check_name(name, w)
+        self.name = name
         rank, world_size = int_arg(rank, "rank", w, C_INT), int_arg(world_size, "world_size", w, C_INT)
         device = int_arg(device, "device", w, C_INT)
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
@@ -209,11 +218,7 @@ class Group:
         $SYMMEM_LIBNCCL, else libnccl.so.2); without a usable NCCL (2.28 or
         newer) this raises UnavailableError saying what was found.
         """
-        if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise make_error(
-                Result.INVALID_ARGUMENT,
-                f"symmem.Group.from_nccl: bad name {quote(name)} (letters, digits, '.', '_', '-'; 1 to 64 characters)",
-            )
+        _check_name(name, "symmem.Group.from_nccl")
         comm = int_arg(comm, "comm", "symmem.Group.from_nccl", C_PTR)
         self = cls.__new__(cls)
         self.name = name
