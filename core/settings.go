@@ -74,6 +74,7 @@ var settingSpecs = []settingSpec{
 	{name: "SYMMEM_LIBNCCL", kind: kindText, doc: "path of the NCCL library"},
 	{name: "SYMMEM_LIBNVRTC", kind: kindText, doc: "path of the NVRTC library"},
 	{name: "SYMMEM_LIBRARY", kind: kindText, reader: "python", doc: "path of libsymmem.so for the Python package"},
+	{name: "SYMMEM_PYTHON_INTERRUPTS", kind: kindBool, reader: "python", doc: "the Python package lets signals (Ctrl-C) end the library's waits (on)"},
 	{name: "SYMMEM_VLLM_ALLOCATOR", kind: kindBool, reader: "python", doc: "the vLLM plugin makes vLLM's CuMemAllocator.get_instance() return libsymmem's"},
 	{name: "SYMMEM_STRICT", kind: kindBool, doc: "abort on an invalid or double-freed pointer"},
 	{name: "SYMMEM_THREAD_CACHE", kind: kindBool, doc: "per-thread caches of freed blocks in front of the allocator"},
@@ -263,10 +264,15 @@ func (s *Setting) read(spec settingSpec) {
 }
 
 // nearestSetting names the known setting closest to name (edit distance at
-// most 3), or "".
+// most 3), or "". A name whose length differs from a setting's by more than
+// 3 is not compared with it: the distance is at least the difference, and a
+// name of any length costs no more than a short one.
 func nearestSetting(name string) string {
 	best, bestD := "", 4
 	for _, s := range settingSpecs {
+		if len(name) > len(s.name)+3 || len(s.name) > len(name)+3 {
+			continue
+		}
 		if d := editDistance(name, s.name); d < bestD {
 			best, bestD = s.name, d
 		}
@@ -466,8 +472,8 @@ func (st *Settings) Warnings() []string {
 		if near := nearestSetting(s.Name); near != "" {
 			hint = "did you mean " + near + "?"
 		}
-		out = append(out, fmt.Sprintf("symmem: warning: %s=%q is not a libsymmem setting and is ignored; %s (SYMMEM_QUIET=1 silences this)",
-			s.Name, s.Raw, hint))
+		out = append(out, fmt.Sprintf("symmem: warning: %s=%s is not a libsymmem setting and is ignored; %s (SYMMEM_QUIET=1 silences this)",
+			settingName(s.Name), Quote(s.Raw), hint))
 	}
 	return out
 }

@@ -171,3 +171,49 @@ func TestUnknownSettingWarning(t *testing.T) {
 	ParseSettings([]string{"SYMMEM_TIMEOUT_MS=100"}).WarnUnknown(&out)
 	require.Empty(t, out.String())
 }
+
+// Every line the settings give (warnings at load, notes, errors) echoes a
+// name or value of the environment through Quote: a 100,000-character name
+// and value come back cut, each once, and no line reaches MaxMessageBytes
+// (Note [Bounded messages]). The name also costs no edit distance over its
+// whole length.
+func TestSettingsMessagesBounded(t *testing.T) {
+	long := strings.Repeat("v", 100_000)
+	longName := "SYMMEM_" + strings.Repeat("N", 100_000)
+	start := time.Now()
+	st := ParseSettings([]string{longName + "=" + long, "SYMMEM_TIMEOUT=" + long, "SYMMEM_STRICT=" + long})
+	var out strings.Builder
+	st.WarnUnknown(&out)
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	require.Len(t, lines, 2, "one warning per unknown name")
+	lines = append(lines, st.Notes()...)
+	lines = append(lines, st.Err().Error())
+	for _, l := range lines {
+		assert.Less(t, len(l), MaxMessageBytes, l[:min(len(l), 200)])
+		assert.NotContains(t, l, strings.Repeat("v", QuoteMaxChars+1))
+		assert.NotContains(t, l, strings.Repeat("N", QuoteMaxChars+1))
+	}
+	assert.Contains(t, lines[0], "…\" (100007 characters)=\"vvvv")
+	assert.Contains(t, lines[0], "(100000 characters) is not a libsymmem setting")
+	assert.Contains(t, lines[1], "SYMMEM_TIMEOUT=\"vvvv")
+	assert.Contains(t, lines[1], "did you mean SYMMEM_TIMEOUT_MS?")
+	assert.Less(t, time.Since(start), 2*time.Second, "a long name is not compared character by character with every setting")
+}
+
+// SYMMEM_PYTHON_INTERRUPTS is a boolean setting (read by the Python
+// package): no warning calls it ignored, it reads by the boolean rule, and a
+// value that is no boolean is an error like any other setting's.
+func TestPythonInterruptsIsABooleanSetting(t *testing.T) {
+	require.True(t, IsSetting("SYMMEM_PYTHON_INTERRUPTS"))
+	for v, want := range map[string]bool{"0": false, "off": false, "False": false, "no": false, "1": true, "on": true, "YES": true} {
+		st := ParseSettings([]string{"SYMMEM_PYTHON_INTERRUPTS=" + v})
+		assert.Empty(t, st.Warnings(), v)
+		assert.Empty(t, st.Notes(), v)
+		assert.Equal(t, want, st.Bool("SYMMEM_PYTHON_INTERRUPTS", !want), v)
+		require.Len(t, st.All(), 1)
+		assert.Equal(t, "python", st.All()[0].Reader)
+	}
+	st := ParseSettings([]string{"SYMMEM_PYTHON_INTERRUPTS=sometimes"})
+	require.Error(t, st.Err())
+	assert.Contains(t, st.Err().Error(), `SYMMEM_PYTHON_INTERRUPTS="sometimes" cannot be read as a boolean`)
+}

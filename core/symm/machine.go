@@ -59,7 +59,7 @@ func (m machineIdentity) key() string {
 // String names the machine for messages.
 func (m machineIdentity) String() string {
 	if m.simulated != "" {
-		return fmt.Sprintf("machine %q (SYMMEM_MACHINE_ID on host %s)", m.simulated, m.hostname)
+		return fmt.Sprintf("machine %s (SYMMEM_MACHINE_ID on host %s)", core.Quote(m.simulated), m.hostname)
 	}
 	return fmt.Sprintf("host %s (boot id %s)", m.hostname, m.bootID)
 }
@@ -76,6 +76,9 @@ func ThisMachine() MachineInfo {
 	return MachineInfo{Hostname: m.hostname, BootID: m.bootID, Simulated: m.simulated, Err: m.err}
 }
 
+// maxMachineID bounds SYMMEM_MACHINE_ID: a name, sent in every member record.
+const maxMachineID = 256
+
 // bootIDPath is the kernel's boot id.
 const bootIDPath = "/proc/sys/kernel/random/boot_id"
 
@@ -85,6 +88,12 @@ var thisMachine = readMachine(bootIDPath)
 // readMachine reads this process's identity; path is the boot id's file.
 func readMachine(path string) machineIdentity {
 	m := machineIdentity{simulated: core.Current().Text("SYMMEM_MACHINE_ID", "")}
+	if len(m.simulated) > maxMachineID {
+		// Refused here, on the rank that has it, rather than by the peers
+		// as a member record too long to read.
+		m.err = core.Errorf(core.ErrInvalidArgument, "SYMMEM_MACHINE_ID=%s is longer than the %d bytes allowed", core.Quote(m.simulated), maxMachineID)
+		m.simulated = ""
+	}
 	var un unix.Utsname
 	if err := unix.Uname(&un); err != nil {
 		m.err = core.Errorf(core.ErrBackend, "reading this machine's identity: uname: %s", withErrno(err))

@@ -43,6 +43,17 @@ import (
 // released theirs, so no window of it can be registered again until they
 // have memory again); Handle.Window says so and names the remedy, and the
 // resume registers its window again with everyone's (Note [Pause phases]).
+//
+// Releasing an idle segment (EmptyCache, a memory limit, not a pause) runs
+// the same release hook in the same order: the window goes immediately
+// before its segment's unmap, because NCCL uses the memory until its
+// window is gone (the stand-in NCCL refuses to deregister unmapped
+// memory), and a window left registered on an address range that the heap
+// hands out again would be registered twice. A refused deregistration
+// keeps the segment cached with its window; a refused unmap after it
+// leaves the idle segment cached without one, which no handle holds, and
+// the next rendezvous on it registers a new window
+// (TestEmptyCacheDeregistersBeforeTheUnmapAsThePause).
 type windowRegistry interface {
 	// held is blockRecord.winHeld for seg: 1 + its ID where this rank holds
 	// the segment's window, else 0.

@@ -42,7 +42,7 @@ from ctypes import (
 from pathlib import Path
 from typing import Callable, List, Optional, TypeVar
 
-from .errors import C_INT, Result, UnavailableError, int_arg, make_error, quote
+from .errors import C_INT, Result, UnavailableError, env_bool, int_arg, make_error, quote
 
 __all__ = [
     "LibraryNotFoundError",
@@ -541,7 +541,9 @@ def install_interrupts() -> bool:
     progress returns INTERRUPTED within about 50 ms and check() raises the
     signal's exception (KeyboardInterrupt). Set up once, from the main
     thread, unless another wakeup fd is set (asyncio's: then waits run to
-    their end as before) or SYMMEM_PYTHON_INTERRUPTS=0. Every signal that
+    their end as before) or SYMMEM_PYTHON_INTERRUPTS is off (a boolean
+    setting: 0/false/no/off; a value that is no boolean raises
+    InvalidArgumentError, so a group is not made). Every signal that
     has a Python handler interrupts the waits in progress (CPython writes
     the wakeup fd for each); one whose handler does not raise leaves
     InterruptedError, and the group aborted. Returns whether it is on."""
@@ -550,6 +552,7 @@ def install_interrupts() -> bool:
         return bool(_interrupts)
     import signal
 
+    wanted = env_bool("SYMMEM_PYTHON_INTERRUPTS", True)  # an unreadable value raises, every time
     if threading.current_thread() is not threading.main_thread():
         return False  # set_wakeup_fd is the main thread's; try again from there
     library = lib()  # loaded before _lock is taken (lib() takes it to load)
@@ -557,7 +560,7 @@ def install_interrupts() -> bool:
         if _interrupts is not None:
             return bool(_interrupts)
         _interrupts = False
-        if os.environ.get("SYMMEM_PYTHON_INTERRUPTS", "1") == "0" or not library.has("symmem_set_interrupt_fd"):
+        if not wanted or not library.has("symmem_set_interrupt_fd"):
             return False
         r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         try:

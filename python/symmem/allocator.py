@@ -85,7 +85,7 @@ def alloc(size: int, device: int = 0, stream=0) -> int:
     """
     w = "symmem.alloc"
     # More than size_t can hold is more memory than there is: OUT_OF_MEMORY.
-    size = int_arg(size, "size", w, C_SIZE, too_big=Result.OUT_OF_MEMORY)
+    size = int_arg(size, "size", w, C_SIZE)
     device = int_arg(device, "device", w, C_INT)
     lib = _lib.lib()
     return int(check_pointer(lib.symmem_alloc, size, device, _stream(stream, w), what="symmem_alloc"))

@@ -21,18 +21,11 @@ import weakref
 from typing import Any, List, Optional, Tuple
 
 from . import _lib, allocator
+from ._owned import Owned
 from ._lib import check
 from .errors import C_INT, C_PTR, C_SIZE, Result, SymmemError, int_arg, make_error
 
 __all__ = ["Buffer", "empty"]
-
-
-def _free_quietly(ptr: int, size: int, device: int, stream: int) -> None:
-    # Runs from a finalizer: never raise.
-    try:
-        allocator.free(ptr, size, device, stream)
-    except Exception:  # pragma: no cover - nothing sensible to do in a finalizer
-        pass
 
 
 class Buffer:
@@ -48,7 +41,7 @@ class Buffer:
     """
 
     __slots__ = (
-        "ptr", "nbytes", "device", "kind", "owning", "stream", "_keep", "_finalizer", "_views", "_gone", "__weakref__",
+        "ptr", "nbytes", "device", "kind", "owning", "stream", "_keep", "_owned", "_views", "_gone", "__weakref__",
     )
 
     def __init__(
@@ -74,21 +67,17 @@ class Buffer:
         # Why a view may no longer be touched (its handle was released), or
         # None while it may.
         self._gone: Optional[str] = None
-        if owning:
-            # requested size = nbytes: the size check of symmem_free passes.
-            self._finalizer = weakref.finalize(self, _free_quietly, self.ptr, self.nbytes, self.device, stream)
-            # Freeing at interpreter exit gains nothing (the process's memory
-            # goes away) and may race with the library's own shutdown.
-            self._finalizer.atexit = False
-        else:
-            self._finalizer = None
+        # The memory, when owning: free() or the collector frees it
+        # (symmem._owned); requested size = nbytes, so symmem_free's size
+        # check passes.
+        self._owned = Owned(allocator.free, self.ptr, self.nbytes, self.device, self.stream) if owning else None
 
     # -- life ---------------------------------------------------------------
 
     @property
     def freed(self) -> bool:
         """Whether an owning buffer has been freed."""
-        return self._finalizer is not None and not self._finalizer.alive
+        return self._owned is not None and not self._owned.alive
 
     def _free_through_symmem_free(self) -> None:
         """symmem.free(buffer): only the owner frees memory."""
@@ -108,9 +97,9 @@ class Buffer:
         and InvalidStateError is raised: drop that object and call again.
         """
         self._release_views("free")
-        if self._finalizer is not None and self._finalizer.alive:
-            self._finalizer.detach()
-            allocator.free(self.ptr, self.nbytes, self.device, self.stream)
+        owed = self._owned.take() if self._owned is not None else None
+        if owed is not None:
+            allocator.free(*owed)
 
     def _release_views(self, what: str) -> None:
         """Release every memoryview handed out; raise InvalidStateError if
@@ -291,7 +280,7 @@ def empty(nbytes: int, device: int = 0, stream=0) -> Buffer:
     offset is the same on every rank that makes the same allocations, even
     where one rank freed scratch memory the others did not."""
     w = "symmem.empty"
-    nbytes = int_arg(nbytes, "nbytes", w, C_SIZE, too_big=Result.OUT_OF_MEMORY)
+    nbytes = int_arg(nbytes, "nbytes", w, C_SIZE)
     device = int_arg(device, "device", w, C_INT)
     raw_stream = allocator._stream(stream, w) or 0
     lib = _lib.lib()

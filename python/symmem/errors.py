@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import ctypes
+import os
 import reprlib
 from typing import Dict, NamedTuple, Type, Union
 
@@ -186,7 +187,7 @@ C_SIZE = CType("size_t", 0, (1 << _SIZE_BITS) - 1)
 C_PTR = CType("a pointer", 0, (1 << _PTR_BITS) - 1)
 
 
-def int_arg(value, name: str, what: str, ctype: CType, *, too_big: int = Result.INVALID_ARGUMENT) -> int:
+def int_arg(value, name: str, what: str, ctype: CType) -> int:
     """value as an int for the C parameter name (of C type ctype) of the
     call what, checked before ctypes sees it (ctypes keeps the low bits of
     an int that does not fit, silently: device 2**32 would be device 0).
@@ -195,8 +196,8 @@ def int_arg(value, name: str, what: str, ctype: CType, *, too_big: int = Result.
     4096.0 or "4096" are refused rather than converted (anything with
     __index__, such as numpy's integers, is an int; bool is not); raises
     InvalidArgumentError naming the call, the parameter, the value and the
-    C type's range for an int outside it (too_big: the result code for a
-    value above the range, e.g. OUT_OF_MEMORY for an allocation's size).
+    C type's range for an int outside it, whichever side (an allocation's
+    size of 2**70 does not fit, as 2**32 as a device does not).
     Messages are bounded (Note [Bounded messages] in core/quote.go): the
     value is shown through :func:`brief`.
     """
@@ -207,10 +208,33 @@ def int_arg(value, name: str, what: str, ctype: CType, *, too_big: int = Result.
     v = value.__index__()
     if ctype.lo <= v <= ctype.hi:
         return v
-    code = too_big if v > ctype.hi else Result.INVALID_ARGUMENT
     raise make_error(
-        code,
+        Result.INVALID_ARGUMENT,
         f"{what}: {name} {int_text(v)} is out of range for its C type {ctype.name} [{ctype.lo}, {ctype.hi}]",
+    )
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """The boolean setting name, read by the library's rule for booleans
+    (Note [Settings] in core/settings.go): 1/true/yes/on or 0/false/no/off
+    in any case, spaces around ignored; unset or empty is default; anything
+    else raises InvalidArgumentError naming the variable and the value, as
+    the library's own error for it does."""
+    raw = os.environ.get(name, "")
+    v = raw.strip().lower()
+    if raw == "":
+        return default
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise make_error(
+        Result.INVALID_ARGUMENT,
+        f"{name}={quote(raw)} cannot be read as a boolean: not one of 1/true/yes/on or 0/false/no/off",
     )
 
 

@@ -18,7 +18,6 @@ ints holding a CUstream (0: the legacy default stream), or objects with a
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import math
 import re
@@ -28,6 +27,7 @@ import weakref
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 from . import _coll, _lib
+from ._owned import Owned
 from .allocator import _stream, backend_name
 from .buffer import Buffer
 from ._lib import check, error_from_last
@@ -56,6 +56,19 @@ def nccl_version() -> int:
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
+def _check_name(name, what: str) -> None:
+    """A group's name: TypeError for anything but a str, InvalidArgumentError
+    for a str the library would refuse (checked here first, so that the
+    message is the call's)."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what}: name must be a str, not {brief(name)}")
+    if not _NAME_RE.match(name):
+        raise make_error(
+            Result.INVALID_ARGUMENT,
+            f"{what}: bad name {quote(name)} (letters, digits, '.', '_', '-'; 1 to 64 characters)",
+        )
+
+
 _INT64_MAX = (1 << 63) - 1
 
 
@@ -80,33 +93,6 @@ def _timeout_ms(timeout: Optional[float], what: str = "symmem") -> int:
         return _INT64_MAX
     return min(_INT64_MAX, max(1, int(round(timeout * 1000))))
 
-
-def _destroy_group(ptr: int) -> None:
-    try:
-        _lib.lib().symmem_group_destroy(ptr)
-    except Exception:  # pragma: no cover - finalizer
-        pass
-
-
-def _release_handle(ptr: int) -> None:
-    try:
-        _lib.lib().symmem_handle_release(ptr)
-    except Exception:  # pragma: no cover - finalizer
-        pass
-
-
-# Handle.__del__ releases a handle that was never released, except once the
-# interpreter exits (as weakref.finalize with atexit=False does for groups
-# and buffers): the library's objects then go with the process.
-_exiting = False
-
-
-def _at_exit() -> None:
-    global _exiting
-    _exiting = True
-
-
-atexit.register(_at_exit)
 
 # struct symmem_handle_desc read in one unpack: rank, world_size, then
 # buffer_size, offset, signal_pad_size, then the four pointer arrays.
@@ -158,13 +144,9 @@ class Group:
         timeout: Optional[float] = None,
         allgather: Optional[AllGather] = None,
     ):
-        if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise make_error(
-                Result.INVALID_ARGUMENT,
-                f"symmem.Group: bad name {quote(name)} (letters, digits, '.', '_', '-'; 1 to 64 characters)",
-            )
-        self.name = name
         w = "symmem.Group"
+        _check_name(name, w)
+        self.name = name
         rank, world_size = int_arg(rank, "rank", w, C_INT), int_arg(world_size, "world_size", w, C_INT)
         device = int_arg(device, "device", w, C_INT)
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
@@ -172,7 +154,7 @@ class Group:
         # Known before the library confirms them, for the all-gather callback.
         self.rank, self.world_size, self.device = rank, world_size, device
         self._ptr: Optional[int] = None
-        self._finalizer = None
+        self._owned: Optional[Owned] = None
         self._mapped_peers: Optional[int] = None  # for Handle, asked with the first one
         self._allgather = allgather
         self._callback = None
@@ -188,12 +170,7 @@ class Group:
                 name.encode(), rank, world_size, device, _timeout_ms(timeout, w), self._callback, None, ctypes.byref(out)
             )
         self._raise_if(rc, "symmem_group_create")
-        self._ptr = int(out.value)
-        self._finalizer = weakref.finalize(self, _destroy_group, self._ptr)
-        self._finalizer.atexit = False
-        self.rank = int(lib.symmem_group_rank(self._ptr))
-        self.world_size = int(lib.symmem_group_world_size(self._ptr))
-        self.device = int(lib.symmem_group_device(self._ptr))
+        self._adopt(out)
 
     @classmethod
     def from_nccl(cls, comm: int, name: str, timeout: Optional[float] = None, windows: bool = True) -> "Group":
@@ -209,16 +186,12 @@ class Group:
         $SYMMEM_LIBNCCL, else libnccl.so.2); without a usable NCCL (2.28 or
         newer) this raises UnavailableError saying what was found.
         """
-        if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise make_error(
-                Result.INVALID_ARGUMENT,
-                f"symmem.Group.from_nccl: bad name {quote(name)} (letters, digits, '.', '_', '-'; 1 to 64 characters)",
-            )
+        _check_name(name, "symmem.Group.from_nccl")
         comm = int_arg(comm, "comm", "symmem.Group.from_nccl", C_PTR)
         self = cls.__new__(cls)
         self.name = name
         self._ptr = None
-        self._finalizer = None
+        self._owned = None
         self._mapped_peers = None
         self._allgather = None
         self._callback = None
@@ -230,13 +203,19 @@ class Group:
         flags = 0 if windows else NCCL_NO_WINDOWS
         rc = lib.symmem_group_create_nccl(ctypes.c_void_p(int(comm)), name.encode(), _timeout_ms(timeout, "symmem.Group.from_nccl"), flags, ctypes.byref(out))
         check(rc, "symmem_group_create_nccl")
+        self._adopt(out)
+        return self
+
+    def _adopt(self, out: ctypes.c_void_p) -> None:
+        """Own the ``symmem_group*`` a creation made (symmem._owned: destroy(),
+        or the collector, destroys it) and read rank, world size and device
+        from it."""
+        lib = _lib.lib()
         self._ptr = int(out.value)
-        self._finalizer = weakref.finalize(self, _destroy_group, self._ptr)
-        self._finalizer.atexit = False
+        self._owned = Owned(lib.symmem_group_destroy, self._ptr)
         self.rank = int(lib.symmem_group_rank(self._ptr))
         self.world_size = int(lib.symmem_group_world_size(self._ptr))
         self.device = int(lib.symmem_group_device(self._ptr))
-        return self
 
     # -- local teams (docs/machines.md) -------------------------------------
 
@@ -350,11 +329,10 @@ class Group:
 
     def destroy(self) -> None:
         """Leave the group. Handles made from it stay valid until released."""
-        if self._finalizer is not None and self._finalizer.alive:
-            self._finalizer.detach()
-            ptr, self._ptr = self._ptr, None
-            check(_lib.lib().symmem_group_destroy(ptr), "symmem_group_destroy")
+        owed = self._owned.take() if self._owned is not None else None
         self._ptr = None
+        if owed is not None:
+            check(_lib.lib().symmem_group_destroy(*owed), "symmem_group_destroy")
 
     def __enter__(self) -> "Group":
         return self
@@ -395,12 +373,14 @@ class Handle:
     # A rendezvous again makes a Handle and releases it in a loop of its
     # caller, so construction costs one C call (symmem_handle_describe into a
     # buffer each thread keeps), one read of the pointer arrays, and what the
-    # group already knows; a handle never released is released by __del__.
+    # group already knows; a handle never released is released when it is
+    # collected (symmem._owned).
 
     def __init__(self, ptr: int, group: Optional[Group] = None):
-        self._ptr: Optional[int] = int(ptr)  # set first: __del__ releases it should __init__ fail
-        self._group = group  # keeps a Python all-gather callback alive
         lib = _lib.lib()
+        self._ptr: Optional[int] = int(ptr)
+        self._owned = Owned(lib.symmem_handle_release, self._ptr)  # first: released should __init__ fail
+        self._group = group  # keeps a Python all-gather callback alive
         # Every property in one call (a library without it raises
         # UnavailableError naming itself as older than this package).
         desc = _desc_buffer
@@ -428,11 +408,6 @@ class Handle:
         self._put_signal = lib.symmem_put_signal
         self._wait_signal = lib.symmem_wait_signal
         self._barrier = lib.symmem_barrier
-
-    def __del__(self) -> None:
-        ptr = self.__dict__.get("_ptr")
-        if ptr is not None and not _exiting:
-            _release_handle(ptr)
 
     @property
     def ptr(self) -> int:
@@ -720,10 +695,11 @@ class Handle:
             if view is not None:
                 view._invalidate("its symmem.Handle was released")
         self._views.clear()
-        ptr, self._ptr = self._ptr, None
+        self._ptr = None
         self._group = None
-        if ptr is not None:
-            rc = _lib.lib().symmem_handle_release(ptr)
+        owed = self._owned.take()
+        if owed is not None:
+            rc = _lib.lib().symmem_handle_release(*owed)
             if rc:
                 check(rc, "symmem_handle_release")
 

@@ -14,12 +14,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from typing import Any, Dict, List
 
 from . import _lib
 from ._version import __version__
+from .errors import quote
 
 __all__ = ["info", "self_test", "format_text"]
 
@@ -99,21 +101,27 @@ def self_test() -> List[Dict[str, Any]]:
         env["SYMMEM_LIBRARY"] = str(_lib.lib().path)
         pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = pkg_parent + os.pathsep + env.get("PYTHONPATH", "")
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-c", _RANK_SCRIPT, name, str(r), "2"],
-                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            )
-            for r in range(2)
-        ]
+        # Each rank's output goes to a file, not a pipe: a rank that writes
+        # more than a pipe holds before it joins would otherwise wait for a
+        # reader while the other rank waits for it.
         outs = []
-        for p in procs:
-            try:
-                out, _ = p.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, _ = p.communicate()
-            outs.append((p.returncode, out.strip()))
+        with tempfile.TemporaryFile() as f0, tempfile.TemporaryFile() as f1:
+            files = (f0, f1)
+            procs = [
+                subprocess.Popen(
+                    [sys.executable, "-c", _RANK_SCRIPT, name, str(r), "2"],
+                    env=env, stdout=files[r], stderr=subprocess.STDOUT,
+                )
+                for r in range(2)
+            ]
+            for p, f in zip(procs, files):
+                try:
+                    p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+                f.seek(0)
+                outs.append((p.returncode, f.read().decode(errors="replace").strip()))
         bad = [f"rank {r}: exit {rc}: {out[-400:]}" for r, (rc, out) in enumerate(outs) if rc != 0]
         if bad:
             raise RuntimeError("; ".join(bad))
@@ -196,7 +204,10 @@ def format_text(rep: Dict[str, Any]) -> str:
     if not rep.get("settings"):
         L.append("  none")
     for st in rep.get("settings") or []:
-        line = f"  {st['name']}={st['value']}: {st['kind']}, read as {st['reading']} (by {st['read_by']})"
+        # Name and value as the library's messages show them: cut at 64
+        # characters (Note [Bounded messages]); the JSON report keeps them whole.
+        name = st["name"] if len(st["name"]) <= 64 else quote(st["name"])
+        line = f"  {name}={quote(st['value'])}: {st['kind']}, read as {st['reading']} (by {st['read_by']})"
         if st.get("error"):
             line += f"  ERROR: {st['error']}"
         L.append(line)

@@ -117,3 +117,42 @@ def test_abort_through_symmem_torch_without_torch():
     h.release()
     g.destroy()
     g.abort()  # destroyed: a no-op
+
+
+# SYMMEM_PYTHON_INTERRUPTS is a boolean setting read by the boolean rule of
+# every setting; each value runs in a fresh process (the set-up is once per
+# process).
+_INTERRUPTS_PROBE = r"""
+import signal, symmem
+from symmem import _lib
+try:
+    on = _lib.install_interrupts()
+except symmem.InvalidArgumentError as e:
+    print("ERROR", e.message)
+else:
+    print("ON" if on else "OFF", signal.set_wakeup_fd(-1) != -1)
+"""
+
+
+@pytest.mark.parametrize("value, want", [
+    ("0", "OFF False"), ("off", "OFF False"), ("False", "OFF False"), (" no ", "OFF False"),
+    ("1", "ON True"), ("on", "ON True"), ("YES", "ON True"), ("", "ON True"),
+])
+def test_python_interrupts_setting_reads_as_a_boolean(value, want):
+    env = dict(os.environ, SYMMEM_PYTHON_INTERRUPTS=value)
+    env.pop("SYMMEM_QUIET", None)
+    p = subprocess.run([sys.executable, "-c", _INTERRUPTS_PROBE], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == want, (value, p.stdout, p.stderr)
+    assert "SYMMEM_PYTHON_INTERRUPTS" not in p.stderr, p.stderr  # no warning calls it ignored
+
+
+def test_python_interrupts_setting_that_is_no_boolean_fails_the_group():
+    env = dict(os.environ, SYMMEM_PYTHON_INTERRUPTS="sometimes")
+    code = _INTERRUPTS_PROBE + "\ntry:\n    symmem.Group('pi', 0, 1, timeout=5)\nexcept symmem.InvalidArgumentError as e:\n    print('GROUP', e.message)\n"
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.strip().splitlines()
+    want = 'SYMMEM_PYTHON_INTERRUPTS="sometimes" cannot be read as a boolean'
+    assert lines[0].startswith("ERROR ") and want in lines[0], p.stdout
+    assert lines[1].startswith("GROUP ") and want in lines[1], p.stdout

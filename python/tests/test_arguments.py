@@ -55,6 +55,18 @@ def test_group_timeout_and_rendezvous_types():
             symmem.rendezvous(0, "g")
 
 
+@pytest.mark.parametrize("make", [
+    lambda name: symmem.Group(name, 0, 1, timeout=5),
+    lambda name: symmem.Group.from_nccl(0x1000, name),
+])
+def test_group_name_that_is_no_str_is_a_type_error(make):
+    for name, shown in ((None, "NoneType None"), (42, "int 42"), (b"job", "bytes b'job'")):
+        with pytest.raises(TypeError, match=f"name must be a str, not {shown}"):
+            make(name)
+    with pytest.raises(symmem.InvalidArgumentError, match='bad name "job 42"'):
+        make("job 42")  # a str the library refuses stays InvalidArgumentError
+
+
 def test_free_accepts_a_buffer():
     before = symmem.memory_stats(0)["allocation.all.current"]
     buf = symmem.empty(4096)

@@ -163,6 +163,16 @@ def test_long_socket_dir():
     check_message(out["error"], "s")
 
 
+def test_long_machine_id():
+    # Refused on the rank that has it, naming the setting (not by the peers
+    # as a member record too long to read).
+    out = probe({"SYMMEM_MACHINE_ID": "i" * LONG}, "group")
+    assert out["error"], out
+    check_message(out["error"], "i")
+    assert "SYMMEM_MACHINE_ID=" in out["error"] and "longer than the 256 bytes allowed" in out["error"], out
+    assert "malformed" not in out["error"], out
+
+
 def test_long_driver_path():
     out = probe({"SYMMEM_BACKEND": "cuda", "SYMMEM_LIBCUDA": "/" + "c" * (LONG - 1)})
     assert out["error"], out

@@ -6,7 +6,9 @@ runs the same programs with torch tensors."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import io
 import os
 import subprocess
 import sys
@@ -18,6 +20,7 @@ import pytest
 import symmem
 import symmem.compat
 from symmem.compat import vllm as compat_vllm
+from symmem.compat.__main__ import main as compat_main
 from symmem.compat._memory import BufferMemory
 from symmem.compat.torch_memory_saver import TorchMemorySaver
 
@@ -448,6 +451,52 @@ def test_python_m_symmem_compat_runs_an_unchanged_program(tmp_path):
     )
     out = _run("", argv=[sys.executable, "-m", "symmem.compat", "--", sys.executable, str(prog)])
     assert out.strip() == "ok"
+
+
+@pytest.mark.parametrize("cmd, why", [
+    ("", "empty"),
+    ("no-such-program-" + "z" * 200, "No such file or directory"),
+    ("a\0b", "null"),
+])
+def test_python_m_symmem_compat_cannot_run(cmd, why):
+    """A program that cannot be run is one line and status 127, as a shell
+    says it, never a traceback; the name is quoted and cut (Note [Bounded
+    messages])."""
+    for argv in (["--", cmd], [cmd]):
+        if "\0" in cmd:  # no argument of a process holds a NUL: called in-process
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                rc = compat_main(argv)
+            stderr = err.getvalue()
+        else:
+            p = subprocess.run([sys.executable, "-m", "symmem.compat", *argv], capture_output=True, text=True, timeout=60)
+            rc, stderr = p.returncode, p.stderr
+        assert rc == 127, (argv, rc, stderr)
+        lines = stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("python -m symmem.compat: cannot run "), stderr
+        assert why in lines[0] and "Traceback" not in stderr, stderr
+        assert "z" * 65 not in lines[0], lines[0]
+
+
+def test_get_cpu_backup_of_a_buffer(saver):
+    """Without torch the drop-in's tensors are symmem.Buffer objects:
+    get_cpu_backup reads their address and size (ptr, nbytes)."""
+    tag = unique("buf")
+    with saver.region(tag=tag, enable_cpu_backup=True):
+        buf = symmem.empty(MiB + 3)
+    buf.fill(0x5A)
+    saver.pause(tag)
+    copy = saver.get_cpu_backup(buf)
+    assert copy == bytes([0x5A]) * (MiB + 3)
+    view = saver.get_cpu_backup(buf, zero_copy=True)
+    assert isinstance(view, memoryview) and len(view) == MiB + 3 and view[MiB + 2] == 0x5A
+    del view
+    saver.resume(tag)
+    assert buf.read(MiB, 3) == bytes([0x5A]) * 3
+    assert saver.get_cpu_backup(buf) is None
+    with pytest.raises(TypeError, match="symmem.Buffer or an object with data_ptr\\(\\) and nbytes, not int 4096"):
+        saver.get_cpu_backup(4096)
+    buf.free()
 
 
 def test_tms_init_enable_makes_every_allocation_pauseable():

@@ -124,3 +124,42 @@ def test_a_misspelt_setting_warns_once_at_load():
     env["SYMMEM_QUIET"] = "1"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 0 and "SYMMEM_TIMEOUT" not in p.stderr, p.stderr
+
+
+def test_long_setting_name_and_value_give_bounded_lines():
+    """A 100,000-character SYMMEM_* name and value (no setting) give one
+    warning at load and one report line, each cut at 64 characters per echo
+    (Note [Bounded messages]), and the self-test's ranks, which inherit
+    them, still meet."""
+    # One environment string holds at most 128 KiB: the long name has a
+    # short value, the long value a short name.
+    long_name, long_value = "SYMMEM_" + "N" * 100_000, "v" * 100_000
+    env = {long_name: "1", "SYMMEM_TIMEOUT": long_value}
+    env_clean = {k: v for k, v in os.environ.items() if k != "SYMMEM_QUIET"}
+    env_clean.update(env)
+    p = subprocess.run([sys.executable, "-m", "symmem"], capture_output=True, text=True, env=env_clean, timeout=120)
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
+    warnings = [line for line in p.stderr.splitlines() if "is not a libsymmem setting" in line]
+    assert len(warnings) == 2, p.stderr[:2000]
+    report = [line for line in p.stdout.splitlines() if "NNNN" in line or "SYMMEM_TIMEOUT=" in line]
+    assert len(report) == 4, p.stdout[:4000]  # the notes and the settings list each name both
+    for line in p.stdout.splitlines() + p.stderr.splitlines():
+        assert len(line.encode()) < 1024, line[:300]
+        assert "N" * 65 not in line and "v" * 65 not in line, line[:300]
+    assert sum("(100007 characters)=\"1\"" in line for line in warnings) == 1, warnings
+    assert sum("SYMMEM_TIMEOUT=\"vvvv" in line and "(100000 characters)" in line for line in warnings) == 1, warnings
+    assert "self-test: PASS" in p.stdout
+
+
+def test_self_test_ranks_may_write_more_than_a_pipe_holds(monkeypatch):
+    """The self-test's ranks write their output where nothing has to read it
+    while they run: 256 KiB written before a rank joins does not keep the
+    other rank waiting for it."""
+    info = sys.modules["symmem.info"]  # the package's name "info" is the function
+
+    monkeypatch.setattr(info, "_RANK_SCRIPT", "import sys; sys.stdout.write('x' * (256 << 10)); sys.stdout.flush()\n"
+                        + info._RANK_SCRIPT)
+    monkeypatch.setenv("SYMMEM_TIMEOUT_MS", "10000")
+    results = info.self_test()
+    assert [r["name"] for r in results] == ["allocate and free", "2-process group, rendezvous, barrier"]
+    assert all(r["ok"] for r in results), results[-1]["detail"][-500:]

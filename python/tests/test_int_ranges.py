@@ -4,9 +4,9 @@ an int that does not fit: without the check, device=2**32 allocates on
 device 0, rank 2**32 is rank 0 and channel 2**40 is channel 0.
 
 An int outside its C type's range raises InvalidArgumentError (a
-ValueError) naming the call, the argument, the value and the range; an
-allocation's size above size_t is OutOfMemoryError, as a size that fits
-but is too large."""
+ValueError) naming the call, the argument, the value and the range, an
+allocation's size above size_t too (a size that fits but is too large is
+OutOfMemoryError)."""
 
 from __future__ import annotations
 
@@ -174,12 +174,13 @@ def test_every_entry_point_has_a_case():
     assert expected <= named, expected - named
 
 
-def test_alloc_beyond_size_t_is_out_of_memory():
-    with pytest.raises(symmem.OutOfMemoryError) as e:
-        symmem.alloc(SIZE_OVER + 5)
-    assert f"size {SIZE_OVER + 5} is out of range for its C type size_t" in e.value.message
-    with pytest.raises(symmem.OutOfMemoryError):
-        symmem.empty(SIZE_OVER)
+def test_alloc_beyond_size_t_is_invalid_argument():
+    for call in (symmem.alloc, symmem.empty):
+        for size in (SIZE_OVER, SIZE_OVER + 5, 2**70):
+            with pytest.raises(symmem.InvalidArgumentError) as e:
+                call(size)
+            assert not isinstance(e.value, MemoryError), (call, size)
+            assert f" {size} is out of range for its C type size_t" in e.value.message
 
 
 def test_the_edges_of_each_range_pass_the_check():

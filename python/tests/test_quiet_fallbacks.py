@@ -138,3 +138,21 @@ def test_python_m_symmem_into_a_closed_pipe():
                         text=True, timeout=120)
     assert len(sh.stdout.splitlines()) == 3, sh.stdout
     assert "Traceback" not in sh.stderr and "BrokenPipeError" not in sh.stderr, sh.stderr
+
+
+@pytest.mark.parametrize("redirect, why", [
+    (">&-", "standard output is closed"),
+    ("> /dev/full", "No space left on device"),
+    ("1< /dev/null", "Bad file descriptor"),
+])
+def test_python_m_symmem_with_stdout_closed_or_unwritable(redirect, why):
+    """Standard output closed, full or opened for reading: one line on
+    stderr saying so and status 1, never a traceback."""
+    if "/dev/full" in redirect and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    p = subprocess.run(["sh", "-c", f"'{sys.executable}' -m symmem --no-self-test {redirect}"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    lines = [line for line in p.stderr.splitlines() if line.startswith("python -m symmem")]
+    assert len(lines) == 1 and why in lines[0] and "the report was not printed" in lines[0], p.stderr
+    assert "Traceback" not in p.stderr, p.stderr

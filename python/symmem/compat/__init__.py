@@ -34,7 +34,7 @@ import sys
 from typing import Dict, Iterator, Mapping, Tuple, Type
 
 from .. import errors as _errors
-from ..errors import InvalidArgumentError, Result, SymmemError, quote
+from ..errors import InvalidArgumentError, Result, SymmemError, env_bool, quote
 
 __all__ = ["SHIM_DIR", "install", "installed", "original_error"]
 
@@ -132,13 +132,10 @@ def _original_errors() -> Iterator[None]:
 
 
 def _env_bool(name: str) -> bool:
-    """The environment variable name as a switch (unset: off)."""
-    v = os.environ.get(name, "")
-    if v.lower() in ("", "0", "false", "no", "off"):
-        return False
-    if v.lower() in ("1", "true", "yes", "on"):
-        return True
-    raise ValueError(f"{name}={quote(v)}: expected 1/true/yes/on or 0/false/no/off")
+    """The environment variable name as a switch (unset: off), by the
+    library's rule for booleans (symmem.errors.env_bool; an unreadable value
+    raises InvalidArgumentError, a ValueError)."""
+    return env_bool(name, False)
 
 
 def _subprocess_env(environ: Mapping[str, str]) -> Dict[str, str]:

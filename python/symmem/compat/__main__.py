@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
+from ..errors import quote
 from . import _subprocess_env
 
 
@@ -23,8 +24,12 @@ def main(argv=None) -> int:
     env.update(_subprocess_env(env))
     try:
         os.execvpe(args[0], args, env)
-    except OSError as e:
-        print(f"python -m symmem.compat: cannot run {args[0]!r}: {e}", file=sys.stderr)
+    except (OSError, ValueError) as e:
+        # OSError: not found, not executable, ...; ValueError: a name exec
+        # cannot take (empty, or with a NUL byte). Either way one line and
+        # 127, as a shell says of a command it cannot run.
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        print(f"python -m symmem.compat: cannot run {quote(args[0])}: {why}", file=sys.stderr)
         return 127
     return 0  # not reached
 

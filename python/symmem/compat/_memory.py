@@ -32,12 +32,14 @@ from typing import Any, Iterator, Optional, Tuple
 
 from .. import allocator as _allocator
 from .. import tags as _tags
+from ..buffer import Buffer
+from ..errors import brief
 
 
 class BufferMemory:
     """Memory from libsymmem directly: regions only, no pools. "Tensors" are
-    objects with ``data_ptr()`` and ``nbytes`` (or ``ptr`` and ``size``:
-    :class:`symmem.Buffer`), always contiguous; CPU copies are ``bytes``
+    :class:`symmem.Buffer` objects or others with ``data_ptr()`` and
+    ``nbytes``, always contiguous; CPU copies are ``bytes``
     (``memoryview`` for zero-copy)."""
 
     name = "buffers"
@@ -65,9 +67,11 @@ class BufferMemory:
             _allocator.empty_cache()
 
     def tensor_memory(self, x) -> Tuple[int, int, bool]:
-        if hasattr(x, "data_ptr"):
+        if isinstance(x, Buffer):
+            return x.ptr, x.nbytes, True
+        if hasattr(x, "data_ptr") and hasattr(x, "nbytes"):
             return int(x.data_ptr()), int(x.nbytes), True
-        return int(x.ptr), int(x.size), True
+        raise TypeError(f"libsymmem's drop-in without torch takes a symmem.Buffer or an object with data_ptr() and nbytes, not {brief(x)}")
 
     def cpu_copy(self, host: int, x, zero_copy: bool):
         _, n, _ = self.tensor_memory(x)
