@@ -154,8 +154,8 @@ def documented():
 # parser (the library warns at load that such a name "is not a libsymmem
 # setting"), with the page that documents them. A name here that becomes a
 # setting of core/settings.go is held to the rule of every setting: a row in
-# docs/settings.md.
-PYTHON_ONLY = {"SYMMEM_PYTHON_INTERRUPTS": "docs/diagnostics.md"}
+# docs/settings.md. None today.
+PYTHON_ONLY: dict = {}
 
 
 def test_every_setting_the_code_reads_is_documented():
