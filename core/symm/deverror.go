@@ -11,7 +11,9 @@ import (
 
 // DeviceErrorText says what a device error flag records: nil for 0 and
 // for a timeout (the flag itself names the peer and set), ErrMismatch for a
-// peer's different collective arguments, ErrPeer for a peer's exit.
+// peer's different collective arguments, ErrPeer for a peer's exit,
+// ErrInvalidArgument for an all-to-all's overrun (Note [All-to-all] in
+// core/symm/coll).
 func (h *Handle) DeviceErrorText(v uint32) error {
 	if v&core.DevFlagFailed == 0 {
 		return nil
@@ -27,6 +29,13 @@ func (h *Handle) DeviceErrorText(v uint32) error {
 		}
 		return core.Errorf(core.ErrMismatch, "group %q: rank %d: the device error flag %#x says that rank %d called a collective with other arguments than this rank (kernel block %d of collective channel %d; no data moved); the group's device barriers are no longer balanced: use another group",
 			h.name, h.rank, v, peer, set%core.CollMaxBlocks, set/core.CollMaxBlocks)
+	case core.DevCauseOverrun:
+		if peer == h.rank {
+			return core.Errorf(core.ErrInvalidArgument, "group %q: rank %d: the device error flag %#x says that an all-to-all's rows for this rank, as laid out, passed its out_rows (nothing was written to out; out_splits_offsets holds what was sent; device set %d)",
+				h.name, h.rank, v, set)
+		}
+		return core.Errorf(core.ErrInvalidArgument, "group %q: rank %d: the device error flag %#x says that rank %d's all-to-all splits were bad: a negative split or offset, or rows past its input (nothing was written to out; device set %d)",
+			h.name, h.rank, v, peer, set)
 	case core.DevCausePeerExited:
 		if peer == h.gm.rank && h.gm.abort.aborted() { // Note [Abort]: our own abort word
 			return core.Errorf(core.ErrAborted, "group %q: rank %d: the device error flag %#x says that a kernel gave up on device set %d because the group was aborted (%s)",

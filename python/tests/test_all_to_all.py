@@ -255,14 +255,13 @@ def test_refusals(world, host_backend):
 
     for p in range(world):
         got = [r for r in results[p]["results"]]
-        # 0: refused on rank 0 only (which rank the message names:
-        # test_an_overrun_names_the_rank_whose_splits_overran)
+        # 0: refused on rank 0 only, naming it (test_an_overrun_names_the_receiver)
         if p == 0:
             name, code, msg = got[0]["error"]
             assert (name, code) == ("InvalidArgumentError", Result.INVALID_ARGUMENT), got[0]["error"]
             assert untouched(got[0], cases[0])
             rec = ref.all_to_all_v(cases[0]["splits"], 0, 20, [rows] * world)
-            assert rec.error == ("overrun", 1)
+            assert rec.error == ("overrun", 0) and "rank 0 receives" in msg, msg
             assert got[0]["oso"][:world] == rec.splits  # what was received
         else:
             assert got[0]["error"] is None, (p, got[0]["error"])
