@@ -9,10 +9,11 @@ Rows, for each size from 4 KiB to --max-mib MiB of each rank's input (the
 bytes a rank sends, (W-1)/W of them to its peers):
 
     libsymmem all_to_all     equal splits (Handle.all_to_all, bf16)
-    libsymmem all_to_all_v   uneven splits moving the same bytes: rank r
-                             sends rows to rank p in proportion to
-                             1 + (r + p) % W, so that every rank still
-                             receives as much as it sends
+    libsymmem all_to_all_v   splits read from the device, moving the same
+                             bytes across the links as the equal form: rank
+                             r keeps its own share 1/W and sends the rest
+                             to the other ranks in proportion to
+                             1 + (r + p) % W (equal at 2 ranks)
     torch all_to_all_vdev    equal splits (its kernel needs each split's
                              bytes to divide by its blocks per peer)
     nccl all_to_all_single   equal splits
@@ -81,11 +82,20 @@ def sizes(max_mib, min_kib=4):
 
 
 def uneven_splits(rows, rank, world):
-    """Rank's rows for each peer in proportion to 1 + (rank + p) % W,
-    summing to rows; every rank receives about as many as it sends."""
-    w = [1 + (rank + p) % world for p in range(world)]
-    sp = [rows * x // sum(w) for x in w]
-    sp[-1] += rows - sum(sp)
+    """Rank's rows for each peer: its own share rows / W, as with equal
+    splits, and the rest spread over the other ranks in proportion to
+    1 + (rank + p) % W, so that as many bytes cross the links as with equal
+    splits and every rank receives about as many as it sends (at 2 ranks
+    there is one other rank: the splits are equal, read from the device)."""
+    own = rows // world
+    others = [p for p in range(world) if p != rank]
+    w = {p: 1 + (rank + p) % world for p in others}
+    total = sum(w.values())
+    sp = [0] * world
+    sp[rank] = own
+    for p in others:
+        sp[p] = (rows - own) * w[p] // total
+    sp[others[-1]] += rows - sum(sp)
     return sp
 
 
@@ -188,7 +198,10 @@ def size_rows(torch, dist, st, symm_mem, gname, rank, world, dev, max_mib, min_k
         cur = lambda: torch.cuda.current_stream(dev).cuda_stream  # noqa: E731
         impls = {
             "libsymmem all_to_all": lambda: hs.all_to_all("bfloat16", count, s_out, cur()),
-            "libsymmem all_to_all_v": lambda: hs.all_to_all_v(ROW, s_sp, s_out, s_out.shape[0], s_oso, cur()),
+            # out sized for the call (twice its rows), as a caller sizes it
+            # for the most it expects: small calls then take the
+            # low-latency path.
+            "libsymmem all_to_all_v": lambda: hs.all_to_all_v(ROW, s_sp, s_out, 2 * nrows, s_oso, cur()),
             "nccl all_to_all_single": lambda: dist.all_to_all_single(n_out[: size // 2], n_in[: size // 2]),
         }
         if symm_mem is not None:

@@ -540,7 +540,7 @@ func (b *Backend) LaunchCollective(dev int, s core.Stream, c *core.Collective) e
 }
 
 // a2aParamSize is sizeof(symmem_a2a_params) (kernels/collectives.cu).
-const a2aParamSize = 152
+const a2aParamSize = 216
 
 // packA2AParams lays all-to-all c out as symmem_a2a_params.
 func packA2AParams(c *core.Collective) [a2aParamSize]byte {
@@ -578,6 +578,11 @@ func packA2AParams(c *core.Collective) [a2aParamSize]byte {
 	if c.V != nil && c.Algo == core.AlgoLowLatency {
 		le.PutUint64(p[136:], uint64(c.LLOffset))
 		le.PutUint64(p[144:], uint64(c.LLSlot))
+		if c.World <= llDirectRanks && len(c.PadAddrs) >= c.World {
+			for r := 0; r < c.World; r++ {
+				le.PutUint64(p[152+8*r:], uint64(c.PadAddrs[r]))
+			}
+		}
 	}
 	return p
 }

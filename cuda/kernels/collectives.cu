@@ -855,8 +855,12 @@ struct symmem_a2a_params {
   unsigned int pad0;                   /* 132 */
   unsigned long long ll_offset;        /* 136: the low-latency buffers in every pad (0: not this path) */
   unsigned long long ll_slot;          /* 144: bytes of one sender's slot there */
+  /* 152: rank r's pad (r < world <= SYMMEM_LL_DIRECT_RANKS; else 0): the
+   * low-latency path's addresses come from the parameters rather than from
+   * loads of the view's device array. */
+  char *pad_base[8];
 };
-static_assert(sizeof(symmem_a2a_params) == 152, "symmem_a2a_params layout");
+static_assert(sizeof(symmem_a2a_params) == 216, "symmem_a2a_params layout");
 
 #define SYMMEM_A2A_MAX_SPLITS 1024
 #define SYMMEM_A2A_TAG_SHIFT 48
@@ -984,7 +988,16 @@ static __device__ __forceinline__ int symmem_a2a_piece(const symmem_a2a_params &
 /* The line slot of (parity, sender) in rank r's low-latency buffers. */
 static __device__ __forceinline__ char *symmem_a2a_ll_slot(const symmem_a2a_params &p, int r, unsigned int parity,
                                                            int sender) {
-  return (char *)p.view.pads[r] + p.ll_offset + ((unsigned long long)parity * p.view.world + sender) * p.ll_slot;
+  char *pad = p.view.world <= SYMMEM_LL_DIRECT_RANKS ? p.pad_base[r] : (char *)p.view.pads[r];
+  return pad + p.ll_offset + ((unsigned long long)parity * p.view.world + sender) * p.ll_slot;
+}
+
+/* Word i of our own device region, from the parameters where they hold
+ * the pads. */
+static __device__ __forceinline__ unsigned int *symmem_a2a_region(const symmem_a2a_params &p, int i) {
+  if (p.view.world <= SYMMEM_LL_DIRECT_RANKS)
+    return (unsigned int *)(p.pad_base[p.view.rank] + p.view.pad_size) + i;
+  return symmem_dev_region(p.view, p.view.rank, i);
 }
 
 /* The split-driven forms on the low-latency buffers (Note [All-to-all]):
@@ -1018,7 +1031,7 @@ static __device__ __noinline__ void symmem_a2a_ll(const symmem_a2a_params &p, lo
   __shared__ unsigned int seq_sh, over_sh;
   const bool checked = !(p.flags & SYMMEM_COLL_UNCHECKED);
   if (threadIdx.x == 0) {
-    seq_sh = *(volatile unsigned int *)symmem_dev_region(v, me, 4);
+    seq_sh = *(volatile unsigned int *)symmem_a2a_region(p, 4);
     over_sh = 0;
     *fail = 0;
   }
@@ -1183,11 +1196,11 @@ static __device__ __noinline__ void symmem_a2a_ll(const symmem_a2a_params &p, lo
     return;
   /* The last block to finish advances the call number (words 4, 5). */
   if (threadIdx.x == 0) {
-    unsigned int *seqw = symmem_dev_region(v, me, 4);
+    unsigned int *seqw = symmem_a2a_region(p, 4);
     if (gridDim.x == 1) {
       *(volatile unsigned int *)seqw = seq + 1;
     } else {
-      unsigned int *done = symmem_dev_region(v, me, 5);
+      unsigned int *done = symmem_a2a_region(p, 5);
       __threadfence();
       if (atomicAdd(done, 1u) == gridDim.x - 1) {
         *(volatile unsigned int *)done = 0;

@@ -185,7 +185,7 @@ func planAllToAll(h View, a Args) (*core.Collective, error) {
 	c.Count = v.OutRows // what sizes the grid: the same on every rank, agreed below
 	if a2aLowLatencyFits(h, a, c.V, in) {
 		c.Algo = core.AlgoLowLatency
-		c.LLOffset, c.LLSlot = core.LowLatencyOffset(c.PadSize, world), core.LowLatencySlotBytes()
+		c.LLOffset, c.LLSlot, c.PadAddrs = core.LowLatencyOffset(c.PadSize, world), core.LowLatencySlotBytes(), h.SignalPads()
 	}
 	c.Digest = argsDigest(argsWord(c))
 	return c, nil
