@@ -28,7 +28,15 @@ package core
 //	word 2                  the buffer of the all-reduce that is a barrier
 //	                        across machines (Note [Collectives across
 //	                        machines] in core/symm; its value means nothing)
-//	word 3                  reserved (zero)
+//	word 3                  the stop word: 0, or why the group's
+//	                        collectives stopped (Note [Failed
+//	                        collectives] in core/symm/coll): the flag of
+//	                        this rank's wait that gave up, as word 0
+//	                        holds it (the abort and the cut waits of the
+//	                        host backend as cause 2 with this rank as the
+//	                        peer), or 0x80000000 | 3<<29 | r<<16 |
+//	                        cause<<12 | set written by rank r when a wait
+//	                        of its own gave up for cause at set (DevGaveUp)
 //	word 4                  the low-latency path's call count (its
 //	                        sequence number, Note [Low-latency collectives]
 //	                        in core/symm/coll)
@@ -103,6 +111,20 @@ const (
 	DevCauseMismatch   = 1
 	DevCausePeerExited = 2
 )
+
+// DevStopWord is the index of the stop word in the region, and
+// DevCauseGaveUp the cause of a stop word that a peer wrote (Note [Pad
+// partition]).
+const (
+	DevStopWord    = 3
+	DevCauseGaveUp = 3
+)
+
+// DevGaveUp is the stop word that rank writes into every peer's region when
+// a wait of its own gave up for cause at set.
+func DevGaveUp(rank, cause, set int) uint32 {
+	return DevFlag(DevCauseGaveUp, rank, (cause&3)<<12|set&0xfff)
+}
 
 // DevFlag is the error flag word of a wait that gave up for cause on peer
 // at set.

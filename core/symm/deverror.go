@@ -1,6 +1,7 @@
 package symm
 
 import (
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"unsafe"
@@ -64,4 +65,62 @@ func (h *Handle) DeviceError() (uint32, error) {
 		return 0, core.Errorf(core.CodeOf(err), "group %q: rank %d: reading the device error flag: %v", h.name, h.rank, err)
 	}
 	return v[0], nil
+}
+
+// CollectivesStopped is the error of a collective on a group whose
+// collectives stopped after a failure (Note [Failed collectives] in
+// core/symm/coll), or nil. One load of host memory: the stop word itself
+// where the pads are the CPU's memory, its pinned mirror where kernels run
+// (which the kernel that gave up, or the next one, wrote); no device
+// synchronisation.
+func (h *Handle) CollectivesStopped() error {
+	if h.stopRead == 0 {
+		return nil
+	}
+	if v := atomic.LoadUint32((*uint32)(unmanaged.Pointer(h.stopRead))); v != 0 {
+		return h.stoppedErr(v)
+	}
+	return nil
+}
+
+// StopMirror is the pinned host word that kernels copy this rank's stop
+// word into (0 where none).
+func (h *Handle) StopMirror() uintptr { return h.stopMirror }
+
+// setText names device set s of the library's sets as a collective's wait.
+func setText(s int) string {
+	return fmt.Sprintf("collective channel %d, kernel block %d (device set %d)", s/core.CollMaxBlocks, s%core.CollMaxBlocks, s)
+}
+
+// stoppedErr is the error of a collective on a group whose stop word holds
+// v (Note [Pad partition] in core): it names the first failure and says
+// how to go on.
+func (h *Handle) stoppedErr(v uint32) error {
+	peer, set := int(v>>16&0x1fff), int(v&0xffff)
+	// On a group that spans machines the stop word names a rank of the
+	// local team (Note [Team view] in core/symm/coll).
+	global := func(r int) int {
+		if h.span != nil && r < len(h.span.team) {
+			return h.span.team[r]
+		}
+		return r
+	}
+	var first string
+	switch v >> 29 & 3 {
+	case core.DevCauseTimeout:
+		first = fmt.Sprintf("this rank's collective timed out waiting for rank %d (%s)", global(peer), setText(set))
+	case core.DevCauseMismatch:
+		first = fmt.Sprintf("rank %d called a collective with other arguments than this rank (%s); a kernel that finds that returns without its closing barrier", global(peer), setText(set))
+	case core.DevCausePeerExited:
+		if global(peer) == h.rank {
+			first = fmt.Sprintf("this rank's collective wait was cut short: the group was aborted, the handle released or a signal came (%s)", setText(set))
+		} else {
+			first = fmt.Sprintf("rank %d's process exited while this rank's collective waited for it (%s)", global(peer), setText(set))
+		}
+	default: // core.DevCauseGaveUp
+		why := [...]string{"its wait timed out", "it found other collective arguments", "its wait was cut short or a peer exited", "it found its peers stopped"}[set>>12&3]
+		first = fmt.Sprintf("rank %d gave up a collective (%s): %s", global(peer), setText(set&0xfff), why)
+	}
+	return core.Errorf(core.ErrInvalidState, "group %q: rank %d: the group's collectives are stopped since %s (stop word %#x): the ranks' barriers and argument slots are no longer in step, so no later collective on this group can run correctly; abort the group (symmem_group_abort), destroy it and create a new one",
+		h.name, h.rank, first, v)
 }

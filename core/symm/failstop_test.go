@@ -1,0 +1,173 @@
+package symm
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
+	"github.com/libsymmem/libsymmem/core/symm/coll"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
+)
+
+// Note [Failed collectives] in core/symm/coll: a collective that gave up on
+// one rank stops the group's collectives on every rank; no later call
+// returns success with numbers mixed from different calls.
+
+func init() {
+	moreScenarios["coll-late-peer"] = scCollLatePeer
+	moreScenarios["coll-stop-wakes"] = scCollStopWakes
+}
+
+// latePeerCount is the elements of the late-peer scenarios' all-reduce.
+const latePeerCount = 256
+
+// lateCall fills this rank's input with value call*10 + rank + 1 and runs
+// an in-place float32 sum of latePeerCount elements with algo; on success
+// it checks the sum. What it returns is the call's error, or a check's.
+func lateCall(h *Handle, call int, algo core.Algo) (err error, wrong error) {
+	in := unsafe.Slice((*float32)(unmanaged.Pointer(h.bufPtrs[h.rank]+h.offset)), latePeerCount)
+	for i := range in {
+		in[i] = float32(call*10 + h.rank + 1)
+	}
+	err = coll.Run(h.View(), coll.Args{Kind: core.AllReduce, DType: core.Float32, Op: core.OpSum, Algo: algo, Count: latePeerCount})
+	want := float32(0)
+	for r := 0; r < h.world; r++ {
+		want += float32(call*10 + r + 1)
+	}
+	for i, v := range in {
+		if err == nil && v != want {
+			return nil, fmt.Errorf("call #%d returned success with element %d = %v (want %v)", call, i, v, want)
+		}
+		if err != nil && v != float32(call*10+h.rank+1) {
+			return err, fmt.Errorf("call #%d failed (%v) but changed element %d to %v (its input was %v)", call, err, i, v, call*10+h.rank+1)
+		}
+	}
+	return err, nil
+}
+
+// wantStopped checks that err is the error of a stopped group that names
+// the first failure.
+func wantStopped(err error, call int, first string) error {
+	if err == nil {
+		return fmt.Errorf("call #%d succeeded on a group whose collectives stopped", call)
+	}
+	if core.CodeOf(err) != core.ErrInvalidState {
+		return fmt.Errorf("call #%d: got %v, want INVALID_STATE (stopped)", call, err)
+	}
+	for _, s := range []string{"collectives are stopped since", first, "abort the group", "create a new one"} {
+		if !strings.Contains(err.Error(), s) {
+			return fmt.Errorf("call #%d: message %q lacks %q", call, err, s)
+		}
+	}
+	return nil
+}
+
+// scCollLatePeer is the late peer of issue 40 on 2 ranks: both run #1;
+// rank 0 runs #2 while rank 1 is busy for longer than the timeout, so rank
+// 0 times out; rank 1 runs #2 late; then both run #3-#6 with fresh inputs.
+// Rank 0's #2 times out, rank 1's late #2 and every later call on both
+// ranks fail at once naming the first failure, and none moves data. arg
+// is the algorithm.
+func scCollLatePeer(e *rankEnv, a *alloc.Allocator) error {
+	h, done, err := joinRendezvous(e, a, 64<<10)
+	if err != nil {
+		return err
+	}
+	defer done()
+	algo := core.Algo(e.arg)
+	if err, wrong := lateCall(h, 1, algo); err != nil || wrong != nil {
+		return fmt.Errorf("call #1: %v %v", err, wrong)
+	}
+	first := "rank 0 gave up a collective"
+	if e.rank == 0 {
+		first = "this rank's collective timed out waiting for rank 1"
+	} else {
+		time.Sleep(e.timeout*2 + e.timeout/2)
+	}
+	err, wrong := lateCall(h, 2, algo)
+	if wrong != nil {
+		return wrong
+	}
+	if e.rank == 0 && core.CodeOf(err) != core.ErrTimeout {
+		return fmt.Errorf("call #2 on rank 0: got %v, want TIMEOUT", err)
+	}
+	if e.rank == 1 {
+		if err := wantStopped(err, 2, first); err != nil {
+			return err
+		}
+	}
+	for call := 3; call <= 6; call++ {
+		start := time.Now()
+		err, wrong := lateCall(h, call, algo)
+		if wrong != nil {
+			return wrong
+		}
+		if err := wantStopped(err, call, first); err != nil {
+			return err
+		}
+		if d := time.Since(start); d > e.timeout/2 {
+			return fmt.Errorf("call #%d took %v to fail: it waited rather than failing at once", call, d)
+		}
+	}
+	return nil
+}
+
+func TestCollectiveLatePeerStopsTheGroup(t *testing.T) {
+	for _, algo := range []core.Algo{core.AlgoOneShot, core.AlgoTwoShot} {
+		t.Run(algo.String(), func(t *testing.T) {
+			for r, err := range runInProcess(t, "coll-late-peer", 2, 500*time.Millisecond, int(algo)) {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+		})
+	}
+}
+
+// scCollStopWakes: on 3 ranks, ranks 0 and 1 run a collective that rank 2
+// joins late; rank 0 has the short timeout, rank 1 a long one. Rank 0's
+// giving up ends rank 1's wait at once (it would otherwise wait out its own
+// timeout), and rank 2's late call is refused.
+func scCollStopWakes(e *rankEnv, a *alloc.Allocator) error {
+	short := e.timeout
+	if e.rank != 0 {
+		e.timeout = 60 * time.Second
+	}
+	h, done, err := joinRendezvous(e, a, 64<<10)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err, wrong := lateCall(h, 1, core.AlgoOneShot); err != nil || wrong != nil {
+		return fmt.Errorf("call #1: %v %v", err, wrong)
+	}
+	if e.rank == 2 {
+		time.Sleep(4 * short)
+	}
+	start := time.Now()
+	err, wrong := lateCall(h, 2, core.AlgoOneShot)
+	took := time.Since(start)
+	switch {
+	case wrong != nil:
+		return wrong
+	case e.rank == 0 && core.CodeOf(err) != core.ErrTimeout:
+		return fmt.Errorf("call #2 on rank 0: got %v, want TIMEOUT", err)
+	case e.rank == 0:
+		return nil
+	case e.rank == 1 && took > 10*short:
+		return fmt.Errorf("call #2 on rank 1 took %v: rank 0's giving up did not end its wait", took)
+	}
+	return wantStopped(err, 2, "rank 0 gave up a collective")
+}
+
+func TestCollectiveStopEndsPeersWaits(t *testing.T) {
+	for r, err := range runInProcess(t, "coll-stop-wakes", 3, 500*time.Millisecond, 0) {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
