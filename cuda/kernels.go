@@ -114,7 +114,7 @@ func kernelDefines(k int) []string {
 const (
 	collThreads   = 512 // SYMMEM_COLL_THREADS of the source
 	collMaxBlocks = 64  // SYMMEM_DEV_COLL_MAX_BLOCKS
-	collParamSize = 184 // sizeof(symmem_coll_params), checked by static_assert there
+	collParamSize = 192 // sizeof(symmem_coll_params), checked by static_assert there
 	llDirectRanks = 8   // SYMMEM_LL_DIRECT_RANKS: ll_base entries
 )
 
@@ -493,6 +493,7 @@ func packCollParams(c *core.Collective) [collParamSize]byte {
 			le.PutUint64(p[120+8*r:], uint64(c.PadAddrs[r]+c.LLOffset))
 		}
 	}
+	le.PutUint64(p[184:], uint64(c.StopMirror))
 	return p
 }
 

@@ -59,9 +59,19 @@
  *                   process exit
  *   word 2          the library's: the buffer of the all-reduce that is a
  *                   barrier across machines (its value means nothing)
+ *   word 3          the stop word: 0, or why the group's collectives
+ *                   stopped (core/symm/coll/coll.go, Note [Failed
+ *                   collectives]): the error flag of a collective's wait of
+ *                   this rank that gave up, or 0x80000000 |
+ *                   SYMMEM_DEV_CAUSE_GAVE_UP << 29 | r << 16 | cause << 12 |
+ *                   set, written by rank r when a wait of its own
+ *                   collective gave up for cause at set. Once it is set,
+ *                   the library's collectives on the group refuse to run
+ *                   (kernels return at once, host-side calls fail), and
+ *                   every wait of this header gives up at once
  *   words 4, 5      the library's: the low-latency collectives' call count
  *                   and how many blocks of the current call have finished
- *   words 3, 6..15  reserved
+ *   words 6..15     reserved
  *   set s           2*world words at SYMMEM_DEV_HEADER_WORDS + s*2*world, for
  *                   s in [0, SYMMEM_DEV_SETS):
  *                     arrivals[w] (word w): how many times rank w arrived at
@@ -122,9 +132,11 @@
  * caller should return (its results are undefined; the group's counts are no
  * longer balanced: use another group). A wait also gives up at once, without
  * waiting for the timeout, when the abort word is set (a peer's process
- * exited: the flag then records SYMMEM_DEV_CAUSE_PEER_EXITED) or when the
+ * exited: the flag then records SYMMEM_DEV_CAUSE_PEER_EXITED), when the
  * flag already records a mismatch (another block of this rank found that a
- * peer called a collective with other arguments). It never traps, so the context and
+ * peer called a collective with other arguments), or when the stop word is
+ * set (a collective of the group gave up on some rank; the flag then
+ * records the stop word when it held nothing). It never traps, so the context and
  * other work on the GPU survive. Define SYMMEM_DEV_TRAP_ON_TIMEOUT before
  * including this header to trap instead.
  */
@@ -149,6 +161,10 @@
 #define SYMMEM_DEV_CAUSE_TIMEOUT 0
 #define SYMMEM_DEV_CAUSE_MISMATCH 1
 #define SYMMEM_DEV_CAUSE_PEER_EXITED 2
+/* The cause of a stop word (word SYMMEM_DEV_STOP_WORD) that a peer wrote:
+ * the peer gave up a wait of its collective. */
+#define SYMMEM_DEV_CAUSE_GAVE_UP 3
+#define SYMMEM_DEV_STOP_WORD 3
 
 /* The view of a handle, passed to kernels by value (40 bytes; the
  * library's collectives pass the same layout). */
@@ -321,12 +337,19 @@ static __device__ __forceinline__ void symmem_dev_fail(const symmem_device_view 
 }
 
 /* Whether a wait on set should give up before its timeout: the abort word
- * is set (a peer exited: recorded in the flag with this set) or the flag
- * already records a mismatch. */
+ * is set (a peer exited: recorded in the flag with this set), the flag
+ * already records a mismatch, or the stop word is set (the group's
+ * collectives stopped: a peer that gave up will not arrive; recorded in
+ * the flag as the stop word's value when the flag holds nothing yet). */
 static __device__ __forceinline__ bool symmem_dev_aborted(const symmem_device_view &v, int set) {
   unsigned int ab = *(volatile unsigned int *)symmem_dev_region(v, v.rank, 1);
   if (ab != 0) {
     symmem_dev_fail_cause(v, SYMMEM_DEV_CAUSE_PEER_EXITED, (int)(ab >> 16 & 0x1fff), set);
+    return true;
+  }
+  unsigned int st = *(volatile unsigned int *)symmem_dev_region(v, v.rank, SYMMEM_DEV_STOP_WORD);
+  if (st != 0) {
+    atomicCAS(symmem_dev_region(v, v.rank, 0), 0u, st);
     return true;
   }
   unsigned int fl = *(volatile unsigned int *)symmem_dev_region(v, v.rank, 0);

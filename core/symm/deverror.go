@@ -12,8 +12,13 @@ import (
 
 // DeviceErrorText says what a device error flag records: nil for 0 and
 // for a timeout (the flag itself names the peer and set), ErrMismatch for a
-// peer's different collective arguments, ErrPeer for a peer's exit.
+// peer's different collective arguments, ErrPeer for a peer's exit,
+// ErrInvalidState for a wait that gave up because a peer's collective had
+// (the stop word's value, Note [Failed collectives] in core/symm/coll).
 func (h *Handle) DeviceErrorText(v uint32) error {
+	if v&core.DevFlagFailed != 0 && v>>29&3 == core.DevCauseGaveUp {
+		return h.stoppedErr(v)
+	}
 	if v&core.DevFlagFailed == 0 {
 		return nil
 	}

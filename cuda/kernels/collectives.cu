@@ -49,10 +49,13 @@ struct symmem_coll_params {
    * <= SYMMEM_LL_DIRECT_RANKS: the path's pointers come from the kernel's
    * parameters rather than from loads of the view's device arrays. */
   char *ll_base[8];
+  /* 184: the pinned host word that mirrors our stop word (0: none); see
+   * symmem_coll_stop. */
+  unsigned int *stop_mirror;
 };
 #define SYMMEM_LL_DIRECT_RANKS 8
 static_assert(sizeof(symmem_device_view) == 40, "symmem_device_view layout");
-static_assert(sizeof(symmem_coll_params) == 184, "symmem_coll_params layout");
+static_assert(sizeof(symmem_coll_params) == 192, "symmem_coll_params layout");
 
 /* params.algo of the low-latency path, and params.flags. */
 #define SYMMEM_COLL_ALGO_LL 4
@@ -92,12 +95,56 @@ static __device__ __forceinline__ void symmem_pdl_release() {
  * collectives: one vector per thread). */
 #define SYMMEM_COLL_FANIN 8
 
+/* Stopping the group's collectives (core/symm/coll/coll.go, Note [Failed
+ * collectives]). A block whose wait gave up (the cause is in the error
+ * flag) calls symmem_coll_stop with one thread: the flag goes into our stop
+ * word and, if it was the first there, that we gave up into every peer's
+ * (at system scope, so that a late peer's next kernel and its waits see
+ * it), and the stop word into the pinned host mirror, which the library
+ * reads before every collective. A kernel whose stop word is already set
+ * (symmem_coll_stopped) only mirrors it and returns without arriving
+ * anywhere: the counts of the group are out of step, and a call that ran
+ * would read a peer's memory of another call. */
+static __device__ __noinline__ void symmem_coll_stop(const symmem_device_view &v, unsigned int *mirror, int set) {
+  unsigned int *own = symmem_dev_region(v, v.rank, SYMMEM_DEV_STOP_WORD);
+  unsigned int fl = *(volatile unsigned int *)symmem_dev_region(v, v.rank, 0);
+  if (fl == 0)
+    fl = 0x80000000u | SYMMEM_DEV_CAUSE_TIMEOUT << 29 | ((unsigned)set & 0xffff);
+  if (atomicCAS_system(own, 0u, fl) == 0u) {
+    const unsigned int gave = 0x80000000u | SYMMEM_DEV_CAUSE_GAVE_UP << 29 | ((unsigned)v.rank & 0x1fff) << 16 |
+                              (fl >> 29 & 3) << 12 | (fl & 0xfff);
+    for (int q = 0; q < v.world; q++)
+      if (q != v.rank)
+        atomicCAS_system(symmem_dev_region(v, q, SYMMEM_DEV_STOP_WORD), 0u, gave);
+  }
+  if (mirror) {
+    const unsigned int st = *(volatile unsigned int *)own;
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(mirror), "r"(st) : "memory");
+  }
+}
+
+/* Whether our stop word is set, the same in every thread of the block; if
+ * so, thread 0 has mirrored it. */
+static __device__ __forceinline__ bool symmem_coll_stopped(const symmem_device_view &v, unsigned int *mirror,
+                                                           int set) {
+  bool st = false;
+  if (threadIdx.x == 0) {
+    const unsigned int w = *(volatile unsigned int *)symmem_dev_region(v, v.rank, SYMMEM_DEV_STOP_WORD);
+    st = w != 0;
+    if (st)
+      symmem_coll_stop(v, mirror, set);
+  }
+  return __syncthreads_or(st);
+}
+
 /* symmem_dev_barrier_block_set with the signal's ordering chosen: publish
  * (release at system scope: our stores, peers' memory included, are visible
  * to the peers after the barrier) or not (relaxed: only this block's
  * completed loads and earlier kernels' writes are ordered before it; see the
- * head of this file). Same counts, same sets, same bounded wait. */
-static __device__ __forceinline__ bool symmem_coll_barrier(const symmem_device_view &v, int set, bool publish) {
+ * head of this file). Same counts, same sets, same bounded wait; a wait
+ * that gives up stops the group's collectives (symmem_coll_stop). */
+static __device__ __forceinline__ bool symmem_coll_barrier(const symmem_coll_params &params, int set, bool publish) {
+  const symmem_device_view &v = params.view;
   __syncthreads();
   bool ok = true;
   int p = threadIdx.x;
@@ -109,7 +156,11 @@ static __device__ __forceinline__ bool symmem_coll_barrier(const symmem_device_v
       asm volatile("red.relaxed.sys.global.add.u32 [%0], %1;" ::"l"(arrivals), "r"(1u) : "memory");
     ok = symmem_dev_wait(v, p, set);
   }
-  return __syncthreads_and(ok);
+  if (__syncthreads_and(ok))
+    return true;
+  if (threadIdx.x == 0)
+    symmem_coll_stop(v, params.stop_mirror, set);
+  return false;
 }
 
 /* The opening barrier of a collective, which also compares the call's
@@ -166,19 +217,29 @@ static __device__ __forceinline__ unsigned long long symmem_coll_publish(const s
   return mine;
 }
 
-static __device__ __forceinline__ bool symmem_coll_open(const symmem_device_view &v, int set, unsigned int digest,
-                                                        unsigned int flags) {
-  if (flags & SYMMEM_COLL_UNCHECKED)
-    return symmem_coll_barrier(v, set, false);
-  __syncthreads();
+/* The opening barrier also refuses to run on a group whose collectives
+ * stopped: before it arrives anywhere (a kernel enqueued before the failure
+ * was seen, a graph's replay), and again after its waits (a peer that gave
+ * up after counting its arrival here). */
+static __device__ __forceinline__ bool symmem_coll_open(const symmem_coll_params &params, int set) {
+  const symmem_device_view &v = params.view;
+  if (symmem_coll_stopped(v, params.stop_mirror, set))
+    return false;
+  if (params.flags & SYMMEM_COLL_UNCHECKED)
+    return symmem_coll_barrier(params, set, false) && !symmem_coll_stopped(v, params.stop_mirror, set);
   bool ok = true;
   int p = threadIdx.x;
   if (p < v.world && p != v.rank) {
     const unsigned int n = *(volatile unsigned int *)symmem_dev_set_word(v, v.rank, set, v.world + p) + 1;
-    const unsigned long long mine = symmem_coll_publish(v, set, p, n, digest);
+    const unsigned long long mine = symmem_coll_publish(v, set, p, n, params.digest);
     ok = symmem_dev_wait(v, p, set) && symmem_coll_agree(v, set, p, n, mine);
   }
-  return __syncthreads_and(ok);
+  if (!__syncthreads_and(ok)) {
+    if (threadIdx.x == 0)
+      symmem_coll_stop(v, params.stop_mirror, set);
+    return false;
+  }
+  return !symmem_coll_stopped(v, params.stop_mirror, set);
 }
 
 /* Element traits: E elements per 16-byte vector, acc_t the accumulator. */
@@ -418,7 +479,7 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
   symmem_vec16 r;
   typename T::acc_t tail[T::E];
 
-  if (!symmem_coll_open(v, set, p.digest, p.flags))
+  if (!symmem_coll_open(p, set))
     return;
   if (in_place_one_shot) {
     /* Every rank reads our input: each round reads SYMMEM_COLL_INPLACE_UNROLL
@@ -438,7 +499,7 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
         if (i < pl.items)
           ms[u] = symmem_reduce_item<DT, OP>(p, pl, i, rs[u], tails[u]);
       }
-      if (!symmem_coll_barrier(v, set, false))
+      if (!symmem_coll_barrier(p, set, false))
         return;
 #pragma unroll
       for (int u = 0; u < SYMMEM_COLL_INPLACE_UNROLL; u++) {
@@ -513,7 +574,7 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
     /* Our slice is reduced into our out: publish it (release at system
      * scope), then read every peer's reduced slice from its out into ours
      * (Note [Two-shot pulls] in core/symm/coll/coll.go). */
-    if (!symmem_coll_barrier(v, set, true))
+    if (!symmem_coll_barrier(p, set, true))
       return;
     for (int k = 1; k < v.world; k++) {
       const int q = (v.rank + k) % v.world;
@@ -526,7 +587,7 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
   /* Push publishes its stores into the peers; otherwise only reads of
    * peers' memory are left to order before their next writes: a relaxed
    * signal (see the head of this file). */
-  symmem_coll_barrier(v, set, push);
+  symmem_coll_barrier(p, set, push);
 }
 
 /* ---- the low-latency path (Note [Low-latency collectives] in core/symm/coll/lowlatency.go)
@@ -653,6 +714,12 @@ template <int KIND, int DT, int OP> static __device__ __forceinline__ void symme
   const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
   const char *in = symmem_dev_ptr(v, me, p.in_offset + (KIND == 1 && p.sliced ? me * p.count : 0));
 
+  /* On a group whose collectives stopped the lines and the sequence
+   * numbers are out of step (a peer that gave up did not advance its
+   * number, and lines of its call could pass for the next one's): no
+   * line is sent or read. */
+  if (symmem_coll_stopped(v, p.stop_mirror, set))
+    return;
   if (threadIdx.x == 0)
     seq_shared = *(volatile unsigned int *)symmem_ll_region(p, SYMMEM_LL_SEQ_WORD);
   const int q = threadIdx.x;
@@ -693,7 +760,12 @@ template <int KIND, int DT, int OP> static __device__ __forceinline__ void symme
     if (ok)
       *(volatile unsigned int *)symmem_dev_set_word(v, me, set, W + q) = n;
   }
-  if (!__syncthreads_and(ok))
+  if (!__syncthreads_and(ok)) {
+    if (threadIdx.x == 0)
+      symmem_coll_stop(v, p.stop_mirror, set);
+    return;
+  }
+  if (symmem_coll_stopped(v, p.stop_mirror, set))
     return;
 
   /* Receive and combine. */
@@ -735,8 +807,11 @@ template <int KIND, int DT, int OP> static __device__ __forceinline__ void symme
       }
     }
   }
-  if (!__syncthreads_and(ok))
+  if (!__syncthreads_and(ok)) {
+    if (threadIdx.x == 0)
+      symmem_coll_stop(v, p.stop_mirror, set);
     return;
+  }
   /* The last block to finish advances the channel's sequence number (a
    * grid of one block does it alone; the kernel's end publishes it to the
    * stream's next kernel). */
@@ -853,7 +928,7 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gat
   const int set = p.set_base + blockIdx.x;
   const unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
   const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
-  if (!symmem_coll_open(v, set, p.digest, p.flags))
+  if (!symmem_coll_open(p, set))
     return;
   const unsigned long long nvec = p.count / 16, total = nvec * v.world;
   if ((p.count & 15) == 0 && total <= SYMMEM_COLL_UNROLL * nthreads) {
@@ -881,7 +956,7 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gat
     for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
       if (dsts[u])
         symmem_dev_store16(dsts[u], xs[u]);
-    symmem_coll_barrier(v, set, false);
+    symmem_coll_barrier(p, set, false);
     return;
   }
   for (int k = 0; k < v.world; k++) {
@@ -892,6 +967,6 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gat
       symmem_dev_copy(dst, src, p.count, tid, nthreads);
   }
   /* Pulls only: the peers need our reads done, not our stores. */
-  symmem_coll_barrier(v, set, false);
+  symmem_coll_barrier(p, set, false);
 }
 #endif
