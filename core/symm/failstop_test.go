@@ -3,6 +3,7 @@ package symm
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -20,6 +21,7 @@ import (
 func init() {
 	moreScenarios["coll-late-peer"] = scCollLatePeer
 	moreScenarios["coll-stop-wakes"] = scCollStopWakes
+	moreScenarios["barrier-late-peer"] = scBarrierLatePeer
 }
 
 // latePeerCount is the elements of the late-peer scenarios' all-reduce.
@@ -169,5 +171,77 @@ func TestCollectiveStopEndsPeersWaits(t *testing.T) {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
 		}
+	}
+}
+
+// scBarrierLatePeer: barrier #2 times out on the ranks that wait for a
+// late rank, and no barrier returns on any rank before the late rank
+// entered it: after each, the other ranks see the mark the late rank wrote
+// into its block just before it. Linear (arg 0, 2 ranks): the late rank's
+// #2 returns (the others did enter it), and #3-#6 meet on every rank.
+// Dissemination (arg 1, 4 ranks, rank 3 late): a rank whose round depends
+// on one that failed fails too, never passes early. Note [Barriers that
+// fail].
+func scBarrierLatePeer(e *rankEnv, a *alloc.Allocator) error {
+	h, done, err := joinRendezvous(e, a, 64<<10)
+	if err != nil {
+		return err
+	}
+	defer done()
+	late := e.world - 1
+	mark := func(r int) *uint32 { return (*uint32)(unmanaged.Pointer(h.bufPtrs[r])) }
+	barrier := func(n int) error {
+		if e.rank == late {
+			atomic.StoreUint32(mark(late), uint32(n))
+		}
+		err := h.Barrier(0, 0, 0)
+		if got := atomic.LoadUint32(mark(late)); err == nil && e.rank != late && got < uint32(n) {
+			return fmt.Errorf("barrier #%d returned success before rank %d entered it (its mark is %d)", n, late, got)
+		}
+		return err
+	}
+	if err := barrier(1); err != nil {
+		return err
+	}
+	T := e.timeout
+	if e.rank == late {
+		time.Sleep(T*2 + T/2) // the others time out in #2 meanwhile
+		if err := barrier(2); err != nil && e.arg == 0 {
+			return fmt.Errorf("late barrier #2: %v", err)
+		}
+		time.Sleep(2 * T) // the others wait in #3 for T/2
+	} else {
+		if err := barrier(2); err == nil || core.CodeOf(err) != core.ErrTimeout {
+			return fmt.Errorf("barrier #2 without rank %d: got %v, want TIMEOUT", late, err)
+		}
+		time.Sleep(3 * T) // the late rank has passed #2
+	}
+	for n := 3; n <= 6; n++ {
+		if err := barrier(n); err != nil && (e.arg == 0 || core.CodeOf(err) != core.ErrTimeout) {
+			return fmt.Errorf("barrier #%d: %v", n, err)
+		}
+	}
+	return nil
+}
+
+func TestBarrierLatePeerStaysInStep(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		world  int
+		dissem bool
+	}{{"linear", 2, false}, {"dissemination", 4, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			defer func(v bool) { barrierDissemination = v }(barrierDissemination)
+			barrierDissemination = c.dissem
+			arg := 0
+			if c.dissem {
+				arg = 1
+			}
+			for r, err := range runInProcess(t, "barrier-late-peer", c.world, 400*time.Millisecond, arg) {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+		})
 	}
 }

@@ -39,10 +39,18 @@ func (l local) hostBarrier(set int, deadline time.Time) error {
 					l.stop(core.DevFlag(core.DevCausePeerExited, me, set))
 					return err
 				}
+				now := time.Now()
 				if err := l.h.Stopped(); err != nil { // a peer gave up: it will not arrive
+					// The rank we wait for may be why (it exited): say so
+					// rather than that a peer gave up.
+					var never time.Time
+					exited := l.h.PeerExited(l.global(p), now, &never, fmt.Sprintf("rank %d's collective (device set %d)", l.global(me), set))
+					if exited != nil && !core.Reached(atomic.LoadUint32(arr), n) {
+						atomic.CompareAndSwapUint32(l.regionWord(me, 0), 0, core.DevFlag(core.DevCausePeerExited, l.global(p), set))
+						return exited
+					}
 					return err
 				}
-				now := time.Now()
 				if !now.Before(deadline) {
 					flag := core.DevFlag(core.DevCauseTimeout, p, set)
 					atomic.CompareAndSwapUint32(l.regionWord(me, 0), 0, flag)
