@@ -118,12 +118,12 @@ func (h *Handle) stoppedErr(v uint32) error {
 		first = fmt.Sprintf("rank %d called a collective with other arguments than this rank (%s); a kernel that finds that returns without its closing barrier", global(peer), setText(set))
 	case core.DevCausePeerExited:
 		if global(peer) == h.rank {
-			first = fmt.Sprintf("this rank's collective wait was cut short: the group was aborted, the handle released or a signal came (%s)", setText(set))
+			first = fmt.Sprintf("this rank's collective gave up: a wait was cut short (the group was aborted, the handle released or a signal came) or its step across machines failed (%s)", setText(set))
 		} else {
 			first = fmt.Sprintf("rank %d's process exited while this rank's collective waited for it (%s)", global(peer), setText(set))
 		}
 	default: // core.DevCauseGaveUp
-		why := [...]string{"its wait timed out", "it found other collective arguments", "its wait was cut short or a peer exited", "it found its peers stopped"}[set>>12&3]
+		why := [...]string{"its wait timed out", "it found other collective arguments", "its wait was cut short, a peer exited or its step across machines failed", "it found its peers stopped"}[set>>12&3]
 		first = fmt.Sprintf("rank %d gave up a collective (%s): %s", global(peer), setText(set&0xfff), why)
 	}
 	return core.Errorf(core.ErrInvalidState, "group %q: rank %d: the group's collectives are stopped since %s (stop word %#x): the ranks' barriers and argument slots are no longer in step, so no later collective on this group can run correctly; abort the group (symmem_group_abort), destroy it and create a new one",

@@ -22,6 +22,8 @@ func init() {
 	moreScenarios["coll-late-peer"] = scCollLatePeer
 	moreScenarios["coll-stop-wakes"] = scCollStopWakes
 	moreScenarios["barrier-late-peer"] = scBarrierLatePeer
+	moreScenarios["rendezvous-late-peer"] = scRendezvousLatePeer
+	moreScenarios["pause-late-peer"] = scPauseLatePeer
 }
 
 // latePeerCount is the elements of the late-peer scenarios' all-reduce.
@@ -243,5 +245,151 @@ func TestBarrierLatePeerStaysInStep(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// scRendezvousLatePeer: rendezvous #2 times out on rank 0 while rank 1 is
+// late; rank 1's late #2 and every later rendezvous on both ranks fail,
+// naming the first failure: the group's exchange does not pair a late
+// call with a later one.
+func scRendezvousLatePeer(e *rankEnv, a *alloc.Allocator) error {
+	g, err := New(e.opts(e.name, e.rank, e.world))
+	if err != nil {
+		return err
+	}
+	defer g.Destroy()
+	for n := 1; n <= 4; n++ {
+		buf, err := a.Alloc(64<<10, 0)
+		if err != nil {
+			return err
+		}
+		if n == 2 && e.rank == 1 {
+			time.Sleep(e.timeout*2 + e.timeout/2)
+		}
+		h, err := g.Rendezvous(buf)
+		switch {
+		case n == 1 && err != nil:
+			return fmt.Errorf("rendezvous #1: %v", err)
+		case n == 1:
+			h.Release()
+		case err == nil:
+			h.Release()
+			return fmt.Errorf("rendezvous #%d succeeded after rank 0's #2 timed out", n)
+		case core.CodeOf(err) != core.ErrTimeout || !strings.Contains(err.Error(), "rank(s) 1 never arrived"):
+			return fmt.Errorf("rendezvous #%d: got %v, want the TIMEOUT of #2 naming rank 1", n, err)
+		}
+	}
+	return nil
+}
+
+func TestRendezvousLatePeerFailsLoudly(t *testing.T) {
+	for r, err := range runInProcess(t, "rendezvous-late-peer", 2, 500*time.Millisecond, 0) {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// scPauseLatePeer: pause_group #2 times out on rank 0 while rank 1 is
+// late; rank 1's late pause and every later pause or resume on both ranks
+// fail, and the buffer stays mapped with its contents.
+func scPauseLatePeer(e *rankEnv, a *alloc.Allocator) error {
+	tag := fmt.Sprintf("late-pause-%d", e.arg)
+	g, h, err := joinTagged(e, a, tag)
+	if err != nil {
+		return err
+	}
+	defer g.Destroy()
+	defer h.Release()
+	own, _ := h.BufferPtr(e.rank)
+	w := words(own, 8)
+	w[0] = uint64(e.rank) + 77
+	if err := g.Pause(tag); err != nil {
+		return fmt.Errorf("pause #1: %v", err)
+	}
+	if err := g.Resume(tag); err != nil {
+		return fmt.Errorf("resume #1: %v", err)
+	}
+	if w[0] != uint64(e.rank)+77 {
+		return fmt.Errorf("after pause #1 the block holds %d", w[0])
+	}
+	if e.rank == 1 {
+		time.Sleep(e.timeout*2 + e.timeout/2)
+	}
+	if err := g.Pause(tag); err == nil {
+		return fmt.Errorf("pause #2 succeeded (rank 1 late by %v)", e.timeout*5/2)
+	}
+	for n := 3; n <= 4; n++ {
+		if err := g.Pause(tag); err == nil {
+			return fmt.Errorf("pause #%d succeeded after pause #2 failed", n)
+		}
+		if err := g.Resume(tag); err == nil {
+			return fmt.Errorf("resume #%d succeeded after pause #2 failed", n)
+		}
+	}
+	if w[0] != uint64(e.rank)+77 {
+		return fmt.Errorf("after the failed pauses the block holds %d", w[0])
+	}
+	return nil
+}
+
+func TestPauseLatePeerFailsLoudly(t *testing.T) {
+	for r, err := range runInProcess(t, "pause-late-peer", 2, 500*time.Millisecond, int(time.Now().UnixNano()%1000000)) {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// On a group that spans machines (2 machines of 2 ranks), a hierarchical
+// all-reduce that rank 3 joins late: rank 2 times out in the step inside
+// machine m1, ranks 0 and 1 in the step across machines, rank 3's late
+// call and every later call on every rank fail at once, naming the first
+// failure, and no call returns success (Note [Failed collectives]).
+func TestMachinesLatePeerStopsTheGroup(t *testing.T) {
+	defer func(v uintptr) { coll.HierMinBytes = v }(coll.HierMinBytes)
+	coll.HierMinBytes = 4 << 10
+	const T = 500 * time.Millisecond
+	errs := runMachines(t, mmConfig{machines: layouts["2x2"], engine: "comm", timeout: T}, func(r *mmRank) error {
+		g, h, _, err := r.join(4 << 20)
+		if err != nil {
+			return err
+		}
+		defer g.Destroy()
+		defer h.Release()
+		const count = 8 << 10 // 32 KiB of float32: hierarchical
+		if err := collCheckAlgo(h, core.AllReduce, core.Float32, core.OpSum, count, 1, core.AlgoHierarchical, true); err != nil {
+			return fmt.Errorf("call #1: %v", err)
+		}
+		if r.rank == 3 {
+			time.Sleep(T*2 + T/2)
+		}
+		err = collCheckAlgo(h, core.AllReduce, core.Float32, core.OpSum, count, 2, core.AlgoHierarchical, true)
+		switch {
+		case err == nil:
+			return fmt.Errorf("call #2 succeeded with rank 3 late")
+		case r.rank == 3:
+			if core.CodeOf(err) != core.ErrInvalidState || !strings.Contains(err.Error(), "collectives are stopped since rank 2 gave up a collective") {
+				return fmt.Errorf("rank 3's late call #2: %v", err)
+			}
+		case core.CodeOf(err) != core.ErrTimeout:
+			return fmt.Errorf("call #2: got %v, want TIMEOUT", err)
+		}
+		for call := 3; call <= 4; call++ {
+			start := time.Now()
+			err := collCheckAlgo(h, core.AllReduce, core.Float32, core.OpSum, count, call, core.AlgoHierarchical, true)
+			if core.CodeOf(err) != core.ErrInvalidState || !strings.Contains(err.Error(), "collectives are stopped since") {
+				return fmt.Errorf("call #%d: got %v, want the stopped group's INVALID_STATE", call, err)
+			}
+			if d := time.Since(start); d > T/2 {
+				return fmt.Errorf("call #%d took %v to fail", call, d)
+			}
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
 	}
 }
