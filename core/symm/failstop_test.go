@@ -24,6 +24,7 @@ func init() {
 	moreScenarios["barrier-late-peer"] = scBarrierLatePeer
 	moreScenarios["rendezvous-late-peer"] = scRendezvousLatePeer
 	moreScenarios["pause-late-peer"] = scPauseLatePeer
+	moreScenarios["signal-late-peer"] = scSignalLatePeer
 }
 
 // latePeerCount is the elements of the late-peer scenarios' all-reduce.
@@ -70,7 +71,7 @@ func wantStopped(err error, call int, first string) error {
 	return nil
 }
 
-// scCollLatePeer is the late peer of issue 40 on 2 ranks: both run #1;
+// scCollLatePeer is a late peer on 2 ranks: both run #1;
 // rank 0 runs #2 while rank 1 is busy for longer than the timeout, so rank
 // 0 times out; rank 1 runs #2 late; then both run #3-#6 with fresh inputs.
 // Rank 0's #2 times out, rank 1's late #2 and every later call on both
@@ -388,6 +389,52 @@ func TestMachinesLatePeerStopsTheGroup(t *testing.T) {
 		return nil
 	})
 	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// scSignalLatePeer: rank 0's wait for rank 1's signal times out; rank 1
+// puts it late. A signal wait that gives up takes nothing (Note
+// [Signals]), so rank 0's next wait consumes that late signal, and the one
+// after waits for rank 1's next: each wait returns only once the put it
+// pairs with was made (rank 1 writes a mark before each put).
+func scSignalLatePeer(e *rankEnv, a *alloc.Allocator) error {
+	h, done, err := joinRendezvous(e, a, 64<<10)
+	if err != nil {
+		return err
+	}
+	defer done()
+	mark := (*uint32)(unmanaged.Pointer(h.bufPtrs[1]))
+	T := e.timeout
+	if e.rank == 1 {
+		time.Sleep(T*2 + T/2)
+		for n := uint32(1); n <= 3; n++ {
+			atomic.StoreUint32(mark, n)
+			if err := h.PutSignal(0, 1, 0, 0); err != nil {
+				return err
+			}
+			time.Sleep(T / 2)
+		}
+		return h.Barrier(0, 0, 0)
+	}
+	if err := h.WaitSignal(1, 1, 0, 0); core.CodeOf(err) != core.ErrTimeout {
+		return fmt.Errorf("the first wait: got %v, want TIMEOUT", err)
+	}
+	for n := uint32(1); n <= 3; n++ {
+		if err := h.WaitSignal(1, 1, 0, 4*T); err != nil {
+			return fmt.Errorf("wait %d: %v", n, err)
+		}
+		if got := atomic.LoadUint32(mark); got != n {
+			return fmt.Errorf("wait %d returned with rank 1's mark at %d", n, got)
+		}
+	}
+	return h.Barrier(0, 0, 0)
+}
+
+func TestSignalLatePeerStaysInStep(t *testing.T) {
+	for r, err := range runInProcess(t, "signal-late-peer", 2, 400*time.Millisecond, 0) {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
 		}

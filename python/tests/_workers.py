@@ -362,7 +362,7 @@ def collectives_mismatch(rank: int, world: int, name: str) -> Dict:
 
 
 def collectives_late_peer(rank: int, world: int, name: str, timeout: float, late: float, algo: str) -> Dict:
-    """Issue 40's late peer: the group's timeout is timeout seconds; both
+    """A late peer: the group's timeout is timeout seconds; both
     ranks run all-reduce #1, rank 0 runs #2 while rank 1 is busy for late
     seconds (> timeout), rank 1 then runs #2, and both run #3-#6, each call
     with fresh inputs (call*10 + rank + 1 in every element). Returns per

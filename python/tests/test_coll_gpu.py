@@ -101,7 +101,7 @@ def test_user_kernel_built_with_nvcc(tmp_path):
 
 
 def test_a_late_peer_stops_the_group(tmp_path):
-    """Issue 40 on 2 GPUs (docs/diagnostics.md, "A collective timed out"):
+    """A late peer on 2 GPUs (docs/diagnostics.md, "A collective timed out"):
     symmem.torch.all_reduce in place on a group with timeout 2 s, rank 1
     late by 3 s for #2, at 4 KiB (the low-latency kernel) and 4 MiB (the
     barrier kernels). Rank 0's #2 kernel gives up and rank 1's late #2

@@ -58,7 +58,7 @@ def test_collectives_through_the_handle(world, count):
 
 @pytest.mark.parametrize("algo", ["one_shot", "two_shot"])
 def test_a_late_peer_stops_the_group(algo, host_backend):
-    """Issue 40, as reported: timeout 2 s, rank 1 late by 3 s for #2. Rank
+    """A late peer: timeout 2 s, rank 1 late by 3 s for #2. Rank
     0's #2 times out; rank 1's late #2 and every later call on both ranks
     fail at once, naming the first failure and what to do, and leave the
     buffer as the caller wrote it: no call returns wrong sums."""
