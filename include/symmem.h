@@ -1032,8 +1032,9 @@ symmem_result symmem_resume_group(symmem_group *group, const char *tag);
  * once with SYMMEM_ERROR_INVALID_STATE, nothing enqueued, the message naming
  * the first failure (which rank gave up, waiting for which rank, on which
  * channel and kernel block) and what to do: abort the group
- * (symmem_group_abort), destroy it and create a new one. A wait of a peer
- * that is still in the call ends at once. The failed call itself returns
+ * (symmem_group_abort), destroy it and create a new one. On the host
+ * backend a wait of a peer that is still in the call ends at once (on cuda
+ * a kernel's wait ends at its own timeout). The failed call itself returns
  * its own error on the host backend (SYMMEM_ERROR_TIMEOUT, _PEER, ...); a
  * late peer's call fails. On cuda a call returns once its kernel is
  * enqueued: the failure of a kernel shows at the next call on the group

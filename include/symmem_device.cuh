@@ -67,8 +67,9 @@
  *                   set, written by rank r when a wait of its own
  *                   collective gave up for cause at set. Once it is set,
  *                   the library's collectives on the group refuse to run
- *                   (kernels return at once, host-side calls fail), and
- *                   every wait of this header gives up at once
+ *                   (their kernels return at once, host-side calls fail);
+ *                   the waits of this header do not read it (a wait's
+ *                   flag keeps naming its own cause)
  *   words 4, 5      the library's: the low-latency collectives' call count
  *                   and how many blocks of the current call have finished
  *   words 6..15     reserved
@@ -132,11 +133,9 @@
  * caller should return (its results are undefined; the group's counts are no
  * longer balanced: use another group). A wait also gives up at once, without
  * waiting for the timeout, when the abort word is set (a peer's process
- * exited: the flag then records SYMMEM_DEV_CAUSE_PEER_EXITED), when the
+ * exited: the flag then records SYMMEM_DEV_CAUSE_PEER_EXITED) or when the
  * flag already records a mismatch (another block of this rank found that a
- * peer called a collective with other arguments), or when the stop word is
- * set (a collective of the group gave up on some rank; the flag then
- * records the stop word when it held nothing). It never traps, so the context and
+ * peer called a collective with other arguments). It never traps, so the context and
  * other work on the GPU survive. Define SYMMEM_DEV_TRAP_ON_TIMEOUT before
  * including this header to trap instead.
  */
@@ -337,19 +336,12 @@ static __device__ __forceinline__ void symmem_dev_fail(const symmem_device_view 
 }
 
 /* Whether a wait on set should give up before its timeout: the abort word
- * is set (a peer exited: recorded in the flag with this set), the flag
- * already records a mismatch, or the stop word is set (the group's
- * collectives stopped: a peer that gave up will not arrive; recorded in
- * the flag as the stop word's value when the flag holds nothing yet). */
+ * is set (a peer exited: recorded in the flag with this set) or the flag
+ * already records a mismatch. */
 static __device__ __forceinline__ bool symmem_dev_aborted(const symmem_device_view &v, int set) {
   unsigned int ab = *(volatile unsigned int *)symmem_dev_region(v, v.rank, 1);
   if (ab != 0) {
     symmem_dev_fail_cause(v, SYMMEM_DEV_CAUSE_PEER_EXITED, (int)(ab >> 16 & 0x1fff), set);
-    return true;
-  }
-  unsigned int st = *(volatile unsigned int *)symmem_dev_region(v, v.rank, SYMMEM_DEV_STOP_WORD);
-  if (st != 0) {
-    atomicCAS(symmem_dev_region(v, v.rank, 0), 0u, st);
     return true;
   }
   unsigned int fl = *(volatile unsigned int *)symmem_dev_region(v, v.rank, 0);

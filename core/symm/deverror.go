@@ -103,7 +103,7 @@ func setText(s int) string {
 func (h *Handle) stoppedErr(v uint32) error {
 	peer, set := int(v>>16&0x1fff), int(v&0xffff)
 	// On a group that spans machines the stop word names a rank of the
-	// local team (Note [Team view] in core/symm/coll).
+	// local team but for cause 2 (Note [Team view] in core/symm/coll).
 	global := func(r int) int {
 		if h.span != nil && r < len(h.span.team) {
 			return h.span.team[r]
@@ -116,11 +116,11 @@ func (h *Handle) stoppedErr(v uint32) error {
 		first = fmt.Sprintf("this rank's collective timed out waiting for rank %d (%s)", global(peer), setText(set))
 	case core.DevCauseMismatch:
 		first = fmt.Sprintf("rank %d called a collective with other arguments than this rank (%s); a kernel that finds that returns without its closing barrier", global(peer), setText(set))
-	case core.DevCausePeerExited:
-		if global(peer) == h.rank {
+	case core.DevCausePeerExited: // names a group rank (Note [Team view])
+		if peer == h.rank {
 			first = fmt.Sprintf("this rank's collective gave up: a wait was cut short (the group was aborted, the handle released or a signal came) or its step across machines failed (%s)", setText(set))
 		} else {
-			first = fmt.Sprintf("rank %d's process exited while this rank's collective waited for it (%s)", global(peer), setText(set))
+			first = fmt.Sprintf("rank %d's process exited while this rank's collective waited for it (%s)", peer, setText(set))
 		}
 	default: // core.DevCauseGaveUp
 		why := [...]string{"its wait timed out", "it found other collective arguments", "its wait was cut short, a peer exited or its step across machines failed", "it found its peers stopped"}[set>>12&3]

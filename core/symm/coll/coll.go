@@ -153,8 +153,12 @@ import (
 //     mirror, which kernels write; no device synchronisation) and refuses
 //     the call with ErrInvalidState naming the first failure and saying
 //     what to do: abort the group, destroy it, make a new one.
-//  3. A wait that finds its stop word set gives up at once: a peer that
-//     gave up will not arrive.
+//  3. A host runner's wait that finds its stop word set gives up at once:
+//     a peer that gave up will not arrive (it reports the exit of the rank
+//     it waits for when that rank is gone). A kernel's wait does not read
+//     the stop word: it ends at its own timeout or abort, so that the
+//     device error flag keeps naming its own cause (a mismatch, a peer's
+//     exit), and stops the group in its turn.
 //  4. A kernel reads its stop word when it starts and again after its
 //     opening barrier; set, it copies it to the mirror and returns
 //     without arriving anywhere or touching its output. So the kernels
@@ -166,7 +170,8 @@ import (
 // A late peer finds the stop word at its entry (refused), or arrived while
 // its peer still waited (the call met), or passed its entry just before
 // its peer gave up: then its closing barrier waits for an arrival that
-// never comes and gives up on the stop word, so that call fails too (what
+// never comes and gives up (at once on the host, at its timeout on the
+// GPU), so that call fails too (what
 // it wrote to its output is undefined; the call does not succeed). On the
 // GPU a call returns once its kernel is enqueued: a failure shows at the
 // next host-side call on the group after the kernel gave up. A mismatch on

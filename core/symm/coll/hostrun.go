@@ -36,7 +36,7 @@ func (l local) hostBarrier(set int, deadline time.Time) error {
 				runtime.Gosched()
 			default:
 				if err := l.h.WaitCut(mark, fmt.Sprintf("collective's barrier (device set %d)", set)); err != nil {
-					l.stop(core.DevFlag(core.DevCausePeerExited, me, set))
+					l.stop(core.DevFlag(core.DevCausePeerExited, l.global(me), set))
 					return err
 				}
 				now := time.Now()
@@ -61,7 +61,7 @@ func (l local) hostBarrier(set int, deadline time.Time) error {
 				exited := l.h.PeerExited(l.global(p), now, &checked, fmt.Sprintf("rank %d's collective (device set %d)", l.global(me), set))
 				if exited != nil && !core.Reached(atomic.LoadUint32(arr), n) {
 					atomic.CompareAndSwapUint32(l.regionWord(me, 0), 0, core.DevFlag(core.DevCausePeerExited, l.global(p), set))
-					l.stop(core.DevFlag(core.DevCausePeerExited, p, set))
+					l.stop(core.DevFlag(core.DevCausePeerExited, l.global(p), set))
 					return exited
 				}
 				core.Nap(sleep)
@@ -76,7 +76,8 @@ func (l local) hostBarrier(set int, deadline time.Time) error {
 }
 
 // stop records that a wait of this rank gave up with flag, whose peer is a
-// rank of the view (Note [Failed collectives]): flag in our stop word, and
+// rank of the view (a group rank for cause 2, as the kernels record it:
+// Note [Team view]; Note [Failed collectives]): flag in our stop word, and
 // that we gave up in every peer's of the view (the first failure of each
 // only).
 func (l local) stop(flag uint32) {

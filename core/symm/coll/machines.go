@@ -56,14 +56,7 @@ func (h acrossMachines) run(a Args, c *core.Collective) error {
 // kernels find out in their own waits, and give up then).
 func (h acrossMachines) stopAfterEngine(c *core.Collective) {
 	set := c.Channel * core.CollMaxBlocks
-	team, _, _ := h.Team()
-	me := 0 // this rank's index in its team: stop words name team ranks
-	for i, r := range team {
-		if r == h.Rank() {
-			me = i
-		}
-	}
-	flag := core.DevFlag(core.DevCausePeerExited, me, set)
+	flag := core.DevFlag(core.DevCausePeerExited, h.Rank(), set) // cause 2 names a group rank
 	if m := h.StopMirror(); m != 0 {
 		atomic.CompareAndSwapUint32((*uint32)(unmanaged.Pointer(m)), 0, flag)
 		return
