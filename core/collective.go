@@ -190,6 +190,10 @@ type Collective struct {
 	Channel int
 	// TimeoutNs bounds every wait of a kernel (Note [Pad partition]).
 	TimeoutNs uint64
+	// StopMirror is the pinned host word that a kernel copies this rank's
+	// stop word into when it gives up or refuses to run (Note [Failed
+	// collectives] in core/symm/coll/coll.go); 0: none.
+	StopMirror uintptr
 	// Digest is the 32-bit digest of the call's arguments that every rank
 	// publishes at the opening barrier and compares with its peers' (Note
 	// [Collective agreement] in core/symm/coll/coll.go).

@@ -19,8 +19,11 @@ package core
 //	                        cause 0 a wait timed out, 1 the peer's
 //	                        collective arguments differ (Note [Collective
 //	                        agreement] in core/symm/coll), 2 the peer's
-//	                        process exited, 3 an all-to-all's splits from
-//	                        the peer overran a buffer
+//	                        process exited, 3 with DevOverrunSetBit in
+//	                        the set an all-to-all's refusal for the
+//	                        peer's splits or out (3 without it: a wait
+//	                        that gave up because a peer's had, as the
+//	                        stop word below holds it)
 //	word 1                  the abort word: 0, or 0x80000000 | 2<<29 |
 //	                        peer<<16 written by the host when it sees
 //	                        rank peer's process exit (Note [Dead peers] in
@@ -29,7 +32,15 @@ package core
 //	word 2                  the buffer of the all-reduce that is a barrier
 //	                        across machines (Note [Collectives across
 //	                        machines] in core/symm; its value means nothing)
-//	word 3                  reserved (zero)
+//	word 3                  the stop word: 0, or why the group's
+//	                        collectives stopped (Note [Failed
+//	                        collectives] in core/symm/coll): the flag of
+//	                        this rank's wait that gave up, as word 0
+//	                        holds it (the abort and the cut waits of the
+//	                        host backend as cause 2 with this rank as the
+//	                        peer), or 0x80000000 | 3<<29 | r<<16 |
+//	                        cause<<12 | set written by rank r when a wait
+//	                        of its own gave up for cause at set (DevGaveUp)
 //	word 4                  the low-latency path's call count (its
 //	                        sequence number, Note [Low-latency collectives]
 //	                        in core/symm/coll)
@@ -113,8 +124,32 @@ const (
 	DevCauseTimeout    = 0
 	DevCauseMismatch   = 1
 	DevCausePeerExited = 2
-	DevCauseOverrun    = 3
 )
+
+// DevStopWord is the index of the stop word in the region, and
+// DevCauseGaveUp the cause of a stop word that a peer wrote (Note [Pad
+// partition]).
+const (
+	DevStopWord    = 3
+	DevCauseGaveUp = 3
+)
+
+// DevOverrunSetBit marks, in the set field of an error flag of cause
+// DevCauseGaveUp, an all-to-all's refusal rather than a stop: the peer
+// field names the rank whose splits were bad, or the receiver whose out
+// they would pass (Note [All-to-all] in core/symm/coll).
+const DevOverrunSetBit = 0x8000
+
+// IsDevOverrun says whether error flag v records an all-to-all's refusal.
+func IsDevOverrun(v uint32) bool {
+	return v&DevFlagFailed != 0 && v>>29&3 == DevCauseGaveUp && v&DevOverrunSetBit != 0
+}
+
+// DevGaveUp is the stop word that rank writes into every peer's region when
+// a wait of its own gave up for cause at set.
+func DevGaveUp(rank, cause, set int) uint32 {
+	return DevFlag(DevCauseGaveUp, rank, (cause&3)<<12|set&0xfff)
+}
 
 // DevFlag is the error flag word of a wait that gave up for cause on peer
 // at set.

@@ -26,6 +26,7 @@ func TestDeviceHeaderConstants(t *testing.T) {
 		"SYMMEM_DEV_LIBRARY_SETS": LibrarySets, "SYMMEM_DEV_COLL_CHANNELS": CollChannels,
 		"SYMMEM_DEV_COLL_MAX_BLOCKS": CollMaxBlocks, "SYMMEM_DEV_CAUSE_TIMEOUT": DevCauseTimeout,
 		"SYMMEM_DEV_CAUSE_MISMATCH": DevCauseMismatch, "SYMMEM_DEV_CAUSE_PEER_EXITED": DevCausePeerExited,
+		"SYMMEM_DEV_CAUSE_GAVE_UP": DevCauseGaveUp, "SYMMEM_DEV_STOP_WORD": DevStopWord,
 	} {
 		m := regexp.MustCompile(`#define ` + name + ` (\d+)`).FindSubmatch(src)
 		if m == nil {

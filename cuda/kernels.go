@@ -119,7 +119,7 @@ func kernelDefines(k int) []string {
 const (
 	collThreads   = 512 // SYMMEM_COLL_THREADS of the source
 	collMaxBlocks = 64  // SYMMEM_DEV_COLL_MAX_BLOCKS
-	collParamSize = 184 // sizeof(symmem_coll_params), checked by static_assert there
+	collParamSize = 192 // sizeof(symmem_coll_params), checked by static_assert there
 	llDirectRanks = 8   // SYMMEM_LL_DIRECT_RANKS: ll_base entries
 )
 
@@ -498,6 +498,7 @@ func packCollParams(c *core.Collective) [collParamSize]byte {
 			le.PutUint64(p[120+8*r:], uint64(c.PadAddrs[r]+c.LLOffset))
 		}
 	}
+	le.PutUint64(p[184:], uint64(c.StopMirror))
 	return p
 }
 
@@ -540,7 +541,7 @@ func (b *Backend) LaunchCollective(dev int, s core.Stream, c *core.Collective) e
 }
 
 // a2aParamSize is sizeof(symmem_a2a_params) (kernels/collectives.cu).
-const a2aParamSize = 216
+const a2aParamSize = 224
 
 // packA2AParams lays all-to-all c out as symmem_a2a_params.
 func packA2AParams(c *core.Collective) [a2aParamSize]byte {
@@ -575,6 +576,7 @@ func packA2AParams(c *core.Collective) [a2aParamSize]byte {
 	if c.Unchecked {
 		le.PutUint32(p[128:], 1)
 	}
+	le.PutUint64(p[216:], uint64(c.StopMirror))
 	if c.V != nil && c.Algo == core.AlgoLowLatency {
 		le.PutUint64(p[136:], uint64(c.LLOffset))
 		le.PutUint64(p[144:], uint64(c.LLSlot))

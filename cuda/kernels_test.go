@@ -257,4 +257,8 @@ func TestCollGrid(t *testing.T) {
 	if p := packCollParams(&core.Collective{Kind: core.AllReduce, Algo: core.AlgoTwoShot, Pull: true}); p[76] != core.KernelTwoShotPull {
 		t.Fatalf("two-shot pull params % x", p)
 	}
+	// The stop word's pinned mirror at 184 (Note [Failed collectives]).
+	if p := packCollParams(&core.Collective{Kind: core.AllReduce, StopMirror: 0x7f0012345678}); binary.LittleEndian.Uint64(p[184:]) != 0x7f0012345678 {
+		t.Fatalf("stop mirror params % x", p)
+	}
 }

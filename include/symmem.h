@@ -711,9 +711,19 @@ symmem_result symmem_handle_describe(const symmem_handle *handle,
  * SYMMEM_ERROR_INVALID_ARGUMENT), or with
  * SYMMEM_ERROR_PEER within about 10 ms when the awaited rank's process exits
  * (naming its rank, pid and exit status; a stopped process still gets the
- * timeout), consuming nothing. A rank or channel out of range is SYMMEM_ERROR_INVALID_ARGUMENT
- * naming the bounds. After a failed signal call the counts of its channel may
- * disagree between ranks: use another channel or group.
+ * timeout), consuming nothing: the next wait waits for the same signal. A
+ * barrier that fails keeps what it did: its puts stand and its waits count
+ * as consumed, so on the host backend the linear barrier's k-th call keeps
+ * meeting every peer's k-th (a late peer's barrier returns success: every
+ * rank entered it), and a dissemination barrier (SYMMEM_BARRIER) that
+ * fails in one round puts no signal of the rounds after it, so the peers
+ * that wait for those time out rather than pass a barrier some rank never
+ * entered (that channel then fails on those peers: use another channel
+ * or group). A stream wait takes its number when enqueued: one that gives
+ * up (recorded in the device error flag) keeps it. A rank or channel out of
+ * range is SYMMEM_ERROR_INVALID_ARGUMENT naming the bounds. After a failed
+ * put or a failed enqueue the counts of its channel may disagree between
+ * ranks: use another channel or group.
  *
  * Ranks on other machines (symmem_group_is_local 0) are reached through the
  * group's NCCL communicator: put/wait through NCCL's one-sided signals
@@ -1010,13 +1020,43 @@ symmem_result symmem_resume_group(symmem_group *group, const char *tag);
  * symmem_group_create_with_allgather) a collective is
  * SYMMEM_ERROR_UNAVAILABLE naming the missing engine. docs/machines.md.
  *
+ * After a failure the group's collectives stop (fail-stop, as NCCL asks for
+ * a new communicator after a timeout; docs/diagnostics.md, "A collective
+ * timed out"). A collective whose wait gives up on any rank (a timeout, a
+ * peer's exit, an abort; on cuda also a mismatch) leaves the ranks'
+ * barrier counts out of step: a late peer would find the arrival of the
+ * rank that left and go on with inputs of a later call. So the rank that
+ * gives up marks the group's collectives stopped in its own device region
+ * and in every peer's of its machine, and from then on every collective on
+ * the group, on every channel and every rank of that machine, fails at
+ * once with SYMMEM_ERROR_INVALID_STATE, nothing enqueued, the message naming
+ * the first failure (which rank gave up, waiting for which rank, on which
+ * channel and kernel block) and what to do: abort the group
+ * (symmem_group_abort), destroy it and create a new one. On the host
+ * backend a wait of a peer that is still in the call ends at once (on cuda
+ * a kernel's wait ends at its own timeout). The failed call itself returns
+ * its own error on the host backend (SYMMEM_ERROR_TIMEOUT, _PEER, ...); a
+ * late peer's call fails. On cuda a call returns once its kernel is
+ * enqueued: the failure of a kernel shows at the next call on the group
+ * after the kernel gave up (the check reads a word of pinned host memory
+ * that the kernel writes: no device synchronisation), and every kernel of
+ * the group that starts after the failure, enqueued before or replayed in
+ * a CUDA graph, returns at once without touching out. A graph replay has no
+ * host-side entry in the library: a failed replay shows at the next call of
+ * the library on the group (or symmem_handle_device_error). What the call
+ * that failed (or a late peer's call that passed its start just before its
+ * peer gave up) wrote to out is undefined. On a group that spans machines
+ * the same holds for the steps inside each machine; ranks on other
+ * machines learn of it through their own waits (NCCL's timeouts).
+ *
  * Errors, with nothing enqueued: SYMMEM_ERROR_INVALID_ARGUMENT for an unknown
  * dtype, op, algorithm or channel, SYMMEM_ALGO_LOW_LATENCY for a call it
  * cannot run (the message says why), count past the buffer (count*size >
  * buffer_size - offset), a count that reduce_scatter cannot split, an input or
  * out not 16-byte aligned, out NULL (all_gather, reduce_scatter), out
  * overlapping the input other than in place, two-shot with out outside the
- * block (also hierarchical, above); SYMMEM_ERROR_INVALID_STATE for a released handle;
+ * block (also hierarchical, above); SYMMEM_ERROR_INVALID_STATE for a released
+ * handle and for a group whose collectives stopped (above);
  * SYMMEM_ERROR_UNAVAILABLE when NVRTC cannot be found (the message names what
  * to install). count 0 does nothing. Thread safety: calls on different
  * channels may run at once; calls on one channel must be ordered (one
@@ -1146,7 +1186,8 @@ symmem_result symmem_collective(symmem_handle *handle, symmem_coll coll,
  * that sender; or when the rows a rank receives, as laid out (a dispatch's
  * padding included), pass its out_rows: on that rank alone, naming it.
  * out_splits_offsets still holds what the receiver was sent, and the
- * device error flag records SYMMEM_DEV_CAUSE_OVERRUN with the rank named
+ * device error flag records cause 3 with SYMMEM_DEV_OVERRUN_SET_BIT and
+ * the rank named
  * (symmem_handle_device_error returns SYMMEM_ERROR_INVALID_ARGUMENT for
  * it); the host backend returns SYMMEM_ERROR_INVALID_ARGUMENT naming it.
  * Ranks must agree on the form, row_bytes, experts, out_rows and
@@ -1184,9 +1225,18 @@ symmem_result symmem_all_to_all_v_2d_offset(symmem_handle *handle,
  * the peer waited for), SYMMEM_ERROR_MISMATCH when peer called a collective
  * with other arguments (cause 1; out was left untouched),
  * SYMMEM_ERROR_PEER when peer's process exited during a wait (cause 2) and
- * SYMMEM_ERROR_INVALID_ARGUMENT when an all-to-all's splits from rank peer
- * overran a buffer (cause 3; out was left untouched), the
- * last error naming the rank; *flag is filled in every case. On cuda a copy
+ * SYMMEM_ERROR_INVALID_STATE when a wait gave up because rank peer's
+ * collective had given up (cause 3: the group's collectives stopped),
+ * SYMMEM_ERROR_INVALID_ARGUMENT when an all-to-all was refused for rank
+ * peer's splits or out (cause 3 with bit 15 of the set field,
+ * SYMMEM_DEV_OVERRUN_SET_BIT; out was left untouched), the
+ * last error naming the rank; *flag is filled in every case. A collective
+ * failure need not be polled for: once a collective's wait gave up, every
+ * later collective on the group fails by itself (see the collectives
+ * above). The flag also records the stream signals' waits that gave up
+ * (set 0xffff), which stop nothing: a stream wait's number is taken when it
+ * is enqueued, so the counts stay in step, but the work enqueued after it
+ * ran without the signal. On cuda a copy
  * from the device on the library's own non-blocking stream, ordered after
  * nothing (synchronise the collectives' streams first to see what their
  * kernels recorded) and never behind the caller's streams, even a stuck

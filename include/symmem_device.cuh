@@ -52,19 +52,31 @@
  *                   SYMMEM_DEV_CAUSE_TIMEOUT (a wait for peer gave up),
  *                   SYMMEM_DEV_CAUSE_MISMATCH (peer called a collective with
  *                   other arguments), SYMMEM_DEV_CAUSE_PEER_EXITED (peer's
- *                   process exited while we waited) or
- *                   SYMMEM_DEV_CAUSE_OVERRUN (an all-to-all's splits from
- *                   peer overran a buffer; nothing was written to out)
+ *                   process exited while we waited) or, with
+ *                   SYMMEM_DEV_OVERRUN_SET_BIT in the set field, cause 3
+ *                   (an all-to-all's splits from peer overran a buffer;
+ *                   nothing was written to out)
  *   word 1          the abort word: 0, or 0x80000000 |
  *                   SYMMEM_DEV_CAUSE_PEER_EXITED << 29 | peer << 16, written
  *                   by the library on the host when it sees rank peer's
  *                   process exit
  *   word 2          the library's: the buffer of the all-reduce that is a
  *                   barrier across machines (its value means nothing)
+ *   word 3          the stop word: 0, or why the group's collectives
+ *                   stopped (core/symm/coll/coll.go, Note [Failed
+ *                   collectives]): the error flag of a collective's wait of
+ *                   this rank that gave up, or 0x80000000 |
+ *                   SYMMEM_DEV_CAUSE_GAVE_UP << 29 | r << 16 | cause << 12 |
+ *                   set, written by rank r when a wait of its own
+ *                   collective gave up for cause at set. Once it is set,
+ *                   the library's collectives on the group refuse to run
+ *                   (their kernels return at once, host-side calls fail);
+ *                   the waits of this header do not read it (a wait's
+ *                   flag keeps naming its own cause)
  *   words 4, 5      the library's: the low-latency collectives' call count
  *                   and how many blocks of the current call have finished
  *   words 6, 7      the library's: the same for the all-to-alls
- *   words 3, 8..15  reserved
+ *   words 8..15     reserved
  *   set s           2*world words at SYMMEM_DEV_HEADER_WORDS + s*2*world, for
  *                   s in [0, SYMMEM_DEV_SETS):
  *                     arrivals[w] (word w): how many times rank w arrived at
@@ -152,7 +164,15 @@
 #define SYMMEM_DEV_CAUSE_TIMEOUT 0
 #define SYMMEM_DEV_CAUSE_MISMATCH 1
 #define SYMMEM_DEV_CAUSE_PEER_EXITED 2
-#define SYMMEM_DEV_CAUSE_OVERRUN 3
+/* The cause of a stop word (word SYMMEM_DEV_STOP_WORD) that a peer wrote:
+ * the peer gave up a wait of its collective. */
+#define SYMMEM_DEV_CAUSE_GAVE_UP 3
+#define SYMMEM_DEV_STOP_WORD 3
+/* An all-to-all's refusal in the error flag: cause 3 with this bit in the
+ * set field (core/symm/coll/alltoall.go, Note [All-to-all]); the peer field
+ * names the rank whose splits were bad, or the receiver whose out they
+ * would pass. */
+#define SYMMEM_DEV_OVERRUN_SET_BIT 0x8000u
 
 /* The view of a handle, passed to kernels by value (40 bytes; the
  * library's collectives pass the same layout). */

@@ -1,6 +1,7 @@
 package symm
 
 import (
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"unsafe"
@@ -12,9 +13,14 @@ import (
 // DeviceErrorText says what a device error flag records: nil for 0 and
 // for a timeout (the flag itself names the peer and set), ErrMismatch for a
 // peer's different collective arguments, ErrPeer for a peer's exit,
-// ErrInvalidArgument for an all-to-all's overrun (Note [All-to-all] in
-// core/symm/coll).
+// ErrInvalidArgument for an all-to-all's refusal (Note [All-to-all] in
+// core/symm/coll), ErrInvalidState for a wait that gave up because a
+// peer's collective had (the stop word's value, Note [Failed collectives]
+// in core/symm/coll).
 func (h *Handle) DeviceErrorText(v uint32) error {
+	if v&core.DevFlagFailed != 0 && v>>29&3 == core.DevCauseGaveUp && !core.IsDevOverrun(v) {
+		return h.stoppedErr(v)
+	}
 	if v&core.DevFlagFailed == 0 {
 		return nil
 	}
@@ -29,7 +35,8 @@ func (h *Handle) DeviceErrorText(v uint32) error {
 		}
 		return core.Errorf(core.ErrMismatch, "group %q: rank %d: the device error flag %#x says that rank %d called a collective with other arguments than this rank (kernel block %d of collective channel %d; no data moved); the group's device barriers are no longer balanced: use another group",
 			h.name, h.rank, v, peer, set%core.CollMaxBlocks, set/core.CollMaxBlocks)
-	case core.DevCauseOverrun:
+	case core.DevCauseGaveUp: // the all-to-all's refusal: IsDevOverrun
+		set &^= core.DevOverrunSetBit
 		if peer == h.rank {
 			return core.Errorf(core.ErrInvalidArgument, "group %q: rank %d: the device error flag %#x says that an all-to-all's rows for this rank, as laid out, passed its out_rows (nothing was written to out; out_splits_offsets holds what was sent; device set %d)",
 				h.name, h.rank, v, set)
@@ -73,4 +80,62 @@ func (h *Handle) DeviceError() (uint32, error) {
 		return 0, core.Errorf(core.CodeOf(err), "group %q: rank %d: reading the device error flag: %v", h.name, h.rank, err)
 	}
 	return v[0], nil
+}
+
+// CollectivesStopped is the error of a collective on a group whose
+// collectives stopped after a failure (Note [Failed collectives] in
+// core/symm/coll), or nil. One load of host memory: the stop word itself
+// where the pads are the CPU's memory, its pinned mirror where kernels run
+// (which the kernel that gave up, or the next one, wrote); no device
+// synchronisation.
+func (h *Handle) CollectivesStopped() error {
+	if h.stopRead == 0 {
+		return nil
+	}
+	if v := atomic.LoadUint32((*uint32)(unmanaged.Pointer(h.stopRead))); v != 0 {
+		return h.stoppedErr(v)
+	}
+	return nil
+}
+
+// StopMirror is the pinned host word that kernels copy this rank's stop
+// word into (0 where none).
+func (h *Handle) StopMirror() uintptr { return h.stopMirror }
+
+// setText names device set s of the library's sets as a collective's wait.
+func setText(s int) string {
+	return fmt.Sprintf("collective channel %d, kernel block %d (device set %d)", s/core.CollMaxBlocks, s%core.CollMaxBlocks, s)
+}
+
+// stoppedErr is the error of a collective on a group whose stop word holds
+// v (Note [Pad partition] in core): it names the first failure and says
+// how to go on.
+func (h *Handle) stoppedErr(v uint32) error {
+	peer, set := int(v>>16&0x1fff), int(v&0xffff)
+	// On a group that spans machines the stop word names a rank of the
+	// local team but for cause 2 (Note [Team view] in core/symm/coll).
+	global := func(r int) int {
+		if h.span != nil && r < len(h.span.team) {
+			return h.span.team[r]
+		}
+		return r
+	}
+	var first string
+	switch v >> 29 & 3 {
+	case core.DevCauseTimeout:
+		first = fmt.Sprintf("this rank's collective timed out waiting for rank %d (%s)", global(peer), setText(set))
+	case core.DevCauseMismatch:
+		first = fmt.Sprintf("rank %d called a collective with other arguments than this rank (%s); a kernel that finds that returns without its closing barrier", global(peer), setText(set))
+	case core.DevCausePeerExited: // names a group rank (Note [Team view])
+		if peer == h.rank {
+			first = fmt.Sprintf("this rank's collective gave up: a wait was cut short (the group was aborted, the handle released or a signal came) or its step across machines failed (%s)", setText(set))
+		} else {
+			first = fmt.Sprintf("rank %d's process exited while this rank's collective waited for it (%s)", peer, setText(set))
+		}
+	default: // core.DevCauseGaveUp
+		why := [...]string{"its wait timed out", "it found other collective arguments", "its wait was cut short, a peer exited or its step across machines failed", "it found its peers stopped"}[set>>12&3]
+		first = fmt.Sprintf("rank %d gave up a collective (%s): %s", global(peer), setText(set&0xfff), why)
+	}
+	return core.Errorf(core.ErrInvalidState, "group %q: rank %d: the group's collectives are stopped since %s (stop word %#x): the ranks' barriers and argument slots are no longer in step, so no later collective on this group can run correctly; abort the group (symmem_group_abort), destroy it and create a new one",
+		h.name, h.rank, first, v)
 }

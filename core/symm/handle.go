@@ -35,6 +35,9 @@ type Handle struct {
 	maps   []*peerMap // the peer mappings we hold a reference to
 	// sig counts the signals of the group's pads (shared by its handles).
 	sig *signalCounts
+	// stopRead and stopMirror are the group's pads' (pads.stopRead,
+	// pads.stopMirror).
+	stopRead, stopMirror uintptr
 	// span reaches the ranks on other machines; nil on one machine (Note
 	// [Collectives across machines]).
 	span *span

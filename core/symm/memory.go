@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
@@ -101,6 +102,12 @@ type pads struct {
 	// coll serialises the host backend's collectives per collective channel
 	// (each channel's device sets take one barrier at a time; View.ChannelLock).
 	coll [core.CollChannels]sync.Mutex
+	// stopRead is where the host reads this rank's stop word (Note [Failed
+	// collectives] in core/symm/coll) with one load: the region's word on
+	// backends whose memory is the CPU's, else stopMirror, a pinned host
+	// word that kernels copy the stop word into (0 where the backend runs
+	// no kernels).
+	stopRead, stopMirror uintptr
 }
 
 func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
@@ -263,7 +270,32 @@ func (gm *groupMem) makePads(size uintptr) (*pads, error) {
 	p.own = own
 	p.addr[gm.rank] = addr
 	core.RegisterRange(addr, p.phys, "this rank's signal pad")
+	if err := gm.makeStopMirror(p); err != nil {
+		gm.unmapRelease(addr, p.phys, own)
+		return nil, err
+	}
 	return p, nil
+}
+
+// makeStopMirror sets where the host reads p's stop word (pads.stopRead):
+// a pinned host word where the backend runs kernels on device memory.
+func (gm *groupMem) makeStopMirror(p *pads) error {
+	region := p.addr[gm.rank] + p.size
+	if !gm.be.Capabilities().StreamSignals { // the CPU's memory
+		p.stopRead = region + 4*core.DevStopWord
+		return nil
+	}
+	hm, ok := gm.be.(core.HostMemory)
+	if _, kernels := gm.be.(core.CollectiveLauncher); !ok || !kernels {
+		return nil
+	}
+	w, err := hm.AllocHost(gm.device, 4)
+	if err != nil {
+		return core.Errorf(core.CodeOf(err), "group %q: rank %d: the pinned host word that mirrors the collectives' stop word: %v", gm.name, gm.rank, err)
+	}
+	atomic.StoreUint32((*uint32)(unmanaged.Pointer(w)), 0)
+	p.stopRead, p.stopMirror = w, w
+	return nil
 }
 
 // Note [Pointer arrays in the pad]
@@ -355,6 +387,9 @@ func (gm *groupMem) dropPadsLocked() error {
 			errs = append(errs, core.Errorf(core.ErrTimeout, "this rank's signal pad (%d bytes at %#x) left mapped (deliberately leaked): it holds the pointer arrays a timed-out copy may still write", p.phys, p.addr[gm.rank]))
 		} else {
 			errs = append(errs, gm.unmapRelease(p.addr[gm.rank], p.phys, p.own))
+			if p.stopMirror != 0 {
+				errs = append(errs, gm.be.(core.HostMemory).FreeHost(gm.device, p.stopMirror, 4))
+			}
 		}
 		gm.pads = nil
 	}

@@ -327,7 +327,7 @@ func (c *rendezvousCall) makeHandle() {
 		gm.abort.setRegion(gm.pads)
 		gm.watchPeers(gm.pads.addr[gm.rank] + gm.pads.size)
 	}
-	h.padSize, h.sig = gm.pads.size, gm.pads.sig
+	h.padSize, h.sig, h.stopRead, h.stopMirror = gm.pads.size, gm.pads.sig, gm.pads.stopRead, gm.pads.stopMirror
 	for p := 0; p < g.world; p++ {
 		if p == g.rank || !g.isLocal(p) {
 			continue

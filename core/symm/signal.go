@@ -144,7 +144,7 @@ func (h *Handle) WaitSignal(src, channel int, s core.Stream, timeout time.Durati
 	if h.onStreams() {
 		return sp.streamSignals(s, timeout, channel, nil, []int{src})
 	}
-	switch sp.waitHost(src, channel, time.Now().Add(timeout)) {
+	switch sp.waitHost(src, channel, time.Now().Add(timeout), false) {
 	case waitReleased:
 		return sp.releasedDuring(fmt.Sprintf("a wait for rank %d's signal on channel %d", src, channel))
 	case waitAborted:
@@ -253,11 +253,17 @@ const (
 
 // waitHost takes the next number for (src, channel) and polls src's count in
 // our pad until it reaches that number, the deadline passes, src's process
-// exits or the handle is released; unless reached, it gives the number back.
-func (h signalPath) waitHost(src, channel int, deadline time.Time) waitOutcome {
+// exits or the handle is released; unless reached, it gives the number back
+// (a signal wait), or keeps it when keep is set (a barrier's wait: Note
+// [Barriers that fail]).
+func (h signalPath) waitHost(src, channel int, deadline time.Time, keep bool) waitOutcome {
 	c := h.sig
 	seen := &c.seen[c.index(src, channel)]
 	n := atomic.AddUint32(seen, 1)
+	giveBack := ^uint32(0)
+	if keep {
+		giveBack = 0
+	}
 	word := (*uint32)(unmanaged.Pointer(h.slot(h.rank, src, channel)))
 	mark := core.InterruptMark()
 	sleep := time.Microsecond
@@ -273,26 +279,26 @@ func (h signalPath) waitHost(src, channel int, deadline time.Time) waitOutcome {
 			runtime.Gosched()
 		default:
 			if h.life.closed() {
-				atomic.AddUint32(seen, ^uint32(0))
+				atomic.AddUint32(seen, giveBack)
 				return waitReleased
 			}
 			select {
 			case <-h.gm.abort.ch:
-				atomic.AddUint32(seen, ^uint32(0))
+				atomic.AddUint32(seen, giveBack)
 				return waitAborted
 			default:
 			}
 			if core.InterruptedSince(mark) {
-				atomic.AddUint32(seen, ^uint32(0))
+				atomic.AddUint32(seen, giveBack)
 				return waitInterrupted
 			}
 			now := time.Now()
 			if !now.Before(deadline) {
-				atomic.AddUint32(seen, ^uint32(0))
+				atomic.AddUint32(seen, giveBack)
 				return waitTimedOut
 			}
 			if h.peerExited(src, now, &checked) && !core.Reached(atomic.LoadUint32(word), n) {
-				atomic.AddUint32(seen, ^uint32(0))
+				atomic.AddUint32(seen, giveBack)
 				return waitPeerExited
 			}
 			if i == 300 {
@@ -392,30 +398,78 @@ func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) erro
 	deadline := time.Now().Add(timeout)
 	for i := range steps {
 		if err := sp.hostStep(channel, steps[i], froms[i], deadline, timeout); err != nil {
+			// Note [Barriers that fail]: the waits of the rounds left
+			// take their numbers; their signals are not put.
+			for j := i + 1; j < len(steps); j++ {
+				sp.skipWaits(channel, froms[j])
+			}
 			return err
 		}
 	}
 	return nil
 }
 
-// hostStep puts to every rank of dsts, then waits for every rank of srcs.
+// Note [Barriers that fail]
+//
+// A barrier is a signal to every peer and a wait for one from every peer
+// (Note [Signals]); on a channel the k-th barrier of each rank must meet
+// the k-th of every other. A host-side barrier whose wait gives up (a
+// timeout, a peer's exit, an abort, a release) has put its signals, which
+// cannot be taken back: a late peer finds them. Were the wait's number
+// given back, as a lone signal wait gives it back, this rank's next
+// barrier would be met by the late peer's signal of the failed one, and
+// from then on this rank would pass every barrier one barrier ahead of its
+// peers, with success. So a barrier's waits keep their numbers whatever
+// ends them, and so do the waits of the dissemination rounds that a
+// failed round leaves (skipWaits): no count this rank waits for falls
+// behind its sender's. The linear barrier has put every signal before it
+// waits, so every (sender, receiver, channel) count advances by one per
+// barrier, met or failed, on both sides, and the k-th barriers keep
+// meeting: the failed barrier returns its error, the late peer's returns
+// success, truthfully (every rank entered it; what the rank that gave up
+// wrote after its error is its own affair). A dissemination round's signal
+// says that every rank its sender has heard from entered the barrier, so
+// the signals of the rounds after a failed one are not put: the peers
+// that wait for them time out rather than pass a barrier that a rank has
+// not entered, and since those counts stay one short, so does every later
+// barrier on the channel at those peers: the channel fails loudly there
+// (use another channel or group), never with a barrier passed early.
+// Barriers on a stream number their waits when they are enqueued, so a
+// stream wait that gives up has its number kept as well.
+
+// skipWaits takes the numbers of a barrier's waits for srcs without
+// waiting (Note [Barriers that fail]).
+func (h signalPath) skipWaits(channel int, srcs []int) {
+	for _, src := range srcs {
+		atomic.AddUint32(&h.sig.seen[h.sig.index(src, channel)], 1)
+	}
+}
+
+// hostStep puts to every rank of dsts, then waits for every rank of srcs;
+// a wait that ends otherwise than reached or timed out ends the step, the
+// numbers of the waits left taken (Note [Barriers that fail]).
 func (h signalPath) hostStep(channel int, dsts, srcs []int, deadline time.Time, timeout time.Duration) error {
 	for _, dst := range dsts {
 		h.putHost(dst, channel)
 	}
 	var late []int
-	for _, src := range srcs {
-		switch h.waitHost(src, channel, deadline) {
+	for i, src := range srcs {
+		var err error
+		switch h.waitHost(src, channel, deadline, true) {
 		case waitReleased:
-			return h.releasedDuring(fmt.Sprintf("a barrier on channel %d", channel))
+			err = h.releasedDuring(fmt.Sprintf("a barrier on channel %d", channel))
 		case waitAborted:
-			return h.gm.abortedErr(fmt.Sprintf("a barrier on channel %d", channel))
+			err = h.gm.abortedErr(fmt.Sprintf("a barrier on channel %d", channel))
 		case waitInterrupted:
-			return h.interruptedWait(fmt.Sprintf("barrier on channel %d", channel))
+			err = h.interruptedWait(fmt.Sprintf("barrier on channel %d", channel))
 		case waitPeerExited:
-			return h.gm.live.Exited(src, fmt.Sprintf("rank %d's barrier on channel %d", h.rank, channel))
+			err = h.gm.live.Exited(src, fmt.Sprintf("rank %d's barrier on channel %d", h.rank, channel))
 		case waitTimedOut:
 			late = append(late, src)
+		}
+		if err != nil {
+			h.skipWaits(channel, srcs[i+1:])
+			return err
 		}
 	}
 	if len(late) > 0 {

@@ -18,13 +18,26 @@ type View struct{ h *Handle }
 // View is the handle as the collectives see it.
 func (h *Handle) View() View { return View{h} }
 
-// Enter admits a call that touches the handle's memory; leave ends it.
+// Enter admits a collective on the handle; leave ends it. It refuses one
+// on a group whose collectives stopped (Note [Failed collectives] in
+// core/symm/coll): the one check every collective makes before it runs.
 func (v View) Enter() (leave func(), err error) {
 	if err := v.h.enter(); err != nil {
 		return nil, err
 	}
+	if err := v.Stopped(); err != nil {
+		v.h.life.leave()
+		return nil, err
+	}
 	return v.h.life.leave, nil
 }
+
+// Stopped is the error of a collective on a group whose collectives
+// stopped, or nil.
+func (v View) Stopped() error { return v.h.CollectivesStopped() }
+
+// StopMirror is the pinned host word that kernels copy the stop word into.
+func (v View) StopMirror() uintptr { return v.h.stopMirror }
 
 func (v View) GroupName() string      { return v.h.name }
 func (v View) Rank() int              { return v.h.rank }

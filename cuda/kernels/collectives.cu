@@ -50,10 +50,13 @@ struct symmem_coll_params {
    * <= SYMMEM_LL_DIRECT_RANKS: the path's pointers come from the kernel's
    * parameters rather than from loads of the view's device arrays. */
   char *ll_base[8];
+  /* 184: the pinned host word that mirrors our stop word (0: none); see
+   * symmem_coll_stop. */
+  unsigned int *stop_mirror;
 };
 #define SYMMEM_LL_DIRECT_RANKS 8
 static_assert(sizeof(symmem_device_view) == 40, "symmem_device_view layout");
-static_assert(sizeof(symmem_coll_params) == 184, "symmem_coll_params layout");
+static_assert(sizeof(symmem_coll_params) == 192, "symmem_coll_params layout");
 
 /* params.algo of the low-latency path, and params.flags. */
 #define SYMMEM_COLL_ALGO_LL 4
@@ -93,12 +96,57 @@ static __device__ __forceinline__ void symmem_pdl_release() {
  * collectives: one vector per thread). */
 #define SYMMEM_COLL_FANIN 8
 
+/* Stopping the group's collectives (core/symm/coll/coll.go, Note [Failed
+ * collectives]). A block whose wait gave up (the cause is in the error
+ * flag) calls symmem_coll_stop with one thread: the flag goes into our stop
+ * word and, if it was the first there, that we gave up into every peer's
+ * (at system scope, so that a late peer's next kernel and its waits see
+ * it), and the stop word into the pinned host mirror, which the library
+ * reads before every collective. A kernel whose stop word is already set
+ * (symmem_coll_stopped) only mirrors it and returns without arriving
+ * anywhere: the counts of the group are out of step, and a call that ran
+ * would read a peer's memory of another call. */
+static __device__ __noinline__ void symmem_coll_stop(const symmem_device_view &v, unsigned int *mirror, int set) {
+  unsigned int *own = symmem_dev_region(v, v.rank, SYMMEM_DEV_STOP_WORD);
+  unsigned int fl = *(volatile unsigned int *)symmem_dev_region(v, v.rank, 0);
+  if (fl == 0)
+    fl = 0x80000000u | SYMMEM_DEV_CAUSE_TIMEOUT << 29 | ((unsigned)set & 0xffff);
+  if (atomicCAS_system(own, 0u, fl) == 0u) {
+    const unsigned int gave = 0x80000000u | SYMMEM_DEV_CAUSE_GAVE_UP << 29 | ((unsigned)v.rank & 0x1fff) << 16 |
+                              (fl >> 29 & 3) << 12 | (fl & 0xfff);
+    for (int q = 0; q < v.world; q++)
+      if (q != v.rank)
+        atomicCAS_system(symmem_dev_region(v, q, SYMMEM_DEV_STOP_WORD), 0u, gave);
+  }
+  if (mirror) {
+    const unsigned int st = *(volatile unsigned int *)own;
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(mirror), "r"(st) : "memory");
+  }
+}
+
+/* Whether our stop word is set, the same in every thread of the block; if
+ * so, thread 0 has mirrored it. */
+static __device__ __forceinline__ bool symmem_coll_stopped(const symmem_device_view &v, unsigned int *mirror,
+                                                           int set) {
+  bool st = false;
+  if (threadIdx.x == 0) {
+    const unsigned int w = *(volatile unsigned int *)symmem_dev_region(v, v.rank, SYMMEM_DEV_STOP_WORD);
+    st = w != 0;
+    if (st)
+      symmem_coll_stop(v, mirror, set);
+  }
+  return __syncthreads_or(st);
+}
+
 /* symmem_dev_barrier_block_set with the signal's ordering chosen: publish
  * (release at system scope: our stores, peers' memory included, are visible
  * to the peers after the barrier) or not (relaxed: only this block's
  * completed loads and earlier kernels' writes are ordered before it; see the
- * head of this file). Same counts, same sets, same bounded wait. */
-static __device__ __forceinline__ bool symmem_coll_barrier(const symmem_device_view &v, int set, bool publish) {
+ * head of this file). Same counts, same sets, same bounded wait; a wait
+ * that gives up stops the group's collectives (symmem_coll_stop). */
+template <class P> /* symmem_coll_params, symmem_a2a_params: their view and stop_mirror */
+static __device__ __forceinline__ bool symmem_coll_barrier(const P &params, int set, bool publish) {
+  const symmem_device_view &v = params.view;
   __syncthreads();
   bool ok = true;
   int p = threadIdx.x;
@@ -110,7 +158,11 @@ static __device__ __forceinline__ bool symmem_coll_barrier(const symmem_device_v
       asm volatile("red.relaxed.sys.global.add.u32 [%0], %1;" ::"l"(arrivals), "r"(1u) : "memory");
     ok = symmem_dev_wait(v, p, set);
   }
-  return __syncthreads_and(ok);
+  if (__syncthreads_and(ok))
+    return true;
+  if (threadIdx.x == 0)
+    symmem_coll_stop(v, params.stop_mirror, set);
+  return false;
 }
 
 /* The opening barrier of a collective, which also compares the call's
@@ -167,19 +219,30 @@ static __device__ __forceinline__ unsigned long long symmem_coll_publish(const s
   return mine;
 }
 
-static __device__ __forceinline__ bool symmem_coll_open(const symmem_device_view &v, int set, unsigned int digest,
-                                                        unsigned int flags) {
-  if (flags & SYMMEM_COLL_UNCHECKED)
-    return symmem_coll_barrier(v, set, false);
-  __syncthreads();
+/* The opening barrier also refuses to run on a group whose collectives
+ * stopped: before it arrives anywhere (a kernel enqueued before the failure
+ * was seen, a graph's replay), and again after its waits (a peer that gave
+ * up after counting its arrival here). */
+template <class P> /* symmem_coll_params, symmem_a2a_params: view, stop_mirror, digest, flags */
+static __device__ __forceinline__ bool symmem_coll_open(const P &params, int set) {
+  const symmem_device_view &v = params.view;
+  if (symmem_coll_stopped(v, params.stop_mirror, set))
+    return false;
+  if (params.flags & SYMMEM_COLL_UNCHECKED)
+    return symmem_coll_barrier(params, set, false) && !symmem_coll_stopped(v, params.stop_mirror, set);
   bool ok = true;
   int p = threadIdx.x;
   if (p < v.world && p != v.rank) {
     const unsigned int n = *(volatile unsigned int *)symmem_dev_set_word(v, v.rank, set, v.world + p) + 1;
-    const unsigned long long mine = symmem_coll_publish(v, set, p, n, digest);
+    const unsigned long long mine = symmem_coll_publish(v, set, p, n, params.digest);
     ok = symmem_dev_wait(v, p, set) && symmem_coll_agree(v, set, p, n, mine);
   }
-  return __syncthreads_and(ok);
+  if (!__syncthreads_and(ok)) {
+    if (threadIdx.x == 0)
+      symmem_coll_stop(v, params.stop_mirror, set);
+    return false;
+  }
+  return !symmem_coll_stopped(v, params.stop_mirror, set);
 }
 
 /* Element traits: E elements per 16-byte vector, acc_t the accumulator. */
@@ -419,7 +482,7 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
   symmem_vec16 r;
   typename T::acc_t tail[T::E];
 
-  if (!symmem_coll_open(v, set, p.digest, p.flags))
+  if (!symmem_coll_open(p, set))
     return;
   if (in_place_one_shot) {
     /* Every rank reads our input: each round reads SYMMEM_COLL_INPLACE_UNROLL
@@ -439,7 +502,7 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
         if (i < pl.items)
           ms[u] = symmem_reduce_item<DT, OP>(p, pl, i, rs[u], tails[u]);
       }
-      if (!symmem_coll_barrier(v, set, false))
+      if (!symmem_coll_barrier(p, set, false))
         return;
 #pragma unroll
       for (int u = 0; u < SYMMEM_COLL_INPLACE_UNROLL; u++) {
@@ -514,7 +577,7 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
     /* Our slice is reduced into our out: publish it (release at system
      * scope), then read every peer's reduced slice from its out into ours
      * (Note [Two-shot pulls] in core/symm/coll/coll.go). */
-    if (!symmem_coll_barrier(v, set, true))
+    if (!symmem_coll_barrier(p, set, true))
       return;
     for (int k = 1; k < v.world; k++) {
       const int q = (v.rank + k) % v.world;
@@ -527,7 +590,7 @@ template <int DT, int OP> static __device__ __forceinline__ void symmem_coll_red
   /* Push publishes its stores into the peers; otherwise only reads of
    * peers' memory are left to order before their next writes: a relaxed
    * signal (see the head of this file). */
-  symmem_coll_barrier(v, set, push);
+  symmem_coll_barrier(p, set, push);
 }
 
 /* ---- the low-latency path (Note [Low-latency collectives] in core/symm/coll/lowlatency.go)
@@ -654,6 +717,12 @@ template <int KIND, int DT, int OP> static __device__ __forceinline__ void symme
   const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
   const char *in = symmem_dev_ptr(v, me, p.in_offset + (KIND == 1 && p.sliced ? me * p.count : 0));
 
+  /* On a group whose collectives stopped the lines and the sequence
+   * numbers are out of step (a peer that gave up did not advance its
+   * number, and lines of its call could pass for the next one's): no
+   * line is sent or read. */
+  if (symmem_coll_stopped(v, p.stop_mirror, set))
+    return;
   if (threadIdx.x == 0)
     seq_shared = *(volatile unsigned int *)symmem_ll_region(p, SYMMEM_LL_SEQ_WORD);
   const int q = threadIdx.x;
@@ -694,7 +763,12 @@ template <int KIND, int DT, int OP> static __device__ __forceinline__ void symme
     if (ok)
       *(volatile unsigned int *)symmem_dev_set_word(v, me, set, W + q) = n;
   }
-  if (!__syncthreads_and(ok))
+  if (!__syncthreads_and(ok)) {
+    if (threadIdx.x == 0)
+      symmem_coll_stop(v, p.stop_mirror, set);
+    return;
+  }
+  if (symmem_coll_stopped(v, p.stop_mirror, set))
     return;
 
   /* Receive and combine. */
@@ -737,8 +811,11 @@ template <int KIND, int DT, int OP> static __device__ __forceinline__ void symme
       }
     }
   }
-  if (!__syncthreads_and(ok))
+  if (!__syncthreads_and(ok)) {
+    if (threadIdx.x == 0)
+      symmem_coll_stop(v, p.stop_mirror, set);
     return;
+  }
   /* The last block to finish advances the channel's sequence number (a
    * grid of one block does it alone; the kernel's end publishes it to the
    * stream's next kernel). */
@@ -859,10 +936,17 @@ struct symmem_a2a_params {
    * low-latency path's addresses come from the parameters rather than from
    * loads of the view's device array. */
   char *pad_base[8];
+  /* 216: the pinned host word that mirrors our stop word (0: none), as
+   * symmem_coll_params' (symmem_coll_stop). */
+  unsigned int *stop_mirror;
 };
-static_assert(sizeof(symmem_a2a_params) == 216, "symmem_a2a_params layout");
+static_assert(sizeof(symmem_a2a_params) == 224, "symmem_a2a_params layout");
 
 #define SYMMEM_A2A_MAX_SPLITS 1024
+/* Why a block refuses an all-to-all (its fail word: 1 + why << 16 | rank):
+ * the ranks are a call apart, or a rank's splits or out overran. */
+#define SYMMEM_A2A_FAIL_MISMATCH 1
+#define SYMMEM_A2A_FAIL_OVERRUN 3
 #define SYMMEM_A2A_TAG_SHIFT 48
 #define SYMMEM_A2A_POISON (1ull << 47)
 #define SYMMEM_A2A_VALUE (SYMMEM_A2A_POISON - 1)
@@ -940,18 +1024,19 @@ static __device__ __forceinline__ void symmem_a2a_target(const symmem_a2a_params
 /* The opening barrier of a split-driven all-to-all: symmem_coll_open with
  * a releasing arrival, so that the table this block published is visible
  * into that peer's pad is visible to it once it has seen the arrival. */
-static __device__ __forceinline__ bool symmem_a2a_open(const symmem_device_view &v, int set, unsigned int digest,
-                                                       unsigned int flags) {
-  __syncthreads();
+static __device__ __forceinline__ bool symmem_a2a_open(const symmem_a2a_params &p, int set) {
+  const symmem_device_view &v = p.view;
+  if (symmem_coll_stopped(v, p.stop_mirror, set))
+    return false;
   bool ok = true;
   int q = threadIdx.x;
   if (q < v.world && q != v.rank) {
-    if (flags & SYMMEM_COLL_UNCHECKED) {
+    if (p.flags & SYMMEM_COLL_UNCHECKED) {
       symmem_dev_add_release(symmem_dev_set_word(v, q, set, v.rank), 1);
       ok = symmem_dev_wait(v, q, set);
     } else {
       const unsigned int n = *(volatile unsigned int *)symmem_dev_set_word(v, v.rank, set, v.world + q) + 1;
-      const unsigned long long mine = (unsigned long long)n << 32 | digest;
+      const unsigned long long mine = (unsigned long long)n << 32 | p.digest;
       asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(symmem_dev_arg_slot(v, q, set, v.rank) + (n & 1)),
                    "l"(mine)
                    : "memory");
@@ -959,12 +1044,33 @@ static __device__ __forceinline__ bool symmem_a2a_open(const symmem_device_view 
       ok = symmem_dev_wait(v, q, set) && symmem_coll_agree(v, set, q, n, mine);
     }
   }
-  return __syncthreads_and(ok);
+  if (!__syncthreads_and(ok)) {
+    if (threadIdx.x == 0)
+      symmem_coll_stop(v, p.stop_mirror, set);
+    return false;
+  }
+  return !symmem_coll_stopped(v, p.stop_mirror, set);
 }
 
 /* The most splits of the low-latency path (its tables share the kernel's
  * shared pool, ten arrays of them). */
 #define SYMMEM_A2A_LL_MAX_SPLITS 256
+
+/* Records a block's refusal (fail word f, SYMMEM_A2A_FAIL_*) in the error
+ * flag, one thread: a mismatch as a mismatch (the group then stops, as
+ * the other collectives' do), an overrun as cause 3 with
+ * SYMMEM_DEV_OVERRUN_SET_BIT (the barriers stay balanced: the group goes
+ * on). */
+static __device__ __forceinline__ void symmem_a2a_refuse(const symmem_a2a_params &p, int f, int set) {
+  const int why = (f - 1) >> 16, rank = (f - 1) & 0xffff;
+  if (why == SYMMEM_A2A_FAIL_OVERRUN) {
+    symmem_dev_fail_cause(p.view, SYMMEM_DEV_CAUSE_GAVE_UP, rank,
+                          (int)(((unsigned)set & 0xfff) | SYMMEM_DEV_OVERRUN_SET_BIT));
+  } else {
+    symmem_dev_fail_cause(p.view, SYMMEM_DEV_CAUSE_MISMATCH, rank, set);
+    symmem_coll_stop(p.view, p.stop_mirror, set);
+  }
+}
 
 /* Index in rank me's table of the entry for rank r's expert e (the
  * sender's view of piece (me, e) at r). */
@@ -1030,6 +1136,10 @@ static __device__ __noinline__ void symmem_a2a_ll(const symmem_a2a_params &p, lo
             *r_at = pool + 7 * M;
   __shared__ unsigned int seq_sh, over_sh;
   const bool checked = !(p.flags & SYMMEM_COLL_UNCHECKED);
+  /* A stopped group's lines and numbers are out of step: nothing is sent
+   * or read (as the low-latency collectives). */
+  if (symmem_coll_stopped(v, p.stop_mirror, set))
+    return;
   if (threadIdx.x == 0) {
     seq_sh = *(volatile unsigned int *)symmem_a2a_region(p, 4);
     over_sh = 0;
@@ -1105,8 +1215,11 @@ static __device__ __noinline__ void symmem_a2a_ll(const symmem_a2a_params &p, lo
     if (ok)
       *(volatile unsigned int *)symmem_dev_set_word(v, me, set, W + q) = n;
   }
-  if (!__syncthreads_and(ok))
+  if (!__syncthreads_and(ok)) {
+    if (threadIdx.x == 0)
+      symmem_coll_stop(v, p.stop_mirror, set);
     return;
+  }
   /* Headers: what every piece brings. */
   for (int i = threadIdx.x; i < S && ok; i += blockDim.x) {
     int s, j;
@@ -1114,7 +1227,7 @@ static __device__ __noinline__ void symmem_a2a_ll(const symmem_a2a_params &p, lo
     if (s == me) {
       r_split[i] = poison ? 0 : t_split[j];
       if (poison)
-        atomicCAS(fail, 0, 1 + (SYMMEM_DEV_CAUSE_OVERRUN << 16 | me));
+        atomicCAS(fail, 0, 1 + (SYMMEM_A2A_FAIL_OVERRUN << 16 | me));
       continue;
     }
     const int e = p.layout == 1 ? i / W : (p.layout == 2 ? i % E : 0);
@@ -1123,13 +1236,16 @@ static __device__ __noinline__ void symmem_a2a_ll(const symmem_a2a_params &p, lo
     if (ok && (d1 & 0xc0000000u)) {
       /* The sender's table was bad (bit 31: it is named), or what it
        * sends us passes our slot, and so our out (bit 30: we are). */
-      atomicCAS(fail, 0, 1 + (SYMMEM_DEV_CAUSE_OVERRUN << 16 | (d1 & 0x80000000u ? s : me)));
+      atomicCAS(fail, 0, 1 + (SYMMEM_A2A_FAIL_OVERRUN << 16 | (d1 & 0x80000000u ? s : me)));
       d0 = d1 = 0;
     }
     r_split[i] = (long long)((unsigned long long)(d1 & 0x3fffffffu) << 32 | d0);
   }
-  if (!__syncthreads_and(ok))
+  if (!__syncthreads_and(ok)) {
+    if (threadIdx.x == 0)
+      symmem_coll_stop(v, p.stop_mirror, set);
     return;
+  }
   if (*fail)
     for (int i = threadIdx.x; i < S; i += blockDim.x)
       r_split[i] = 0;
@@ -1161,7 +1277,7 @@ static __device__ __noinline__ void symmem_a2a_ll(const symmem_a2a_params &p, lo
     r_at[i] = (p.major_align > 0 ? r_off[t] - r_raw[t * tile] : 0) + r_raw[i];
   }
   if (threadIdx.x == 0 && !*fail && (unsigned long long)total > p.out_rows)
-    *fail = 1 + (SYMMEM_DEV_CAUSE_OVERRUN << 16 | me);
+    *fail = 1 + (SYMMEM_A2A_FAIL_OVERRUN << 16 | me);
   __syncthreads();
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < S; i += blockDim.x) {
@@ -1170,7 +1286,7 @@ static __device__ __noinline__ void symmem_a2a_ll(const symmem_a2a_params &p, lo
     }
   if (*fail) {
     if (threadIdx.x == 0)
-      symmem_dev_fail_cause(v, (unsigned)(*fail - 1) >> 16, (*fail - 1) & 0xffff, set);
+      symmem_a2a_refuse(p, *fail, set);
   } else {
     /* Rows: from the peers' lines, and our own from our input. */
     for (int i = 0; i < S && ok; i++) {
@@ -1192,8 +1308,11 @@ static __device__ __noinline__ void symmem_a2a_ll(const symmem_a2a_params &p, lo
       }
     }
   }
-  if (!__syncthreads_and(ok))
+  if (!__syncthreads_and(ok)) {
+    if (threadIdx.x == 0)
+      symmem_coll_stop(v, p.stop_mirror, set);
     return;
+  }
   /* The last block to finish advances the call number (words 4, 5). */
   if (threadIdx.x == 0) {
     unsigned int *seqw = symmem_a2a_region(p, 4);
@@ -1268,9 +1387,9 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_to_
                    "l"(tag | poison | ((unsigned long long)s_src[j] & SYMMEM_A2A_VALUE))
                    : "memory");
     }
-    ok = symmem_a2a_open(v, set, p.digest, p.flags);
+    ok = symmem_a2a_open(p, set);
   } else {
-    ok = symmem_coll_open(v, set, p.digest, p.flags);
+    ok = symmem_coll_open(p, set);
   }
   if (!ok)
     goto done;
@@ -1286,9 +1405,9 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_to_
       asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(w1) : "l"(e + 1) : "memory");
       const unsigned long long hi = ~(SYMMEM_A2A_POISON | SYMMEM_A2A_VALUE);
       if ((w0 & hi) != tag || (w1 & hi) != tag)
-        atomicCAS(&s_fail, 0, 1 + (SYMMEM_DEV_CAUSE_MISMATCH << 16 | s));
+        atomicCAS(&s_fail, 0, 1 + (SYMMEM_A2A_FAIL_MISMATCH << 16 | s));
       else if (w0 & SYMMEM_A2A_POISON)
-        atomicCAS(&s_fail, 0, 1 + (SYMMEM_DEV_CAUSE_OVERRUN << 16 | s));
+        atomicCAS(&s_fail, 0, 1 + (SYMMEM_A2A_FAIL_OVERRUN << 16 | s));
       s_split[i] = (long long)(w0 & SYMMEM_A2A_VALUE);
       s_src[i] = (long long)(w1 & SYMMEM_A2A_VALUE);
     }
@@ -1320,7 +1439,7 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_to_
     }
     __syncthreads();
     if (!s_fail && (unsigned long long)total > p.out_rows && threadIdx.x == 0)
-      s_fail = 1 + (SYMMEM_DEV_CAUSE_OVERRUN << 16 | me);
+      s_fail = 1 + (SYMMEM_A2A_FAIL_OVERRUN << 16 | me);
     __syncthreads();
     if (blockIdx.x == 0)
       for (int i = threadIdx.x; i < S; i += blockDim.x) {
@@ -1329,7 +1448,7 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_to_
       }
     if (s_fail) {
       if (threadIdx.x == 0)
-        symmem_dev_fail_cause(v, (unsigned)(s_fail - 1) >> 16, (s_fail - 1) & 0xffff, set);
+        symmem_a2a_refuse(p, s_fail, set);
     } else {
       /* The rows, spread over the whole grid: the vectors of piece i are
        * numbered on from the pieces before it, vector k going to thread
@@ -1395,7 +1514,7 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_to_
   }
   /* Pulls only: the peers need our reads done (of their inputs and
    * tables), not our stores. */
-  symmem_coll_barrier(v, set, false);
+  symmem_coll_barrier(p, set, false);
 done:
   /* The last block to finish advances the call number (word 6). */
   if (threadIdx.x == 0) {
@@ -1441,7 +1560,7 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gat
   const int set = p.set_base + blockIdx.x;
   const unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
   const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
-  if (!symmem_coll_open(v, set, p.digest, p.flags))
+  if (!symmem_coll_open(p, set))
     return;
   const unsigned long long nvec = p.count / 16, total = nvec * v.world;
   if ((p.count & 15) == 0 && total <= SYMMEM_COLL_UNROLL * nthreads) {
@@ -1469,7 +1588,7 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gat
     for (int u = 0; u < SYMMEM_COLL_UNROLL; u++)
       if (dsts[u])
         symmem_dev_store16(dsts[u], xs[u]);
-    symmem_coll_barrier(v, set, false);
+    symmem_coll_barrier(p, set, false);
     return;
   }
   for (int k = 0; k < v.world; k++) {
@@ -1480,6 +1599,6 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_gat
       symmem_dev_copy(dst, src, p.count, tid, nthreads);
   }
   /* Pulls only: the peers need our reads done, not our stores. */
-  symmem_coll_barrier(v, set, false);
+  symmem_coll_barrier(p, set, false);
 }
 #endif

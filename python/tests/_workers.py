@@ -359,3 +359,32 @@ def collectives_mismatch(rank: int, world: int, name: str) -> Dict:
                 except symmem.SymmemError as e:
                     out["device_error"] = (type(e).__name__, e.message)
     return out
+
+
+def collectives_late_peer(rank: int, world: int, name: str, timeout: float, late: float, algo: str) -> Dict:
+    """A late peer: the group's timeout is timeout seconds; both
+    ranks run all-reduce #1, rank 0 runs #2 while rank 1 is busy for late
+    seconds (> timeout), rank 1 then runs #2, and both run #3-#6, each call
+    with fresh inputs (call*10 + rank + 1 in every element). Returns per
+    call (error class name or "ok", message, what the buffer held after
+    it, seconds it took)."""
+    import struct
+    import time
+
+    count = 256
+    calls: Dict = {}
+    with symmem.Group(name, rank, world, device=device_of(rank), timeout=timeout) as g:
+        with symmem.empty(count * 4, device_of(rank)) as buf, symmem.rendezvous(buf, g) as h:
+            for call in range(1, 7):
+                if call == 2 and rank == 1:
+                    time.sleep(late)
+                buf.write(struct.pack(f"<{count}f", *[call * 10 + rank + 1] * count))
+                start = time.monotonic()
+                try:
+                    h.all_reduce("float32", count=count, algo=algo)
+                    outcome, msg = "ok", ""
+                except symmem.SymmemError as exc:
+                    outcome, msg = type(exc).__name__, str(exc)
+                took = time.monotonic() - start
+                calls[call] = (outcome, msg, sorted(set(struct.unpack(f"<{count}f", buf.read(0, count * 4)))), took)
+    return calls

@@ -100,6 +100,30 @@ def test_user_kernel_built_with_nvcc(tmp_path):
         assert rc == 0 and "RESULT ok" in o, f"rank {rank}: exit {rc}\n{o}\n{e}"
 
 
+def test_a_late_peer_stops_the_group(tmp_path):
+    """A late peer on 2 GPUs (docs/diagnostics.md, "A collective timed out"):
+    symmem.torch.all_reduce in place on a group with timeout 2 s, rank 1
+    late by 3 s for #2, at 4 KiB (the low-latency kernel) and 4 MiB (the
+    barrier kernels). Rank 0's #2 kernel gives up and rank 1's late #2
+    kernel refuses to run: both leave the tensor as its rank wrote it. Every
+    later call raises InvalidStateError naming the first failure, with the
+    tensor untouched: no call ever leaves a wrong sum."""
+    for rec in tsg.launch("coll_late_peer.py", "two_gpus", tmp_path):
+        rank = rec["rank"]
+        first = "this rank's collective timed out waiting for rank 1" if rank == 0 else "rank 0 gave up a collective"
+        for label, res in rec["result"].items():
+            calls = res["calls"]
+            assert calls["1"]["raised"] is None and calls["1"]["state"] == "sum", (rank, label, calls["1"])
+            assert calls["2"]["state"] == "input", (rank, label, calls["2"])
+            for call in ("3", "4", "5", "6"):
+                c = calls[call]
+                assert c["raised"] == "InvalidStateError", (rank, label, call, c)
+                assert f"collectives are stopped since {first}" in c["message"], (rank, label, call, c)
+                assert "abort the group (symmem_group_abort), destroy it and create a new one" in c["message"], c
+                assert c["state"] == "input", (rank, label, call, c)
+            assert all(c["state"] != "wrong" for c in calls.values()), (rank, label, calls)
+
+
 @pytest.mark.parametrize("mode", ["overlap2", "overlap4"])
 def test_collectives_whose_ranks_disagree_or_die(tmp_path, mode):
     """docs/diagnostics.md on the GPU, ranks sharing one GPU: a mismatched

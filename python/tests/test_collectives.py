@@ -56,6 +56,28 @@ def test_collectives_through_the_handle(world, count):
         assert "overlaps the input" in errors["overlap"][2]
 
 
+@pytest.mark.parametrize("algo", ["one_shot", "two_shot"])
+def test_a_late_peer_stops_the_group(algo, host_backend):
+    """A late peer: timeout 2 s, rank 1 late by 3 s for #2. Rank
+    0's #2 times out; rank 1's late #2 and every later call on both ranks
+    fail at once, naming the first failure and what to do, and leave the
+    buffer as the caller wrote it: no call returns wrong sums."""
+    results = run_ranks(_workers.collectives_late_peer, 2, f"late-{uuid.uuid4().hex[:12]}", 2.0, 3.0, algo)
+    for rank, calls in enumerate(results):
+        assert calls[1][:3] == ("ok", "", [23.0]), (rank, calls[1])
+        first = "this rank's collective timed out waiting for rank 1" if rank == 0 else "rank 0 gave up a collective"
+        for call in range(2, 7):
+            outcome, msg, held, took = calls[call]
+            if rank == 0 and call == 2:
+                assert outcome == "TimeoutError", (rank, call, calls[call])
+            else:
+                assert outcome == "InvalidStateError", (rank, call, calls[call])
+                assert f"collectives are stopped since {first}" in msg, (rank, call, msg)
+                assert "abort the group (symmem_group_abort), destroy it and create a new one" in msg, msg
+                assert took < 1.0, (rank, call, took)
+            assert held == [call * 10 + rank + 1], (rank, call, calls[call])
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_collectives_whose_ranks_disagree(world, host_backend):
     """Every kind of difference is MismatchError on every rank, naming every

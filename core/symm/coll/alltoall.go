@@ -69,7 +69,7 @@ import (
 // sender's table is poisoned, writes nothing to out, still writes
 // OutSplitsOffsets, and fails the call: the host backend returns
 // ErrInvalidArgument naming the rank, a kernel records
-// core.DevCauseOverrun with that rank in the error flag. Every rank still
+// cause 3 with core.DevOverrunSetBit and that rank in the error flag. Every rank still
 // makes the closing barrier, so the group stays usable.
 
 // a2aEntryWords packs one entry of a published table: the call's tag in

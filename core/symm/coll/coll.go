@@ -129,6 +129,55 @@ import (
 // probability 2^-32 on the GPU (the host backend compares the packed
 // arguments exactly).
 
+// Note [Failed collectives]
+//
+// A collective's wait that gives up (a timeout, a peer's exit, an abort, a
+// wait cut short; on the GPU also a mismatch, after which a kernel skips
+// its closing barrier) leaves the ranks' barrier counts and argument slots
+// out of step: the rank that gave up had counted its arrival at its peers,
+// so a late peer finds that arrival, passes the barrier as if the call had
+// met, and reads inputs its peer has since overwritten; from then on the
+// ranks run one barrier apart and every call returns success with numbers
+// of two calls mixed. Putting the ranks back in step would need them to
+// agree on where each stopped, with more waits that can fail the same way.
+// So the group's collectives stop (fail-stop, as NCCL asks for a new
+// communicator after a timeout):
+//
+//  1. The rank whose wait gives up writes the cause into its stop word
+//     (word 3 of its device region, Note [Pad partition] in core) and
+//     core.DevGaveUp(itself, cause, set) into the stop word of every peer
+//     it reaches (the view's ranks), before the call returns (the host
+//     runner's local.stop; a kernel's symmem_coll_stop).
+//  2. Every collective enters through View.Enter, which reads this rank's
+//     stop word with one load of host memory (on the GPU its pinned
+//     mirror, which kernels write; no device synchronisation) and refuses
+//     the call with ErrInvalidState naming the first failure and saying
+//     what to do: abort the group, destroy it, make a new one.
+//  3. A host runner's wait that finds its stop word set gives up at once:
+//     a peer that gave up will not arrive (it reports the exit of the rank
+//     it waits for when that rank is gone). A kernel's wait does not read
+//     the stop word: it ends at its own timeout or abort, so that the
+//     device error flag keeps naming its own cause (a mismatch, a peer's
+//     exit), and stops the group in its turn.
+//  4. A kernel reads its stop word when it starts and again after its
+//     opening barrier; set, it copies it to the mirror and returns
+//     without arriving anywhere or touching its output. So the kernels
+//     enqueued before the failure was seen on the host refuse to run as
+//     well, and a CUDA graph's replays refuse at their kernels (a replay
+//     has no host-side entry in the library: the failure shows at the
+//     next call of the library on the group).
+//
+// A late peer finds the stop word at its entry (refused), or arrived while
+// its peer still waited (the call met), or passed its entry just before
+// its peer gave up: then its closing barrier waits for an arrival that
+// never comes and gives up (at once on the host, at its timeout on the
+// GPU), so that call fails too (what
+// it wrote to its output is undefined; the call does not succeed). On the
+// GPU a call returns once its kernel is enqueued: a failure shows at the
+// next host-side call on the group after the kernel gave up. A mismatch on
+// the host backend keeps the barriers balanced (Note [Collective
+// agreement]) and stops nothing.
+
 // argsWord packs what all ranks of a collective must agree on (Note
 // [Collective agreement]): count in bits 0..52 (< 2^53: it fits in a
 // buffer), kind 53..54, dtype 55..56, op 57..58 (0 for all_gather), the

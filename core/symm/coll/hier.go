@@ -195,6 +195,7 @@ func (h acrossMachines) hierAllReduce(a Args, c *core.Collective) error {
 	L := t.world
 	if L == 1 {
 		if err := subRed.AllReduce(a.Stream, in, out, c.Count, c.DType, c.Op); err != nil {
+			h.stopAfterEngine(c)
 			return h.EngineErr(what, err)
 		}
 		return nil
@@ -211,6 +212,7 @@ func (h acrossMachines) hierAllReduce(a Args, c *core.Collective) error {
 			return err
 		}
 		if err := subRed.AllReduce(a.Stream, mine+slice, mine+slice, per, c.DType, c.Op); err != nil {
+			h.stopAfterEngine(c)
 			return h.EngineErr(what, err)
 		}
 		if err := t.run(t.collective(c, core.AllGather, per, outOff, outOff, true), a.Stream); err != nil {
@@ -223,6 +225,7 @@ func (h acrossMachines) hierAllReduce(a Args, c *core.Collective) error {
 			return err
 		}
 		if err := subRed.AllReduce(a.Stream, out+at, out+at, tail, c.DType, c.Op); err != nil {
+			h.stopAfterEngine(c)
 			return h.EngineErr(what, err)
 		}
 	}

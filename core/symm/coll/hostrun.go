@@ -36,17 +36,32 @@ func (l local) hostBarrier(set int, deadline time.Time) error {
 				runtime.Gosched()
 			default:
 				if err := l.h.WaitCut(mark, fmt.Sprintf("collective's barrier (device set %d)", set)); err != nil {
+					l.stop(core.DevFlag(core.DevCausePeerExited, l.global(me), set))
 					return err
 				}
 				now := time.Now()
+				if err := l.h.Stopped(); err != nil { // a peer gave up: it will not arrive
+					// The rank we wait for may be why (it exited): say so
+					// rather than that a peer gave up.
+					var never time.Time
+					exited := l.h.PeerExited(l.global(p), now, &never, fmt.Sprintf("rank %d's collective (device set %d)", l.global(me), set))
+					if exited != nil && !core.Reached(atomic.LoadUint32(arr), n) {
+						atomic.CompareAndSwapUint32(l.regionWord(me, 0), 0, core.DevFlag(core.DevCausePeerExited, l.global(p), set))
+						return exited
+					}
+					return err
+				}
 				if !now.Before(deadline) {
-					atomic.CompareAndSwapUint32(l.regionWord(me, 0), 0, core.DevFlag(core.DevCauseTimeout, p, set))
-					return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v in a collective's barrier (device set %d): rank %d never arrived",
+					flag := core.DevFlag(core.DevCauseTimeout, p, set)
+					atomic.CompareAndSwapUint32(l.regionWord(me, 0), 0, flag)
+					l.stop(flag)
+					return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v in a collective's barrier (device set %d): rank %d never arrived; the group's collectives are stopped (abort and destroy the group, then create a new one)",
 						l.h.GroupName(), l.global(me), l.h.Timeout(), set, l.global(p))
 				}
 				exited := l.h.PeerExited(l.global(p), now, &checked, fmt.Sprintf("rank %d's collective (device set %d)", l.global(me), set))
 				if exited != nil && !core.Reached(atomic.LoadUint32(arr), n) {
 					atomic.CompareAndSwapUint32(l.regionWord(me, 0), 0, core.DevFlag(core.DevCausePeerExited, l.global(p), set))
+					l.stop(core.DevFlag(core.DevCausePeerExited, l.global(p), set))
 					return exited
 				}
 				core.Nap(sleep)
@@ -58,6 +73,21 @@ func (l local) hostBarrier(set int, deadline time.Time) error {
 		atomic.StoreUint32(seen, n)
 	}
 	return nil
+}
+
+// stop records that a wait of this rank gave up with flag, whose peer is a
+// rank of the view (a group rank for cause 2, as the kernels record it:
+// Note [Team view]; Note [Failed collectives]): flag in our stop word, and
+// that we gave up in every peer's of the view (the first failure of each
+// only).
+func (l local) stop(flag uint32) {
+	atomic.CompareAndSwapUint32(l.regionWord(l.rank, core.DevStopWord), 0, flag)
+	gaveUp := core.DevGaveUp(l.rank, int(flag>>29&3), int(flag&0xfff))
+	for p := 0; p < l.world; p++ {
+		if p != l.rank {
+			atomic.CompareAndSwapUint32(l.regionWord(p, core.DevStopWord), 0, gaveUp)
+		}
+	}
 }
 
 // checkAgreement compares the arguments every peer published at the

@@ -82,6 +82,7 @@ func (l local) collective(c *core.Collective, kind core.CollKind, count, inOff, 
 func (l local) run(c *core.Collective, s core.Stream) error {
 	be, device := l.h.Backend()
 	if launcher, ok := be.(core.CollectiveLauncher); ok {
+		c.StopMirror = l.h.StopMirror()
 		return launcher.LaunchCollective(device, s, c)
 	}
 	if !be.Capabilities().StreamSignals { // ordinary CPU memory

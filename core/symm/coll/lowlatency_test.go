@@ -36,6 +36,8 @@ func newPlanView(be core.Backend) *planView {
 }
 
 func (v *planView) Enter() (func(), error)                               { return func() {}, nil }
+func (v *planView) Stopped() error                                       { return nil }
+func (v *planView) StopMirror() uintptr                                  { return 0 }
 func (v *planView) GroupName() string                                    { return "ll" }
 func (v *planView) Rank() int                                            { return 1 }
 func (v *planView) World() int                                           { return v.world }

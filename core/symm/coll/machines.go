@@ -1,6 +1,11 @@
 package coll
 
-import "github.com/libsymmem/libsymmem/core"
+import (
+	"sync/atomic"
+
+	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/unmanaged"
+)
 
 // acrossMachines runs the collectives of a handle whose group spans
 // machines (Note [Collectives across machines] in core/symm): whole on the
@@ -36,7 +41,33 @@ func (h acrossMachines) run(a Args, c *core.Collective) error {
 		err = red.ReduceScatter(a.Stream, in, c.Out, c.Count/uintptr(h.World()), c.DType, c.Op)
 	}
 	if err != nil {
+		h.stopAfterEngine(c)
 		return h.EngineErr(c.Kind.String(), err)
 	}
 	return nil
+}
+
+// stopAfterEngine stops the group's collectives after a step of c on the
+// engine failed (Note [Failed collectives]): an engine matches the ranks'
+// calls by their order, so this rank's next call could meet a late peer's
+// failed one. On CPU memory it writes the stop words of this rank and its
+// team, as a wait that gave up would; where kernels run, the stop word's
+// pinned mirror (the host does not write the device's words; the team's
+// kernels find out in their own waits, and give up then).
+func (h acrossMachines) stopAfterEngine(c *core.Collective) {
+	set := c.Channel * core.CollMaxBlocks
+	flag := core.DevFlag(core.DevCausePeerExited, h.Rank(), set) // cause 2 names a group rank
+	if m := h.StopMirror(); m != 0 {
+		atomic.CompareAndSwapUint32((*uint32)(unmanaged.Pointer(m)), 0, flag)
+		return
+	}
+	if be, _ := h.Backend(); be.Capabilities().StreamSignals {
+		return
+	}
+	if l, ok := teamView(h.View); ok {
+		l.stop(flag)
+		return
+	}
+	own := h.SignalPads()[h.Rank()] + h.SignalPadSize() + 4*core.DevStopWord
+	atomic.CompareAndSwapUint32((*uint32)(unmanaged.Pointer(own)), 0, flag)
 }

@@ -14,10 +14,19 @@ import (
 // collectives know groups and handles through this interface only, so
 // that membership, rendezvous and mapping know nothing of collectives.
 type View interface {
-	// Enter admits a call that touches the handle's memory, or says why
-	// not (the handle is released, the group aborted); the caller calls
-	// leave when the call is done with the memory.
+	// Enter admits a collective on the handle, or says why not (the
+	// handle is released, the group aborted, or the group's collectives
+	// stopped after a failure: Note [Failed collectives]); the caller
+	// calls leave when the call is done with the memory. Every collective
+	// enters through it.
 	Enter() (leave func(), err error)
+	// Stopped is the error of a collective on a group whose collectives
+	// stopped (Note [Failed collectives]), or nil: what Enter checks, for
+	// waits that a peer's giving up ends. StopMirror is the pinned host
+	// word that kernels copy the stop word into (0 where the backend runs
+	// no kernels).
+	Stopped() error
+	StopMirror() uintptr
 
 	// GroupName, Rank, World, Timeout, BufferSize, Offset and
 	// SignalPadSize describe the handle: the rendezvoused block's size
