@@ -118,6 +118,9 @@ static __device__ __noinline__ void symmem_coll_stop(const symmem_device_view &v
       if (q != v.rank)
         atomicCAS_system(symmem_dev_region(v, q, SYMMEM_DEV_STOP_WORD), 0u, gave);
   }
+  /* Our flag says so too, unless it holds a failure of its own: a kernel
+   * that found the group stopped returns without recording anything else. */
+  atomicCAS(symmem_dev_region(v, v.rank, 0), 0u, *(volatile unsigned int *)own);
   if (mirror) {
     const unsigned int st = *(volatile unsigned int *)own;
     asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(mirror), "r"(st) : "memory");
@@ -700,6 +703,25 @@ static __device__ __forceinline__ unsigned int *symmem_ll_region(const symmem_co
   return symmem_dev_region(p.view, p.view.rank, i);
 }
 
+/* The start of a low-latency kernel: thread 0 loads our stop word and the
+ * call's number at once (two loads in flight, one wait), then the block
+ * learns both; true when the group's collectives stopped (thread 0 has
+ * mirrored the stop word: symmem_coll_stop). */
+static __device__ __forceinline__ bool symmem_ll_stopped_or_seq(const symmem_device_view &v, unsigned int *mirror,
+                                                                int set, const unsigned int *stop_word,
+                                                                const unsigned int *seq_word, unsigned int *seq) {
+  __shared__ unsigned int stop_sh;
+  if (threadIdx.x == 0) {
+    const unsigned int st = *(volatile const unsigned int *)stop_word;
+    *seq = *(volatile const unsigned int *)seq_word;
+    stop_sh = st;
+    if (st)
+      symmem_coll_stop(v, mirror, set);
+  }
+  __syncthreads();
+  return stop_sh != 0;
+}
+
 /* KIND 0 all-reduce, 1 all-gather, 2 reduce-scatter; DT and OP as the
  * reduction kernels' (unused by all-gather). count is elements (all-gather:
  * bytes, as in symmem_coll_params). */
@@ -721,10 +743,9 @@ template <int KIND, int DT, int OP> static __device__ __forceinline__ void symme
    * numbers are out of step (a peer that gave up did not advance its
    * number, and lines of its call could pass for the next one's): no
    * line is sent or read. */
-  if (symmem_coll_stopped(v, p.stop_mirror, set))
+  if (symmem_ll_stopped_or_seq(v, p.stop_mirror, set, symmem_ll_region(p, SYMMEM_DEV_STOP_WORD),
+                               symmem_ll_region(p, SYMMEM_LL_SEQ_WORD), &seq_shared))
     return;
-  if (threadIdx.x == 0)
-    seq_shared = *(volatile unsigned int *)symmem_ll_region(p, SYMMEM_LL_SEQ_WORD);
   const int q = threadIdx.x;
   const bool agent = checked && q < W && q != me;
   unsigned int n = 0;
@@ -1138,13 +1159,13 @@ static __device__ __noinline__ void symmem_a2a_ll(const symmem_a2a_params &p, lo
   const bool checked = !(p.flags & SYMMEM_COLL_UNCHECKED);
   /* A stopped group's lines and numbers are out of step: nothing is sent
    * or read (as the low-latency collectives). */
-  if (symmem_coll_stopped(v, p.stop_mirror, set))
-    return;
   if (threadIdx.x == 0) {
-    seq_sh = *(volatile unsigned int *)symmem_a2a_region(p, 4);
     over_sh = 0;
     *fail = 0;
   }
+  if (symmem_ll_stopped_or_seq(v, p.stop_mirror, set, symmem_a2a_region(p, SYMMEM_DEV_STOP_WORD),
+                               symmem_a2a_region(p, 4), &seq_sh))
+    return;
   const int q = threadIdx.x;
   const bool agent = checked && q < W && q != me;
   unsigned int n = 0;

@@ -127,7 +127,9 @@ def test_a_late_peer_stops_the_group(tmp_path):
 @pytest.mark.parametrize("mode", ["overlap2", "overlap4"])
 def test_collectives_whose_ranks_disagree_or_die(tmp_path, mode):
     """docs/diagnostics.md on the GPU, ranks sharing one GPU: a mismatched
-    all-reduce leaves out untouched and the flag says MISMATCH on every rank;
+    all-reduce leaves out untouched and the flag says MISMATCH on every rank
+    (or, where the group had stopped before the rank's kernel started, the
+    stop and its cause);
     an all-reduce whose last rank exits returns soon after the exit and the
     flag says PEER naming it."""
     recs = tsg.launch("coll_disagree.py", mode, tmp_path)
@@ -135,7 +137,11 @@ def test_collectives_whose_ranks_disagree_or_die(tmp_path, mode):
     for rec in recs:
         res = rec["result"]
         m = res["mismatch"]
-        assert m["raised"] == "MismatchError" and "called a collective with other arguments" in m["message"], m
+        # The rank that found the difference says so; a rank whose kernel
+        # started after a peer had stopped the group's collectives (Note
+        # [Failed collectives]) reports the stop and what caused it.
+        assert (m["raised"] == "MismatchError" and "called a collective with other arguments" in m["message"]) or (
+            m["raised"] == "InvalidStateError" and "found other collective arguments" in m["message"]), m
         assert m["untouched"], m
         assert m["seconds"] < res["timeout"] / 2, m
         if rec["rank"] == world - 1:
