@@ -789,8 +789,12 @@ template <int KIND, int DT, int OP> static __device__ __forceinline__ void symme
       symmem_coll_stop(v, p.stop_mirror, set);
     return;
   }
-  if (symmem_coll_stopped(v, p.stop_mirror, set))
-    return;
+  /* No second look at the stop word here (the barrier kernels take one
+   * after their opening barrier): every line this call reads carries its
+   * flag and was stored by its peer before that peer's agreement, from the
+   * peer's input of this call, so it is this call's data even if the peer
+   * gave up since; a peer that stopped before sending never sends it, and
+   * our poll gives up. */
 
   /* Receive and combine. */
   for (unsigned long long i = tid; i < lines && ok; i += nthreads) {
