@@ -774,18 +774,26 @@ def _fast_entry(torch, tensor, group, dev=None):
 
 def _run(what: str, coll: int, tensor, group, op: str, out, algo) -> None:
     """One collective call on the eager path: the fewest attribute reads
-    and calls that resolve it (Note [Eager collectives])."""
+    and calls that resolve it (Note [Eager collectives]); a tensor that
+    libsymmem did not allocate, or that is not contiguous, goes through
+    the group's staging workspace (Note [Staging])."""
     global _collective_fn
     torch = _torch_module or _torch()
-    if not tensor.is_contiguous():
-        raise ValueError(f"symmem.torch.{what} needs a contiguous tensor")
     dev = tensor.get_device()
     e = None
     if group is None:  # the common case, inline: the default group
         e = _fast.get((None, dev, tensor.data_ptr(), tensor.nbytes))
         if e is not None and e[1] is not _world_pg(torch.distributed):
             e = None
+    fn = _collective_fn
+    if fn is None:
+        fn = _collective_fn = _lib.calls().collective
     if e is None:
+        if tensor.numel() and (not tensor.is_contiguous() or not _lib.calls().is_symmem(tensor.data_ptr())):
+            _run_staged(torch, what, coll, tensor, group, op, out, algo, dev)
+            return
+        if not tensor.is_contiguous():
+            raise ValueError(f"symmem.torch.{what} needs a contiguous tensor")
         e = _fast_entry(torch, tensor, group, dev)
     code = (_fast_codes or _codes(torch)).get(tensor.dtype)
     if code is None:
@@ -794,11 +802,139 @@ def _run(what: str, coll: int, tensor, group, op: str, out, algo) -> None:
     if opc is None:
         opc = _coll.op_code(op, what)
     algoc = 0 if algo is None else _coll.algo_code(algo, what)
-    fn = _collective_fn
-    if fn is None:
-        fn = _collective_fn = _lib.lib().symmem_collective
     rc = fn(e[2], coll, code, opc, tensor.numel(), None if out is None else out.data_ptr(), algoc, 0,
             (_raw_stream or _raw_stream_fn(torch))(dev) if dev >= 0 else 0)
+    if rc:
+        _lib.check(rc, f"symmem.torch.{what}")
+
+
+# Note [Staging]
+#
+# A collective on a tensor that libsymmem did not allocate (x * 2, a
+# tensor of torch's allocator, the copy that functionalization makes under
+# torch.compile) cannot rendezvous on it. It goes through the group's
+# staging workspace instead, as the serving stacks' custom all-reduces do:
+# one symmetric uint8 buffer per symmem Group, rendezvoused once, that the
+# call copies its input into (on the current stream) and runs on, writing
+# the result straight into the destination (all_reduce up to
+# _STAGED_DIRECT_MAX bytes and every all_gather / reduce_scatter: out may be
+# any memory of the device) or reducing in place in the workspace and
+# copying back (larger all-reduces, which take two-shot there). Its first
+# size is SYMMEM_STAGING_BYTES (1 MiB); a call that needs more grows it to
+# the next power of two that holds the call: a rendezvous, so collective,
+# and every rank grows at the same call because every rank calls with the
+# same count. Growing cannot happen inside CUDA-graph capture (the
+# rendezvous is host work between the ranks): there the call raises,
+# naming the size to set. A workspace that was outgrown stays allocated and
+# rendezvoused for the group's life, since CUDA graphs captured with it
+# still address it. Calls of one group share the workspace, which is why
+# they must be ordered (one stream), as collectives on one channel must be
+# anyway. A libsymmem tensor keeps the zero-copy path.
+
+_STAGING_DEFAULT = 1 << 20
+_STAGED_DIRECT_MAX = 1 << 20
+
+
+class _Workspace:
+    """A group's staging workspace: the uint8 tensor, its TorchHandle and
+    handle pointer, its size, and the outgrown workspaces kept alive."""
+
+    __slots__ = ("group", "tensor", "handle", "hptr", "world", "nbytes", "outgrown")
+
+    def __init__(self, group: Group, tensor, handle, outgrown: list):
+        self.group = group
+        self.tensor = tensor
+        self.handle = handle
+        self.hptr = int(handle.handle.ptr)
+        self.world = handle.handle.world_size
+        self.nbytes = tensor.numel()
+        self.outgrown = outgrown
+
+
+# id of the symmem Group -> its _Workspace (the Group is kept in it, so the
+# id is not recycled while the entry lives).
+_workspaces: Dict[int, _Workspace] = {}
+# (group argument as in _fast, device) -> (group argument, the default
+# process group then or None, _Workspace): the lookup of a staged call.
+_staging: Dict[Tuple[Any, int], Tuple[Any, Any, _Workspace]] = {}
+_staging_lock = threading.Lock()
+
+
+def staging_bytes() -> int:
+    """The first size of a group's staging workspace: SYMMEM_STAGING_BYTES
+    (a size: 4096, 512K, 8M), 1 MiB when unset (Note [Staging])."""
+    from .errors import env_size
+
+    return env_size("SYMMEM_STAGING_BYTES", _STAGING_DEFAULT)
+
+
+def _workspace(torch, what: str, tensor, group, dev: int, nbytes: int) -> _Workspace:
+    """The staging workspace of group on tensor's device holding at least
+    nbytes, made or grown here (collective) outside CUDA-graph capture."""
+    gkey = group if group is None or isinstance(group, str) else id(group)
+    e = _staging.get((gkey, dev))
+    if e is not None and (e[0] is group or isinstance(group, str)) and (
+            group is not None or e[1] is _world_pg(torch.distributed)):
+        if nbytes <= e[2].nbytes:
+            return e[2]
+    g = group_for(group, _symmem_device(tensor.device))
+    with _staging_lock:
+        ws = _workspaces.get(id(g))
+        if ws is not None and ws.group is not g:
+            ws = None
+        if ws is None or nbytes > ws.nbytes:
+            have = 0 if ws is None else ws.nbytes
+            first = staging_bytes()
+            size = max(first, have, 1 << max(0, (nbytes - 1).bit_length()))
+            if tensor.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(
+                    f"symmem.torch.{what}: the tensor ({nbytes} bytes) is not libsymmem memory, so the call "
+                    f"goes through the group's staging workspace, which "
+                    + ("does not exist yet" if ws is None else f"holds {have} bytes")
+                    + f"; making it {size} bytes is a rendezvous, which cannot run inside CUDA-graph capture. "
+                    f"Run the call once before capturing, or set SYMMEM_STAGING_BYTES to at least {nbytes} "
+                    f"(on every rank), or pass a tensor from symmem.torch.empty")
+            t = empty(size, dtype=torch.uint8, device=tensor.device)
+            th = rendezvous(t, g)
+            outgrown = [] if ws is None else ws.outgrown + [ws.tensor, ws.handle]
+            ws = _workspaces[id(g)] = _Workspace(g, t, th, outgrown)
+        pg = _world_pg(torch.distributed) if group is None else None
+        _staging[(gkey, dev)] = (group, pg, ws)
+        return ws
+
+
+def _staged_code(torch, tensor, what: str) -> int:
+    code = (_fast_codes or _codes(torch)).get(tensor.dtype)
+    if code is None:
+        code = _coll.dtype_code(tensor.dtype, what)  # raises, naming the known dtypes
+    return code
+
+
+def _run_staged(torch, what: str, coll: int, tensor, group, op: str, out, algo, dev: int) -> None:
+    """_run through the group's staging workspace (Note [Staging])."""
+    code = _staged_code(torch, tensor, what)
+    opc = _OPS.get(op)
+    if opc is None:
+        opc = _coll.op_code(op, what)
+    algoc = 0 if algo is None else _coll.algo_code(algo, what)
+    n = tensor.numel()
+    nbytes = n * tensor.element_size()
+    ws = _workspace(torch, what, tensor, group, dev, nbytes)
+    stage = ws.tensor[:nbytes].view(tensor.dtype).view(tensor.shape)
+    stage.copy_(tensor)
+    stream = (_raw_stream or _raw_stream_fn(torch))(dev) if dev >= 0 else 0
+    fn = _collective_fn or _lib.calls().collective
+    if coll == _coll.ALL_REDUCE:
+        dst = tensor if out is None else out
+        direct = (dst.is_contiguous() and nbytes <= _STAGED_DIRECT_MAX
+                  and algoc not in (_coll.ALGOS["two_shot"], _coll.ALGOS["hierarchical"]))
+        rc = fn(ws.hptr, coll, code, opc, n, dst.data_ptr() if direct else None, algoc, 0, stream)
+        if rc:
+            _lib.check(rc, f"symmem.torch.{what}")
+        if not direct:
+            dst.copy_(stage)
+        return
+    rc = fn(ws.hptr, coll, code, opc, n, out.data_ptr(), algoc, 0, stream)
     if rc:
         _lib.check(rc, f"symmem.torch.{what}")
 
@@ -824,10 +960,14 @@ def _compiling(torch) -> bool:
     return compiler is not None and compiler.is_compiling()
 
 
-def all_reduce(tensor, op: str = "sum", group=None, out=None, algo: Optional[str] = None):
-    """Reduce tensor (from :func:`empty`) over every rank of group, on the
-    current stream; in place unless out is given. Returns the result tensor.
-    The first call on a tensor rendezvouses on it (collective).
+def all_reduce(tensor, op: str = "sum", group=None, out=None, algo: Optional[str] = None, *, inplace: bool = True):
+    """Reduce tensor over every rank of group, on the current stream; in
+    place unless out is given, or inplace=False (the functional form, as
+    torch's one_shot_all_reduce: a new tensor holds the result, tensor is
+    untouched). Returns the result tensor. A tensor from :func:`empty`
+    is reduced where it lies (the first call on it rendezvouses,
+    collective); any other tensor of the device goes through the group's
+    staging workspace (Note [Staging]).
     algo: None/"auto", "one_shot", "two_shot" (torch.ops.symm_mem's
     one_shot_all_reduce / two_shot_all_reduce_), "low_latency". On an NCCL
     process group that spans machines: "hierarchical" (reduce-scatter in
@@ -835,17 +975,31 @@ def all_reduce(tensor, op: str = "sum", group=None, out=None, algo: Optional[str
     in each machine) or "nccl" (the whole collective on the communicator),
     auto choosing by size and topology, on the current stream; all_gather
     and reduce_scatter run whole on the communicator (docs/machines.md).
-    Under torch.compile it is the operator torch.ops.symmem.all_reduce_ (in
-    place) or all_reduce_out."""
+    Under torch.compile it is the functional operator
+    torch.ops.symmem.all_reduce (the in-place form copies its result back,
+    which Inductor folds away for an intermediate), or all_reduce_out."""
     torch = _torch()
     if _compiling(torch):
         if out is None:
-            torch.ops.symmem.all_reduce_(tensor, op, _group_name(group), algo or "auto")
+            result = torch.ops.symmem.all_reduce(tensor, op, _group_name(group), algo or "auto")
+            if not inplace:
+                return result
+            tensor.copy_(result)
             return tensor
         torch.ops.symmem.all_reduce_out(tensor, out, op, _group_name(group), algo or "auto")
         return out
+    if out is None and not inplace:
+        out = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
     _run("all_reduce", _coll.ALL_REDUCE, tensor, group, op, out, algo)
     return tensor if out is None else out
+
+
+def _world_of(torch, tensor, group) -> int:
+    """group's world size: from the tensor's rendezvous where it is
+    libsymmem memory (made here when it is not yet), else from the group."""
+    if tensor.numel() and tensor.is_contiguous() and _lib.calls().is_symmem(tensor.data_ptr()):
+        return _fast_entry(torch, tensor, group)[3]
+    return group_for(group, _symmem_device(tensor.device)).world_size
 
 
 def _gather_shape(tensor, w: int):
@@ -870,7 +1024,7 @@ def all_gather(tensor, group=None, out=None):
         torch.ops.symmem.all_gather_out(tensor, out, _group_name(group))
         return out
     if out is None:
-        w = _fast_entry(torch, tensor, group)[3]
+        w = _world_of(torch, tensor, group)
         out = torch.empty(_gather_shape(tensor, w), dtype=tensor.dtype, device=tensor.device)
     _run("all_gather", _coll.ALL_GATHER, tensor, group, "sum", out, None)
     return out
@@ -888,7 +1042,7 @@ def reduce_scatter(tensor, op: str = "sum", group=None, out=None):
             return torch.ops.symmem.reduce_scatter(tensor, op, _group_name(group))
         torch.ops.symmem.reduce_scatter_out(tensor, out, op, _group_name(group))
         return out
-    w = _fast_entry(torch, tensor, group)[3]
+    w = _world_of(torch, tensor, group)
     if tensor.numel() % w:
         raise ValueError(f"symmem.torch.reduce_scatter: {tensor.numel()} elements do not split over {w} ranks")
     if out is None:
@@ -929,6 +1083,13 @@ def _a2a_entry(torch, what: str, input, group):
         if e is not None and e[1] is not _world_pg(torch.distributed):
             e = None
     if e is None:
+        if input.numel() and not _lib.calls().is_symmem(input.data_ptr()):
+            # Note [Staging]: the input goes to the workspace, where the
+            # call runs; out and the splits are the caller's as always.
+            nbytes = input.numel() * input.element_size()
+            ws = _workspace(torch, what, input, group, dev, nbytes)
+            ws.tensor[:nbytes].view(input.dtype).view(input.shape).copy_(input)
+            return (group, None, ws.hptr, ws.world, None), dev
         e = _fast_entry(torch, input, group, dev)
     return e, dev
 
@@ -994,7 +1155,7 @@ def _run_all_to_all(input, out, group) -> None:
         else:
             raise ValueError(f"symmem.torch.all_to_all: a chunk of {chunk} bytes ({input.dtype}) is not a whole "
                              f"number of 2-byte words")
-    rc = _a2a_fn("symmem_all_to_all")(e[2], code, count, out.data_ptr(), _a2a_stream(torch, dev))
+    rc = _lib.calls().all_to_all(e[2], code, count, out.data_ptr(), _a2a_stream(torch, dev))
     if rc:
         _lib.check(rc, "symmem.torch.all_to_all")
 
@@ -1182,6 +1343,21 @@ def _define_ops(torch) -> None:
     @all_reduce_out.register_fake
     def _(tensor, out, op, group, algo):
         return None
+
+    # The functional form (torch.ops.symm_mem.one_shot_all_reduce's shape):
+    # no argument is mutated, so Inductor places it freely and
+    # mode="reduce-overhead" captures it (mutated graph inputs would make
+    # cudagraph trees skip the graph).
+    @torch.library.custom_op("symmem::all_reduce", mutates_args=(),
+                             schema="(Tensor tensor, str op, str group, str algo) -> Tensor")
+    def all_reduce_op(tensor: Tensor, op: str, group: str, algo: str) -> Tensor:
+        out = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+        _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, out, None if algo == "auto" else algo)
+        return out
+
+    @all_reduce_op.register_fake
+    def _(tensor, op, group, algo):
+        return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
 
     @torch.library.custom_op("symmem::all_gather", mutates_args=(), schema="(Tensor tensor, str group) -> Tensor")
     def all_gather_op(tensor: Tensor, group: str) -> Tensor:
