@@ -500,9 +500,10 @@ class TorchHandle:
     stream on the cuda backend.
     """
 
-    def __init__(self, handle: Handle, device):
+    def __init__(self, handle: Handle, device, lease: Optional[list] = None):
         self.handle = handle
         self.device = device
+        self._lease = lease  # the _rendezvous_cache entry this handle holds one of (Note [Rendezvous again])
 
     def __getattr__(self, name: str):
         return getattr(self.handle, name)
@@ -552,11 +553,30 @@ class TorchHandle:
     def barrier(self, channel: int = 0, timeout: Optional[float] = None, stream=None) -> None:
         self.handle.barrier(channel, timeout, self._stream(stream))
 
+    def release(self) -> None:
+        """Release this handle. The handles that :func:`rendezvous` gave
+        for one tensor and group share one symmem.Handle (Note
+        [Rendezvous again]): it, and the views of it, are released with
+        the last of them."""
+        lease, self._lease = self._lease, None
+        if lease is None:
+            if self.__dict__.get("_released"):
+                return
+            self._released = True
+            self.handle.release()
+            return
+        self._released = True
+        lease[1] -= 1
+        if lease[1] == 0:
+            if _rendezvous_cache.get(lease[3]) is lease:
+                del _rendezvous_cache[lease[3]]
+            lease[0].release()
+
     def __enter__(self) -> "TorchHandle":
         return self
 
     def __exit__(self, *exc) -> None:
-        self.handle.release()
+        self.release()
 
     def __repr__(self) -> str:
         return f"<symmem.torch.TorchHandle {self.handle!r} device={self.device}>"
@@ -589,8 +609,41 @@ def rendezvous(
     if device.type not in ("cuda", "cpu"):
         raise RuntimeError(f"symmem.torch.rendezvous: unsupported device {brief(device)}")
     g = group_for(group, _symmem_device(device), timeout, nccl=nccl, nccl_windows=nccl_windows)
-    h = _rendezvous(int(tensor.data_ptr()), g)
-    return TorchHandle(h, device)
+    key = (id(g), int(tensor.data_ptr()), tensor.numel() * tensor.element_size())
+    with _rendezvous_lock:
+        lease = _rendezvous_cache.get(key)
+        if lease is not None and lease[2] is g and lease[0]._ptr is not None:
+            lease[1] += 1
+            return TorchHandle(lease[0], device, lease)
+    h = _rendezvous(key[1], g)
+    lease = [h, 1, g, key]
+    with _rendezvous_lock:
+        _rendezvous_cache[key] = lease
+    weakref.finalize(tensor, _forget_rendezvous, key, lease)
+    return TorchHandle(h, device, lease)
+
+
+# Note [Rendezvous again]
+#
+# torch's rendezvous of a tensor it has rendezvoused before returns the
+# handle it keeps, with no exchange between the ranks; libsymmem's C
+# rendezvous exchanges the ranks' records again to check that they agree.
+# symmem.torch.rendezvous keeps what was agreed instead: while a handle of
+# a (group, tensor) pair is live, a rendezvous again returns another
+# TorchHandle of the same symmem.Handle (a lease: [handle, leases, group,
+# key]), locally, as torch does; the handle is released with its last
+# lease. So, as with torch, every rank must rendezvous again where every
+# other does (a rank that released its last handle exchanges again, and
+# waits for the others in that exchange). The entry goes when the tensor
+# does; leases still held keep the handle.
+_rendezvous_cache: Dict[Tuple[int, int, int], list] = {}
+_rendezvous_lock = threading.Lock()
+
+
+def _forget_rendezvous(key, lease) -> None:
+    with _rendezvous_lock:
+        if _rendezvous_cache.get(key) is lease:
+            del _rendezvous_cache[key]
 
 
 def memory_stats(device=None) -> Dict[str, int]:
@@ -744,10 +797,17 @@ def _raw_stream_fn(torch):
     return _raw_stream
 
 
+_c10d_world = None
+
+
 def _world_pg(dist):
     """The default process group, or None; read through c10d's world
-    object where it has one (an attribute read rather than two calls)."""
-    world = getattr(dist.distributed_c10d, "_world", None)
+    object where it has one (kept: an attribute read rather than two
+    calls)."""
+    global _c10d_world
+    world = _c10d_world
+    if world is None:
+        world = _c10d_world = getattr(dist.distributed_c10d, "_world", None)
     if world is not None:
         return world.default_pg
     return dist.group.WORLD if dist.is_initialized() else None
@@ -839,7 +899,7 @@ class _Workspace:
     """A group's staging workspace: the uint8 tensor, its TorchHandle and
     handle pointer, its size, and the outgrown workspaces kept alive."""
 
-    __slots__ = ("group", "tensor", "handle", "hptr", "world", "nbytes", "outgrown")
+    __slots__ = ("group", "tensor", "handle", "hptr", "world", "nbytes", "outgrown", "views")
 
     def __init__(self, group: Group, tensor, handle, outgrown: list):
         self.group = group
@@ -849,6 +909,15 @@ class _Workspace:
         self.world = handle.handle.world_size
         self.nbytes = tensor.numel()
         self.outgrown = outgrown
+        self.views: Dict[Tuple[Any, Any], Any] = {}  # (dtype, shape) -> the workspace's start as such a tensor
+
+    def view(self, dtype, shape, nbytes: int):
+        """The workspace's first nbytes as a contiguous tensor of dtype and
+        shape (made once per dtype and shape)."""
+        v = self.views.get((dtype, shape))
+        if v is None:
+            v = self.views[(dtype, shape)] = self.tensor[:nbytes].view(dtype).view(shape)
+        return v
 
 
 # id of the symmem Group -> its _Workspace (the Group is kept in it, so the
@@ -920,7 +989,7 @@ def _run_staged(torch, what: str, coll: int, tensor, group, op: str, out, algo, 
     n = tensor.numel()
     nbytes = n * tensor.element_size()
     ws = _workspace(torch, what, tensor, group, dev, nbytes)
-    stage = ws.tensor[:nbytes].view(tensor.dtype).view(tensor.shape)
+    stage = ws.view(tensor.dtype, tensor.shape, nbytes)
     stage.copy_(tensor)
     stream = (_raw_stream or _raw_stream_fn(torch))(dev) if dev >= 0 else 0
     fn = _collective_fn or _lib.calls().collective
@@ -1088,7 +1157,7 @@ def _a2a_entry(torch, what: str, input, group):
             # call runs; out and the splits are the caller's as always.
             nbytes = input.numel() * input.element_size()
             ws = _workspace(torch, what, input, group, dev, nbytes)
-            ws.tensor[:nbytes].view(input.dtype).view(input.shape).copy_(input)
+            ws.view(input.dtype, input.shape, nbytes).copy_(input)
             return (group, None, ws.hptr, ws.world, None), dev
         e = _fast_entry(torch, input, group, dev)
     return e, dev
