@@ -1063,12 +1063,19 @@ def all_reduce(tensor, op: str = "sum", group=None, out=None, algo: Optional[str
     return tensor if out is None else out
 
 
-def _world_of(torch, tensor, group) -> int:
+def _world_of(torch, what: str, tensor, group) -> int:
     """group's world size: from the tensor's rendezvous where it is
-    libsymmem memory (made here when it is not yet), else from the group."""
-    if tensor.numel() and tensor.is_contiguous() and _lib.calls().is_symmem(tensor.data_ptr()):
+    libsymmem memory (made here when it is not yet), else from the staging
+    workspace that the call will use (Note [Staging])."""
+    if not tensor.numel():
+        return group_for(group, _symmem_device(tensor.device)).world_size
+    if group is None:  # the zero-copy path's entry, as _run finds it
+        e = _fast.get((None, tensor.get_device(), tensor.data_ptr(), tensor.nbytes))
+        if e is not None and e[1] is _world_pg(torch.distributed):
+            return e[3]
+    if tensor.is_contiguous() and _lib.calls().is_symmem(tensor.data_ptr()):
         return _fast_entry(torch, tensor, group)[3]
-    return group_for(group, _symmem_device(tensor.device)).world_size
+    return _workspace(torch, what, tensor, group, tensor.get_device(), tensor.numel() * tensor.element_size()).world
 
 
 def _gather_shape(tensor, w: int):
@@ -1093,7 +1100,7 @@ def all_gather(tensor, group=None, out=None):
         torch.ops.symmem.all_gather_out(tensor, out, _group_name(group))
         return out
     if out is None:
-        w = _world_of(torch, tensor, group)
+        w = _world_of(torch, "all_gather", tensor, group)
         out = torch.empty(_gather_shape(tensor, w), dtype=tensor.dtype, device=tensor.device)
     _run("all_gather", _coll.ALL_GATHER, tensor, group, "sum", out, None)
     return out
@@ -1111,7 +1118,7 @@ def reduce_scatter(tensor, op: str = "sum", group=None, out=None):
             return torch.ops.symmem.reduce_scatter(tensor, op, _group_name(group))
         torch.ops.symmem.reduce_scatter_out(tensor, out, op, _group_name(group))
         return out
-    w = _world_of(torch, tensor, group)
+    w = _world_of(torch, "reduce_scatter", tensor, group)
     if tensor.numel() % w:
         raise ValueError(f"symmem.torch.reduce_scatter: {tensor.numel()} elements do not split over {w} ranks")
     if out is None:
