@@ -1,4 +1,4 @@
-"""The compiled step of issue 39: write a 4 KiB bf16 input into a symmetric
+"""A compiled training step: write a 4 KiB bf16 input into a symmetric
 buffer, all-reduce it, multiply, add, on 2 GPUs, with libsymmem
 (symmem.torch) beside torch's one_shot_all_reduce in the same run:
 uncompiled, torch.compile default mode, and mode="reduce-overhead" (CUDA

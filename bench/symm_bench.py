@@ -337,8 +337,8 @@ def main():
                   f"| host time per barrier call (waits when the stream's queue is full) | {med['symmem_barrier_enqueue_us']:.1f} µs | {med['torch_barrier_enqueue_us']:.1f} µs |",
                   f"| peer read 256 MiB from {'each of ' if world > 2 else ''}{world - 1} peer{'s at once' if world > 2 else ''}, per GPU (slowest) | {med['symmem_peer_copy_GBs']:.0f} GB/s ({med['symmem_peer_copy_GBs'] / copy_base * 100:.0f}% of one pair's cudaMemcpyPeer) | {copy_base:.0f} GB/s (cudaMemcpyPeer GPU1→GPU0) |",
                   f"| peer data verified | {med['symmem_peer_data_ok']} | |"]
-        # Issue 39's goals: barrier at most 0.8x torch's, rendezvous again
-        # at most 2x torch's cached handle.
+        # The goals: barrier at most 0.8x torch's, rendezvous again at most
+        # 2x torch's cached handle.
         b, tb = med["symmem_barrier_us"], med["torch_barrier_us"]
         rv, trv = med["symmem_torch_warm_same_tensor_ms"], med["torch_warm_same_tensor_ms"]
         goal_lines = [

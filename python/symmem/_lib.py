@@ -693,7 +693,9 @@ def calls():
             calls_fallback_reason = f"{library.path} lacks some of {', '.join(_CALLS)}"
         else:
             try:
-                from . import _calls as module
+                import importlib
+
+                module = importlib.import_module(f"{__package__}._calls")
             except ImportError as exc:
                 calls_fallback_reason = f"symmem._calls cannot be imported ({exc})"
             else:

@@ -33,21 +33,21 @@ def _check(results, extension: bool, reason: str = ""):
         assert "timed out" in res["timeout"] or "timeout" in res["timeout"], res
 
 
-@pytest.mark.usefixtures("symmetric")
+@pytest.mark.usefixtures("symmetric", "host_backend")
 def test_calls_through_the_call_module_where_it_was_built():
     if not _built():
         pytest.skip(f"no symmem/_calls*.so in {PACKAGE}: `make build` makes it where Python's headers are")
     _check(run_ranks(cw.barrier_signal_collective, 2, f"cm{uuid.uuid4().hex[:8]}", False), True)
 
 
-@pytest.mark.usefixtures("symmetric")
+@pytest.mark.usefixtures("symmetric", "host_backend")
 def test_calls_through_ctypes_when_the_setting_is_off():
     res = run_ranks(cw.barrier_signal_collective, 2, f"cs{uuid.uuid4().hex[:8]}", False,
                     env=lambda r: {"SYMMEM_PYTHON_EXTENSION": "0"})
     _check(res, False, "SYMMEM_PYTHON_EXTENSION is off")
 
 
-@pytest.mark.usefixtures("symmetric")
+@pytest.mark.usefixtures("symmetric", "host_backend")
 def test_calls_through_ctypes_when_the_module_is_missing():
     res = run_ranks(cw.barrier_signal_collective, 2, f"cx{uuid.uuid4().hex[:8]}", True)
     _check(res, False, "symmem._calls cannot be imported")

@@ -1,4 +1,4 @@
-"""symmem.torch on GPUs as a PyTorch user meets it (issue 39): collectives
+"""symmem.torch on GPUs as a PyTorch user meets it: collectives
 on any tensor (Note [Staging] in symmem/torch.py) and torch.compile in
 every mode, through the rank script tests/gpu/torch_compile.py (see its
 docstring) and test_symm_gpu's launcher. Without torch or a GPU the test

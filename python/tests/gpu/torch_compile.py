@@ -1,5 +1,5 @@
 """symmem.torch's collectives on any tensor and under torch.compile in every
-mode (issue 39's patterns), each compiled with fullgraph=True (a graph
+mode (the patterns a PyTorch model uses), each compiled with fullgraph=True (a graph
 break raises) and run three times with new inputs (compile and warm-up,
 CUDA-graph recording, replay), every result against the eager one:
 
