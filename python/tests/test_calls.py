@@ -53,6 +53,22 @@ def test_calls_through_ctypes_when_the_module_is_missing():
     _check(res, False, "symmem._calls cannot be imported")
 
 
+def test_call_module_links_neither_the_library_nor_cuda():
+    import shutil
+    import subprocess
+
+    mods = glob.glob(os.path.join(PACKAGE, "_calls*.so"))
+    if not mods:
+        pytest.skip("the call module was not built")
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("no readelf to list the module's needed libraries")
+    for m in mods:
+        dyn = subprocess.run([readelf, "-d", m], capture_output=True, text=True, check=True).stdout
+        needed = [line.split("[")[1].rstrip("]") for line in dyn.splitlines() if "(NEEDED)" in line]
+        assert not [n for n in needed if "symmem" in n or "cuda" in n], (m, needed)
+
+
 def test_call_module_refuses_bad_arguments_without_crashing():
     if not _built():
         pytest.skip("the call module was not built")
