@@ -1366,24 +1366,26 @@ def all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offsets, gr
 
 # Note [Collectives as torch operators]
 #
-# Under torch.compile, symmem.torch's collectives are torch.library custom
-# operators (namespace "symmem"), as vLLM's and SGLang's custom all-reduces
-# are, so that a model calling them compiles with fullgraph=True and no
-# graph break: the in-place and out= forms mutate their argument
-# (mutates_args), the others return a new tensor, and each has a fake
-# implementation (shapes only) for tracing; the schemas are written out
-# (this module's annotations are strings). The group travels as its
-# process group name ("" for the default group). Eager calls do not go
-# through the dispatcher (Note [Eager collectives]): it would cost more than
-# the collective's whole host path.
+# Under torch.compile, symmem.torch's collectives are torch operators
+# (namespace "symmem", a torch.library.Library with CPU and CUDA kernels),
+# as vLLM's and SGLang's custom all-reduces are, so that a model calling
+# them compiles with fullgraph=True and no graph break: the functional forms
+# return a new tensor (all_reduce, all_gather, reduce_scatter, all_to_all:
+# what compiled code uses, and what reduce-overhead captures), the in-place
+# and out= forms mutate their argument (the schema's (a!)), which
+# torch.compile functionalizes; each has a fake implementation (shapes
+# only) for tracing. The group travels as its process group name ("" for
+# the default group). Eager calls do not go through the dispatcher (Note
+# [Eager collectives]): it would cost more than the collective's whole
+# host path.
 _ops_registered = False
 _ops_lock = threading.Lock()
 
 
 def _register_ops(torch) -> None:
     global _ops_registered
-    if _ops_registered or not hasattr(getattr(torch, "library", None), "custom_op"):
-        return  # registered, or a torch without torch.library.custom_op (< 2.4)
+    if _ops_registered or not hasattr(getattr(torch, "library", None), "register_fake"):
+        return  # registered, or a torch without torch.library.register_fake (< 2.4)
     with _ops_lock:
         if _ops_registered:
             return
@@ -1392,18 +1394,54 @@ def _register_ops(torch) -> None:
         except RuntimeError as exc:
             # Defined already (this module loaded twice, by another path):
             # the operators that exist are this module's.
-            if "already" not in str(exc):
+            if "multiple times" not in str(exc) and "already" not in str(exc):
                 raise
         _ops_registered = True
 
 
+# The operators' library, kept for the process's life (the registrations
+# last while it does).
+_library = None
+
+
+def _operator(torch, qualname: str, schema: str):
+    """A decorator that defines qualname ("symmem::name") with schema and
+    registers the function as its CPU and CUDA kernel; it returns an object
+    whose register_fake decorates the fake implementation. A plain
+    torch.library.Library registration: a call dispatches straight to the
+    kernel, without the autograd and checking layers of
+    torch.library.custom_op, which would cost more than the collective's
+    host path in compiled code. Mutation is what the schema's (a!) says."""
+    name = qualname.split("::", 1)[1]
+
+    def wrap(fn):
+        _library.define(name + schema)
+        for key in ("CPU", "CUDA"):
+            _library.impl(name, fn, key)
+
+        class Registered:
+            @staticmethod
+            def register_fake(fake):
+                torch.library.register_fake(qualname, fake, lib=_library)
+                return fake
+
+        return Registered
+
+    return wrap
+
+
 def _define_ops(torch) -> None:
     """Defines the operators and their fake implementations."""
+    global _library
+    _library = torch.library.Library("symmem", "FRAGMENT")
+
+    def op(qualname: str, schema: str):
+        return _operator(torch, qualname, schema)
+
     def world(group: str) -> int:
         return torch.distributed.get_world_size(None if group == "" else _resolve_pg(torch, group))
 
-    @torch.library.custom_op("symmem::all_reduce_", mutates_args=("tensor",),
-                             schema="(Tensor(a!) tensor, str op, str group, str algo) -> ()")
+    @op("symmem::all_reduce_", "(Tensor(a!) tensor, str op, str group, str algo) -> ()")
     def all_reduce_(tensor: Tensor, op: str, group: str, algo: str) -> None:
         _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, None, None if algo == "auto" else algo)
 
@@ -1411,8 +1449,7 @@ def _define_ops(torch) -> None:
     def _(tensor, op, group, algo):
         return None
 
-    @torch.library.custom_op("symmem::all_reduce_out", mutates_args=("out",),
-                             schema="(Tensor tensor, Tensor(a!) out, str op, str group, str algo) -> ()")
+    @op("symmem::all_reduce_out", "(Tensor tensor, Tensor(a!) out, str op, str group, str algo) -> ()")
     def all_reduce_out(tensor: Tensor, out: Tensor, op: str, group: str, algo: str) -> None:
         _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, out, None if algo == "auto" else algo)
 
@@ -1424,8 +1461,7 @@ def _define_ops(torch) -> None:
     # no argument is mutated, so Inductor places it freely and
     # mode="reduce-overhead" captures it (mutated graph inputs would make
     # cudagraph trees skip the graph).
-    @torch.library.custom_op("symmem::all_reduce", mutates_args=(),
-                             schema="(Tensor tensor, str op, str group, str algo) -> Tensor")
+    @op("symmem::all_reduce", "(Tensor tensor, str op, str group, str algo) -> Tensor")
     def all_reduce_op(tensor: Tensor, op: str, group: str, algo: str) -> Tensor:
         out = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
         _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, out, None if algo == "auto" else algo)
@@ -1435,7 +1471,7 @@ def _define_ops(torch) -> None:
     def _(tensor, op, group, algo):
         return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
 
-    @torch.library.custom_op("symmem::all_gather", mutates_args=(), schema="(Tensor tensor, str group) -> Tensor")
+    @op("symmem::all_gather", "(Tensor tensor, str group) -> Tensor")
     def all_gather_op(tensor: Tensor, group: str) -> Tensor:
         return all_gather(tensor, _group_arg(group))
 
@@ -1443,8 +1479,7 @@ def _define_ops(torch) -> None:
     def _(tensor, group):
         return tensor.new_empty(_gather_shape(tensor, world(group)))
 
-    @torch.library.custom_op("symmem::all_gather_out", mutates_args=("out",),
-                             schema="(Tensor tensor, Tensor(a!) out, str group) -> ()")
+    @op("symmem::all_gather_out", "(Tensor tensor, Tensor(a!) out, str group) -> ()")
     def all_gather_out(tensor: Tensor, out: Tensor, group: str) -> None:
         all_gather(tensor, _group_arg(group), out)
 
@@ -1452,8 +1487,7 @@ def _define_ops(torch) -> None:
     def _(tensor, out, group):
         return None
 
-    @torch.library.custom_op("symmem::reduce_scatter", mutates_args=(),
-                             schema="(Tensor tensor, str op, str group) -> Tensor")
+    @op("symmem::reduce_scatter", "(Tensor tensor, str op, str group) -> Tensor")
     def reduce_scatter_op(tensor: Tensor, op: str, group: str) -> Tensor:
         return reduce_scatter(tensor, op, _group_arg(group))
 
@@ -1461,8 +1495,7 @@ def _define_ops(torch) -> None:
     def _(tensor, op, group):
         return tensor.new_empty(_scatter_shape(tensor, world(group)))
 
-    @torch.library.custom_op("symmem::reduce_scatter_out", mutates_args=("out",),
-                             schema="(Tensor tensor, Tensor(a!) out, str op, str group) -> ()")
+    @op("symmem::reduce_scatter_out", "(Tensor tensor, Tensor(a!) out, str op, str group) -> ()")
     def reduce_scatter_out(tensor: Tensor, out: Tensor, op: str, group: str) -> None:
         reduce_scatter(tensor, op, _group_arg(group), out)
 
@@ -1470,7 +1503,7 @@ def _define_ops(torch) -> None:
     def _(tensor, out, op, group):
         return None
 
-    @torch.library.custom_op("symmem::all_to_all", mutates_args=(), schema="(Tensor input, str group) -> Tensor")
+    @op("symmem::all_to_all", "(Tensor input, str group) -> Tensor")
     def all_to_all_op(input: Tensor, group: str) -> Tensor:
         return all_to_all(input, None, _group_arg(group))
 
@@ -1478,8 +1511,7 @@ def _define_ops(torch) -> None:
     def _(input, group):
         return input.new_empty(input.shape)
 
-    @torch.library.custom_op("symmem::all_to_all_out", mutates_args=("out",),
-                             schema="(Tensor input, Tensor(a!) out, str group) -> ()")
+    @op("symmem::all_to_all_out", "(Tensor input, Tensor(a!) out, str group) -> ()")
     def all_to_all_out(input: Tensor, out: Tensor, group: str) -> None:
         _run_all_to_all(input, out, _group_arg(group))
 
@@ -1489,9 +1521,7 @@ def _define_ops(torch) -> None:
 
     # The v forms mutate out and out_splits_offsets; their fakes check the
     # shapes, as the eager calls do, so that a mistake shows when tracing.
-    @torch.library.custom_op(
-        "symmem::all_to_all_v", mutates_args=("out", "out_splits_offsets"),
-        schema="(Tensor input, Tensor(a!) out, Tensor in_splits, Tensor(b!) out_splits_offsets, str group) -> ()")
+    @op("symmem::all_to_all_v", "(Tensor input, Tensor(a!) out, Tensor in_splits, Tensor(b!) out_splits_offsets, str group) -> ()")
     def all_to_all_v_op(input: Tensor, out: Tensor, in_splits: Tensor, out_splits_offsets: Tensor, group: str) -> None:
         _run_all_to_all_v(input, out, in_splits, out_splits_offsets, _group_arg(group))
 
@@ -1502,10 +1532,9 @@ def _define_ops(torch) -> None:
                     (("in_splits", in_splits, (w,)), ("out_splits_offsets", out_splits_offsets, (2, w))))
         return None
 
-    @torch.library.custom_op(
-        "symmem::all_to_all_v_2d", mutates_args=("out", "out_splits_offsets"),
-        schema="(Tensor input, Tensor(a!) out, Tensor in_splits, Tensor(b!) out_splits_offsets, str group, "
-               "int major_align) -> ()")
+    @op("symmem::all_to_all_v_2d",
+        "(Tensor input, Tensor(a!) out, Tensor in_splits, Tensor(b!) out_splits_offsets, str group, "
+        "int major_align) -> ()")
     def all_to_all_v_2d_op(input: Tensor, out: Tensor, in_splits: Tensor, out_splits_offsets: Tensor, group: str,
                            major_align: int) -> None:
         _run_all_to_all_v_2d(input, out, in_splits, out_splits_offsets, _group_arg(group), major_align)
@@ -1517,10 +1546,9 @@ def _define_ops(torch) -> None:
                    (("in_splits", in_splits, (s,)), ("out_splits_offsets", out_splits_offsets, (2, s))))
         return None
 
-    @torch.library.custom_op(
-        "symmem::all_to_all_v_2d_offset", mutates_args=("out", "out_splits_offsets"),
-        schema="(Tensor input, Tensor(a!) out, Tensor in_splits_offsets, Tensor(b!) out_splits_offsets, "
-               "str group) -> ()")
+    @op("symmem::all_to_all_v_2d_offset",
+        "(Tensor input, Tensor(a!) out, Tensor in_splits_offsets, Tensor(b!) out_splits_offsets, "
+        "str group) -> ()")
     def all_to_all_v_2d_offset_op(input: Tensor, out: Tensor, in_splits_offsets: Tensor, out_splits_offsets: Tensor,
                                   group: str) -> None:
         _run_all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offsets, _group_arg(group))
