@@ -17,10 +17,19 @@ MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
 PATTERNS = ("argument", "argument_functional", "module_buffer", "intermediate")
 
 
+# Twelve compilations (four patterns, three modes) take minutes, beyond the
+# launcher's usual limits: this file's launch gets at least these.
+COMPILE_SECONDS = 900
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _own_budget():
+    saved = tsg.LAUNCH_TIMEOUT, tsg.BUDGET
+    tsg.LAUNCH_TIMEOUT, tsg.BUDGET = max(saved[0], COMPILE_SECONDS), max(saved[1], COMPILE_SECONDS + 60)
     tsg._budget_end = None
     yield
+    tsg.LAUNCH_TIMEOUT, tsg.BUDGET = saved
+    tsg._budget_end = None
 
 
 def test_compile_patterns_in_every_mode_and_staging_on_two_gpus(tmp_path):

@@ -27,9 +27,15 @@ def body(ctx):
     torch = ctx.torch
     import symmem.torch as st
 
+    # A rank may wait at a barrier or in a collective while its peer still
+    # compiles: minutes, not the launcher's usual seconds.
+    ctx.dist_timeout = max(ctx.dist_timeout, 600)
+    ctx.timeout = max(ctx.timeout, 600)
     dist = ctx.init_dist()
     W, me, dev = ctx.world, ctx.rank, ctx.device
+    st.group_for(None, ctx.dev, timeout=600)  # the group every call below uses, with the kernels' wait bound
     n = 2048
+    # A "skipping cudagraphs" raises (with its reason) instead of a warning.
     torch._inductor.config.triton.cudagraph_or_error = True
 
     def inp(step):  # every rank's input of a step: small integers, exact in bf16 sums
