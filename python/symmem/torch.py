@@ -1091,8 +1091,10 @@ def _scatter_shape(tensor, w: int):
 def all_gather(tensor, group=None, out=None):
     """Gather every rank's tensor into out (default: a new tensor of
     world_size * tensor.shape[0] rows), rank order, like
-    torch.distributed.all_gather_into_tensor. Returns out. Under
-    torch.compile it is torch.ops.symmem.all_gather (or all_gather_out)."""
+    torch.distributed.all_gather_into_tensor. Returns out. tensor is any
+    tensor of the device (one of :func:`empty` is read where it lies; any
+    other is staged, Note [Staging]). Under torch.compile it is
+    torch.ops.symmem.all_gather (or all_gather_out)."""
     torch = _torch()
     if _compiling(torch):
         if out is None:
@@ -1110,8 +1112,10 @@ def reduce_scatter(tensor, op: str = "sum", group=None, out=None):
     """Reduce tensor over every rank and keep this rank's slice (numel /
     world_size elements; rows [rank * n / w, (rank + 1) * n / w) when
     shape[0] divides), like torch.distributed.reduce_scatter_tensor.
-    Returns out (default: a new tensor). Under torch.compile it is
-    torch.ops.symmem.reduce_scatter (or reduce_scatter_out)."""
+    Returns out (default: a new tensor). tensor is any tensor of the
+    device (staged unless it is one of :func:`empty`, Note [Staging]).
+    Under torch.compile it is torch.ops.symmem.reduce_scatter (or
+    reduce_scatter_out)."""
     torch = _torch()
     if _compiling(torch):
         if out is None:
@@ -1291,9 +1295,10 @@ def _run_all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offset
 def all_to_all(input, out=None, group=None):
     """Equal splits: chunk p of input (numel / world_size elements, rank
     order) goes to rank p, and out (default: a new tensor shaped like
-    input) receives rank p's chunk for us as its chunk p. input is a tensor
-    of libsymmem memory (:func:`empty`); the first call on it rendezvouses
-    (collective). Any dtype (the bytes are moved). Returns out. Under
+    input) receives rank p's chunk for us as its chunk p. input is any
+    contiguous tensor of the device: one of :func:`empty` is read where it
+    lies (the first call on it rendezvouses, collective), any other is
+    staged (Note [Staging]). Any dtype (the bytes are moved). Returns out. Under
     torch.compile it is torch.ops.symmem.all_to_all (or all_to_all_out)."""
     torch = _torch()
     if _compiling(torch):
@@ -1314,8 +1319,10 @@ def all_to_all_v(input, out, in_splits, out_splits_offsets, group=None) -> None:
     row out_splits_offsets[1][s], out_splits_offsets[0][s] of them (int64,
     (2, world_size), written on the device). The split sizes are read on
     the device when the kernel runs: no host synchronisation, capturable in
-    CUDA graphs. input is a tensor of libsymmem memory (the first call on it
-    rendezvouses); out and the splits are any tensors of its device. Rows
+    CUDA graphs. input is any contiguous tensor of the device (one of
+    :func:`empty` is read where it lies, the first call on it
+    rendezvousing; any other is staged, Note [Staging]); out and the splits
+    are any tensors of its device. Rows
     that would pass out's shape[0] are refused on the device (out untouched,
     handle.device_error() names the rank). Under torch.compile it is
     torch.ops.symmem.all_to_all_v."""
