@@ -63,6 +63,15 @@ def any_tensor(rank: int, world: int, init_file: str) -> Dict:
     res["reduce_scatter"] = bool(torch.equal(rs, sum(xi)[rank * 64:(rank + 1) * 64]))
     a2a = st.all_to_all(xi[rank].clone())
     res["all_to_all"] = bool(torch.equal(a2a, torch.cat([xi[p][rank * 64:(rank + 1) * 64] for p in range(world)])))
+    # all_to_all_v with a plain input: 2 rows of 4 to every rank.
+    rows_in = torch.tensor([[rank * 100 + p * 10 + r] * 4 for p in range(world) for r in range(2)],
+                           dtype=torch.float32)
+    splits = torch.full((world,), 2, dtype=torch.int64)
+    out_v = torch.full((4 * world, 4), -1.0)
+    oso = torch.zeros(2, world, dtype=torch.int64)
+    st.all_to_all_v(rows_in, out_v, splits, oso)
+    got_rows = {s_: out_v[int(oso[1][s_]):int(oso[1][s_]) + int(oso[0][s_]), 0].tolist() for s_ in range(world)}
+    res["all_to_all_v"] = got_rows == {s_: [float(s_ * 100 + rank * 10 + r) for r in range(2)] for s_ in range(world)}
     # A non-contiguous tensor (a transposed view) is staged too.
     m = torch.stack([xs[rank][:100]] * 3).t()  # (100, 3), stride (1, 100)
     st.all_reduce(m)

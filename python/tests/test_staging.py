@@ -42,7 +42,7 @@ def test_collectives_take_tensors_libsymmem_did_not_allocate(host_torch, tmp_pat
                         env=lambda r: {"SYMMEM_STAGING_BYTES": "4K"})
     for res in results:
         for key in ("in_place", "in_place_same_tensor", "functional", "functional_new", "functional_untouched",
-                    "out", "zero_copy", "zero_copy_rendezvoused", "all_gather", "reduce_scatter", "all_to_all",
+                    "out", "zero_copy", "zero_copy_rendezvoused", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_v",
                     "non_contiguous", "grown"):
             assert res[key] is True, (key, res)
         assert res["grown_from"] == 4096 and res["grown_to"] == 32768 and res["grown_kept"] == 2, res
