@@ -31,8 +31,17 @@ FAKE_ENV    := SYMMEM_BACKEND=cuda SYMMEM_LIBCUDA=$(ROOT)/$(FAKECUDA)
 .PHONY: all build help test test-go test-c test-python test-fakecuda test-install demo bench \
   install uninstall clean fuzz gpu-artifacts wheel info check-toolchain
 
+# The Python package's call module (python/symmem/_calls.c, Note [The call
+# module] in python/symmem/_lib.py), built as `pip install .` builds it; where
+# it cannot be built (no Python headers) the package uses ctypes, and this
+# rule only says so.
+CALLS := python/symmem/_calls$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX') or '.so')")
+
 all: build
-build: $(LIB) $(BUILD)/symmem-info
+build: $(LIB) $(BUILD)/symmem-info $(CALLS)
+
+$(CALLS): python/symmem/_calls.c buildsys/symmem_build.py
+	@$(PYTHON) buildsys/symmem_build.py calls python/symmem
 
 help: ## this list
 	@grep -E '^[a-z][a-zA-Z_-]*:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort | \
@@ -74,7 +83,7 @@ RUN    := $(PYTHON) scripts/run_suite.py
 test: ## every suite (what CI runs), ending with a table
 	@rm -rf $(BUILD)/results
 	@$(RUN) build plain -- $(MAKE) --no-print-directory $(LIB) $(CTEST_BIN) $(FAKECUDA) $(BUILD)/demo \
-	  $(BUILD)/symmem-info $(FAKENCCL) $(FAKENCCL228) || true
+	  $(BUILD)/symmem-info $(FAKENCCL) $(FAKENCCL228) $(CALLS) || true
 	@$(MAKE) --no-print-directory -k -j2 $(addprefix suite-,$(SUITES)) || true
 	@$(PYTHON) scripts/summary.py build $(SUITES)
 
@@ -98,10 +107,10 @@ suite-c-fakecuda: $(CTEST_BIN) $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228)
 suite-demo-fakecuda: $(BUILD)/demo $(FAKECUDA)
 	@$(RUN) demo-fakecuda plain -- sh -c '$(FAKE_ENV) $(BUILD)/demo 4'
 
-suite-python: $(LIB) $(FAKENCCL) $(FAKENCCL228)
+suite-python: $(LIB) $(FAKENCCL) $(FAKENCCL228) $(CALLS)
 	@$(RUN) python pytest -- sh -c 'cd python && SYMMEM_LIBRARY=$(ROOT)/$(LIB) $(PYTHON) -m pytest -q -rs tests'
 
-suite-python-fakecuda: $(LIB) $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228)
+suite-python-fakecuda: $(LIB) $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228) $(CALLS)
 	@$(RUN) python-fakecuda pytest -- sh -c 'cd python && $(FAKE_ENV) SYMMEM_LIBRARY=$(ROOT)/$(LIB) \
 	  $(PYTHON) -m pytest -q -rs tests'
 
@@ -194,8 +203,8 @@ uninstall: ## remove what install put in PREFIX
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
 	-rmdir $(DESTDIR)$(PREFIX)/lib/cmake/symmem 2>/dev/null || true
 
-clean: ## remove build/ and dist/
-	rm -rf $(BUILD) dist
+clean: ## remove build/ and dist/ (and the call module)
+	rm -rf $(BUILD) dist $(CALLS)
 
 # What the GPU machine (which has no Go) needs: the library, the stand-ins
 # that the C and Python tests load (tests/c/test_fakenccl.c runs the NCCL

@@ -16,8 +16,11 @@ nccl-tests: all_reduce size*2*(W-1)/W/t, the others size*(W-1)/W/t.
 Eager rows (--eager-max-kib, default 1 MiB): uncaptured calls in a Python
 loop between CUDA events, symmem.torch against torch's ops and NCCL, the
 slowest rank. GOAL lines: libsymmem auto at most 0.95x the fastest other
-(graph replays); EAGER lines: at most 1.0x torch two-shot (all_reduce) or
-NCCL. The run also prints its commit, device, driver and versions, and the
+(graph replays); EAGER lines: at most 0.95x torch two-shot (all_reduce) or
+NCCL. Staging rows: symmem.torch.all_reduce on a tensor of torch's
+allocator (through the group's staging workspace) beside the same call on
+a tensor of symmem.torch.empty, graph replays up to 16 MiB and eager;
+STAGING lines give the difference (goal: +1.5 us at most at 4 KiB). The run also prints its commit, device, driver and versions, and the
 peer-copy floor (cudaMemcpyPeer, GPU 1 to GPU 0) beside the bus bandwidth
 at 64 MiB and more; --checks-cost times auto all_reduce again without the
 argument agreement (SYMMEM_COLL_UNCHECKED=1, measurement only).
@@ -64,6 +67,7 @@ def eager_rows(torch, dist, st, symm_mem, gname, rank, world, dev, max_kib):
     sym = st.empty(maxb // 2, dtype=torch.bfloat16, device=dev).fill_(1)
     gout = torch.empty(maxb // 2 * world, dtype=torch.bfloat16, device=dev)
     nin = torch.ones(maxb // 2, dtype=torch.bfloat16, device=dev)
+    plain = torch.ones(maxb // 2, dtype=torch.bfloat16, device=dev)  # torch's memory: staged
     if symm_mem is not None:
         tin = symm_mem.empty(maxb // 2, dtype=torch.bfloat16, device=dev).fill_(1)
         symm_mem.rendezvous(tin, gname)
@@ -73,9 +77,10 @@ def eager_rows(torch, dist, st, symm_mem, gname, rank, world, dev, max_kib):
         n = size // 2
         # Every tensor is sliced once, before the loop, for every implementation.
         v = {"sym": sym[:n], "sym_part": sym[: n // world], "out": gout[:n], "out_part": gout[: n // world],
-             "nin": nin[:n], "nin_part": nin[: n // world]}
+             "nin": nin[:n], "nin_part": nin[: n // world], "plain": plain[:n]}
         impls = {
             ("all_reduce", "libsymmem auto"): lambda: st.all_reduce(v["sym"]),
+            ("all_reduce", "libsymmem staged"): lambda: st.all_reduce(v["plain"]),
             ("all_reduce", "nccl"): lambda: dist.all_reduce(v["nin"]),
             ("all_gather", "libsymmem auto"): lambda: st.all_gather(v["sym_part"], out=v["out"]),
             ("all_gather", "nccl"): lambda: dist.all_gather_into_tensor(v["out"], v["nin_part"]),
@@ -193,6 +198,12 @@ def rank_main(rank, world, port, max_mib, out_path, min_kib=4, only="", eager_ma
         t_in.fill_(1)
     nccl_in = torch.ones(maxb // 2, dtype=torch.bfloat16, device=dev)
     nccl_out = torch.empty(maxb // 2 * world, dtype=torch.bfloat16, device=dev)
+    # symmem.torch.all_reduce on a tensor of symmem.torch.empty (zero-copy)
+    # and on one of torch's allocator (staged through the group's
+    # workspace), up to STAGED_MAX_BYTES: the staging cost under replay.
+    staged_max = min(maxb, STAGED_MAX_BYTES)
+    st_sym = st.empty(staged_max // 2, dtype=torch.bfloat16, device=dev).fill_(1)
+    st_plain = torch.ones(staged_max // 2, dtype=torch.bfloat16, device=dev)
     stream = torch.cuda.Stream(device=dev)
 
     from graph_timing import graph_timer
@@ -220,6 +231,9 @@ def rank_main(rank, world, port, max_mib, out_path, min_kib=4, only="", eager_ma
             ("reduce_scatter", "libsymmem auto"): lambda: h.reduce_scatter("bfloat16", "sum", n, local.data_ptr(), cur()),
             ("reduce_scatter", "nccl"): lambda: dist.reduce_scatter_tensor(nccl_out[: n // world], nccl_in[:n]),
         }
+        if size <= staged_max:
+            impls[("all_reduce", "libsymmem torch zero-copy")] = lambda: st.all_reduce(st_sym[:n])
+            impls[("all_reduce", "libsymmem torch staged")] = lambda: st.all_reduce(st_plain[:n])
         if symm_mem is not None:
             if size <= (16 << 20):
                 impls[("all_reduce", "torch one-shot")] = lambda: torch.ops.symm_mem.one_shot_all_reduce(t_in[:n], "sum", gname)
@@ -359,6 +373,37 @@ def goals(res):
     return met, missed
 
 
+# Staging (Note [Staging] in symmem/torch.py): the STAGING lines give the
+# staged call's replay time over the zero-copy one's; the goal is at most
+# STAGING_GOAL_US at 4 KiB.
+STAGED_MAX_BYTES = 16 << 20
+STAGING_GOAL_US = 1.5
+
+
+def staging_lines(res):
+    """STAGING lines: staged minus zero-copy symmem.torch all_reduce, per
+    size (graph replays); (met, missed) of the 4 KiB goal."""
+    met = missed = 0
+    rows = {(r["impl"], r["bytes"]): r["us"] for r in res["rows"] if r["coll"] == "all_reduce" and r["us"]}
+    for size in sorted({b for (_, b) in rows}):
+        z, s_ = rows.get(("libsymmem torch zero-copy", size)), rows.get(("libsymmem torch staged", size))
+        if z is None or s_ is None:
+            continue
+        judged = size == 4 << 10
+        ok = s_ - z <= STAGING_GOAL_US
+        if judged:
+            met, missed = met + ok, missed + (not ok)
+        print(f"STAGING all_reduce {size:>10d} B zero-copy {z:8.2f} us  staged {s_:8.2f} us  +{s_ - z:6.2f} us"
+              + (f"  {'OK' if ok else 'MISSED'} (goal +{STAGING_GOAL_US} us)" if judged else ""), flush=True)
+    eager = {(r["impl"], r["bytes"]): r["us"] for r in res.get("eager", []) if r["coll"] == "all_reduce"}
+    for size in sorted({b for (_, b) in eager}):
+        z, s_ = eager.get(("libsymmem auto", size)), eager.get(("libsymmem staged", size))
+        if z is not None and s_ is not None:
+            print(f"STAGING eager all_reduce {size:>10d} B zero-copy {z:8.2f} us  staged {s_:8.2f} us  "
+                  f"+{s_ - z:6.2f} us", flush=True)
+    return met, missed
+
+
 def main():
     """Exit status: 0 when every rank ran and the results were written
     (goals missed are reported in the GOAL lines, not as a failure); 1 when
@@ -434,7 +479,9 @@ def main():
     print(tables(res), flush=True)
     met, missed = goals(res)
     emet, emissed = eager_goals(res)
-    print(f"goals: {met} met, {missed} missed; eager: {emet} met, {emissed} missed", flush=True)
+    smet, smissed = staging_lines(res)
+    print(f"goals: {met} met, {missed} missed; eager: {emet} met, {emissed} missed; "
+          f"staging: {smet} met, {smissed} missed", flush=True)
     return 0
 
 
@@ -476,6 +523,9 @@ def tables(res):
     return "\n".join(out)
 
 
+EAGER_FACTOR = 0.95
+
+
 def eager_goals(res):
     """EAGER lines: libsymmem's uncaptured call against torch two-shot's
     (all_reduce) or NCCL's (the others) in the same loop."""
@@ -486,7 +536,7 @@ def eager_goals(res):
             ref = "torch two-shot" if coll == "all_reduce" and "torch two-shot" in rows else "nccl"
             if "libsymmem auto" not in rows or ref not in rows:
                 continue
-            ok = rows["libsymmem auto"] <= rows[ref]
+            ok = rows["libsymmem auto"] <= EAGER_FACTOR * rows[ref]
             met, missed = met + ok, missed + (not ok)
             print(f"EAGER {coll:15s} {size:>10d} B libsymmem {rows['libsymmem auto']:8.2f} us  {ref} {rows[ref]:8.2f} us  "
                   f"{rows['libsymmem auto'] / rows[ref]:.3f}x  {'OK' if ok else 'MISSED'}", flush=True)

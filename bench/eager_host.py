@@ -7,7 +7,8 @@ to run behind), 2 ranks on 2 GPUs, bf16, 4 KiB, in place.
 Rows: a libsymmem C call that does no work (symmem_handle_rank: ctypes and
 the C-to-Go entry), a bare launch of an empty kernel through the driver with
 ctypes (the floor), symmem_collective through ctypes with its arguments
-ready (the C call and the launch), symmem.torch.all_reduce (the whole
+ready (the C call and the launch), the same through the call module
+symmem._calls, symmem.torch.all_reduce (the whole
 eager path), torch's two_shot_all_reduce_ and one_shot_all_reduce, a torch
 add_ (one kernel launch through torch's dispatcher), and NCCL's all_reduce.
 Host microseconds per call, every rank. NVLink multicast stays off.
@@ -71,6 +72,9 @@ def rank_main(rank, world, port, calls):
     h = st._fast_entry(torch, t, None)
     lib = _lib.lib()
     fn, rank_fn = lib.symmem_collective, lib.symmem_handle_rank
+    calls = _lib.calls()  # symmem._calls where built, else ctypes (its .extension says)
+    if rank == 0:
+        print("call module:", "symmem._calls" if calls.extension else f"ctypes ({_lib.calls_fallback_reason})")
     ptr = h[2]
     stream = torch.cuda.current_stream(dev).cuda_stream
     launch = bare_launch(stream)
@@ -78,6 +82,7 @@ def rank_main(rank, world, port, calls):
         "symmem_handle_rank (ctypes + C-to-Go)": lambda: rank_fn(ptr),
         "cuLaunchKernel of an empty kernel (ctypes)": launch,
         "symmem_collective, arguments ready": lambda: fn(ptr, 0, 2, 0, n, None, 0, 0, stream),
+        "symmem_collective via symmem._calls": lambda: calls.collective(ptr, 0, 2, 0, n, None, 0, 0, stream),
         "symmem.torch.all_reduce": lambda: st.all_reduce(t),
         "torch two_shot_all_reduce_": lambda: torch.ops.symm_mem.two_shot_all_reduce_(tin, "sum", gname),
         "torch one_shot_all_reduce": lambda: torch.ops.symm_mem.one_shot_all_reduce(tin, "sum", gname),

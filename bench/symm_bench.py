@@ -197,6 +197,20 @@ def gpu_rank(rank, world, name, port, out, variant="full"):
         symm_mem.rendezvous(x, dist.group.WORLD)
         warm.append(ms(t0))
     r["torch_warm_same_tensor_ms"] = statistics.median(warm)
+    # symmem.torch.rendezvous again on a tensor whose handle is held: the
+    # agreed handle, no exchange (Note [Rendezvous again]), as torch's.
+    ts = st.empty(1 << 18, dtype=torch.float32, device=f"cuda:{rank}")
+    held = st.rendezvous(ts, dist.group.WORLD)
+    torch.cuda.synchronize()
+    warm = []
+    for _ in range(30):
+        dist.barrier()
+        t0 = time.perf_counter()
+        again = st.rendezvous(ts, dist.group.WORLD)
+        warm.append(ms(t0))
+        again.release()
+    r["symmem_torch_warm_same_tensor_ms"] = statistics.median(warm)
+    held.release()
     x2 = symm_mem.empty(64 << 20, dtype=torch.uint8, device=f"cuda:{rank}")
     dist.barrier()
     t0 = time.perf_counter()
@@ -278,6 +292,7 @@ def main():
     import tempfile
     tmp = tempfile.mkdtemp()
     lines = []
+    goal_lines = []
     if a.host:
         lines += [f"Host backend ({os.cpu_count()} CPUs), medians of {a.reps} runs, slowest rank; records through the shared-memory "
                   "control page (page) or the sockets (SYMMEM_SHM_EXCHANGE=0):", "",
@@ -316,11 +331,21 @@ def main():
                   f"| first rendezvous (1 MiB) | {med['symmem_cold_ms']:.2f} ms | {med['torch_cold_ms']:.2f} ms |",
                   f"| rendezvous again, same buffer | {med['symmem_warm_ms'] * 1e3:.0f} µs | {med['torch_warm_same_tensor_ms'] * 1e3:.0f} µs (cached handle) |",
                   f"| the same, 200 in a row (per call) | {med['symmem_warm_loop_us']:.0f} µs | |",
+                  f"| symmem.torch.rendezvous again, handle held | {med['symmem_torch_warm_same_tensor_ms'] * 1e3:.1f} µs | {med['torch_warm_same_tensor_ms'] * 1e3:.1f} µs (cached handle) |",
                   f"| rendezvous of a second allocation (64 MiB) | {med['symmem_second_alloc_ms']:.2f} ms | {med['torch_second_alloc_ms']:.2f} ms |",
                   f"| barrier, {world} ranks, 2000 in a row on a stream | {med['symmem_barrier_us']:.1f} µs | {med['torch_barrier_us']:.1f} µs |",
                   f"| host time per barrier call (waits when the stream's queue is full) | {med['symmem_barrier_enqueue_us']:.1f} µs | {med['torch_barrier_enqueue_us']:.1f} µs |",
                   f"| peer read 256 MiB from {'each of ' if world > 2 else ''}{world - 1} peer{'s at once' if world > 2 else ''}, per GPU (slowest) | {med['symmem_peer_copy_GBs']:.0f} GB/s ({med['symmem_peer_copy_GBs'] / copy_base * 100:.0f}% of one pair's cudaMemcpyPeer) | {copy_base:.0f} GB/s (cudaMemcpyPeer GPU1→GPU0) |",
                   f"| peer data verified | {med['symmem_peer_data_ok']} | |"]
+        # The goals: barrier at most 0.8x torch's, rendezvous again at most
+        # 2x torch's cached handle.
+        b, tb = med["symmem_barrier_us"], med["torch_barrier_us"]
+        rv, trv = med["symmem_torch_warm_same_tensor_ms"], med["torch_warm_same_tensor_ms"]
+        goal_lines = [
+            f"GOAL barrier {b:.2f} us, torch {tb:.2f} us: {b / tb:.3f}x {'OK' if b <= 0.8 * tb else 'MISSED'} (goal <= 0.8x)",
+            f"GOAL rendezvous again {rv * 1e3:.2f} us, torch cached {trv * 1e3:.2f} us: {rv / trv:.3f}x "
+            f"{'OK' if rv <= 2 * trv else 'MISSED'} (goal <= 2x)",
+        ]
         # libsymmem alone: records through the sockets (SYMMEM_SHM_EXCHANGE=0)
         # beside the control page, at one rank per GPU and at the extra world
         # sizes asked for (ranks share GPUs round-robin there).
@@ -342,6 +367,8 @@ def main():
                 lines.append(f"| {w} on {min(w, n)} | {mode}, {barrier} | {m['symmem_group_again_ms']:.2f} | {m['symmem_warm_ms'] * 1e3:.0f} | {m['symmem_barrier_us']:.1f} |")
     text = "\n".join(lines)
     print(text)
+    for line in goal_lines:
+        print(line)
     with open(os.path.join(a.out, "symm_bench_host.md" if a.host else "symm_bench.md"), "w") as f:
         f.write(text + "\n")
 

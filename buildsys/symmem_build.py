@@ -2,9 +2,11 @@
 
 It needs nothing from PyPI: it builds libsymmem.so with Go
 (`go build -buildmode=c-shared`, which also needs a C compiler for cgo) and
-writes a platform wheel (tag py3-none-<platform>, e.g. linux_x86_64: the
-library is native code, but it is loaded with ctypes, so any Python 3 can
-use it) holding the `symmem` package with `symmem/libsymmem.so` inside.
+writes a platform wheel holding the `symmem` package with
+`symmem/libsymmem.so` inside, and the call module `symmem/_calls*.so` (a
+small CPython extension, Note [The call module] in python/symmem/_lib.py)
+where it builds: tagged cpXY-cpXY-<platform> with it, py3-none-<platform>
+without (the library is loaded with ctypes, so any Python 3 can use it).
 The version comes from the VERSION file.
 
 Hooks: build_wheel, build_editable (`pip install -e .`), build_sdist,
@@ -87,9 +89,14 @@ def _check_toolchain() -> str:
 
 def main(argv: list) -> int:
     """`python3 buildsys/symmem_build.py check-toolchain`: the Makefile's
-    first step, so that `make` and `pip install .` say the same thing."""
+    first step, so that `make` and `pip install .` say the same thing.
+    `symmem_build.py calls DIR`: the call module into DIR, as a wheel
+    builds it (the Makefile's; a module that cannot be built is a note)."""
+    if len(argv) == 3 and argv[1] == "calls":
+        _build_calls(Path(argv[2]))
+        return 0
     if argv[1:] != ["check-toolchain"]:
-        print("usage: symmem_build.py check-toolchain", file=sys.stderr)
+        print("usage: symmem_build.py check-toolchain | calls DIR", file=sys.stderr)
         return 2
     try:
         _check_toolchain()
@@ -115,6 +122,58 @@ def _build_library(out_dir: Path) -> Path:
         raise BuildError(f"go build failed (exit {p.returncode}); its messages are above")
     (out_dir / "libsymmem.h").unlink(missing_ok=True)
     return out
+
+
+# The call module (python/symmem/_calls.c; Note [The call module] in
+# python/symmem/_lib.py): a CPython extension for the per-call functions,
+# built for the Python that runs the build where it has its headers and a C
+# compiler is found; without it the package calls the library through
+# ctypes, so a failure here is a note, not an error. It links neither
+# libsymmem nor CUDA.
+CALLS_SOURCE = ROOT / "python" / NAME / "_calls.c"
+
+
+def calls_command(out: Path) -> list:
+    """The compiler command that builds the call module at out (also the
+    Makefile's, through `symmem_build.py calls-command OUT`)."""
+    cc = os.environ.get("CC", "cc").split()
+    include = sysconfig.get_paths()["include"]
+    return cc + ["-shared", "-fPIC", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", f"-I{include}",
+                 "-o", str(out), str(CALLS_SOURCE)]
+
+
+def calls_filename() -> str:
+    return "_calls" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+
+
+def _build_calls(out_dir: Path):
+    """Builds the call module into out_dir; returns its path, or None (and
+    says why) where it cannot be built."""
+    if sys.implementation.name != "cpython":
+        print("symmem: the call module is for CPython: the package will call libsymmem through ctypes", flush=True)
+        return None
+    include = Path(sysconfig.get_paths()["include"])
+    if not (include / "Python.h").exists():
+        print(f"symmem: no Python.h in {include}: the package will call libsymmem through ctypes", flush=True)
+        return None
+    out = out_dir / calls_filename()
+    cmd = calls_command(out)
+    print("symmem: building the call module:", " ".join(cmd), flush=True)
+    try:
+        p = subprocess.run(cmd, cwd=ROOT)
+    except OSError as exc:
+        print(f"symmem: cannot run the C compiler ({exc}): the package will call libsymmem through ctypes", flush=True)
+        return None
+    if p.returncode != 0:
+        print(f"symmem: the call module did not build (exit {p.returncode}): the package will call libsymmem "
+              "through ctypes", flush=True)
+        return None
+    return out
+
+
+def _python_tag() -> str:
+    """This interpreter's wheel tag (cp311), for a wheel holding the call module."""
+    return f"cp{sys.version_info[0]}{sys.version_info[1]}"
 
 
 def _platform_tag() -> str:
@@ -147,10 +206,11 @@ def _record_line(arcname: str, data: bytes) -> str:
     return f"{arcname},sha256={digest},{len(data)}"
 
 
-def _write_wheel(wheel_directory, files) -> str:
-    """Writes the wheel of files [(arcname, bytes)] with its dist-info."""
+def _write_wheel(wheel_directory, files, python_tag: str = "py3-none") -> str:
+    """Writes the wheel of files [(arcname, bytes)] with its dist-info;
+    python_tag: py3-none, or cpXY-cpXY when it holds the call module."""
     version = _version()
-    tag = f"py3-none-{_platform_tag()}"
+    tag = f"{python_tag}-{_platform_tag()}"
     wheel_name = f"{NAME}-{version}-{tag}.whl"
     dist_info = f"{NAME}-{version}.dist-info"
     files = list(files)
@@ -182,7 +242,11 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     with tempfile.TemporaryDirectory() as tmp:
         lib = _build_library(Path(tmp))
         files.append((f"{NAME}/libsymmem.so", lib.read_bytes()))
-    return _write_wheel(wheel_directory, files)
+        ext = _build_calls(Path(tmp))
+        if ext is not None:
+            files.append((f"{NAME}/{ext.name}", ext.read_bytes()))
+    python_tag = "py3-none" if ext is None else f"{_python_tag()}-{_python_tag()}"
+    return _write_wheel(wheel_directory, files, python_tag)
 
 
 # `pip install -e .` (PEP 660): the wheel holds one .pth file that puts the
@@ -197,6 +261,7 @@ def build_editable(wheel_directory, config_settings=None, metadata_directory=Non
     build = ROOT / "build"
     build.mkdir(exist_ok=True)
     _build_library(build)
+    _build_calls(ROOT / "python" / NAME)
     return _write_wheel(wheel_directory, [(EDITABLE_PTH, (str(ROOT / "python") + "\n").encode())])
 
 

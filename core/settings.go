@@ -75,6 +75,8 @@ var settingSpecs = []settingSpec{
 	{name: "SYMMEM_LIBNVRTC", kind: kindText, doc: "path of the NVRTC library"},
 	{name: "SYMMEM_LIBRARY", kind: kindText, reader: "python", doc: "path of libsymmem.so for the Python package"},
 	{name: "SYMMEM_PYTHON_INTERRUPTS", kind: kindBool, reader: "python", doc: "the Python package lets signals (Ctrl-C) end the library's waits (on)"},
+	{name: "SYMMEM_STAGING_BYTES", kind: kindSize, reader: "python", doc: "first size of each group's staging workspace, through which symmem.torch's collectives take tensors libsymmem did not allocate (1M; grown on demand)"},
+	{name: "SYMMEM_PYTHON_EXTENSION", kind: kindBool, reader: "python", doc: "the Python package calls the library through its compiled call module where it was built (on; off: ctypes only)"},
 	{name: "SYMMEM_VLLM_ALLOCATOR", kind: kindBool, reader: "python", doc: "the vLLM plugin makes vLLM's CuMemAllocator.get_instance() return libsymmem's"},
 	{name: "SYMMEM_STRICT", kind: kindBool, doc: "abort on an invalid or double-freed pointer"},
 	{name: "SYMMEM_THREAD_CACHE", kind: kindBool, doc: "per-thread caches of freed blocks in front of the allocator"},

@@ -30,6 +30,13 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nvidia-smi topo -m 2>/dev/null | head -5
 echo "libsymmem links: $(ldd build/libsymmem.so | awk '{print $1}' | tr '\n' ' ')"
 if ldd build/libsymmem.so | grep -Eq 'libcuda|libcudart'; then echo "FAIL: libsymmem links CUDA"; status=1; fi
+# The Python package's call module, for this machine's Python (gcc and
+# Python's headers; without them the package uses ctypes, and says so here).
+python3 buildsys/symmem_build.py calls python/symmem
+for m in python/symmem/_calls*.so; do
+  [ -f "$m" ] || continue
+  if ldd "$m" | grep -Eq 'libcuda|libcudart|libsymmem'; then echo "FAIL: $m links CUDA or libsymmem"; status=1; fi
+done
 
 # PARTS chooses parts of the tests (to split a run between calls): any of
 # abi go c demo python; every part by default.

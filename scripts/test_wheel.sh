@@ -30,13 +30,21 @@ print("fresh venv: import symmem; symmem.alloc(64) ok, library", lib)
 PY
 "$py" -m symmem --no-self-test > "$t/info.txt"
 head -3 "$t/info.txt"
-# The wheel's tag is a platform tag, not py3-none-any.
+# The wheel's tag is a platform tag, not py3-none-any: this Python's
+# (cpXY-cpXY) when the call module was built into it, as it is where
+# Python's headers are (here), and then the package calls through it.
 "$py" - <<'PY'
-import glob, os, symmem
+import glob, os, sys, sysconfig, symmem
+from symmem import _lib
 d = glob.glob(os.path.join(os.path.dirname(os.path.dirname(symmem.__file__)), "symmem-*.dist-info"))[0]
 wheel = open(os.path.join(d, "WHEEL")).read()
-assert "Root-Is-Purelib: false" in wheel and "Tag: py3-none-linux_" in wheel, wheel
-print("wheel tag:", [l for l in wheel.splitlines() if l.startswith("Tag")][0])
+headers = os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))
+cp = "cp%d%d" % sys.version_info[:2]
+tag = f"Tag: {cp}-{cp}-linux_" if headers else "Tag: py3-none-linux_"
+assert "Root-Is-Purelib: false" in wheel and tag in wheel, (tag, wheel)
+assert _lib.calls().extension is headers, _lib.calls_fallback_reason
+print("wheel tag:", [l for l in wheel.splitlines() if l.startswith("Tag")][0],
+      "; calls through", "symmem._calls" if headers else "ctypes")
 PY
 # Without the package's copy: the system loader's path, then the error.
 site=$("$py" -c "import symmem, os; print(os.path.dirname(symmem.__file__))")

@@ -612,3 +612,94 @@ def check_last_error(fn: Callable[..., T], *args, what: str = "") -> T:
     if code != Result.SUCCESS:
         raise make_error(code, _last_message())
     return out
+
+
+# Note [The call module]
+#
+# Collectives, barriers and signals sit in their callers' loops, where a
+# ctypes call (argument conversion through argtypes, a libffi frame) costs
+# more than the library's own host path. symmem._calls (_calls.c) is the
+# same calls as METH_FASTCALL functions of a small CPython extension, built
+# with the package where a C compiler and Python's headers are found; it
+# links neither libsymmem nor CUDA: bind() hands it the addresses of the
+# functions of the library loaded here. Where it is missing (a checkout
+# never built, a wheel built without a compiler) or SYMMEM_PYTHON_EXTENSION
+# is off, calls() gives the ctypes functions under the same names and
+# arguments, so callers never know which they have.
+
+
+class _CtypesCalls:
+    """The ctypes form of symmem._calls' functions (the fallback)."""
+
+    extension = False
+
+    def __init__(self, library: "Library"):
+        self.collective = library.symmem_collective
+        self.barrier = library.symmem_barrier
+        self.put_signal = library.symmem_put_signal
+        self.wait_signal = library.symmem_wait_signal
+        self.all_to_all = library.symmem_all_to_all
+        info = SymmemPointerInfo()
+        ref = ctypes.byref(info)
+        get_info = library.symmem_pointer_get_info
+
+        def is_symmem(ptr) -> bool:
+            return bool(ptr) and get_info(ptr, ref) == 0
+
+        self.is_symmem = is_symmem
+
+
+class _ExtensionCalls:
+    """symmem._calls bound to the loaded library."""
+
+    extension = True
+
+    def __init__(self, module, library: "Library"):
+        module.bind(*(library.address(n) for n in _CALLS))
+        self.module = module
+        self.collective = module.collective
+        self.barrier = module.barrier
+        self.put_signal = module.put_signal
+        self.wait_signal = module.wait_signal
+        self.all_to_all = module.all_to_all
+        self.is_symmem = module.is_symmem
+
+
+# The functions bind() takes, in its order.
+_CALLS = ("symmem_collective", "symmem_barrier", "symmem_put_signal", "symmem_wait_signal",
+          "symmem_pointer_get_info", "symmem_all_to_all")
+_call_table = None
+# Why the call module is not used, when it is not ("" when it is).
+calls_fallback_reason = ""
+
+
+def calls():
+    """The per-call functions (Note [The call module]): collective,
+    barrier, put_signal, wait_signal, all_to_all (the library's arguments;
+    they return its result code) and is_symmem(address); ``.extension`` says
+    whether they are symmem._calls' or ctypes'."""
+    global _call_table, calls_fallback_reason
+    if _call_table is not None:
+        return _call_table
+    library = lib()
+    wanted = env_bool("SYMMEM_PYTHON_EXTENSION", True)
+    with _lock:
+        if _call_table is not None:
+            return _call_table
+        made = None
+        if not wanted:
+            calls_fallback_reason = "SYMMEM_PYTHON_EXTENSION is off"
+        elif any(not library.has(n) for n in _CALLS):
+            calls_fallback_reason = f"{library.path} lacks some of {', '.join(_CALLS)}"
+        else:
+            try:
+                import importlib
+
+                module = importlib.import_module(f"{__package__}._calls")
+            except ImportError as exc:
+                calls_fallback_reason = f"symmem._calls cannot be imported ({exc})"
+            else:
+                made = _ExtensionCalls(module, library)
+                calls_fallback_reason = ""
+        _call_table = made if made is not None else _CtypesCalls(library)
+        return _call_table

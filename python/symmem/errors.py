@@ -238,6 +238,36 @@ def env_bool(name: str, default: bool) -> bool:
     )
 
 
+_SIZE_SHIFTS = {"K": 10, "M": 20, "G": 30, "T": 40}
+
+
+def env_size(name: str, default: int) -> int:
+    """The size setting name in bytes, read by the library's rule for sizes
+    (core/settings.go, ParseSize): a whole number with an optional K, M, G
+    or T (B, KB, KiB and the like alike, any case); unset or empty is
+    default; anything else raises InvalidArgumentError naming the variable
+    and the value."""
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return default
+    t = raw.strip().upper()
+    if t.endswith("B"):
+        t = t[:-1]
+    if t.endswith("I"):
+        t = t[:-1]
+    shift = _SIZE_SHIFTS.get(t[-1:], 0)
+    if shift:
+        t = t[:-1]
+    t = t.strip()
+    if not t.isdigit():
+        raise make_error(
+            Result.INVALID_ARGUMENT, f"{name}={quote(raw)} cannot be read as a size (examples: 4096, 512M, 1G)")
+    v = int(t) << shift
+    if v >= 1 << 64:
+        raise make_error(Result.INVALID_ARGUMENT, f"{name}={quote(raw)}: more than 2^64 bytes")
+    return v
+
+
 def int_text(v: int) -> str:
     """An int for a message: its digits, or its size in bits when that
     would take more than 64 characters (10**100000 has 100001 digits)."""

@@ -405,9 +405,11 @@ class Handle:
         # The views handed out (get_buffer, get_signal_pad): release()
         # invalidates them and their memoryviews first.
         self._views: List[weakref.ref] = []
-        self._put_signal = lib.symmem_put_signal
-        self._wait_signal = lib.symmem_wait_signal
-        self._barrier = lib.symmem_barrier
+        calls = _lib.calls()  # Note [The call module]
+        self._put_signal = calls.put_signal
+        self._wait_signal = calls.wait_signal
+        self._barrier = calls.barrier
+        self._collective_fn = calls.collective
 
     @property
     def ptr(self) -> int:
@@ -538,7 +540,7 @@ class Handle:
                 count -= count % self.world_size
         if count < 0:
             raise make_error(Result.INVALID_ARGUMENT, f"{what}: count {count} is negative")
-        rc = _lib.lib().symmem_collective(
+        rc = self._collective_fn(
             self.ptr, coll, code, opc, int(count), _coll.address(out, what), _coll.algo_code(algo, what),
             int(channel), _stream(stream),
         )
@@ -592,7 +594,7 @@ class Handle:
         if count is None:
             count = (self.buffer_size - self.offset) // _coll.DTYPE_SIZES[code] // self.world_size
         count = int_arg(count, "count", w, C_SIZE)
-        rc = _lib.lib().symmem_all_to_all(self.ptr, code, count, _coll.address(out, w), _stream(stream, w))
+        rc = _lib.calls().all_to_all(self.ptr, code, count, _coll.address(out, w), _stream(stream, w))
         if rc:
             check(rc, "symmem_all_to_all")
 

@@ -500,9 +500,10 @@ class TorchHandle:
     stream on the cuda backend.
     """
 
-    def __init__(self, handle: Handle, device):
+    def __init__(self, handle: Handle, device, lease: Optional[list] = None):
         self.handle = handle
         self.device = device
+        self._lease = lease  # the _rendezvous_cache entry this handle holds one of (Note [Rendezvous again])
 
     def __getattr__(self, name: str):
         return getattr(self.handle, name)
@@ -552,11 +553,30 @@ class TorchHandle:
     def barrier(self, channel: int = 0, timeout: Optional[float] = None, stream=None) -> None:
         self.handle.barrier(channel, timeout, self._stream(stream))
 
+    def release(self) -> None:
+        """Release this handle. The handles that :func:`rendezvous` gave
+        for one tensor and group share one symmem.Handle (Note
+        [Rendezvous again]): it, and the views of it, are released with
+        the last of them."""
+        lease, self._lease = self._lease, None
+        if lease is None:
+            if self.__dict__.get("_released"):
+                return
+            self._released = True
+            self.handle.release()
+            return
+        self._released = True
+        lease[1] -= 1
+        if lease[1] == 0:
+            if _rendezvous_cache.get(lease[3]) is lease:
+                del _rendezvous_cache[lease[3]]
+            lease[0].release()
+
     def __enter__(self) -> "TorchHandle":
         return self
 
     def __exit__(self, *exc) -> None:
-        self.handle.release()
+        self.release()
 
     def __repr__(self) -> str:
         return f"<symmem.torch.TorchHandle {self.handle!r} device={self.device}>"
@@ -589,8 +609,41 @@ def rendezvous(
     if device.type not in ("cuda", "cpu"):
         raise RuntimeError(f"symmem.torch.rendezvous: unsupported device {brief(device)}")
     g = group_for(group, _symmem_device(device), timeout, nccl=nccl, nccl_windows=nccl_windows)
-    h = _rendezvous(int(tensor.data_ptr()), g)
-    return TorchHandle(h, device)
+    key = (id(g), int(tensor.data_ptr()), tensor.numel() * tensor.element_size())
+    with _rendezvous_lock:
+        lease = _rendezvous_cache.get(key)
+        if lease is not None and lease[2] is g and lease[0]._ptr is not None:
+            lease[1] += 1
+            return TorchHandle(lease[0], device, lease)
+    h = _rendezvous(key[1], g)
+    lease = [h, 1, g, key]
+    with _rendezvous_lock:
+        _rendezvous_cache[key] = lease
+    weakref.finalize(tensor, _forget_rendezvous, key, lease)
+    return TorchHandle(h, device, lease)
+
+
+# Note [Rendezvous again]
+#
+# torch's rendezvous of a tensor it has rendezvoused before returns the
+# handle it keeps, with no exchange between the ranks; libsymmem's C
+# rendezvous exchanges the ranks' records again to check that they agree.
+# symmem.torch.rendezvous keeps what was agreed instead: while a handle of
+# a (group, tensor) pair is live, a rendezvous again returns another
+# TorchHandle of the same symmem.Handle (a lease: [handle, leases, group,
+# key]), locally, as torch does; the handle is released with its last
+# lease. So, as with torch, every rank must rendezvous again where every
+# other does (a rank that released its last handle exchanges again, and
+# waits for the others in that exchange). The entry goes when the tensor
+# does; leases still held keep the handle.
+_rendezvous_cache: Dict[Tuple[int, int, int], list] = {}
+_rendezvous_lock = threading.Lock()
+
+
+def _forget_rendezvous(key, lease) -> None:
+    with _rendezvous_lock:
+        if _rendezvous_cache.get(key) is lease:
+            del _rendezvous_cache[key]
 
 
 def memory_stats(device=None) -> Dict[str, int]:
@@ -744,10 +797,17 @@ def _raw_stream_fn(torch):
     return _raw_stream
 
 
+_c10d_world = None
+
+
 def _world_pg(dist):
     """The default process group, or None; read through c10d's world
-    object where it has one (an attribute read rather than two calls)."""
-    world = getattr(dist.distributed_c10d, "_world", None)
+    object where it has one (kept: an attribute read rather than two
+    calls)."""
+    global _c10d_world
+    world = _c10d_world
+    if world is None:
+        world = _c10d_world = getattr(dist.distributed_c10d, "_world", None)
     if world is not None:
         return world.default_pg
     return dist.group.WORLD if dist.is_initialized() else None
@@ -774,18 +834,26 @@ def _fast_entry(torch, tensor, group, dev=None):
 
 def _run(what: str, coll: int, tensor, group, op: str, out, algo) -> None:
     """One collective call on the eager path: the fewest attribute reads
-    and calls that resolve it (Note [Eager collectives])."""
+    and calls that resolve it (Note [Eager collectives]); a tensor that
+    libsymmem did not allocate, or that is not contiguous, goes through
+    the group's staging workspace (Note [Staging])."""
     global _collective_fn
     torch = _torch_module or _torch()
-    if not tensor.is_contiguous():
-        raise ValueError(f"symmem.torch.{what} needs a contiguous tensor")
     dev = tensor.get_device()
     e = None
     if group is None:  # the common case, inline: the default group
         e = _fast.get((None, dev, tensor.data_ptr(), tensor.nbytes))
         if e is not None and e[1] is not _world_pg(torch.distributed):
             e = None
+    fn = _collective_fn
+    if fn is None:
+        fn = _collective_fn = _lib.calls().collective
     if e is None:
+        if tensor.numel() and (not tensor.is_contiguous() or not _lib.calls().is_symmem(tensor.data_ptr())):
+            _run_staged(torch, what, coll, tensor, group, op, out, algo, dev)
+            return
+        if not tensor.is_contiguous():
+            raise ValueError(f"symmem.torch.{what} needs a contiguous tensor")
         e = _fast_entry(torch, tensor, group, dev)
     code = (_fast_codes or _codes(torch)).get(tensor.dtype)
     if code is None:
@@ -794,11 +862,148 @@ def _run(what: str, coll: int, tensor, group, op: str, out, algo) -> None:
     if opc is None:
         opc = _coll.op_code(op, what)
     algoc = 0 if algo is None else _coll.algo_code(algo, what)
-    fn = _collective_fn
-    if fn is None:
-        fn = _collective_fn = _lib.lib().symmem_collective
     rc = fn(e[2], coll, code, opc, tensor.numel(), None if out is None else out.data_ptr(), algoc, 0,
             (_raw_stream or _raw_stream_fn(torch))(dev) if dev >= 0 else 0)
+    if rc:
+        _lib.check(rc, f"symmem.torch.{what}")
+
+
+# Note [Staging]
+#
+# A collective on a tensor that libsymmem did not allocate (x * 2, a
+# tensor of torch's allocator, the copy that functionalization makes under
+# torch.compile) cannot rendezvous on it. It goes through the group's
+# staging workspace instead, as the serving stacks' custom all-reduces do:
+# one symmetric uint8 buffer per symmem Group, rendezvoused once, that the
+# call copies its input into (on the current stream) and runs on, writing
+# the result straight into the destination (all_reduce up to
+# _STAGED_DIRECT_MAX bytes and every all_gather / reduce_scatter: out may be
+# any memory of the device) or reducing in place in the workspace and
+# copying back (larger all-reduces, which take two-shot there). Its first
+# size is SYMMEM_STAGING_BYTES (1 MiB); a call that needs more grows it to
+# the next power of two that holds the call: a rendezvous, so collective,
+# and every rank grows at the same call because every rank calls with the
+# same count. Growing cannot happen inside CUDA-graph capture (the
+# rendezvous is host work between the ranks): there the call raises,
+# naming the size to set. A workspace that was outgrown stays allocated and
+# rendezvoused for the group's life, since CUDA graphs captured with it
+# still address it. Calls of one group share the workspace, which is why
+# they must be ordered (one stream), as collectives on one channel must be
+# anyway. A libsymmem tensor keeps the zero-copy path.
+
+_STAGING_DEFAULT = 1 << 20
+_STAGED_DIRECT_MAX = 1 << 20
+
+
+class _Workspace:
+    """A group's staging workspace: the uint8 tensor, its TorchHandle and
+    handle pointer, its size, and the outgrown workspaces kept alive."""
+
+    __slots__ = ("group", "tensor", "handle", "hptr", "world", "nbytes", "outgrown", "views")
+
+    def __init__(self, group: Group, tensor, handle, outgrown: list):
+        self.group = group
+        self.tensor = tensor
+        self.handle = handle
+        self.hptr = int(handle.handle.ptr)
+        self.world = handle.handle.world_size
+        self.nbytes = tensor.numel()
+        self.outgrown = outgrown
+        self.views: Dict[Tuple[Any, Any], Any] = {}  # (dtype, shape) -> the workspace's start as such a tensor
+
+    def view(self, dtype, shape, nbytes: int):
+        """The workspace's first nbytes as a contiguous tensor of dtype and
+        shape (made once per dtype and shape)."""
+        v = self.views.get((dtype, shape))
+        if v is None:
+            v = self.views[(dtype, shape)] = self.tensor[:nbytes].view(dtype).view(shape)
+        return v
+
+
+# id of the symmem Group -> its _Workspace (the Group is kept in it, so the
+# id is not recycled while the entry lives).
+_workspaces: Dict[int, _Workspace] = {}
+# (group argument as in _fast, device) -> (group argument, the default
+# process group then or None, _Workspace): the lookup of a staged call.
+_staging: Dict[Tuple[Any, int], Tuple[Any, Any, _Workspace]] = {}
+_staging_lock = threading.Lock()
+
+
+def staging_bytes() -> int:
+    """The first size of a group's staging workspace: SYMMEM_STAGING_BYTES
+    (a size: 4096, 512K, 8M), 1 MiB when unset (Note [Staging])."""
+    from .errors import env_size
+
+    return env_size("SYMMEM_STAGING_BYTES", _STAGING_DEFAULT)
+
+
+def _workspace(torch, what: str, tensor, group, dev: int, nbytes: int) -> _Workspace:
+    """The staging workspace of group on tensor's device holding at least
+    nbytes, made or grown here (collective) outside CUDA-graph capture."""
+    gkey = group if group is None or isinstance(group, str) else id(group)
+    e = _staging.get((gkey, dev))
+    if e is not None and (e[0] is group or isinstance(group, str)) and (
+            group is not None or e[1] is _world_pg(torch.distributed)):
+        if nbytes <= e[2].nbytes:
+            return e[2]
+    g = group_for(group, _symmem_device(tensor.device))
+    with _staging_lock:
+        ws = _workspaces.get(id(g))
+        if ws is not None and ws.group is not g:
+            ws = None
+        if ws is None or nbytes > ws.nbytes:
+            have = 0 if ws is None else ws.nbytes
+            first = staging_bytes()
+            size = max(first, have, 1 << max(0, (nbytes - 1).bit_length()))
+            if tensor.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(
+                    f"symmem.torch.{what}: the tensor ({nbytes} bytes) is not libsymmem memory, so the call "
+                    f"goes through the group's staging workspace, which "
+                    + ("does not exist yet" if ws is None else f"holds {have} bytes")
+                    + f"; making it {size} bytes is a rendezvous, which cannot run inside CUDA-graph capture. "
+                    f"Run the call once before capturing, or set SYMMEM_STAGING_BYTES to at least {nbytes} "
+                    f"(on every rank), or pass a tensor from symmem.torch.empty")
+            t = empty(size, dtype=torch.uint8, device=tensor.device)
+            th = rendezvous(t, g)
+            outgrown = [] if ws is None else ws.outgrown + [ws.tensor, ws.handle]
+            ws = _workspaces[id(g)] = _Workspace(g, t, th, outgrown)
+        pg = _world_pg(torch.distributed) if group is None else None
+        _staging[(gkey, dev)] = (group, pg, ws)
+        return ws
+
+
+def _staged_code(torch, tensor, what: str) -> int:
+    code = (_fast_codes or _codes(torch)).get(tensor.dtype)
+    if code is None:
+        code = _coll.dtype_code(tensor.dtype, what)  # raises, naming the known dtypes
+    return code
+
+
+def _run_staged(torch, what: str, coll: int, tensor, group, op: str, out, algo, dev: int) -> None:
+    """_run through the group's staging workspace (Note [Staging])."""
+    code = _staged_code(torch, tensor, what)
+    opc = _OPS.get(op)
+    if opc is None:
+        opc = _coll.op_code(op, what)
+    algoc = 0 if algo is None else _coll.algo_code(algo, what)
+    n = tensor.numel()
+    nbytes = n * tensor.element_size()
+    ws = _workspace(torch, what, tensor, group, dev, nbytes)
+    stage = ws.view(tensor.dtype, tensor.shape, nbytes)
+    stage.copy_(tensor)
+    stream = (_raw_stream or _raw_stream_fn(torch))(dev) if dev >= 0 else 0
+    fn = _collective_fn or _lib.calls().collective
+    if coll == _coll.ALL_REDUCE:
+        dst = tensor if out is None else out
+        direct = (dst.is_contiguous() and nbytes <= _STAGED_DIRECT_MAX
+                  and algoc not in (_coll.ALGOS["two_shot"], _coll.ALGOS["hierarchical"]))
+        rc = fn(ws.hptr, coll, code, opc, n, dst.data_ptr() if direct else None, algoc, 0, stream)
+        if rc:
+            _lib.check(rc, f"symmem.torch.{what}")
+        if not direct:
+            dst.copy_(stage)
+        return
+    rc = fn(ws.hptr, coll, code, opc, n, out.data_ptr(), algoc, 0, stream)
     if rc:
         _lib.check(rc, f"symmem.torch.{what}")
 
@@ -824,10 +1029,14 @@ def _compiling(torch) -> bool:
     return compiler is not None and compiler.is_compiling()
 
 
-def all_reduce(tensor, op: str = "sum", group=None, out=None, algo: Optional[str] = None):
-    """Reduce tensor (from :func:`empty`) over every rank of group, on the
-    current stream; in place unless out is given. Returns the result tensor.
-    The first call on a tensor rendezvouses on it (collective).
+def all_reduce(tensor, op: str = "sum", group=None, out=None, algo: Optional[str] = None, *, inplace: bool = True):
+    """Reduce tensor over every rank of group, on the current stream; in
+    place unless out is given, or inplace=False (the functional form, as
+    torch's one_shot_all_reduce: a new tensor holds the result, tensor is
+    untouched). Returns the result tensor. A tensor from :func:`empty`
+    is reduced where it lies (the first call on it rendezvouses,
+    collective); any other tensor of the device goes through the group's
+    staging workspace (Note [Staging]).
     algo: None/"auto", "one_shot", "two_shot" (torch.ops.symm_mem's
     one_shot_all_reduce / two_shot_all_reduce_), "low_latency". On an NCCL
     process group that spans machines: "hierarchical" (reduce-scatter in
@@ -835,17 +1044,38 @@ def all_reduce(tensor, op: str = "sum", group=None, out=None, algo: Optional[str
     in each machine) or "nccl" (the whole collective on the communicator),
     auto choosing by size and topology, on the current stream; all_gather
     and reduce_scatter run whole on the communicator (docs/machines.md).
-    Under torch.compile it is the operator torch.ops.symmem.all_reduce_ (in
-    place) or all_reduce_out."""
+    Under torch.compile it is the functional operator
+    torch.ops.symmem.all_reduce (the in-place form copies its result back,
+    which Inductor folds away for an intermediate), or all_reduce_out."""
     torch = _torch()
     if _compiling(torch):
         if out is None:
-            torch.ops.symmem.all_reduce_(tensor, op, _group_name(group), algo or "auto")
+            result = torch.ops.symmem.all_reduce(tensor, op, _group_name(group), algo or "auto")
+            if not inplace:
+                return result
+            tensor.copy_(result)
             return tensor
         torch.ops.symmem.all_reduce_out(tensor, out, op, _group_name(group), algo or "auto")
         return out
+    if out is None and not inplace:
+        out = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
     _run("all_reduce", _coll.ALL_REDUCE, tensor, group, op, out, algo)
     return tensor if out is None else out
+
+
+def _world_of(torch, what: str, tensor, group) -> int:
+    """group's world size: from the tensor's rendezvous where it is
+    libsymmem memory (made here when it is not yet), else from the staging
+    workspace that the call will use (Note [Staging])."""
+    if not tensor.numel():
+        return group_for(group, _symmem_device(tensor.device)).world_size
+    if group is None:  # the zero-copy path's entry, as _run finds it
+        e = _fast.get((None, tensor.get_device(), tensor.data_ptr(), tensor.nbytes))
+        if e is not None and e[1] is _world_pg(torch.distributed):
+            return e[3]
+    if tensor.is_contiguous() and _lib.calls().is_symmem(tensor.data_ptr()):
+        return _fast_entry(torch, tensor, group)[3]
+    return _workspace(torch, what, tensor, group, tensor.get_device(), tensor.numel() * tensor.element_size()).world
 
 
 def _gather_shape(tensor, w: int):
@@ -861,8 +1091,10 @@ def _scatter_shape(tensor, w: int):
 def all_gather(tensor, group=None, out=None):
     """Gather every rank's tensor into out (default: a new tensor of
     world_size * tensor.shape[0] rows), rank order, like
-    torch.distributed.all_gather_into_tensor. Returns out. Under
-    torch.compile it is torch.ops.symmem.all_gather (or all_gather_out)."""
+    torch.distributed.all_gather_into_tensor. Returns out. tensor is any
+    tensor of the device (one of :func:`empty` is read where it lies; any
+    other is staged, Note [Staging]). Under torch.compile it is
+    torch.ops.symmem.all_gather (or all_gather_out)."""
     torch = _torch()
     if _compiling(torch):
         if out is None:
@@ -870,7 +1102,7 @@ def all_gather(tensor, group=None, out=None):
         torch.ops.symmem.all_gather_out(tensor, out, _group_name(group))
         return out
     if out is None:
-        w = _fast_entry(torch, tensor, group)[3]
+        w = _world_of(torch, "all_gather", tensor, group)
         out = torch.empty(_gather_shape(tensor, w), dtype=tensor.dtype, device=tensor.device)
     _run("all_gather", _coll.ALL_GATHER, tensor, group, "sum", out, None)
     return out
@@ -880,15 +1112,17 @@ def reduce_scatter(tensor, op: str = "sum", group=None, out=None):
     """Reduce tensor over every rank and keep this rank's slice (numel /
     world_size elements; rows [rank * n / w, (rank + 1) * n / w) when
     shape[0] divides), like torch.distributed.reduce_scatter_tensor.
-    Returns out (default: a new tensor). Under torch.compile it is
-    torch.ops.symmem.reduce_scatter (or reduce_scatter_out)."""
+    Returns out (default: a new tensor). tensor is any tensor of the
+    device (staged unless it is one of :func:`empty`, Note [Staging]).
+    Under torch.compile it is torch.ops.symmem.reduce_scatter (or
+    reduce_scatter_out)."""
     torch = _torch()
     if _compiling(torch):
         if out is None:
             return torch.ops.symmem.reduce_scatter(tensor, op, _group_name(group))
         torch.ops.symmem.reduce_scatter_out(tensor, out, op, _group_name(group))
         return out
-    w = _fast_entry(torch, tensor, group)[3]
+    w = _world_of(torch, "reduce_scatter", tensor, group)
     if tensor.numel() % w:
         raise ValueError(f"symmem.torch.reduce_scatter: {tensor.numel()} elements do not split over {w} ranks")
     if out is None:
@@ -929,6 +1163,13 @@ def _a2a_entry(torch, what: str, input, group):
         if e is not None and e[1] is not _world_pg(torch.distributed):
             e = None
     if e is None:
+        if input.numel() and not _lib.calls().is_symmem(input.data_ptr()):
+            # Note [Staging]: the input goes to the workspace, where the
+            # call runs; out and the splits are the caller's as always.
+            nbytes = input.numel() * input.element_size()
+            ws = _workspace(torch, what, input, group, dev, nbytes)
+            ws.view(input.dtype, input.shape, nbytes).copy_(input)
+            return (group, None, ws.hptr, ws.world, None), dev
         e = _fast_entry(torch, input, group, dev)
     return e, dev
 
@@ -994,7 +1235,7 @@ def _run_all_to_all(input, out, group) -> None:
         else:
             raise ValueError(f"symmem.torch.all_to_all: a chunk of {chunk} bytes ({input.dtype}) is not a whole "
                              f"number of 2-byte words")
-    rc = _a2a_fn("symmem_all_to_all")(e[2], code, count, out.data_ptr(), _a2a_stream(torch, dev))
+    rc = _lib.calls().all_to_all(e[2], code, count, out.data_ptr(), _a2a_stream(torch, dev))
     if rc:
         _lib.check(rc, "symmem.torch.all_to_all")
 
@@ -1054,9 +1295,10 @@ def _run_all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offset
 def all_to_all(input, out=None, group=None):
     """Equal splits: chunk p of input (numel / world_size elements, rank
     order) goes to rank p, and out (default: a new tensor shaped like
-    input) receives rank p's chunk for us as its chunk p. input is a tensor
-    of libsymmem memory (:func:`empty`); the first call on it rendezvouses
-    (collective). Any dtype (the bytes are moved). Returns out. Under
+    input) receives rank p's chunk for us as its chunk p. input is any
+    contiguous tensor of the device: one of :func:`empty` is read where it
+    lies (the first call on it rendezvouses, collective), any other is
+    staged (Note [Staging]). Any dtype (the bytes are moved). Returns out. Under
     torch.compile it is torch.ops.symmem.all_to_all (or all_to_all_out)."""
     torch = _torch()
     if _compiling(torch):
@@ -1077,8 +1319,10 @@ def all_to_all_v(input, out, in_splits, out_splits_offsets, group=None) -> None:
     row out_splits_offsets[1][s], out_splits_offsets[0][s] of them (int64,
     (2, world_size), written on the device). The split sizes are read on
     the device when the kernel runs: no host synchronisation, capturable in
-    CUDA graphs. input is a tensor of libsymmem memory (the first call on it
-    rendezvouses); out and the splits are any tensors of its device. Rows
+    CUDA graphs. input is any contiguous tensor of the device (one of
+    :func:`empty` is read where it lies, the first call on it
+    rendezvousing; any other is staged, Note [Staging]); out and the splits
+    are any tensors of its device. Rows
     that would pass out's shape[0] are refused on the device (out untouched,
     handle.device_error() names the rank). Under torch.compile it is
     torch.ops.symmem.all_to_all_v."""
@@ -1129,24 +1373,26 @@ def all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offsets, gr
 
 # Note [Collectives as torch operators]
 #
-# Under torch.compile, symmem.torch's collectives are torch.library custom
-# operators (namespace "symmem"), as vLLM's and SGLang's custom all-reduces
-# are, so that a model calling them compiles with fullgraph=True and no
-# graph break: the in-place and out= forms mutate their argument
-# (mutates_args), the others return a new tensor, and each has a fake
-# implementation (shapes only) for tracing; the schemas are written out
-# (this module's annotations are strings). The group travels as its
-# process group name ("" for the default group). Eager calls do not go
-# through the dispatcher (Note [Eager collectives]): it would cost more than
-# the collective's whole host path.
+# Under torch.compile, symmem.torch's collectives are torch operators
+# (namespace "symmem", a torch.library.Library with CPU and CUDA kernels),
+# as vLLM's and SGLang's custom all-reduces are, so that a model calling
+# them compiles with fullgraph=True and no graph break: the functional forms
+# return a new tensor (all_reduce, all_gather, reduce_scatter, all_to_all:
+# what compiled code uses, and what reduce-overhead captures), the in-place
+# and out= forms mutate their argument (the schema's (a!)), which
+# torch.compile functionalizes; each has a fake implementation (shapes
+# only) for tracing. The group travels as its process group name ("" for
+# the default group). Eager calls do not go through the dispatcher (Note
+# [Eager collectives]): it would cost more than the collective's whole
+# host path.
 _ops_registered = False
 _ops_lock = threading.Lock()
 
 
 def _register_ops(torch) -> None:
     global _ops_registered
-    if _ops_registered or not hasattr(getattr(torch, "library", None), "custom_op"):
-        return  # registered, or a torch without torch.library.custom_op (< 2.4)
+    if _ops_registered or not hasattr(getattr(torch, "library", None), "register_fake"):
+        return  # registered, or a torch without torch.library.register_fake (< 2.4)
     with _ops_lock:
         if _ops_registered:
             return
@@ -1155,18 +1401,54 @@ def _register_ops(torch) -> None:
         except RuntimeError as exc:
             # Defined already (this module loaded twice, by another path):
             # the operators that exist are this module's.
-            if "already" not in str(exc):
+            if "multiple times" not in str(exc) and "already" not in str(exc):
                 raise
         _ops_registered = True
 
 
+# The operators' library, kept for the process's life (the registrations
+# last while it does).
+_library = None
+
+
+def _operator(torch, qualname: str, schema: str):
+    """A decorator that defines qualname ("symmem::name") with schema and
+    registers the function as its CPU and CUDA kernel; it returns an object
+    whose register_fake decorates the fake implementation. A plain
+    torch.library.Library registration: a call dispatches straight to the
+    kernel, without the autograd and checking layers of
+    torch.library.custom_op, which would cost more than the collective's
+    host path in compiled code. Mutation is what the schema's (a!) says."""
+    name = qualname.split("::", 1)[1]
+
+    def wrap(fn):
+        _library.define(name + schema)
+        for key in ("CPU", "CUDA"):
+            _library.impl(name, fn, key)
+
+        class Registered:
+            @staticmethod
+            def register_fake(fake):
+                torch.library.register_fake(qualname, fake, lib=_library)
+                return fake
+
+        return Registered
+
+    return wrap
+
+
 def _define_ops(torch) -> None:
     """Defines the operators and their fake implementations."""
+    global _library
+    _library = torch.library.Library("symmem", "FRAGMENT")
+
+    def op(qualname: str, schema: str):
+        return _operator(torch, qualname, schema)
+
     def world(group: str) -> int:
         return torch.distributed.get_world_size(None if group == "" else _resolve_pg(torch, group))
 
-    @torch.library.custom_op("symmem::all_reduce_", mutates_args=("tensor",),
-                             schema="(Tensor(a!) tensor, str op, str group, str algo) -> ()")
+    @op("symmem::all_reduce_", "(Tensor(a!) tensor, str op, str group, str algo) -> ()")
     def all_reduce_(tensor: Tensor, op: str, group: str, algo: str) -> None:
         _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, None, None if algo == "auto" else algo)
 
@@ -1174,8 +1456,7 @@ def _define_ops(torch) -> None:
     def _(tensor, op, group, algo):
         return None
 
-    @torch.library.custom_op("symmem::all_reduce_out", mutates_args=("out",),
-                             schema="(Tensor tensor, Tensor(a!) out, str op, str group, str algo) -> ()")
+    @op("symmem::all_reduce_out", "(Tensor tensor, Tensor(a!) out, str op, str group, str algo) -> ()")
     def all_reduce_out(tensor: Tensor, out: Tensor, op: str, group: str, algo: str) -> None:
         _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, out, None if algo == "auto" else algo)
 
@@ -1183,7 +1464,21 @@ def _define_ops(torch) -> None:
     def _(tensor, out, op, group, algo):
         return None
 
-    @torch.library.custom_op("symmem::all_gather", mutates_args=(), schema="(Tensor tensor, str group) -> Tensor")
+    # The functional form (torch.ops.symm_mem.one_shot_all_reduce's shape):
+    # no argument is mutated, so Inductor places it freely and
+    # mode="reduce-overhead" captures it (mutated graph inputs would make
+    # cudagraph trees skip the graph).
+    @op("symmem::all_reduce", "(Tensor tensor, str op, str group, str algo) -> Tensor")
+    def all_reduce_op(tensor: Tensor, op: str, group: str, algo: str) -> Tensor:
+        out = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+        _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, out, None if algo == "auto" else algo)
+        return out
+
+    @all_reduce_op.register_fake
+    def _(tensor, op, group, algo):
+        return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+
+    @op("symmem::all_gather", "(Tensor tensor, str group) -> Tensor")
     def all_gather_op(tensor: Tensor, group: str) -> Tensor:
         return all_gather(tensor, _group_arg(group))
 
@@ -1191,8 +1486,7 @@ def _define_ops(torch) -> None:
     def _(tensor, group):
         return tensor.new_empty(_gather_shape(tensor, world(group)))
 
-    @torch.library.custom_op("symmem::all_gather_out", mutates_args=("out",),
-                             schema="(Tensor tensor, Tensor(a!) out, str group) -> ()")
+    @op("symmem::all_gather_out", "(Tensor tensor, Tensor(a!) out, str group) -> ()")
     def all_gather_out(tensor: Tensor, out: Tensor, group: str) -> None:
         all_gather(tensor, _group_arg(group), out)
 
@@ -1200,8 +1494,7 @@ def _define_ops(torch) -> None:
     def _(tensor, out, group):
         return None
 
-    @torch.library.custom_op("symmem::reduce_scatter", mutates_args=(),
-                             schema="(Tensor tensor, str op, str group) -> Tensor")
+    @op("symmem::reduce_scatter", "(Tensor tensor, str op, str group) -> Tensor")
     def reduce_scatter_op(tensor: Tensor, op: str, group: str) -> Tensor:
         return reduce_scatter(tensor, op, _group_arg(group))
 
@@ -1209,8 +1502,7 @@ def _define_ops(torch) -> None:
     def _(tensor, op, group):
         return tensor.new_empty(_scatter_shape(tensor, world(group)))
 
-    @torch.library.custom_op("symmem::reduce_scatter_out", mutates_args=("out",),
-                             schema="(Tensor tensor, Tensor(a!) out, str op, str group) -> ()")
+    @op("symmem::reduce_scatter_out", "(Tensor tensor, Tensor(a!) out, str op, str group) -> ()")
     def reduce_scatter_out(tensor: Tensor, out: Tensor, op: str, group: str) -> None:
         reduce_scatter(tensor, op, _group_arg(group), out)
 
@@ -1218,7 +1510,7 @@ def _define_ops(torch) -> None:
     def _(tensor, out, op, group):
         return None
 
-    @torch.library.custom_op("symmem::all_to_all", mutates_args=(), schema="(Tensor input, str group) -> Tensor")
+    @op("symmem::all_to_all", "(Tensor input, str group) -> Tensor")
     def all_to_all_op(input: Tensor, group: str) -> Tensor:
         return all_to_all(input, None, _group_arg(group))
 
@@ -1226,8 +1518,7 @@ def _define_ops(torch) -> None:
     def _(input, group):
         return input.new_empty(input.shape)
 
-    @torch.library.custom_op("symmem::all_to_all_out", mutates_args=("out",),
-                             schema="(Tensor input, Tensor(a!) out, str group) -> ()")
+    @op("symmem::all_to_all_out", "(Tensor input, Tensor(a!) out, str group) -> ()")
     def all_to_all_out(input: Tensor, out: Tensor, group: str) -> None:
         _run_all_to_all(input, out, _group_arg(group))
 
@@ -1237,9 +1528,7 @@ def _define_ops(torch) -> None:
 
     # The v forms mutate out and out_splits_offsets; their fakes check the
     # shapes, as the eager calls do, so that a mistake shows when tracing.
-    @torch.library.custom_op(
-        "symmem::all_to_all_v", mutates_args=("out", "out_splits_offsets"),
-        schema="(Tensor input, Tensor(a!) out, Tensor in_splits, Tensor(b!) out_splits_offsets, str group) -> ()")
+    @op("symmem::all_to_all_v", "(Tensor input, Tensor(a!) out, Tensor in_splits, Tensor(b!) out_splits_offsets, str group) -> ()")
     def all_to_all_v_op(input: Tensor, out: Tensor, in_splits: Tensor, out_splits_offsets: Tensor, group: str) -> None:
         _run_all_to_all_v(input, out, in_splits, out_splits_offsets, _group_arg(group))
 
@@ -1250,10 +1539,9 @@ def _define_ops(torch) -> None:
                     (("in_splits", in_splits, (w,)), ("out_splits_offsets", out_splits_offsets, (2, w))))
         return None
 
-    @torch.library.custom_op(
-        "symmem::all_to_all_v_2d", mutates_args=("out", "out_splits_offsets"),
-        schema="(Tensor input, Tensor(a!) out, Tensor in_splits, Tensor(b!) out_splits_offsets, str group, "
-               "int major_align) -> ()")
+    @op("symmem::all_to_all_v_2d",
+        "(Tensor input, Tensor(a!) out, Tensor in_splits, Tensor(b!) out_splits_offsets, str group, "
+        "int major_align) -> ()")
     def all_to_all_v_2d_op(input: Tensor, out: Tensor, in_splits: Tensor, out_splits_offsets: Tensor, group: str,
                            major_align: int) -> None:
         _run_all_to_all_v_2d(input, out, in_splits, out_splits_offsets, _group_arg(group), major_align)
@@ -1265,10 +1553,9 @@ def _define_ops(torch) -> None:
                    (("in_splits", in_splits, (s,)), ("out_splits_offsets", out_splits_offsets, (2, s))))
         return None
 
-    @torch.library.custom_op(
-        "symmem::all_to_all_v_2d_offset", mutates_args=("out", "out_splits_offsets"),
-        schema="(Tensor input, Tensor(a!) out, Tensor in_splits_offsets, Tensor(b!) out_splits_offsets, "
-               "str group) -> ()")
+    @op("symmem::all_to_all_v_2d_offset",
+        "(Tensor input, Tensor(a!) out, Tensor in_splits_offsets, Tensor(b!) out_splits_offsets, "
+        "str group) -> ()")
     def all_to_all_v_2d_offset_op(input: Tensor, out: Tensor, in_splits_offsets: Tensor, out_splits_offsets: Tensor,
                                   group: str) -> None:
         _run_all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offsets, _group_arg(group))

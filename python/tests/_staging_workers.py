@@ -1,0 +1,146 @@
+"""Rank functions for test_staging.py (run by _mp.run_ranks): symmem.torch's
+collectives on tensors that libsymmem did not allocate (Note [Staging] in
+symmem/torch.py), and the same calls under torch.compile, on the host
+backend's CPU tensors. torch is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+
+def _init(rank: int, world: int, init_file: str):
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    return torch, dist
+
+
+def _inputs(torch, world: int, n: int, dtype):
+    """Every rank's input (small integers: sums are exact in any dtype)."""
+    return [((torch.arange(n) * (r + 3) + r) % 17).to(dtype) for r in range(world)]
+
+
+def any_tensor(rank: int, world: int, init_file: str) -> Dict:
+    """Each collective on plain torch tensors, beside the same call on a
+    libsymmem tensor; the workspace's growth; a non-contiguous input."""
+    torch, dist = _init(rank, world, init_file)
+    import symmem
+    import symmem.torch as st
+
+    res: Dict = {}
+    xs = _inputs(torch, world, 1000, torch.float32)
+    want_sum = sum(xs)
+    # all_reduce in place on x * 2: the tensor is torch's, not libsymmem's.
+    x = xs[rank] * 2
+    assert not symmem._lib.calls().is_symmem(x.data_ptr())
+    r = st.all_reduce(x)
+    res["in_place_same_tensor"] = r.data_ptr() == x.data_ptr()
+    res["in_place"] = bool(torch.equal(x, want_sum * 2))
+    # inplace=False: a new tensor, the argument untouched.
+    y = xs[rank].clone()
+    f = st.all_reduce(y, "max", inplace=False)
+    res["functional_new"] = f.data_ptr() != y.data_ptr()
+    res["functional"] = bool(torch.equal(f, torch.stack(xs).max(0).values))
+    res["functional_untouched"] = bool(torch.equal(y, xs[rank]))
+    # out= on a plain tensor
+    out = torch.empty(1000)
+    st.all_reduce(xs[rank].clone(), out=out)
+    res["out"] = bool(torch.equal(out, want_sum))
+    # The zero-copy path stays for a libsymmem tensor.
+    t = st.empty(1000)
+    t.copy_(xs[rank])
+    st.all_reduce(t)
+    res["zero_copy"] = bool(torch.equal(t, want_sum))
+    res["zero_copy_rendezvoused"] = any(k[2] == t.data_ptr() for k in st._fast)
+    # all_gather, reduce_scatter, all_to_all on plain tensors; bf16, int32
+    xb = _inputs(torch, world, 64 * world, torch.bfloat16)
+    g = st.all_gather(xb[rank].view(world, 64))
+    res["all_gather"] = bool(torch.equal(g, torch.cat([v.view(world, 64) for v in xb])))
+    xi = _inputs(torch, world, 64 * world, torch.int32)
+    rs = st.reduce_scatter(xi[rank])
+    res["reduce_scatter"] = bool(torch.equal(rs, sum(xi)[rank * 64:(rank + 1) * 64]))
+    a2a = st.all_to_all(xi[rank].clone())
+    res["all_to_all"] = bool(torch.equal(a2a, torch.cat([xi[p][rank * 64:(rank + 1) * 64] for p in range(world)])))
+    # all_to_all_v with a plain input: 2 rows of 4 to every rank.
+    rows_in = torch.tensor([[rank * 100 + p * 10 + r] * 4 for p in range(world) for r in range(2)],
+                           dtype=torch.float32)
+    splits = torch.full((world,), 2, dtype=torch.int64)
+    out_v = torch.full((4 * world, 4), -1.0)
+    oso = torch.zeros(2, world, dtype=torch.int64)
+    st.all_to_all_v(rows_in, out_v, splits, oso)
+    got_rows = {s_: out_v[int(oso[1][s_]):int(oso[1][s_]) + int(oso[0][s_]), 0].tolist() for s_ in range(world)}
+    res["all_to_all_v"] = got_rows == {s_: [float(s_ * 100 + rank * 10 + r) for r in range(2)] for s_ in range(world)}
+    # A non-contiguous tensor (a transposed view) is staged too.
+    m = torch.stack([xs[rank][:100]] * 3).t()  # (100, 3), stride (1, 100)
+    st.all_reduce(m)
+    res["non_contiguous"] = bool(torch.equal(m, torch.stack([want_sum[:100]] * 3).t()))
+    # Growth: more than the first size (SYMMEM_STAGING_BYTES=4K here).
+    g_ = st.group_for(None, 0)
+    first = st._workspaces[id(g_)].nbytes
+    big = _inputs(torch, world, 5000, torch.float32)
+    bx = big[rank].clone()
+    st.all_reduce(bx)
+    res["grown_from"] = first
+    res["grown_to"] = st._workspaces[id(g_)].nbytes
+    res["grown_kept"] = len(st._workspaces[id(g_)].outgrown)
+    res["grown"] = bool(torch.equal(bx, sum(big)))
+    # An unsupported dtype is refused naming the dtypes that work.
+    try:
+        st.all_reduce(torch.ones(8, dtype=torch.float64))
+        res["float64"] = None
+    except symmem.InvalidArgumentError as exc:
+        res["float64"] = str(exc)
+    dist.barrier()
+    dist.destroy_process_group()
+    return res
+
+
+def compiled(rank: int, world: int, init_file: str, backend: str) -> Dict:
+    """torch.compile(fullgraph=True) of the three patterns (an argument of
+    libsymmem memory reduced in place, a module's libsymmem buffer written
+    and reduced, a plain intermediate), each against the eager result."""
+    torch, dist = _init(rank, world, init_file)
+    import symmem.torch as st
+
+    res: Dict = {}
+    xs = _inputs(torch, world, 256, torch.float32)
+    want = sum(xs)
+
+    def argument(t):
+        st.all_reduce(t)
+        return t * 2 + 1
+
+    class WithBuffer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("buf", st.empty(256))
+
+        def forward(self, x):
+            self.buf.copy_(x)
+            st.all_reduce(self.buf)
+            return self.buf * 3 - 1
+
+    def intermediate(x):
+        y = st.all_reduce(x * 2, inplace=False)
+        z = st.all_reduce(y + 1)  # in place on an intermediate
+        return z - 1
+
+    torch._dynamo.reset()
+    t = st.empty(256)
+    t.copy_(xs[rank])
+    got = torch.compile(argument, fullgraph=True, backend=backend)(t)
+    res["argument"] = bool(torch.equal(got, want * 2 + 1)) and bool(torch.equal(t, want))
+    mod = WithBuffer()
+    got = torch.compile(mod, fullgraph=True, backend=backend)(xs[rank])
+    res["module_buffer"] = bool(torch.equal(got, want * 3 - 1))
+    res["module_buffer_written"] = bool(torch.equal(mod.buf, want))
+    got = torch.compile(intermediate, fullgraph=True, backend=backend)(xs[rank])
+    res["intermediate"] = bool(torch.equal(got, (want * 2 + 1) * world - 1))
+    # A second call of each compiled function: the same results again.
+    t.copy_(xs[rank])
+    res["argument_again"] = bool(torch.equal(torch.compile(argument, fullgraph=True, backend=backend)(t), want * 2 + 1))
+    dist.barrier()
+    dist.destroy_process_group()
+    return res

@@ -1,0 +1,49 @@
+"""symmem.torch on GPUs as a PyTorch user meets it: collectives
+on any tensor (Note [Staging] in symmem/torch.py) and torch.compile in
+every mode, through the rank script tests/gpu/torch_compile.py (see its
+docstring) and test_symm_gpu's launcher. Without torch or a GPU the test
+skips and says why; with SYMMEM_REQUIRE_GPU=1 it fails instead.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import test_symm_gpu as tsg
+
+pytestmark = pytest.mark.gpu
+
+MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
+PATTERNS = ("argument", "argument_functional", "module_buffer", "intermediate")
+
+
+# Twelve compilations (four patterns, three modes) take minutes, beyond the
+# launcher's usual limits: this file's launch gets at least these.
+COMPILE_SECONDS = 900
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _own_budget():
+    saved = tsg.LAUNCH_TIMEOUT, tsg.BUDGET
+    tsg.LAUNCH_TIMEOUT, tsg.BUDGET = max(saved[0], COMPILE_SECONDS), max(saved[1], COMPILE_SECONDS + 60)
+    tsg._budget_end = None
+    yield
+    tsg.LAUNCH_TIMEOUT, tsg.BUDGET = saved
+    tsg._budget_end = None
+
+
+def test_compile_patterns_in_every_mode_and_staging_on_two_gpus(tmp_path):
+    for rec in tsg.launch("torch_compile.py", "pair", tmp_path):
+        res = rec["result"]
+        for mode in MODES:
+            for pattern in PATTERNS:
+                got = res[f"{mode}/{pattern}"]
+                assert isinstance(got, list), (rec["rank"], mode, pattern, got)  # a str: what it raised
+                assert len(got) == 3 and all(m is None for step in got for m in step), (rec["rank"], mode, pattern, got)
+        assert res["cudagraph_skips"] == 0, res
+        e = res["eager"]
+        assert e["in_place"] is None and e["non_contiguous"] is None, e
+        assert "cannot run inside CUDA-graph capture" in e["capture_growth"], e
+        assert "SYMMEM_STAGING_BYTES" in e["capture_growth"], e
+        assert e["grown"] is None and e["staged_replay"] is None, e
+        assert e["grown_bytes"] >= 4 << 20, e
