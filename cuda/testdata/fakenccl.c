@@ -811,7 +811,10 @@ ncclResult_t ncclGroupEnd(void) {
     failf(p2p_err_comm, r, "fake: ncclGroupEnd: a transfer of the group was refused: %s", why);
   } else if (p2p_n > 0)
     r = run_p2p(p2p_ops, p2p_n);
-  p2p_n = 0;
+  /* The list goes with the group: a thread that ends leaves nothing. */
+  free(p2p_ops);
+  p2p_ops = NULL;
+  p2p_n = p2p_cap = 0;
   p2p_err = ncclSuccess;
   p2p_err_comm = NULL;
   return r;
