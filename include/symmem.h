@@ -1169,11 +1169,14 @@ symmem_result symmem_collective(symmem_handle *handle, symmem_coll coll,
  * over the machine's ranks, with their agreement and barriers) and the
  * remote chunks through NCCL; on other layouts every chunk goes through
  * NCCL, which moves a machine's chunks over its own NVLink or shared-memory
- * paths. The v forms need each transfer's size on the host, so each call
+ * paths. Nothing compares symmem_all_to_all's dtype and count across
+ * machines (NCCL takes what each rank passes, as for the nccl form of the
+ * collectives above); the ranks of a machine compare theirs as on one
+ * machine. The v forms need each transfer's size on the host, so each call
  * synchronises with it: two NCCL all-gathers (the arguments, then every
  * rank's split table) copied to the host, out_splits_offsets copied back,
  * every row through NCCL (this machine's too: the layouts interleave its
- * rows with the other machines'), with four waits for the stream per call
+ * rows with the other machines'), with five waits for the stream per call
  * (each bounded by the group's timeout: SYMMEM_ERROR_TIMEOUT naming the
  * ranks of the other machines), and no CUDA graph capture (a capture
  * refuses the waits: the call fails). The refusals are the host's there,

@@ -11,6 +11,7 @@ import (
 	"math/rand"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/symm/coll"
@@ -384,6 +385,34 @@ func TestMachinesAllToAllWithoutEngine(t *testing.T) {
 			if core.CodeOf(err) != core.ErrUnavailable || !strings.Contains(err.Error(), what+" needs an engine between machines") {
 				return fmt.Errorf("%s: %v, want ErrUnavailable naming the missing engine", what, err)
 			}
+		}
+		return nil
+	}))
+}
+
+// A rank on another machine that never makes the call: the split-driven
+// form's waits are bounded, and every caller fails with ErrTimeout naming
+// the ranks of the other machines, within about the timeout.
+func TestMachinesAllToAllAbsentRank(t *testing.T) {
+	const timeout = 3 * time.Second
+	requireAllOK(t, runMachines(t, mmConfig{machines: a2aLayouts["2x2"], engine: "comm", timeout: timeout}, func(r *mmRank) error {
+		x, done, err := r.joinA2A(64 << 10)
+		if err != nil {
+			return err
+		}
+		defer done()
+		if r.rank == 3 {
+			return nil
+		}
+		start := time.Now()
+		err = x.call(core.A2AV, 1, 8, []int64{1, 1, 1, 1}, 16, 0)
+		took := time.Since(start)
+		if core.CodeOf(err) != core.ErrTimeout || !strings.Contains(err.Error(), "all_to_all_v: the all-gather of the arguments") ||
+			!strings.Contains(err.Error(), `rank(s) 2, 3 on machine "m1"`) && !strings.Contains(err.Error(), `rank(s) 0, 1 on machine "m0"`) {
+			return fmt.Errorf("a rank never calls: %v, want ErrTimeout naming the other machine's ranks", err)
+		}
+		if took > 3*timeout {
+			return fmt.Errorf("a rank never calls: the call took %v, the timeout is %v", took, timeout)
 		}
 		return nil
 	}))

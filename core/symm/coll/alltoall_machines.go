@@ -69,10 +69,19 @@ import (
 // holds a piece of every rank), so the team view's kernel, which lays out
 // its own pieces, cannot place them; a kernel that copies a list of
 // pieces the host computed, over the team view, would. The cost of the
-// split-driven forms across machines: two small all-gathers and four
-// copies between host and device, each waited for, per call (tens of
-// microseconds across machines), and no CUDA graph capture (a capture
-// refuses the waits: the call fails during capture, naming the copy).
+// split-driven forms across machines: two small all-gathers and five
+// copies (the arguments and out_splits_offsets from the host, the table
+// into the staging memory, the two all-gathers' results to the host), each
+// waited for, per call (tens of microseconds across machines), and no CUDA
+// graph capture (a capture refuses the waits: the call fails during
+// capture, naming the copy).
+//
+// Agreement: the split-driven forms compare every rank's arguments
+// exactly (step 1). The equal form compares them among the team in the
+// team view's call (Note [Collective agreement]); across machines, as in
+// the nccl form of the other collectives, NCCL receives what each rank
+// passes (the stand-in refuses a receive whose size differs from its
+// send, naming both), since a comparison there would cost a wait.
 // Every wait for the GPU is bounded by the handle's timeout: on expiry
 // (a rank on another machine died, or never called) the call fails with
 // ErrTimeout naming the remote ranks, and the staging memory is retired,
@@ -224,23 +233,19 @@ func (h acrossMachines) splitAllToAll(a Args, c *core.Collective, engine core.Co
 	var broken error
 	defer func() { done(broken) }()
 	be, device := h.Backend()
+	// gather all-gathers n bytes per rank that fill puts at dev, and
+	// returns every rank's, copied to the host.
 	gather := func(step string, fill func() error, n uintptr) ([]int64, error) {
 		err := h.bounded(func() error {
 			if err := fill(); err != nil {
-				return err
-			}
-			if err := be.Copy(device, a.Stream, dev, host, n); err != nil {
 				return err
 			}
 			if err := engine.AllGather(a.Stream, dev, dev+n, n); err != nil {
 				return err
 			}
 			return be.Copy(device, a.Stream, host+n, dev+n, n*w)
-		})
+		}, &broken)
 		if err != nil {
-			if core.CodeOf(err) == core.ErrTimeout {
-				broken = err
-			}
 			return nil, h.EngineErr(fmt.Sprintf("%s: %s", what, step), err)
 		}
 		return int64s(host+n, int(n/8)*world), nil
@@ -248,7 +253,7 @@ func (h acrossMachines) splitAllToAll(a Args, c *core.Collective, engine core.Co
 	mine := []int64{int64(v.Layout), int64(v.RowBytes), int64(v.Experts), int64(v.OutRows), v.MajorAlign}
 	args, err := gather("the all-gather of the arguments", func() error {
 		copy(int64s(host, a2aArgWords), mine)
-		return nil
+		return be.Copy(device, a.Stream, dev, host, argBytes)
 	}, argBytes)
 	if err != nil {
 		return err
@@ -257,7 +262,7 @@ func (h acrossMachines) splitAllToAll(a Args, c *core.Collective, engine core.Co
 		return err
 	}
 	all, err := gather("the all-gather of the split tables", func() error {
-		return be.Copy(device, a.Stream, host, v.InSplits, tableBytes)
+		return be.Copy(device, a.Stream, dev, v.InSplits, tableBytes)
 	}, tableBytes)
 	if err != nil {
 		return err
@@ -284,10 +289,7 @@ func (h acrossMachines) splitAllToAll(a Args, c *core.Collective, engine core.Co
 	so := int64s(host+rec*(w+1), 2*S)
 	copy(so, splits)
 	copy(so[S:], offs)
-	if err := h.bounded(func() error { return be.Copy(device, a.Stream, v.OutSplitsOffsets, host+rec*(w+1), uintptr(16*S)) }); err != nil {
-		if core.CodeOf(err) == core.ErrTimeout {
-			broken = err
-		}
+	if err := h.bounded(func() error { return be.Copy(device, a.Stream, v.OutSplitsOffsets, host+rec*(w+1), uintptr(16*S)) }, &broken); err != nil {
 		return h.EngineErr(what+": writing out_splits_offsets", err)
 	}
 	overrun := make([]bool, world)
@@ -366,9 +368,10 @@ func (h acrossMachines) a2aAgree(what string, args []int64) error {
 }
 
 // bounded runs fn, which waits for the GPU, for at most the handle's
-// timeout: on expiry the error is ErrTimeout (fn may still be running, on
-// another goroutine, and the memory it uses must not be reused).
-func (h acrossMachines) bounded(fn func() error) error {
+// timeout. On expiry the error is ErrTimeout and *retired says why the
+// staging memory fn uses is never used again (fn may still be running, on
+// another goroutine, and the GPU may still write that memory).
+func (h acrossMachines) bounded(fn func() error, retired *error) error {
 	done := make(chan error, 1)
 	go func() { done <- fn() }()
 	timer := time.NewTimer(h.Timeout())
@@ -377,6 +380,8 @@ func (h acrossMachines) bounded(fn func() error) error {
 	case err := <-done:
 		return err
 	case <-timer.C:
+		*retired = core.Errorf(core.ErrTimeout, "group %q: rank %d: a split-driven all-to-all's wait for the GPU did not end within %v; the GPU may still write the group's staging memory, so nothing that needs it (an all-to-all v form, a rendezvous) runs on this group any more",
+			h.GroupName(), h.Rank(), h.Timeout())
 		return core.Errorf(core.ErrTimeout, "a wait for the GPU did not end within %v: a rank did not make the same call, or died", h.Timeout())
 	}
 }
