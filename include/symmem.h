@@ -1178,8 +1178,9 @@ symmem_result symmem_collective(symmem_handle *handle, symmem_coll coll,
  * every row through NCCL (this machine's too: the layouts interleave its
  * rows with the other machines'), with five waits for the stream per call
  * (each bounded by the group's timeout: SYMMEM_ERROR_TIMEOUT naming the
- * ranks of the other machines), and no CUDA graph capture (a capture
- * refuses the waits: the call fails). The refusals are the host's there,
+ * ranks of the other machines), and no CUDA graph capture (the driver
+ * refuses a wait inside a capture: the call fails, and the capture with
+ * it). The refusals are the host's there,
  * before any row moves, as error returns rather than device flags: ranks
  * with different arguments all get SYMMEM_ERROR_MISMATCH naming every
  * rank's; a negative split or one past its input fails every rank with

@@ -73,8 +73,8 @@ import (
 // copies (the arguments and out_splits_offsets from the host, the table
 // into the staging memory, the two all-gathers' results to the host), each
 // waited for, per call (tens of microseconds across machines), and no CUDA
-// graph capture (a capture refuses the waits: the call fails during
-// capture, naming the copy).
+// graph capture (the driver refuses a wait inside a capture: the call
+// fails with the driver's error, and the capture with it).
 //
 // Agreement: the split-driven forms compare every rank's arguments
 // exactly (step 1). The equal form compares them among the team in the
@@ -82,6 +82,7 @@ import (
 // the nccl form of the other collectives, NCCL receives what each rank
 // passes (the stand-in refuses a receive whose size differs from its
 // send, naming both), since a comparison there would cost a wait.
+//
 // Every wait for the GPU is bounded by the handle's timeout: on expiry
 // (a rank on another machine died, or never called) the call fails with
 // ErrTimeout naming the remote ranks, and the staging memory is retired,
