@@ -250,6 +250,18 @@ PROTOTYPES = {
         _result,
         [_handle_p, c_int, c_int, c_int, c_size_t, c_void_p, c_int, c_int, _stream_t],
     ),
+    # All-to-all: in_splits and out_splits_offsets are int64 arrays in
+    # device memory, passed as addresses.
+    "symmem_all_to_all": (_result, [_handle_p, c_int, c_size_t, c_void_p, _stream_t]),
+    "symmem_all_to_all_v": (_result, [_handle_p, c_size_t, c_void_p, c_void_p, c_size_t, c_void_p, _stream_t]),
+    "symmem_all_to_all_v_2d": (
+        _result,
+        [_handle_p, c_size_t, c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_int64, _stream_t],
+    ),
+    "symmem_all_to_all_v_2d_offset": (
+        _result,
+        [_handle_p, c_size_t, c_int, c_void_p, c_void_p, c_size_t, c_void_p, _stream_t],
+    ),
     "symmem_handle_device_error": (_result, [_handle_p, POINTER(c_uint32)]),
     "symmem_collectives_load": (_result, [c_int, POINTER(SymmemKernelInfo)]),
 }

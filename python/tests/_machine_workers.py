@@ -234,23 +234,12 @@ def nccl_group(rank: int, world: int, machines: List[int], job: str, engine: boo
 
 
 def _a2a_functions():
-    """The all-to-all entry points of include/symmem.h, with prototypes."""
+    """The all-to-all entry points of include/symmem.h."""
     import symmem._lib as _lib
 
-    cdll = _lib.lib().cdll
-    P, S, I, L = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int64
-    protos = {
-        "symmem_all_to_all": [P, I, S, P, P],
-        "symmem_all_to_all_v": [P, S, P, P, S, P, P],
-        "symmem_all_to_all_v_2d": [P, S, I, P, P, S, P, L, P],
-        "symmem_all_to_all_v_2d_offset": [P, S, I, P, P, S, P, P],
-    }
-    fns = {}
-    for name, args in protos.items():
-        fn = getattr(cdll, name)
-        fn.argtypes, fn.restype = args, ctypes.c_int
-        fns[name] = fn
-    return fns
+    lib = _lib.lib()
+    names = ("symmem_all_to_all", "symmem_all_to_all_v", "symmem_all_to_all_v_2d", "symmem_all_to_all_v_2d_offset")
+    return {name: getattr(lib, name) for name in names}
 
 
 def _a2a_v(fns, h, layout: int, row_bytes: int, experts: int, splits_ptr: int, out_ptr: int, out_rows: int, so_ptr: int, align: int, stream=None):

@@ -36,19 +36,9 @@ from nccl_torch import UniqueId, loaded_nccl  # noqa: E402
 def _functions():
     import symmem._lib as _lib
 
-    cdll = _lib.lib().cdll
-    P, S, I, L = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int64
-    fns = {}
-    for name, args in {
-        "symmem_all_to_all": [P, I, S, P, P],
-        "symmem_all_to_all_v": [P, S, P, P, S, P, P],
-        "symmem_all_to_all_v_2d": [P, S, I, P, P, S, P, L, P],
-        "symmem_all_to_all_v_2d_offset": [P, S, I, P, P, S, P, P],
-    }.items():
-        fn = getattr(cdll, name)
-        fn.argtypes, fn.restype = args, ctypes.c_int
-        fns[name] = fn
-    return fns
+    lib = _lib.lib()
+    names = ("symmem_all_to_all", "symmem_all_to_all_v", "symmem_all_to_all_v_2d", "symmem_all_to_all_v_2d_offset")
+    return {name: getattr(lib, name) for name in names}
 
 
 def _comm(ctx, dist):
