@@ -34,6 +34,11 @@ import (
 //     (t0+k)'s chunk for group rank t0+l, landing at (t0+k)*count of its
 //     out, as the group's layout says. Then one engine group: a send of
 //     chunk p and a receive into out at p*count for every remote rank p.
+//     The two run one after the other on the stream: NCCL's transfers
+//     start when the team's kernel ends. Overlapping them (the engine
+//     group on a second stream, joined by events) saves at most the
+//     shorter of the two; that is for measurement on real machines
+//     (bench/multihost_bench.py) to justify.
 //   - Otherwise (a team of other ranks, e.g. machines interleaved rank by
 //     rank, where the view's chunks would not be consecutive; a lone rank
 //     on its machine; a backend without the library's kernels here) every
