@@ -82,3 +82,24 @@ type SignalSlotter interface{ SignalSlots() int }
 type LSATeam interface {
 	LSAPeers() (peers []int, ok bool, err error)
 }
+
+// SendRecver is a Communicator that runs point-to-point transfers (NCCL's
+// ncclSend / ncclRecv). SendRecv enqueues ops on stream as one group
+// (ncclGroupStart, the ops in order, ncclGroupEnd), so that sends and
+// receives between any ranks progress together and none waits for
+// another of the same group. Between two ranks, sends and receives match
+// in the order each side lists them, and a matched pair must have the
+// same size (NCCL's rule); an op of 0 bytes is not posted. Addresses are
+// device memory (host memory on the host backend); a rank may send to and
+// receive from itself. The call returns when enqueued (NCCL semantics).
+type SendRecver interface {
+	SendRecv(stream Stream, ops []P2POp) error
+}
+
+// P2POp is one transfer of a SendRecv group: Bytes bytes at Addr sent to
+// Peer, or with Recv received from Peer into Addr.
+type P2POp struct {
+	Peer        int
+	Addr, Bytes uintptr
+	Recv        bool
+}

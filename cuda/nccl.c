@@ -156,3 +156,36 @@ static int smnc_peer(uintptr_t win, size_t offset, int peer, unsigned long long 
 int smnc_peer_pointer(uintptr_t ctx, uintptr_t win, size_t offset, int peer, unsigned long long *ptr) {
   SMNC_IN_CTX(ctx, smnc_peer(win, offset, peer, ptr));
 }
+
+static int smnc_p2p(uintptr_t comm, uintptr_t stream, int n, const int *peers, const unsigned long long *addrs,
+                    const size_t *bytes, const int *recv, int *failed) {
+  *failed = -1;
+  int r = smnc.ncclGroupStart();
+  if (r != SM_NCCL_SUCCESS) {
+    *failed = n;
+    return r;
+  }
+  for (int k = 0; k < n && r == SM_NCCL_SUCCESS; k++) {
+    if (recv[k])
+      r = smnc.ncclRecv((void *)(uintptr_t)addrs[k], bytes[k], SM_NCCL_UINT8, peers[k], (sm_ncclComm_t)comm,
+                        (sm_cudaStream_t)stream);
+    else
+      r = smnc.ncclSend((const void *)(uintptr_t)addrs[k], bytes[k], SM_NCCL_UINT8, peers[k], (sm_ncclComm_t)comm,
+                        (sm_cudaStream_t)stream);
+    if (r != SM_NCCL_SUCCESS)
+      *failed = k;
+  }
+  /* The group is ended even after a failed op: NCCL needs every
+   * ncclGroupStart matched. */
+  int e = smnc.ncclGroupEnd();
+  if (r == SM_NCCL_SUCCESS && e != SM_NCCL_SUCCESS) {
+    *failed = n;
+    r = e;
+  }
+  return r;
+}
+
+int smnc_send_recv(uintptr_t ctx, uintptr_t comm, uintptr_t stream, int n, const int *peers,
+                   const unsigned long long *addrs, const size_t *bytes, const int *recv, int *failed) {
+  SMNC_IN_CTX(ctx, smnc_p2p(comm, stream, n, peers, addrs, bytes, recv, failed));
+}

@@ -63,6 +63,11 @@ var ncclSymbols = []Symbol{
 	{Name: "ncclPutSignal", Since: 22900, Optional: true},
 	// The host's view of NCCL's LSA team (its device API).
 	{Name: "ncclTeamLsa", Since: 22800, Optional: true},
+	// Point-to-point transfers in groups (the all-to-all across machines).
+	{Name: "ncclSend", Since: 20700},
+	{Name: "ncclRecv", Since: 20700},
+	{Name: "ncclGroupStart"},
+	{Name: "ncclGroupEnd"},
 }
 
 // NCCLInfo describes the NCCL loaded in the process.
@@ -336,6 +341,10 @@ func (c *NCCLComm) PeerPointer(win, offset uintptr, peer int) (ptr uintptr, ok b
 //     (ncclConfig_t.numRmaSig, later versions) does not say so, so
 //     SignalSlots is 1: one counter per (sender, receiver). Without the API
 //     (NCCL 2.28) the calls are core.ErrUnavailable naming the version found.
+//   - SendRecv: ncclSend / ncclRecv of bytes (ncclUint8) between
+//     ncclGroupStart and ncclGroupEnd, on the caller's stream: one group
+//     per call, so that every transfer of an all-to-all progresses at once
+//     (NCCL matches a pair's sends and receives in the order posted).
 //   - LSAPeers: ncclTeamLsa, the ranks NCCL reaches by load/store from this
 //     one (its machine or NVLink domain), to cross-check the group's own
 //     local team.
@@ -478,6 +487,7 @@ var (
 	_ core.OneSided      = (*NCCLComm)(nil)
 	_ core.SignalSlotter = (*NCCLComm)(nil)
 	_ core.LSATeam       = (*NCCLComm)(nil)
+	_ core.SendRecver    = (*NCCLComm)(nil)
 )
 
 func (c *NCCLComm) split(color, key int) (*NCCLComm, error) {
@@ -646,4 +656,56 @@ func (c *NCCLComm) LSAPeers() (peers []int, ok bool, err error) {
 		peers = append(peers, w)
 	}
 	return peers, true, nil
+}
+
+// SendRecv enqueues ops on stream as one NCCL group (ncclGroupStart,
+// ncclSend / ncclRecv of bytes, ncclGroupEnd): core.SendRecver. Ops of 0
+// bytes are skipped.
+func (c *NCCLComm) SendRecv(stream core.Stream, ops []core.P2POp) error {
+	if err := c.usable("ncclSend/ncclRecv"); err != nil {
+		return err
+	}
+	n := 0
+	for _, op := range ops {
+		if op.Peer < 0 || op.Peer >= c.world {
+			return core.Errorf(core.ErrInvalidArgument, "nccl: a transfer with peer %d: the communicator has ranks 0..%d", op.Peer, c.world-1)
+		}
+		if op.Bytes > 0 && op.Addr == 0 {
+			return core.Errorf(core.ErrInvalidArgument, "nccl: a transfer of %d bytes with peer %d at NULL", op.Bytes, op.Peer)
+		}
+		if op.Bytes > 0 {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	peers, recv := make([]C.int, 0, n), make([]C.int, 0, n)
+	addrs, sizes := make([]C.ulonglong, 0, n), make([]C.size_t, 0, n)
+	posted := make([]core.P2POp, 0, n)
+	for _, op := range ops {
+		if op.Bytes == 0 {
+			continue
+		}
+		r := C.int(0)
+		if op.Recv {
+			r = 1
+		}
+		peers, recv = append(peers, C.int(op.Peer)), append(recv, r)
+		addrs, sizes = append(addrs, C.ulonglong(op.Addr)), append(sizes, C.size_t(op.Bytes))
+		posted = append(posted, op)
+	}
+	var failed C.int
+	if r := C.smnc_send_recv(c.ctx, C.uintptr_t(c.ptr), C.uintptr_t(stream), C.int(n), &peers[0], &addrs[0], &sizes[0], &recv[0], &failed); r != 0 {
+		what := fmt.Sprintf("ncclGroupEnd of %d transfers", n)
+		if k := int(failed); k >= 0 && k < n {
+			op, dir := posted[k], "ncclSend of %d bytes to rank %d"
+			if op.Recv {
+				dir = "ncclRecv of %d bytes from rank %d"
+			}
+			what = fmt.Sprintf(dir, op.Bytes, op.Peer)
+		}
+		return c.fail(what, r)
+	}
+	return nil
 }

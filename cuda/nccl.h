@@ -85,7 +85,15 @@ typedef struct {
     (const void *localbuff, size_t count, int datatype, int peer, sm_ncclWindow_t peerWin,  \
      size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, sm_ncclComm_t comm,     \
      sm_cudaStream_t stream))                                                               \
-  X(ncclTeamLsa, sm_ncclTeam_t, (sm_ncclComm_t comm))
+  X(ncclTeamLsa, sm_ncclTeam_t, (sm_ncclComm_t comm))                                       \
+  X(ncclSend, sm_ncclResult_t,                                                              \
+    (const void *sendbuff, size_t count, int datatype, int peer, sm_ncclComm_t comm,        \
+     sm_cudaStream_t stream))                                                               \
+  X(ncclRecv, sm_ncclResult_t,                                                              \
+    (void *recvbuff, size_t count, int datatype, int peer, sm_ncclComm_t comm,              \
+     sm_cudaStream_t stream))                                                               \
+  X(ncclGroupStart, sm_ncclResult_t, (void))                                                \
+  X(ncclGroupEnd, sm_ncclResult_t, (void))
 
 typedef struct smnc_table {
 #define SMNC_FIELD(name, ret, params) ret(*name) params;
@@ -133,6 +141,13 @@ int smnc_signal(uintptr_t ctx, uintptr_t comm, uintptr_t stream, int peer, int s
 int smnc_wait_signal(uintptr_t ctx, uintptr_t comm, uintptr_t stream, int peer, int sig, int count);
 int smnc_put_signal(uintptr_t ctx, uintptr_t comm, uintptr_t stream, unsigned long long send, size_t count,
                     int datatype, int peer, uintptr_t win, size_t offset, int sig);
+/* One group of point-to-point transfers: ncclGroupStart, for op k
+ * ncclRecv (recv[k] != 0) or ncclSend of bytes[k] bytes (ncclUint8) at
+ * addrs[k] with peers[k], ncclGroupEnd. A failing op ends the list (the
+ * group is still ended); *failed is its index, n for ncclGroupEnd, -1 on
+ * success. */
+int smnc_send_recv(uintptr_t ctx, uintptr_t comm, uintptr_t stream, int n, const int *peers,
+                   const unsigned long long *addrs, const size_t *bytes, const int *recv, int *failed);
 /* ncclTeamLsa(comm) into *nranks, *rank, *stride; returns 0. */
 int smnc_team_lsa(uintptr_t ctx, uintptr_t comm, int *nranks, int *rank, int *stride);
 int smnc_window_register(uintptr_t ctx, uintptr_t comm, unsigned long long addr, size_t size, uintptr_t *win);

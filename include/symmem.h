@@ -1195,8 +1195,41 @@ symmem_result symmem_collective(symmem_handle *handle, symmem_coll coll,
  * Errors with nothing enqueued: SYMMEM_ERROR_INVALID_ARGUMENT for a
  * row_bytes of 0, experts < 1, S > 1024, major_align < 1, NULL pointers,
  * in_splits not 8-byte aligned; SYMMEM_ERROR_INVALID_STATE for a released
- * handle; SYMMEM_ERROR_UNAVAILABLE on a group that spans machines (the
- * all-to-alls run over one machine's mapped memory only). */
+ * handle; SYMMEM_ERROR_UNAVAILABLE on a group that spans machines without
+ * an engine between them (symmem_group_create_with_allgather), naming it.
+ *
+ * Across machines (a group over an NCCL communicator whose ranks are on
+ * several machines, docs/machines.md), every form is one call with the
+ * results above; the rows for ranks of other machines travel through NCCL
+ * (ncclSend / ncclRecv between ncclGroupStart and ncclGroupEnd on the
+ * group's communicator, on stream), none through the library itself.
+ * symmem_all_to_all stays stream-ordered with no host synchronisation and
+ * capturable (after one call outside the capture, as NCCL's own
+ * point-to-point calls need): where this rank's machine holds consecutive
+ * ranks (the usual launch, ranks numbered machine by machine), the chunks
+ * among them move through the mapped memory as on one machine (one kernel
+ * over the machine's ranks, with their agreement and barriers) and the
+ * remote chunks through NCCL; on other layouts every chunk goes through
+ * NCCL, which moves a machine's chunks over its own NVLink or shared-memory
+ * paths. Nothing compares symmem_all_to_all's dtype and count across
+ * machines (NCCL takes what each rank passes, as for the nccl form of the
+ * collectives above); the ranks of a machine compare theirs as on one
+ * machine. The v forms need each transfer's size on the host, so each call
+ * synchronises with it: two NCCL all-gathers (the arguments, then every
+ * rank's split table) copied to the host, out_splits_offsets copied back,
+ * every row through NCCL (this machine's too: the layouts interleave its
+ * rows with the other machines'), with five waits for the stream per call
+ * (each bounded by the group's timeout: SYMMEM_ERROR_TIMEOUT naming the
+ * ranks of the other machines), and no CUDA graph capture (the driver
+ * refuses a wait inside a capture: the call fails, and the capture with
+ * it). The refusals are the host's there,
+ * before any row moves, as error returns rather than device flags: ranks
+ * with different arguments all get SYMMEM_ERROR_MISMATCH naming every
+ * rank's; a negative split or one past its input fails every rank with
+ * SYMMEM_ERROR_INVALID_ARGUMENT naming the sender, out_splits_offsets
+ * untouched; a receiver whose rows would pass out_rows gets
+ * SYMMEM_ERROR_INVALID_ARGUMENT naming it, out untouched and
+ * out_splits_offsets written, while the other ranks receive theirs. */
 symmem_result symmem_all_to_all(symmem_handle *handle, symmem_dtype dtype,
                                 size_t count, void *out,
                                 symmem_stream_t stream);

@@ -196,6 +196,31 @@ func (cg *commGather) allGather(send, recv []byte) error {
 	return nil
 }
 
+// stage lends the staging buffers, n bytes or more of device memory (dev)
+// and as many of host memory outside Go's heap (host), to a call that
+// uses them on its own stream and waits for that use before done; done
+// ends the loan, and with an error marks the gatherer broken (a wait for
+// the GPU timed out: it may still write the buffers, which are then
+// leaked at close).
+func (cg *commGather) stage(n uintptr) (dev, host uintptr, done func(broken error), err error) {
+	cg.mu.Lock()
+	if cg.broken != nil {
+		err := cg.broken
+		cg.mu.Unlock()
+		return 0, 0, nil, err
+	}
+	if err := cg.ensure(n); err != nil {
+		cg.mu.Unlock()
+		return 0, 0, nil, core.Errorf(core.CodeOf(err), "group %q: staging memory of %d bytes: %v", cg.name, n, err)
+	}
+	return cg.dbuf, cg.hbuf, func(broken error) {
+		if broken != nil {
+			cg.broken = broken
+		}
+		cg.mu.Unlock()
+	}, nil
+}
+
 // close releases the stream and staging (not after a timeout: the GPU may
 // still use them, so they are leaked on purpose).
 func (cg *commGather) close() error {

@@ -79,8 +79,11 @@ type Group struct {
 	// machine is this process's identity (thisMachine unless a test says).
 	machine machineIdentity
 	teams
-	// comm is set on groups over a communicator (Note [NCCL groups]).
+	// comm is set on groups over a communicator (Note [NCCL groups]), and
+	// cg, which carries the group's records through it and lends its
+	// staging buffers to the all-to-all across machines (View.Staging).
 	comm Communicator
+	cg   *commGather
 	// wins registers rendezvoused segments as the engine's windows (Note
 	// [Window registration]); noWindows on groups without them.
 	wins windowRegistry
@@ -174,7 +177,7 @@ func New(o Options) (*Group, error) {
 	// [Window registration]).
 	g.wins = noWindows{}
 	if cg != nil {
-		g.comm = o.Comm
+		g.comm, g.cg = o.Comm, cg
 		if !o.NoWindows {
 			g.wins = newNCCLWindows(o.Comm, cg, o.Name, alloc)
 		}

@@ -84,6 +84,9 @@ type span struct {
 	// hier is the group's communicator split by local rank (Note
 	// [Hierarchical all-reduce] in core/symm/coll).
 	hier *hierComm
+	// stage lends staging memory to the split-driven all-to-all (the
+	// group's commGather; nil without a communicator).
+	stage *commGather
 }
 
 // newSpan makes g's span once its communicator is known (nil on one
@@ -92,7 +95,7 @@ func (g *Group) newSpan() *span {
 	if g.nteams <= 1 {
 		return nil
 	}
-	s := &span{teams: &g.teams, comm: g.comm, uniform: true, hier: &g.hier}
+	s := &span{teams: &g.teams, comm: g.comm, uniform: true, hier: &g.hier, stage: g.cg}
 	if osig, ok := g.comm.(oneSided); ok {
 		if ok, _ := osig.OneSided(); ok {
 			s.osig = osig

@@ -38,6 +38,13 @@ type testHub struct {
 	windows, deregs, closes int
 	// liveWins holds the windows registered and not yet deregistered.
 	liveWins map[uintptr]bool
+	// boxes[[2]int{src, dst}] holds the transfers src sent to dst that dst
+	// has not received, in order.
+	boxes map[[2]int][][]byte
+	// p2pGroups counts SendRecv calls, p2pBytes[src*world+dst] the bytes
+	// src sent to dst through them (tests read both).
+	p2pGroups int
+	p2pBytes  []uintptr
 }
 
 const testSlots = 64
@@ -55,7 +62,8 @@ type testRound struct {
 
 func newTestHub(world int, timeout time.Duration, machine []string, oneSided bool) *testHub {
 	return &testHub{world: world, timeout: timeout, machine: machine, oneSided: oneSided,
-		rounds: map[int]*testRound{}, subs: map[string]*testHub{}, liveWins: map[uintptr]bool{}, sig: make([]uint32, world*world*testSlots)}
+		rounds: map[int]*testRound{}, subs: map[string]*testHub{}, liveWins: map[uintptr]bool{}, sig: make([]uint32, world*world*testSlots),
+		boxes: map[[2]int][][]byte{}, p2pBytes: make([]uintptr, world*world)}
 }
 
 type testComm struct {
@@ -390,6 +398,62 @@ func (c *testComm) LSAPeers() ([]int, bool, error) {
 		}
 	}
 	return ps, true, nil
+}
+
+// SendRecv posts every send of ops at once (copied: a send never waits),
+// then takes each receive's transfer from its peer in order, waiting up to
+// the timeout; a receive whose size differs from the send fails naming
+// both. Ops of 0 bytes are not posted, as NCCLComm skips them.
+func (c *testComm) SendRecv(stream core.Stream, ops []core.P2POp) error {
+	h := c.hub
+	h.mu.Lock()
+	h.p2pGroups++
+	for _, op := range ops {
+		if op.Peer < 0 || op.Peer >= h.world {
+			h.mu.Unlock()
+			return core.Errorf(core.ErrInvalidArgument, "test communicator: a transfer with rank %d of %d", op.Peer, h.world)
+		}
+		if !op.Recv && op.Bytes > 0 {
+			k := [2]int{c.rank, op.Peer}
+			h.boxes[k] = append(h.boxes[k], append([]byte(nil), bytesOf(op.Addr, op.Bytes)...))
+			h.p2pBytes[c.rank*h.world+op.Peer] += op.Bytes
+		}
+	}
+	h.mu.Unlock()
+	deadline := time.Now().Add(h.timeout)
+	for _, op := range ops {
+		if !op.Recv || op.Bytes == 0 {
+			continue
+		}
+		k := [2]int{op.Peer, c.rank}
+		for {
+			h.mu.Lock()
+			q := h.boxes[k]
+			if len(q) > 0 {
+				h.boxes[k] = q[1:]
+			}
+			h.mu.Unlock()
+			if len(q) > 0 {
+				if uintptr(len(q[0])) != op.Bytes {
+					return core.Errorf(core.ErrInvalidState, "test communicator: rank %d receives %d bytes from rank %d, which sent %d", c.rank, op.Bytes, op.Peer, len(q[0]))
+				}
+				copy(bytesOf(op.Addr, op.Bytes), q[0])
+				break
+			}
+			if time.Now().After(deadline) {
+				return core.Errorf(core.ErrTimeout, "test communicator: rank %d waited %v for %d bytes from rank %d", c.rank, h.timeout, op.Bytes, op.Peer)
+			}
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	return nil
+}
+
+// sentBytes is how many bytes src sent to dst through SendRecv.
+func (h *testHub) sentBytes(src, dst int) uintptr {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.p2pBytes[src*h.world+dst]
 }
 
 // bytesOf views n bytes at addr.

@@ -153,3 +153,14 @@ func (v View) EngineErr(what string, err error) error {
 	return acrossMachines{v.h}.engineErr(what, err)
 }
 func (v View) NoEngine(what string) error { return acrossMachines{v.h}.noEngine(what) }
+
+// Staging lends the group's staging buffers (n bytes or more of device
+// memory and of host memory) to one call; done ends the loan (with an
+// error: the GPU may still write them, so they are never used again).
+// Only a group over a communicator has them.
+func (v View) Staging(n uintptr) (dev, host uintptr, done func(broken error), err error) {
+	if v.h.span == nil || v.h.span.stage == nil {
+		return 0, 0, nil, core.Errorf(core.ErrUnavailable, "group %q has no staging memory: it lives on no communicator", v.h.name)
+	}
+	return v.h.span.stage.stage(n)
+}

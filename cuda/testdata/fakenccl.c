@@ -40,6 +40,18 @@
  *     communicator, as NCCL requires) before its signal;
  *     $FAKENCCL_NO_HOST_RMA=1 refuses all three with ncclInvalidArgument, as
  *     NCCL 2.29 does on a communicator without host RMA support;
+ *   - ncclSend / ncclRecv between ncclGroupStart and ncclGroupEnd (NCCL 2.7),
+ *     or alone (a group of one): bytes of any datatype travel through a
+ *     mailbox per (sender, receiver) in the shared file, in pieces of at
+ *     most 32 KiB; ncclGroupEnd moves every transfer of the group at once
+ *     (a sender writes into an empty mailbox, a receiver empties a full
+ *     one, round after round), so that no transfer waits for another of
+ *     its group, and between two ranks the transfers match in the order
+ *     posted, as in NCCL; a rank may send to itself. A receive whose size
+ *     differs from its send fails with ncclInvalidUsage naming both (the
+ *     message is drained, so the sender finishes); a peer that does not
+ *     take part within $FAKENCCL_TIMEOUT_MS fails it with ncclRemoteError
+ *     naming the peer. A send or receive of 0 elements moves nothing;
  *   - ncclTeamLsa: the consecutive ranks around this one on its machine;
  *     ncclTeamWorld: every rank;
  *   - ncclCommWindowRegister: collective (an all-gather of address, size and
@@ -106,6 +118,7 @@ typedef struct {
 #define FAKE_SLOT_BYTES (256 << 10) /* the most one rank posts per exchange */
 #define FAKE_MAX_WINDOWS 1024
 #define FAKE_MACHINE_BYTES 160
+#define FAKE_BOX_BYTES (32 << 10) /* one piece of a point-to-point transfer */
 
 /* One rank's part of the shared file. Gen k's data is in data[k % 2];
  * posted = k+1 once written, consumed = k+1 once every rank's gen k was
@@ -126,6 +139,15 @@ typedef struct fake_shared {
   volatile uint64_t signals[FAKE_MAX_RANKS][FAKE_MAX_RANKS];
   fake_slot slot[];
 } fake_shared;
+
+/* The mailbox of one (sender, receiver) pair, after the slots: piece k is
+ * written when posted == consumed == k and read when posted == k+1;
+ * total is the whole transfer's size, len the piece's. */
+typedef struct fake_box {
+  volatile uint64_t posted, consumed;
+  uint64_t total, len;
+  char data[FAKE_BOX_BYTES];
+} fake_box;
 
 typedef struct fake_window {
   struct ncclComm *comm;
@@ -317,7 +339,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     return fail(NULL, ncclInvalidArgument, "fake: ncclCommInitRank: bad arguments%s", "");
   char path[256];
   shared_path(&id, path, sizeof path);
-  size_t size = sizeof(fake_shared) + (size_t)nranks * sizeof(fake_slot);
+  size_t size = sizeof(fake_shared) + (size_t)nranks * sizeof(fake_slot) + (size_t)nranks * nranks * sizeof(fake_box);
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
     if (fd >= 0)
@@ -671,6 +693,180 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
   free(pack);
   free(tmp);
   return r;
+}
+
+/* ---- point-to-point transfers ----------------------------------------------- */
+
+/* The mailbox from rank `from` to rank `to`. */
+static fake_box *box_of(ncclComm_t c, int from, int to) {
+  fake_box *boxes = (fake_box *)((char *)c->sh + sizeof(fake_shared) + (size_t)c->nranks * sizeof(fake_slot));
+  return &boxes[(size_t)from * c->nranks + to];
+}
+
+/* One posted transfer of the calling thread's group. */
+typedef struct fake_p2p {
+  ncclComm_t comm;
+  cudaStream_t stream;
+  char *buf;
+  size_t bytes, done;
+  size_t total; /* a receive: the sender's size, once seen */
+  int peer, recv, finished;
+} fake_p2p;
+
+static __thread int p2p_depth;         /* ncclGroupStart calls not yet ended */
+static __thread fake_p2p *p2p_ops;     /* the group's transfers */
+static __thread int p2p_n, p2p_cap;
+static __thread ncclResult_t p2p_err;  /* the first failed ncclSend/ncclRecv of the group */
+static __thread ncclComm_t p2p_err_comm;
+
+ncclResult_t ncclGroupStart(void) {
+  p2p_depth++;
+  return ncclSuccess;
+}
+
+/* Moves every transfer of the group, round after round, until all are
+ * done, one fails or the timeout passes. */
+static ncclResult_t run_p2p(fake_p2p *ops, int n) {
+  for (int k = 0; k < n; k++) {
+    if (k == 0 || ops[k].comm != ops[k - 1].comm || ops[k].stream != ops[k - 1].stream) {
+      ncclResult_t r = stream_order(ops[k].comm, ops[k].stream, ops[k].recv ? "ncclRecv" : "ncclSend");
+      if (r != ncclSuccess)
+        return r;
+    }
+  }
+  ncclResult_t res = ncclSuccess;
+  double end = now_ms() + timeout_ms();
+  for (int left = n; left > 0;) {
+    int moved = 0;
+    for (int k = 0; k < n; k++) {
+      fake_p2p *op = &ops[k];
+      if (op->finished)
+        continue;
+      /* Between two ranks, transfers go in the order posted. */
+      int blocked = 0;
+      for (int q = 0; q < k && !blocked; q++)
+        blocked = !ops[q].finished && ops[q].comm == op->comm && ops[q].peer == op->peer && ops[q].recv == op->recv;
+      if (blocked)
+        continue;
+      ncclComm_t c = op->comm;
+      if (!op->recv) {
+        fake_box *b = box_of(c, c->rank, op->peer);
+        uint64_t p = __atomic_load_n(&b->posted, __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&b->consumed, __ATOMIC_ACQUIRE) != p)
+          continue; /* the receiver has not taken the last piece */
+        size_t m = op->bytes - op->done < FAKE_BOX_BYTES ? op->bytes - op->done : FAKE_BOX_BYTES;
+        memcpy(b->data, op->buf + op->done, m);
+        b->total = op->bytes;
+        b->len = m;
+        __atomic_store_n(&b->posted, p + 1, __ATOMIC_RELEASE);
+        op->done += m;
+      } else {
+        fake_box *b = box_of(c, op->peer, c->rank);
+        uint64_t k2 = __atomic_load_n(&b->consumed, __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&b->posted, __ATOMIC_ACQUIRE) == k2)
+          continue; /* nothing new */
+        if (op->done == 0 && op->total == 0) {
+          op->total = b->total;
+          if (op->total != op->bytes && res == ncclSuccess)
+            res = failf(c, ncclInvalidUsage, "fake: ncclRecv of %zu bytes from rank %d, which sends %zu", op->bytes,
+                        op->peer, op->total);
+        }
+        size_t m = b->len;
+        if (op->total == op->bytes)
+          memcpy(op->buf + op->done, b->data, m);
+        __atomic_store_n(&b->consumed, k2 + 1, __ATOMIC_RELEASE);
+        op->done += m;
+      }
+      moved = 1;
+      size_t want = op->recv ? op->total : op->bytes;
+      if (op->done >= want) {
+        op->finished = 1;
+        left--;
+      }
+    }
+    if (moved)
+      continue;
+    if (now_ms() > end) {
+      for (int k = 0; k < n; k++)
+        if (!ops[k].finished)
+          return failf(ops[k].comm, ncclRemoteError,
+                       "fake: rank %d's %s of %zu bytes %s rank %d did not complete within %ld ms (%zu bytes moved)",
+                       ops[k].comm->rank, ops[k].recv ? "ncclRecv" : "ncclSend", ops[k].bytes,
+                       ops[k].recv ? "from" : "to", ops[k].peer, timeout_ms(), ops[k].done);
+    }
+    usleep(20);
+  }
+  return res;
+}
+
+ncclResult_t ncclGroupEnd(void) {
+  if (p2p_depth == 0)
+    return failf(NULL, ncclInvalidUsage, "fake: ncclGroupEnd without ncclGroupStart");
+  if (--p2p_depth > 0)
+    return ncclSuccess;
+  ncclResult_t r = p2p_err;
+  if (r != ncclSuccess) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", p2p_err_comm != NULL ? p2p_err_comm->last : fake_global_last);
+    failf(p2p_err_comm, r, "fake: ncclGroupEnd: a transfer of the group was refused: %s", why);
+  } else if (p2p_n > 0)
+    r = run_p2p(p2p_ops, p2p_n);
+  /* The list goes with the group: a thread that ends leaves nothing. */
+  free(p2p_ops);
+  p2p_ops = NULL;
+  p2p_n = p2p_cap = 0;
+  p2p_err = ncclSuccess;
+  p2p_err_comm = NULL;
+  return r;
+}
+
+/* Adds a transfer to the thread's group (a group of one outside one). */
+static ncclResult_t post_p2p(const char *call, void *buf, size_t count, int datatype, int peer, ncclComm_t c,
+                             cudaStream_t stream, int recv) {
+  ncclResult_t r = ncclSuccess;
+  size_t es = type_size(datatype);
+  if (c == NULL)
+    r = failf(NULL, ncclInvalidArgument, "fake: %s: the communicator is NULL", call);
+  else if (es == 0)
+    r = failf(c, ncclInvalidArgument, "fake: %s: datatype %d is not an ncclDataType_t", call, datatype);
+  else if (peer < 0 || peer >= c->nranks)
+    r = failf(c, ncclInvalidArgument, "fake: %s: peer %d of a communicator of %d ranks", call, peer, c->nranks);
+  else if (count > 0 && buf == NULL)
+    r = failf(c, ncclInvalidArgument, "fake: %s: NULL buffer", call);
+  if (r != ncclSuccess) {
+    if (p2p_depth > 0 && p2p_err == ncclSuccess)
+      p2p_err = r, p2p_err_comm = c;
+    return r;
+  }
+  if (count == 0)
+    return ncclSuccess;
+  int alone = p2p_depth == 0;
+  if (alone)
+    ncclGroupStart();
+  if (p2p_n == p2p_cap) {
+    int cap = p2p_cap ? 2 * p2p_cap : 64;
+    fake_p2p *ops = realloc(p2p_ops, (size_t)cap * sizeof *ops);
+    if (ops == NULL) {
+      r = failf(c, ncclSystemError, "fake: %s: out of host memory", call);
+      if (p2p_err == ncclSuccess)
+        p2p_err = r, p2p_err_comm = c;
+      if (alone)
+        ncclGroupEnd();
+      return r;
+    }
+    p2p_ops = ops, p2p_cap = cap;
+  }
+  fake_p2p op = {c, stream, buf, count * es, 0, 0, peer, recv, 0};
+  p2p_ops[p2p_n++] = op;
+  return alone ? ncclGroupEnd() : ncclSuccess;
+}
+
+ncclResult_t ncclSend(const void *sendbuff, size_t count, int datatype, int peer, ncclComm_t c, cudaStream_t stream) {
+  return post_p2p("ncclSend", (void *)sendbuff, count, datatype, peer, c, stream, 0);
+}
+
+ncclResult_t ncclRecv(void *recvbuff, size_t count, int datatype, int peer, ncclComm_t c, cudaStream_t stream) {
+  return post_p2p("ncclRecv", recvbuff, count, datatype, peer, c, stream, 1);
 }
 
 /* ---- splits ---------------------------------------------------------------- */

@@ -231,3 +231,116 @@ def nccl_group(rank: int, world: int, machines: List[int], job: str, engine: boo
     g.destroy()
     nccl.ncclCommDestroy(ctypes.c_void_p(comm))
     return info
+
+
+def _a2a_functions():
+    """The all-to-all entry points of include/symmem.h."""
+    import symmem._lib as _lib
+
+    lib = _lib.lib()
+    names = ("symmem_all_to_all", "symmem_all_to_all_v", "symmem_all_to_all_v_2d", "symmem_all_to_all_v_2d_offset")
+    return {name: getattr(lib, name) for name in names}
+
+
+def _a2a_v(fns, h, layout: int, row_bytes: int, experts: int, splits_ptr: int, out_ptr: int, out_rows: int, so_ptr: int, align: int, stream=None):
+    """One split-driven all-to-all through the C entry point of layout."""
+    import _a2a_machines_ref as ref
+
+    if layout == ref.V:
+        return fns["symmem_all_to_all_v"](h._ptr, row_bytes, splits_ptr, out_ptr, out_rows, so_ptr, stream)
+    if layout == ref.V2D:
+        return fns["symmem_all_to_all_v_2d"](h._ptr, row_bytes, experts, splits_ptr, out_ptr, out_rows, so_ptr, align, stream)
+    return fns["symmem_all_to_all_v_2d_offset"](h._ptr, row_bytes, experts, splits_ptr, out_ptr, out_rows, so_ptr, stream)
+
+
+def nccl_all_to_all(rank: int, world: int, machines: List[int], job: str) -> Dict:
+    """Every all-to-all form on a group over the NCCL stand-in spanning
+    machines, against _a2a_machines_ref: equal splits, the v, dispatch and combine
+    forms with zero splits and everything for rank 0, and the last rank's
+    overrun (it alone fails, naming itself; the others receive theirs).
+    Returns {case: None when right, else what was wrong}."""
+    import random
+
+    import _a2a_machines_ref as ref
+    import symmem
+    from symmem._lib import _last_message
+
+    nccl, comm = _comm(rank, world, job)
+    g = symmem.Group.from_nccl(comm, f"{job}-g", timeout=TIMEOUT)
+    nbytes = 1 << 20
+    buf = symmem.empty(nbytes)
+    buf.fill(0)
+    h = symmem.rendezvous(buf, g)
+    out, tab, so = symmem.empty(nbytes), symmem.empty(1 << 16), symmem.empty(1 << 16)
+    fns = _a2a_functions()
+    results: Dict[str, object] = {}
+    call = 0
+    for count in (1, 5, 1000):
+        call += 1
+        vals = lambda r, p: [r * 100000 + p * 1000 + (i + call) % 997 for i in range(count)]  # noqa: E731
+        buf.write(struct.pack(f"<{count * world}i", *[v for p in range(world) for v in vals(rank, p)]))
+        out.fill(0xEE, 0, 4 * count * world)
+        rc = fns["symmem_all_to_all"](h._ptr, symmem._enums.DTYPES["int32"], count, out.ptr, None)
+        got = list(struct.unpack(f"<{count * world}i", out.read(0, 4 * count * world)))
+        want = [v for s in range(world) for v in vals(s, rank)]
+        results[f"all_to_all/{count}"] = None if rc == 0 and got == want else f"rc {rc}: {_last_message() if rc else ''} got {got[:8]}... want {want[:8]}..."
+    rng = random.Random(7 + world)
+    for skew in (False, True):
+        for layout, experts, align, rb in ((ref.V, 1, 0, 16), (ref.V2D, 3, 4, 12), (ref.V2D, 2, 1, 8), (ref.V2D_OFFSET, 3, 0, 16)):
+            call += 1
+            tables = ref.random_tables(rng, layout, world, experts, skew)
+            S = world * experts
+            rows = ref.rows_needed(layout, tables, world, experts)
+            out_rows = 12 * S + align * experts
+            buf.write(ref.input_rows(call, rank, rows, rb))
+            tab.write(struct.pack(f"<{len(tables[rank])}q", *tables[rank]))
+            out.fill(0xEE, 0, out_rows * rb)
+            so.fill(0xFF, 0, 16 * S)
+            rc = _a2a_v(fns, h, layout, rb, experts, tab.ptr, out.ptr, out_rows, so.ptr, align)
+            key = f"{ref.NAMES[layout]}/experts {experts}/align {align}/rows {rb}/{'skew' if skew else 'random'}"
+            if rc != 0:
+                results[key] = f"rc {rc}: {_last_message()}"
+                continue
+            splits, offsets, pieces = ref.expected(layout, tables, world, experts, align, rank)
+            got = list(struct.unpack(f"<{2 * S}q", so.read(0, 16 * S)))
+            if got != splits + offsets:
+                results[key] = f"out_splits_offsets {got}, want {splits + offsets}"
+                continue
+            data = out.read(0, out_rows * rb)
+            wrong = None
+            written = [False] * out_rows
+            for s, src, n, at in pieces:
+                want = ref.input_rows(call, s, src + n, rb)[src * rb :]
+                if data[at * rb : (at + n) * rb] != want:
+                    wrong = f"rows {at}..{at + n} from rank {s}'s row {src}"
+                for k in range(n):
+                    written[at + k] = True
+            if wrong is None:
+                stray = [k for k in range(out_rows) if not written[k] and data[k * rb : (k + 1) * rb] != b"\xee" * rb]
+                wrong = f"rows {stray[:5]} written but receiving nothing" if stray else None
+            results[key] = wrong
+    # The last rank (on the last machine) receives 5 rows from every rank,
+    # the others 4, into outs of 4*world rows.
+    call += 1
+    last = world - 1
+    table = [5 if p == last else 4 for p in range(world)]
+    buf.write(bytes([rank + 1]) * 8 * sum(table))
+    tab.write(struct.pack(f"<{world}q", *table))
+    out.fill(0x5A, 0, 4096)
+    rc = _a2a_v(fns, h, ref.V, 8, 1, tab.ptr, out.ptr, 4 * world, so.ptr, 0)
+    if rank == last:
+        msg = _last_message() if rc else ""
+        ok = (rc == int(symmem.Result.INVALID_ARGUMENT) and f"rank {last} receives {5 * world} rows" in msg
+              and out.read(0, 4096) == b"\x5a" * 4096)
+        results["overrun"] = None if ok else f"rc {rc}: {msg}"
+    else:
+        want = b"".join(bytes([s + 1]) * 32 for s in range(world))
+        results["overrun"] = None if rc == 0 and out.read(0, 32 * world) == want else f"rc {rc} on a rank that fits"
+    h.barrier(timeout=TIMEOUT)
+    for b in (out, tab, so):
+        b.free()
+    h.release()
+    buf.free()
+    g.destroy()
+    nccl.ncclCommDestroy(ctypes.c_void_p(comm))
+    return results

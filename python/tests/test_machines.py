@@ -4,7 +4,9 @@ directory. Layouts: 2 x 2 ranks and 3 x 1.
 
 Over the NCCL stand-in, collectives, barriers and remote signals cross the
 imitated machines through its typed collectives and 2.29 one-sided
-signals; all-reduce runs in every form (auto, hierarchical, nccl)."""
+signals; all-reduce runs in every form (auto, hierarchical, nccl); every
+all-to-all form crosses them through its ncclSend/ncclRecv (2 x 2 and
+2 + 1 ranks)."""
 
 from __future__ import annotations
 
@@ -111,3 +113,15 @@ def test_nccl_collectives_across_machines(fake_nccl, monkeypatch, tmp_path, layo
         else:
             code, msg = info["remote_signal"]
             assert code == Result.UNAVAILABLE and "2.29" in msg
+
+
+@pytest.mark.skipif(symmem.backend_name() == "cuda" and not os.environ.get("SYMMEM_LIBCUDA"),
+                    reason="the NCCL stand-in works on host memory")
+@pytest.mark.parametrize("machines", [[0, 0, 1, 1], [0, 0, 1]], ids=["2x2", "2x1"])
+def test_nccl_all_to_all_across_machines(fake_nccl, tmp_path, machines):
+    results = run_ranks(mw.nccl_all_to_all, len(machines), machines, job("mm-a2a"),
+                        env=mw.machine_env(machines, str(tmp_path / "sock")))
+    for rank, res in enumerate(results):
+        assert len(res) == 3 + 8 + 1, (rank, sorted(res))
+        wrong = {k: v for k, v in res.items() if v is not None}
+        assert not wrong, (rank, wrong)

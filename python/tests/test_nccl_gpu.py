@@ -59,3 +59,16 @@ def test_nccl_lazy_communicator(tmp_path):
         else:
             assert r["outcome"] == "worked" and r["window"], (at, r)
         assert r["after_collective_window"], (at, r)
+
+
+def test_nccl_all_to_all_imitated_machines(tmp_path):
+    """Two GPUs as two machines of one GPU each (gpu/a2a_machines.py): every
+    all-to-all form through NCCL's ncclSend/ncclRecv, exact; the equal
+    form also from a CUDA graph; the overrun fails the receiver alone."""
+    recs = launch("a2a_machines.py", "two_gpus", tmp_path)
+    for rec, r in zip(recs, parts(recs, "a2a")):
+        at = where(rec, "a2a")
+        assert r["machines"] == [1, [q == rec["rank"] for q in range(len(recs))]], (at, r["machines"])
+        wrong = {k: v for k, v in r.items() if k != "machines" and v is not None}
+        assert not wrong, (at, wrong)
+        assert len(r) == 1 + 2 + 8 + 1, (at, sorted(r))

@@ -9,6 +9,10 @@
  *     messages past the stand-in's 256 KiB pieces (ASan checks every copy);
  *   - ranks disagreeing on a collective fail with ncclInvalidUsage;
  *   - ncclCommSplit by color and key, NCCL_SPLIT_NOCOLOR;
+ *   - point-to-point transfers in groups: every pair (self included)
+ *     moving at once, past the 32 KiB pieces, matched in the order posted;
+ *     a size that differs from the send fails the receive, a peer that
+ *     never sends fails it after the timeout;
  *   - the one-sided signals: counts, a bounded wait, NCCL 2.29's rule that
  *     the signal index is 0;
  *   - machines: ranks with different SYMMEM_MACHINE_ID (processes) get
@@ -58,6 +62,10 @@ static struct {
   int (*dereg)(ncclComm_t, ncclWindow_t);
   int (*peer_ptr)(ncclWindow_t, size_t, int, void **);
   ncclTeam_t (*team_lsa)(ncclComm_t);
+  int (*send)(const void *, size_t, int, int, ncclComm_t, void *);
+  int (*recv)(void *, size_t, int, int, ncclComm_t, void *);
+  int (*group_start)(void);
+  int (*group_end)(void);
 } nc;
 
 static void *load(const char *path) {
@@ -81,6 +89,10 @@ static void *load(const char *path) {
   SYM(dereg, "ncclCommWindowDeregister");
   SYM(peer_ptr, "ncclGetPeerDevicePointer");
   SYM(team_lsa, "ncclTeamLsa");
+  SYM(send, "ncclSend");
+  SYM(recv, "ncclRecv");
+  SYM(group_start, "ncclGroupStart");
+  SYM(group_end, "ncclGroupEnd");
 #undef SYM
   return h;
 }
@@ -187,6 +199,73 @@ static void body_mismatch(rank_arg *a, ncclComm_t c) {
   CHECK_EQ(r, ncclInvalidArgument, "rank %d: the stand-in has no ncclAvg: %s", a->rank, nc.last(c));
   r = nc.all_reduce(v, v, 1, ncclFloat32, a->rank == 0 ? ncclMax : ncclMin, c, NULL);
   CHECK_EQ(r, ncclInvalidUsage, "rank %d: reductions differ: %s", a->rank, nc.last(c));
+}
+
+/* Byte i of the n-th message from rank `from` to rank `to`. */
+static unsigned char p2p_byte(int from, int to, int n, size_t i) { return (unsigned char)(from * 31 + to * 7 + n * 101 + i); }
+
+/* Every rank sends two messages to every rank (itself included) in one
+ * group: 100 KiB + to (more than three pieces), then 5 bytes, into buffers of
+ * exactly their size (ASan sees an overrun). Then a lone send and receive,
+ * sizes that differ, a peer that never sends, a send of 0 elements. */
+static void body_p2p(rank_arg *a, ncclComm_t c) {
+  int w = a->world, me = a->rank;
+  unsigned char *out[8][2], *in[8][2];
+  size_t size[2] = {100 << 10, 5};
+  for (int p = 0; p < w; p++)
+    for (int k = 0; k < 2; k++) {
+      size_t n = size[k] + (k == 0 ? (size_t)p : 0), m = size[k] + (k == 0 ? (size_t)me : 0);
+      out[p][k] = malloc(n);
+      in[p][k] = malloc(m);
+      for (size_t i = 0; i < n; i++)
+        out[p][k][i] = p2p_byte(me, p, k, i);
+    }
+  int refused = nc.group_start() != 0;
+  for (int p = 0; p < w; p++)
+    for (int k = 0; k < 2; k++) {
+      refused += nc.send(out[p][k], size[k] + (k == 0 ? (size_t)p : 0), 0, p, c, NULL) != 0;
+      refused += nc.recv(in[p][k], size[k] + (k == 0 ? (size_t)me : 0), 0, p, c, NULL) != 0;
+    }
+  CHECK_EQ(refused, 0, "rank %d: ncclGroupStart and every ncclSend and ncclRecv of the group", me);
+  int r = nc.group_end();
+  CHECK(r == 0, "rank %d: ncclGroupEnd: %d %s", me, r, nc.last(c));
+  for (int p = 0; p < w; p++)
+    for (int k = 0; k < 2; k++) {
+      size_t m = size[k] + (k == 0 ? (size_t)me : 0), bad = 0;
+      for (size_t i = 0; i < m; i++)
+        bad += in[p][k][i] != p2p_byte(p, me, k, i);
+      CHECK_EQ(bad, 0, "rank %d: message %d from rank %d arrived whole and in order", me, k, p);
+      free(out[p][k]);
+      free(in[p][k]);
+    }
+  /* A lone send (a group of one) from rank 0 to rank 1. */
+  int v = 1234 + me, got = 0;
+  if (me == 0)
+    CHECK(nc.send(&v, 1, ncclInt32, 1, c, NULL) == 0, "a lone ncclSend");
+  if (me == 1) {
+    r = nc.recv(&got, 1, ncclInt32, 0, c, NULL);
+    CHECK(r == 0 && got == 1234, "a lone ncclRecv: %d, got %d", r, got);
+  }
+  /* Rank 0 sends 10 bytes to rank 1, which expects 12: its receive fails
+   * naming both, the send completes. */
+  unsigned char ten[10] = {0}, twelve[12] = {0};
+  if (me == 0)
+    CHECK(nc.send(ten, 10, 0, 1, c, NULL) == 0, "a send that the receiver refuses still completes");
+  if (me == 1) {
+    r = nc.recv(twelve, 12, 0, 0, c, NULL);
+    CHECK(r == ncclInvalidUsage && strstr(nc.last(c), "ncclRecv of 12 bytes from rank 0, which sends 10") != NULL,
+          "sizes that differ: %d %s", r, nc.last(c));
+  }
+  /* Rank 2 waits for rank 1, which sends nothing: ncclRemoteError after
+   * the timeout, naming the peer. */
+  if (me == 2) {
+    r = nc.recv(&got, 1, ncclInt32, 1, c, NULL);
+    CHECK(r == ncclRemoteError && strstr(nc.last(c), "ncclRecv of 4 bytes from rank 1 did not complete") != NULL,
+          "a peer that never sends: %d %s", r, nc.last(c));
+  }
+  CHECK(nc.send(NULL, 0, ncclInt32, (me + 1) % w, c, NULL) == 0, "rank %d: a send of 0 elements moves nothing", me);
+  CHECK(nc.group_end() == ncclInvalidUsage, "rank %d: ncclGroupEnd without ncclGroupStart", me);
+  CHECK(nc.send(&v, 1, ncclInt32, w, c, NULL) == ncclInvalidArgument, "rank %d: a peer out of range", me);
 }
 
 /* Split by parity, keys reversing the order; rank 3 takes no color. */
@@ -413,6 +492,7 @@ int main(int argc, char **argv) {
   run_threads("mismatch", 2, body_mismatch);
   run_threads("split", 4, body_split);
   run_threads("signals", 3, body_signals);
+  run_threads("p2p", 3, body_p2p);
 
   const char *cu = getenv("SYMMEM_LIBCUDA");
   char cuda_path[4096];

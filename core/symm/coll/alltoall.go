@@ -109,8 +109,8 @@ func planAllToAll(h View, a Args) (*core.Collective, error) {
 	if a.V == nil && !a.DType.Valid() {
 		return bad("unknown dtype %d (known: %s)", int32(a.DType), core.Known[core.DType]())
 	}
-	if team, _, _ := h.Team(); team != nil {
-		return nil, core.Errorf(core.ErrUnavailable, "group %q: %s runs over one machine's mapped memory, and the group spans machines", h.GroupName(), what)
+	if team, _, _ := h.Team(); team != nil && h.Engine() == nil {
+		return nil, h.NoEngine(what) // Note [All-to-all across machines]
 	}
 	rank, world, bufSize, offset := h.Rank(), h.World(), h.BufferSize(), h.Offset()
 	room := bufSize - offset

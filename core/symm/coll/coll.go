@@ -283,6 +283,9 @@ func Run(h View, a Args) error {
 		if err != nil || c == nil {
 			return err
 		}
+		if team, _, _ := h.Team(); team != nil {
+			return acrossMachines{h}.allToAll(a, c)
+		}
 		return wholeGroup(h).run(c, a.Stream)
 	}
 	c, err := plan(h, a)

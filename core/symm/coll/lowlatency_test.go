@@ -59,6 +59,9 @@ func (v *planView) SplitByLocalRank() (core.Communicator, func(), error) { retur
 func (v *planView) SplitClosed() bool                                    { return false }
 func (v *planView) EngineErr(what string, err error) error               { return err }
 func (v *planView) NoEngine(what string) error                           { return nil }
+func (v *planView) Staging(uintptr) (uintptr, uintptr, func(error), error) {
+	return 0, 0, nil, core.Errorf(core.ErrUnavailable, "no staging")
+}
 
 // Note [Low-latency collectives]: auto takes the low-latency path for what
 // fits the buffers on a backend that launches kernels, an explicit

@@ -92,4 +92,11 @@ type View interface {
 	// spans machines without an engine.
 	EngineErr(what string, err error) error
 	NoEngine(what string) error
+	// Staging lends the group's staging buffers, n bytes or more each of
+	// device memory (dev) and of host memory (host), to a call that uses
+	// them on its stream and waits for that use before done; done ends
+	// the loan, and with an error retires the buffers (a wait for the GPU
+	// timed out: it may still write them). Only a group that spans
+	// machines over a communicator has them.
+	Staging(n uintptr) (dev, host uintptr, done func(broken error), err error)
 }
