@@ -17,15 +17,17 @@ import random
 import struct
 import sys
 
-# This rank's imitated machine, before anything loads NCCL or libsymmem.
+# This rank's imitated machine. libsymmem (a Go library) reads the
+# environment the process started with, not what os.environ changes later,
+# so the rank starts itself again with it when it lacks it.
 _RANK = int(os.environ["SYMM_RANK"])
-os.environ["SYMMEM_MACHINE_ID"] = f"m{_RANK}"
-os.environ["NCCL_HOSTID"] = f"symmem-a2a-m{_RANK}"
 _SOCK = os.path.join(os.environ["SYMM_OUT"], f"sock-m{_RANK}")
 os.makedirs(_SOCK, mode=0o700, exist_ok=True)
-os.environ["SYMMEM_SOCKET_DIR"] = _SOCK
-for _v in ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE"):
-    os.environ.pop(_v, None)
+_MACHINE = {"SYMMEM_MACHINE_ID": f"m{_RANK}", "NCCL_HOSTID": f"symmem-a2a-m{_RANK}", "SYMMEM_SOCKET_DIR": _SOCK}
+if any(os.environ.get(k) != v for k, v in _MACHINE.items()) or "NCCL_P2P_DISABLE" in os.environ or "NCCL_SHM_DISABLE" in os.environ:
+    _env = {k: v for k, v in os.environ.items() if k not in ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE")}
+    _env.update(_MACHINE)
+    os.execve(sys.executable, [sys.executable] + sys.argv, _env)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: _a2a_machines_ref
 
 import _a2a_machines_ref as ref  # noqa: E402
