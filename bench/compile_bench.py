@@ -9,8 +9,9 @@ graphs), each with fullgraph=True (a graph break fails the run).
 libsymmem's step is a module that keeps a buffer of symmem.torch.empty,
 copies the input into it and all-reduces it in place (the module-buffer
 pattern), and the functional form on a plain intermediate
-(symmem.torch.all_reduce(x * 1, inplace=False)); torch's step copies into a
-symm_mem.empty buffer and calls torch.ops.symm_mem.one_shot_all_reduce.
+(symmem.torch.all_reduce(x * 1, inplace=False)); torch's step is
+torch.ops.symm_mem.one_shot_all_reduce_copy into a symm_mem.empty buffer
+(torch's form for compiled code: the operator copies the input in).
 Each row: the slowest rank's wall time per call over --calls calls in a
 Python loop ending with a synchronize, ranks lined up before each of REPS
 repetitions, median; every row checked against the eager result. The run
@@ -67,9 +68,17 @@ def rank_main(rank, world, port, calls, kib):
     tbuf = symm_mem.empty(n, dtype=torch.bfloat16, device=dev)
     symm_mem.rendezvous(tbuf, gname)
 
-    def torch_step(x):
-        tbuf.copy_(x)
-        return torch.ops.symm_mem.one_shot_all_reduce(tbuf, "sum", gname) * 2 + 1
+    # torch's form for compiled code: the operator copies x into its
+    # symmetric buffer itself (a copy_ into tbuf inside the compiled region
+    # would hand the operator functionalization's copy, which torch refuses
+    # as not allocated by empty_strided_p2p).
+    if hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy"):
+        def torch_step(x):
+            return torch.ops.symm_mem.one_shot_all_reduce_copy(tbuf, x, "sum", gname) * 2 + 1
+    else:
+        def torch_step(x):
+            tbuf.copy_(x)
+            return torch.ops.symm_mem.one_shot_all_reduce(tbuf, "sum", gname) * 2 + 1
 
     want = None
     steps = {}
