@@ -1392,6 +1392,7 @@ def _tp_autograd(torch):
     class AllGatherMatmul(torch.autograd.Function):
         @staticmethod
         def forward(ctx, gather_dim, group, a_shard, *bs):
+            ctx.set_materialize_grads(False)  # an output the loss does not use has no gradient to move
             a, outs = _ag_mm(torch, a_shard, list(bs), gather_dim, group, True)
             ctx.gather_dim, ctx.group = gather_dim, group
             ctx.save_for_backward(a, *bs)
@@ -1420,12 +1421,15 @@ def _tp_autograd(torch):
     class MatmulReduceScatter(torch.autograd.Function):
         @staticmethod
         def forward(ctx, reduce_op, scatter_dim, group, a, b):
+            ctx.set_materialize_grads(False)
             ctx.reduce_op, ctx.scatter_dim, ctx.group = reduce_op, scatter_dim, group
             ctx.save_for_backward(a, b)
             return _mm_rs(torch, a, b, reduce_op, scatter_dim, group)
 
         @staticmethod
         def backward(ctx, gout):
+            if gout is None:
+                return None, None, None, None, None
             a, b = ctx.saved_tensors
             d = ctx.scatter_dim
             g_full, (grad_a,) = _ag_mm(torch, gout.contiguous(), [b.t()], d, ctx.group, True)

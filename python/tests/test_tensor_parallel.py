@@ -63,3 +63,35 @@ def test_all_reduce_rmsnorm_matches_the_reference_bit_for_bit(world):
         assert "unknown algo \"fastest\"" in e["algo"][2]
         assert e["eps_type"] == ("TypeError", 0, "symmem.Handle.all_reduce_rmsnorm: eps must be a float, not str \"1e-6\""), e
         assert res["device_error"] == 0
+
+
+# -- symmem.torch (where torch is installed) ----------------------------------
+
+
+def test_torch_operators(tmp_path):
+    """symmem.torch.all_reduce_rmsnorm bit for bit against the reference,
+    x symmetric or staged; fused_all_gather_matmul and
+    fused_matmul_reduce_scatter exactly against the same arithmetic on the
+    whole tensors (small integers), for every gather and scatter dimension,
+    sum and avg; their backward through each other against autograd on the
+    whole block; and the refusals, naming what is wrong (CPU tensors on the
+    host backend)."""
+    pytest.importorskip("torch", reason="PyTorch is not installed: the torch tensor-parallel test needs it")
+    if os.environ.get("SYMMEM_BACKEND") == "cuda" and "fake" in os.environ.get("SYMMEM_LIBCUDA", ""):
+        pytest.skip("make test-fakecuda: the fake CUDA driver runs no kernels")
+    import _tp_torch_workers as tw
+
+    for world in (2, 3):
+        results = run_ranks(tw.run, world, str(tmp_path / f"init{world}"), timeout=240)
+        for rank, res in enumerate(results):
+            assert res["fail"] == [], (world, rank, res["fail"])
+            e = res["errors"]
+            assert e["norm_weight_shape"][0] == "ValueError" and "weight has shape (32,), expected (64,)" in e["norm_weight_shape"][1]
+            assert "residual has shape (1, 64), x (2, 64)" in e["norm_residual_shape"][1]
+            assert "residual is torch.float32, x torch.bfloat16" in e["norm_dtype"][1]
+            assert "hidden 12 (x's last dimension) must be a multiple of 8" in e["norm_hidden"][1]
+            assert "bs[0] has 8 rows, but the gathered A has 16 columns" in e["ag_rows"][1]
+            assert "gather_dim 2 is not a dimension of the input (0 .. 1)" in e["ag_dim"][1]
+            assert "bs[0] is torch.bfloat16, a_shard torch.float32" in e["ag_dtype"][1]
+            assert "reduce_op must be one of sum, avg, not 'max'" in e["rs_op"][1]
+            assert f"dimension 0 of A @ B (1) does not split over {world} ranks" in e["rs_split"][1]
