@@ -95,3 +95,24 @@ def test_torch_operators(tmp_path):
             assert "bs[0] is torch.bfloat16, a_shard torch.float32" in e["ag_dtype"][1]
             assert "reduce_op must be one of sum, avg, not 'max'" in e["rs_op"][1]
             assert f"dimension 0 of A @ B (1) does not split over {world} ranks" in e["rs_split"][1]
+
+
+@pytest.mark.parametrize("script,args", [
+    ("tp_mlp.py", ["--tokens", "256", "--hidden", "64", "--ffn", "256", "--dtype", "float32"]),
+    ("tp_decode.py", ["--tokens", "4", "--hidden", "64", "--inter", "128", "--steps", "3"]),
+])
+def test_examples_on_the_host_backend(tmp_path, host_backend, script, args):
+    """The examples under torchrun on CPU tensors (--cpu): each checks
+    itself against the same block on one device and prints OK per rank."""
+    pytest.importorskip("torch", reason="PyTorch is not installed: the examples need it")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, SYMMEM_BACKEND="host", GLOO_SOCKET_IFNAME="lo")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+           str(29000 + os.getpid() % 500), str(repo / "examples" / script), "--cpu", *args]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert r.returncode == 0, f"{' '.join(cmd)}: exit {r.returncode}\n{r.stdout[-4000:]}\n{r.stderr[-6000:]}"
+    assert len([line for line in r.stdout.splitlines() if line.startswith("OK")]) == 2, r.stdout[-4000:]
