@@ -1151,26 +1151,41 @@ def all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offsets, gr
 #      chunk's matmul starts as soon as it has arrived while the next one
 #      crosses;
 #   4. joins the side stream into the current one.
+# Under CUDA-graph capture the signals cannot serve: a stream signal is a
+# store of the next count and a wait a poll for the count expected, both
+# numbers fixed when the call is enqueued, so a graph replays the same
+# counts (Note [Signals as a kernel] in core/symm) and its second replay
+# would wait for nothing. A captured call therefore meets the peers through
+# a collective instead, whose call counter lives in device memory and goes
+# on counting across replays: an all-reduce of 16 bytes (the low-latency
+# path: one crossing) on a second handle of the same workspace, its last
+# 256 bytes (_TP_SYNC_BYTES). It stands for the barrier of step 1, and for
+# the signals: after the pushes, the current stream joins the side stream
+# and meets the peers again, after which every chunk has arrived (the
+# all-gather's own chunk still overlaps the pushes; the reduce-scatter
+# loses nothing, as it reduces once every chunk is there).
 # On the host backend there are no streams: the puts are atomic adds and
 # the waits block the calling thread, in the same order, so the results
 # are the same. all_reduce_rmsnorm stages an x that is not libsymmem memory
 # in the same workspace.
 
 _TP_DATA_CHANNEL = 1
-# (id of the symmem Group, symmem device) -> (workspace tensor, TorchHandle)
-_tp_workspaces: Dict[Tuple[int, int], Tuple[Any, TorchHandle]] = {}
+_TP_SYNC_BYTES = 256
+# (id of the symmem Group, symmem device) -> (workspace tensor, its handle,
+# the handle of its last _TP_SYNC_BYTES)
+_tp_workspaces: Dict[Tuple[int, int], Tuple[Any, TorchHandle, TorchHandle]] = {}
 # device index -> the fused operators' side stream
 _tp_side_streams: Dict[int, Any] = {}
 
 
-def _tp_workspace(torch, g: Group, device, nbytes: int) -> TorchHandle:
-    """The workspace of (g, device) with at least nbytes (Note
-    [Tensor-parallel workspace])."""
+def _tp_workspace(torch, g: Group, device, nbytes: int) -> Tuple[TorchHandle, TorchHandle]:
+    """The workspace of (g, device) with at least nbytes, and the handle of
+    its synchronising all-reduce (Note [Tensor-parallel workspace])."""
     key = (id(g), _symmem_device(device))
     e = _tp_workspaces.get(key)
-    if e is not None and e[0].numel() >= nbytes:
-        return e[1]
-    have = 0 if e is None else e[0].numel()
+    if e is not None and e[0].numel() - _TP_SYNC_BYTES >= nbytes:
+        return e[1], e[2]
+    have = 0 if e is None else e[0].numel() - _TP_SYNC_BYTES
     if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
         raise RuntimeError(
             f"symmem.torch: the tensor-parallel workspace of group {getattr(g, 'name', '')!r} holds {have} bytes "
@@ -1181,11 +1196,20 @@ def _tp_workspace(torch, g: Group, device, nbytes: int) -> TorchHandle:
     if e is not None:
         if device.type == "cuda":
             torch.cuda.current_stream(device).synchronize()  # the old workspace's last readers are done
+        e[2].release()
         e[1].release()
-    t = empty(size, dtype=torch.uint8, device=device)
+    t = empty(size + _TP_SYNC_BYTES, dtype=torch.uint8, device=device)
     h = rendezvous(t, g)
-    _tp_workspaces[key] = (t, h)
-    return h
+    hs = rendezvous(t[size:], g)
+    _tp_workspaces[key] = (t, h, hs)
+    return h, hs
+
+
+def _tp_meet(hs: TorchHandle, lanes) -> None:
+    """A captured call's meeting with the peers (Note [Tensor-parallel
+    workspace]): a 16-byte all-reduce on the current stream, which
+    completes once every peer's stream has reached it."""
+    hs.handle.all_reduce("int32", "sum", 4, None, lanes.raw())
 
 
 class _Lanes:
@@ -1218,6 +1242,9 @@ class _Lanes:
 
     def on_side(self):
         return self.torch.cuda.stream(self.side) if self.cuda else contextlib.nullcontext()
+
+    def capturing(self) -> bool:
+        return self.cuda and self.torch.cuda.is_current_stream_capturing()
 
 
 def _tp_check(what: str, tensors) -> None:
@@ -1258,16 +1285,21 @@ def _ag_mm(torch, a_shard, bs, gather_dim: int, group, return_a: bool):
     lead = list(moved.shape[:-1])
     a_flat = moved.reshape(-1, moved.shape[-1]).contiguous()
     m, k = a_flat.shape
-    h = _tp_workspace(torch, g, a_shard.device, W * a_flat.numel() * a_flat.element_size())
+    h, hs = _tp_workspace(torch, g, a_shard.device, W * a_flat.numel() * a_flat.element_size())
     lanes = _Lanes(torch, a_shard.device)
+    captured = lanes.capturing()
     ws = h.get_buffer(me, (W, m, k), a_flat.dtype)
-    h.handle.barrier(0, None, lanes.raw())
+    if captured:
+        _tp_meet(hs, lanes)
+    else:
+        h.handle.barrier(0, None, lanes.raw())
     lanes.fork()
     with lanes.on_side():
         for step in range(1, W):
             p = (me + step) % W
             h.get_buffer(p, (W, m, k), a_flat.dtype)[me].copy_(a_flat)
-            h.handle.put_signal(p, _TP_DATA_CHANNEL, lanes.raw(side=True))
+            if not captured:
+                h.handle.put_signal(p, _TP_DATA_CHANNEL, lanes.raw(side=True))
     a_all = a_flat.new_empty(W, m, k) if return_a else None
     if last:
         b_parts = [b.chunk(W) for b in bs]  # rows r*k .. (r+1)*k meet rank r's columns
@@ -1278,9 +1310,13 @@ def _ag_mm(torch, a_shard, bs, gather_dim: int, group, return_a: bool):
             torch.mm(a_flat, b, out=o[me])
     if a_all is not None:
         a_all[me].copy_(a_flat)
+    if captured and W > 1:
+        lanes.join()
+        _tp_meet(hs, lanes)  # every rank's pushes have landed
     for step in range(1, W):
         p = (me - step) % W
-        h.handle.wait_signal(p, _TP_DATA_CHANNEL, None, lanes.raw())
+        if not captured:
+            h.handle.wait_signal(p, _TP_DATA_CHANNEL, None, lanes.raw())
         chunk = ws[p]
         for i, b in enumerate(bs):
             if last:
@@ -1308,10 +1344,14 @@ def _pipelined_reduce_scatter(torch, g, W: int, me: int, device, dtype, chunk_sh
     the side stream while the next one is produced (Note [Tensor-parallel
     workspace])."""
     full = (W,) + tuple(chunk_shape)
-    h = _tp_workspace(torch, g, device, math.prod(full) * _itemsize(torch, dtype))
+    h, hs = _tp_workspace(torch, g, device, math.prod(full) * _itemsize(torch, dtype))
     lanes = _Lanes(torch, device)
+    captured = lanes.capturing()
     ws = h.get_buffer(me, full, dtype)
-    h.handle.barrier(0, None, lanes.raw())
+    if captured:
+        _tp_meet(hs, lanes)
+    else:
+        h.handle.barrier(0, None, lanes.raw())
     stage = torch.empty(full, dtype=dtype, device=device) if W > 1 else None
     for step in range(1, W):
         q = (me + step) % W
@@ -1319,10 +1359,15 @@ def _pipelined_reduce_scatter(torch, g, W: int, me: int, device, dtype, chunk_sh
         lanes.fork()
         with lanes.on_side():
             h.get_buffer(q, full, dtype)[me].copy_(stage[q])
-            h.handle.put_signal(q, _TP_DATA_CHANNEL, lanes.raw(side=True))
+            if not captured:
+                h.handle.put_signal(q, _TP_DATA_CHANNEL, lanes.raw(side=True))
     produce(me, ws[me])
+    if captured and W > 1:
+        lanes.join()
+        _tp_meet(hs, lanes)  # every rank's chunks for us have landed
     for step in range(1, W):
-        h.handle.wait_signal((me - step) % W, _TP_DATA_CHANNEL, None, lanes.raw())
+        if not captured:
+            h.handle.wait_signal((me - step) % W, _TP_DATA_CHANNEL, None, lanes.raw())
     acc = ws[0].to(torch.float32, copy=True)
     for r in range(1, W):
         acc.add_(ws[r])
@@ -1515,7 +1560,7 @@ def _run_rmsnorm(x, residual, weight, eps: float, out, group, algo) -> None:
         hptr = _fast_entry(torch, x, group, dev)[2]
     else:
         g = group_for(group, _symmem_device(x.device))
-        h = _tp_workspace(torch, g, x.device, x.nbytes)
+        h, _ = _tp_workspace(torch, g, x.device, x.nbytes)
         staged = h.get_buffer(g.rank, tuple(x.shape), x.dtype)
         staged.copy_(x)
         hptr = int(h.handle.ptr)
