@@ -1,6 +1,6 @@
 """Tensor parallelism on 2 GPUs: libsymmem's all_reduce_rmsnorm and fused
 matmul operators beside the sequences and operators they replace, in the
-same run (issue 38's shapes).
+same run, at the shapes of a decode step and of a Llama-70B-like layer.
 
     python3 bench/tp_bench.py --out DIR [--world 2] [--mm-tokens 8192] [--mm-hidden 8192]
         [--mm-inter 28672] [--no-matmul] [--no-eager]

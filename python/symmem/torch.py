@@ -1556,7 +1556,9 @@ def _run_rmsnorm(x, residual, weight, eps: float, out, group, algo) -> None:
         raise ValueError(f"{what}: out has shape {tuple(out.shape)}, x {tuple(x.shape)}")
     dev = x.get_device()
     stream = _a2a_stream(torch, dev)
-    if _is_symmem(x):
+    gkey = group if group is None or isinstance(group, str) else id(group)
+    symmetric = (gkey, dev, x.data_ptr(), x.nbytes) in _fast or _is_symmem(x)
+    if symmetric:
         hptr = _fast_entry(torch, x, group, dev)[2]
     else:
         g = group_for(group, _symmem_device(x.device))
@@ -1564,7 +1566,7 @@ def _run_rmsnorm(x, residual, weight, eps: float, out, group, algo) -> None:
         staged = h.get_buffer(g.rank, tuple(x.shape), x.dtype)
         staged.copy_(x)
         hptr = int(h.handle.ptr)
-    outp = None if out.data_ptr() == x.data_ptr() and _is_symmem(x) else out.data_ptr()
+    outp = None if symmetric and out.data_ptr() == x.data_ptr() else out.data_ptr()
     rc = _a2a_fn("symmem_all_reduce_rmsnorm")(
         hptr, _coll.DTYPES[name], tokens, hidden, residual.data_ptr(), weight.data_ptr(), float(eps), outp,
         0 if algo is None else _coll.algo_code(algo, "all_reduce_rmsnorm"), stream)

@@ -2,7 +2,7 @@
 
 usage: tp_check.py REPLAYS
 
-1. symmem.torch.all_reduce_rmsnorm at the decode shapes of issue 38 and
+1. symmem.torch.all_reduce_rmsnorm at the decode shapes of the benchmark (1x4096 .. 128x8192) and
    more, bfloat16 / float16 / float32, every algorithm that can run: the
    residual and out bit for bit against a torch emulation of the
    documented rounding (docs/tensor-parallel.md), within the dtype's
@@ -163,6 +163,12 @@ def body(ctx):
             out["fused_failures"].append(f"{what}: relative error {e:.2e}")
 
     group_name = dist.group.WORLD.group_name
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        symm_mem.enable_symm_mem_for_group(group_name)  # needed before torch 2.9, a no-op after
+    except Exception:  # noqa: BLE001 - torch's operators then report why they cannot run
+        pass
     torch_ops = getattr(getattr(torch.ops, "symm_mem", None), "fused_all_gather_matmul", None)
     torch_why = None if torch_ops is not None else "torch.ops.symm_mem.fused_all_gather_matmul is missing"
     g = torch.Generator().manual_seed(77)
