@@ -1368,12 +1368,15 @@ def _pipelined_reduce_scatter(torch, g, W: int, me: int, device, dtype, chunk_sh
     for step in range(1, W):
         if not captured:
             h.handle.wait_signal((me - step) % W, _TP_DATA_CHANNEL, None, lanes.raw())
-    acc = ws[0].to(torch.float32, copy=True)
-    for r in range(1, W):
-        acc.add_(ws[r])
-    if reduce_op == "avg":
-        acc.div_(W)
-    out = acc.to(dtype)
+    if W == 2 and reduce_op == "sum":
+        out = torch.add(ws[0], ws[1])  # one kernel: torch adds 16-bit types in fp32 and rounds once
+    else:
+        acc = ws[0].to(torch.float32, copy=True)
+        for r in range(1, W):
+            acc.add_(ws[r])
+        if reduce_op == "avg":
+            acc.div_(W)
+        out = acc.to(dtype)
     lanes.join()
     return out
 
