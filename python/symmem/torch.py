@@ -1201,6 +1201,10 @@ def _tp_workspace(torch, g: Group, device, nbytes: int) -> Tuple[TorchHandle, To
     t = empty(size + _TP_SYNC_BYTES, dtype=torch.uint8, device=device)
     h = rendezvous(t, g)
     hs = rendezvous(t[size:], g)
+    # Its first all-reduce here, outside any capture: whatever a handle's
+    # first collective sets up is done before a graph could record it.
+    hs.handle.all_reduce("int32", "sum", 4, None, torch.cuda.current_stream(device).cuda_stream
+                         if device.type == "cuda" else 0)
     _tp_workspaces[key] = (t, h, hs)
     return h, hs
 
