@@ -212,6 +212,21 @@ type Collective struct {
 	// V, for AllToAll, is its split-driven form (nil: equal splits of Count
 	// elements per rank).
 	V *AllToAllV
+	// Norm, on an all-reduce, is the residual add and RMS norm after it
+	// (Note [All-reduce with RMSNorm] in core/symm/coll/norm.go): with
+	// AlgoLowLatency one kernel crosses and norms; otherwise Out already
+	// holds the all-reduce's result and the kernel adds and norms alone.
+	Norm *RMSNorm
+}
+
+// RMSNorm is the part of an all-reduce with RMSNorm beyond the
+// all-reduce: Tokens rows of Hidden elements (Count = Tokens*Hidden), this
+// rank's residual (read and written) and weight (Hidden elements), of the
+// call's dtype.
+type RMSNorm struct {
+	Tokens, Hidden   uintptr
+	Residual, Weight uintptr
+	Eps              float32
 }
 
 // A2ALayout is the form of a split-driven all-to-all (Note [All-to-all] in

@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,11 +31,12 @@ import (
 // Note [Kernels compiled at run time]
 //
 // The collectives' CUDA source (kernels/collectives.cu, on top of
-// include/symmem_device.cuh) is embedded in the library. It holds fifteen
+// include/symmem_device.cuh) is embedded in the library. It holds eighteen
 // kernels, each built as its own NVRTC program: all-reduce/reduce-scatter
 // for each dtype and op (the op a template argument, so that no kernel
 // carries the other two ops in its unrolled loops), the all-gather, the
-// all-to-all and the stream signals' kernel (Note [Signals as a kernel] in core/symm). A
+// all-to-all, the stream signals' kernel (Note [Signals as a kernel] in
+// core/symm) and the all-reduce with RMSNorm for each float dtype. A
 // kernel is built at its first use on a device, so the first collective
 // waits for one program (a few hundred ms) rather than for all of them;
 // symmem_collectives_load builds every missing one at once, in parallel.
@@ -73,7 +75,10 @@ const (
 	allGatherKernel  = numReduceKernels
 	memOpsKernel     = numReduceKernels + 1
 	allToAllKernel   = numReduceKernels + 2
-	numKernels       = numReduceKernels + 3
+	// normKernels: the all-reduce with RMSNorm, one per float dtype
+	// (normKernels + core.DType).
+	normKernels = numReduceKernels + 3
+	numKernels  = numReduceKernels + 6
 )
 
 // reduceKernel is the index of the kernel for dt and op.
@@ -89,6 +94,9 @@ func kernelName(k int) string {
 		return "symmem_memops"
 	case allToAllKernel:
 		return "symmem_all_to_all"
+	}
+	if k >= normKernels {
+		return fmt.Sprintf("symmem_all_reduce_rmsnorm_%s", core.DType(k-normKernels))
 	}
 	return fmt.Sprintf("symmem_coll_%s_%s", core.DType(k/3), core.ReduceOp(k%3))
 }
@@ -111,6 +119,9 @@ func kernelDefines(k int) []string {
 		return []string{"-DSYMMEM_MEMOPS=1"}
 	case allToAllKernel:
 		return []string{"-DSYMMEM_A2A=1"}
+	}
+	if k >= normKernels {
+		return []string{fmt.Sprintf("-DSYMMEM_NORM_DT=%d", k-normKernels), "-DSYMMEM_NORM_NAME=" + kernelName(k)}
 	}
 	return []string{fmt.Sprintf("-DSYMMEM_COLL_DT=%d", k/3), fmt.Sprintf("-DSYMMEM_COLL_OP=%d", k%3),
 		"-DSYMMEM_COLL_NAME=" + kernelName(k)}
@@ -520,6 +531,9 @@ func (b *Backend) LaunchCollective(dev int, s core.Stream, c *core.Collective) e
 	if err != nil {
 		return err
 	}
+	if c.Norm != nil {
+		return b.launchNorm(m, d, dev, s, c)
+	}
 	if c.Kind == core.AllToAll && (c.V != nil || c.Algo != core.AlgoLowLatency) {
 		return b.launchAllToAll(m, d, dev, s, c)
 	}
@@ -678,4 +692,43 @@ func (b *Backend) LaunchMemOps(dev int, s core.Stream, ops []core.MemOp, w core.
 		pdl = 1
 	}
 	return check(C.smcu_launch(d.ctx, fn, 1, C.uint(threads), C.uintptr_t(s), unsafe.Pointer(&p[0]), pdl), dev)
+}
+
+// normParamSize is sizeof(symmem_norm_params), normThreads
+// SYMMEM_NORM_THREADS (kernels/collectives.cu), normMaxBlocks the most
+// blocks of the add and norm alone.
+const (
+	normParamSize = collParamSize + 40
+	normThreads   = 256
+	normMaxBlocks = 1024
+)
+
+// launchNorm enqueues the all-reduce with RMSNorm c on s (Note [All-reduce
+// with RMSNorm] in core/symm/coll/norm.go): a block per row up to
+// collBlocks on the low-latency path (each block one device set), up to
+// normMaxBlocks for the add and norm alone.
+func (b *Backend) launchNorm(m *kernelModule, d *device, dev int, s core.Stream, c *core.Collective) error {
+	fn, _, err := m.kernel(normKernels + int(c.DType))
+	if err != nil {
+		return err
+	}
+	var p [normParamSize]byte
+	cp := packCollParams(c)
+	copy(p[:], cp[:])
+	n, le := c.Norm, binary.LittleEndian
+	const at = collParamSize // the norm's fields follow the all-reduce's parameters
+	le.PutUint64(p[at:], uint64(n.Residual))
+	le.PutUint64(p[at+8:], uint64(n.Weight))
+	le.PutUint64(p[at+16:], uint64(n.Tokens))
+	le.PutUint64(p[at+24:], uint64(n.Hidden))
+	le.PutUint32(p[at+32:], math.Float32bits(n.Eps))
+	blocks := min(uint64(n.Tokens), normMaxBlocks)
+	if c.Algo == core.AlgoLowLatency {
+		blocks = min(uint64(n.Tokens), collBlocks)
+	}
+	pdl := C.int(0)
+	if collPDL && m.arch >= 90 {
+		pdl = 1
+	}
+	return check(C.smcu_launch(d.ctx, fn, C.uint(blocks), C.uint(normThreads), C.uintptr_t(s), unsafe.Pointer(&p[0]), pdl), dev)
 }

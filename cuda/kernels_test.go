@@ -117,8 +117,19 @@ func TestKernelNames(t *testing.T) {
 	if kernelName(memOpsKernel) != "symmem_memops" || len(kernelDefines(memOpsKernel)) != 1 {
 		t.Fatal("stream signals' kernel")
 	}
-	if kernelName(allToAllKernel) != "symmem_all_to_all" || len(kernelDefines(allToAllKernel)) != 1 || allToAllKernel != numKernels-1 {
+	if kernelName(allToAllKernel) != "symmem_all_to_all" || len(kernelDefines(allToAllKernel)) != 1 {
 		t.Fatal("all-to-all kernel")
+	}
+	// The all-reduce with RMSNorm: one kernel per float dtype.
+	for dt := core.Float32; dt <= core.BFloat16; dt++ {
+		k := normKernels + int(dt)
+		if want := "symmem_all_reduce_rmsnorm_" + dt.String(); k >= numKernels || kernelName(k) != want || seen[want] {
+			t.Fatalf("%v: norm kernel %d %q", dt, k, kernelName(k))
+		}
+		seen[kernelName(k)] = true
+	}
+	if normKernels+3 != numKernels {
+		t.Fatal("kernels past the norm's")
 	}
 }
 

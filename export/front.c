@@ -145,6 +145,10 @@ SYMMEM_FRONT(symmem_result, all_to_all_v_2d_offset, UNAVAILABLE,
              (symmem_handle *handle, size_t row_bytes, int experts, const int64_t *in_splits_offsets, void *out,
               size_t out_rows, int64_t *out_splits_offsets, symmem_stream_t stream),
              (handle, row_bytes, experts, (void *)in_splits_offsets, out, out_rows, out_splits_offsets, stream))
+SYMMEM_FRONT(symmem_result, all_reduce_rmsnorm, UNAVAILABLE,
+             (symmem_handle *handle, symmem_dtype dtype, size_t tokens, size_t hidden, void *residual,
+              const void *weight, float eps, void *out, symmem_algo algo, symmem_stream_t stream),
+             (handle, dtype, tokens, hidden, residual, (void *)weight, eps, out, algo, stream))
 SYMMEM_FRONT(symmem_result, handle_device_error, UNAVAILABLE, (const symmem_handle *handle, uint32_t *flag),
              (handle, flag))
 SYMMEM_FRONT(symmem_result, collectives_load, UNAVAILABLE, (int device, symmem_kernel_info *info), (device, info))

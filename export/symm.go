@@ -556,6 +556,22 @@ func symmemgo_all_to_all(handle uintptr, dtype C.int, count C.size_t, out unsafe
 		Count: uintptr(count), Out: uintptr(out), Stream: streamOf(stream)})
 }
 
+//export symmemgo_all_reduce_rmsnorm
+func symmemgo_all_reduce_rmsnorm(handle uintptr, dtype C.int, tokens, hidden C.size_t, residual, weight unsafe.Pointer, eps C.float,
+	out unsafe.Pointer, algo C.int, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_all_reduce_rmsnorm", &result, C.int(core.ErrInternal))
+	h, err := handleOf(handle)
+	if err == nil {
+		err = coll.RunRMSNorm(h.View(), coll.NormArgs{DType: core.DType(dtype), Algo: core.Algo(algo), Tokens: uintptr(tokens),
+			Hidden: uintptr(hidden), Residual: uintptr(residual), Weight: uintptr(weight), Eps: float32(eps), Out: uintptr(out),
+			Stream: streamOf(stream)})
+	}
+	if err == nil {
+		return 0
+	}
+	return setLastError(fmt.Sprintf("symmem_all_reduce_rmsnorm(dtype=%d, tokens=%d, hidden=%d, algo=%d)", int32(dtype), uint64(tokens), uint64(hidden), int32(algo)), err)
+}
+
 // allToAllV runs a split-driven all-to-all (Note [All-to-all] in
 // core/symm/coll).
 func allToAllV(call string, handle uintptr, out unsafe.Pointer, v coll.A2AArgs, stream *C.struct_CUstream_st) C.int {

@@ -1250,6 +1250,53 @@ symmem_result symmem_all_to_all_v_2d_offset(symmem_handle *handle,
                                             int64_t *out_splits_offsets,
                                             symmem_stream_t stream);
 
+/* ---------------------------------------------------------------------------
+ * All-reduce with RMSNorm (tensor parallelism: the end of a decode layer)
+ *
+ * The input x is tokens rows of hidden elements at the handle's rendezvous
+ * pointer of every rank, as for all_reduce; residual (tokens x hidden, read
+ * and written) and weight (hidden elements) are this rank's memory of its
+ * device, all of dtype (SYMMEM_BFLOAT16, SYMMEM_FLOAT16 or SYMMEM_FLOAT32).
+ * With round() rounding fp32 to dtype, to nearest even:
+ *
+ *   a        = all_reduce(x)      as symmem_all_reduce with SYMMEM_SUM: fp32
+ *                                 sums in rank order, rounded once
+ *   residual = round(a + residual)              one fp32 add
+ *   inv      = 1 / sqrt(sum(residual^2) / hidden + eps)   per row, in fp32
+ *   out      = round((residual * inv) * weight)           two fp32 products
+ *
+ * Every fp32 operation is rounded on its own (no fused multiply-add; IEEE
+ * division and square root) and the row's sum of squares runs in a fixed
+ * order (docs/tensor-parallel.md, "Rounding"): the results are the same bits
+ * on every rank, on every run, on the cuda and the host backends.
+ *
+ * out NULL: in place (out = the input). Otherwise out overlaps none of the
+ * input, residual and weight; residual overlaps none of the input, out and
+ * weight. hidden is a multiple of 8 in [8, 16384]; pointers are 16-byte
+ * aligned; eps is finite and >= 0. algo: SYMMEM_ALGO_AUTO runs one kernel on
+ * the low-latency path when tokens * hidden elements fit SYMMEM_LL_MAX_BYTES
+ * (cuda, one machine: each block owns whole rows, and norms them as soon
+ * as their lines have arrived), else the all-reduce as symmem_all_reduce's
+ * AUTO would run it into out, then one kernel that adds and norms;
+ * SYMMEM_ALGO_LOW_LATENCY insists on the one kernel (INVALID_ARGUMENT
+ * naming why when it cannot run; on the host backend the same results);
+ * ONE_SHOT and TWO_SHOT choose the all-reduce of the two-kernel form.
+ * Collective channel 0: order it with the other collectives there. Every
+ * rank passes the same dtype, tokens and hidden (the argument agreement
+ * compares them as for all_reduce); residual, weight and eps are each
+ * rank's own. Capturable in CUDA graphs. Errors with nothing enqueued:
+ * SYMMEM_ERROR_INVALID_ARGUMENT for an int32 or unknown dtype, an unknown
+ * algorithm, hidden or eps out of range, NULL or misaligned pointers,
+ * overlaps, rows past the buffer, and what symmem_all_reduce refuses;
+ * SYMMEM_ERROR_INVALID_STATE for a released handle. tokens 0 does
+ * nothing. */
+symmem_result symmem_all_reduce_rmsnorm(symmem_handle *handle,
+                                        symmem_dtype dtype, size_t tokens,
+                                        size_t hidden, void *residual,
+                                        const void *weight, float eps,
+                                        void *out, symmem_algo algo,
+                                        symmem_stream_t stream);
+
 /* Reads this rank's device error flag (the library's part of its signal pad,
  * include/symmem_device.cuh) into *flag: 0 while every kernel wait
  * succeeded, else 0x80000000 | cause << 29 | peer << 16 | set of the first

@@ -102,6 +102,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
     step bench-coll python3 bench/coll_bench.py --world 2 --out "$out"
     step bench-a2a python3 bench/a2a_bench.py --world 2 --out "$out"
+    step bench-tp python3 bench/tp_bench.py --world 2 --out "$out"
   fi
 fi
 for f in "$logs"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$out/suite.log"

@@ -722,6 +722,27 @@ static __device__ __forceinline__ bool symmem_ll_stopped_or_seq(const symmem_dev
   return stop_sh != 0;
 }
 
+/* The end of a low-latency call that succeeded in every thread of the
+ * block: the last block to finish advances the channel's sequence number
+ * past seq (a grid of one block does it alone; the kernel's end publishes
+ * it to the stream's next kernel). */
+static __device__ __forceinline__ void symmem_ll_advance(const symmem_coll_params &p, unsigned int seq) {
+  if (threadIdx.x != 0)
+    return;
+  unsigned int *seqw = symmem_ll_region(p, SYMMEM_LL_SEQ_WORD);
+  if (gridDim.x == 1) {
+    *(volatile unsigned int *)seqw = seq + 1;
+    return;
+  }
+  unsigned int *done = symmem_ll_region(p, SYMMEM_LL_DONE_WORD);
+  __threadfence();
+  if (atomicAdd(done, 1u) == gridDim.x - 1) {
+    *(volatile unsigned int *)done = 0;
+    *(volatile unsigned int *)seqw = seq + 1;
+    __threadfence();
+  }
+}
+
 /* KIND 0 all-reduce, 1 all-gather, 2 reduce-scatter; DT and OP as the
  * reduction kernels' (unused by all-gather). count is elements (all-gather:
  * bytes, as in symmem_coll_params). */
@@ -841,23 +862,7 @@ template <int KIND, int DT, int OP> static __device__ __forceinline__ void symme
       symmem_coll_stop(v, p.stop_mirror, set);
     return;
   }
-  /* The last block to finish advances the channel's sequence number (a
-   * grid of one block does it alone; the kernel's end publishes it to the
-   * stream's next kernel). */
-  if (threadIdx.x == 0) {
-    unsigned int *seqw = symmem_ll_region(p, SYMMEM_LL_SEQ_WORD);
-    if (gridDim.x == 1) {
-      *(volatile unsigned int *)seqw = seq + 1;
-    } else {
-      unsigned int *done = symmem_ll_region(p, SYMMEM_LL_DONE_WORD);
-      __threadfence();
-      if (atomicAdd(done, 1u) == gridDim.x - 1) {
-        *(volatile unsigned int *)done = 0;
-        *(volatile unsigned int *)seqw = seq + 1;
-        __threadfence();
-      }
-    }
-  }
+  symmem_ll_advance(p, seq);
 }
 
 #if defined(SYMMEM_MEMOPS)
@@ -925,7 +930,8 @@ extern "C" __global__ void __launch_bounds__(32) symmem_memops(symmem_memops_par
 #endif
 
 /* One program per kernel (cuda/kernels.go compiles each at its first use):
- * with SYMMEM_A2A defined, the all-to-all; with SYMMEM_COLL_DT and
+ * with SYMMEM_A2A defined, the all-to-all; with SYMMEM_NORM_DT, the
+ * all-reduce with RMSNorm of that dtype; with SYMMEM_COLL_DT and
  * SYMMEM_COLL_OP defined, the all-reduce and reduce-scatter kernel
  * SYMMEM_COLL_NAME of that dtype (core.DType order) and op; without them,
  * the all-gather. */
@@ -1551,6 +1557,230 @@ done:
       *(volatile unsigned int *)seq_word = seq + 1;
     }
   }
+}
+#elif defined(SYMMEM_NORM_DT)
+/* ---- all-reduce with RMSNorm (Note [All-reduce with RMSNorm] in
+ * core/symm/coll/norm.go), one program per dtype, SYMMEM_NORM_NAME. A block
+ * of SYMMEM_NORM_THREADS threads owns whole rows (blockIdx.x, then every
+ * gridDim.x-th); thread j works on octets (8 elements) j, j + 256, ... of a
+ * row and holds partial sum j of its squares. c.algo 4: the fused call on
+ * the low-latency path (the all-reduce's lines, as symmem_coll_ll's, then
+ * the add and the norm in the same kernel); otherwise c.out holds the
+ * all-reduce's result and the kernel adds and norms alone. Every product
+ * and sum is an explicitly rounded fp32 operation (no contraction into
+ * FMAs), division and square root are IEEE's: the host backend computes
+ * the same bits. cuda/kernels.go packs the same layout. */
+struct symmem_norm_params {
+  symmem_coll_params c;       /* 0: the all-reduce (count = tokens * hidden) */
+  char *residual;             /* 192 */
+  const char *weight;         /* 200 */
+  unsigned long long tokens;  /* 208 */
+  unsigned long long hidden;  /* 216: a multiple of 8 */
+  float eps;                  /* 224 */
+  unsigned int pad0;          /* 228 */
+};
+static_assert(sizeof(symmem_norm_params) == 232, "symmem_norm_params layout");
+#define SYMMEM_NORM_THREADS 256
+
+typedef symmem_elem<SYMMEM_NORM_DT> symmem_norm_t;
+/* Bytes of an octet, and its 16-byte vectors. */
+#define SYMMEM_NORM_OCTET (8 * symmem_norm_t::SIZE)
+#define SYMMEM_NORM_VECS (SYMMEM_NORM_OCTET / 16)
+
+static __device__ __forceinline__ void symmem_norm_widen(const symmem_vec16 *q, float *x) {
+#pragma unroll
+  for (int v = 0; v < SYMMEM_NORM_VECS; v++)
+#pragma unroll
+    for (int k = 0; k < symmem_norm_t::E; k++)
+      x[v * symmem_norm_t::E + k] = symmem_norm_t::get(q[v], k);
+}
+
+/* The octet at src, widened. */
+static __device__ __forceinline__ void symmem_norm_load(const char *src, float *x) {
+  symmem_vec16 q[SYMMEM_NORM_VECS];
+#pragma unroll
+  for (int v = 0; v < SYMMEM_NORM_VECS; v++)
+    q[v] = symmem_dev_load16(src + 16 * v);
+  symmem_norm_widen(q, x);
+}
+
+/* x rounded to the dtype (x takes the rounded values), into q. */
+static __device__ __forceinline__ void symmem_norm_round(float *x, symmem_vec16 *q) {
+#pragma unroll
+  for (int v = 0; v < SYMMEM_NORM_VECS; v++) {
+    q[v].w[0] = q[v].w[1] = q[v].w[2] = q[v].w[3] = 0;
+#pragma unroll
+    for (int k = 0; k < symmem_norm_t::E; k++)
+      symmem_norm_t::put(q[v], k, x[v * symmem_norm_t::E + k]);
+  }
+  symmem_norm_widen(q, x);
+}
+
+/* x rounded to the dtype and stored as the octet at dst. */
+static __device__ __forceinline__ void symmem_norm_store(char *dst, float *x) {
+  symmem_vec16 q[SYMMEM_NORM_VECS];
+  symmem_norm_round(x, q);
+#pragma unroll
+  for (int v = 0; v < SYMMEM_NORM_VECS; v++)
+    symmem_dev_store16(dst + 16 * v, q[v]);
+}
+
+/* The add of one octet: a (the all-reduce's values, rounded) plus the
+ * residual octet at res, rounded and stored there; returns part plus the
+ * squares of the stored values, in element order. */
+static __device__ __forceinline__ float symmem_norm_add(char *res, float *a, float part) {
+  float r[8];
+  symmem_norm_load(res, r);
+#pragma unroll
+  for (int k = 0; k < 8; k++)
+    a[k] = __fadd_rn(a[k], r[k]);
+  symmem_norm_store(res, a);
+#pragma unroll
+  for (int k = 0; k < 8; k++)
+    part = __fadd_rn(part, __fmul_rn(a[k], a[k]));
+  return part;
+}
+
+/* 1 / sqrt(ss / hidden + eps) of the row whose partial sum j thread j
+ * holds (the tree of Note [All-reduce with RMSNorm]); every thread of the
+ * block calls it. */
+static __device__ __forceinline__ float symmem_norm_inv(float part, float *parts, unsigned long long hidden, float eps) {
+  parts[threadIdx.x] = part;
+  __syncthreads();
+#pragma unroll
+  for (int s = SYMMEM_NORM_THREADS / 2; s >= 1; s >>= 1) {
+    if (threadIdx.x < s)
+      parts[threadIdx.x] = __fadd_rn(parts[threadIdx.x], parts[threadIdx.x + s]);
+    __syncthreads();
+  }
+  const float ss = parts[0];
+  __syncthreads(); /* parts is the next row's */
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)hidden), eps)));
+}
+
+/* The row's out: (residual * inv) * weight, rounded, for this thread's
+ * octets (whose residual this thread stored). */
+static __device__ __forceinline__ void symmem_norm_out(const symmem_norm_params &p, char *out, const char *res,
+                                                       float inv) {
+  for (unsigned long long o = threadIdx.x; o < p.hidden / 8; o += SYMMEM_NORM_THREADS) {
+    float r[8], g[8];
+    symmem_norm_load(res + o * SYMMEM_NORM_OCTET, r);
+    symmem_norm_load(p.weight + o * SYMMEM_NORM_OCTET, g);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+      r[k] = __fmul_rn(__fmul_rn(r[k], inv), g[k]);
+    symmem_norm_store(out + o * SYMMEM_NORM_OCTET, r);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(SYMMEM_NORM_THREADS) SYMMEM_NORM_NAME(const symmem_norm_params p) {
+  symmem_pdl_wait();
+  symmem_pdl_release();
+  __shared__ float parts[SYMMEM_NORM_THREADS];
+  const symmem_coll_params &c = p.c;
+  const unsigned long long row = p.hidden * symmem_norm_t::SIZE, octets = p.hidden / 8;
+  if (c.algo != SYMMEM_COLL_ALGO_LL) {
+    for (unsigned long long t = blockIdx.x; t < p.tokens; t += gridDim.x) {
+      char *res = p.residual + t * row, *out = c.out + t * row;
+      float part = 0.0f;
+      for (unsigned long long o = threadIdx.x; o < octets; o += SYMMEM_NORM_THREADS) {
+        float a[8];
+        symmem_norm_load(out + o * SYMMEM_NORM_OCTET, a);
+        part = symmem_norm_add(res + o * SYMMEM_NORM_OCTET, a, part);
+      }
+      symmem_norm_out(p, out, res, symmem_norm_inv(part, parts, p.hidden, p.eps));
+    }
+    return;
+  }
+
+  /* The fused call: the protocol of symmem_coll_ll (its lines, parity,
+   * call counter and argument agreement), with the lines of row t sent and
+   * received by the block that owns row t. */
+  const symmem_device_view &v = c.view;
+  const int W = v.world, me = v.rank;
+  const int set = c.set_base + blockIdx.x;
+  __shared__ unsigned int seq_shared;
+  const char *in = symmem_dev_ptr(v, me, c.in_offset);
+  const unsigned long long row_lines = row / 8;
+  /* A stopped group's lines and numbers are out of step: nothing is sent or
+   * read (as symmem_coll_ll). */
+  if (symmem_ll_stopped_or_seq(v, c.stop_mirror, set, symmem_ll_region(c, SYMMEM_DEV_STOP_WORD),
+                               symmem_ll_region(c, SYMMEM_LL_SEQ_WORD), &seq_shared))
+    return;
+  const int q = threadIdx.x;
+  const bool agent = !(c.flags & SYMMEM_COLL_UNCHECKED) && q < W && q != me;
+  unsigned int n = 0;
+  unsigned long long mine = 0;
+  if (agent) {
+    n = *(volatile unsigned int *)symmem_dev_set_word(v, me, set, W + q) + 1;
+    mine = symmem_coll_publish(v, set, q, n, c.digest);
+  }
+  __syncthreads();
+  const unsigned int seq = seq_shared, flag = seq + 1, parity = seq & 1;
+
+  /* Send: line i of our input (bytes [8i, 8i + 8)) into every peer's slot
+   * (parity, me) at 16i, for the lines of our rows. */
+  for (unsigned long long t = blockIdx.x; t < p.tokens; t += gridDim.x)
+    for (unsigned long long j = threadIdx.x; j < row_lines; j += SYMMEM_NORM_THREADS) {
+      const unsigned long long i = t * row_lines + j;
+      const uint2 x = *(const uint2 *)(in + 8 * i);
+      for (int k = 1; k < W; k++)
+        symmem_ll_store(symmem_ll_slot(c, (me + k) % W, parity, me) + 16 * i, x.x, x.y, flag);
+    }
+
+  /* Every peer's arguments equal ours before any output is written. */
+  bool ok = true;
+  if (agent) {
+    ok = symmem_coll_agree(v, set, q, n, mine);
+    if (ok)
+      *(volatile unsigned int *)symmem_dev_set_word(v, me, set, W + q) = n;
+  }
+  if (!__syncthreads_and(ok)) {
+    if (threadIdx.x == 0)
+      symmem_coll_stop(v, c.stop_mirror, set);
+    return;
+  }
+
+  /* Receive each octet from every rank, reduce in rank order, round, add,
+   * norm. */
+  for (unsigned long long t = blockIdx.x; t < p.tokens; t += gridDim.x) {
+    char *res = p.residual + t * row, *out = c.out + t * row;
+    float part = 0.0f;
+    for (unsigned long long o = threadIdx.x; o < octets && ok; o += SYMMEM_NORM_THREADS) {
+      const unsigned long long line0 = (t * row + o * SYMMEM_NORM_OCTET) / 8;
+      float acc[8];
+      for (int r = 0; r < W && ok; r++) {
+        float x[8];
+        if (r == me) {
+          symmem_norm_load(in + 8 * line0, x);
+        } else {
+          symmem_vec16 qv[SYMMEM_NORM_VECS];
+          const char *src = symmem_ll_slot(c, me, parity, r) + 16 * line0;
+#pragma unroll
+          for (int l = 0; l < 2 * SYMMEM_NORM_VECS; l++)
+            if (ok)
+              ok = symmem_ll_load(v, src + 16 * l, flag, r, set, qv[l / 2].w[2 * (l & 1)],
+                                  qv[l / 2].w[2 * (l & 1) + 1]);
+          symmem_norm_widen(qv, x);
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          acc[k] = r == 0 ? x[k] : __fadd_rn(acc[k], x[k]);
+      }
+      if (ok) {
+        symmem_vec16 qa[SYMMEM_NORM_VECS];
+        symmem_norm_round(acc, qa);
+        part = symmem_norm_add(res + o * SYMMEM_NORM_OCTET, acc, part);
+      }
+    }
+    if (!__syncthreads_and(ok)) {
+      if (threadIdx.x == 0)
+        symmem_coll_stop(v, c.stop_mirror, set);
+      return;
+    }
+    symmem_norm_out(p, out, res, symmem_norm_inv(part, parts, p.hidden, p.eps));
+  }
+  symmem_ll_advance(c, seq);
 }
 #elif defined(SYMMEM_COLL_DT)
 extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) SYMMEM_COLL_NAME(symmem_coll_params p) {

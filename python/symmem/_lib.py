@@ -31,6 +31,7 @@ from ctypes import (
     Structure,
     c_char_p,
     c_double,
+    c_float,
     c_int,
     c_int64,
     c_size_t,
@@ -263,6 +264,11 @@ PROTOTYPES = {
     "symmem_all_to_all_v_2d_offset": (
         _result,
         [_handle_p, c_size_t, c_int, c_void_p, c_void_p, c_size_t, c_void_p, _stream_t],
+    ),
+    # All-reduce with RMSNorm
+    "symmem_all_reduce_rmsnorm": (
+        _result,
+        [_handle_p, c_int, c_size_t, c_size_t, c_void_p, c_void_p, c_float, c_void_p, c_int, _stream_t],
     ),
     "symmem_handle_device_error": (_result, [_handle_p, POINTER(c_uint32)]),
     "symmem_collectives_load": (_result, [c_int, POINTER(SymmemKernelInfo)]),

@@ -661,6 +661,37 @@ class Handle:
         if rc:
             check(rc, "symmem_all_to_all_v_2d_offset")
 
+    def all_reduce_rmsnorm(self, dtype, tokens: int, hidden: int, residual, weight, eps: float, out=None, stream=0,
+                           *, algo: Optional[str] = None) -> None:
+        """The end of a tensor-parallel decode layer, symmem_all_reduce_rmsnorm:
+        the input (tokens x hidden elements at the rendezvous pointer) is
+        all-reduced (sum, rank order, fp32, rounded once), added into
+        residual (tokens x hidden, this rank's memory, written), and out
+        (None: in place) gets rmsnorm(residual) * weight (hidden elements),
+        every fp32 step rounded as include/symmem.h says, so that the bits
+        are the same on every rank and backend. dtype: bfloat16, float16 or
+        float32; hidden a multiple of 8 up to 16384. algo: "auto" (one
+        kernel on the low-latency path where it fits, else the all-reduce
+        then one add-and-norm kernel), "low_latency" (the one kernel, or
+        InvalidArgumentError saying why not), "one_shot" or "two_shot" (the
+        all-reduce of the two-kernel form). residual, weight and out: an
+        int address, a Buffer or a tensor."""
+        if _lib._forked_child:
+            _lib._refuse_forked_child()
+        w = "symmem.Handle.all_reduce_rmsnorm"
+        code = _coll.dtype_code(dtype, "all_reduce_rmsnorm")
+        tokens = int_arg(tokens, "tokens", w, C_SIZE)
+        hidden = int_arg(hidden, "hidden", w, C_SIZE)
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+            raise TypeError(f"{w}: eps must be a float, not {brief(eps)}")
+        res = _coll.address(residual, w, "residual")
+        wt = _coll.address(weight, w, "weight")
+        rc = _lib.lib().symmem_all_reduce_rmsnorm(
+            self.ptr, code, tokens, hidden, res, wt, float(eps), _coll.address(out, w),
+            _coll.algo_code(algo, "all_reduce_rmsnorm"), _stream(stream, w))
+        if rc:
+            check(rc, "symmem_all_reduce_rmsnorm")
+
     def device_error(self) -> int:
         """This rank's device error flag: 0, or 0x80000000 | cause << 29 |
         peer << 16 | set of the first kernel wait that gave up (cause 0: a

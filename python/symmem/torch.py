@@ -32,7 +32,7 @@ import os
 import re
 import threading
 import weakref
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _coll, _dlpack, _lib
 from . import tags as _pause
@@ -1371,6 +1371,487 @@ def all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offsets, gr
     return None
 
 
+# --------------------------------------------------------------------------
+# Tensor parallelism (docs/tensor-parallel.md): the all-reduce with RMSNorm
+# that ends a decode layer, and torch 2.11's fused_all_gather_matmul /
+# fused_matmul_reduce_scatter with torch's matmuls and libsymmem's
+# communication
+# --------------------------------------------------------------------------
+
+# Note [Tensor-parallel workspace]
+#
+# The fused matmul operators take ordinary tensors. Each (symmem Group,
+# device) has one symmetric workspace: a uint8 tensor of libsymmem memory,
+# rendezvoused, grown when a call needs more (collective: every rank's call
+# needs the same bytes, as the shapes agree) and never during CUDA-graph
+# capture. A call:
+#   1. meets the peers at a barrier on signal channel 0 of the workspace's
+#      handle, on the current stream: every peer's stream has passed its
+#      previous call, so nobody still reads what is about to be written;
+#   2. on a side stream, copies what each peer p needs into p's workspace
+#      (over NVLink) and puts a signal to p on channel 1 (_TP_DATA_CHANNEL);
+#   3. on the current stream runs the matmuls: the first that needs peer
+#      p's data waits for p's signal (wait_signal on the stream), so a
+#      chunk's matmul starts as soon as it has arrived while the next one
+#      crosses;
+#   4. joins the side stream into the current one.
+# Under CUDA-graph capture the signals cannot serve: a stream signal is a
+# store of the next count and a wait a poll for the count expected, both
+# numbers fixed when the call is enqueued, so a graph replays the same
+# counts (Note [Signals as a kernel] in core/symm) and its second replay
+# would wait for nothing. A captured call therefore meets the peers through
+# a collective instead, whose call counter lives in device memory and goes
+# on counting across replays: an all-reduce of 16 bytes (the low-latency
+# path: one crossing) on a second handle of the same workspace, its last
+# 256 bytes (_TP_SYNC_BYTES). It stands for the barrier of step 1, and for
+# the signals: after the pushes, the current stream joins the side stream
+# and meets the peers again, after which every chunk has arrived (the
+# all-gather's own chunk still overlaps the pushes; the reduce-scatter
+# loses nothing, as it reduces once every chunk is there).
+# On the host backend there are no streams: the puts are atomic adds and
+# the waits block the calling thread, in the same order, so the results
+# are the same. all_reduce_rmsnorm stages an x that is not libsymmem memory
+# in the same workspace.
+
+_TP_DATA_CHANNEL = 1
+_TP_SYNC_BYTES = 256
+# (id of the symmem Group, symmem device) -> (workspace tensor, its handle,
+# the handle of its last _TP_SYNC_BYTES)
+_tp_workspaces: Dict[Tuple[int, int], Tuple[Any, TorchHandle, TorchHandle]] = {}
+# device index -> the fused operators' side stream
+_tp_side_streams: Dict[int, Any] = {}
+
+
+def _tp_workspace(torch, g: Group, device, nbytes: int) -> Tuple[TorchHandle, TorchHandle]:
+    """The workspace of (g, device) with at least nbytes, and the handle of
+    its synchronising all-reduce (Note [Tensor-parallel workspace])."""
+    key = (id(g), _symmem_device(device))
+    e = _tp_workspaces.get(key)
+    if e is not None and e[0].numel() - _TP_SYNC_BYTES >= nbytes:
+        return e[1], e[2]
+    have = 0 if e is None else e[0].numel() - _TP_SYNC_BYTES
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            f"symmem.torch: the tensor-parallel workspace of group {getattr(g, 'name', '')!r} holds {have} bytes "
+            f"and this call needs {nbytes}: it cannot grow during CUDA-graph capture (run the call once before "
+            f"capturing)")
+    size = max(nbytes, 2 * have, 1 << 20)
+    size = (size + (1 << 20) - 1) >> 20 << 20
+    if e is not None:
+        if device.type == "cuda":
+            torch.cuda.current_stream(device).synchronize()  # the old workspace's last readers are done
+        e[2].release()
+        e[1].release()
+    t = empty(size + _TP_SYNC_BYTES, dtype=torch.uint8, device=device)
+    h = rendezvous(t, g)
+    hs = rendezvous(t[size:], g)
+    # Its first all-reduce here, outside any capture: whatever a handle's
+    # first collective sets up is done before a graph could record it.
+    hs.handle.all_reduce("int32", "sum", 4, None, torch.cuda.current_stream(device).cuda_stream
+                         if device.type == "cuda" else 0)
+    _tp_workspaces[key] = (t, h, hs)
+    return h, hs
+
+
+def _tp_meet(hs: TorchHandle, lanes) -> None:
+    """A captured call's meeting with the peers (Note [Tensor-parallel
+    workspace]): a 16-byte all-reduce on the current stream, which
+    completes once every peer's stream has reached it."""
+    hs.handle.all_reduce("int32", "sum", 4, None, lanes.raw())
+
+
+class _Lanes:
+    """The current stream and the side stream of a fused operator (no
+    streams on the CPU: everything runs in order on the calling thread)."""
+
+    def __init__(self, torch, device):
+        self.torch = torch
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            self.main = torch.cuda.current_stream(device)
+            side = _tp_side_streams.get(device.index)
+            if side is None:
+                side = _tp_side_streams[device.index] = torch.cuda.Stream(device)
+            self.side = side
+
+    def raw(self, side: bool = False) -> int:
+        if not self.cuda:
+            return 0
+        return (self.side if side else self.main).cuda_stream
+
+    def fork(self) -> None:
+        """The side stream waits for what the current stream has enqueued."""
+        if self.cuda:
+            self.side.wait_stream(self.main)
+
+    def join(self) -> None:
+        if self.cuda:
+            self.main.wait_stream(self.side)
+
+    def on_side(self):
+        return self.torch.cuda.stream(self.side) if self.cuda else contextlib.nullcontext()
+
+    def capturing(self) -> bool:
+        return self.cuda and self.torch.cuda.is_current_stream_capturing()
+
+
+def _tp_check(what: str, tensors) -> None:
+    """Every (name, tensor) of tensors has the first one's dtype and device."""
+    name0, t0 = tensors[0]
+    for name, t in tensors[1:]:
+        if t.dtype != t0.dtype:
+            raise ValueError(f"{what}: {name} is {t.dtype}, {name0} {t0.dtype}: they must be the same dtype")
+        if t.device != t0.device:
+            raise ValueError(f"{what}: {name} is on {t.device}, {name0} on {t0.device}")
+    if t0.device.type not in ("cuda", "cpu"):
+        raise ValueError(f"{what}: unsupported device {t0.device}")
+
+
+def _tp_group(torch, group, device):
+    g = group_for(group, _symmem_device(device))
+    return g, g.world_size, g.rank
+
+
+def _rows(t, dim: int):
+    """t as a matrix whose rows run along dim first (the layout of the
+    fused operators' chunks): dim moved to the front unless it is the last."""
+    if dim != t.dim() - 1:
+        t = t.movedim(dim, 0)
+    return t.reshape(-1, t.shape[-1])
+
+
+def _ag_mm(torch, a_shard, bs, gather_dim: int, group, return_a: bool):
+    """fused_all_gather_matmul's work (Note [Tensor-parallel workspace]):
+    (the gathered A or None, [A @ B for B in bs])."""
+    from . import _tp
+
+    g, W, me = _tp_group(torch, group, a_shard.device)
+    _tp.all_gather_matmul_shapes(tuple(a_shard.shape), [tuple(b.shape) for b in bs], gather_dim, W)
+    _tp_check(_tp.AG, [("a_shard", a_shard)] + [(f"bs[{i}]", b) for i, b in enumerate(bs)])
+    last = gather_dim == a_shard.dim() - 1
+    moved = a_shard if last else a_shard.movedim(gather_dim, 0)
+    lead = list(moved.shape[:-1])
+    a_flat = moved.reshape(-1, moved.shape[-1]).contiguous()
+    m, k = a_flat.shape
+    h, hs = _tp_workspace(torch, g, a_shard.device, W * a_flat.numel() * a_flat.element_size())
+    lanes = _Lanes(torch, a_shard.device)
+    captured = lanes.capturing()
+    ws = h.get_buffer(me, (W, m, k), a_flat.dtype)
+    if captured:
+        _tp_meet(hs, lanes)
+    else:
+        h.handle.barrier(0, None, lanes.raw())
+    lanes.fork()
+    with lanes.on_side():
+        for step in range(1, W):
+            p = (me + step) % W
+            h.get_buffer(p, (W, m, k), a_flat.dtype)[me].copy_(a_flat)
+            if not captured:
+                h.handle.put_signal(p, _TP_DATA_CHANNEL, lanes.raw(side=True))
+    a_all = a_flat.new_empty(W, m, k) if return_a else None
+    if last:
+        b_parts = [b.chunk(W) for b in bs]  # rows r*k .. (r+1)*k meet rank r's columns
+        outs = [torch.mm(a_flat, parts[me]) for parts in b_parts]
+    else:
+        outs = [a_flat.new_empty(W, m, b.shape[1]) for b in bs]
+        for o, b in zip(outs, bs):
+            torch.mm(a_flat, b, out=o[me])
+    if a_all is not None:
+        a_all[me].copy_(a_flat)
+    if captured and W > 1:
+        lanes.join()
+        _tp_meet(hs, lanes)  # every rank's pushes have landed
+    for step in range(1, W):
+        p = (me - step) % W
+        if not captured:
+            h.handle.wait_signal(p, _TP_DATA_CHANNEL, None, lanes.raw())
+        chunk = ws[p]
+        for i, b in enumerate(bs):
+            if last:
+                outs[i].addmm_(chunk, b_parts[i][p])
+            else:
+                torch.mm(chunk, b, out=outs[i][p])
+        if a_all is not None:
+            a_all[p].copy_(chunk)
+    lanes.join()
+    if last:
+        a = torch.cat(list(a_all.unbind(0)), dim=-1).view(*lead, W * k) if return_a else None
+        return a, [o.view(*lead, o.shape[-1]) for o in outs]
+
+    def unflatten(t):
+        return t.view(W, *lead, t.shape[-1]).flatten(0, 1).movedim(0, gather_dim)
+
+    return (unflatten(a_all) if return_a else None), [unflatten(o) for o in outs]
+
+
+def _pipelined_reduce_scatter(torch, g, W: int, me: int, device, dtype, chunk_shape, produce, reduce_op: str):
+    """The reduction over the ranks, in rank order in fp32 and rounded once
+    to dtype, of chunk me of every rank, where produce(q, out) writes this
+    rank's chunk q (of chunk_shape) into out: each chunk for a peer is
+    produced on the current stream and pushed into the peer's workspace by
+    the side stream while the next one is produced (Note [Tensor-parallel
+    workspace])."""
+    full = (W,) + tuple(chunk_shape)
+    h, hs = _tp_workspace(torch, g, device, math.prod(full) * _itemsize(torch, dtype))
+    lanes = _Lanes(torch, device)
+    captured = lanes.capturing()
+    ws = h.get_buffer(me, full, dtype)
+    if captured:
+        _tp_meet(hs, lanes)
+    else:
+        h.handle.barrier(0, None, lanes.raw())
+    stage = torch.empty(full, dtype=dtype, device=device) if W > 1 else None
+    for step in range(1, W):
+        q = (me + step) % W
+        produce(q, stage[q])
+        lanes.fork()
+        with lanes.on_side():
+            h.get_buffer(q, full, dtype)[me].copy_(stage[q])
+            if not captured:
+                h.handle.put_signal(q, _TP_DATA_CHANNEL, lanes.raw(side=True))
+    produce(me, ws[me])
+    if captured and W > 1:
+        lanes.join()
+        _tp_meet(hs, lanes)  # every rank's chunks for us have landed
+    for step in range(1, W):
+        if not captured:
+            h.handle.wait_signal((me - step) % W, _TP_DATA_CHANNEL, None, lanes.raw())
+    if W == 2 and reduce_op == "sum":
+        out = torch.add(ws[0], ws[1])  # one kernel: torch adds 16-bit types in fp32 and rounds once
+    else:
+        acc = ws[0].to(torch.float32, copy=True)
+        for r in range(1, W):
+            acc.add_(ws[r])
+        if reduce_op == "avg":
+            acc.div_(W)
+        out = acc.to(dtype)
+    lanes.join()
+    return out
+
+
+def _mm_rs(torch, a, b, reduce_op: str, scatter_dim: int, group):
+    """fused_matmul_reduce_scatter's work."""
+    from . import _tp
+
+    g, W, me = _tp_group(torch, group, a.device)
+    _tp.matmul_reduce_scatter_shape(tuple(a.shape), tuple(b.shape), reduce_op, scatter_dim, W)
+    _tp_check(_tp.RS, [("a", a), ("b", b)])
+    if scatter_dim == a.dim() - 1:
+        a_flat = a.reshape(-1, a.shape[-1])
+        b_parts = b.chunk(W, dim=1)
+        n = b.shape[1] // W
+
+        def produce(q, out):
+            torch.mm(a_flat, b_parts[q], out=out)
+
+        out = _pipelined_reduce_scatter(torch, g, W, me, a.device, a.dtype, (a_flat.shape[0], n), produce, reduce_op)
+        return out.view(*a.shape[:-1], n)
+    moved = a.movedim(scatter_dim, 0)
+    lead = list(moved.shape[:-1])
+    lead[0] //= W
+    x = moved.reshape(-1, moved.shape[-1])
+    xs = x.chunk(W)
+
+    def produce(q, out):
+        torch.mm(xs[q], b, out=out)
+
+    out = _pipelined_reduce_scatter(torch, g, W, me, a.device, a.dtype, (x.shape[0] // W, b.shape[1]), produce,
+                                    reduce_op)
+    return out.view(*lead, b.shape[1]).movedim(0, scatter_dim)
+
+
+def _rs_dim(torch, t, dim: int, group):
+    """reduce_scatter(t, "sum") along dim over group, with the fused
+    operators' pipeline (the backward of the all-gather of A)."""
+    g, W, me = _tp_group(torch, group, t.device)
+    moved = t.movedim(dim, 0)
+    per = moved.shape[0] // W
+    shape = (per,) + tuple(moved.shape[1:])
+
+    def produce(q, out):
+        out.copy_(moved[q * per:(q + 1) * per])
+
+    out = _pipelined_reduce_scatter(torch, g, W, me, t.device, t.dtype, shape, produce, "sum")
+    return out.movedim(0, dim)
+
+
+_tp_functions = None
+
+
+def _tp_autograd(torch):
+    """The autograd.Functions of the fused operators: each one's backward
+    runs the other (an all-gather's transpose is a reduce-scatter)."""
+    global _tp_functions
+    if _tp_functions is not None:
+        return _tp_functions
+
+    class AllGatherMatmul(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, gather_dim, group, a_shard, *bs):
+            ctx.set_materialize_grads(False)  # an output the loss does not use has no gradient to move
+            a, outs = _ag_mm(torch, a_shard, list(bs), gather_dim, group, True)
+            ctx.gather_dim, ctx.group = gather_dim, group
+            ctx.save_for_backward(a, *bs)
+            return (a, *outs)
+
+        @staticmethod
+        def backward(ctx, ga, *gouts):
+            a, *bs = ctx.saved_tensors
+            d, group = ctx.gather_dim, ctx.group
+            grad_a = None
+            for go, b in zip(gouts, bs):
+                if go is not None:
+                    part = _mm_rs(torch, go.contiguous(), b.t(), "sum", d, group)
+                    grad_a = part if grad_a is None else grad_a + part
+            if ga is not None:
+                part = _rs_dim(torch, ga, d, group)
+                grad_a = part if grad_a is None else grad_a + part
+            grad_bs = []
+            for i, (go, b) in enumerate(zip(gouts, bs)):
+                if go is None or not ctx.needs_input_grad[3 + i]:
+                    grad_bs.append(None)
+                else:
+                    grad_bs.append(_rows(a, d).t() @ _rows(go, d))
+            return (None, None, grad_a, *grad_bs)
+
+    class MatmulReduceScatter(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, reduce_op, scatter_dim, group, a, b):
+            ctx.set_materialize_grads(False)
+            ctx.reduce_op, ctx.scatter_dim, ctx.group = reduce_op, scatter_dim, group
+            ctx.save_for_backward(a, b)
+            return _mm_rs(torch, a, b, reduce_op, scatter_dim, group)
+
+        @staticmethod
+        def backward(ctx, gout):
+            if gout is None:
+                return None, None, None, None, None
+            a, b = ctx.saved_tensors
+            d = ctx.scatter_dim
+            g_full, (grad_a,) = _ag_mm(torch, gout.contiguous(), [b.t()], d, ctx.group, True)
+            if ctx.reduce_op == "avg":
+                w = g_full.shape[d] // gout.shape[d]
+                g_full, grad_a = g_full / w, grad_a / w
+            grad_b = _rows(a, d).t() @ _rows(g_full, d) if ctx.needs_input_grad[4] else None
+            return None, None, None, grad_a, grad_b
+
+    _tp_functions = (AllGatherMatmul, MatmulReduceScatter)
+    return _tp_functions
+
+
+def fused_all_gather_matmul(a_shard, bs, gather_dim: int, group=None, return_a: bool = True):
+    """torch.ops.symm_mem.fused_all_gather_matmul on libsymmem: A is a_shard
+    gathered along gather_dim over group (rank order); returns (A, or None
+    with return_a=False, [A @ B for B in bs]). With gather_dim the last
+    dimension, the gathered dimension is the one contracted (B has
+    world_size * a_shard.shape[-1] rows). The matmuls are torch's; the
+    gather is libsymmem's, chunked by rank and overlapped: the matmul of a
+    peer's chunk waits on the stream for the peer's signal while the next
+    chunk crosses (Note [Tensor-parallel workspace]). Inputs are any
+    tensors (staged in the group's symmetric workspace). Differentiable:
+    the backward runs fused_matmul_reduce_scatter. Under torch.compile it is
+    torch.ops.symmem.fused_all_gather_matmul."""
+    torch = _torch()
+    bs = list(bs)
+    if _compiling(torch):
+        res = torch.ops.symmem.fused_all_gather_matmul(a_shard, bs, gather_dim, _group_name(group), return_a)
+        return (res[0], list(res[1:])) if return_a else (None, list(res))
+    if torch.is_grad_enabled() and (a_shard.requires_grad or any(b.requires_grad for b in bs)):
+        a, *outs = _tp_autograd(torch)[0].apply(gather_dim, group, a_shard, *bs)
+        return (a if return_a else None), outs
+    return _ag_mm(torch, a_shard, bs, gather_dim, group, return_a)
+
+
+def fused_matmul_reduce_scatter(a, b, reduce_op: str, scatter_dim: int, group=None):
+    """torch.ops.symm_mem.fused_matmul_reduce_scatter on libsymmem:
+    reduce_scatter(a @ b, reduce_op, scatter_dim) over group: reduce_op
+    "sum" or "avg", accumulated in fp32 in rank order and rounded once;
+    this rank keeps part rank of scatter_dim. The matmuls are torch's,
+    chunk by destination rank; each chunk crosses into its rank's
+    workspace while the next is computed. Differentiable: the backward runs
+    fused_all_gather_matmul. Under torch.compile it is
+    torch.ops.symmem.fused_matmul_reduce_scatter."""
+    torch = _torch()
+    if _compiling(torch):
+        return torch.ops.symmem.fused_matmul_reduce_scatter(a, b, reduce_op, scatter_dim, _group_name(group))
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        return _tp_autograd(torch)[1].apply(reduce_op, scatter_dim, group, a, b)
+    return _mm_rs(torch, a, b, reduce_op, scatter_dim, group)
+
+
+_NORM_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def _is_symmem(t) -> bool:
+    try:
+        _alloc.pointer_info(int(t.data_ptr()))
+        return True
+    except Exception:  # noqa: BLE001 - any refusal: not libsymmem memory
+        return False
+
+
+def _run_rmsnorm(x, residual, weight, eps: float, out, group, algo) -> None:
+    from . import _tp
+
+    torch = _torch_module or _torch()
+    what = _tp.NORM
+    tokens, hidden = _tp.rmsnorm_rows(tuple(x.shape), tuple(residual.shape), tuple(weight.shape))
+    _tp_check(what, [("x", x), ("residual", residual), ("weight", weight), ("out", out)])
+    name = str(x.dtype).replace("torch.", "")
+    if name not in _NORM_DTYPES:
+        raise ValueError(f"{what}: x is {x.dtype}; the norm takes bfloat16, float16 or float32")
+    for n, t in (("x", x), ("residual", residual), ("weight", weight), ("out", out)):
+        if not t.is_contiguous():
+            raise ValueError(f"{what}: {n} must be contiguous")
+    if tuple(out.shape) != tuple(x.shape):
+        raise ValueError(f"{what}: out has shape {tuple(out.shape)}, x {tuple(x.shape)}")
+    dev = x.get_device()
+    stream = _a2a_stream(torch, dev)
+    gkey = group if group is None or isinstance(group, str) else id(group)
+    symmetric = (gkey, dev, x.data_ptr(), x.nbytes) in _fast or _is_symmem(x)
+    if symmetric:
+        hptr = _fast_entry(torch, x, group, dev)[2]
+    else:
+        g = group_for(group, _symmem_device(x.device))
+        h, _ = _tp_workspace(torch, g, x.device, x.nbytes)
+        staged = h.get_buffer(g.rank, tuple(x.shape), x.dtype)
+        staged.copy_(x)
+        hptr = int(h.handle.ptr)
+    outp = None if symmetric and out.data_ptr() == x.data_ptr() else out.data_ptr()
+    rc = _a2a_fn("symmem_all_reduce_rmsnorm")(
+        hptr, _coll.DTYPES[name], tokens, hidden, residual.data_ptr(), weight.data_ptr(), float(eps), outp,
+        0 if algo is None else _coll.algo_code(algo, "all_reduce_rmsnorm"), stream)
+    if rc:
+        _lib.check(rc, what)
+
+
+def all_reduce_rmsnorm(x, residual, weight, eps: float, out=None, group=None, algo: Optional[str] = None):
+    """The end of a tensor-parallel decode layer in one call: residual +=
+    all_reduce(x); out = rms_norm(residual) * weight. x, residual and out
+    have one shape (..., hidden), weight (hidden,), all of one dtype
+    (bfloat16, float16 or float32; hidden a multiple of 8 up to 16384).
+    Returns (out, residual); residual is updated in place, out defaults to
+    a new tensor (out=x: in place). The all-reduce sums in rank order in
+    fp32 and rounds once; the add and the norm round as include/symmem.h
+    says, so the results are the same bits on every rank whose residual and
+    weight are the same. Small calls are one kernel on the low-latency path;
+    larger ones the all-reduce then one add-and-norm kernel (algo: None or
+    "auto", "low_latency", "one_shot", "two_shot"). x is used in place when
+    it is libsymmem memory (symmem.torch.empty: the first call on it
+    rendezvouses), else staged in the group's workspace; every rank passes
+    the same kind. Capturable in CUDA graphs. Under torch.compile it is
+    torch.ops.symmem.all_reduce_rmsnorm."""
+    torch = _torch()
+    if out is None:
+        out = torch.empty_like(x)
+    if _compiling(torch):
+        torch.ops.symmem.all_reduce_rmsnorm(x, residual, weight, float(eps), out, _group_name(group),
+                                            algo or "auto")
+        return out, residual
+    _run_rmsnorm(x, residual, weight, eps, out, group, algo)
+    return out, residual
+
+
 # Note [Collectives as torch operators]
 #
 # Under torch.compile, symmem.torch's collectives are torch operators
@@ -1566,6 +2047,52 @@ def _define_ops(torch) -> None:
         _a2a_check("all_to_all_v_2d_offset", input, out,
                    (("in_splits_offsets", in_splits_offsets, s), ("out_splits_offsets", out_splits_offsets, s)))
         return None
+
+
+    # The tensor-parallel operators. The fused matmuls' real results are
+    # made contiguous so that they match their fakes' strides.
+    @torch.library.custom_op(
+        "symmem::all_reduce_rmsnorm", mutates_args=("residual", "out"),
+        schema="(Tensor x, Tensor(a!) residual, Tensor weight, float eps, Tensor(b!) out, str group, str algo) -> ()")
+    def all_reduce_rmsnorm_op(x: Tensor, residual: Tensor, weight: Tensor, eps: float, out: Tensor, group: str,
+                              algo: str) -> None:
+        _run_rmsnorm(x, residual, weight, eps, out, _group_arg(group), None if algo == "auto" else algo)
+
+    @all_reduce_rmsnorm_op.register_fake
+    def _(x, residual, weight, eps, out, group, algo):
+        from . import _tp
+
+        _tp.rmsnorm_rows(tuple(x.shape), tuple(residual.shape), tuple(weight.shape))
+        return None
+
+    @torch.library.custom_op(
+        "symmem::fused_all_gather_matmul", mutates_args=(),
+        schema="(Tensor a_shard, Tensor[] bs, int gather_dim, str group, bool return_a) -> Tensor[]")
+    def fused_all_gather_matmul_op(a_shard: Tensor, bs: List[Tensor], gather_dim: int, group: str,
+                                   return_a: bool) -> List[Tensor]:
+        a, outs = _ag_mm(torch, a_shard, list(bs), gather_dim, _group_arg(group), return_a)
+        return [t.contiguous() for t in ([a] if return_a else []) + outs]
+
+    @fused_all_gather_matmul_op.register_fake
+    def _(a_shard, bs, gather_dim, group, return_a):
+        from . import _tp
+
+        a, outs = _tp.all_gather_matmul_shapes(tuple(a_shard.shape), [tuple(b.shape) for b in bs], gather_dim,
+                                               world(group))
+        return [a_shard.new_empty(s) for s in ([a] if return_a else []) + outs]
+
+    @torch.library.custom_op(
+        "symmem::fused_matmul_reduce_scatter", mutates_args=(),
+        schema="(Tensor a, Tensor b, str reduce_op, int scatter_dim, str group) -> Tensor")
+    def fused_matmul_reduce_scatter_op(a: Tensor, b: Tensor, reduce_op: str, scatter_dim: int, group: str) -> Tensor:
+        return _mm_rs(torch, a, b, reduce_op, scatter_dim, _group_arg(group)).contiguous()
+
+    @fused_matmul_reduce_scatter_op.register_fake
+    def _(a, b, reduce_op, scatter_dim, group):
+        from . import _tp
+
+        return a.new_empty(_tp.matmul_reduce_scatter_shape(tuple(a.shape), tuple(b.shape), reduce_op, scatter_dim,
+                                                           world(group)))
 
 
 def _resolve_pg(torch, name: str):

@@ -278,6 +278,11 @@ func Run(h View, a Args) error {
 		return err
 	}
 	defer leave()
+	return runEntered(h, a)
+}
+
+// runEntered is Run once the call is admitted.
+func runEntered(h View, a Args) error {
 	if a.Kind == core.AllToAll {
 		c, err := planAllToAll(h, a)
 		if err != nil || c == nil {
