@@ -9,9 +9,12 @@ graphs), each with fullgraph=True (a graph break fails the run).
 libsymmem's step is a module that keeps a buffer of symmem.torch.empty,
 copies the input into it and all-reduces it in place (the module-buffer
 pattern), and the functional form on a plain intermediate
-(symmem.torch.all_reduce(x * 1, inplace=False)); torch's step is
-torch.ops.symm_mem.one_shot_all_reduce_copy into a symm_mem.empty buffer
-(torch's form for compiled code: the operator copies the input in).
+(symmem.torch.all_reduce(x * 1, inplace=False)); torch's step copies into a
+symm_mem.empty buffer and calls torch.ops.symm_mem.one_shot_all_reduce
+uncompiled, and passes it an intermediate compiled (which Inductor places
+in symmetric memory). A step the installed torch cannot run is reported
+with its reason; torch's default-mode step is the reference (its eager step
+where that fails).
 Each row: the slowest rank's wall time per call over --calls calls in a
 Python loop ending with a synchronize, ranks lined up before each of REPS
 repetitions, median; every row checked against the eager result. The run
@@ -68,33 +71,40 @@ def rank_main(rank, world, port, calls, kib):
     tbuf = symm_mem.empty(n, dtype=torch.bfloat16, device=dev)
     symm_mem.rendezvous(tbuf, gname)
 
-    # torch's form for compiled code: the operator copies x into its
-    # symmetric buffer itself (a copy_ into tbuf inside the compiled region
-    # would hand the operator functionalization's copy, which torch refuses
-    # as not allocated by empty_strided_p2p).
-    if hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy"):
-        def torch_step(x):
-            return torch.ops.symm_mem.one_shot_all_reduce_copy(tbuf, x, "sum", gname) * 2 + 1
-    else:
-        def torch_step(x):
-            tbuf.copy_(x)
-            return torch.ops.symm_mem.one_shot_all_reduce(tbuf, "sum", gname) * 2 + 1
+    # torch's step: uncompiled, the input is copied into a symm_mem.empty
+    # buffer; compiled, a copy_ into that buffer would hand the operator
+    # functionalization's copy (torch refuses it as not allocated by
+    # empty_strided_p2p), so the compiled step passes an intermediate and
+    # leaves Inductor to place it in symmetric memory (its lowering of the
+    # symm_mem operators does that for a buffer it allocates).
+    def torch_step_eager(x):
+        tbuf.copy_(x)
+        return torch.ops.symm_mem.one_shot_all_reduce(tbuf, "sum", gname) * 2 + 1
+
+    def torch_step_compiled(x):
+        return torch.ops.symm_mem.one_shot_all_reduce(x * 1, "sum", gname) * 2 + 1
 
     want = None
     steps = {}
     sym_mod = SymmemStep()
     for mode in ("eager", "default", "reduce-overhead"):
+        torch_step = torch_step_eager if mode == "eager" else torch_step_compiled
         for name, fn in (("libsymmem module buffer", sym_mod), ("libsymmem functional", symmem_functional),
                          ("torch one_shot_all_reduce", torch_step)):
             steps[(name, mode)] = fn if mode == "eager" else torch.compile(fn, fullgraph=True, mode=mode)
     from torch._dynamo.utils import counters
 
-    results, wrong, skips = {}, {}, {}
+    results, wrong, skips, failed = {}, {}, {}, {}
     for (name, mode), fn in steps.items():
         before = dict(counters["inductor"])
-        for _ in range(5):  # compile, warm up, record the CUDA graph
-            got = fn(x).clone()
-        torch.cuda.synchronize()
+        try:
+            for _ in range(5):  # compile, warm up, record the CUDA graph
+                got = fn(x).clone()
+            torch.cuda.synchronize()
+        except Exception as exc:  # a step the installed torch cannot run: say why, go on
+            failed[(name, mode)] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            dist.barrier()
+            continue
         if want is None:
             want = got
         wrong[(name, mode)] = not torch.equal(got, want)
@@ -113,12 +123,17 @@ def rank_main(rank, world, port, calls, kib):
             ts.append(float(t.item()))
         results[(name, mode)] = statistics.median(ts)
     if rank == 0:
+        for (name, mode), why in failed.items():
+            print(f"step {mode:16s} {name:28s} cannot run: {why}", flush=True)
         for (name, mode), us in results.items():
             print(f"step {mode:16s} {name:28s} {us:9.2f} us per call   same as eager: "
                   f"{'no' if wrong[(name, mode)] else 'yes'}   cudagraph skips: {skips[(name, mode)] or 'none'}",
                   flush=True)
-        ref = results[("torch one_shot_all_reduce", "default")]
+        ref = results.get(("torch one_shot_all_reduce", "default")) or results.get(("torch one_shot_all_reduce", "eager"))
         for name in ("libsymmem module buffer", "libsymmem functional"):
+            if (name, "default") not in results or (name, "reduce-overhead") not in results or not ref:
+                print(f"GOAL {name}: not measured (a step failed above)", flush=True)
+                continue
             d, ro = results[(name, "default")], results[(name, "reduce-overhead")]
             print(f"GOAL default          {name:28s} {d:9.2f} us  torch default {ref:9.2f} us  {d / ref:.3f}x  "
                   f"{'OK' if d <= ref else 'MISSED'} (goal <= 1.0x)", flush=True)
@@ -126,7 +141,7 @@ def rank_main(rank, world, port, calls, kib):
             print(f"GOAL reduce-overhead  {name:28s} {ro:9.2f} us  torch default {ref:9.2f} us  {ro / ref:.3f}x  "
                   f"captured: {'yes' if captured else 'no'}  "
                   f"{'OK' if captured and ro <= 0.5 * ref else 'MISSED'} (goal <= 0.5x, captured)", flush=True)
-    bad = any(wrong.values())
+    bad = any(wrong.values()) or any(k[0].startswith("libsymmem") for k in failed)
     dist.barrier()
     dist.destroy_process_group()
     return 1 if bad else 0
