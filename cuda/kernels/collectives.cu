@@ -726,21 +726,41 @@ static __device__ __forceinline__ bool symmem_ll_stopped_or_seq(const symmem_dev
  * block: the last block to finish advances the channel's sequence number
  * past seq (a grid of one block does it alone; the kernel's end publishes
  * it to the stream's next kernel). */
-static __device__ __forceinline__ void symmem_ll_advance(const symmem_coll_params &p, unsigned int seq) {
+static __device__ __forceinline__ void symmem_ll_advance_words(unsigned int *seqw, unsigned int *done, unsigned int seq) {
   if (threadIdx.x != 0)
     return;
-  unsigned int *seqw = symmem_ll_region(p, SYMMEM_LL_SEQ_WORD);
   if (gridDim.x == 1) {
     *(volatile unsigned int *)seqw = seq + 1;
     return;
   }
-  unsigned int *done = symmem_ll_region(p, SYMMEM_LL_DONE_WORD);
   __threadfence();
   if (atomicAdd(done, 1u) == gridDim.x - 1) {
     *(volatile unsigned int *)done = 0;
     *(volatile unsigned int *)seqw = seq + 1;
     __threadfence();
   }
+}
+static __device__ __forceinline__ void symmem_ll_advance(const symmem_coll_params &p, unsigned int seq) {
+  symmem_ll_advance_words(symmem_ll_region(p, SYMMEM_LL_SEQ_WORD), symmem_ll_region(p, SYMMEM_LL_DONE_WORD), seq);
+}
+
+/* The agreement's end on the low-latency path: the agent thread of peer q
+ * (if any) waits for q's arguments and compares them with ours, counting
+ * q's arrival seen; true in every thread when all agree, else the group's
+ * collectives stop (symmem_coll_stop) and false. */
+static __device__ __forceinline__ bool symmem_ll_agreed(const symmem_device_view &v, unsigned int *mirror, int set,
+                                                        bool agent, int q, unsigned int n, unsigned long long mine) {
+  bool ok = true;
+  if (agent) {
+    ok = symmem_coll_agree(v, set, q, n, mine);
+    if (ok)
+      *(volatile unsigned int *)symmem_dev_set_word(v, v.rank, set, v.world + q) = n;
+  }
+  if (__syncthreads_and(ok))
+    return true;
+  if (threadIdx.x == 0)
+    symmem_coll_stop(v, mirror, set);
+  return false;
 }
 
 /* KIND 0 all-reduce, 1 all-gather, 2 reduce-scatter; DT and OP as the
@@ -799,17 +819,9 @@ template <int KIND, int DT, int OP> static __device__ __forceinline__ void symme
   }
 
   /* Every peer's arguments equal ours before any output is written. */
-  bool ok = true;
-  if (agent) {
-    ok = symmem_coll_agree(v, set, q, n, mine);
-    if (ok)
-      *(volatile unsigned int *)symmem_dev_set_word(v, me, set, W + q) = n;
-  }
-  if (!__syncthreads_and(ok)) {
-    if (threadIdx.x == 0)
-      symmem_coll_stop(v, p.stop_mirror, set);
+  if (!symmem_ll_agreed(v, p.stop_mirror, set, agent, q, n, mine))
     return;
-  }
+  bool ok = true;
   /* No second look at the stop word here (the barrier kernels take one
    * after their opening barrier): every line this call reads carries its
    * flag and was stored by its peer before that peer's agreement, from the
@@ -1240,17 +1252,9 @@ static __device__ __noinline__ void symmem_a2a_ll(const symmem_a2a_params &p, lo
     }
   }
   /* Every peer's arguments equal ours before any output is written. */
-  bool ok = true;
-  if (agent) {
-    ok = symmem_coll_agree(v, set, q, n, mine);
-    if (ok)
-      *(volatile unsigned int *)symmem_dev_set_word(v, me, set, W + q) = n;
-  }
-  if (!__syncthreads_and(ok)) {
-    if (threadIdx.x == 0)
-      symmem_coll_stop(v, p.stop_mirror, set);
+  if (!symmem_ll_agreed(v, p.stop_mirror, set, agent, q, n, mine))
     return;
-  }
+  bool ok = true;
   /* Headers: what every piece brings. */
   for (int i = threadIdx.x; i < S && ok; i += blockDim.x) {
     int s, j;
@@ -1345,20 +1349,7 @@ static __device__ __noinline__ void symmem_a2a_ll(const symmem_a2a_params &p, lo
     return;
   }
   /* The last block to finish advances the call number (words 4, 5). */
-  if (threadIdx.x == 0) {
-    unsigned int *seqw = symmem_a2a_region(p, 4);
-    if (gridDim.x == 1) {
-      *(volatile unsigned int *)seqw = seq + 1;
-    } else {
-      unsigned int *done = symmem_a2a_region(p, 5);
-      __threadfence();
-      if (atomicAdd(done, 1u) == gridDim.x - 1) {
-        *(volatile unsigned int *)done = 0;
-        *(volatile unsigned int *)seqw = seq + 1;
-        __threadfence();
-      }
-    }
-  }
+  symmem_ll_advance_words(symmem_a2a_region(p, SYMMEM_LL_SEQ_WORD), symmem_a2a_region(p, SYMMEM_LL_DONE_WORD), seq);
 }
 
 extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_to_all(const symmem_a2a_params p) {
@@ -1729,17 +1720,9 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_NORM_THREADS) SYMMEM_NORM_NA
     }
 
   /* Every peer's arguments equal ours before any output is written. */
-  bool ok = true;
-  if (agent) {
-    ok = symmem_coll_agree(v, set, q, n, mine);
-    if (ok)
-      *(volatile unsigned int *)symmem_dev_set_word(v, me, set, W + q) = n;
-  }
-  if (!__syncthreads_and(ok)) {
-    if (threadIdx.x == 0)
-      symmem_coll_stop(v, c.stop_mirror, set);
+  if (!symmem_ll_agreed(v, c.stop_mirror, set, agent, q, n, mine))
     return;
-  }
+  bool ok = true;
 
   /* Receive each octet from every rank, reduce in rank order, round, add,
    * norm. */

@@ -733,6 +733,17 @@ def _drop_coll_handle(key) -> None:
             pass
 
 
+def _owner(tensor):
+    """The tensor whose life bounds tensor's memory: the base of a view
+    (which the view keeps alive), else tensor itself. Caches keyed by a
+    view's pointer live as long as it, so a call on a fresh view of the
+    same buffer (buf[:n] at every step, or inside a CUDA-graph capture,
+    where a rendezvous cannot run) finds what the first call resolved."""
+    while tensor._base is not None:
+        tensor = tensor._base
+    return tensor
+
+
 def _coll_handle(tensor, group) -> TorchHandle:
     """The handle of tensor in group: a rendezvous (collective) at the first
     collective on the tensor, reused while the tensor lives."""
@@ -744,7 +755,7 @@ def _coll_handle(tensor, group) -> TorchHandle:
     if h is None:
         h = rendezvous(tensor, g)
         _coll_handles[key] = h
-        weakref.finalize(tensor, _drop_coll_handle, key)
+        weakref.finalize(_owner(tensor), _drop_coll_handle, key)
     return h
 
 
@@ -767,7 +778,11 @@ def _current_stream(tensor) -> int:
 # lookup, no rendezvous check, no exception-driven dtype parsing. The entry
 # keeps the group argument itself (and, for the default group, the process
 # group it was), so a recycled id or a re-created default group is noticed
-# and the slow path runs again (which finds the process group anew). Under torch.compile the same calls go
+# and the slow path runs again (which finds the process group anew). An
+# entry lives as long as the tensor that owns the memory (a view's base:
+# _owner), so a fresh view of one buffer at every call (buf[:n]) finds it,
+# also inside a CUDA-graph capture, where no rendezvous can run. Under
+# torch.compile the same calls go
 # through the torch.library operators below instead.
 
 # (group argument: None, a name, or the id of a process group; device
@@ -828,7 +843,7 @@ def _fast_entry(torch, tensor, group, dev=None):
     pg = _world_pg(torch.distributed) if group is None else None
     e = (group, pg, int(th.handle.ptr), th.handle.world_size, th)
     _fast[key] = e
-    weakref.finalize(tensor, _fast.pop, key, None)
+    weakref.finalize(_owner(tensor), _fast.pop, key, None)
     return e
 
 

@@ -40,6 +40,7 @@ def _check(records, *, graph=False):
         if graph:
             assert res["warm"] is None and res["graph"] is None, res
             assert res["two_streams_wrong"] == [], res
+            assert res["view_graph"] is None, res["view_graph"]
             assert res["device_error_after_graph"] == 0 and res["device_error"] == 0, res
         else:
             assert res["failures"] == [], res["failures"]

@@ -10,6 +10,8 @@ usage: coll_graph.py REPLAYS
 2. Two streams, two channels: stream A all-reduces tensor a on channel 0
    while stream B all-gathers tensor b on channel 1, 200 times, neither
    waiting for the other; every result exact.
+3. symmem.torch.all_reduce on a fresh view of a buffer (buf[:k]) at every
+   call, captured after one uncaptured call: the replays sum exactly.
 """
 
 from __future__ import annotations
@@ -89,6 +91,29 @@ def body(ctx):
     ctx.wait_gpu("two streams a", sa)
     ctx.wait_gpu("two streams b", sb)
     out["two_streams_wrong"] = wrong
+
+    # 3. symmem.torch.all_reduce on a fresh view of a buffer at every call
+    # (buf[:k]), warmed up once and then captured: the capture finds what
+    # the first call resolved (no rendezvous inside the capture).
+    ctx.stage("symmem.torch.all_reduce of a fresh view, captured")
+    k = 1024
+    buf = st.empty(4 * k, dtype=torch.float32, device=ctx.dev)
+    src = torch.full((k,), float(me + 1), dtype=torch.float32, device=dev)
+    with torch.cuda.stream(s):
+        buf[:k].copy_(src)
+        st.all_reduce(buf[:k])
+    ctx.wait_gpu("view warm-up", s)
+    gv = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(gv, stream=s):
+            buf[:k].copy_(src)
+            st.all_reduce(buf[:k])
+        for _ in range(3):
+            gv.replay()
+        ctx.wait_gpu("view replays", torch.cuda.current_stream(dev))
+        out["view_graph"] = first_mismatch(torch, buf[:k], torch.full((k,), float(W * (W + 1) // 2), device=dev))
+    except Exception as exc:  # the capture failed: say why
+        out["view_graph"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     out["device_error"] = h.device_error()
     for x in (ha, hb, h):
         x.release()
