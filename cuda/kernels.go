@@ -13,7 +13,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -473,9 +472,10 @@ func collGrid(c *core.Collective) (blocks, threads uint32) {
 	return 1, uint32(min(t, collThreads))
 }
 
-// packCollParams lays c out as symmem_coll_params (kernels/collectives.cu).
-func packCollParams(c *core.Collective) [collParamSize]byte {
-	var p [collParamSize]byte
+// packViewInOut lays out what every kernel's parameters start with
+// (kernels/collectives.cu): symmem_device_view at 0, the input's offset in
+// every block at 40, this rank's out at 48.
+func packViewInOut(p []byte, c *core.Collective) {
 	le := binary.LittleEndian
 	le.PutUint64(p[0:], uint64(c.Buffers))
 	le.PutUint64(p[8:], uint64(c.Pads))
@@ -485,6 +485,13 @@ func packCollParams(c *core.Collective) [collParamSize]byte {
 	le.PutUint32(p[36:], uint32(c.World))
 	le.PutUint64(p[40:], uint64(c.InOffset))
 	le.PutUint64(p[48:], uint64(c.Out))
+}
+
+// packCollParams lays c out as symmem_coll_params (kernels/collectives.cu).
+func packCollParams(c *core.Collective) [collParamSize]byte {
+	var p [collParamSize]byte
+	le := binary.LittleEndian
+	packViewInOut(p[:], c)
 	le.PutUint64(p[56:], uint64(c.OutOffset))
 	count := uint64(c.Count)
 	if c.Kind == core.AllGather || c.Kind == core.AllToAll {
@@ -554,83 +561,6 @@ func (b *Backend) LaunchCollective(dev int, s core.Stream, c *core.Collective) e
 	return check(C.smcu_launch(d.ctx, fn, C.uint(blocks), C.uint(threads), C.uintptr_t(s), unsafe.Pointer(&params[0]), pdl), dev)
 }
 
-// a2aParamSize is sizeof(symmem_a2a_params) (kernels/collectives.cu).
-const a2aParamSize = 224
-
-// packA2AParams lays all-to-all c out as symmem_a2a_params.
-func packA2AParams(c *core.Collective) [a2aParamSize]byte {
-	var p [a2aParamSize]byte
-	le := binary.LittleEndian
-	le.PutUint64(p[0:], uint64(c.Buffers))
-	le.PutUint64(p[8:], uint64(c.Pads))
-	le.PutUint64(p[16:], uint64(c.PadSize))
-	le.PutUint64(p[24:], c.TimeoutNs)
-	le.PutUint32(p[32:], uint32(c.Rank))
-	le.PutUint32(p[36:], uint32(c.World))
-	le.PutUint64(p[40:], uint64(c.InOffset))
-	le.PutUint64(p[48:], uint64(c.Out))
-	layout := int32(-1)
-	if v := c.V; v != nil {
-		layout = int32(v.Layout)
-		le.PutUint64(p[56:], uint64(v.OutRows))
-		le.PutUint64(p[64:], uint64(v.RowBytes))
-		le.PutUint64(p[72:], uint64(v.InSplits))
-		le.PutUint64(p[80:], uint64(v.OutSplitsOffsets))
-		le.PutUint64(p[88:], uint64(v.ExchangeOffset))
-		le.PutUint64(p[96:], uint64(v.InRows))
-		le.PutUint64(p[104:], uint64(v.MajorAlign))
-		le.PutUint32(p[116:], uint32(v.Experts))
-	} else {
-		le.PutUint64(p[64:], uint64(c.Count*c.DType.Size())) // bytes from each rank
-		le.PutUint32(p[116:], 1)
-	}
-	le.PutUint32(p[112:], uint32(layout))
-	le.PutUint32(p[120:], uint32(c.Channel*collMaxBlocks))
-	le.PutUint32(p[124:], c.Digest)
-	if c.Unchecked {
-		le.PutUint32(p[128:], 1)
-	}
-	le.PutUint64(p[216:], uint64(c.StopMirror))
-	if c.V != nil && c.Algo == core.AlgoLowLatency {
-		le.PutUint64(p[136:], uint64(c.LLOffset))
-		le.PutUint64(p[144:], uint64(c.LLSlot))
-		if c.World <= llDirectRanks && len(c.PadAddrs) >= c.World {
-			for r := 0; r < c.World; r++ {
-				le.PutUint64(p[152+8*r:], uint64(c.PadAddrs[r]))
-			}
-		}
-	}
-	return p
-}
-
-// a2aGrid is the all-to-all's launch geometry: blocks enough for one
-// 16-byte item per thread of what out can receive, at most collBlocks, of
-// collThreads threads (its scans and barriers take one block of them).
-// Every rank computes the same from agreed arguments.
-func a2aGrid(c *core.Collective) uint32 {
-	bytes := uint64(c.Count*c.DType.Size()) * uint64(c.World)
-	if v := c.V; v != nil {
-		bytes = uint64(v.OutRows) * uint64(v.RowBytes)
-	}
-	g := (bytes/16 + collThreads - 1) / collThreads
-	return uint32(max(1, min(g, collBlocks)))
-}
-
-// launchAllToAll enqueues all-to-all c on s (Note [All-to-all] in
-// core/symm/coll).
-func (b *Backend) launchAllToAll(m *kernelModule, d *device, dev int, s core.Stream, c *core.Collective) error {
-	fn, _, err := m.kernel(allToAllKernel)
-	if err != nil {
-		return err
-	}
-	params := packA2AParams(c)
-	pdl := C.int(0)
-	if collPDL && m.arch >= 90 {
-		pdl = 1
-	}
-	return check(C.smcu_launch(d.ctx, fn, C.uint(a2aGrid(c)), C.uint(collThreads), C.uintptr_t(s), unsafe.Pointer(&params[0]), pdl), dev)
-}
-
 // memOpsMax is SYMMEM_MEMOPS_MAX, and memOpsParamSize
 // sizeof(symmem_memops_params) (kernels/collectives.cu).
 const (
@@ -692,43 +622,4 @@ func (b *Backend) LaunchMemOps(dev int, s core.Stream, ops []core.MemOp, w core.
 		pdl = 1
 	}
 	return check(C.smcu_launch(d.ctx, fn, 1, C.uint(threads), C.uintptr_t(s), unsafe.Pointer(&p[0]), pdl), dev)
-}
-
-// normParamSize is sizeof(symmem_norm_params), normThreads
-// SYMMEM_NORM_THREADS (kernels/collectives.cu), normMaxBlocks the most
-// blocks of the add and norm alone.
-const (
-	normParamSize = collParamSize + 40
-	normThreads   = 256
-	normMaxBlocks = 1024
-)
-
-// launchNorm enqueues the all-reduce with RMSNorm c on s (Note [All-reduce
-// with RMSNorm] in core/symm/coll/norm.go): a block per row up to
-// collBlocks on the low-latency path (each block one device set), up to
-// normMaxBlocks for the add and norm alone.
-func (b *Backend) launchNorm(m *kernelModule, d *device, dev int, s core.Stream, c *core.Collective) error {
-	fn, _, err := m.kernel(normKernels + int(c.DType))
-	if err != nil {
-		return err
-	}
-	var p [normParamSize]byte
-	cp := packCollParams(c)
-	copy(p[:], cp[:])
-	n, le := c.Norm, binary.LittleEndian
-	const at = collParamSize // the norm's fields follow the all-reduce's parameters
-	le.PutUint64(p[at:], uint64(n.Residual))
-	le.PutUint64(p[at+8:], uint64(n.Weight))
-	le.PutUint64(p[at+16:], uint64(n.Tokens))
-	le.PutUint64(p[at+24:], uint64(n.Hidden))
-	le.PutUint32(p[at+32:], math.Float32bits(n.Eps))
-	blocks := min(uint64(n.Tokens), normMaxBlocks)
-	if c.Algo == core.AlgoLowLatency {
-		blocks = min(uint64(n.Tokens), collBlocks)
-	}
-	pdl := C.int(0)
-	if collPDL && m.arch >= 90 {
-		pdl = 1
-	}
-	return check(C.smcu_launch(d.ctx, fn, C.uint(blocks), C.uint(normThreads), C.uintptr_t(s), unsafe.Pointer(&p[0]), pdl), dev)
 }
