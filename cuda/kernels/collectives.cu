@@ -210,34 +210,41 @@ static __device__ __forceinline__ bool symmem_coll_agree(const symmem_device_vie
 
 /* Publishes this call's arguments to peer p for set (thread p's part of
  * symmem_coll_open): arrival n << 32 | digest into p's slot (set, rank),
- * then the arrival itself, both relaxed. Returns the word published. */
+ * relaxed, then the arrival itself: relaxed, or with release at system
+ * scope when the block's earlier stores must be visible to p once it has
+ * seen the arrival (publish). Returns the word published. */
 static __device__ __forceinline__ unsigned long long symmem_coll_publish(const symmem_device_view &v, int set, int p,
-                                                                         unsigned int n, unsigned int digest) {
+                                                                         unsigned int n, unsigned int digest,
+                                                                         bool publish = false) {
   const unsigned long long mine = (unsigned long long)n << 32 | digest;
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(symmem_dev_arg_slot(v, p, set, v.rank) + (n & 1)),
                "l"(mine)
                : "memory");
-  asm volatile("red.relaxed.sys.global.add.u32 [%0], %1;" ::"l"(symmem_dev_set_word(v, p, set, v.rank)), "r"(1u)
-               : "memory");
+  if (publish)
+    symmem_dev_add_release(symmem_dev_set_word(v, p, set, v.rank), 1);
+  else
+    asm volatile("red.relaxed.sys.global.add.u32 [%0], %1;" ::"l"(symmem_dev_set_word(v, p, set, v.rank)), "r"(1u)
+                 : "memory");
   return mine;
 }
 
 /* The opening barrier also refuses to run on a group whose collectives
  * stopped: before it arrives anywhere (a kernel enqueued before the failure
  * was seen, a graph's replay), and again after its waits (a peer that gave
- * up after counting its arrival here). */
+ * up after counting its arrival here). publish: the arrivals release the
+ * block's earlier stores to the peers (the all-to-all's split tables). */
 template <class P> /* symmem_coll_params, symmem_a2a_params: view, stop_mirror, digest, flags */
-static __device__ __forceinline__ bool symmem_coll_open(const P &params, int set) {
+static __device__ __forceinline__ bool symmem_coll_open(const P &params, int set, bool publish = false) {
   const symmem_device_view &v = params.view;
   if (symmem_coll_stopped(v, params.stop_mirror, set))
     return false;
   if (params.flags & SYMMEM_COLL_UNCHECKED)
-    return symmem_coll_barrier(params, set, false) && !symmem_coll_stopped(v, params.stop_mirror, set);
+    return symmem_coll_barrier(params, set, publish) && !symmem_coll_stopped(v, params.stop_mirror, set);
   bool ok = true;
   int p = threadIdx.x;
   if (p < v.world && p != v.rank) {
     const unsigned int n = *(volatile unsigned int *)symmem_dev_set_word(v, v.rank, set, v.world + p) + 1;
-    const unsigned long long mine = symmem_coll_publish(v, set, p, n, params.digest);
+    const unsigned long long mine = symmem_coll_publish(v, set, p, n, params.digest, publish);
     ok = symmem_dev_wait(v, p, set) && symmem_coll_agree(v, set, p, n, mine);
   }
   if (!__syncthreads_and(ok)) {
@@ -1064,37 +1071,6 @@ static __device__ __forceinline__ void symmem_a2a_target(const symmem_a2a_params
   }
 }
 
-/* The opening barrier of a split-driven all-to-all: symmem_coll_open with
- * a releasing arrival, so that the table this block published is visible
- * into that peer's pad is visible to it once it has seen the arrival. */
-static __device__ __forceinline__ bool symmem_a2a_open(const symmem_a2a_params &p, int set) {
-  const symmem_device_view &v = p.view;
-  if (symmem_coll_stopped(v, p.stop_mirror, set))
-    return false;
-  bool ok = true;
-  int q = threadIdx.x;
-  if (q < v.world && q != v.rank) {
-    if (p.flags & SYMMEM_COLL_UNCHECKED) {
-      symmem_dev_add_release(symmem_dev_set_word(v, q, set, v.rank), 1);
-      ok = symmem_dev_wait(v, q, set);
-    } else {
-      const unsigned int n = *(volatile unsigned int *)symmem_dev_set_word(v, v.rank, set, v.world + q) + 1;
-      const unsigned long long mine = (unsigned long long)n << 32 | p.digest;
-      asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(symmem_dev_arg_slot(v, q, set, v.rank) + (n & 1)),
-                   "l"(mine)
-                   : "memory");
-      symmem_dev_add_release(symmem_dev_set_word(v, q, set, v.rank), 1);
-      ok = symmem_dev_wait(v, q, set) && symmem_coll_agree(v, set, q, n, mine);
-    }
-  }
-  if (!__syncthreads_and(ok)) {
-    if (threadIdx.x == 0)
-      symmem_coll_stop(v, p.stop_mirror, set);
-    return false;
-  }
-  return !symmem_coll_stopped(v, p.stop_mirror, set);
-}
-
 /* The most splits of the low-latency path (its tables share the kernel's
  * shared pool, ten arrays of them). */
 #define SYMMEM_A2A_LL_MAX_SPLITS 256
@@ -1409,7 +1385,7 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) symmem_all_to_
                    "l"(tag | poison | ((unsigned long long)s_src[j] & SYMMEM_A2A_VALUE))
                    : "memory");
     }
-    ok = symmem_a2a_open(p, set);
+    ok = symmem_coll_open(p, set, true); /* the tables above go with the arrivals */
   } else {
     ok = symmem_coll_open(p, set);
   }
