@@ -89,28 +89,13 @@ def rank_main(rank, world, port, out_path, mm, eager):
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         return float(slowest.item())
 
+    from graph_timing import graph_timer  # bench/, beside this file
+
     def capture(fn, iters):
-        torch.cuda.synchronize()
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                fn()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(iters):
-                fn()
-        return graph
+        return graph_timer(torch, dist, stream, iters)[0](fn)
 
     def replay_us(graph, iters):
-        dist.barrier()
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        with torch.cuda.stream(stream):
-            a.record(stream)
-            graph.replay()
-            b.record(stream)
-        b.synchronize()
-        return worst(a.elapsed_time(b) * 1e3 / iters)
+        return worst(graph_timer(torch, dist, stream, iters)[1](graph))
 
     def eager_us(fn, calls):
         for _ in range(3):
