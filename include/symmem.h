@@ -1306,7 +1306,10 @@ symmem_result symmem_all_reduce_rmsnorm(symmem_handle *handle,
  * with other arguments (cause 1; out was left untouched),
  * SYMMEM_ERROR_PEER when peer's process exited during a wait (cause 2) and
  * SYMMEM_ERROR_INVALID_STATE when a wait gave up because rank peer's
- * collective had given up (cause 3: the group's collectives stopped),
+ * collective had given up (cause 3: the group's collectives stopped; but
+ * SYMMEM_ERROR_MISMATCH when peer gave up on other collective arguments,
+ * bits 12-13 of the set field 1: which rank's kernel sees a mismatch first
+ * is a race, and every rank reports it alike),
  * SYMMEM_ERROR_INVALID_ARGUMENT when an all-to-all was refused for rank
  * peer's splits or out (cause 3 with bit 15 of the set field,
  * SYMMEM_DEV_OVERRUN_SET_BIT; out was left untouched), the

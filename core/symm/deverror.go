@@ -17,9 +17,18 @@ import (
 // core/symm/coll), ErrInvalidState for a wait that gave up because a
 // peer's collective had (the stop word's value, Note [Failed collectives]
 // in core/symm/coll).
+//
+// A kernel that found the group stopped because a peer found other
+// collective arguments (before this rank's kernel compared them: which
+// rank sees the difference first is a race on the GPU) is ErrMismatch
+// too, so that every rank of a mismatched call reports the same code.
 func (h *Handle) DeviceErrorText(v uint32) error {
 	if v&core.DevFlagFailed != 0 && v>>29&3 == core.DevCauseGaveUp && !core.IsDevOverrun(v) {
-		return h.stoppedErr(v)
+		err := h.stoppedErr(v)
+		if v>>12&3 == core.DevCauseMismatch {
+			return core.Errorf(core.ErrMismatch, "%s", err.Error())
+		}
+		return err
 	}
 	if v&core.DevFlagFailed == 0 {
 		return nil

@@ -56,4 +56,11 @@ func TestStopWordRefusesCollectives(t *testing.T) {
 	err = coll.Run(h.View(), coll.Args{Kind: core.AllReduce, DType: core.Float32, Op: core.OpSum, Count: 1 << 40})
 	require.Equal(t, core.ErrInvalidState, core.CodeOf(err), "%v", err)
 	require.Equal(t, err.Error(), h.DeviceErrorText(gave).Error())
+
+	// A rank whose kernel found the group stopped by rank 5's finding
+	// other arguments reports the mismatch, as rank 5 does.
+	mism := h.DeviceErrorText(core.DevGaveUp(5, core.DevCauseMismatch, 66))
+	require.Equal(t, core.ErrMismatch, core.CodeOf(mism), "%v", mism)
+	require.Contains(t, mism.Error(), "rank 5 gave up a collective (collective channel 1, kernel block 2 (device set 66)): it found other collective arguments")
+	require.Equal(t, core.ErrInvalidState, core.CodeOf(h.CollectivesStopped()), "later collectives are refused as for any stop")
 }

@@ -96,6 +96,7 @@ def body(ctx):
     # (buf[:k]), warmed up once and then captured: the capture finds what
     # the first call resolved (no rendezvous inside the capture).
     ctx.stage("symmem.torch.all_reduce of a fresh view, captured")
+    ctx.init_dist()  # symmem.torch's collectives run on torch.distributed's world
     k = 1024
     buf = st.empty(4 * k, dtype=torch.float32, device=ctx.dev)
     src = torch.full((k,), float(me + 1), dtype=torch.float32, device=dev)

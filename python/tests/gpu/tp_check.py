@@ -19,21 +19,25 @@ usage: tp_check.py REPLAYS
 
 from __future__ import annotations
 
+import os
 import sys
 
 from _symm_common import run
 
 
-def emulate(torch, xs, residual, weight, eps, dtype):
+def emulate(torch, xs, residual, weight, eps, dtype, device="cpu"):
     """residual and out of the documented rounding, on the CPU (IEEE fp32
-    operations, none fused): xs every rank's input in rank order."""
+    operations, none fused): xs every rank's input in rank order. On
+    device="cuda:N" the same operations run on that GPU (explain())."""
+    xs = [x.to(device) for x in xs]
+    residual, weight = residual.to(device), weight.to(device)
     acc = xs[0].float()
     for x in xs[1:]:
         acc = acc + x.float()
     res = (acc.to(dtype).float() + residual.float()).to(dtype).float()
     T, H = res.shape
     sq = (res * res).view(T, H // 8, 8)
-    parts = torch.zeros(T, 256)
+    parts = torch.zeros(T, 256, device=device)
     for o0 in range(0, H // 8, 256):
         blk = sq[:, o0:o0 + 256, :]
         for e in range(8):
@@ -42,10 +46,47 @@ def emulate(torch, xs, residual, weight, eps, dtype):
     while s >= 1:
         parts[:, :s] = parts[:, :s] + parts[:, s:2 * s]
         s //= 2
-    denom = torch.sqrt(parts[:, 0] / H + torch.tensor(eps, dtype=torch.float32))
-    inv = torch.div(torch.ones_like(denom), denom)
+    emulate.last_ss = parts[:, 0].clone()
+    # The quotient, sum, square root and reciprocal of fp32 values, each
+    # correctly rounded to fp32: computed in fp64 and rounded once (exact
+    # for these four operations), because torch's CPU kernels need not
+    # round them correctly (its 1 / sqrt(x) is one fp32 step off at times).
+    eps32 = torch.tensor(eps, dtype=torch.float32).double().to(device)
+    mean = (parts[:, 0].double() / H).float()
+    denom = torch.sqrt((mean.double() + eps32).float().double()).float()
+    inv = (1.0 / denom.double()).float()
     out = ((res * inv[:, None]) * weight.float()).to(dtype)
-    return res.to(dtype), out
+    emulate.last_inv = inv
+    return res.to(dtype).cpu(), out.cpu()
+
+
+def explain(torch, got, want, res, weight, dtype, xs, residual0, eps, device) -> str:
+    """Where out differs from the emulation: the first element's bits and
+    whether the row's inv one fp32 step up or down gives the kernel's
+    value (then the row's sum of squares or its square root differed)."""
+    H = res.shape[1]
+    bad = (got != want).reshape(-1).nonzero().reshape(-1)
+    i = int(bad[0])
+    t, h = divmod(i, H)
+    inv = emulate.last_inv[t]
+    ss = float(emulate.last_ss[t])
+    _, gpu_out = emulate(torch, xs, residual0, weight, eps, dtype, device)
+    gpu_inv, gpu_ss = float(emulate.last_inv[t]), float(emulate.last_ss[t])
+    emulate(torch, xs, residual0, weight, eps, dtype)  # the CPU's again
+    r, w = res.float()[t, h], weight.float()[h]
+    near = []
+    for way in (float("inf"), float("-inf")):
+        step = torch.nextafter(inv, torch.tensor(way))
+        if bool((((res.float()[t] * step) * weight.float()).to(dtype) == got[t]).all()):
+            near.append("up" if way > 0 else "down")
+    bits = (lambda v: int(v.view(torch.int16)) & 0xffff) if dtype != torch.float32 else (
+        lambda v: int(v.view(torch.int32)) & 0xffffffff)
+    return (f"{bad.numel()} elements, first row {t} column {h}: got {float(got[t, h])!r} ({bits(got[t, h]):#x}), "
+            f"emulation {float(want[t, h])!r} ({bits(want[t, h]):#x}), residual {float(r)!r}, weight {float(w)!r}, "
+            f"inv {float(inv)!r}; the row's inv one step {' or '.join(near) or 'up or down does not'} "
+            f"{'gives' if near else 'give'} the kernel's row; the CPU's ss {ss!r}, the GPU emulation's ss "
+            f"{gpu_ss!r} inv {gpu_inv!r}, whose out {'equals' if torch.equal(gpu_out, got) else 'differs from'} "
+            f"the kernel's")
 
 
 def bits_sum(torch, *ts) -> list:
@@ -99,9 +140,8 @@ def body(ctx):
         if not torch.equal(residual.cpu(), want_res):
             out["norm_failures"].append(f"{case}: residual differs from the emulation")
         if not torch.equal(o.cpu(), want_out):
-            bad = (o.cpu() != want_out).reshape(-1).nonzero()
-            out["norm_failures"].append(f"{case}: out differs from the emulation at {bad.numel()} elements, first "
-                                        f"{int(bad[0])}")
+            out["norm_failures"].append(f"{case}: out differs from the emulation at "
+                                        + explain(torch, o.cpu(), want_out, want_res, weight, dtype, xs, residual0, eps, dev))
         if rel(torch, o.cpu(), ref_out) > tol[dtype]:
             out["norm_failures"].append(f"{case}: out is {rel(torch, o.cpu(), ref_out):.2e} from the fp32 reference")
         hashes = [None] * W
@@ -268,6 +308,9 @@ def body(ctx):
     check_close("backward: grad w2", w2s.grad, w2r.grad[me * f:(me + 1) * f], 4e-2)
     h = st._fast_entry(torch, x, None)[4]
     out["device_error"] = h.handle.device_error()
+    if out["norm_failures"] and os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], f"norm_failures_rank{me}.txt"), "w") as f:
+            f.write("\n".join(out["norm_failures"]) + "\n")
     return out
 
 
