@@ -14,10 +14,11 @@ On real nodes, one process per GPU:
     torchrun --nnodes 2 --nproc-per-node 8 --rdzv-endpoint HOST:PORT \\
         bench/multihost_bench.py [--max-mib 256] [--out result.json]
 
-On one host, imitating machines (each rank gets SYMMEM_MACHINE_ID and a
-socket directory of its machine; NCCL's network transport is forced with
-NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, so NCCL between imitated machines
-goes through its socket/IB transport as between nodes):
+On one host, imitating machines (each rank gets SYMMEM_MACHINE_ID, a
+socket directory and NCCL_HOSTID of its machine, so that NCCL, like
+libsymmem, sees one host per imitated machine: P2P and SHM inside one, its
+network transport between them, as between nodes; --transport network
+forces the network everywhere with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1):
 
     python3 bench/multihost_bench.py --imitate 2x4        # 2 machines of 4 ranks
 
@@ -83,6 +84,9 @@ def parse_args(argv=None):
     ap.add_argument("--imitate", type=parse_layout, metavar="MxR",
                     help="launch M imitated machines of R ranks on this host (one GPU per rank)")
     ap.add_argument("--gpus", type=int, default=0, help="GPUs to use when imitating (default: all visible)")
+    ap.add_argument("--transport", choices=("hostid", "network"), default="hostid",
+                    help="NCCL between imitated machines: one NCCL_HOSTID per machine (P2P and SHM inside "
+                         "each, the default) or the network transport everywhere")
     ap.add_argument("--smoke", action="store_true", help="2 ranks on one GPU, gloo, results checked, nothing timed")
     ap.add_argument("--out", help="write every rank's figures as JSON here")
     args = ap.parse_args(argv)
@@ -111,7 +115,7 @@ def bus_factor(coll, world):
     return 2 * (world - 1) / world if coll == "all_reduce" else (world - 1) / world
 
 
-def rank_env(rank, layout, base, socket_root, port, gpus, smoke=False):
+def rank_env(rank, layout, base, socket_root, port, gpus, smoke=False, transport="hostid"):
     """The environment of rank `rank` of an imitated layout (machines, per):
     its machine's identity and socket directory, the torchrun variables,
     the device it runs on, NCCL's network transport between the imitated
@@ -129,7 +133,9 @@ def rank_env(rank, layout, base, socket_root, port, gpus, smoke=False):
         "MULTIHOST_BENCH_DEVICE": str(rank % max(gpus, 1)),
     })
     if not smoke:
-        env.update(NETWORK_ONLY)
+        env["NCCL_HOSTID"] = f"imitated-machine-{machine}"
+        if transport == "network":
+            env.update(NETWORK_ONLY)
     if world > gpus:
         env["SYMMEM_ALLOW_OVERLAPPING_DEVICES"] = "1"
     return env
@@ -203,7 +209,7 @@ def launch(args, argv):
                 os.makedirs(os.path.join(tmp, f"machine-{m}"), mode=0o700)
             procs = []
             for r in range(world):
-                env = rank_env(r, layout, os.environ, tmp, port, ngpus, smoke=args.smoke)
+                env = rank_env(r, layout, os.environ, tmp, port, ngpus, smoke=args.smoke, transport=args.transport)
                 env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
                 procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + argv, env=env))
             for p in procs:

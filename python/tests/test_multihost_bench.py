@@ -52,15 +52,21 @@ def test_rank_env_imitates_machines(mb):
     assert [e["MULTIHOST_BENCH_DEVICE"] for e in envs] == ["0", "1", "2", "3"]
     for r, e in enumerate(envs):
         assert e["RANK"] == str(r) and e["WORLD_SIZE"] == "4" and e["MASTER_PORT"] == "29500"
-        # NCCL between imitated machines takes the network; never multicast.
-        assert e["NCCL_P2P_DISABLE"] == "1" and e["NCCL_SHM_DISABLE"] == "1"
+        # NCCL sees one host per imitated machine (P2P and SHM inside it);
+        # never multicast.
+        assert e["NCCL_HOSTID"] == f"imitated-machine-{r // 2}"
+        assert "NCCL_P2P_DISABLE" not in e and "NCCL_SHM_DISABLE" not in e
         assert e["NCCL_NVLS_ENABLE"] == "0"
         assert e["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1" and e["NVSHMEM_DISABLE_NVLS"] == "1"
         assert "SYMMEM_ALLOW_OVERLAPPING_DEVICES" not in e
     assert base["SYMMEM_MACHINE_ID"] == "leaked", "the caller's environment is not changed"
     smoke = [mb.rank_env(r, (1, 2), base, "/tmp/s", 1, gpus=1, smoke=True) for r in range(2)]
     assert all(e["SYMMEM_ALLOW_OVERLAPPING_DEVICES"] == "1" and e["MULTIHOST_BENCH_DEVICE"] == "0" for e in smoke)
-    assert "NCCL_P2P_DISABLE" not in smoke[0]
+    assert "NCCL_P2P_DISABLE" not in smoke[0] and "NCCL_HOSTID" not in smoke[0]
+    # --transport network: NCCL's network transport between every pair.
+    net = mb.rank_env(3, (2, 2), base, "/tmp/s", 29500, gpus=4, transport="network")
+    assert net["NCCL_P2P_DISABLE"] == "1" and net["NCCL_SHM_DISABLE"] == "1"
+    assert net["NCCL_HOSTID"] == "imitated-machine-1"
 
 
 @pytest.mark.parametrize("world", [2, 3, 16])
