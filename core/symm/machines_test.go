@@ -539,7 +539,19 @@ func TestMachinesHierarchical(t *testing.T) {
 					return fmt.Errorf("hierarchical with out outside the block: %v", err)
 				}
 				big.Algo = core.AlgoAuto
-				return coll.Run(h, big)
+				if err := coll.Run(h, big); err != nil {
+					return fmt.Errorf("auto with out outside the block: %w", err)
+				}
+				// The handle outlives its group; the split went with the
+				// group (Note [Collective state] in core/symm/coll).
+				if err := g.Destroy(); err != nil {
+					return err
+				}
+				in := coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 8 << 10, Algo: core.AlgoHierarchical}
+				if err := coll.Run(h, in); core.CodeOf(err) != core.ErrInvalidState || !strings.Contains(err.Error(), "all_reduce with algo hierarchical: the group is destroyed: its communicator split by local rank is closed") {
+					return fmt.Errorf("hierarchical after the group's destruction: %v", err)
+				}
+				return nil
 			}))
 			// One split (by local rank: one communicator per local rank),
 			// every rank's communicator closed with its group.
