@@ -182,7 +182,7 @@ func New(o Options) (*Group, error) {
 			g.wins = newNCCLWindows(o.Comm, cg, o.Name, alloc)
 		}
 	}
-	g.span = g.newSpan()
+	g.span = newSpan(&g.teams, g.comm, g.cg)
 	return g, nil
 }
 

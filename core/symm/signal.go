@@ -469,3 +469,63 @@ func (h *Handle) hostStep(channel int, dsts, srcs []int, deadline time.Time, tim
 	}
 	return nil
 }
+
+// interruptedWait is the error of a handle's host wait that a signal ended;
+// the group is aborted.
+func (h *Handle) interruptedWait(what string) error {
+	h.gm.abortFor(fmt.Sprintf("a signal interrupted rank %d's %s", h.rank, what))
+	return core.InterruptedErr(h.name, h.rank, what)
+}
+
+// barrierWord is word 2 of this rank's device region: the buffer of the
+// all-reduce that serves as a barrier across machines (its value means
+// nothing).
+func (h *Handle) barrierWord() uintptr { return h.padPtrs[h.rank] + h.padSize + 8 }
+
+// spanBarrier is Barrier on a group that spans machines.
+func (h *Handle) spanBarrier(channel int, s core.Stream, timeout time.Duration) error {
+	sp := h.span
+	if sp.comm == nil {
+		return sp.across.NoEngine(barrierText(channel))
+	}
+	if sp.osig != nil && sp.hasSlot(channel) {
+		return h.signalBarrier(channel, s, timeout)
+	}
+	red, ok := sp.comm.(reducer)
+	if !ok {
+		return core.Errorf(core.ErrUnavailable, "group %q: %s across machines needs NCCL's one-sided signals or its typed collectives; %s has neither", h.name, barrierText(channel), sp.comm.Describe())
+	}
+	w := h.barrierWord()
+	if err := red.AllReduce(s, w, w, 1, core.Int32, core.OpSum); err != nil {
+		return sp.across.EngineErr(barrierText(channel), err)
+	}
+	return nil
+}
+
+// barrierText names a barrier on channel for messages.
+func barrierText(channel int) string { return fmt.Sprintf("a barrier on channel %d", channel) }
+
+// signalBarrier: a signal to every peer, then a wait for every peer; local
+// peers through the pads, remote ones through the one-sided signals.
+func (h *Handle) signalBarrier(channel int, s core.Stream, timeout time.Duration) error {
+	sp := h.span
+	osig, local, remote := sp.osig, sp.localPeers, sp.remotePeers
+	for _, p := range remote {
+		if err := osig.Signal(s, p, channel); err != nil {
+			return sp.across.EngineErr(barrierText(channel), err)
+		}
+	}
+	if h.onStreams() {
+		if err := h.streamSignals(s, timeout, channel, local, local); err != nil {
+			return err
+		}
+	} else if err := h.hostStep(channel, local, local, time.Now().Add(timeout), timeout); err != nil {
+		return err
+	}
+	for _, p := range remote {
+		if err := osig.WaitSignal(s, p, channel, 1); err != nil {
+			return sp.across.EngineErr(barrierText(channel)+" waiting for "+sp.where(p), err)
+		}
+	}
+	return nil
+}

@@ -3,7 +3,6 @@ package symm
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/libsymmem/libsymmem/core"
 )
@@ -88,21 +87,23 @@ type span struct {
 	stage *commGather
 }
 
-// newSpan makes g's span once its communicator is known (nil on one
-// machine).
-func (g *Group) newSpan() *span {
-	if g.nteams <= 1 {
+// newSpan makes the span of a group whose teams are t, once its
+// communicator (comm, nil: none) and the gather over it (cg) are known;
+// nil on one machine.
+func newSpan(t *teams, comm Communicator, cg *commGather) *span {
+	if t.nteams <= 1 {
 		return nil
 	}
-	s := &span{teams: &g.teams, comm: g.comm, stage: g.cg}
-	if osig, ok := g.comm.(oneSided); ok {
+	s := &span{teams: t, comm: comm, stage: cg}
+	if osig, ok := comm.(oneSided); ok {
 		if ok, _ := osig.OneSided(); ok {
 			s.osig = osig
 		}
 	}
-	for i := 1; i < g.world; i++ {
-		p := (g.rank + i) % g.world
-		if g.sameTeam(g.rank, p) {
+	world := len(t.machineOf)
+	for i := 1; i < world; i++ {
+		p := (t.self + i) % world
+		if t.sameTeam(t.self, p) {
 			s.localPeers = append(s.localPeers, p)
 		} else {
 			s.remotePeers = append(s.remotePeers, p)
@@ -110,13 +111,13 @@ func (g *Group) newSpan() *span {
 	}
 	uniform := true
 	var sizes []string
-	for _, n := range s.sizes() {
-		uniform = uniform && n == len(g.team)
+	for _, n := range t.sizes() {
+		uniform = uniform && n == len(t.team)
 		sizes = append(sizes, fmt.Sprint(n))
 	}
-	s.across = core.MachineSpan{Group: g.name, Rank: g.rank, Team: g.team, LocalRank: g.localRank,
-		Uniform: uniform, TeamSizes: strings.Join(sizes, ", "), Machines: len(g.machines),
-		Here: g.machines[g.machineOf[g.rank]].String(), Remote: s.remote(g.rank), Engine: g.comm}
+	s.across = core.MachineSpan{Group: t.groupName, Rank: t.self, Team: t.team, LocalRank: t.localRank,
+		Uniform: uniform, TeamSizes: strings.Join(sizes, ", "), Machines: len(t.machines),
+		Here: t.machines[t.machineOf[t.self]].String(), Remote: s.remote(t.self), Engine: comm}
 	return s
 }
 
@@ -197,57 +198,4 @@ func (s *span) hasSlot(channel int) bool {
 		return channel < n.SignalSlots()
 	}
 	return true
-}
-
-// barrierWord is word 2 of this rank's device region: the buffer of the
-// all-reduce that serves as a barrier across machines (its value means
-// nothing).
-func (h *Handle) barrierWord() uintptr { return h.padPtrs[h.rank] + h.padSize + 8 }
-
-// spanBarrier is Barrier on a group that spans machines.
-func (h *Handle) spanBarrier(channel int, s core.Stream, timeout time.Duration) error {
-	sp := h.span
-	if sp.comm == nil {
-		return sp.across.NoEngine(barrierText(channel))
-	}
-	if sp.osig != nil && sp.hasSlot(channel) {
-		return h.signalBarrier(channel, s, timeout)
-	}
-	red, ok := sp.comm.(reducer)
-	if !ok {
-		return core.Errorf(core.ErrUnavailable, "group %q: %s across machines needs NCCL's one-sided signals or its typed collectives; %s has neither", h.name, barrierText(channel), sp.comm.Describe())
-	}
-	w := h.barrierWord()
-	if err := red.AllReduce(s, w, w, 1, core.Int32, core.OpSum); err != nil {
-		return sp.across.EngineErr(barrierText(channel), err)
-	}
-	return nil
-}
-
-// barrierText names a barrier on channel for messages.
-func barrierText(channel int) string { return fmt.Sprintf("a barrier on channel %d", channel) }
-
-// signalBarrier: a signal to every peer, then a wait for every peer; local
-// peers through the pads, remote ones through the one-sided signals.
-func (h *Handle) signalBarrier(channel int, s core.Stream, timeout time.Duration) error {
-	sp := h.span
-	osig, local, remote := sp.osig, sp.localPeers, sp.remotePeers
-	for _, p := range remote {
-		if err := osig.Signal(s, p, channel); err != nil {
-			return sp.across.EngineErr(barrierText(channel), err)
-		}
-	}
-	if h.onStreams() {
-		if err := h.streamSignals(s, timeout, channel, local, local); err != nil {
-			return err
-		}
-	} else if err := h.hostStep(channel, local, local, time.Now().Add(timeout), timeout); err != nil {
-		return err
-	}
-	for _, p := range remote {
-		if err := osig.WaitSignal(s, p, channel, 1); err != nil {
-			return sp.across.EngineErr(barrierText(channel)+" waiting for "+sp.where(p), err)
-		}
-	}
-	return nil
 }
