@@ -14,7 +14,7 @@ import (
 // change (the handle's release, the group's abort, the stop word, the
 // staging memory) through the handle's port (coll.Port).
 type SymmetricBuffer struct {
-	Group       string
+	GroupName   string
 	Rank, World int
 	// Timeout bounds every wait of the group.
 	Timeout time.Duration
@@ -52,8 +52,8 @@ type SymmetricBuffer struct {
 // the other machines (Note [Local teams] and Note [Collectives across
 // machines] in core/symm): made once with the group, never changed.
 type MachineSpan struct {
-	Group string
-	Rank  int
+	GroupName string
+	Rank      int
 	// Team is this rank's team (group ranks, ascending) and LocalRank
 	// its index in it.
 	Team      []int
@@ -74,13 +74,13 @@ type MachineSpan struct {
 // between machines, on a group that has none.
 func (m *MachineSpan) NoEngine(what string) error {
 	return Errorf(ErrUnavailable, "group %q: %s needs an engine between machines: the group spans %d machines (this is %s; %s) and was made without a communicator (symmem_group_create_with_allgather); make it over an NCCL communicator (symmem_group_create_nccl)",
-		m.Group, what, m.Machines, m.Here, m.Remote)
+		m.GroupName, what, m.Machines, m.Here, m.Remote)
 }
 
 // EngineErr wraps err, a failure of the engine in what, with where the
 // ranks of the other machines are.
 func (m *MachineSpan) EngineErr(what string, err error) error {
-	return Errorf(CodeOf(err), "group %q: rank %d: %s over %s: %v (ranks on other machines: %s)", m.Group, m.Rank, what, m.Engine.Describe(), err, m.Remote)
+	return Errorf(CodeOf(err), "group %q: rank %d: %s over %s: %v (ranks on other machines: %s)", m.GroupName, m.Rank, what, m.Engine.Describe(), err, m.Remote)
 }
 
 // Attachment is where a package above core/symm keeps state of one group

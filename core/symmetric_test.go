@@ -55,7 +55,7 @@ func TestAttachmentMakesOnceAndClosesWithTheGroup(t *testing.T) {
 // The errors of the engine name the group, the machines and the ranks on
 // the other machines.
 func TestMachineSpanErrors(t *testing.T) {
-	m := &MachineSpan{Group: "g", Rank: 1, Machines: 2, Here: "a", Remote: "rank(s) 2, 3 on b"}
+	m := &MachineSpan{GroupName: "g", Rank: 1, Machines: 2, Here: "a", Remote: "rank(s) 2, 3 on b"}
 	require.EqualError(t, m.NoEngine("all_reduce"), `group "g": all_reduce needs an engine between machines: the group spans 2 machines (this is a; rank(s) 2, 3 on b) and was made without a communicator (symmem_group_create_with_allgather); make it over an NCCL communicator (symmem_group_create_nccl)`)
 	require.Equal(t, ErrUnavailable, CodeOf(m.NoEngine("x")))
 }

@@ -17,7 +17,7 @@ import (
 // filled (makeHandle); attached is the group's place for the collectives'
 // state.
 func (h *Handle) describe(attached *core.Attachment) core.SymmetricBuffer {
-	d := core.SymmetricBuffer{Group: h.name, Rank: h.rank, World: h.world, Timeout: h.timeout,
+	d := core.SymmetricBuffer{GroupName: h.name, Rank: h.rank, World: h.world, Timeout: h.timeout,
 		BufferSize: h.bufSize, Offset: h.offset, SignalPadSize: h.padSize,
 		Buffers: h.bufPtrs, SignalPads: h.padPtrs, StopMirror: h.stopMirror,
 		Backend: h.gm.be, Device: h.gm.device, Attached: attached}

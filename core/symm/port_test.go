@@ -25,7 +25,7 @@ func TestHandleDescription(t *testing.T) {
 	d := h.Symmetric()
 	_, bufArr := h.BufferPtrs()
 	_, padArr := h.SignalPadPtrs()
-	require.Equal(t, "description", d.Group)
+	require.Equal(t, "description", d.GroupName)
 	require.Equal(t, []any{h.Rank(), h.World(), h.BufferSize(), h.Offset(), h.SignalPadSize(), bufArr, padArr, h.stopMirror, 0},
 		[]any{d.Rank, d.World, d.BufferSize, d.Offset, d.SignalPadSize, d.BufferArray, d.PadArray, d.StopMirror, d.Device})
 	require.Equal(t, h.Buffers(), d.Buffers)

@@ -111,7 +111,7 @@ func (h *Handle) PutSignal(dst, channel int, s core.Stream, timeout time.Duratio
 	}
 	defer h.life.leave()
 	if h.span != nil && !h.span.sameTeam(h.rank, dst) {
-		return h.span.put(dst, channel, s)
+		return h.span.putRemote(dst, channel, s)
 	}
 	if h.onStreams() {
 		return h.streamSignals(s, h.timeoutOr(timeout), channel, []int{dst}, nil)
@@ -131,7 +131,7 @@ func (h *Handle) WaitSignal(src, channel int, s core.Stream, timeout time.Durati
 	defer h.life.leave()
 	timeout = h.timeoutOr(timeout)
 	if h.span != nil && !h.span.sameTeam(h.rank, src) {
-		return h.span.wait(src, channel, s)
+		return h.span.waitRemote(src, channel, s)
 	}
 	if h.onStreams() {
 		return h.streamSignals(s, timeout, channel, nil, []int{src})

@@ -115,7 +115,7 @@ func newSpan(t *teams, comm Communicator, cg *commGather) *span {
 		uniform = uniform && n == len(t.team)
 		sizes = append(sizes, fmt.Sprint(n))
 	}
-	s.across = core.MachineSpan{Group: t.groupName, Rank: t.self, Team: t.team, LocalRank: t.localRank,
+	s.across = core.MachineSpan{GroupName: t.groupName, Rank: t.self, Team: t.team, LocalRank: t.localRank,
 		Uniform: uniform, TeamSizes: strings.Join(sizes, ", "), Machines: len(t.machines),
 		Here: t.machines[t.machineOf[t.self]].String(), Remote: s.remote(t.self), Engine: comm}
 	return s
@@ -161,14 +161,14 @@ func (s *span) noOneSided(what string) error {
 	}
 	osig, ok := s.comm.(oneSided)
 	if !ok {
-		return core.Errorf(core.ErrUnavailable, "group %q: %s needs NCCL's one-sided signals (NCCL 2.29 or later); %s has none", s.across.Group, what, s.comm.Describe())
+		return core.Errorf(core.ErrUnavailable, "group %q: %s needs NCCL's one-sided signals (NCCL 2.29 or later); %s has none", s.across.GroupName, what, s.comm.Describe())
 	}
 	_, version := osig.OneSided()
-	return core.Errorf(core.ErrUnavailable, "group %q: %s needs NCCL's one-sided signals, from NCCL 2.29; the loaded NCCL is %s", s.across.Group, what, version)
+	return core.Errorf(core.ErrUnavailable, "group %q: %s needs NCCL's one-sided signals, from NCCL 2.29; the loaded NCCL is %s", s.across.GroupName, what, version)
 }
 
-// put signals remote rank dst on channel through the communicator.
-func (s *span) put(dst, channel int, stream core.Stream) error {
+// putRemote signals remote rank dst on channel through the communicator.
+func (s *span) putRemote(dst, channel int, stream core.Stream) error {
 	what := func() string { return "a signal to " + s.where(dst) }
 	if s.osig == nil {
 		return s.noOneSided(what())
@@ -179,8 +179,8 @@ func (s *span) put(dst, channel int, stream core.Stream) error {
 	return nil
 }
 
-// wait waits for a signal from remote rank src on channel.
-func (s *span) wait(src, channel int, stream core.Stream) error {
+// waitRemote waits for a signal from remote rank src on channel.
+func (s *span) waitRemote(src, channel int, stream core.Stream) error {
 	what := func() string { return "a wait for a signal from " + s.where(src) }
 	if s.osig == nil {
 		return s.noOneSided(what())

@@ -101,7 +101,7 @@ func planAllToAll(h *target, a Args) (*core.Collective, error) {
 		what = a.V.Layout.String()
 	}
 	bad := func(format string, args ...any) (*core.Collective, error) {
-		return nil, core.Errorf(core.ErrInvalidArgument, "group %q: %s: "+format, append([]any{h.Group, what}, args...)...)
+		return nil, core.Errorf(core.ErrInvalidArgument, "group %q: %s: "+format, append([]any{h.GroupName, what}, args...)...)
 	}
 	if a.Channel < 0 || a.Channel >= core.CollChannels {
 		return bad("collective channel %d is out of range [0, %d)", a.Channel, core.CollChannels)
@@ -333,10 +333,10 @@ func (l local) readTables(c *core.Collective, seq uint32) (splits, src []int64, 
 		switch {
 		case w0&^(a2aPoison|a2aValue) != tag || w1&^(a2aPoison|a2aValue) != tag:
 			return nil, nil, core.Errorf(core.ErrMismatch, "group %q: rank %d: rank %d's %s splits are of another call (call %d here): the ranks are a call apart",
-				l.h.Group, l.global(l.rank), l.global(s), v.Layout, seq)
+				l.h.GroupName, l.global(l.rank), l.global(s), v.Layout, seq)
 		case w0&a2aPoison != 0:
 			return nil, nil, core.Errorf(core.ErrInvalidArgument, "group %q: %s: rank %d's splits overrun its input (a negative split, or rows past the %d its buffer holds): nothing was moved",
-				l.h.Group, v.Layout, l.global(s), v.InRows)
+				l.h.GroupName, v.Layout, l.global(s), v.InRows)
 		}
 		splits[i], src[i] = int64(w0&a2aValue), int64(w1&a2aValue)
 	}
@@ -388,7 +388,7 @@ func (l local) moveRows(c *core.Collective, seq uint32) error {
 	copy(out[S:], offs)
 	if total > int64(v.OutRows) {
 		return core.Errorf(core.ErrInvalidArgument, "group %q: %s: rank %d receives %d rows (as laid out), more than the %d out holds: nothing was moved",
-			l.h.Group, v.Layout, l.global(l.rank), total, v.OutRows)
+			l.h.GroupName, v.Layout, l.global(l.rank), total, v.OutRows)
 	}
 	rb := v.RowBytes
 	for i := 0; i < S; i++ {

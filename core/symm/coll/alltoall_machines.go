@@ -111,7 +111,7 @@ func (h *target) allToAllAcross(a Args, c *core.Collective) error {
 	}
 	p2p, ok := engine.(core.SendRecver)
 	if !ok {
-		return core.Errorf(core.ErrUnavailable, "group %q: %s across machines needs point-to-point transfers (ncclSend/ncclRecv) from %s, which it lacks", h.Group, what, engine.Describe())
+		return core.Errorf(core.ErrUnavailable, "group %q: %s across machines needs point-to-point transfers (ncclSend/ncclRecv) from %s, which it lacks", h.GroupName, what, engine.Describe())
 	}
 	if c.V == nil {
 		return h.equalAllToAll(a, c, p2p)
@@ -234,7 +234,7 @@ func (h *target) splitAllToAll(a Args, c *core.Collective, engine core.Communica
 	rec := max(argBytes, tableBytes)
 	dev, host, done, err := h.port.Staging(rec*(w+1) + uintptr(16*S))
 	if err != nil {
-		return core.Errorf(core.CodeOf(err), "group %q: rank %d: %s across machines: %v", h.Group, rank, what, err)
+		return core.Errorf(core.CodeOf(err), "group %q: rank %d: %s across machines: %v", h.GroupName, rank, what, err)
 	}
 	var broken error
 	defer func() { done(broken) }()
@@ -289,7 +289,7 @@ func (h *target) splitAllToAll(a Args, c *core.Collective, engine core.Communica
 	}
 	if s := t.badSender(); s >= 0 {
 		return core.Errorf(core.ErrInvalidArgument, "group %q: %s: rank %d's splits overrun its input (a negative split, or rows past the %d its buffer holds): nothing was moved",
-			h.Group, v.Layout, s, v.InRows)
+			h.GroupName, v.Layout, s, v.InRows)
 	}
 	splits, _, offs, total := t.received(rank)
 	so := int64s(host+rec*(w+1), 2*S)
@@ -309,7 +309,7 @@ func (h *target) splitAllToAll(a Args, c *core.Collective, engine core.Communica
 	}
 	if overrun[rank] {
 		return core.Errorf(core.ErrInvalidArgument, "group %q: %s: rank %d receives %d rows (as laid out), more than the %d out holds: nothing was moved",
-			h.Group, v.Layout, rank, total, v.OutRows)
+			h.GroupName, v.Layout, rank, total, v.OutRows)
 	}
 	return nil
 }
@@ -370,7 +370,7 @@ func (h *target) a2aAgree(what string, args []int64) error {
 			s, core.A2ALayout(x[0]), x[1], x[2], x[3], x[4]))
 	}
 	return core.Errorf(core.ErrMismatch, "group %q: rank %d: %s: the ranks called different all-to-alls (nothing was moved): %s",
-		h.Group, h.Rank, what, strings.Join(parts, "; "))
+		h.GroupName, h.Rank, what, strings.Join(parts, "; "))
 }
 
 // bounded runs fn, which waits for the GPU, for at most the handle's
@@ -387,7 +387,7 @@ func (h *target) bounded(fn func() error, retired *error) error {
 		return err
 	case <-timer.C:
 		*retired = core.Errorf(core.ErrTimeout, "group %q: rank %d: a split-driven all-to-all's wait for the GPU did not end within %v; the GPU may still write the group's staging memory, so nothing that needs it (an all-to-all v form, a rendezvous) runs on this group any more",
-			h.Group, h.Rank, h.Timeout)
+			h.GroupName, h.Rank, h.Timeout)
 		return core.Errorf(core.ErrTimeout, "a wait for the GPU did not end within %v: a rank did not make the same call, or died", h.Timeout)
 	}
 }

@@ -312,7 +312,7 @@ func overlap(a, an, b, bn uintptr) bool { return a < b+bn && b < a+an }
 func plan(h *target, a Args) (*core.Collective, error) {
 	what := a.Kind.String()
 	bad := func(format string, args ...any) (*core.Collective, error) {
-		return nil, core.Errorf(core.ErrInvalidArgument, "group %q: %s: "+format, append([]any{h.Group, what}, args...)...)
+		return nil, core.Errorf(core.ErrInvalidArgument, "group %q: %s: "+format, append([]any{h.GroupName, what}, args...)...)
 	}
 	if !a.Kind.Valid() {
 		return bad("unknown collective %d (known: %s)", int32(a.Kind), core.Known[core.CollKind]())

@@ -128,7 +128,7 @@ func (h *target) hierPlan(a Args, c *core.Collective) (bool, error) {
 		if !explicit {
 			return false, nil
 		}
-		return false, core.Errorf(code, "group %q: rank %d: all_reduce with algo hierarchical: "+format, append([]any{h.Group, h.Rank}, args...)...)
+		return false, core.Errorf(code, "group %q: rank %d: all_reduce with algo hierarchical: "+format, append([]any{h.GroupName, h.Rank}, args...)...)
 	}
 	if _, ok := h.engine().(core.Splitter); !ok {
 		return refuse(core.ErrUnavailable, "it needs a communicator that splits (ncclCommSplit); %s does not", h.engine().Describe())
@@ -179,17 +179,17 @@ func (h *target) runsLocal() error {
 func (h *target) hierAllReduce(a Args, c *core.Collective) error {
 	sub, done, err := h.splitByLocalRank()
 	if err != nil {
-		return core.Errorf(core.CodeOf(err), "group %q: rank %d: all_reduce (hierarchical): %v", h.Group, h.Rank, err)
+		return core.Errorf(core.CodeOf(err), "group %q: rank %d: all_reduce (hierarchical): %v", h.GroupName, h.Rank, err)
 	}
 	defer done()
 	subRed, ok := sub.(core.Reducer)
 	if !ok {
-		return core.Errorf(core.ErrUnavailable, "group %q: all_reduce (hierarchical): the split communicator %s runs no typed collectives", h.Group, sub.Describe())
+		return core.Errorf(core.ErrUnavailable, "group %q: all_reduce (hierarchical): the split communicator %s runs no typed collectives", h.GroupName, sub.Describe())
 	}
 	what := "all_reduce (hierarchical) across machines"
 	t, ok := teamView(h)
 	if !ok {
-		return core.Errorf(core.ErrInternal, "group %q: rank %d: all_reduce (hierarchical): the handle has no team view", h.Group, h.Rank)
+		return core.Errorf(core.ErrInternal, "group %q: rank %d: all_reduce (hierarchical): the handle has no team view", h.GroupName, h.Rank)
 	}
 	es := c.DType.Size()
 	in, out := h.Buffers[h.Rank]+c.InOffset, c.Out

@@ -91,7 +91,7 @@ func (l local) run(c *core.Collective, s core.Stream) error {
 		defer mu.Unlock()
 		return l.runHost(c)
 	}
-	return core.Errorf(core.ErrUnavailable, "group %q: the backend runs no collectives (it launches no kernels and its memory is not the CPU's)", l.h.Group)
+	return core.Errorf(core.ErrUnavailable, "group %q: the backend runs no collectives (it launches no kernels and its memory is not the CPU's)", l.h.GroupName)
 }
 
 // argSlot is the address of the argument slot (set, sender) in rank r's

@@ -25,7 +25,7 @@ func (k *kernelBackend) LaunchCollective(dev int, s core.Stream, c *core.Collect
 // be, every block and pad at made-up addresses that nothing reads (plan
 // reads the description only, never the port).
 func planTarget(be core.Backend) *target {
-	return &target{SymmetricBuffer: core.SymmetricBuffer{Group: "ll", Rank: 1, World: 2, Timeout: time.Second,
+	return &target{SymmetricBuffer: core.SymmetricBuffer{GroupName: "ll", Rank: 1, World: 2, Timeout: time.Second,
 		BufferSize: 8 << 20, SignalPadSize: 64 << 10,
 		Buffers: []uintptr{0x100000, 0x200000}, SignalPads: []uintptr{0x9000000, 0xa000000},
 		BufferArray: 0x7000000, PadArray: 0x7000010, Backend: be, Attached: &core.Attachment{}}}

@@ -21,7 +21,7 @@ func (h *target) runAcross(a Args, c *core.Collective) error {
 	}
 	red, ok := engine.(core.Reducer)
 	if !ok {
-		return core.Errorf(core.ErrUnavailable, "group %q: %s across machines needs typed collectives from %s, which it lacks", h.Group, c.Kind, engine.Describe())
+		return core.Errorf(core.ErrUnavailable, "group %q: %s across machines needs typed collectives from %s, which it lacks", h.GroupName, c.Kind, engine.Describe())
 	}
 	hier, err := h.hierPlan(a, c)
 	if err != nil {

@@ -100,7 +100,7 @@ func RunRMSNorm(p Port, a NormArgs) error {
 		hostAddNorm(c)
 		return nil
 	}
-	return core.Errorf(core.ErrUnavailable, "group %q: the backend runs no collectives (it launches no kernels and its memory is not the CPU's)", h.Group)
+	return core.Errorf(core.ErrUnavailable, "group %q: the backend runs no collectives (it launches no kernels and its memory is not the CPU's)", h.GroupName)
 }
 
 // planNorm validates a and resolves it: c is the fused low-latency call,
@@ -108,7 +108,7 @@ func RunRMSNorm(p Port, a NormArgs) error {
 // nothing to do.
 func planNorm(h *target, a NormArgs) (c *core.Collective, ar Args, err error) {
 	bad := func(format string, args ...any) (*core.Collective, Args, error) {
-		return nil, Args{}, core.Errorf(core.ErrInvalidArgument, "group %q: all_reduce_rmsnorm: "+format, append([]any{h.Group}, args...)...)
+		return nil, Args{}, core.Errorf(core.ErrInvalidArgument, "group %q: all_reduce_rmsnorm: "+format, append([]any{h.GroupName}, args...)...)
 	}
 	switch {
 	case !a.DType.Valid():
