@@ -28,8 +28,7 @@ type local struct {
 
 // wholeGroup is the local run over every rank of h's group.
 func wholeGroup(h *target) local {
-	bufArr, padArr := h.BufferArray, h.PadArray
-	return local{h: h, rank: h.Rank, world: h.World, bufs: h.Buffers, pads: h.SignalPads, bufArr: bufArr, padArr: padArr}
+	return local{h: h, rank: h.Rank, world: h.World, bufs: h.Buffers, pads: h.SignalPads, bufArr: h.BufferArray, padArr: h.PadArray}
 }
 
 // teamView is the local run over h's team (Note [Team view]); ok is false

@@ -44,8 +44,7 @@ var collUnchecked = core.Current().Bool("SYMMEM_COLL_UNCHECKED", false)
 // launchesKernels says whether the group's backend runs collectives as
 // kernels (the low-latency buffers exist only there).
 func launchesKernels(h *target) bool {
-	be, _ := h.Backend, h.Device
-	_, ok := be.(core.CollectiveLauncher)
+	_, ok := h.Backend.(core.CollectiveLauncher)
 	return ok
 }
 

@@ -60,7 +60,7 @@ func (h *target) stopAfterEngine(c *core.Collective) {
 		atomic.CompareAndSwapUint32((*uint32)(unmanaged.Pointer(m)), 0, flag)
 		return
 	}
-	if be, _ := h.Backend, h.Device; be.Capabilities().StreamSignals {
+	if h.Backend.Capabilities().StreamSignals {
 		return
 	}
 	if l, ok := teamView(h); ok {
