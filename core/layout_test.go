@@ -34,9 +34,10 @@ var arrows = map[string][]string{
 	// Groups sit on the allocator and the channel; backends and engines
 	// (cuda) only through core's interfaces.
 	"core/symm": {"core", "core/alloc", "core/ipc", "core/unmanaged"},
-	// The collectives know a handle only through the View they define
-	// (core/symm implements it), the pads' layout and the engines through
-	// core: neither they nor core/symm import the other.
+	// The collectives know a handle only through its description in core
+	// (core.SymmetricBuffer) and the Port they define (core/symm's Handle
+	// implements it), the pads' layout and the engines through core:
+	// neither they nor core/symm import the other.
 	"core/symm/coll": {"core", "core/unmanaged"},
 	// The CUDA backend and the NCCL engine implement core's interfaces.
 	"cuda":   {"C", "core", "core/unmanaged", "include"},

@@ -513,7 +513,7 @@ func symmemgo_barrier(handle uintptr, channel C.int, timeoutMs C.int64_t, stream
 func collective(call string, handle uintptr, a coll.Args) C.int {
 	h, err := handleOf(handle)
 	if err == nil {
-		err = coll.Run(h.View(), a)
+		err = coll.Run(h, a)
 	}
 	if err == nil {
 		return 0
@@ -562,7 +562,7 @@ func symmemgo_all_reduce_rmsnorm(handle uintptr, dtype C.int, tokens, hidden C.s
 	defer recoverCall("symmem_all_reduce_rmsnorm", &result, C.int(core.ErrInternal))
 	h, err := handleOf(handle)
 	if err == nil {
-		err = coll.RunRMSNorm(h.View(), coll.NormArgs{DType: core.DType(dtype), Algo: core.Algo(algo), Tokens: uintptr(tokens),
+		err = coll.RunRMSNorm(h, coll.NormArgs{DType: core.DType(dtype), Algo: core.Algo(algo), Tokens: uintptr(tokens),
 			Hidden: uintptr(hidden), Residual: uintptr(residual), Weight: uintptr(weight), Eps: float32(eps), Out: uintptr(out),
 			Stream: streamOf(stream)})
 	}
@@ -577,7 +577,7 @@ func symmemgo_all_reduce_rmsnorm(handle uintptr, dtype C.int, tokens, hidden C.s
 func allToAllV(call string, handle uintptr, out unsafe.Pointer, v coll.A2AArgs, stream *C.struct_CUstream_st) C.int {
 	h, err := handleOf(handle)
 	if err == nil {
-		err = coll.Run(h.View(), coll.Args{Kind: core.AllToAll, Out: uintptr(out), V: &v, Stream: streamOf(stream)})
+		err = coll.Run(h, coll.Args{Kind: core.AllToAll, Out: uintptr(out), V: &v, Stream: streamOf(stream)})
 	}
 	if err == nil {
 		return 0

@@ -196,10 +196,3 @@ func (g *Group) settle(what string, err error) error {
 	}
 	return err
 }
-
-// interruptedWait is the error of a handle's host wait that a signal ended;
-// the group is aborted.
-func (h signalPath) interruptedWait(what string) error {
-	h.gm.abortFor(fmt.Sprintf("a signal interrupted rank %d's %s", h.rank, what))
-	return core.InterruptedErr(h.name, h.rank, what)
-}

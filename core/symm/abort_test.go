@@ -101,7 +101,7 @@ func abortRank0(g *Group, h *Handle, buf uintptr, what string, s core.Stream) er
 		"put_signal":  func() error { return h.PutSignal(1, 0, s, 0) },
 		"wait_signal": func() error { return h.WaitSignal(1, 0, s, 0) },
 		"all_reduce": func() error {
-			return coll.Run(h.View(), coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 64, Stream: s})
+			return coll.Run(h, coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 64, Stream: s})
 		},
 		"rendezvous":  func() error { _, err := g.Rendezvous(buf); return err },
 		"pause_group": func() error { return g.Pause("") },

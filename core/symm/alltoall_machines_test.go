@@ -69,7 +69,7 @@ func (x *mmA2A) equal(n int, count uintptr, dt core.DType) error {
 	for i := range out {
 		out[i] = 0xee
 	}
-	if err := coll.Run(x.h.View(), coll.Args{Kind: core.AllToAll, DType: dt, Count: count, Out: x.out}); err != nil {
+	if err := coll.Run(x.h, coll.Args{Kind: core.AllToAll, DType: dt, Count: count, Out: x.out}); err != nil {
 		return fmt.Errorf("all_to_all count %d %s: %v", count, dt, err)
 	}
 	for s := 0; s < world; s++ {
@@ -86,7 +86,7 @@ func (x *mmA2A) equal(n int, count uintptr, dt core.DType) error {
 // the combine) and returns its error.
 func (x *mmA2A) call(layout core.A2ALayout, experts, rowBytes int, table []int64, outRows int, align int64) error {
 	copy(int64sOf(x.splits, len(table)), table)
-	return coll.Run(x.h.View(), coll.Args{Kind: core.AllToAll, Out: x.out, V: &coll.A2AArgs{Layout: layout, RowBytes: uintptr(rowBytes),
+	return coll.Run(x.h, coll.Args{Kind: core.AllToAll, Out: x.out, V: &coll.A2AArgs{Layout: layout, RowBytes: uintptr(rowBytes),
 		Experts: experts, InSplits: x.splits, OutRows: uintptr(outRows), OutSplitsOffsets: x.s, MajorAlign: align}})
 }
 
@@ -379,7 +379,7 @@ func TestMachinesAllToAllWithoutEngine(t *testing.T) {
 		}
 		defer done()
 		for what, err := range map[string]error{
-			"all_to_all":   coll.Run(x.h.View(), coll.Args{Kind: core.AllToAll, DType: core.Float32, Count: 4, Out: x.out}),
+			"all_to_all":   coll.Run(x.h, coll.Args{Kind: core.AllToAll, DType: core.Float32, Count: 4, Out: x.out}),
 			"all_to_all_v": x.call(core.A2AV, 1, 8, make([]int64, 4), 16, 0),
 		} {
 			if core.CodeOf(err) != core.ErrUnavailable || !strings.Contains(err.Error(), what+" needs an engine between machines") {

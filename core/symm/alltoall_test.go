@@ -208,7 +208,7 @@ func (x *a2aRank) run(n int, c a2aCase) error {
 	for i := range int64sOf(x.so, 2*S) {
 		int64sOf(x.so, 2*S)[i] = -7
 	}
-	err := coll.Run(x.h.View(), coll.Args{Kind: core.AllToAll, Out: x.out, V: &coll.A2AArgs{Layout: c.layout, RowBytes: uintptr(c.rowBytes),
+	err := coll.Run(x.h, coll.Args{Kind: core.AllToAll, Out: x.out, V: &coll.A2AArgs{Layout: c.layout, RowBytes: uintptr(c.rowBytes),
 		Experts: c.experts, InSplits: x.splits, OutRows: uintptr(c.outRows), OutSplitsOffsets: x.so, MajorAlign: c.align}})
 	if err != nil {
 		return fmt.Errorf("call %d (%s, experts %d): %v", n, c.layout, c.experts, err)
@@ -283,7 +283,7 @@ func scAllToAll(e *rankEnv, a *alloc.Allocator) error {
 					in[p*chunk+b] = a2aRow(n, r, p, b)
 				}
 			}
-			if err := coll.Run(x.h.View(), coll.Args{Kind: core.AllToAll, DType: dt, Count: count, Out: x.out}); err != nil {
+			if err := coll.Run(x.h, coll.Args{Kind: core.AllToAll, DType: dt, Count: count, Out: x.out}); err != nil {
 				return fmt.Errorf("all_to_all count %d %s: %v", count, dt, err)
 			}
 			out := bytesOf(x.out, uintptr(chunk*world))
@@ -339,7 +339,7 @@ func a2aRoundTrip(x *a2aRank, rng *rand.Rand) error {
 	for i := range bytesOf(x.out, uintptr(d.outRows*rb)) {
 		bytesOf(x.out, uintptr(d.outRows*rb))[i] = 0
 	}
-	err := coll.Run(x.h.View(), coll.Args{Kind: core.AllToAll, Out: x.out, V: &coll.A2AArgs{Layout: core.A2AV2DOffset, RowBytes: rb,
+	err := coll.Run(x.h, coll.Args{Kind: core.AllToAll, Out: x.out, V: &coll.A2AArgs{Layout: core.A2AV2DOffset, RowBytes: rb,
 		Experts: E, InSplits: x.splits, OutRows: uintptr(d.outRows), OutSplitsOffsets: x.so}})
 	if err != nil {
 		return fmt.Errorf("combine: %v", err)
@@ -382,7 +382,7 @@ func scAllToAllFaults(e *rankEnv, a *alloc.Allocator) error {
 	}
 	call := func(layout core.A2ALayout, experts int, table []int64, outRows int) error {
 		copy(int64sOf(x.splits, len(table)), table)
-		return coll.Run(x.h.View(), coll.Args{Kind: core.AllToAll, Out: x.out, V: &coll.A2AArgs{Layout: layout, RowBytes: 8,
+		return coll.Run(x.h, coll.Args{Kind: core.AllToAll, Out: x.out, V: &coll.A2AArgs{Layout: layout, RowBytes: 8,
 			Experts: experts, InSplits: x.splits, OutRows: uintptr(outRows), OutSplitsOffsets: x.so, MajorAlign: 1}})
 	}
 	marker := func() {

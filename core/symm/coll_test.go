@@ -101,7 +101,7 @@ func scCollMismatch(e *rankEnv, a *alloc.Allocator) error {
 		for i := uintptr(0); i < 1024; i += 4 {
 			*(*uint32)(unmanaged.Pointer(in + i)) = uint32(e.rank + 1)
 		}
-		err := coll.Run(h.View(), args)
+		err := coll.Run(h, args)
 		if core.CodeOf(err) != core.ErrMismatch {
 			return fmt.Errorf("%s: got %v, want MISMATCH", m.what, err)
 		}
@@ -241,7 +241,7 @@ func runCase(h *Handle, c collCase, local uintptr, half uintptr, call int) error
 			out = in + uintptr(me*c.count/w)*es
 		}
 	}
-	if err := coll.Run(h.View(), coll.Args{Kind: c.kind, DType: c.dt, Op: c.op, Algo: c.algo, Count: uintptr(c.count), Out: out}); err != nil {
+	if err := coll.Run(h, coll.Args{Kind: c.kind, DType: c.dt, Op: c.op, Algo: c.algo, Count: uintptr(c.count), Out: out}); err != nil {
 		return fmt.Errorf("%v: %w", c, err)
 	}
 	if out == 0 {
@@ -397,13 +397,13 @@ func scCollBad(e *rankEnv, a *alloc.Allocator) error {
 		{"kind", coll.Args{Kind: 4, DType: core.Float32, Count: 4}, "unknown collective 4 (known: " + core.Known[core.CollKind]() + ")"},
 	}
 	for _, b := range bad {
-		err := coll.Run(h.View(), b.a)
+		err := coll.Run(h, b.a)
 		if core.CodeOf(err) != core.ErrInvalidArgument || !regexp.MustCompile(regexp.QuoteMeta(b.msg)).MatchString(err.Error()) {
 			return fmt.Errorf("%s: got %v, want INVALID_ARGUMENT with %q", b.what, err, b.msg)
 		}
 	}
 	// count 0 is a no-op.
-	if err := coll.Run(h.View(), coll.Args{Kind: core.AllReduce, DType: core.Float32}); err != nil {
+	if err := coll.Run(h, coll.Args{Kind: core.AllReduce, DType: core.Float32}); err != nil {
 		return fmt.Errorf("count 0: %v", err)
 	}
 	// Nothing was enqueued: a good call meets the peers at once.

@@ -102,7 +102,7 @@ func scDeadPeer(e *rankEnv, a *alloc.Allocator) error {
 	case "wait_signal":
 		werr = h.WaitSignal(last, 2, 0, 0)
 	case "all_reduce":
-		werr = coll.Run(h.View(), coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 64})
+		werr = coll.Run(h, coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 64})
 	case "pause_group":
 		werr = g.Pause("")
 	}

@@ -107,10 +107,6 @@ func (h *Handle) CollectivesStopped() error {
 	return nil
 }
 
-// StopMirror is the pinned host word that kernels copy this rank's stop
-// word into (0 where none).
-func (h *Handle) StopMirror() uintptr { return h.stopMirror }
-
 // setText names device set s of the library's sets as a collective's wait.
 func setText(s int) string {
 	return fmt.Sprintf("collective channel %d, kernel block %d (device set %d)", s/core.CollMaxBlocks, s%core.CollMaxBlocks, s)

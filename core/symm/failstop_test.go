@@ -38,7 +38,7 @@ func lateCall(h *Handle, call int, algo core.Algo) (err error, wrong error) {
 	for i := range in {
 		in[i] = float32(call*10 + h.rank + 1)
 	}
-	err = coll.Run(h.View(), coll.Args{Kind: core.AllReduce, DType: core.Float32, Op: core.OpSum, Algo: algo, Count: latePeerCount})
+	err = coll.Run(h, coll.Args{Kind: core.AllReduce, DType: core.Float32, Op: core.OpSum, Algo: algo, Count: latePeerCount})
 	want := float32(0)
 	for r := 0; r < h.world; r++ {
 		want += float32(call*10 + r + 1)

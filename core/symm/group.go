@@ -81,16 +81,16 @@ type Group struct {
 	teams
 	// comm is set on groups over a communicator (Note [NCCL groups]), and
 	// cg, which carries the group's records through it and lends its
-	// staging buffers to the all-to-all across machines (View.Staging).
+	// staging buffers to the all-to-all across machines (Handle.Staging).
 	comm Communicator
 	cg   *commGather
 	// wins registers rendezvoused segments as the engine's windows (Note
 	// [Window registration]); noWindows on groups without them.
 	wins windowRegistry
-	// hier is the communicator split by local rank for the hierarchical
-	// collectives, made on first use (Note [Hierarchical all-reduce] in
-	// core/symm/coll).
-	hier hierComm
+	// attached is the collectives' state of the group (Note [Collective
+	// state] in core/symm/coll), which this package only closes, in
+	// Destroy; every handle's description points at it.
+	attached core.Attachment
 	// span is what handles need to reach the ranks on other machines
 	// (newSpan); nil on a group of one machine.
 	span *span
@@ -182,7 +182,7 @@ func New(o Options) (*Group, error) {
 			g.wins = newNCCLWindows(o.Comm, cg, o.Name, alloc)
 		}
 	}
-	g.span = g.newSpan()
+	g.span = newSpan(&g.teams, g.comm, g.cg)
 	return g, nil
 }
 
@@ -489,8 +489,8 @@ func (g *Group) Destroy() error {
 	}
 	g.destroyed = true
 	err := g.meet.close()
-	if herr := g.hier.close(); herr != nil {
-		err = errors.Join(err, core.Errorf(core.CodeOf(herr), "group %q: destroying the communicator split by local rank: %v", g.name, herr))
+	if aerr := g.attached.Close(); aerr != nil {
+		err = errors.Join(err, core.Errorf(core.CodeOf(aerr), "group %q: %v", g.name, aerr))
 	}
 	err = errors.Join(err, g.wins.close())
 	g.gm.mu.Lock()

@@ -54,22 +54,21 @@ type Handle struct {
 	window       *window
 	windowOffset uintptr
 
+	// sym is the handle's description for the collectives (describe),
+	// made when the rendezvous completes and never changed after.
+	sym core.SymmetricBuffer
+
 	// life counts the calls in flight that touch the pads, so that Release
 	// never unmaps under them (Note [Calls in flight]).
 	life lifetime
 }
-
-// handleArrays keeps a handle's C-visible pointer arrays (arr, devArr) and
-// those of its team view (teamArr, teamDevArr): taken, written, shared and
-// freed (Note [Shared pointer arrays], Note [Pointer arrays in the pad]).
-type handleArrays struct{ *Handle }
 
 // allocArrays takes the handle's slots for the C-visible pointer arrays
 // (gm.mu held): host memory, and device memory where the backend's kernels
 // need it. Taken before the rendezvous's shared verdict, so that a rank
 // that cannot get them fails every rank (Note [Why every verdict is
 // shared]).
-func (h handleArrays) allocArrays() error {
+func (h *Handle) allocArrays() error {
 	var err error
 	if h.arr, h.devArr, err = h.gm.takeArrays(h.world); err != nil {
 		return err
@@ -144,7 +143,7 @@ type ptrArrays struct {
 
 // fillArrays writes bufPtrs and padPtrs into the arrays (and copies them to
 // the device copy), or shares equal arrays already filled; gm.mu held.
-func (h handleArrays) fillArrays() error {
+func (h *Handle) fillArrays() error {
 	gm := h.gm
 	var kb [16 * 8]byte // the key of up to 8 ranks without an allocation
 	key := arraysKey(kb[:0], h.bufPtrs, h.padPtrs)
@@ -176,7 +175,7 @@ func (h handleArrays) fillArrays() error {
 }
 
 // teamPtrs writes the team's buffer and pad pointers into host slot a.
-func (h handleArrays) teamPtrs(a uintptr) {
+func (h *Handle) teamPtrs(a uintptr) {
 	l := len(h.span.team)
 	arr := unsafe.Slice((*uintptr)(unmanaged.Pointer(a)), 2*l)
 	for i, r := range h.span.team {
@@ -212,7 +211,7 @@ func arraysKey(b []byte, bufs, pads []uintptr) []byte {
 
 // freeArrays gives the slots back (gm.mu held): this handle's own, or its
 // reference to shared ones.
-func (h handleArrays) freeArrays() {
+func (h *Handle) freeArrays() {
 	gm := h.gm
 	if a := h.arrays; a != nil {
 		h.arrays = nil
@@ -258,7 +257,7 @@ func (h *Handle) Release() error {
 		keep(gm.putMapLocked(m))
 	}
 	h.maps = nil
-	handleArrays{h}.freeArrays()
+	h.freeArrays()
 	keep(gm.unrefLocked())
 	return first
 }
@@ -298,7 +297,7 @@ func (h *Handle) checkRank(what string, r int) error {
 	return nil
 }
 
-func (h signalPath) checkChannel(c int) error {
+func (h *Handle) checkChannel(c int) error {
 	if n := h.Channels(); c < 0 || c >= n {
 		return core.Errorf(core.ErrInvalidArgument, "group %q: channel %d is out of range [0, %d) (signal pads of %d bytes, %d ranks, 4 bytes per slot)", h.name, c, n, h.padSize, h.world)
 	}

@@ -282,7 +282,7 @@ func TestMachinesWithoutEngine(t *testing.T) {
 		}
 		remote := (r.rank + 2) % 4
 		for what, err := range map[string]error{
-			"all_reduce":  coll.Run(h.View(), coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 16}),
+			"all_reduce":  coll.Run(h, coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 16}),
 			"barrier":     h.Barrier(0, 0, 0),
 			"put_signal":  h.PutSignal(remote, 0, 0, 0),
 			"wait_signal": h.WaitSignal(remote, 0, 0, 0),
@@ -362,7 +362,7 @@ func collCheckAlgo(h *Handle, kind core.CollKind, dt core.DType, op core.ReduceO
 		storeInt(dt, in+i*es, inputOf(me, i))
 	}
 	a := coll.Args{Kind: kind, DType: dt, Op: op, Count: count, Out: out, Algo: algo}
-	if err := coll.Run(h.View(), a); err != nil {
+	if err := coll.Run(h, a); err != nil {
 		return err
 	}
 	reduce := func(i uintptr) int {
@@ -458,7 +458,7 @@ func TestMachinesCollectives(t *testing.T) {
 					}
 				}
 				// Bad arguments are refused as on one machine.
-				err = coll.Run(h.View(), coll.Args{Kind: core.ReduceScatter, DType: core.Float32, Count: w + 1, Out: 16})
+				err = coll.Run(h, coll.Args{Kind: core.ReduceScatter, DType: core.Float32, Count: w + 1, Out: 16})
 				if core.CodeOf(err) != core.ErrInvalidArgument {
 					return fmt.Errorf("reduce_scatter of a count not a multiple of the world: %v", err)
 				}
@@ -492,7 +492,11 @@ func TestMachinesHierarchical(t *testing.T) {
 				}
 				defer g.Destroy()
 				defer h.Release()
-				if team, bufs, pads := h.View().Team(); bufs == 0 || pads != bufs+uintptr(8*len(team)) || len(team) != g.LocalSize() || team[g.LocalRank()] != r.rank {
+				d := h.Symmetric()
+				if d.Span == nil {
+					return fmt.Errorf("rank %d: the handle's description has no span across machines", r.rank)
+				}
+				if team, bufs, pads := d.Span.Team, d.TeamBufferArray, d.TeamPadArray; bufs == 0 || pads != bufs+uintptr(8*len(team)) || len(team) != g.LocalSize() || team[g.LocalRank()] != r.rank {
 					return fmt.Errorf("rank %d: team %v, team view arrays %#x %#x", r.rank, team, bufs, pads)
 				}
 				w := uintptr(r.world)
@@ -531,11 +535,23 @@ func TestMachinesHierarchical(t *testing.T) {
 				}
 				defer r.a.Free(priv, 64<<10, 0)
 				big := coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 8 << 10, Out: priv, Algo: core.AlgoHierarchical}
-				if err := coll.Run(h.View(), big); core.CodeOf(err) != core.ErrInvalidArgument || !strings.Contains(err.Error(), "inside the rendezvoused block") {
+				if err := coll.Run(h, big); core.CodeOf(err) != core.ErrInvalidArgument || !strings.Contains(err.Error(), "inside the rendezvoused block") {
 					return fmt.Errorf("hierarchical with out outside the block: %v", err)
 				}
 				big.Algo = core.AlgoAuto
-				return coll.Run(h.View(), big)
+				if err := coll.Run(h, big); err != nil {
+					return fmt.Errorf("auto with out outside the block: %w", err)
+				}
+				// The handle outlives its group; the split went with the
+				// group (Note [Collective state] in core/symm/coll).
+				if err := g.Destroy(); err != nil {
+					return err
+				}
+				in := coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 8 << 10, Algo: core.AlgoHierarchical}
+				if err := coll.Run(h, in); core.CodeOf(err) != core.ErrInvalidState || !strings.Contains(err.Error(), "all_reduce with algo hierarchical: the group is destroyed: its communicator split by local rank is closed") {
+					return fmt.Errorf("hierarchical after the group's destruction: %v", err)
+				}
+				return nil
 			}))
 			// One split (by local rank: one communicator per local rank),
 			// every rank's communicator closed with its group.
@@ -562,7 +578,7 @@ func TestMachinesHierarchicalMismatch(t *testing.T) {
 		if r.rank == 3 {
 			op = core.OpMax
 		}
-		return coll.Run(h.View(), coll.Args{Kind: core.AllReduce, DType: core.Float32, Op: op, Count: 4096, Algo: core.AlgoHierarchical})
+		return coll.Run(h, coll.Args{Kind: core.AllReduce, DType: core.Float32, Op: op, Count: 4096, Algo: core.AlgoHierarchical})
 	})
 	requireAllFail(t, errs[2:], core.ErrMismatch, "ranks of the local team (ranks 2, 3,", "rank 0: reduce_scatter(float32, sum", "rank 1: reduce_scatter(float32, max")
 	requireAllFail(t, errs[:2], core.ErrTimeout, "never arrived")
@@ -659,7 +675,7 @@ func TestMachinesDeadRemoteRank(t *testing.T) {
 		if r.rank == 3 {
 			return nil // gone: it never makes the collective
 		}
-		return coll.Run(h.View(), coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 64})
+		return coll.Run(h, coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 64})
 	})
 	require.Less(t, time.Since(start), 15*time.Second)
 	require.NoError(t, errs[3])

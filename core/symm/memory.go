@@ -99,9 +99,6 @@ type pads struct {
 	ready bool
 	// sig counts the signals through these pads (Note [Signals]).
 	sig *signalCounts
-	// coll serialises the host backend's collectives per collective channel
-	// (each channel's device sets take one barrier at a time; View.ChannelLock).
-	coll [core.CollChannels]sync.Mutex
 	// stopRead is where the host reads this rank's stop word (Note [Failed
 	// collectives] in core/symm/coll) with one load: the region's word on
 	// backends whose memory is the CPU's, else stopMirror, a pinned host

@@ -143,7 +143,7 @@ func normCase(h *Handle, m normMem, dt core.DType, algo core.Algo, tokens, hidde
 	}
 	const eps = 1e-5
 	call := fmt.Sprintf("rank %d: %s %s %d x %d out %s (call %d)", me, dt, algo, tokens, hidden, where, n)
-	if err := coll.RunRMSNorm(h.View(), coll.NormArgs{DType: dt, Algo: algo, Tokens: uintptr(tokens), Hidden: uintptr(hidden),
+	if err := coll.RunRMSNorm(h, coll.NormArgs{DType: dt, Algo: algo, Tokens: uintptr(tokens), Hidden: uintptr(hidden),
 		Residual: residual, Weight: weight, Out: out, Eps: eps}); err != nil {
 		return fmt.Errorf("%s: %w", call, err)
 	}
@@ -236,7 +236,7 @@ func scNormBad(e *rankEnv, a *alloc.Allocator) error {
 	for _, b := range bad {
 		args := good
 		b.mod(&args)
-		err := coll.RunRMSNorm(h.View(), args)
+		err := coll.RunRMSNorm(h, args)
 		if core.CodeOf(err) != core.ErrInvalidArgument || !regexp.MustCompile(b.msg).MatchString(err.Error()) {
 			return fmt.Errorf("%s: got %v, want INVALID_ARGUMENT with %q", b.what, err, b.msg)
 		}
@@ -244,7 +244,7 @@ func scNormBad(e *rankEnv, a *alloc.Allocator) error {
 	// tokens 0 does nothing.
 	args := good
 	args.Tokens = 0
-	if err := coll.RunRMSNorm(h.View(), args); err != nil {
+	if err := coll.RunRMSNorm(h, args); err != nil {
 		return fmt.Errorf("tokens 0: %v", err)
 	}
 	return normCase(h, m, core.BFloat16, core.AlgoAuto, 2, 64, "inplace", 1)

@@ -188,7 +188,7 @@ func (c *rendezvousCall) pin() {
 				c.rec.held[p] = m.id + 1
 			}
 		}
-		if err := (handleArrays{c.h}).allocArrays(); err != nil {
+		if err := c.h.allocArrays(); err != nil {
 			c.localErr = core.Errorf(core.CodeOf(err), "rank %d: memory for the handle's pointer arrays: %v", me, err)
 		}
 	}
@@ -223,7 +223,7 @@ func (c *rendezvousCall) fill() error {
 		}
 	}
 	copy(h.padPtrs, c.gm.pads.addr)
-	return handleArrays{h}.fillArrays()
+	return h.fillArrays()
 }
 
 // undo gives back the pins, and the handle's arrays unless the call
@@ -237,7 +237,7 @@ func (c *rendezvousCall) undo() {
 		}
 	}
 	if !c.succeeded {
-		handleArrays{c.h}.freeArrays()
+		c.h.freeArrays()
 	}
 }
 
@@ -346,6 +346,7 @@ func (c *rendezvousCall) makeHandle() {
 		m.refs++
 		h.maps = append(h.maps, m)
 	}
+	h.sym = h.describe(&g.attached)
 	c.tr.mark("handle")
 	gm.refs++
 	g.rendezvoused = true // only now: a failed rendezvous leaves the pad size open

@@ -72,18 +72,12 @@ func newSignalCounts(world, channels int) *signalCounts {
 
 func (c *signalCounts) index(peer, channel int) int { return peer*c.channels + channel }
 
-// signalPath carries PutSignal, WaitSignal and Barrier out: the checks of
-// their arguments, the counts in the pads on the host (Note [Signals]) or
-// on a stream, the bounded waits, and the errors of a wait that its handle's
-// release, an abort or a dead peer ended.
-type signalPath struct{ *Handle }
-
 // slot is the address of the count for (receiver, sender, channel).
-func (h signalPath) slot(receiver, sender, channel int) uintptr {
+func (h *Handle) slot(receiver, sender, channel int) uintptr {
 	return h.padPtrs[receiver] + uintptr(4*(channel*h.world+sender))
 }
 
-func (h signalPath) timeoutOr(t time.Duration) time.Duration {
+func (h *Handle) timeoutOr(t time.Duration) time.Duration {
 	if t <= 0 {
 		return h.timeout
 	}
@@ -94,7 +88,7 @@ func (h *Handle) onStreams() bool { return h.gm.be.Capabilities().StreamSignals 
 
 // checkSignal admits a signal call (the caller defers h.life.leave() when
 // it returns nil) and checks its arguments.
-func (h signalPath) checkSignal(peerWhat string, peer, channel int) error {
+func (h *Handle) checkSignal(peerWhat string, peer, channel int) error {
 	if err := h.enter(); err != nil {
 		return err
 	}
@@ -112,18 +106,17 @@ func (h signalPath) checkSignal(peerWhat string, peer, channel int) error {
 // host backend, in stream order on s on cuda. It never waits for dst.
 // timeout only bounds the enqueueing (nothing waits on a put).
 func (h *Handle) PutSignal(dst, channel int, s core.Stream, timeout time.Duration) error {
-	sp := signalPath{h}
-	if err := sp.checkSignal("destination rank", dst, channel); err != nil {
+	if err := h.checkSignal("destination rank", dst, channel); err != nil {
 		return err
 	}
 	defer h.life.leave()
 	if h.span != nil && !h.span.sameTeam(h.rank, dst) {
-		return acrossMachines{h}.spanPut(dst, channel, s)
+		return h.span.putRemote(dst, channel, s)
 	}
 	if h.onStreams() {
-		return sp.streamSignals(s, sp.timeoutOr(timeout), channel, []int{dst}, nil)
+		return h.streamSignals(s, h.timeoutOr(timeout), channel, []int{dst}, nil)
 	}
-	sp.putHost(dst, channel)
+	h.putHost(dst, channel)
 	return nil
 }
 
@@ -132,25 +125,24 @@ func (h *Handle) PutSignal(dst, channel int, s core.Stream, timeout time.Duratio
 // included. On the host backend it waits on this thread, up to timeout (<= 0:
 // the group's); on cuda it enqueues the wait on s.
 func (h *Handle) WaitSignal(src, channel int, s core.Stream, timeout time.Duration) error {
-	sp := signalPath{h}
-	if err := sp.checkSignal("source rank", src, channel); err != nil {
+	if err := h.checkSignal("source rank", src, channel); err != nil {
 		return err
 	}
 	defer h.life.leave()
-	timeout = sp.timeoutOr(timeout)
+	timeout = h.timeoutOr(timeout)
 	if h.span != nil && !h.span.sameTeam(h.rank, src) {
-		return acrossMachines{h}.spanWait(src, channel, s)
+		return h.span.waitRemote(src, channel, s)
 	}
 	if h.onStreams() {
-		return sp.streamSignals(s, timeout, channel, nil, []int{src})
+		return h.streamSignals(s, timeout, channel, nil, []int{src})
 	}
-	switch sp.waitHost(src, channel, time.Now().Add(timeout), false) {
+	switch h.waitHost(src, channel, time.Now().Add(timeout), false) {
 	case waitReleased:
-		return sp.releasedDuring(fmt.Sprintf("a wait for rank %d's signal on channel %d", src, channel))
+		return h.releasedDuring(fmt.Sprintf("a wait for rank %d's signal on channel %d", src, channel))
 	case waitAborted:
 		return h.gm.abortedErr(fmt.Sprintf("a wait for rank %d's signal on channel %d", src, channel))
 	case waitInterrupted:
-		return sp.interruptedWait(fmt.Sprintf("wait for rank %d's signal on channel %d", src, channel))
+		return h.interruptedWait(fmt.Sprintf("wait for rank %d's signal on channel %d", src, channel))
 	case waitPeerExited:
 		return h.gm.live.Exited(src, fmt.Sprintf("rank %d's wait for its signal on channel %d", h.rank, channel))
 	case waitTimedOut:
@@ -164,7 +156,7 @@ func (h *Handle) WaitSignal(src, channel int, s core.Stream, timeout time.Durati
 // dsts (one driver call), then a wait for each rank of srcs (another), on
 // channel, and counts each batch once it is enqueued (Note [Signals]: one
 // batch holding both ran slower on the GPU).
-func (h signalPath) streamSignals(s core.Stream, timeout time.Duration, channel int, dsts, srcs []int) error {
+func (h *Handle) streamSignals(s core.Stream, timeout time.Duration, channel int, dsts, srcs []int) error {
 	c := h.sig
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -235,7 +227,7 @@ func (h signalPath) streamSignals(s core.Stream, timeout time.Duration, channel 
 var signalKernels = core.Current().Bool("SYMMEM_SIGNAL_KERNEL", true)
 
 // putHost adds one to our count in dst's pad on channel (host backend).
-func (h signalPath) putHost(dst, channel int) {
+func (h *Handle) putHost(dst, channel int) {
 	atomic.AddUint32((*uint32)(unmanaged.Pointer(h.slot(dst, h.rank, channel))), 1)
 }
 
@@ -256,7 +248,7 @@ const (
 // exits or the handle is released; unless reached, it gives the number back
 // (a signal wait), or keeps it when keep is set (a barrier's wait: Note
 // [Barriers that fail]).
-func (h signalPath) waitHost(src, channel int, deadline time.Time, keep bool) waitOutcome {
+func (h *Handle) waitHost(src, channel int, deadline time.Time, keep bool) waitOutcome {
 	c := h.sig
 	seen := &c.seen[c.index(src, channel)]
 	n := atomic.AddUint32(seen, 1)
@@ -317,7 +309,7 @@ func (h signalPath) waitHost(src, channel int, deadline time.Time, keep bool) wa
 // every ipc.LivenessCheckEvery (checked is when it last did; Note [Dead
 // peers] in core/ipc). Callers read the awaited count once more after a
 // true, so that a peer that arrived and then exited is not reported.
-func (h signalPath) peerExited(r int, now time.Time, checked *time.Time) bool {
+func (h *Handle) peerExited(r int, now time.Time, checked *time.Time) bool {
 	if now.Sub(*checked) < ipc.LivenessCheckEvery {
 		return false
 	}
@@ -326,7 +318,7 @@ func (h signalPath) peerExited(r int, now time.Time, checked *time.Time) bool {
 }
 
 // releasedDuring is the error of a wait cut short by Release.
-func (h signalPath) releasedDuring(what string) error {
+func (h *Handle) releasedDuring(what string) error {
 	return core.Errorf(core.ErrInvalidState, "group %q: rank %d: the handle was released on another thread during %s", h.name, h.rank, what)
 }
 
@@ -377,19 +369,18 @@ func (h *Handle) barrierRounds() (dsts, srcs [][]int) {
 // peer, directly or through the dissemination rounds (Note [Barrier at more
 // ranks]). timeout <= 0 means the group's; it bounds the whole barrier.
 func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) error {
-	sp := signalPath{h}
-	if err := sp.checkSignal("rank", h.rank, channel); err != nil {
+	if err := h.checkSignal("rank", h.rank, channel); err != nil {
 		return err
 	}
 	defer h.life.leave()
-	timeout = sp.timeoutOr(timeout)
+	timeout = h.timeoutOr(timeout)
 	if h.span != nil {
-		return acrossMachines{h}.spanBarrier(channel, s, timeout)
+		return h.spanBarrier(channel, s, timeout)
 	}
 	steps, froms := h.barrierRounds()
 	if h.onStreams() {
 		for i := range steps {
-			if err := sp.streamSignals(s, timeout, channel, steps[i], froms[i]); err != nil {
+			if err := h.streamSignals(s, timeout, channel, steps[i], froms[i]); err != nil {
 				return err
 			}
 		}
@@ -397,11 +388,11 @@ func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) erro
 	}
 	deadline := time.Now().Add(timeout)
 	for i := range steps {
-		if err := sp.hostStep(channel, steps[i], froms[i], deadline, timeout); err != nil {
+		if err := h.hostStep(channel, steps[i], froms[i], deadline, timeout); err != nil {
 			// Note [Barriers that fail]: the waits of the rounds left
 			// take their numbers; their signals are not put.
 			for j := i + 1; j < len(steps); j++ {
-				sp.skipWaits(channel, froms[j])
+				h.skipWaits(channel, froms[j])
 			}
 			return err
 		}
@@ -439,7 +430,7 @@ func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) erro
 
 // skipWaits takes the numbers of a barrier's waits for srcs without
 // waiting (Note [Barriers that fail]).
-func (h signalPath) skipWaits(channel int, srcs []int) {
+func (h *Handle) skipWaits(channel int, srcs []int) {
 	for _, src := range srcs {
 		atomic.AddUint32(&h.sig.seen[h.sig.index(src, channel)], 1)
 	}
@@ -448,7 +439,7 @@ func (h signalPath) skipWaits(channel int, srcs []int) {
 // hostStep puts to every rank of dsts, then waits for every rank of srcs;
 // a wait that ends otherwise than reached or timed out ends the step, the
 // numbers of the waits left taken (Note [Barriers that fail]).
-func (h signalPath) hostStep(channel int, dsts, srcs []int, deadline time.Time, timeout time.Duration) error {
+func (h *Handle) hostStep(channel int, dsts, srcs []int, deadline time.Time, timeout time.Duration) error {
 	for _, dst := range dsts {
 		h.putHost(dst, channel)
 	}
@@ -475,6 +466,66 @@ func (h signalPath) hostStep(channel int, dsts, srcs []int, deadline time.Time, 
 	if len(late) > 0 {
 		return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v in a barrier on channel %d: no signal from rank(s) %s",
 			h.name, h.rank, timeout, channel, core.RanksText(late))
+	}
+	return nil
+}
+
+// interruptedWait is the error of a handle's host wait that a signal ended;
+// the group is aborted.
+func (h *Handle) interruptedWait(what string) error {
+	h.gm.abortFor(fmt.Sprintf("a signal interrupted rank %d's %s", h.rank, what))
+	return core.InterruptedErr(h.name, h.rank, what)
+}
+
+// barrierWord is word 2 of this rank's device region: the buffer of the
+// all-reduce that serves as a barrier across machines (its value means
+// nothing).
+func (h *Handle) barrierWord() uintptr { return h.padPtrs[h.rank] + h.padSize + 8 }
+
+// spanBarrier is Barrier on a group that spans machines.
+func (h *Handle) spanBarrier(channel int, s core.Stream, timeout time.Duration) error {
+	sp := h.span
+	if sp.comm == nil {
+		return sp.across.NoEngine(barrierText(channel))
+	}
+	if sp.osig != nil && sp.hasSlot(channel) {
+		return h.signalBarrier(channel, s, timeout)
+	}
+	red, ok := sp.comm.(reducer)
+	if !ok {
+		return core.Errorf(core.ErrUnavailable, "group %q: %s across machines needs NCCL's one-sided signals or its typed collectives; %s has neither", h.name, barrierText(channel), sp.comm.Describe())
+	}
+	w := h.barrierWord()
+	if err := red.AllReduce(s, w, w, 1, core.Int32, core.OpSum); err != nil {
+		return sp.across.EngineErr(barrierText(channel), err)
+	}
+	return nil
+}
+
+// barrierText names a barrier on channel for messages.
+func barrierText(channel int) string { return fmt.Sprintf("a barrier on channel %d", channel) }
+
+// signalBarrier: a signal to every peer, then a wait for every peer; local
+// peers through the pads, remote ones through the one-sided signals.
+func (h *Handle) signalBarrier(channel int, s core.Stream, timeout time.Duration) error {
+	sp := h.span
+	osig, local, remote := sp.osig, sp.localPeers, sp.remotePeers
+	for _, p := range remote {
+		if err := osig.Signal(s, p, channel); err != nil {
+			return sp.across.EngineErr(barrierText(channel), err)
+		}
+	}
+	if h.onStreams() {
+		if err := h.streamSignals(s, timeout, channel, local, local); err != nil {
+			return err
+		}
+	} else if err := h.hostStep(channel, local, local, time.Now().Add(timeout), timeout); err != nil {
+		return err
+	}
+	for _, p := range remote {
+		if err := osig.WaitSignal(s, p, channel, 1); err != nil {
+			return sp.across.EngineErr(barrierText(channel)+" waiting for "+sp.where(p), err)
+		}
 	}
 	return nil
 }

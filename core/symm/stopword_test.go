@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Every collective enters through View.Enter, which reads the stop word
+// Every collective enters through Port.Enter, which reads the stop word
 // where the host can read it with one load (Note [Failed collectives] in
 // core/symm/coll): the region's word on the host backend, the pinned
 // mirror that kernels write on cuda (here the stand-in driver under
@@ -39,13 +39,13 @@ func TestStopWordRefusesCollectives(t *testing.T) {
 	require.NoError(t, h.CollectivesStopped())
 	args := coll.Args{Kind: core.AllReduce, DType: core.Float32, Op: core.OpSum, Count: 64}
 	if !be.Capabilities().StreamSignals {
-		require.NoError(t, coll.Run(h.View(), args))
+		require.NoError(t, coll.Run(h, args))
 	}
 	// Rank 5 of the group gave up at device set 66 (channel 1, block 2)
 	// after its wait timed out.
 	gave := core.DevGaveUp(5, core.DevCauseTimeout, 66)
 	atomic.StoreUint32((*uint32)(unmanaged.Pointer(word)), gave)
-	err = coll.Run(h.View(), args)
+	err = coll.Run(h, args)
 	require.Equal(t, core.ErrInvalidState, core.CodeOf(err), "%v", err)
 	for _, s := range []string{"collectives are stopped since rank 5 gave up a collective (collective channel 1, kernel block 2 (device set 66)): its wait timed out",
 		"abort the group (symmem_group_abort), destroy it and create a new one"} {
@@ -53,7 +53,7 @@ func TestStopWordRefusesCollectives(t *testing.T) {
 	}
 	// Arguments that would be refused are not looked at: the group is
 	// stopped first.
-	err = coll.Run(h.View(), coll.Args{Kind: core.AllReduce, DType: core.Float32, Op: core.OpSum, Count: 1 << 40})
+	err = coll.Run(h, coll.Args{Kind: core.AllReduce, DType: core.Float32, Op: core.OpSum, Count: 1 << 40})
 	require.Equal(t, core.ErrInvalidState, core.CodeOf(err), "%v", err)
 	require.Equal(t, err.Error(), h.DeviceErrorText(gave).Error())
 

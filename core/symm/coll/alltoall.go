@@ -95,13 +95,13 @@ type A2AArgs struct {
 }
 
 // planAllToAll validates an all-to-all call a and resolves it.
-func planAllToAll(h View, a Args) (*core.Collective, error) {
+func planAllToAll(h *target, a Args) (*core.Collective, error) {
 	what := "all_to_all"
 	if a.V != nil {
 		what = a.V.Layout.String()
 	}
 	bad := func(format string, args ...any) (*core.Collective, error) {
-		return nil, core.Errorf(core.ErrInvalidArgument, "group %q: %s: "+format, append([]any{h.GroupName(), what}, args...)...)
+		return nil, core.Errorf(core.ErrInvalidArgument, "group %q: %s: "+format, append([]any{h.GroupName, what}, args...)...)
 	}
 	if a.Channel < 0 || a.Channel >= core.CollChannels {
 		return bad("collective channel %d is out of range [0, %d)", a.Channel, core.CollChannels)
@@ -109,17 +109,17 @@ func planAllToAll(h View, a Args) (*core.Collective, error) {
 	if a.V == nil && !a.DType.Valid() {
 		return bad("unknown dtype %d (known: %s)", int32(a.DType), core.Known[core.DType]())
 	}
-	if team, _, _ := h.Team(); team != nil && h.Engine() == nil {
-		return nil, h.NoEngine(what) // Note [All-to-all across machines]
+	if h.Span != nil && h.engine() == nil {
+		return nil, h.Span.NoEngine(what) // Note [All-to-all across machines]
 	}
-	rank, world, bufSize, offset := h.Rank(), h.World(), h.BufferSize(), h.Offset()
+	rank, world, bufSize, offset := h.Rank, h.World, h.BufferSize, h.Offset
 	room := bufSize - offset
-	in := h.Buffers()[rank] + offset
+	in := h.Buffers[rank] + offset
 	c := &core.Collective{Kind: core.AllToAll, DType: a.DType, Algo: core.AlgoOneShot, Rank: rank, World: world,
-		InOffset: offset, Out: a.Out, OutOffset: -1, Channel: a.Channel, TimeoutNs: uint64(h.Timeout().Nanoseconds()),
+		InOffset: offset, Out: a.Out, OutOffset: -1, Channel: a.Channel, TimeoutNs: uint64(h.Timeout.Nanoseconds()),
 		Unchecked: collUnchecked}
-	c.Buffers, c.Pads = h.PointerArrays()
-	c.PadSize = h.SignalPadSize()
+	c.Buffers, c.Pads = h.BufferArray, h.PadArray
+	c.PadSize = h.SignalPadSize
 	if a.V == nil {
 		if a.Count == 0 {
 			return nil, nil
@@ -140,7 +140,7 @@ func planAllToAll(h View, a Args) (*core.Collective, error) {
 			// Small chunks cross once, as lines that carry the call's
 			// number (Note [Low-latency collectives]): no barrier.
 			c.Algo = core.AlgoLowLatency
-			c.LLOffset, c.LLSlot, c.PadAddrs = core.LowLatencyOffset(c.PadSize, world), core.LowLatencySlotBytes(), h.SignalPads()
+			c.LLOffset, c.LLSlot, c.PadAddrs = core.LowLatencyOffset(c.PadSize, world), core.LowLatencySlotBytes(), h.SignalPads
 		}
 		c.Digest = argsDigest(argsWord(c))
 		return c, nil
@@ -181,11 +181,11 @@ func planAllToAll(h View, a Args) (*core.Collective, error) {
 	}
 	c.V = &core.AllToAllV{Layout: v.Layout, RowBytes: v.RowBytes, Experts: v.Experts, InSplits: v.InSplits,
 		OutSplitsOffsets: v.OutSplitsOffsets, InRows: room / v.RowBytes, OutRows: v.OutRows, MajorAlign: align,
-		ExchangeOffset: core.A2AExchangeOffset(h.SignalPadSize(), world)}
+		ExchangeOffset: core.A2AExchangeOffset(h.SignalPadSize, world)}
 	c.Count = v.OutRows // what sizes the grid: the same on every rank, agreed below
 	if a2aLowLatencyFits(h, a, c.V, in) {
 		c.Algo = core.AlgoLowLatency
-		c.LLOffset, c.LLSlot, c.PadAddrs = core.LowLatencyOffset(c.PadSize, world), core.LowLatencySlotBytes(), h.SignalPads()
+		c.LLOffset, c.LLSlot, c.PadAddrs = core.LowLatencyOffset(c.PadSize, world), core.LowLatencySlotBytes(), h.SignalPads
 	}
 	c.Digest = argsDigest(argsWord(c))
 	return c, nil
@@ -200,9 +200,9 @@ const A2ALowLatencyMaxSplits = 256
 // 8-byte rows and pointers, and an out small enough that whatever a rank
 // may receive from a sender fits that sender's slot with its E header
 // lines (so no valid call can pass it).
-func a2aLowLatencyFits(h View, a Args, v *core.AllToAllV, in uintptr) bool {
+func a2aLowLatencyFits(h *target, a Args, v *core.AllToAllV, in uintptr) bool {
 	ll, _ := lowLatencyFits(h, Args{Kind: core.AllGather, Channel: a.Channel}, 8)
-	return ll && v.Splits(h.World()) <= A2ALowLatencyMaxSplits && v.RowBytes%8 == 0 && in%8 == 0 && a.Out%8 == 0 &&
+	return ll && v.Splits(h.World) <= A2ALowLatencyMaxSplits && v.RowBytes%8 == 0 && in%8 == 0 && a.Out%8 == 0 &&
 		v.OutRows <= (core.LowLatencyMaxBytes-16*uintptr(v.Experts))/v.RowBytes && core.LowLatencyMaxBytes > 16*uintptr(v.Experts)
 }
 
@@ -333,10 +333,10 @@ func (l local) readTables(c *core.Collective, seq uint32) (splits, src []int64, 
 		switch {
 		case w0&^(a2aPoison|a2aValue) != tag || w1&^(a2aPoison|a2aValue) != tag:
 			return nil, nil, core.Errorf(core.ErrMismatch, "group %q: rank %d: rank %d's %s splits are of another call (call %d here): the ranks are a call apart",
-				l.h.GroupName(), l.global(l.rank), l.global(s), v.Layout, seq)
+				l.h.GroupName, l.global(l.rank), l.global(s), v.Layout, seq)
 		case w0&a2aPoison != 0:
 			return nil, nil, core.Errorf(core.ErrInvalidArgument, "group %q: %s: rank %d's splits overrun its input (a negative split, or rows past the %d its buffer holds): nothing was moved",
-				l.h.GroupName(), v.Layout, l.global(s), v.InRows)
+				l.h.GroupName, v.Layout, l.global(s), v.InRows)
 		}
 		splits[i], src[i] = int64(w0&a2aValue), int64(w1&a2aValue)
 	}
@@ -346,7 +346,7 @@ func (l local) readTables(c *core.Collective, seq uint32) (splits, src []int64, 
 // runHostAllToAll runs all-to-all c on this thread (a CPU-addressable
 // backend), as the kernel does (Note [All-to-all]).
 func (l local) runHostAllToAll(c *core.Collective) error {
-	deadline := time.Now().Add(l.h.Timeout())
+	deadline := time.Now().Add(l.h.Timeout)
 	set := c.Channel * core.CollMaxBlocks
 	seqWord := l.regionWord(l.rank, 6)
 	seq := atomic.LoadUint32(seqWord)
@@ -388,7 +388,7 @@ func (l local) moveRows(c *core.Collective, seq uint32) error {
 	copy(out[S:], offs)
 	if total > int64(v.OutRows) {
 		return core.Errorf(core.ErrInvalidArgument, "group %q: %s: rank %d receives %d rows (as laid out), more than the %d out holds: nothing was moved",
-			l.h.GroupName(), v.Layout, l.global(l.rank), total, v.OutRows)
+			l.h.GroupName, v.Layout, l.global(l.rank), total, v.OutRows)
 	}
 	rb := v.RowBytes
 	for i := 0; i < S; i++ {

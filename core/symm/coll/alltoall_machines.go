@@ -52,7 +52,7 @@ import (
 // and the sizes are in device memory, so each call synchronises with the
 // host: (1) an engine all-gather of each rank's arguments (layout,
 // row_bytes, experts, out_rows, major_align) into the group's staging
-// memory (View.Staging), copied to the host: ranks that differ fail
+// memory (Port.Staging), copied to the host: ranks that differ fail
 // with ErrMismatch naming every rank's arguments, before anything whose
 // size depends on them; (2) an engine all-gather of every rank's table
 // (S splits, and for the combine S offsets), copied to the host. Every
@@ -98,20 +98,20 @@ import (
 // major_align (0 unless the dispatch).
 const a2aArgWords = 5
 
-// allToAll runs checked all-to-all c on a group that spans machines (Note
+// allToAllAcross runs checked all-to-all c on a group that spans machines (Note
 // [All-to-all across machines]).
-func (h acrossMachines) allToAll(a Args, c *core.Collective) error {
+func (h *target) allToAllAcross(a Args, c *core.Collective) error {
 	what := "all_to_all"
 	if c.V != nil {
 		what = c.V.Layout.String()
 	}
-	engine := h.Engine()
+	engine := h.engine()
 	if engine == nil {
-		return h.NoEngine(what)
+		return h.Span.NoEngine(what)
 	}
 	p2p, ok := engine.(core.SendRecver)
 	if !ok {
-		return core.Errorf(core.ErrUnavailable, "group %q: %s across machines needs point-to-point transfers (ncclSend/ncclRecv) from %s, which it lacks", h.GroupName(), what, engine.Describe())
+		return core.Errorf(core.ErrUnavailable, "group %q: %s across machines needs point-to-point transfers (ncclSend/ncclRecv) from %s, which it lacks", h.GroupName, what, engine.Describe())
 	}
 	if c.V == nil {
 		return h.equalAllToAll(a, c, p2p)
@@ -123,8 +123,8 @@ func (h acrossMachines) allToAll(a Args, c *core.Collective) error {
 // move through the mapped memory (Note [All-to-all across machines]), and
 // the group rank its team starts at; ok is false when every chunk goes
 // through the engine.
-func (h acrossMachines) mappedTeam() (t local, first int, ok bool) {
-	team, _, _ := h.Team()
+func (h *target) mappedTeam() (t local, first int, ok bool) {
+	team := h.team()
 	if len(team) < 2 {
 		return local{}, 0, false
 	}
@@ -141,10 +141,10 @@ func (h acrossMachines) mappedTeam() (t local, first int, ok bool) {
 }
 
 // equalAllToAll runs the equal-split all-to-all across machines.
-func (h acrossMachines) equalAllToAll(a Args, c *core.Collective, p2p core.SendRecver) error {
-	rank, world := h.Rank(), h.World()
+func (h *target) equalAllToAll(a Args, c *core.Collective, p2p core.SendRecver) error {
+	rank, world := h.Rank, h.World
 	n := c.Count * c.DType.Size()
-	in := h.Buffers()[rank] + c.InOffset
+	in := h.Buffers[rank] + c.InOffset
 	t, first, mapped := h.mappedTeam()
 	var ops []core.P2POp
 	for k := 0; k < world; k++ {
@@ -158,7 +158,7 @@ func (h acrossMachines) equalAllToAll(a Args, c *core.Collective, p2p core.SendR
 	if mapped {
 		at := uintptr(first) * n
 		lc := &core.Collective{Kind: core.AllToAll, DType: c.DType, Algo: core.AlgoOneShot, Count: c.Count, Rank: t.rank, World: t.world,
-			Buffers: t.bufArr, Pads: t.padArr, PadSize: h.SignalPadSize(), InOffset: c.InOffset + at, Out: c.Out + at, OutOffset: -1,
+			Buffers: t.bufArr, Pads: t.padArr, PadSize: h.SignalPadSize, InOffset: c.InOffset + at, Out: c.Out + at, OutOffset: -1,
 			Channel: c.Channel, TimeoutNs: c.TimeoutNs, Unchecked: c.Unchecked}
 		lc.Digest = argsDigest(argsWord(lc))
 		if err := t.run(lc, a.Stream); err != nil {
@@ -166,7 +166,7 @@ func (h acrossMachines) equalAllToAll(a Args, c *core.Collective, p2p core.SendR
 		}
 	}
 	if err := p2p.SendRecv(a.Stream, ops); err != nil {
-		return h.EngineErr("all_to_all", err)
+		return h.Span.EngineErr("all_to_all", err)
 	}
 	return nil
 }
@@ -220,8 +220,8 @@ func (t *a2aTables) received(r int) (splits, src, offs []int64, total int64) {
 }
 
 // splitAllToAll runs a split-driven all-to-all across machines.
-func (h acrossMachines) splitAllToAll(a Args, c *core.Collective, engine core.Communicator, p2p core.SendRecver, what string) error {
-	v, rank, world := c.V, h.Rank(), h.World()
+func (h *target) splitAllToAll(a Args, c *core.Collective, engine core.Communicator, p2p core.SendRecver, what string) error {
+	v, rank, world := c.V, h.Rank, h.World
 	S := v.Splits(world)
 	words := S
 	if v.Layout == core.A2AV2DOffset {
@@ -232,13 +232,13 @@ func (h acrossMachines) splitAllToAll(a Args, c *core.Collective, engine core.Co
 	// Staging: this rank's record and every rank's, for the larger of the
 	// two exchanges, then room for out_splits_offsets on the host.
 	rec := max(argBytes, tableBytes)
-	dev, host, done, err := h.Staging(rec*(w+1) + uintptr(16*S))
+	dev, host, done, err := h.port.Staging(rec*(w+1) + uintptr(16*S))
 	if err != nil {
-		return core.Errorf(core.CodeOf(err), "group %q: rank %d: %s across machines: %v", h.GroupName(), rank, what, err)
+		return core.Errorf(core.CodeOf(err), "group %q: rank %d: %s across machines: %v", h.GroupName, rank, what, err)
 	}
 	var broken error
 	defer func() { done(broken) }()
-	be, device := h.Backend()
+	be, device := h.Backend, h.Device
 	// gather all-gathers n bytes per rank that fill puts at dev, and
 	// returns every rank's, copied to the host.
 	gather := func(step string, fill func() error, n uintptr) ([]int64, error) {
@@ -252,7 +252,7 @@ func (h acrossMachines) splitAllToAll(a Args, c *core.Collective, engine core.Co
 			return be.Copy(device, a.Stream, host+n, dev+n, n*w)
 		}, &broken)
 		if err != nil {
-			return nil, h.EngineErr(fmt.Sprintf("%s: %s", what, step), err)
+			return nil, h.Span.EngineErr(fmt.Sprintf("%s: %s", what, step), err)
 		}
 		return int64s(host+n, int(n/8)*world), nil
 	}
@@ -289,14 +289,14 @@ func (h acrossMachines) splitAllToAll(a Args, c *core.Collective, engine core.Co
 	}
 	if s := t.badSender(); s >= 0 {
 		return core.Errorf(core.ErrInvalidArgument, "group %q: %s: rank %d's splits overrun its input (a negative split, or rows past the %d its buffer holds): nothing was moved",
-			h.GroupName(), v.Layout, s, v.InRows)
+			h.GroupName, v.Layout, s, v.InRows)
 	}
 	splits, _, offs, total := t.received(rank)
 	so := int64s(host+rec*(w+1), 2*S)
 	copy(so, splits)
 	copy(so[S:], offs)
 	if err := h.bounded(func() error { return be.Copy(device, a.Stream, v.OutSplitsOffsets, host+rec*(w+1), uintptr(16*S)) }, &broken); err != nil {
-		return h.EngineErr(what+": writing out_splits_offsets", err)
+		return h.Span.EngineErr(what+": writing out_splits_offsets", err)
 	}
 	overrun := make([]bool, world)
 	for q := range overrun {
@@ -305,11 +305,11 @@ func (h acrossMachines) splitAllToAll(a Args, c *core.Collective, engine core.Co
 	}
 	ops := h.a2aTransfers(c, t, offs, overrun)
 	if err := p2p.SendRecv(a.Stream, ops); err != nil {
-		return h.EngineErr(what, err)
+		return h.Span.EngineErr(what, err)
 	}
 	if overrun[rank] {
 		return core.Errorf(core.ErrInvalidArgument, "group %q: %s: rank %d receives %d rows (as laid out), more than the %d out holds: nothing was moved",
-			h.GroupName(), v.Layout, rank, total, v.OutRows)
+			h.GroupName, v.Layout, rank, total, v.OutRows)
 	}
 	return nil
 }
@@ -318,10 +318,10 @@ func (h acrossMachines) splitAllToAll(a Args, c *core.Collective, engine core.Co
 // every piece of its table for a receiver that does not overrun, and every
 // piece it receives unless it overruns; between two ranks in expert order
 // on both sides (Note [All-to-all across machines]).
-func (h acrossMachines) a2aTransfers(c *core.Collective, t *a2aTables, offs []int64, overrun []bool) []core.P2POp {
-	v, rank, world := c.V, h.Rank(), h.World()
+func (h *target) a2aTransfers(c *core.Collective, t *a2aTables, offs []int64, overrun []bool) []core.P2POp {
+	v, rank, world := c.V, h.Rank, h.World
 	rb := v.RowBytes
-	in := h.Buffers()[rank] + c.InOffset
+	in := h.Buffers[rank] + c.InOffset
 	var ops []core.P2POp
 	for k := 0; k < world; k++ {
 		q := (rank + k) % world
@@ -352,8 +352,8 @@ func (h acrossMachines) a2aTransfers(c *core.Collective, t *a2aTables, offs []in
 
 // a2aAgree fails, on every rank alike, when the ranks passed different
 // arguments (args: every rank's a2aArgWords), naming each rank's.
-func (h acrossMachines) a2aAgree(what string, args []int64) error {
-	world := h.World()
+func (h *target) a2aAgree(what string, args []int64) error {
+	world := h.World
 	same := true
 	for s := 1; s < world; s++ {
 		for k := 0; k < a2aArgWords; k++ {
@@ -370,24 +370,24 @@ func (h acrossMachines) a2aAgree(what string, args []int64) error {
 			s, core.A2ALayout(x[0]), x[1], x[2], x[3], x[4]))
 	}
 	return core.Errorf(core.ErrMismatch, "group %q: rank %d: %s: the ranks called different all-to-alls (nothing was moved): %s",
-		h.GroupName(), h.Rank(), what, strings.Join(parts, "; "))
+		h.GroupName, h.Rank, what, strings.Join(parts, "; "))
 }
 
 // bounded runs fn, which waits for the GPU, for at most the handle's
 // timeout. On expiry the error is ErrTimeout and *retired says why the
 // staging memory fn uses is never used again (fn may still be running, on
 // another goroutine, and the GPU may still write that memory).
-func (h acrossMachines) bounded(fn func() error, retired *error) error {
+func (h *target) bounded(fn func() error, retired *error) error {
 	done := make(chan error, 1)
 	go func() { done <- fn() }()
-	timer := time.NewTimer(h.Timeout())
+	timer := time.NewTimer(h.Timeout)
 	defer timer.Stop()
 	select {
 	case err := <-done:
 		return err
 	case <-timer.C:
 		*retired = core.Errorf(core.ErrTimeout, "group %q: rank %d: a split-driven all-to-all's wait for the GPU did not end within %v; the GPU may still write the group's staging memory, so nothing that needs it (an all-to-all v form, a rendezvous) runs on this group any more",
-			h.GroupName(), h.Rank(), h.Timeout())
-		return core.Errorf(core.ErrTimeout, "a wait for the GPU did not end within %v: a rank did not make the same call, or died", h.Timeout())
+			h.GroupName, h.Rank, h.Timeout)
+		return core.Errorf(core.ErrTimeout, "a wait for the GPU did not end within %v: a rank did not make the same call, or died", h.Timeout)
 	}
 }

@@ -4,8 +4,9 @@
 // runs it on this machine with the library's own machinery (kernels on the
 // backend, or the host reference runner over CPU memory), and on a group
 // that spans machines through the group's engine or hierarchically over
-// the local team. It sees a handle only through View (core/symm's
-// Handle.View), and the pads' layout through core (Note [Pad partition]).
+// the local team. It sees a handle only through its description
+// (core.SymmetricBuffer) and its Port (core/symm's Handle implements
+// both), and the pads' layout through core (Note [Pad partition]).
 package coll
 
 import (
@@ -148,7 +149,7 @@ import (
 //     core.DevGaveUp(itself, cause, set) into the stop word of every peer
 //     it reaches (the view's ranks), before the call returns (the host
 //     runner's local.stop; a kernel's symmem_coll_stop).
-//  2. Every collective enters through View.Enter, which reads this rank's
+//  2. Every collective enters through Port.Enter, which reads this rank's
 //     stop word with one load of host memory (on the GPU its pinned
 //     mirror, which kernels write; no device synchronisation) and refuses
 //     the call with ErrInvalidState naming the first failure and saying
@@ -268,28 +269,29 @@ type Args struct {
 	V *A2AArgs
 }
 
-// Run checks a and runs it over h: enqueued on a.Stream where the backend
+// Run checks a and runs it over the handle behind p: enqueued on a.Stream where the backend
 // launches kernels, on this thread where its memory is CPU-addressable,
 // through the group's engine on a group that spans machines (Note
 // [Collectives across machines] in core/symm). On any error nothing ran.
-func Run(h View, a Args) error {
-	leave, err := h.Enter()
+func Run(p Port, a Args) error {
+	leave, err := p.Enter()
 	if err != nil {
 		return err
 	}
 	defer leave()
-	return runEntered(h, a)
+	h := target{p.Symmetric(), p}
+	return runEntered(&h, a)
 }
 
 // runEntered is Run once the call is admitted.
-func runEntered(h View, a Args) error {
+func runEntered(h *target, a Args) error {
 	if a.Kind == core.AllToAll {
 		c, err := planAllToAll(h, a)
 		if err != nil || c == nil {
 			return err
 		}
-		if team, _, _ := h.Team(); team != nil {
-			return acrossMachines{h}.allToAll(a, c)
+		if h.Span != nil {
+			return h.allToAllAcross(a, c)
 		}
 		return wholeGroup(h).run(c, a.Stream)
 	}
@@ -297,8 +299,8 @@ func runEntered(h View, a Args) error {
 	if err != nil || c == nil {
 		return err
 	}
-	if team, _, _ := h.Team(); team != nil {
-		return acrossMachines{h}.run(a, c)
+	if h.Span != nil {
+		return h.runAcross(a, c)
 	}
 	return wholeGroup(h).run(c, a.Stream)
 }
@@ -307,10 +309,10 @@ func overlap(a, an, b, bn uintptr) bool { return a < b+bn && b < a+an }
 
 // plan validates a and resolves it into a core.Collective (nil: count 0,
 // nothing to do).
-func plan(h View, a Args) (*core.Collective, error) {
+func plan(h *target, a Args) (*core.Collective, error) {
 	what := a.Kind.String()
 	bad := func(format string, args ...any) (*core.Collective, error) {
-		return nil, core.Errorf(core.ErrInvalidArgument, "group %q: %s: "+format, append([]any{h.GroupName(), what}, args...)...)
+		return nil, core.Errorf(core.ErrInvalidArgument, "group %q: %s: "+format, append([]any{h.GroupName, what}, args...)...)
 	}
 	if !a.Kind.Valid() {
 		return bad("unknown collective %d (known: %s)", int32(a.Kind), core.Known[core.CollKind]())
@@ -330,14 +332,14 @@ func plan(h View, a Args) (*core.Collective, error) {
 	if a.Count == 0 {
 		return nil, nil
 	}
-	rank, world, bufSize, offset := h.Rank(), h.World(), h.BufferSize(), h.Offset()
+	rank, world, bufSize, offset := h.Rank, h.World, h.BufferSize, h.Offset
 	es, w := a.DType.Size(), uintptr(world)
 	room := bufSize - offset
 	if a.Count > room/es {
 		return bad("count %d of %s (%d bytes) is past the buffer: %d bytes from the rendezvous offset %d to the block's end", a.Count, a.DType, a.Count*es, room, offset)
 	}
-	pads := h.SignalPads()
-	base := h.Buffers()[rank]
+	pads := h.SignalPads
+	base := h.Buffers[rank]
 	in, inBytes := base+offset, a.Count*es
 	out, outBytes := a.Out, inBytes
 	inPlace := false
@@ -371,13 +373,13 @@ func plan(h View, a Args) (*core.Collective, error) {
 		outOff = int64(out - base)
 	}
 	algo := a.Algo
-	team, _, _ := h.Team()
+	team := h.team()
 	ll, llWhy := lowLatencyFits(h, a, inBytes)
 	switch {
 	case team != nil:
 		// The group's engine or the hierarchical form runs it with the
 		// caller's algo: neither uses the fields below but Kind, DType,
-		// Op, Count, Out and OutOffset (acrossMachines decides).
+		// Op, Count, Out and OutOffset (runAcross decides).
 	case world == 1:
 		algo = core.AlgoOneShot
 	case algo == core.AlgoLowLatency && !launchesKernels(h):
@@ -399,11 +401,11 @@ func plan(h View, a Args) (*core.Collective, error) {
 		return bad("two-shot reads every rank's out, so out must lie inside the rendezvoused block (out %#x is outside [%#x, +%d))", out, base, bufSize)
 	}
 	pull := algo == core.AlgoTwoShot && inBytes >= TwoShotPullMinBytes
-	bufArr, padArr := h.PointerArrays() // device arrays (the host ones on the host backend)
-	padSize := h.SignalPadSize()
+	bufArr, padArr := h.BufferArray, h.PadArray // device arrays (the host ones on the host backend)
+	padSize := h.SignalPadSize
 	c := &core.Collective{Kind: a.Kind, DType: a.DType, Op: a.Op, Algo: algo, Pull: pull, Count: a.Count, Rank: rank, World: world,
 		Buffers: bufArr, Pads: padArr, PadSize: padSize, InOffset: offset, Out: out, OutOffset: outOff,
-		Channel: a.Channel, TimeoutNs: uint64(h.Timeout().Nanoseconds()), Unchecked: collUnchecked}
+		Channel: a.Channel, TimeoutNs: uint64(h.Timeout.Nanoseconds()), Unchecked: collUnchecked}
 	if algo == core.AlgoLowLatency {
 		c.LLOffset, c.LLSlot, c.PadAddrs = core.LowLatencyOffset(padSize, world), core.LowLatencySlotBytes(), pads
 	}

@@ -93,7 +93,8 @@ import "github.com/libsymmem/libsymmem/core"
 // the team's (in rank order), and pointer arrays of its own in host and
 // device memory, which core/symm keeps beside the handle's (slots of the
 // same slabs, Note [Pointer arrays in the pad]; filled and shared with the
-// handle's, Note [Shared pointer arrays]) and View.Team returns. Its
+// handle's, Note [Shared pointer arrays]), which the handle's description
+// gives (core.SymmetricBuffer.TeamBufferArray, TeamPadArray). Its
 // kernels and runHost lay out the library's region of each pad as a group
 // of L ranks would (Note [Pad partition] in core); the region was sized
 // for the whole world (DeviceRegionBytes(W) >= DeviceRegionBytes(L)), so
@@ -118,7 +119,7 @@ var HierMinBytes = uintptr(core.Current().Size("SYMMEM_HIER_MIN_BYTES", 4<<20))
 
 // hierPlan says whether a checked collective c runs hierarchically; for an
 // explicit AlgoHierarchical that cannot, why (an error).
-func (h acrossMachines) hierPlan(a Args, c *core.Collective) (bool, error) {
+func (h *target) hierPlan(a Args, c *core.Collective) (bool, error) {
 	if c.Kind != core.AllReduce || (a.Algo != core.AlgoAuto && a.Algo != core.AlgoHierarchical) {
 		return false, nil
 	}
@@ -127,21 +128,21 @@ func (h acrossMachines) hierPlan(a Args, c *core.Collective) (bool, error) {
 		if !explicit {
 			return false, nil
 		}
-		return false, core.Errorf(code, "group %q: rank %d: all_reduce with algo hierarchical: "+format, append([]any{h.GroupName(), h.Rank()}, args...)...)
+		return false, core.Errorf(code, "group %q: rank %d: all_reduce with algo hierarchical: "+format, append([]any{h.GroupName, h.Rank}, args...)...)
 	}
-	if _, ok := h.Engine().(core.Splitter); !ok {
-		return refuse(core.ErrUnavailable, "it needs a communicator that splits (ncclCommSplit); %s does not", h.Engine().Describe())
+	if _, ok := h.engine().(core.Splitter); !ok {
+		return refuse(core.ErrUnavailable, "it needs a communicator that splits (ncclCommSplit); %s does not", h.engine().Describe())
 	}
-	if uniform, sizes := h.TeamSizes(); !uniform {
+	if uniform, sizes := h.Span.Uniform, h.Span.TeamSizes; !uniform {
 		return refuse(core.ErrUnavailable, "it needs teams of one size (each local rank's communicator holds one rank per team); the teams have %s rank(s)", sizes)
 	}
-	if h.SplitClosed() {
+	if h.state().split.isClosed() {
 		return refuse(core.ErrInvalidState, "the group is destroyed: its communicator split by local rank is closed")
 	}
 	if c.OutOffset < 0 {
-		return refuse(core.ErrInvalidArgument, "the all-gather inside the team reads the peers' out, so out must lie inside the rendezvoused block (out %#x is outside [%#x, +%d))", c.Out, h.Buffers()[h.Rank()], h.BufferSize())
+		return refuse(core.ErrInvalidArgument, "the all-gather inside the team reads the peers' out, so out must lie inside the rendezvoused block (out %#x is outside [%#x, +%d))", c.Out, h.Buffers[h.Rank], h.BufferSize)
 	}
-	team, _, _ := h.Team()
+	team := h.team()
 	if !explicit && (len(team) < 2 || c.Count*c.DType.Size() < HierMinBytes) {
 		return false, nil
 	}
@@ -158,8 +159,8 @@ func (h acrossMachines) hierPlan(a Args, c *core.Collective) (bool, error) {
 // loads kernels does so once per process and device (Note [Kernels
 // compiled at run time] in cuda: compiled once, then read from the disk
 // cache) and gives later calls the first call's answer.
-func (h acrossMachines) runsLocal() error {
-	be, device := h.Backend()
+func (h *target) runsLocal() error {
+	be, device := h.Backend, h.Device
 	if _, ok := be.(core.CollectiveLauncher); ok {
 		if l, ok := be.(core.KernelLoader); ok {
 			_, err := l.LoadKernels(device)
@@ -175,28 +176,28 @@ func (h acrossMachines) runsLocal() error {
 
 // hierAllReduce runs c (an all-reduce, out inside the block) in the
 // hierarchical form (Note [Hierarchical all-reduce]).
-func (h acrossMachines) hierAllReduce(a Args, c *core.Collective) error {
-	sub, done, err := h.SplitByLocalRank()
+func (h *target) hierAllReduce(a Args, c *core.Collective) error {
+	sub, done, err := h.splitByLocalRank()
 	if err != nil {
-		return core.Errorf(core.CodeOf(err), "group %q: rank %d: all_reduce (hierarchical): %v", h.GroupName(), h.Rank(), err)
+		return core.Errorf(core.CodeOf(err), "group %q: rank %d: all_reduce (hierarchical): %v", h.GroupName, h.Rank, err)
 	}
 	defer done()
 	subRed, ok := sub.(core.Reducer)
 	if !ok {
-		return core.Errorf(core.ErrUnavailable, "group %q: all_reduce (hierarchical): the split communicator %s runs no typed collectives", h.GroupName(), sub.Describe())
+		return core.Errorf(core.ErrUnavailable, "group %q: all_reduce (hierarchical): the split communicator %s runs no typed collectives", h.GroupName, sub.Describe())
 	}
 	what := "all_reduce (hierarchical) across machines"
 	t, ok := teamView(h)
 	if !ok {
-		return core.Errorf(core.ErrInternal, "group %q: rank %d: all_reduce (hierarchical): the handle has no team view", h.GroupName(), h.Rank())
+		return core.Errorf(core.ErrInternal, "group %q: rank %d: all_reduce (hierarchical): the handle has no team view", h.GroupName, h.Rank)
 	}
 	es := c.DType.Size()
-	in, out := h.Buffers()[h.Rank()]+c.InOffset, c.Out
+	in, out := h.Buffers[h.Rank]+c.InOffset, c.Out
 	L := t.world
 	if L == 1 {
 		if err := subRed.AllReduce(a.Stream, in, out, c.Count, c.DType, c.Op); err != nil {
 			h.stopAfterEngine(c)
-			return h.EngineErr(what, err)
+			return h.Span.EngineErr(what, err)
 		}
 		return nil
 	}
@@ -213,7 +214,7 @@ func (h acrossMachines) hierAllReduce(a Args, c *core.Collective) error {
 		}
 		if err := subRed.AllReduce(a.Stream, mine+slice, mine+slice, per, c.DType, c.Op); err != nil {
 			h.stopAfterEngine(c)
-			return h.EngineErr(what, err)
+			return h.Span.EngineErr(what, err)
 		}
 		if err := t.run(t.collective(c, core.AllGather, per, outOff, outOff, true), a.Stream); err != nil {
 			return err
@@ -226,7 +227,7 @@ func (h acrossMachines) hierAllReduce(a Args, c *core.Collective) error {
 		}
 		if err := subRed.AllReduce(a.Stream, out+at, out+at, tail, c.DType, c.Op); err != nil {
 			h.stopAfterEngine(c)
-			return h.EngineErr(what, err)
+			return h.Span.EngineErr(what, err)
 		}
 	}
 	return nil

@@ -35,16 +35,16 @@ func (l local) hostBarrier(set int, deadline time.Time) error {
 			case k < 400:
 				runtime.Gosched()
 			default:
-				if err := l.h.WaitCut(mark, fmt.Sprintf("collective's barrier (device set %d)", set)); err != nil {
+				if err := l.h.port.WaitCut(mark, fmt.Sprintf("collective's barrier (device set %d)", set)); err != nil {
 					l.stop(core.DevFlag(core.DevCausePeerExited, l.global(me), set))
 					return err
 				}
 				now := time.Now()
-				if err := l.h.Stopped(); err != nil { // a peer gave up: it will not arrive
+				if err := l.h.port.CollectivesStopped(); err != nil { // a peer gave up: it will not arrive
 					// The rank we wait for may be why (it exited): say so
 					// rather than that a peer gave up.
 					var never time.Time
-					exited := l.h.PeerExited(l.global(p), now, &never, fmt.Sprintf("rank %d's collective (device set %d)", l.global(me), set))
+					exited := l.h.port.PeerExited(l.global(p), now, &never, fmt.Sprintf("rank %d's collective (device set %d)", l.global(me), set))
 					if exited != nil && !core.Reached(atomic.LoadUint32(arr), n) {
 						atomic.CompareAndSwapUint32(l.regionWord(me, 0), 0, core.DevFlag(core.DevCausePeerExited, l.global(p), set))
 						return exited
@@ -56,9 +56,9 @@ func (l local) hostBarrier(set int, deadline time.Time) error {
 					atomic.CompareAndSwapUint32(l.regionWord(me, 0), 0, flag)
 					l.stop(flag)
 					return core.Errorf(core.ErrTimeout, "group %q: rank %d timed out after %v in a collective's barrier (device set %d): rank %d never arrived; the group's collectives are stopped (abort and destroy the group, then create a new one)",
-						l.h.GroupName(), l.global(me), l.h.Timeout(), set, l.global(p))
+						l.h.GroupName, l.global(me), l.h.Timeout, set, l.global(p))
 				}
-				exited := l.h.PeerExited(l.global(p), now, &checked, fmt.Sprintf("rank %d's collective (device set %d)", l.global(me), set))
+				exited := l.h.port.PeerExited(l.global(p), now, &checked, fmt.Sprintf("rank %d's collective (device set %d)", l.global(me), set))
 				if exited != nil && !core.Reached(atomic.LoadUint32(arr), n) {
 					atomic.CompareAndSwapUint32(l.regionWord(me, 0), 0, core.DevFlag(core.DevCausePeerExited, l.global(p), set))
 					l.stop(core.DevFlag(core.DevCausePeerExited, l.global(p), set))
@@ -107,7 +107,7 @@ func (l local) checkAgreement(set int, args uint64, digest uint32) (peer int, er
 		tagged := atomic.LoadUint64((*uint64)(unmanaged.Pointer(slot)))
 		all[p] = atomic.LoadUint64((*uint64)(unmanaged.Pointer(slot + 8)))
 		if tagged>>32 != uint64(atomic.LoadUint32(l.setWord(me, set, w+p))) {
-			return p, core.Errorf(core.ErrPeer, "group %q: rank %d published no collective arguments with its arrival (device set %d)", l.h.GroupName(), l.global(p), set)
+			return p, core.Errorf(core.ErrPeer, "group %q: rank %d published no collective arguments with its arrival (device set %d)", l.h.GroupName, l.global(p), set)
 		}
 		if differ < 0 && (uint32(tagged) != digest || all[p] != args) {
 			differ = p
@@ -117,7 +117,7 @@ func (l local) checkAgreement(set int, args uint64, digest uint32) (peer int, er
 		return -1, nil
 	}
 	return differ, core.Errorf(core.ErrMismatch, "group %q: rank %d: the ranks%s called different collectives (nothing was moved): %s",
-		l.h.GroupName(), l.global(me), l.text(), core.RanksByValue(w, func(r int) string { return argsText(all[r]) }))
+		l.h.GroupName, l.global(me), l.text(), core.RanksByValue(w, func(r int) string { return argsText(all[r]) }))
 }
 
 // bytesAt views n bytes at addr.
@@ -167,7 +167,7 @@ func (l local) runHost(c *core.Collective) error {
 	if c.Kind == core.AllToAll {
 		return l.runHostAllToAll(c)
 	}
-	deadline := time.Now().Add(l.h.Timeout())
+	deadline := time.Now().Add(l.h.Timeout)
 	set := c.Channel * core.CollMaxBlocks
 	es := c.DType.Size()
 	me, w := l.rank, l.world

@@ -15,7 +15,7 @@ import (
 // group (wholeGroup) or, on a group that spans machines, its team view
 // (teamView, Note [Team view]).
 type local struct {
-	h           View
+	h           *target
 	rank, world int
 	// bufs and pads are every rank's block and pad by rank of the view;
 	// bufArr and padArr the arrays of them that kernels read.
@@ -27,24 +27,23 @@ type local struct {
 }
 
 // wholeGroup is the local run over every rank of h's group.
-func wholeGroup(h View) local {
-	bufArr, padArr := h.PointerArrays()
-	return local{h: h, rank: h.Rank(), world: h.World(), bufs: h.Buffers(), pads: h.SignalPads(), bufArr: bufArr, padArr: padArr}
+func wholeGroup(h *target) local {
+	return local{h: h, rank: h.Rank, world: h.World, bufs: h.Buffers, pads: h.SignalPads, bufArr: h.BufferArray, padArr: h.PadArray}
 }
 
 // teamView is the local run over h's team (Note [Team view]); ok is false
 // while the handle has no team arrays.
-func teamView(h View) (l local, ok bool) {
-	team, bufArr, padArr := h.Team()
+func teamView(h *target) (l local, ok bool) {
+	team, bufArr, padArr := h.team(), h.TeamBufferArray, h.TeamPadArray
 	if team == nil || bufArr == 0 {
 		return local{}, false
 	}
 	l = local{h: h, world: len(team), bufs: make([]uintptr, len(team)), pads: make([]uintptr, len(team)),
 		bufArr: bufArr, padArr: padArr, ranks: team}
-	bufs, pads := h.Buffers(), h.SignalPads()
+	bufs, pads := h.Buffers, h.SignalPads
 	for i, r := range team {
 		l.bufs[i], l.pads[i] = bufs[r], pads[r]
-		if r == h.Rank() {
+		if r == h.Rank {
 			l.rank = i
 		}
 	}
@@ -71,7 +70,7 @@ func (l local) text() string {
 // phase of the hierarchical form: out at outAt of every rank's block.
 func (l local) collective(c *core.Collective, kind core.CollKind, count, inOff, outAt uintptr, sliced bool) *core.Collective {
 	p := &core.Collective{Kind: kind, DType: c.DType, Op: c.Op, Algo: core.AlgoOneShot, Count: count, Rank: l.rank, World: l.world,
-		Buffers: l.bufArr, Pads: l.padArr, PadSize: l.h.SignalPadSize(), InOffset: inOff, Out: l.bufs[l.rank] + outAt, OutOffset: int64(outAt),
+		Buffers: l.bufArr, Pads: l.padArr, PadSize: l.h.SignalPadSize, InOffset: inOff, Out: l.bufs[l.rank] + outAt, OutOffset: int64(outAt),
 		SlicedInput: sliced, Channel: c.Channel, TimeoutNs: c.TimeoutNs}
 	p.Digest = argsDigest(argsWord(p))
 	return p
@@ -80,30 +79,30 @@ func (l local) collective(c *core.Collective, kind core.CollKind, count, inOff, 
 // run runs checked collective c of the view with the library's own
 // machinery: kernels on stream s, or on this thread over CPU memory.
 func (l local) run(c *core.Collective, s core.Stream) error {
-	be, device := l.h.Backend()
+	be, device := l.h.Backend, l.h.Device
 	if launcher, ok := be.(core.CollectiveLauncher); ok {
-		c.StopMirror = l.h.StopMirror()
+		c.StopMirror = l.h.StopMirror
 		return launcher.LaunchCollective(device, s, c)
 	}
 	if !be.Capabilities().StreamSignals { // ordinary CPU memory
-		mu := l.h.ChannelLock(c.Channel)
+		mu := &l.h.state().channels[c.Channel]
 		mu.Lock()
 		defer mu.Unlock()
 		return l.runHost(c)
 	}
-	return core.Errorf(core.ErrUnavailable, "group %q: the backend runs no collectives (it launches no kernels and its memory is not the CPU's)", l.h.GroupName())
+	return core.Errorf(core.ErrUnavailable, "group %q: the backend runs no collectives (it launches no kernels and its memory is not the CPU's)", l.h.GroupName)
 }
 
 // argSlot is the address of the argument slot (set, sender) in rank r's
 // region (Note [Pad partition] in core).
 func (l local) argSlot(r, set, sender int) uintptr {
-	words := l.pads[r] + l.h.SignalPadSize() + uintptr(4*(core.DeviceRegionHeaderWords+core.DeviceSets*2*l.world))
+	words := l.pads[r] + l.h.SignalPadSize + uintptr(4*(core.DeviceRegionHeaderWords+core.DeviceSets*2*l.world))
 	return (words+7)&^7 + uintptr(16*(set*l.world+sender))
 }
 
 // regionWord is the address of word i of rank r's device region.
 func (l local) regionWord(r, i int) *uint32 {
-	return (*uint32)(unmanaged.Pointer(l.pads[r] + l.h.SignalPadSize() + uintptr(4*i)))
+	return (*uint32)(unmanaged.Pointer(l.pads[r] + l.h.SignalPadSize + uintptr(4*i)))
 }
 
 // setWord is word i of set's 2*world words in rank r's region.

@@ -43,16 +43,15 @@ var collUnchecked = core.Current().Bool("SYMMEM_COLL_UNCHECKED", false)
 
 // launchesKernels says whether the group's backend runs collectives as
 // kernels (the low-latency buffers exist only there).
-func launchesKernels(h View) bool {
-	be, _ := h.Backend()
-	_, ok := be.(core.CollectiveLauncher)
+func launchesKernels(h *target) bool {
+	_, ok := h.Backend.(core.CollectiveLauncher)
 	return ok
 }
 
 // lowLatencyFits says whether a can run on the low-latency path of a
 // kernel backend (Note [Low-latency collectives]), or why not.
-func lowLatencyFits(h View, a Args, inBytes uintptr) (bool, string) {
-	world := h.World()
+func lowLatencyFits(h *target, a Args, inBytes uintptr) (bool, string) {
+	world := h.World
 	w := uintptr(world)
 	per := inBytes // bytes each rank sends each peer
 	if a.Kind == core.ReduceScatter {

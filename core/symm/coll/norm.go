@@ -71,16 +71,17 @@ type NormArgs struct {
 	Stream core.Stream
 }
 
-// RunRMSNorm checks a and runs it over h (Note [All-reduce with
+// RunRMSNorm checks a and runs it over the handle behind p (Note [All-reduce with
 // RMSNorm]): one kernel on the low-latency path where it fits, else the
 // all-reduce and then the add and the norm. On an error of the checks
 // nothing ran.
-func RunRMSNorm(h View, a NormArgs) error {
-	leave, err := h.Enter()
+func RunRMSNorm(p Port, a NormArgs) error {
+	leave, err := p.Enter()
 	if err != nil {
 		return err
 	}
 	defer leave()
+	h := &target{p.Symmetric(), p}
 	c, ar, err := planNorm(h, a)
 	if err != nil || c == nil {
 		return err
@@ -91,7 +92,7 @@ func RunRMSNorm(h View, a NormArgs) error {
 	if err := runEntered(h, ar); err != nil {
 		return err
 	}
-	be, device := h.Backend()
+	be, device := h.Backend, h.Device
 	if launcher, ok := be.(core.CollectiveLauncher); ok {
 		return launcher.LaunchCollective(device, a.Stream, c)
 	}
@@ -99,15 +100,15 @@ func RunRMSNorm(h View, a NormArgs) error {
 		hostAddNorm(c)
 		return nil
 	}
-	return core.Errorf(core.ErrUnavailable, "group %q: the backend runs no collectives (it launches no kernels and its memory is not the CPU's)", h.GroupName())
+	return core.Errorf(core.ErrUnavailable, "group %q: the backend runs no collectives (it launches no kernels and its memory is not the CPU's)", h.GroupName)
 }
 
 // planNorm validates a and resolves it: c is the fused low-latency call,
 // or the add and norm that follow the all-reduce ar; c nil: tokens 0,
 // nothing to do.
-func planNorm(h View, a NormArgs) (c *core.Collective, ar Args, err error) {
+func planNorm(h *target, a NormArgs) (c *core.Collective, ar Args, err error) {
 	bad := func(format string, args ...any) (*core.Collective, Args, error) {
-		return nil, Args{}, core.Errorf(core.ErrInvalidArgument, "group %q: all_reduce_rmsnorm: "+format, append([]any{h.GroupName()}, args...)...)
+		return nil, Args{}, core.Errorf(core.ErrInvalidArgument, "group %q: all_reduce_rmsnorm: "+format, append([]any{h.GroupName}, args...)...)
 	}
 	switch {
 	case !a.DType.Valid():
@@ -128,12 +129,12 @@ func planNorm(h View, a NormArgs) (c *core.Collective, ar Args, err error) {
 		return bad("residual %#x and weight %#x must be 16-byte aligned (the kernels move 16 bytes at a time)", a.Residual, a.Weight)
 	}
 	es := a.DType.Size()
-	if a.Tokens > (h.BufferSize()-h.Offset())/es/a.Hidden {
+	if a.Tokens > (h.BufferSize-h.Offset)/es/a.Hidden {
 		return bad("%d tokens x hidden %d of %s (%d bytes) is past the buffer: %d bytes from the rendezvous offset %d to the block's end",
-			a.Tokens, a.Hidden, a.DType, a.Tokens*a.Hidden*es, h.BufferSize()-h.Offset(), h.Offset())
+			a.Tokens, a.Hidden, a.DType, a.Tokens*a.Hidden*es, h.BufferSize-h.Offset, h.Offset)
 	}
 	n, row := a.Tokens*a.Hidden*es, a.Hidden*es
-	in := h.Buffers()[h.Rank()] + h.Offset()
+	in := h.Buffers[h.Rank] + h.Offset
 	out := a.Out
 	if out == 0 {
 		out = in
@@ -153,10 +154,10 @@ func planNorm(h View, a NormArgs) (c *core.Collective, ar Args, err error) {
 		ar.Algo = core.AlgoAuto // the all-reduce of the two-step form, where the fused one cannot run
 	}
 	norm := &core.RMSNorm{Tokens: a.Tokens, Hidden: a.Hidden, Residual: a.Residual, Weight: a.Weight, Eps: a.Eps}
-	team, _, _ := h.Team()
+	team := h.team()
 	ll, why := lowLatencyFits(h, ar, n)
-	fused := team == nil && h.World() > 1 && ll && (a.Algo == core.AlgoAuto || a.Algo == core.AlgoLowLatency)
-	if a.Algo == core.AlgoLowLatency && !fused && launchesKernels(h) && h.World() > 1 {
+	fused := team == nil && h.World > 1 && ll && (a.Algo == core.AlgoAuto || a.Algo == core.AlgoLowLatency)
+	if a.Algo == core.AlgoLowLatency && !fused && launchesKernels(h) && h.World > 1 {
 		if team != nil {
 			why = "the group spans machines"
 		}
@@ -167,8 +168,8 @@ func planNorm(h View, a NormArgs) (c *core.Collective, ar Args, err error) {
 		if _, err := plan(h, ar); err != nil {
 			return nil, Args{}, err
 		}
-		return &core.Collective{Kind: core.AllReduce, DType: a.DType, Algo: core.AlgoOneShot, Count: ar.Count, Rank: h.Rank(),
-			World: h.World(), Out: out, OutOffset: -1, Norm: norm}, ar, nil
+		return &core.Collective{Kind: core.AllReduce, DType: a.DType, Algo: core.AlgoOneShot, Count: ar.Count, Rank: h.Rank,
+			World: h.World, Out: out, OutOffset: -1, Norm: norm}, ar, nil
 	}
 	c, err = plan(h, Args{Kind: core.AllReduce, DType: a.DType, Op: core.OpSum, Algo: core.AlgoLowLatency, Count: ar.Count, Out: out})
 	if err != nil {
