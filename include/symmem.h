@@ -1099,7 +1099,8 @@ typedef enum symmem_algo {
   SYMMEM_ALGO_TWO_SHOT = 2,
   SYMMEM_ALGO_HIERARCHICAL = 3,
   SYMMEM_ALGO_NCCL = 4,
-  SYMMEM_ALGO_LOW_LATENCY = 5
+  SYMMEM_ALGO_LOW_LATENCY = 5,
+  SYMMEM_ALGO_COPY_ENGINE = 6
 } symmem_algo;
 
 /* The number of collective channels (symmem_collective's channel is in
