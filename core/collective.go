@@ -376,7 +376,9 @@ type CopyEngineRunner interface {
 	// LaunchLocalReduce enqueues on s a small kernel that writes to out the
 	// reduction of count elements of dt at each of srcs, in their order,
 	// as the collectives reduce (fp32 accumulation for 16-bit types,
-	// rounded once; int32 sums wrap).
+	// rounded once; int32 sums wrap). count 0 launches nothing but still
+	// gets the kernel ready (compiled, loaded), so that a caller learns
+	// whether the reduction can run before it enqueues anything.
 	LaunchLocalReduce(device int, s Stream, dt DType, op ReduceOp, srcs []uintptr, out, count uintptr) error
 	// Capturing says whether s is being captured into a CUDA graph.
 	Capturing(device int, s Stream) (bool, error)

@@ -345,6 +345,10 @@ func (l local) runStreamCopyEngine(be core.Backend, ce core.CopyEngineRunner, de
 	p := l.planCopyEngine(c)
 	stride := (p.slotBytes + 255) &^ 255
 	if p.srcs != nil {
+		// The kernel first: nothing is enqueued when it cannot be had.
+		if err := ce.LaunchLocalReduce(device, s, c.DType, c.Op, []uintptr{0}, 0, 0); err != nil {
+			return core.Errorf(core.CodeOf(err), "group %q: %s: copy_engine reduces with a kernel, which cannot be had: %v", l.h.GroupName(), c.Kind, err)
+		}
 		if err := st.ensureScratch(be, device, stride*uintptr(l.world-1)); err != nil {
 			return core.Errorf(core.CodeOf(err), "group %q: %s: the copy engines' scratch of %d bytes: %v", l.h.GroupName(), c.Kind, stride*uintptr(l.world-1), err)
 		}
@@ -578,22 +582,34 @@ func (l local) ceGiveUp(st *ceState, call ceCall) {
 	be, device := l.h.Backend()
 	ps, w, ch := l.h.SignalPadSize(), l.world, call.channel
 	set := ch * core.CollMaxBlocks
-	flag := core.DevFlag(core.DevCauseTimeout, l.global((l.rank+1)%w), set)
-	// Read our flags of the channel (device memory) into the pinned words.
+	// Read our flags of the channel (device memory) into the pinned words:
+	// a peer's opening flag with another digest is a mismatch; otherwise
+	// the first peer (after us) none of whose flags is set is the one
+	// that did not come.
+	waited := (l.rank + 1) % w
+	cause := core.DevCauseTimeout
 	first := l.pads[l.rank] + core.CopyEngineFlag(ps, w, ch, 0, 0)
-	if bm, ok := be.(core.BoundedMemOps); ok {
+	if bm, ok := be.(core.BoundedMemOps); ok && st.done != 0 {
 		n := uintptr(4 * core.CopyEnginePhases * w)
 		if bm.CopyWithin(device, st.done+4, first, n, l.h.Timeout()) == nil {
-			open := ceOpenValue(call.digest)
-			for p := 0; p < w; p++ {
-				v := loadWord(st.done + 4 + uintptr(4*p))
-				if p != l.rank && v != 0 && v != open {
-					flag = core.DevFlag(core.DevCauseMismatch, l.global(p), set)
+			flagOf := func(phase, p int) uint32 { return loadWord(st.done + 4 + uintptr(4*(phase*w+p))) }
+			open, silent := ceOpenValue(call.digest), -1
+			for k := 1; k < w; k++ {
+				p := (l.rank + k) % w
+				if v := flagOf(ceOpen, p); v != 0 && v != open {
+					waited, cause = p, core.DevCauseMismatch
 					break
 				}
+				if silent < 0 && flagOf(ceOpen, p) == 0 && flagOf(ceMiddle, p) == 0 && flagOf(ceClose, p) == 0 {
+					silent = p
+				}
+			}
+			if cause == core.DevCauseTimeout && silent >= 0 {
+				waited = silent
 			}
 		}
 	}
+	flag := core.DevFlag(cause, l.global(waited), set)
 	storeWordCAS(l.h.StopMirror(), flag)
 	ww, ok := be.(core.WordWriter)
 	if !ok {
