@@ -126,7 +126,7 @@
  *                                   (SYMMEM_ALGO_COPY_ENGINE; the same on
  *                                   every rank)
  *   SYMMEM_CE_REDUCE_BLOCKS=n       blocks of the copy engines' reduction
- *                                   kernel (1..64, default 16)
+ *                                   kernel (1, 2, 4, ..., 64; default 16)
  *   SYMMEM_SIGNAL_KERNEL=0          stream signals and barriers through
  *                                   cuStreamBatchMemOp rather than one small
  *                                   kernel with bounded waits
