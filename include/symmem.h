@@ -1114,7 +1114,8 @@ typedef enum symmem_coll {
  * failed by the library from the host (the group's collectives stop,
  * the next call returns SYMMEM_ERROR_INVALID_STATE naming a peer that never
  * arrived or one that called with other arguments, and the stream is
- * released); a replay of a captured call is not watched. On the host
+ * released; a late peer's call waits in its turn and fails naming the rank
+ * that gave up); a replay of a captured call is not watched. On the host
  * backend the copies are memcpy and the argument agreement is the
  * collectives' own. AUTO picks it for every call of a group of one machine
  * when SYMMEM_LEAVE_SMS=1. docs/speed.md, "Collectives on the copy

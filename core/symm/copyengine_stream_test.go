@@ -135,10 +135,12 @@ func TestCopyEngineOnStreams(t *testing.T) {
 
 // A stream's wait has no timeout: the watchdog ends a call that did not
 // finish within the group's timeout, stops the group naming why, and lets
-// the stream go on (Note [Copy-engine collectives]). Rank 1 never calls
-// (a timeout naming it), or calls with another count (a mismatch).
+// the stream go on (Note [Copy-engine collectives]). Rank 1 comes late
+// (after rank 0's watchdog gave up: its call must not meet rank 0's
+// released one, it fails naming rank 0), or calls with another count (a
+// mismatch).
 func TestCopyEngineWatchdog(t *testing.T) {
-	for _, what := range []string{"absent", "mismatch"} {
+	for _, what := range []string{"late", "mismatch"} {
 		t.Run(what, func(t *testing.T) {
 			done := make(chan struct{})
 			var once sync.Once
@@ -152,11 +154,29 @@ func TestCopyEngineWatchdog(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if e.rank == 1 && what == "absent" {
+				if e.rank == 1 && what == "late" {
 					<-done
+					// Rank 0's stream has drained and marked its opening
+					// flag in our pad as given up: our call's opening wait
+					// never passes, our watchdog names rank 0.
+					time.Sleep(100 * time.Millisecond)
+					t0 := time.Now()
+					if err := coll.Run(h.View(), coll.Args{Kind: core.AllGather, DType: core.Int32, Algo: core.AlgoCopyEngine, Count: 64, Out: out, Stream: s}); err != nil {
+						return err
+					}
+					if err := be.Synchronize(e.device, s); err != nil {
+						return err
+					}
+					if took := time.Since(t0); took < 2*time.Second {
+						return fmt.Errorf("rank 1: the late call met rank 0's given-up one after %v", took)
+					}
+					err := coll.Run(h.View(), coll.Args{Kind: core.AllGather, DType: core.Int32, Algo: core.AlgoCopyEngine, Count: 64, Out: out, Stream: s})
+					if want := "collectives are stopped since rank 0 gave up a collective"; core.CodeOf(err) != core.ErrInvalidState || !strings.Contains(err.Error(), want) {
+						return fmt.Errorf("rank 1: the call after the late one: got %v, want INVALID_STATE with %q", err, want)
+					}
 					return nil
 				}
-				defer once.Do(func() { close(done) })
+				defer once.Do(func() { time.Sleep(50 * time.Millisecond); close(done) })
 				count := uintptr(64)
 				if e.rank == 1 {
 					count = 32

@@ -62,3 +62,25 @@ def test_fsdp_overlap_example_under_torchrun(tmp_path):
     assert r.returncode == 0, f"{' '.join(cmd)}: exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     oks = [line for line in r.stdout.splitlines() if line.startswith("OK")]
     assert len(oks) == 2, r.stdout[-3000:]
+
+
+def test_a_stuck_copy_engine_call_is_failed_by_the_watchdog(tmp_path):
+    """ce_stuck.py: the stream of a copy-engine call that a peer never
+    answers (or answers with other arguments) moves on after the group's
+    timeout (3 s), and the next call names the cause; a late peer's call
+    does not meet the given-up one."""
+    for rec in tsg.launch("ce_stuck.py", "two_gpus", tmp_path):
+        rank, res = rec["rank"], rec["result"]
+        for case, calls in res.items():
+            assert calls["1"]["raised"] is None, (rank, case, calls["1"])
+            # The call whose waits are never answered, and the next one.
+            stuck, after = ("3", "4") if case == "absent" and rank == 1 else ("2", "3")
+            assert calls[stuck]["raised"] is None and 3.0 <= calls[stuck]["seconds"] < 20.0, (rank, case, calls[stuck])
+            if case == "absent" and rank == 1:
+                want = "collectives are stopped since rank 0 gave up a collective"
+            elif case == "absent":
+                want = "timed out waiting for rank 1"
+            else:
+                want = f"rank {1 - rank} called a collective with other arguments than this rank"
+            assert calls[after]["raised"] == "InvalidStateError", (rank, case, calls[after])
+            assert want in calls[after]["message"], (rank, case, calls[after])

@@ -75,7 +75,13 @@ import (
 // word's pinned mirror, and the stop words in the pads for the kernels:
 // Note [Failed collectives]) so that the next call on the group fails
 // naming it, and stores the awaited values into our flags so that the
-// stream moves on (what the call wrote to out is undefined). A call
+// stream moves on (what the call wrote to out is undefined), again every
+// few milliseconds until every call enqueued before has passed (the
+// handle stays entered meanwhile, bounded by the timeout). Then it stores
+// ceGaveUpValue into our opening flag in every peer's pad: a late peer's
+// call, which a peer's stop word in device memory cannot refuse (no
+// kernel reads it), would otherwise find our released call's arrivals and
+// pass; it waits instead, and its own watchdog names us. A call
 // captured into a CUDA graph has no host-side entry when it is replayed:
 // its waits are not bounded (the watchdog sees eager calls only); a stuck
 // replay is ended by aborting the process's group (symmem_group_abort),
@@ -444,6 +450,11 @@ type ceState struct {
 	seq     uint32
 	pending []ceCall
 	timer   *time.Timer
+	timerAt time.Time
+	// fail is set while the watchdog drains the stream after giving up a
+	// call on failChannel.
+	fail        *ceFailure
+	failChannel int
 }
 
 // ceCall is an eager call the watchdog waits for.
@@ -531,10 +542,21 @@ func (st *ceState) ensureScratch(be core.Backend, device int, n uintptr) error {
 // (st.mu held).
 func (st *ceState) watch(l local, c *core.Collective, seq uint32) {
 	st.trim()
-	st.pending = append(st.pending, ceCall{seq: seq, at: time.Now(), digest: c.Digest, channel: c.Channel, l: l})
-	if st.timer == nil {
-		st.timer = time.AfterFunc(l.h.Timeout(), st.check)
+	now := time.Now()
+	st.pending = append(st.pending, ceCall{seq: seq, at: now, digest: c.Digest, channel: c.Channel, l: l})
+	// Armed for later than this call's deadline (the calls of another
+	// group, with a longer timeout, on the same pad's state): re-armed.
+	if deadline := now.Add(l.h.Timeout()); st.timer == nil || st.timerAt.After(deadline) {
+		st.arm(deadline)
 	}
+}
+
+// arm sets the watchdog's timer to fire at t (st.mu held).
+func (st *ceState) arm(t time.Time) {
+	if st.timer != nil {
+		st.timer.Stop()
+	}
+	st.timer, st.timerAt = time.AfterFunc(time.Until(t), st.check), t
 }
 
 // trim drops the calls whose number the completion word has reached
@@ -548,89 +570,171 @@ func (st *ceState) trim() {
 	st.pending = st.pending[i:]
 }
 
+// ceFailure is a (group, channel) whose watchdog gave up a call: until
+// the stream has drained (every call enqueued before the stop has
+// passed its waits) the watchdog releases the waits again every
+// ceDrainEvery, then marks our opening flags in the peers' pads as given
+// up. It holds the handle entered meanwhile, so that its memory stays
+// mapped; until bounds it.
+type ceFailure struct {
+	l     local
+	leave func()
+	until time.Time
+}
+
+// ceDrainEvery is how often a failed (group, channel)'s watchdog looks at
+// the stream while it drains.
+const ceDrainEvery = 5 * time.Millisecond
+
 // check is the watchdog's timer: it re-arms for the oldest unfinished
 // call, or fails it once the group's timeout has passed since it was
-// enqueued.
+// enqueued; after a failure it drains the stream (ceFailure).
 func (st *ceState) check() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.timer = nil
 	st.trim()
+	if f := st.fail; f != nil {
+		switch {
+		case len(st.pending) == 0:
+			f.l.cePoison(st.failChannel)
+		case time.Now().Before(f.until):
+			f.l.ceRelease(st.pending[0])
+			st.arm(time.Now().Add(ceDrainEvery))
+			return
+		default:
+			fmt.Fprintf(os.Stderr, "libsymmem: group %q: rank %d: the stream of a copy-engine collective did not drain within %v after its waits were released; its memory stays mapped until it does\n",
+				f.l.h.GroupName(), f.l.global(f.l.rank), f.l.h.Timeout())
+			st.pending = nil
+		}
+		f.leave()
+		st.fail = nil
+		return
+	}
 	if len(st.pending) == 0 {
 		return
 	}
 	oldest := st.pending[0]
 	timeout := oldest.l.h.Timeout()
-	if wait := time.Until(oldest.at.Add(timeout)); wait > 0 {
-		st.timer = time.AfterFunc(wait, st.check)
+	if deadline := oldest.at.Add(timeout); time.Now().Before(deadline) {
+		st.arm(deadline)
 		return
 	}
-	st.pending = nil
+	leave, err := oldest.l.h.Enter()
+	if err != nil {
+		st.pending = nil // released, aborted or already stopped: nothing of ours to release safely
+		return
+	}
+	st.fail = &ceFailure{l: oldest.l, leave: leave, until: time.Now().Add(timeout)}
+	st.failChannel = oldest.channel
 	oldest.l.ceGiveUp(st, oldest)
+	oldest.l.ceRelease(oldest)
+	st.arm(time.Now().Add(ceDrainEvery))
 }
 
+// ceGaveUpValue is what a rank whose watchdog gave up a call stores into
+// its opening flag in every peer's pad once its stream has drained: not a
+// value any call waits for (an opening value has bit 31 set), so a late
+// peer's opening wait never passes, and its own watchdog names us.
+func ceGaveUpValue(rank int) uint32 { return 0x7fff0000 | uint32(rank&0xffff) }
+
 // ceGiveUp fails a copy-engine call that did not finish within the
-// group's timeout (Note [Copy-engine collectives]): it says why in the
-// stop word's mirror and the pads' stop words, and releases the stream's
-// waits.
+// group's timeout (Note [Copy-engine collectives]): it finds why, and
+// says so in the stop word's pinned mirror (the next call on the group
+// fails naming it) and in the pads' stop words (for the kernels).
 func (l local) ceGiveUp(st *ceState, call ceCall) {
-	leave, err := l.h.Enter()
-	if err != nil {
-		return // released, aborted or already stopped: nothing of ours to release safely
-	}
-	defer leave()
 	be, device := l.h.Backend()
 	ps, w, ch := l.h.SignalPadSize(), l.world, call.channel
 	set := ch * core.CollMaxBlocks
 	// Read our flags of the channel (device memory) into the pinned words:
-	// a peer's opening flag with another digest is a mismatch; otherwise
-	// the first peer (after us) none of whose flags is set is the one
-	// that did not come.
+	// a peer that gave up, or whose opening flag holds another digest (a
+	// mismatch); otherwise the first peer (after us) none of whose flags
+	// is set is the one that did not come.
 	waited := (l.rank + 1) % w
-	cause := core.DevCauseTimeout
-	first := l.pads[l.rank] + core.CopyEngineFlag(ps, w, ch, 0, 0)
+	flag := uint32(0)
 	if bm, ok := be.(core.BoundedMemOps); ok && st.done != 0 {
 		n := uintptr(4 * core.CopyEnginePhases * w)
+		first := l.pads[l.rank] + core.CopyEngineFlag(ps, w, ch, 0, 0)
 		if bm.CopyWithin(device, st.done+4, first, n, l.h.Timeout()) == nil {
 			flagOf := func(phase, p int) uint32 { return loadWord(st.done + 4 + uintptr(4*(phase*w+p))) }
 			open, silent := ceOpenValue(call.digest), -1
-			for k := 1; k < w; k++ {
+			for k := 1; k < w && flag == 0; k++ {
 				p := (l.rank + k) % w
-				if v := flagOf(ceOpen, p); v != 0 && v != open {
-					waited, cause = p, core.DevCauseMismatch
-					break
-				}
-				if silent < 0 && flagOf(ceOpen, p) == 0 && flagOf(ceMiddle, p) == 0 && flagOf(ceClose, p) == 0 {
+				switch v := flagOf(ceOpen, p); {
+				case v == ceGaveUpValue(p):
+					flag = core.DevGaveUp(l.global(p), core.DevCauseTimeout, set)
+				case v != 0 && v != open:
+					flag = core.DevFlag(core.DevCauseMismatch, l.global(p), set)
+				case silent < 0 && v == 0 && flagOf(ceMiddle, p) == 0 && flagOf(ceClose, p) == 0:
 					silent = p
 				}
 			}
-			if cause == core.DevCauseTimeout && silent >= 0 {
+			if silent >= 0 {
 				waited = silent
 			}
 		}
 	}
-	flag := core.DevFlag(cause, l.global(waited), set)
+	if flag == 0 {
+		flag = core.DevFlag(core.DevCauseTimeout, l.global(waited), set)
+	}
 	storeWordCAS(l.h.StopMirror(), flag)
 	ww, ok := be.(core.WordWriter)
 	if !ok {
 		return
 	}
 	ops := []core.MemOp{{Addr: l.pads[l.rank] + ps + 4*core.DevStopWord, Value: flag}}
-	gaveUp := core.DevGaveUp(l.rank, int(flag>>29&3), set)
+	gaveUp := core.DevGaveUp(l.rank, core.DevCauseTimeout, set)
 	for p := 0; p < w; p++ {
 		if p != l.rank {
 			ops = append(ops, core.MemOp{Addr: l.pads[p] + ps + 4*core.DevStopWord, Value: gaveUp})
 		}
 	}
+	l.writeWords(ww, device, ops, "stopping the group's collectives")
+}
+
+// ceRelease stores into our flags of call's channel the values its waits
+// wait for, so that a stream stuck in them moves on.
+func (l local) ceRelease(call ceCall) {
+	be, device := l.h.Backend()
+	ww, ok := be.(core.WordWriter)
+	if !ok {
+		return
+	}
+	ps, w := l.h.SignalPadSize(), l.world
+	var ops []core.MemOp
 	for phase := 0; phase < core.CopyEnginePhases; phase++ {
 		for p := 0; p < w; p++ {
 			if p != l.rank {
-				ops = append(ops, core.MemOp{Addr: l.pads[l.rank] + core.CopyEngineFlag(ps, w, ch, phase, p), Value: ceFlagValue(phase, call.digest)})
+				ops = append(ops, core.MemOp{Addr: l.pads[l.rank] + core.CopyEngineFlag(ps, w, call.channel, phase, p), Value: ceFlagValue(phase, call.digest)})
 			}
 		}
 	}
+	l.writeWords(ww, device, ops, "releasing a stuck copy-engine collective")
+}
+
+// cePoison stores ceGaveUpValue into our opening flag of channel in every
+// peer's pad (our stream has drained: none of our calls will store there).
+func (l local) cePoison(channel int) {
+	be, device := l.h.Backend()
+	ww, ok := be.(core.WordWriter)
+	if !ok {
+		return
+	}
+	ps, w := l.h.SignalPadSize(), l.world
+	var ops []core.MemOp
+	for p := 0; p < w; p++ {
+		if p != l.rank {
+			ops = append(ops, core.MemOp{Addr: l.pads[p] + core.CopyEngineFlag(ps, w, channel, ceOpen, l.rank), Value: ceGaveUpValue(l.rank)})
+		}
+	}
+	l.writeWords(ww, device, ops, "marking a given-up copy-engine collective in the peers' pads")
+}
+
+// writeWords stores ops with the backend's WordWriter, bounded by the
+// group's timeout; a failure is printed (the watchdog has no caller).
+func (l local) writeWords(ww core.WordWriter, device int, ops []core.MemOp, what string) {
 	if err := ww.WriteWordsWithin(device, ops, l.h.Timeout()); err != nil {
-		fmt.Fprintf(os.Stderr, "libsymmem: group %q: rank %d: releasing a stuck copy-engine collective on channel %d: %v\n", l.h.GroupName(), l.global(l.rank), ch, err)
+		fmt.Fprintf(os.Stderr, "libsymmem: group %q: rank %d: %s: %v\n", l.h.GroupName(), l.global(l.rank), what, err)
 	}
 }
 
