@@ -26,7 +26,9 @@ usage: ce_check.py MAX_BYTES
    launch no kernel at all and make their copies (one per peer chunk and
    our own part: W each); a copy-engine all_reduce launches exactly one
    kernel, symmem_ce_reduce_<dtype>_sum; the SM all_gather, for contrast,
-   a kernel.
+   a kernel. The library's kernels are all named symmem_*; any other CUDA
+   activity the profiler lists is recorded too ("other": none is
+   expected, nothing else runs on the device meanwhile).
 """
 
 from __future__ import annotations
@@ -260,15 +262,17 @@ def body(ctx):
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             fn()
             torch.cuda.synchronize(dev)
-        kernels, copies = [], 0
+        kernels, other, copies = [], [], 0
         for e in prof.events():
             if str(e.device_type) != "DeviceType.CUDA":
                 continue
             if e.name.startswith("Memcpy") or e.name.startswith("Memset"):
                 copies += e.name.startswith("Memcpy")
-            else:
+            elif e.name.startswith("symmem_"):  # every kernel of the library is named so
                 kernels.append(e.name)
-        return {"kernels": kernels, "copies": copies}
+            else:
+                other.append(e.name)
+        return {"kernels": kernels, "copies": copies, "other": sorted(set(other))}
 
     out["activity"] = {
         "all_gather": gpu_activity(lambda: h.all_gather("bfloat16", m, local.data_ptr(), ctx.cur(), sm_free=True)),
