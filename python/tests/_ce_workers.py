@@ -65,3 +65,23 @@ def copy_engine(rank: int, world: int, name: str, count: int) -> Dict:
                 out["errors"] = errors
                 out["device_error"] = h.device_error()
     return out
+
+
+def leave_sms(rank: int, world: int, name: str) -> Dict:
+    """Under SYMMEM_LEAVE_SMS=1 (the ranks' environment): an auto
+    all-reduce is the copy engines'; the last rank asks for one_shot, so
+    every rank gets MISMATCH naming both calls. Then auto on every rank
+    runs and sums."""
+    dev = device_of(rank)
+    out: Dict = {}
+    with symmem.Group(name, rank, world, device=dev, timeout=TIMEOUT) as g:
+        with symmem.empty(4096, dev) as buf, symmem.rendezvous(buf, g) as h:
+            buf.write(struct.pack("<4i", *([rank + 1] * 4)))
+            try:
+                h.all_reduce("int32", count=4, algo="one_shot" if rank == world - 1 else None)
+                out["mismatch"] = None
+            except symmem.SymmemError as exc:
+                out["mismatch"] = (type(exc).__name__, int(exc.code), str(exc))
+            h.all_reduce("int32", count=4)
+            out["sum"] = list(struct.unpack("<4i", buf.read(0, 16)))
+    return out

@@ -57,3 +57,15 @@ def test_copy_engine_collectives(world, count):
         assert 'sm_free=True runs the call on the copy engines (algo "copy_engine"), but algo is "one_shot"' in errors["contradiction"][2]
         assert errors["not_bool"][:2] == ("InvalidArgumentError", Result.INVALID_ARGUMENT), errors
         assert "sm_free must be True or False" in errors["not_bool"][2]
+
+
+def test_leave_sms_makes_auto_the_copy_engines(host_backend):
+    world = 2
+    results = run_ranks(_ce_workers.leave_sms, world, f"sms-{uuid.uuid4().hex[:12]}",
+                        env=lambda r: {"SYMMEM_LEAVE_SMS": "1"})
+    for rank, res in enumerate(results):
+        assert res["mismatch"] is not None and res["mismatch"][:2] == ("MismatchError", Result.MISMATCH), res
+        msg = res["mismatch"][2]
+        assert "rank 0: all_reduce(int32, sum, count 4, copy_engine)" in msg, msg
+        assert "rank 1: all_reduce(int32, sum, count 4, one_shot)" in msg, msg
+        assert res["sum"] == [3] * 4, res
