@@ -37,6 +37,9 @@ def test_copy_engine_collectives_two_gpus(tmp_path):
         assert res["device_error"] == 0 and res["device_error_after_graph"] == 0, res
         assert res["graph_warm"] == [None] * 4, res["graph_warm"]
         assert all(v is None for v in res["graph"].values()), res["graph"]
+        refused = res["capture_without_scratch"]
+        assert refused is not None and refused[0] == "InvalidStateError", refused
+        assert "cannot be made inside a CUDA-graph capture: run the call once before capturing" in refused[1], refused
         act = res["activity"]
         # No kernel moves an all-gather's or all-to-all's bytes: the copies
         # (our own part and one per peer) and the stream's memory operations.

@@ -350,13 +350,23 @@ func (l local) runStreamCopyEngine(be core.Backend, ce core.CopyEngineRunner, de
 	defer st.mu.Unlock()
 	p := l.planCopyEngine(c)
 	stride := (p.slotBytes + 255) &^ 255
+	capturing, err := ce.Capturing(device, s)
+	if err != nil {
+		return err
+	}
 	if p.srcs != nil {
-		// The kernel first: nothing is enqueued when it cannot be had.
+		// The kernel and the scratch first: nothing is enqueued when
+		// either cannot be had.
 		if err := ce.LaunchLocalReduce(device, s, c.DType, c.Op, []uintptr{0}, 0, 0); err != nil {
 			return core.Errorf(core.CodeOf(err), "group %q: %s: copy_engine reduces with a kernel, which cannot be had: %v", l.h.GroupName(), c.Kind, err)
 		}
-		if err := st.ensureScratch(be, device, stride*uintptr(l.world-1)); err != nil {
-			return core.Errorf(core.CodeOf(err), "group %q: %s: the copy engines' scratch of %d bytes: %v", l.h.GroupName(), c.Kind, stride*uintptr(l.world-1), err)
+		need := stride * uintptr(l.world-1)
+		if capturing && st.scratchBytes < need {
+			return core.Errorf(core.ErrInvalidState, "group %q: %s: copy_engine needs a scratch of %d bytes on channel %d (it holds %d), which cannot be made inside a CUDA-graph capture: run the call once before capturing",
+				l.h.GroupName(), c.Kind, need, c.Channel, st.scratchBytes)
+		}
+		if err := st.ensureScratch(be, device, need); err != nil {
+			return core.Errorf(core.CodeOf(err), "group %q: %s: the copy engines' scratch of %d bytes: %v", l.h.GroupName(), c.Kind, need, err)
 		}
 	}
 	at := func(x ceSource) uintptr {
@@ -364,10 +374,6 @@ func (l local) runStreamCopyEngine(be core.Backend, ce core.CopyEngineRunner, de
 			return x.addr
 		}
 		return st.scratch + uintptr(x.slot)*stride
-	}
-	capturing, err := ce.Capturing(device, s)
-	if err != nil {
-		return err
 	}
 	timeout := l.h.Timeout()
 	enqueued := false

@@ -250,6 +250,21 @@ def body(ctx):
                     for k, w in (("ag", want_ag), ("rs", want_rs), ("a2a", want_a2a), ("ar", want_ar))}
     out["device_error_after_graph"] = hg.device_error()
 
+    # A reduction whose scratch does not exist yet (channel 1 has run none)
+    # is refused inside a capture, before anything is enqueued.
+    ctx.stage("scratch inside a capture")
+    g2 = torch.cuda.CUDAGraph()
+    refused = None
+    try:
+        with torch.cuda.graph(g2, stream=s):
+            hg.all_reduce("int32", "sum", n, None, s.cuda_stream, algo="copy_engine", channel=1)
+    except symmem.SymmemError as exc:
+        refused = (type(exc).__name__, str(exc)[:400])
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        refused = (type(exc).__name__, str(exc)[:400])
+    out["capture_without_scratch"] = refused
+    torch.cuda.synchronize(dev)
+
     # 3. What runs on the GPU.
     ctx.stage("profile")
     from torch.profiler import ProfilerActivity, profile
