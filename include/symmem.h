@@ -1109,7 +1109,8 @@ typedef enum symmem_coll {
  * growing to the largest call, for the process's life) and reduce them
  * with a small kernel: one-shot's results, bit for bit. Capturable in
  * CUDA graphs (make one call of the largest size before capturing: it
- * makes the scratch). The GPU does not bound a stream's wait: an
+ * makes the scratch; a reduction captured before then is
+ * SYMMEM_ERROR_INVALID_STATE, nothing enqueued). The GPU does not bound a stream's wait: an
  * uncaptured call that has not finished within the group's timeout is
  * failed by the library from the host (the group's collectives stop,
  * the next call returns SYMMEM_ERROR_INVALID_STATE naming a peer that never
