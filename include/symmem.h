@@ -1116,7 +1116,9 @@ typedef enum symmem_coll {
  * the next call returns SYMMEM_ERROR_INVALID_STATE naming a peer that never
  * arrived or one that called with other arguments, and the stream is
  * released; a late peer's call waits in its turn and fails naming the rank
- * that gave up); a replay of a captured call is not watched. On the host
+ * that gave up); a replay of a captured call is not watched (one that a
+ * peer never answers blocks its stream, which symmem_group_abort does not
+ * release). On the host
  * backend the copies are memcpy and the argument agreement is the
  * collectives' own. AUTO picks it for every call of a group of one machine
  * when SYMMEM_LEAVE_SMS=1. docs/speed.md, "Collectives on the copy

@@ -82,10 +82,12 @@ import (
 // call, which a peer's stop word in device memory cannot refuse (no
 // kernel reads it), would otherwise find our released call's arrivals and
 // pass; it waits instead, and its own watchdog names us. A call
-// captured into a CUDA graph has no host-side entry when it is replayed:
-// its waits are not bounded (the watchdog sees eager calls only); a stuck
-// replay is ended by aborting the process's group (symmem_group_abort),
-// or by the process's exit.
+// captured into a CUDA graph has no host-side entry when it is replayed,
+// so the watchdog does not see it: a replay that a peer never answers
+// blocks its stream until the watchdog of an eager call enqueued after it
+// on the channel gives up (its release passes the replay's waits too when
+// the arguments are the same), or for good. The abort word, which kernels
+// read, does not reach a stream's wait.
 //
 // Cost and choice: every peer chunk is one copy, in stream order, so the
 // copies of one call run one after the other on the stream's copy engine;
