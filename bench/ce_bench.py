@@ -64,14 +64,17 @@ def ceiling(torch, nbytes):
     b1 = torch.empty(nbytes, dtype=torch.uint8, device=d1)
     s0, s1 = torch.cuda.Stream(device=d0), torch.cuda.Stream(device=d1)
 
+    # torch copies between devices on the source device's current stream,
+    # ordered with the destination's current stream by events (so the
+    # events on s0 and s1 below bracket the copies).
     def one():
         with torch.cuda.stream(s0):
-            b0.copy_(a1, non_blocking=True)  # GPU 1 -> GPU 0, pulled by GPU 0's copy engine
+            b0.copy_(a1, non_blocking=True)  # GPU 1 -> GPU 0
 
     def both():
         one()
         with torch.cuda.stream(s1):
-            b1.copy_(a0, non_blocking=True)  # GPU 0 -> GPU 1
+            b1.copy_(a0, non_blocking=True)  # GPU 0 -> GPU 1, at the same time
 
     def timed(fn, two):
         torch.cuda.synchronize(d0)
