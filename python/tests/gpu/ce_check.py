@@ -137,7 +137,10 @@ def body(ctx):
                     if variant == "inplace":
                         h.all_reduce(name, op, n, None, stream, algo="copy_engine")
                         got = view(buf, 0, dt, n)
-                    elif variant in ("local", "sm_free"):
+                    elif variant == "local":
+                        h.all_reduce(name, op, n, local.data_ptr(), stream, algo="copy_engine")
+                        got = view(local, 0, dt, n)
+                    elif variant == "sm_free":
                         h.all_reduce(name, op, n, local.data_ptr(), stream, sm_free=True)
                         got = view(local, 0, dt, n)
                     else:
