@@ -130,6 +130,14 @@ const (
 	// core/symm/coll/lowlatency.go). For small calls of every collective;
 	// on the host backend it runs as AlgoOneShot (same results).
 	AlgoLowLatency Algo = 5
+	// AlgoCopyEngine: the bytes move through the GPUs' copy engines, not
+	// the SMs (Note [Copy-engine collectives] in
+	// core/symm/coll/copyengine.go): all_gather and all_to_all pull every
+	// peer's chunk with one copy each, ordered by stream memory operations
+	// on the pads (no kernel); all_reduce and reduce_scatter pull the
+	// peers' chunks into a scratch and reduce there with a small kernel.
+	// On the host backend the copies are memcpy (same results).
+	AlgoCopyEngine Algo = 6
 )
 
 var algoNames = [...]EnumName{
@@ -139,6 +147,7 @@ var algoNames = [...]EnumName{
 	AlgoHierarchical: {"SYMMEM_ALGO_HIERARCHICAL", "hierarchical"},
 	AlgoNCCL:         {"SYMMEM_ALGO_NCCL", "nccl"},
 	AlgoLowLatency:   {"SYMMEM_ALGO_LOW_LATENCY", "low_latency"},
+	AlgoCopyEngine:   {"SYMMEM_ALGO_COPY_ENGINE", "copy_engine"},
 }
 
 func (a Algo) Valid() bool { return a >= 0 && int(a) < len(algoNames) }
@@ -319,6 +328,7 @@ const (
 	KernelTwoShotPush = 2
 	KernelTwoShotPull = 3
 	KernelLowLatency  = 4
+	KernelCopyEngine  = 5 // no collective kernel: the copy engines (the digest's code only)
 )
 
 // KernelAlgoName names a kernel algorithm (KernelOneShot ...) with the
@@ -333,6 +343,8 @@ func KernelAlgoName(k uint32) string {
 		return AlgoTwoShot.String() + " (pull)"
 	case KernelLowLatency:
 		return AlgoLowLatency.String()
+	case KernelCopyEngine:
+		return AlgoCopyEngine.String()
 	}
 	return fmt.Sprintf("kernel algo %d", k)
 }
@@ -342,10 +354,32 @@ func (c *Collective) KernelAlgo() uint32 {
 	switch {
 	case c.Algo == AlgoLowLatency:
 		return KernelLowLatency
+	case c.Algo == AlgoCopyEngine:
+		return KernelCopyEngine
 	case c.Algo == AlgoTwoShot && c.Pull:
 		return KernelTwoShotPull
 	case c.Algo == AlgoTwoShot:
 		return KernelTwoShotPush
 	}
 	return KernelOneShot
+}
+
+// CopyEngineRunner is implemented by backends whose streams can move a
+// collective's bytes with the GPUs' copy engines (cuda): the pieces of
+// AlgoCopyEngine (Note [Copy-engine collectives] in
+// core/symm/coll/copyengine.go), ordered on s with StreamMemOps.
+type CopyEngineRunner interface {
+	// CopyAsync enqueues on s a copy of n bytes from src to dst (addresses
+	// of this process: its own device memory or a peer's mapped block) and
+	// returns; no kernel runs it.
+	CopyAsync(device int, s Stream, dst, src, n uintptr) error
+	// LaunchLocalReduce enqueues on s a small kernel that writes to out the
+	// reduction of count elements of dt at each of srcs, in their order,
+	// as the collectives reduce (fp32 accumulation for 16-bit types,
+	// rounded once; int32 sums wrap). count 0 launches nothing but still
+	// gets the kernel ready (compiled, loaded), so that a caller learns
+	// whether the reduction can run before it enqueues anything.
+	LaunchLocalReduce(device int, s Stream, dt DType, op ReduceOp, srcs []uintptr, out, count uintptr) error
+	// Capturing says whether s is being captured into a CUDA graph.
+	Capturing(device int, s Stream) (bool, error)
 }

@@ -152,7 +152,7 @@ func TestEnumKnownLists(t *testing.T) {
 	require.Equal(t, "0 float32, 1 float16, 2 bfloat16, 3 int32", Known[DType]())
 	require.Equal(t, "0 sum, 1 max, 2 min", Known[ReduceOp]())
 	require.Equal(t, "0 all_reduce, 1 all_gather, 2 reduce_scatter, 3 all_to_all", Known[CollKind]())
-	require.Equal(t, "0 auto, 1 one_shot, 2 two_shot, 3 hierarchical, 4 nccl, 5 low_latency", Known[Algo]())
+	require.Equal(t, "0 auto, 1 one_shot, 2 two_shot, 3 hierarchical, 4 nccl, 5 low_latency, 6 copy_engine", Known[Algo]())
 	require.Equal(t, "two_shot (pull)", KernelAlgoName(KernelTwoShotPull))
 	require.Equal(t, "kernel algo 7", KernelAlgoName(7))
 }

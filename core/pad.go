@@ -82,9 +82,16 @@ package core
 // from them and their row offsets in the senders' inputs (Note
 // [All-to-all] in core/symm/coll).
 //
+// Then, at CopyEngineFlagsOffset (the exchange area's end), the copy-engine
+// collectives' flags (Note [Copy-engine collectives] in core/symm/coll):
+// for collective channel c, barrier phase ph (0 opening, 1 middle, 2
+// closing) and sender w, one 32-bit word at 4*((c*3+ph)*world + w): 0, or
+// what w stored there for its arrival; only w sets it, only this rank
+// clears it (both with stream memory operations, no kernel).
+//
 // On backends that launch kernels the pad holds one more area, the
 // low-latency buffers of collective channel 0, at LowLatencyOffset (the
-// exchange area's end): for parity 0 and 1 and sender w, a
+// copy-engine flags' end): for parity 0 and 1 and sender w, a
 // slot of LowLatencySlotBytes at (parity*world + w)*LowLatencySlotBytes
 // (Note [Low-latency collectives]). It is zero when the pad is made, as the
 // rest.
@@ -185,11 +192,33 @@ func A2AExchangeOffset(padSize uintptr, world int) uintptr {
 // A2AMaxSplits entries of 16 bytes.
 const A2AExchangeBytes = 2 * A2AMaxSplits * 16
 
-// PadEnd is the end of the library's part of a pad of padSize bytes for
-// world ranks without the low-latency buffers: the region and the
-// exchange area.
-func PadEnd(padSize uintptr, world int) uintptr {
+// CopyEngineFlagsOffset is where the copy-engine collectives' flags start
+// in a pad of padSize bytes for world ranks.
+func CopyEngineFlagsOffset(padSize uintptr, world int) uintptr {
 	return A2AExchangeOffset(padSize, world) + A2AExchangeBytes
+}
+
+// CopyEnginePhases is the number of barrier phases of a copy-engine
+// collective that have flags of their own: opening, middle, closing.
+const CopyEnginePhases = 3
+
+// CopyEngineFlagsBytes is the size of the copy-engine flags for world
+// ranks, rounded up to 256 bytes.
+func CopyEngineFlagsBytes(world int) uintptr {
+	return (uintptr(4*CollChannels*CopyEnginePhases*world) + 255) &^ 255
+}
+
+// CopyEngineFlag is the offset in a pad (padSize, world) of the flag of
+// channel, phase and sender.
+func CopyEngineFlag(padSize uintptr, world, channel, phase, sender int) uintptr {
+	return CopyEngineFlagsOffset(padSize, world) + uintptr(4*((channel*CopyEnginePhases+phase)*world+sender))
+}
+
+// PadEnd is the end of the library's part of a pad of padSize bytes for
+// world ranks without the low-latency buffers: the region, the exchange
+// area and the copy-engine flags.
+func PadEnd(padSize uintptr, world int) uintptr {
+	return CopyEngineFlagsOffset(padSize, world) + CopyEngineFlagsBytes(world)
 }
 
 // LowLatencyOffset is where the low-latency buffers start in a pad of

@@ -339,7 +339,11 @@ typedef struct sm_CUlaunchConfig_st {
  * and clique of a device (CUDA 13): which GPUs share one NVLink domain, so
  * that ranks on different machines in it can map each other through fabric
  * handles (Note [Fabric teams] in core/symm). cuLaunchKernelEx (CUDA 11.8):
- * the collectives' launch with programmatic dependent launch. */
+ * the collectives' launch with programmatic dependent launch.
+ * cuStreamIsCapturing (CUDA 10; captureStatus a CUstreamCaptureStatus, 0
+ * none, 1 active, 2 invalidated): whether a copy-engine collective is
+ * being captured, whose watchdog then stays off (core/symm/coll, Note
+ * [Copy-engine collectives]). */
 typedef struct sm_CUcliqueInfo_st {
   int type; /* CUcliqueType: 0 = CU_CLIQUE_TYPE_UNICAST_POINTER */
   unsigned int id;
@@ -352,7 +356,9 @@ typedef struct sm_CUcliqueInfo_st {
     (T(CUcliqueInfo) *cliqueInfo, size_t *count, T(CUdevice) dev))                     \
   X(cuLaunchKernelEx, cuLaunchKernelEx,                                                \
     (const T(CUlaunchConfig) *config, T(CUfunction) f, void **kernelParams,            \
-     void **extra))
+     void **extra))                                                                    \
+  X(cuStreamIsCapturing, cuStreamIsCapturing,                                          \
+    (T(CUstream) hStream, int *captureStatus))
 
 /* The type mapper for our own declarations: T(CUdevice) -> sm_CUdevice. */
 #define SM_CU_PREFIXED(name) sm_##name

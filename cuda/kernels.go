@@ -30,12 +30,13 @@ import (
 // Note [Kernels compiled at run time]
 //
 // The collectives' CUDA source (kernels/collectives.cu, on top of
-// include/symmem_device.cuh) is embedded in the library. It holds eighteen
+// include/symmem_device.cuh) is embedded in the library. It holds thirty
 // kernels, each built as its own NVRTC program: all-reduce/reduce-scatter
 // for each dtype and op (the op a template argument, so that no kernel
 // carries the other two ops in its unrolled loops), the all-gather, the
 // all-to-all, the stream signals' kernel (Note [Signals as a kernel] in
-// core/symm) and the all-reduce with RMSNorm for each float dtype. A
+// core/symm), the all-reduce with RMSNorm for each float dtype and the
+// copy-engine collectives' local reduction for each dtype and op. A
 // kernel is built at its first use on a device, so the first collective
 // waits for one program (a few hundred ms) rather than for all of them;
 // symmem_collectives_load builds every missing one at once, in parallel.
@@ -77,7 +78,11 @@ const (
 	// normKernels: the all-reduce with RMSNorm, one per float dtype
 	// (normKernels + core.DType).
 	normKernels = numReduceKernels + 3
-	numKernels  = numReduceKernels + 6
+	// ceReduceKernels: the copy-engine collectives' local reduction, one
+	// per (dtype, op) as the reduce kernels (ceReduceKernels +
+	// reduceKernel(dt, op); cuda/copyengine.go).
+	ceReduceKernels = numReduceKernels + 6
+	numKernels      = ceReduceKernels + numReduceKernels
 )
 
 // reduceKernel is the index of the kernel for dt and op.
@@ -93,6 +98,10 @@ func kernelName(k int) string {
 		return "symmem_memops"
 	case allToAllKernel:
 		return "symmem_all_to_all"
+	}
+	if k >= ceReduceKernels {
+		j := k - ceReduceKernels
+		return fmt.Sprintf("symmem_ce_reduce_%s_%s", core.DType(j/3), core.ReduceOp(j%3))
 	}
 	if k >= normKernels {
 		return fmt.Sprintf("symmem_all_reduce_rmsnorm_%s", core.DType(k-normKernels))
@@ -118,6 +127,10 @@ func kernelDefines(k int) []string {
 		return []string{"-DSYMMEM_MEMOPS=1"}
 	case allToAllKernel:
 		return []string{"-DSYMMEM_A2A=1"}
+	}
+	if k >= ceReduceKernels {
+		j := k - ceReduceKernels
+		return []string{fmt.Sprintf("-DSYMMEM_CE_DT=%d", j/3), fmt.Sprintf("-DSYMMEM_CE_OP=%d", j%3), "-DSYMMEM_CE_NAME=" + kernelName(k)}
 	}
 	if k >= normKernels {
 		return []string{fmt.Sprintf("-DSYMMEM_NORM_DT=%d", k-normKernels), "-DSYMMEM_NORM_NAME=" + kernelName(k)}

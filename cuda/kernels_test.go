@@ -128,8 +128,18 @@ func TestKernelNames(t *testing.T) {
 		}
 		seen[kernelName(k)] = true
 	}
-	if normKernels+3 != numKernels {
-		t.Fatal("kernels past the norm's")
+	// The copy-engine collectives' reduction: one kernel per (dtype, op).
+	for dt := core.Float32; dt <= core.Int32; dt++ {
+		for op := core.OpSum; op <= core.OpMin; op++ {
+			k := ceReduceKernels + reduceKernel(dt, op)
+			if want := "symmem_ce_reduce_" + dt.String() + "_" + op.String(); k >= numKernels || kernelName(k) != want || seen[want] || len(kernelDefines(k)) != 3 {
+				t.Fatalf("%v %v: copy-engine reduction kernel %d %q", dt, op, k, kernelName(k))
+			}
+			seen[kernelName(k)] = true
+		}
+	}
+	if normKernels+3 != ceReduceKernels || len(seen) != numKernels-3 {
+		t.Fatal("kernels past the copy engines' reductions")
 	}
 }
 

@@ -436,6 +436,13 @@ smcu_status smcu_copy_async(uintptr_t ctx, uintptr_t stream, unsigned long long 
   SMCU_IN_CTX(ctx, "cuMemcpyAsync", smcu.cuMemcpyAsync(dst, src, size, (sm_CUstream)stream));
 }
 
+smcu_status smcu_stream_is_capturing(uintptr_t ctx, uintptr_t stream, int *status) {
+  *status = 0;
+  if (smcu.cuStreamIsCapturing == NULL)
+    return SMCU_OK;
+  SMCU_IN_CTX(ctx, "cuStreamIsCapturing", smcu.cuStreamIsCapturing((sm_CUstream)stream, status));
+}
+
 smcu_status smcu_write_value32(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
                                uint32_t value) {
   SMCU_IN_CTX(ctx, "cuStreamWriteValue32_v2",

@@ -120,6 +120,9 @@ smcu_status smcu_memset_async(uintptr_t ctx, uintptr_t stream, unsigned long lon
                               unsigned char value, size_t size);
 smcu_status smcu_copy_async(uintptr_t ctx, uintptr_t stream, unsigned long long dst,
                             unsigned long long src, size_t size);
+/* *status: the stream's CUstreamCaptureStatus (0 when the driver lacks
+ * cuStreamIsCapturing). */
+smcu_status smcu_stream_is_capturing(uintptr_t ctx, uintptr_t stream, int *status);
 smcu_status smcu_write_value32(uintptr_t ctx, uintptr_t stream, unsigned long long addr,
                                uint32_t value);
 /* One 32-bit stream memory operation for smcu_batch_memops. */

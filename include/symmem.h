@@ -121,6 +121,12 @@
  *                                   its buffers (2 * world * 2n bytes of each
  *                                   pad; default 256 KiB; 0: off; the same on
  *                                   every rank)
+ *   SYMMEM_LEAVE_SMS=1              SYMMEM_ALGO_AUTO runs every collective of a
+ *                                   group of one machine on the copy engines
+ *                                   (SYMMEM_ALGO_COPY_ENGINE; the same on
+ *                                   every rank)
+ *   SYMMEM_CE_REDUCE_BLOCKS=n       blocks of the copy engines' reduction
+ *                                   kernel (1, 2, 4, ..., 64; default 16)
  *   SYMMEM_SIGNAL_KERNEL=0          stream signals and barriers through
  *                                   cuStreamBatchMemOp rather than one small
  *                                   kernel with bounded waits
@@ -1092,14 +1098,39 @@ typedef enum symmem_coll {
  * SYMMEM_LL_MAX_BYTES of data per rank and peer; on the host backend it
  * runs as ONE_SHOT) moves each rank's data into the peers' low-latency
  * buffers as lines that carry the call's sequence number, with no barrier:
- * one NVLink crossing per call (docs/speed.md). */
+ * one NVLink crossing per call (docs/speed.md).
+ * COPY_ENGINE (a group of one machine; INVALID_ARGUMENT on one that spans
+ * machines) moves the bytes with the GPUs' copy engines, leaving the SMs
+ * to other work: all_gather and all_to_all (equal splits, through
+ * symmem_collective; the v forms refuse it) pull every peer's chunk with
+ * one copy and launch no kernel, their barriers being stream memory
+ * operations on the pads; reduce_scatter and all_reduce pull the peers'
+ * chunks into a scratch of this rank's (device memory the library keeps,
+ * growing to the largest call, for the process's life) and reduce them
+ * with a small kernel: one-shot's results, bit for bit. Capturable in
+ * CUDA graphs (make one call of the largest size before capturing: it
+ * makes the scratch; a reduction captured before then is
+ * SYMMEM_ERROR_INVALID_STATE, nothing enqueued). The GPU does not bound a stream's wait: an
+ * uncaptured call that has not finished within the group's timeout is
+ * failed by the library from the host (the group's collectives stop,
+ * the next call returns SYMMEM_ERROR_INVALID_STATE naming a peer that never
+ * arrived or one that called with other arguments, and the stream is
+ * released; a late peer's call waits in its turn and fails naming the rank
+ * that gave up); a replay of a captured call is not watched (one that a
+ * peer never answers blocks its stream, which symmem_group_abort does not
+ * release). On the host
+ * backend the copies are memcpy and the argument agreement is the
+ * collectives' own. AUTO picks it for every call of a group of one machine
+ * when SYMMEM_LEAVE_SMS=1. docs/speed.md, "Collectives on the copy
+ * engines". */
 typedef enum symmem_algo {
   SYMMEM_ALGO_AUTO = 0,
   SYMMEM_ALGO_ONE_SHOT = 1,
   SYMMEM_ALGO_TWO_SHOT = 2,
   SYMMEM_ALGO_HIERARCHICAL = 3,
   SYMMEM_ALGO_NCCL = 4,
-  SYMMEM_ALGO_LOW_LATENCY = 5
+  SYMMEM_ALGO_LOW_LATENCY = 5,
+  SYMMEM_ALGO_COPY_ENGINE = 6
 } symmem_algo;
 
 /* The number of collective channels (symmem_collective's channel is in
@@ -1144,7 +1175,8 @@ symmem_result symmem_collective(symmem_handle *handle, symmem_coll coll,
  * symmem_all_to_all: equal splits. Each rank's input is W*count elements,
  * chunk p (elements [p*count, (p+1)*count)) for rank p; out receives W*count
  * elements, rank p's chunk for us at p*count. Also symmem_collective with
- * SYMMEM_ALL_TO_ALL (op and algo are ignored; channel as there).
+ * SYMMEM_ALL_TO_ALL (op is ignored, and algo but SYMMEM_ALGO_COPY_ENGINE,
+ * which runs it on the copy engines; channel as there).
  *
  * The v forms: split sizes are read from device memory when the kernel runs
  * (an MoE router computes them on the GPU), counted in rows of row_bytes

@@ -103,6 +103,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     step bench-coll python3 bench/coll_bench.py --world 2 --out "$out"
     step bench-a2a python3 bench/a2a_bench.py --world 2 --out "$out"
     step bench-tp python3 bench/tp_bench.py --world 2 --out "$out"
+    step bench-ce python3 bench/ce_bench.py --out "$out"
   fi
 fi
 for f in "$logs"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$out/suite.log"

@@ -386,7 +386,7 @@ func scCollBad(e *rankEnv, a *alloc.Allocator) error {
 		{"count past the buffer", coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 16<<10 + 1}, "past the buffer"},
 		{"unknown dtype", coll.Args{Kind: core.AllReduce, DType: 9, Count: 4}, "unknown dtype 9 (known: " + core.Known[core.DType]() + ")"},
 		{"unknown op", coll.Args{Kind: core.AllReduce, DType: core.Float32, Op: 7, Count: 4}, "unknown reduction op 7 (known: " + core.Known[core.ReduceOp]() + ")"},
-		{"unknown algo", coll.Args{Kind: core.AllReduce, DType: core.Float32, Algo: 6, Count: 4}, "unknown algorithm 6 (known: " + core.Known[core.Algo]() + ")"},
+		{"unknown algo", coll.Args{Kind: core.AllReduce, DType: core.Float32, Algo: 7, Count: 4}, "unknown algorithm 7 (known: " + core.Known[core.Algo]() + ")"},
 		{"misaligned out", coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 4, Out: local + 4}, "16-byte aligned"},
 		{"overlap", coll.Args{Kind: core.AllReduce, DType: core.Float32, Count: 64, Out: in + 16}, "overlaps the input"},
 		{"all-gather overlap", coll.Args{Kind: core.AllGather, DType: core.Float32, Count: 64, Out: in + 16}, "overlaps the input"},

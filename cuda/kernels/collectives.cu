@@ -950,7 +950,8 @@ extern "C" __global__ void __launch_bounds__(32) symmem_memops(symmem_memops_par
 
 /* One program per kernel (cuda/kernels.go compiles each at its first use):
  * with SYMMEM_A2A defined, the all-to-all; with SYMMEM_NORM_DT, the
- * all-reduce with RMSNorm of that dtype; with SYMMEM_COLL_DT and
+ * all-reduce with RMSNorm of that dtype; with SYMMEM_CE_DT and SYMMEM_CE_OP,
+ * the copy-engine collectives' local reduction SYMMEM_CE_NAME; with SYMMEM_COLL_DT and
  * SYMMEM_COLL_OP defined, the all-reduce and reduce-scatter kernel
  * SYMMEM_COLL_NAME of that dtype (core.DType order) and op; without them,
  * the all-gather. */
@@ -1740,6 +1741,56 @@ extern "C" __global__ void __launch_bounds__(SYMMEM_NORM_THREADS) SYMMEM_NORM_NA
     symmem_norm_out(p, out, res, symmem_norm_inv(part, parts, p.hidden, p.eps));
   }
   symmem_ll_advance(c, seq);
+}
+#elif defined(SYMMEM_CE_DT)
+/* The copy-engine all-reduce's and reduce-scatter's reduction
+ * (core/symm/coll/copyengine.go, Note [Copy-engine collectives]): the copy
+ * engines have pulled the peers' chunks into this rank's scratch; out gets
+ * the reduction of count elements at each of src[0..nsrc), in that order
+ * (rank order), accumulated as the collectives do (fp32 for 16-bit types,
+ * rounded once). Only this rank's memory is touched: no barrier, no pad.
+ * A grid-stride loop over 16-byte vectors where every pointer is aligned,
+ * element by element otherwise and for the tail. cuda/copyengine.go packs
+ * the same layout. */
+#define SYMMEM_CE_MAX_SRCS 64
+struct symmem_ce_reduce_params {
+  const char *src[SYMMEM_CE_MAX_SRCS]; /* 0 */
+  char *out;                           /* 512 */
+  unsigned long long count;            /* 520: elements */
+  unsigned int nsrc;                   /* 528 */
+  unsigned int pad0;                   /* 532 */
+};
+static_assert(sizeof(symmem_ce_reduce_params) == 536, "symmem_ce_reduce_params layout");
+
+extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) SYMMEM_CE_NAME(const symmem_ce_reduce_params p) {
+  typedef symmem_elem<SYMMEM_CE_DT> T;
+  typedef typename T::acc_t A;
+  const unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+  const unsigned long long nthreads = (unsigned long long)gridDim.x * blockDim.x;
+  unsigned long long bits = (unsigned long long)p.out;
+  for (unsigned int q = 0; q < p.nsrc; q++)
+    bits |= (unsigned long long)p.src[q];
+  const unsigned long long nv = (bits & 15) == 0 ? p.count / T::E : 0;
+  for (unsigned long long i = tid; i < nv; i += nthreads) {
+    A acc[T::E];
+    for (unsigned int q = 0; q < p.nsrc; q++) {
+      const symmem_vec16 x = symmem_dev_load16(p.src[q] + 16 * i);
+#pragma unroll
+      for (int k = 0; k < T::E; k++)
+        acc[k] = q == 0 ? T::get(x, k) : symmem_reduce<SYMMEM_CE_OP>(acc[k], T::get(x, k));
+    }
+    symmem_vec16 r = {};
+#pragma unroll
+    for (int k = 0; k < T::E; k++)
+      T::put(r, k, acc[k]);
+    symmem_dev_store16(p.out + 16 * i, r);
+  }
+  for (unsigned long long e = nv * T::E + tid; e < p.count; e += nthreads) {
+    A acc = T::load1(p.src[0] + e * T::SIZE);
+    for (unsigned int q = 1; q < p.nsrc; q++)
+      acc = symmem_reduce<SYMMEM_CE_OP>(acc, T::load1(p.src[q] + e * T::SIZE));
+    T::store1(p.out + e * T::SIZE, acc);
+  }
 }
 #elif defined(SYMMEM_COLL_DT)
 extern "C" __global__ void __launch_bounds__(SYMMEM_COLL_THREADS) SYMMEM_COLL_NAME(symmem_coll_params p) {

@@ -3,8 +3,10 @@
 dtype is a name (a key of DTYPES: "float32", "bfloat16", ...), a numpy dtype
 (when numpy is importable) or a torch dtype (when torch is); op a name (a
 key of OPS: "sum", "max", "min"); algo a name (a key of ALGOS: "auto",
-"one_shot", ..., "low_latency"; "hierarchical" and "nccl" choose the form on
-a group that spans machines, docs/machines.md). The tables come from
+"one_shot", ..., "low_latency", "copy_engine"; "hierarchical" and "nccl"
+choose the form on a group that spans machines, docs/machines.md). sm_free=True
+is algo "copy_engine": the bytes move through the GPUs' copy engines, leaving
+the SMs to the model (docs/speed.md, "Collectives on the copy engines"). The tables come from
 _enums.py, written from core's Go tables, which a test checks against
 include/symmem.h's enums (Note [Enum tables] in core/enum.go).
 """
@@ -23,6 +25,7 @@ def _shown(value) -> str:
     return quote(value) if isinstance(value, str) else brief(value)
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = COLLECTIVES["all_reduce"], COLLECTIVES["all_gather"], COLLECTIVES["reduce_scatter"]
+ALL_TO_ALL = COLLECTIVES["all_to_all"]
 
 _ALIASES = {"float": "float32", "half": "float16", "fp16": "float16", "fp32": "float32", "bf16": "bfloat16",
             "int": "int32", "i32": "int32", "f32": "float32", "f16": "float16"}
@@ -63,6 +66,21 @@ def algo_code(algo, what: str) -> int:
     if isinstance(algo, str) and algo.lower().replace("-", "_") in ALGOS:
         return ALGOS[algo.lower().replace("-", "_")]
     raise make_error(Result.INVALID_ARGUMENT, f"{what}: unknown algo {_shown(algo)} (known: {', '.join(ALGOS)})")
+
+
+def sm_free_algo(algo, sm_free, what: str):
+    """The algo of a call with sm_free: "copy_engine" when sm_free is true
+    (an algo that says otherwise is refused), algo itself when false."""
+    if not isinstance(sm_free, bool):
+        raise make_error(Result.INVALID_ARGUMENT, f"{what}: sm_free must be True or False, got {brief(sm_free)}")
+    if not sm_free:
+        return algo
+    if algo is not None and (not isinstance(algo, str) or algo.lower().replace("-", "_") not in ("auto", "copy_engine")):
+        raise make_error(
+            Result.INVALID_ARGUMENT,
+            f"{what}: sm_free=True runs the call on the copy engines (algo \"copy_engine\"), but algo is {_shown(algo)}",
+        )
+    return "copy_engine"
 
 
 def address(out, what: str, name: str = "out") -> Optional[int]:

@@ -39,4 +39,4 @@ OPS = {"sum": 0, "max": 1, "min": 2}
 COLLECTIVES = {"all_reduce": 0, "all_gather": 1, "reduce_scatter": 2, "all_to_all": 3}
 
 #: ``enum symmem_algo`` by name.
-ALGOS = {"auto": 0, "one_shot": 1, "two_shot": 2, "hierarchical": 3, "nccl": 4, "low_latency": 5}
+ALGOS = {"auto": 0, "one_shot": 1, "two_shot": 2, "hierarchical": 3, "nccl": 4, "low_latency": 5, "copy_engine": 6}

@@ -548,7 +548,7 @@ class Handle:
             check(rc, f"symmem_{what}")
 
     def all_reduce(self, dtype, op: str = "sum", count: Optional[int] = None, out=None, stream=0,
-                   *, algo: Optional[str] = None, channel: int = 0) -> None:
+                   *, algo: Optional[str] = None, channel: int = 0, sm_free: bool = False) -> None:
         """Reduce every rank's input (count elements at the rendezvous
         pointer) into out (None: in place), in rank order, in fp32 for
         bfloat16/float16. algo: "auto" (default), "one_shot", "two_shot"
@@ -558,21 +558,30 @@ class Handle:
         spans machines "hierarchical" (reduce-scatter in each machine, NCCL
         across machines, all-gather in each machine; out inside the block)
         or "nccl" (the whole call on NCCL), auto choosing by size and
-        topology (docs/machines.md)."""
+        topology (docs/machines.md); "copy_engine" (or sm_free=True): the
+        peers' inputs pulled by the copy engines into a scratch and reduced
+        there by a small kernel, leaving the SMs to the model (docs/speed.md,
+        "Collectives on the copy engines")."""
+        algo = _coll.sm_free_algo(algo, sm_free, "all_reduce")
         self._collective("all_reduce", _coll.ALL_REDUCE, dtype, op, count, out, algo, channel, stream)
 
     def all_gather(self, dtype, count: Optional[int] = None, out=None, stream=0, *, algo: Optional[str] = None,
-                   channel: int = 0) -> None:
+                   channel: int = 0, sm_free: bool = False) -> None:
         """Write world_size * count elements to out: rank p's input at
         p * count. algo: "auto" (default: "low_latency" where it fits,
-        else "one_shot"), "one_shot" or "low_latency"."""
+        else "one_shot"), "one_shot", "low_latency" or "copy_engine" (or
+        sm_free=True: one copy per peer on the copy engines, no kernel)."""
+        algo = _coll.sm_free_algo(algo, sm_free, "all_gather")
         self._collective("all_gather", _coll.ALL_GATHER, dtype, "sum", count, out, algo, channel, stream)
 
     def reduce_scatter(self, dtype, op: str = "sum", count: Optional[int] = None, out=None, stream=0,
-                       *, algo: Optional[str] = None, channel: int = 0) -> None:
+                       *, algo: Optional[str] = None, channel: int = 0, sm_free: bool = False) -> None:
         """Write count // world_size elements to out: the reduction of this
         rank's slice (count a multiple of world_size; default: the whole
-        buffer rounded down to one). algo as all_gather's."""
+        buffer rounded down to one). algo and sm_free as all_gather's
+        ("copy_engine": the peers' slices pulled by the copy engines, then
+        a small reduction kernel)."""
+        algo = _coll.sm_free_algo(algo, sm_free, "reduce_scatter")
         self._collective("reduce_scatter", _coll.REDUCE_SCATTER, dtype, op, count, out, algo, channel, stream)
 
     # All-to-all (include/symmem.h, "All-to-all (expert parallelism)"): the
@@ -582,19 +591,25 @@ class Handle:
     # where the kernel reads and writes them when it runs). Every rank calls
     # with the same form, row_bytes, experts, out_rows and major_align.
 
-    def all_to_all(self, dtype, count: Optional[int] = None, out=None, stream=0) -> None:
+    def all_to_all(self, dtype, count: Optional[int] = None, out=None, stream=0, *, sm_free: bool = False) -> None:
         """Equal splits: chunk p of this rank's input (elements [p * count,
         (p + 1) * count)) goes to rank p, and out receives world_size *
         count elements, rank p's chunk for us at p * count. count defaults
-        to the block from the rendezvous pointer, divided among the ranks."""
+        to the block from the rendezvous pointer, divided among the ranks.
+        sm_free=True: one copy per peer on the copy engines, no kernel."""
         if _lib._forked_child:
             _lib._refuse_forked_child()
         w = "symmem.Handle.all_to_all"
+        algo = _coll.sm_free_algo(None, sm_free, "all_to_all")
         code = _coll.dtype_code(dtype, "all_to_all")
         if count is None:
             count = (self.buffer_size - self.offset) // _coll.DTYPE_SIZES[code] // self.world_size
         count = int_arg(count, "count", w, C_SIZE)
-        rc = _lib.calls().all_to_all(self.ptr, code, count, _coll.address(out, w), _stream(stream, w))
+        if algo is not None:
+            rc = self._collective_fn(self.ptr, _coll.ALL_TO_ALL, code, 0, count, _coll.address(out, w),
+                                     _coll.algo_code(algo, "all_to_all"), 0, _stream(stream, w))
+        else:
+            rc = _lib.calls().all_to_all(self.ptr, code, count, _coll.address(out, w), _stream(stream, w))
         if rc:
             check(rc, "symmem_all_to_all")
 

@@ -1044,7 +1044,17 @@ def _compiling(torch) -> bool:
     return compiler is not None and compiler.is_compiling()
 
 
-def all_reduce(tensor, op: str = "sum", group=None, out=None, algo: Optional[str] = None, *, inplace: bool = True):
+def _sm_free_compiled(torch, what: str, sm_free) -> None:
+    """Refuses sm_free under torch.compile for the operators whose schema
+    carries no algorithm (all_gather, reduce_scatter, all_to_all)."""
+    if _coll.sm_free_algo(None, sm_free, what) is not None and _compiling(torch):
+        raise NotImplementedError(
+            f"symmem.torch.{what}(sm_free=True) under torch.compile: the compiled operator takes no algorithm; "
+            f"set SYMMEM_LEAVE_SMS=1 (on every rank) to run every collective on the copy engines")
+
+
+def all_reduce(tensor, op: str = "sum", group=None, out=None, algo: Optional[str] = None, *, inplace: bool = True,
+               sm_free: bool = False):
     """Reduce tensor over every rank of group, on the current stream; in
     place unless out is given, or inplace=False (the functional form, as
     torch's one_shot_all_reduce: a new tensor holds the result, tensor is
@@ -1059,10 +1069,14 @@ def all_reduce(tensor, op: str = "sum", group=None, out=None, algo: Optional[str
     in each machine) or "nccl" (the whole collective on the communicator),
     auto choosing by size and topology, on the current stream; all_gather
     and reduce_scatter run whole on the communicator (docs/machines.md).
+    "copy_engine" (or sm_free=True): the peers' inputs pulled by the copy
+    engines and reduced by a small kernel, leaving the SMs to the model
+    (docs/speed.md, "Collectives on the copy engines").
     Under torch.compile it is the functional operator
     torch.ops.symmem.all_reduce (the in-place form copies its result back,
     which Inductor folds away for an intermediate), or all_reduce_out."""
     torch = _torch()
+    algo = _coll.sm_free_algo(algo, sm_free, "all_reduce")
     if _compiling(torch):
         if out is None:
             result = torch.ops.symmem.all_reduce(tensor, op, _group_name(group), algo or "auto")
@@ -1103,14 +1117,17 @@ def _scatter_shape(tensor, w: int):
     return (tensor.numel() // w,)
 
 
-def all_gather(tensor, group=None, out=None):
+def all_gather(tensor, group=None, out=None, *, sm_free: bool = False):
     """Gather every rank's tensor into out (default: a new tensor of
     world_size * tensor.shape[0] rows), rank order, like
     torch.distributed.all_gather_into_tensor. Returns out. tensor is any
     tensor of the device (one of :func:`empty` is read where it lies; any
-    other is staged, Note [Staging]). Under torch.compile it is
+    other is staged, Note [Staging]). sm_free=True: one copy per peer on
+    the copy engines, no kernel (algo "copy_engine"), for an all-gather
+    beside a matmul on another stream. Under torch.compile it is
     torch.ops.symmem.all_gather (or all_gather_out)."""
     torch = _torch()
+    _sm_free_compiled(torch, "all_gather", sm_free)
     if _compiling(torch):
         if out is None:
             return torch.ops.symmem.all_gather(tensor, _group_name(group))
@@ -1119,19 +1136,22 @@ def all_gather(tensor, group=None, out=None):
     if out is None:
         w = _world_of(torch, "all_gather", tensor, group)
         out = torch.empty(_gather_shape(tensor, w), dtype=tensor.dtype, device=tensor.device)
-    _run("all_gather", _coll.ALL_GATHER, tensor, group, "sum", out, None)
+    _run("all_gather", _coll.ALL_GATHER, tensor, group, "sum", out, "copy_engine" if sm_free else None)
     return out
 
 
-def reduce_scatter(tensor, op: str = "sum", group=None, out=None):
+def reduce_scatter(tensor, op: str = "sum", group=None, out=None, *, sm_free: bool = False):
     """Reduce tensor over every rank and keep this rank's slice (numel /
     world_size elements; rows [rank * n / w, (rank + 1) * n / w) when
     shape[0] divides), like torch.distributed.reduce_scatter_tensor.
     Returns out (default: a new tensor). tensor is any tensor of the
     device (staged unless it is one of :func:`empty`, Note [Staging]).
+    sm_free=True: the peers' slices pulled by the copy engines, then a
+    small reduction kernel (algo "copy_engine").
     Under torch.compile it is torch.ops.symmem.reduce_scatter (or
     reduce_scatter_out)."""
     torch = _torch()
+    _sm_free_compiled(torch, "reduce_scatter", sm_free)
     if _compiling(torch):
         if out is None:
             return torch.ops.symmem.reduce_scatter(tensor, op, _group_name(group))
@@ -1142,7 +1162,7 @@ def reduce_scatter(tensor, op: str = "sum", group=None, out=None):
         raise ValueError(f"symmem.torch.reduce_scatter: {tensor.numel()} elements do not split over {w} ranks")
     if out is None:
         out = torch.empty(_scatter_shape(tensor, w), dtype=tensor.dtype, device=tensor.device)
-    _run("reduce_scatter", _coll.REDUCE_SCATTER, tensor, group, op, out, None)
+    _run("reduce_scatter", _coll.REDUCE_SCATTER, tensor, group, op, out, "copy_engine" if sm_free else None)
     return out
 
 
@@ -1228,7 +1248,7 @@ def _a2a_stream(torch, dev: int) -> int:
     return (_raw_stream or _raw_stream_fn(torch))(dev) if dev >= 0 else 0
 
 
-def _run_all_to_all(input, out, group) -> None:
+def _run_all_to_all(input, out, group, sm_free: bool = False) -> None:
     torch = _torch_module or _torch()
     what = "all_to_all"
     e, dev = _a2a_entry(torch, what, input, group)
@@ -1250,7 +1270,11 @@ def _run_all_to_all(input, out, group) -> None:
         else:
             raise ValueError(f"symmem.torch.all_to_all: a chunk of {chunk} bytes ({input.dtype}) is not a whole "
                              f"number of 2-byte words")
-    rc = _lib.calls().all_to_all(e[2], code, count, out.data_ptr(), _a2a_stream(torch, dev))
+    if sm_free:
+        rc = (_collective_fn or _lib.calls().collective)(
+            e[2], _coll.ALL_TO_ALL, code, 0, count, out.data_ptr(), _coll.ALGOS["copy_engine"], 0, _a2a_stream(torch, dev))
+    else:
+        rc = _lib.calls().all_to_all(e[2], code, count, out.data_ptr(), _a2a_stream(torch, dev))
     if rc:
         _lib.check(rc, "symmem.torch.all_to_all")
 
@@ -1307,15 +1331,17 @@ def _run_all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offset
         _lib.check(rc, f"symmem.torch.{what}")
 
 
-def all_to_all(input, out=None, group=None):
+def all_to_all(input, out=None, group=None, *, sm_free: bool = False):
     """Equal splits: chunk p of input (numel / world_size elements, rank
     order) goes to rank p, and out (default: a new tensor shaped like
     input) receives rank p's chunk for us as its chunk p. input is any
     contiguous tensor of the device: one of :func:`empty` is read where it
     lies (the first call on it rendezvouses, collective), any other is
-    staged (Note [Staging]). Any dtype (the bytes are moved). Returns out. Under
+    staged (Note [Staging]). Any dtype (the bytes are moved). Returns out.
+    sm_free=True: one copy per peer on the copy engines, no kernel. Under
     torch.compile it is torch.ops.symmem.all_to_all (or all_to_all_out)."""
     torch = _torch()
+    _sm_free_compiled(torch, "all_to_all", sm_free)
     if _compiling(torch):
         if out is None:
             return torch.ops.symmem.all_to_all(input, _group_name(group))
@@ -1323,7 +1349,7 @@ def all_to_all(input, out=None, group=None):
         return out
     if out is None:
         out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
-    _run_all_to_all(input, out, group)
+    _run_all_to_all(input, out, group, sm_free)
     return out
 
 

@@ -472,6 +472,23 @@ static int rank_main(const char *mode, int rank, const char *name, int shm_fd) {
     for (int i = 0; i < N; i++)
       wrong += vals[i] != (WORLD * (WORLD + 1) / 2) * 1000 + WORLD * i;
     CHECK_EQ(wrong, 0, "every element of the all-reduce is the sum over %d ranks", WORLD);
+    /* The same on the copy engines (memcpy on the host backend). */
+    for (int i = 0; i < N; i++)
+      vals[i] = (rank + 1) * 1000 + i;
+    CHECK(check_mem_write(p[0], vals, sizeof vals, dev) == 0, "input of the copy-engine all-reduce written");
+    CHECK_RESULT(symmem_collective(h[0], SYMMEM_ALL_REDUCE, SYMMEM_INT32, SYMMEM_SUM, N, NULL, SYMMEM_ALGO_COPY_ENGINE, 0,
+                                   NULL),
+                 SYMMEM_SUCCESS, "all_reduce(int32, sum, %d, in place, SYMMEM_ALGO_COPY_ENGINE)", N);
+    CHECK(check_mem_read(vals, p[0], sizeof vals, dev) == 0, "result of the copy-engine all-reduce read");
+    wrong = 0;
+    for (int i = 0; i < N; i++)
+      wrong += vals[i] != (WORLD * (WORLD + 1) / 2) * 1000 + WORLD * i;
+    CHECK_EQ(wrong, 0, "every element of the copy-engine all-reduce is the sum over %d ranks", WORLD);
+    CHECK_RESULT(symmem_collective(h[0], SYMMEM_ALL_REDUCE, SYMMEM_INT32, SYMMEM_SUM, N, NULL, (symmem_algo)7, 0, NULL),
+                 SYMMEM_ERROR_INVALID_ARGUMENT, "all_reduce with an unknown algorithm");
+    CHECK(strstr(symmem_last_error_message(), "unknown algorithm 7") &&
+              strstr(symmem_last_error_message(), "6 copy_engine"),
+          "the message names the known algorithms: %s", symmem_last_error_message());
     CHECK(check_mem_write(p[0], saved, sizeof saved, dev) == 0, "the pattern put back");
     CHECK_RESULT(symmem_all_reduce(h[0], (symmem_dtype)7, SYMMEM_SUM, N, NULL, NULL), SYMMEM_ERROR_INVALID_ARGUMENT,
                  "all_reduce with an unknown dtype");

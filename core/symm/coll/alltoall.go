@@ -136,6 +136,16 @@ func planAllToAll(h *target, a Args) (*core.Collective, error) {
 			return bad("out [%#x, +%d) overlaps the input [%#x, +%d): an all-to-all cannot run in place", a.Out, n, in, n)
 		}
 		c.Count = a.Count
+		if wantsCopyEngine(a.Algo) {
+			if h.team() == nil {
+				c.Algo = core.AlgoCopyEngine // Note [Copy-engine collectives]
+				c.Digest = argsDigest(argsWord(c))
+				return c, nil
+			}
+			if a.Algo == core.AlgoCopyEngine {
+				return bad("copy_engine runs on a group of one machine (the copy engines reach the mapped peers only)")
+			}
+		}
 		if ll, _ := lowLatencyFits(h, Args{Kind: core.AllGather, Channel: a.Channel}, a.Count*es); ll && launchesKernels(h) {
 			// Small chunks cross once, as lines that carry the call's
 			// number (Note [Low-latency collectives]): no barrier.
@@ -147,6 +157,8 @@ func planAllToAll(h *target, a Args) (*core.Collective, error) {
 	}
 	v := a.V
 	switch {
+	case a.Algo == core.AlgoCopyEngine:
+		return bad("copy_engine runs the equal-split all_to_all only: a copy's size cannot follow split sizes that live on the device")
 	case v.Layout != core.A2AV && v.Layout != core.A2AV2D && v.Layout != core.A2AV2DOffset:
 		return bad("unknown layout %d", int32(v.Layout))
 	case v.RowBytes == 0:
@@ -402,7 +414,11 @@ func (l local) moveRows(c *core.Collective, seq uint32) error {
 // a2aText names an all-to-all's packed arguments.
 func a2aText(w uint64) string {
 	if w>>59&7 == 0 {
-		return fmt.Sprintf("all_to_all(%s, count %d)", core.DType(w>>55&3), w&(1<<53-1))
+		ce := ""
+		if w>>57&3 == 1 {
+			ce = ", copy_engine"
+		}
+		return fmt.Sprintf("all_to_all(%s, count %d%s)", core.DType(w>>55&3), w&(1<<53-1), ce)
 	}
 	path := ""
 	if w>>60&1 != 0 {

@@ -187,8 +187,12 @@ func argsWord(c *core.Collective) uint64 {
 	switch {
 	case c.Kind == core.AllToAll && c.V != nil:
 		return a2aWord(c)
-	case c.Kind == core.AllToAll: // no op, no algorithm
-		return uint64(c.Count)&(1<<53-1) | uint64(c.Kind)&3<<53 | uint64(c.DType)&3<<55
+	case c.Kind == core.AllToAll: // no op; the copy engines' form in the op's bits
+		ce := uint64(0)
+		if c.Algo == core.AlgoCopyEngine {
+			ce = 1 << 57
+		}
+		return uint64(c.Count)&(1<<53-1) | uint64(c.Kind)&3<<53 | uint64(c.DType)&3<<55 | ce
 	}
 	op := uint64(c.Op)
 	if c.Kind == core.AllGather {
@@ -214,6 +218,9 @@ func argsText(w uint64) string {
 	count := w & (1<<53 - 1)
 	if kind == core.AllToAll {
 		return a2aText(w)
+	}
+	if kind == core.AllGather && algo == core.KernelCopyEngine {
+		return fmt.Sprintf("%s(%s, count %d, %s)", kind, dt, count, core.AlgoCopyEngine)
 	}
 	if kind == core.AllGather {
 		return fmt.Sprintf("%s(%s, count %d)", kind, dt, count)
@@ -376,10 +383,14 @@ func plan(h *target, a Args) (*core.Collective, error) {
 	team := h.team()
 	ll, llWhy := lowLatencyFits(h, a, inBytes)
 	switch {
+	case team != nil && algo == core.AlgoCopyEngine:
+		return bad("copy_engine runs on a group of one machine (the copy engines reach the mapped peers only); use auto, hierarchical or nccl")
 	case team != nil:
 		// The group's engine or the hierarchical form runs it with the
 		// caller's algo: neither uses the fields below but Kind, DType,
 		// Op, Count, Out and OutOffset (runAcross decides).
+	case wantsCopyEngine(algo):
+		algo = core.AlgoCopyEngine // Note [Copy-engine collectives]
 	case world == 1:
 		algo = core.AlgoOneShot
 	case algo == core.AlgoLowLatency && !launchesKernels(h):

@@ -79,6 +79,9 @@ func (l local) collective(c *core.Collective, kind core.CollKind, count, inOff, 
 // run runs checked collective c of the view with the library's own
 // machinery: kernels on stream s, or on this thread over CPU memory.
 func (l local) run(c *core.Collective, s core.Stream) error {
+	if c.Algo == core.AlgoCopyEngine {
+		return l.runCopyEngine(c, s)
+	}
 	be, device := l.h.Backend, l.h.Device
 	if launcher, ok := be.(core.CollectiveLauncher); ok {
 		c.StopMirror = l.h.StopMirror
