@@ -551,7 +551,16 @@ func (st *ceState) ensureScratch(be core.Backend, device int, n uintptr) error {
 func (st *ceState) watch(l local, c *core.Collective, seq uint32) {
 	st.trim()
 	now := time.Now()
-	st.pending = append(st.pending, ceCall{seq: seq, at: now, digest: c.Digest, channel: c.Channel, l: l})
+	// The call's target is a value on its caller's stack (Run): the
+	// watchdog keeps a copy of its own, so that no collective's target
+	// moves to the heap for the copy-engine calls' sake.
+	kept := new(target)
+	*kept = *l.h
+	// (Its slices are copied too: Go's escape analysis does not tell a
+	// value's fields apart, so keeping l's own would keep l.h.)
+	held := local{h: kept, rank: l.rank, world: l.world, bufArr: l.bufArr, padArr: l.padArr,
+		bufs: append([]uintptr(nil), l.bufs...), pads: append([]uintptr(nil), l.pads...), ranks: append([]int(nil), l.ranks...)}
+	st.pending = append(st.pending, ceCall{seq: seq, at: now, digest: c.Digest, channel: c.Channel, l: held})
 	// Armed for later than this call's deadline (the calls of another
 	// group, with a longer timeout, on the same pad's state): re-armed.
 	if deadline := now.Add(l.h.Timeout); st.timer == nil || st.timerAt.After(deadline) {
