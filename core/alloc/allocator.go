@@ -3,6 +3,7 @@ package alloc
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/libsymmem/libsymmem/core"
 )
@@ -137,10 +138,11 @@ type Allocator struct {
 	// pending counts (Note [Thread caches]); each at most once.
 	caches []ThreadCache
 
-	// hooks run before a segment is released (AddReleaseHook); guarded by
-	// hookMu, taken after mu.
+	// hooks run before a segment is released (AddReleaseHook): a list that
+	// AddReleaseHook and its removal replace whole, under hookMu, and that
+	// a release reads without a lock. hookMu is taken without mu.
 	hookMu   sync.Mutex
-	hooks    map[uint64]ReleaseHook
+	hooks    atomic.Pointer[[]releaseHookEntry]
 	nextHook uint64
 }
 

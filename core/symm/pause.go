@@ -154,6 +154,9 @@ type tagCall struct {
 	g         *Group
 	gm        *groupMem
 	tag, what string
+	// choice is tag resolved, once, by listSegments: the later phases
+	// hand it to the allocator as it is.
+	choice alloc.TagChoice
 
 	segs     []alloc.SegmentInfo // our segments of the tag, in heap order
 	localErr error               // this rank's failure, for the next verdict
@@ -197,7 +200,10 @@ func (c *tagCall) gather() error {
 // listSegments puts our segments of the tag (paused ones for a resume)
 // and this rank's failure to list them in c.rec.
 func (c *tagCall) listSegments(paused bool) {
-	c.segs, c.localErr = c.g.alloc.TagSegments(c.tag, paused)
+	c.choice, c.localErr = alloc.ChooseTag(c.tag)
+	if c.localErr == nil {
+		c.segs, c.localErr = c.g.alloc.ChosenSegments(c.choice, paused)
+	}
 	if c.localErr != nil {
 		c.localErr = core.Errorf(core.CodeOf(c.localErr), "rank %d: %v", c.g.rank, c.localErr)
 	}
@@ -209,7 +215,7 @@ func (c *tagCall) listSegments(paused bool) {
 // pause after a resume in the same call has no new way to fail but the
 // device's (then the memory stays mapped, which is safe).
 func (c *tagCall) repause() {
-	_, _ = c.g.alloc.Pause(c.tag, alloc.PauseOptions{Collective: true})
+	_, _ = c.g.alloc.PauseChosen(c.choice, alloc.PauseOptions{Collective: true})
 }
 
 // Pause releases the memory of tag ("" = every live tag of the group's
@@ -271,7 +277,7 @@ func (c *pauseCall) run() error {
 // releasing nothing; every rank learns whether every rank is ready.
 func (c *pauseCall) prepare() error {
 	g := c.g
-	if _, err := g.alloc.Pause(c.tag, alloc.PauseOptions{Collective: true, Stage: alloc.PausePrepare}); err != nil {
+	if _, err := g.alloc.PauseChosen(c.choice, alloc.PauseOptions{Collective: true, Stage: alloc.PausePrepare}); err != nil {
 		c.localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
 	}
 	return g.shareVerdict(c.what+" (waiting for the device, host copies; nothing was released)", c.localErr)
@@ -312,7 +318,7 @@ func (c *pauseCall) releaseOwn() error {
 	// Each segment's window goes immediately before its memory does (Note
 	// [Window registration]); the resume registers them again.
 	err := g.wins.pause(c.segs, func() error {
-		_, err := g.alloc.Pause(c.tag, alloc.PauseOptions{Collective: true, Stage: alloc.PauseCommit})
+		_, err := g.alloc.PauseChosen(c.choice, alloc.PauseOptions{Collective: true, Stage: alloc.PauseCommit})
 		return err
 	})
 	switch {
@@ -446,7 +452,7 @@ func (c *resumeCall) list() {
 // takeBack: every rank takes its own memory back, or all stay paused.
 func (c *resumeCall) takeBack() error {
 	g := c.g
-	_, c.localErr = g.alloc.Resume(c.tag)
+	_, c.localErr = g.alloc.ResumeChosen(c.choice, alloc.ResumeOptions{})
 	if c.localErr != nil {
 		c.localErr = core.Errorf(core.CodeOf(c.localErr), "rank %d: %v", g.rank, c.localErr)
 	}
