@@ -26,14 +26,17 @@ var arrows = map[string][]string{
 	// Communicator interfaces. It knows nothing above it.
 	"core":           {"core/unmanaged"},
 	"core/unmanaged": {},
+	// The lock order (Note [Lock order]): the ranked locks of the allocator
+	// and of the groups. It imports nothing of the module.
+	"core/lockrank": {},
 	// The allocator and the backends and the channel: each knows the
 	// vocabulary only, never each other.
-	"core/alloc": {"core", "core/unmanaged"},
+	"core/alloc": {"core", "core/lockrank", "core/unmanaged"},
 	"core/host":  {"core", "core/unmanaged"},
 	"core/ipc":   {"core", "core/unmanaged"},
 	// Groups sit on the allocator and the channel; backends and engines
 	// (cuda) only through core's interfaces.
-	"core/symm": {"core", "core/alloc", "core/ipc", "core/unmanaged"},
+	"core/symm": {"core", "core/alloc", "core/ipc", "core/lockrank", "core/unmanaged"},
 	// The collectives know a handle only through the View they define
 	// (core/symm implements it), the pads' layout and the engines through
 	// core: neither they nor core/symm import the other.

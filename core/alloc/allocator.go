@@ -2,10 +2,10 @@ package alloc
 
 import (
 	"sort"
-	"sync"
 	"sync/atomic"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/lockrank"
 )
 
 // Note [How blocks are placed]
@@ -103,7 +103,7 @@ func (sp *streamPools) pool(small bool) *freeSet {
 // Allocator is the caching allocator of one device. It is safe for
 // concurrent use; every method takes mu.
 type Allocator struct {
-	mu     sync.Mutex
+	mu     lockrank.Mutex[lockrank.Allocator]
 	be     core.Backend
 	device int
 	gran   uintptr
@@ -141,7 +141,7 @@ type Allocator struct {
 	// hooks run before a segment is released (AddReleaseHook): a list that
 	// AddReleaseHook and its removal replace whole, under hookMu, and that
 	// a release reads without a lock. hookMu is taken without mu.
-	hookMu   sync.Mutex
+	hookMu   lockrank.Mutex[lockrank.ReleaseHooks]
 	hooks    atomic.Pointer[[]releaseHookEntry]
 	nextHook uint64
 }

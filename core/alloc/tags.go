@@ -2,9 +2,9 @@ package alloc
 
 import (
 	"sort"
-	"sync"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/lockrank"
 )
 
 // Note [Tags and pause]
@@ -89,7 +89,7 @@ type TagOptions struct {
 // tagRegistry numbers tags process-wide. Tags are never forgotten: an ID
 // stays valid for the life of the process (there are few tags).
 var tagRegistry = struct {
-	sync.Mutex
+	lockrank.Mutex[lockrank.TagRegistry]
 	byName map[string]TagID
 	info   []tagInfo // info[id]; info[0] is the untagged memory
 }{byName: map[string]TagID{}, info: []tagInfo{{}}}

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/lockrank"
 )
 
 // Note [Abort]
@@ -54,7 +55,7 @@ type abortState struct {
 	once sync.Once
 	why  string // written before set
 	// mu guards region, this rank's pad while the group has one.
-	mu     sync.Mutex
+	mu     lockrank.Mutex[lockrank.Abort]
 	region *pads
 }
 

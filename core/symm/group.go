@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/ipc"
+	"github.com/libsymmem/libsymmem/core/lockrank"
 )
 
 // DefaultSignalPadSize is the size of each rank's signal pad unless
@@ -96,7 +96,7 @@ type Group struct {
 	span *span
 
 	// coll serialises collective calls and guards the fields below.
-	coll sync.Mutex
+	coll lockrank.Mutex[lockrank.GroupCollective]
 	// padSize is the signal pad size the first rendezvous will use; fixed
 	// once gm.pads exists.
 	padSize   uintptr

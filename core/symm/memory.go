@@ -10,6 +10,7 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/ipc"
+	"github.com/libsymmem/libsymmem/core/lockrank"
 	"github.com/libsymmem/libsymmem/core/unmanaged"
 	"golang.org/x/sys/unix"
 )
@@ -210,7 +211,7 @@ func (gm *groupMem) memsetZero(addr, size uintptr) error {
 // lateCopies keeps pinned the Go buffers of copies that timed out: the copy
 // may still land there, so they must never move or be reused.
 var lateCopies struct {
-	sync.Mutex
+	lockrank.Mutex[lockrank.LateCopies]
 	pins []*runtime.Pinner
 }
 
