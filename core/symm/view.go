@@ -63,7 +63,7 @@ func (v View) Backend() (core.Backend, int) { return v.h.gm.be, v.h.gm.device }
 
 // ChannelLock is the lock of collective channel channel of the group's
 // pads.
-func (v View) ChannelLock(channel int) *sync.Mutex { return &v.h.gm.pads.coll[channel] }
+func (v View) ChannelLock(channel int) *sync.Mutex { return v.h.gm.pads.channelLock(channel) }
 
 // WaitCut ends a host-side wait that the handle's release, the group's
 // abort or a signal cut short (Note [Calls in flight], Note [Abort], Note
