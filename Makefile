@@ -88,12 +88,12 @@ test: ## every suite (what CI runs), ending with a table
 	@$(PYTHON) scripts/summary.py build $(SUITES)
 
 suite-go: $(LIB)
-	@$(RUN) go go -- sh -c '$(GO) vet ./... && $(GO) test -race -count=1 -v ./...'
+	@$(RUN) go go -- sh -c '$(GO) vet ./... && $(GO) test -race -tags symmem_lockrank -count=1 -v ./...'
 
 # The fault tables (core/alloc/fault_test.go, core/symm/fault_test.go) over the
 # cuda backend on the stand-in driver: its stream-ordered paths under faults.
 suite-go-fakecuda: $(FAKECUDA)
-	@$(RUN) go-fakecuda go -- sh -c '$(FAKE_ENV) $(GO) test -race -count=1 -v \
+	@$(RUN) go-fakecuda go -- sh -c '$(FAKE_ENV) $(GO) test -race -tags symmem_lockrank -count=1 -v \
 	  -run "UnderInjectedFaults|FailedSync|UnmappedSegment|PointerArraysLiveInThePad|AbortReleasesStuckWaits|CollectivePauseRollsBack|DeviceErrorWithAStuckStream|StopWordRefusesCollectives|UnmapFailureLeavesTheImportMapped|CopyEngineOnStreams|CopyEngineWatchdog" ./core/alloc ./core/symm'
 
 suite-c: $(CTEST_BIN) $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228)

@@ -26,19 +26,22 @@ var arrows = map[string][]string{
 	// Communicator interfaces. It knows nothing above it.
 	"core":           {"core/unmanaged"},
 	"core/unmanaged": {},
+	// The lock order (Note [Lock order]): the ranked locks of the allocator
+	// and of the groups. It imports nothing of the module.
+	"core/lockrank": {},
 	// The allocator and the backends and the channel: each knows the
 	// vocabulary only, never each other.
-	"core/alloc": {"core", "core/unmanaged"},
+	"core/alloc": {"core", "core/lockrank", "core/unmanaged"},
 	"core/host":  {"core", "core/unmanaged"},
 	"core/ipc":   {"core", "core/unmanaged"},
 	// Groups sit on the allocator and the channel; backends and engines
 	// (cuda) only through core's interfaces.
-	"core/symm": {"core", "core/alloc", "core/ipc", "core/unmanaged"},
+	"core/symm": {"core", "core/alloc", "core/ipc", "core/lockrank", "core/unmanaged"},
 	// The collectives know a handle only through its description in core
 	// (core.SymmetricBuffer) and the Port they define (core/symm's Handle
 	// implements it), the pads' layout and the engines through core:
 	// neither they nor core/symm import the other.
-	"core/symm/coll": {"core", "core/unmanaged"},
+	"core/symm/coll": {"core", "core/lockrank", "core/unmanaged"},
 	// The CUDA backend and the NCCL engine implement core's interfaces.
 	"cuda":   {"C", "core", "core/unmanaged", "include"},
 	"export": {"C", "core", "core/alloc", "core/host", "core/ipc", "core/symm", "core/symm/coll", "core/unmanaged", "cuda"},

@@ -243,11 +243,12 @@ func pauseTag(call string, tag *C.char, flags C.uint) C.int {
 	if err == nil {
 		backup, err = pauseBackupOf(flags)
 	}
+	var c alloc.TagChoice
 	if err == nil {
-		err = checkTagKnown(t)
+		c, err = alloc.ChooseTag(t)
 	}
 	if err == nil {
-		err = withRuntime(func(rt *alloc.Runtime) error { return rt.PauseTag(t, alloc.PauseOptions{Backup: backup}) })
+		err = withRuntime(func(rt *alloc.Runtime) error { return rt.PauseTag(c, alloc.PauseOptions{Backup: backup}) })
 	}
 	return setLastError(describeTag(call, tag), err)
 }
@@ -361,11 +362,12 @@ func resumeTag(call string, tag *C.char, flags C.uint) C.int {
 	if err == nil {
 		o, err = resumeOptionsOf(flags)
 	}
+	var c alloc.TagChoice
 	if err == nil {
-		err = checkTagKnown(t)
+		c, err = alloc.ChooseTag(t)
 	}
 	if err == nil {
-		err = withRuntime(func(rt *alloc.Runtime) error { return rt.ResumeTag(t, o) })
+		err = withRuntime(func(rt *alloc.Runtime) error { return rt.ResumeTag(c, o) })
 	}
 	return setLastError(describeTag(call, tag), err)
 }

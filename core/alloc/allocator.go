@@ -2,9 +2,10 @@ package alloc
 
 import (
 	"sort"
-	"sync"
+	"sync/atomic"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/lockrank"
 )
 
 // Note [How blocks are placed]
@@ -102,7 +103,7 @@ func (sp *streamPools) pool(small bool) *freeSet {
 // Allocator is the caching allocator of one device. It is safe for
 // concurrent use; every method takes mu.
 type Allocator struct {
-	mu     sync.Mutex
+	mu     lockrank.Mutex[lockrank.Allocator]
 	be     core.Backend
 	device int
 	gran   uintptr
@@ -137,10 +138,11 @@ type Allocator struct {
 	// pending counts (Note [Thread caches]); each at most once.
 	caches []ThreadCache
 
-	// hooks run before a segment is released (AddReleaseHook); guarded by
-	// hookMu, taken after mu.
-	hookMu   sync.Mutex
-	hooks    map[uint64]ReleaseHook
+	// hooks run before a segment is released (AddReleaseHook): a list that
+	// AddReleaseHook and its removal replace whole, under hookMu, and that
+	// a release reads without a lock. hookMu is taken without mu.
+	hookMu   lockrank.Mutex[lockrank.ReleaseHooks]
+	hooks    atomic.Pointer[[]releaseHookEntry]
 	nextHook uint64
 }
 

@@ -63,12 +63,27 @@ func backupFor(seg *segment, o PauseBackup) BackupKind {
 // or a release) leaves the tag paused, in part, as Note [Releasing a
 // paused tag] says, and Resume takes it back.
 func (a *Allocator) Pause(tag string, o PauseOptions) (uint64, error) {
-	a.lock()
-	defer a.mu.Unlock()
-	tags, err := a.tagsToChange(tag, false)
+	c, err := ChooseTag(tag)
 	if err != nil {
 		return 0, err
 	}
+	return a.PauseChosen(c, o)
+}
+
+// PauseChosen is Pause of a tag already resolved.
+func (a *Allocator) PauseChosen(c TagChoice, o PauseOptions) (uint64, error) {
+	a.lock()
+	defer a.mu.Unlock()
+	tags, err := a.tagsToChange(c, false)
+	if err != nil {
+		return 0, err
+	}
+	return a.pauseLocked(c.name, tags, o)
+}
+
+// pauseLocked pauses tags, the tags that a pause of tag acts on (a.mu
+// held).
+func (a *Allocator) pauseLocked(tag string, tags []*tagState, o PauseOptions) (uint64, error) {
 	segs := a.segmentsOf(tags)
 	if !o.Collective {
 		for _, seg := range segs {
@@ -245,12 +260,27 @@ const (
 
 // ResumeWith is Resume with options.
 func (a *Allocator) ResumeWith(tag string, o ResumeOptions) (uint64, error) {
-	a.lock()
-	defer a.mu.Unlock()
-	tags, err := a.tagsToChange(tag, true)
+	c, err := ChooseTag(tag)
 	if err != nil {
 		return 0, err
 	}
+	return a.ResumeChosen(c, o)
+}
+
+// ResumeChosen is ResumeWith of a tag already resolved.
+func (a *Allocator) ResumeChosen(c TagChoice, o ResumeOptions) (uint64, error) {
+	a.lock()
+	defer a.mu.Unlock()
+	tags, err := a.tagsToChange(c, true)
+	if err != nil {
+		return 0, err
+	}
+	return a.resumeLocked(c.name, tags, o)
+}
+
+// resumeLocked resumes tags, the tags that a resume of tag acts on (a.mu
+// held).
+func (a *Allocator) resumeLocked(tag string, tags []*tagState, o ResumeOptions) (uint64, error) {
 	var segs []*segment
 	var need uint64
 	for _, seg := range a.segmentsOf(tags) {
@@ -397,53 +427,70 @@ func (a *Allocator) fillOrCopy(ops []core.FillOrCopy) error {
 // likewise. A pause of every tag ("") that comes second finds nothing live
 // and succeeds. The lock serialises pauses and resumes of different tags
 // too; each is a device synchronisation and copies, so little is lost.
+//
+// The caller resolves the tag's name once (ChooseTag), and each device's
+// allocator is locked once per call: its tag's state is checked and changed
+// under that one lock (changeIfInState), so no other thread's allocation
+// can come between the check and the change on that device.
 
-// PauseTag pauses tag ("" = every live tag) on every device where it is
-// live (Note [Pausing every device]).
-func (r *Runtime) PauseTag(tag string, o PauseOptions) error {
-	return r.changeTag(tag, false, func(a *Allocator) error {
-		_, err := a.Pause(tag, o)
+// PauseTag pauses c on every device where it is live (Note [Pausing every
+// device]).
+func (r *Runtime) PauseTag(c TagChoice, o PauseOptions) error {
+	return r.changeTag(c, false, func(a *Allocator, tags []*tagState) error {
+		_, err := a.pauseLocked(c.name, tags, o)
 		return err
 	})
 }
 
-// ResumeTag resumes tag ("" = every paused tag) on every device where it
-// is paused (Note [Pausing every device]).
-func (r *Runtime) ResumeTag(tag string, o ResumeOptions) error {
-	return r.changeTag(tag, true, func(a *Allocator) error {
-		_, err := a.ResumeWith(tag, o)
+// ResumeTag resumes c on every device where it is paused (Note [Pausing
+// every device]).
+func (r *Runtime) ResumeTag(c TagChoice, o ResumeOptions) error {
+	return r.changeTag(c, true, func(a *Allocator, tags []*tagState) error {
+		_, err := a.resumeLocked(c.name, tags, o)
 		return err
 	})
 }
 
-// changeTag runs f on every allocator where tag ("" = every tag) is in the
-// state f acts on (paused for a resume, live for a pause), under
-// r.changing; a named tag in the other state on every device is the first
-// device's ErrInvalidState.
-func (r *Runtime) changeTag(tag string, paused bool, f func(a *Allocator) error) error {
+// changeTag runs change on every allocator where c is in the state change
+// acts on (paused for a resume, live for a pause), under r.changing; a
+// named tag in the other state on every device is the first device's
+// ErrInvalidState.
+func (r *Runtime) changeTag(c TagChoice, paused bool, change func(a *Allocator, tags []*tagState) error) error {
 	r.changing.Lock()
 	defer r.changing.Unlock()
 	var wrongState error
 	did := false
 	for _, a := range r.Allocators() {
-		if tag != "" {
-			if _, err := a.TagSegments(tag, paused); err != nil {
-				if core.CodeOf(err) != core.ErrInvalidState {
-					return err
-				}
-				if wrongState == nil {
-					wrongState = err
-				}
-				continue
+		skipped, err := a.changeIfInState(c, paused, change)
+		if skipped != nil {
+			if wrongState == nil {
+				wrongState = skipped
 			}
+			continue
 		}
 		did = true
-		if err := f(a); err != nil {
+		if err != nil {
 			return err
 		}
 	}
-	if tag != "" && !did {
+	if !c.Every() && !did {
 		return wrongState
 	}
 	return nil
+}
+
+// changeIfInState runs change on the tags of c here under one lock, unless
+// c is a named tag in the other state here: then it changes nothing and
+// returns that ErrInvalidState as skipped.
+func (a *Allocator) changeIfInState(c TagChoice, paused bool, change func(a *Allocator, tags []*tagState) error) (skipped, err error) {
+	a.lock()
+	defer a.mu.Unlock()
+	tags, err := a.tagsToChange(c, paused)
+	if err != nil {
+		if !c.Every() && core.CodeOf(err) == core.ErrInvalidState {
+			return err, nil
+		}
+		return nil, err
+	}
+	return nil, change(a, tags)
 }

@@ -118,7 +118,7 @@ func TestConcurrentPausesOfOneTag(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[i] = rt.PauseTag(name, alloc.PauseOptions{Backup: o})
+				errs[i] = rt.PauseTag(chooseTag(t, name), alloc.PauseOptions{Backup: o})
 			}()
 		}
 		time.Sleep(20 * time.Millisecond) // both pauses are waiting by now
@@ -136,7 +136,7 @@ func TestConcurrentPausesOfOneTag(t *testing.T) {
 			require.Contains(t, err.Error(), "already paused", "round %d", round)
 		}
 		require.NotEqual(t, -1, won, "round %d: neither pause succeeded: %v", round, errs)
-		require.NoError(t, rt.ResumeTag(name, alloc.ResumeOptions{}))
+		require.NoError(t, rt.ResumeTag(chooseTag(t, name), alloc.ResumeOptions{}))
 		want := byte(0x5a)
 		if opts[won] == alloc.PauseDiscard {
 			want = 0
@@ -148,4 +148,11 @@ func TestConcurrentPausesOfOneTag(t *testing.T) {
 			require.NoError(t, a.Validate())
 		}
 	}
+}
+
+// chooseTag resolves name, which a region registered.
+func chooseTag(t *testing.T, name string) alloc.TagChoice {
+	c, err := alloc.ChooseTag(name)
+	require.NoError(t, err)
+	return c
 }

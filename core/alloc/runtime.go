@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/lockrank"
 )
 
 // Runtime is the process-wide state: the backend chosen at start and one
@@ -17,13 +18,13 @@ type Runtime struct {
 	// Notes say why backends of higher priority were not chosen.
 	Notes []string
 
-	mu         sync.Mutex
+	mu         lockrank.Mutex[lockrank.Allocators]
 	allocators []atomic.Pointer[Allocator]
 
 	// changing serialises PauseTag and ResumeTag: each reads the tag's
 	// state on every device and changes it under this one lock (Note
 	// [Pausing every device]).
-	changing sync.Mutex
+	changing lockrank.Mutex[lockrank.RuntimeChanging]
 }
 
 var (

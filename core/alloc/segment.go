@@ -3,6 +3,7 @@ package alloc
 import (
 	"errors"
 	"os"
+	"slices"
 
 	"github.com/libsymmem/libsymmem/core"
 )
@@ -63,37 +64,60 @@ type segment struct {
 // leave its own registration in place (Note [Releasing a paused tag]).
 type ReleaseHook func(seg SegmentInfo) error
 
-// AddReleaseHook adds h; the returned function removes it.
+// releaseHookEntry is a hook with the number that removes it.
+type releaseHookEntry struct {
+	id   uint64
+	hook ReleaseHook
+}
+
+// AddReleaseHook adds h; the returned function removes it. A group over a
+// communicator registers its window deregistration here, once, when it is
+// made (Note [Window registration] in core/symm).
 func (a *Allocator) AddReleaseHook(h ReleaseHook) (remove func()) {
 	a.hookMu.Lock()
 	defer a.hookMu.Unlock()
-	if a.hooks == nil {
-		a.hooks = map[uint64]ReleaseHook{}
-	}
 	a.nextHook++
 	id := a.nextHook
-	a.hooks[id] = h
+	a.setHooksLocked(append(a.hookList(), releaseHookEntry{id, h}))
 	return func() {
 		a.hookMu.Lock()
-		delete(a.hooks, id)
-		a.hookMu.Unlock()
+		defer a.hookMu.Unlock()
+		var kept []releaseHookEntry
+		for _, e := range a.hookList() {
+			if e.id != id {
+				kept = append(kept, e)
+			}
+		}
+		a.setHooksLocked(kept)
 	}
 }
 
-// runReleaseHooks tells every hook that seg's memory goes, for a pause
-// where pausing (mu held).
-func (a *Allocator) runReleaseHooks(seg *segment, pausing bool) error {
-	a.hookMu.Lock()
-	hooks := make([]ReleaseHook, 0, len(a.hooks))
-	for _, h := range a.hooks {
-		hooks = append(hooks, h)
+// hookList is the current list of release hooks; callers never change it.
+func (a *Allocator) hookList() []releaseHookEntry {
+	if l := a.hooks.Load(); l != nil {
+		return *l
 	}
-	a.hookMu.Unlock()
+	return nil
+}
+
+// setHooksLocked publishes l, a fresh slice, as the list (hookMu held).
+func (a *Allocator) setHooksLocked(l []releaseHookEntry) {
+	l = slices.Clip(l)
+	a.hooks.Store(&l)
+}
+
+// runReleaseHooks tells every hook that seg's memory goes, for a pause
+// where pausing (mu held; it takes no lock of its own).
+func (a *Allocator) runReleaseHooks(seg *segment, pausing bool) error {
+	hooks := a.hookList()
+	if len(hooks) == 0 {
+		return nil
+	}
 	info := seg.info()
 	info.Paused = pausing
 	var first error
-	for _, h := range hooks {
-		if err := h(info); err != nil && first == nil {
+	for _, e := range hooks {
+		if err := e.hook(info); err != nil && first == nil {
 			first = err
 		}
 	}

@@ -2,9 +2,9 @@ package alloc
 
 import (
 	"sort"
-	"sync"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/lockrank"
 )
 
 // Note [Tags and pause]
@@ -89,7 +89,7 @@ type TagOptions struct {
 // tagRegistry numbers tags process-wide. Tags are never forgotten: an ID
 // stays valid for the life of the process (there are few tags).
 var tagRegistry = struct {
-	sync.Mutex
+	lockrank.Mutex[lockrank.TagRegistry]
 	byName map[string]TagID
 	info   []tagInfo // info[id]; info[0] is the untagged memory
 }{byName: map[string]TagID{}, info: []tagInfo{{}}}
@@ -207,11 +207,39 @@ func (seg *segment) info() SegmentInfo {
 	return SegmentInfo{ID: seg.id, Addr: seg.addr, Size: seg.size, HeapOff: seg.heapOff, Tag: seg.pools.tag.name, Paused: seg.paused}
 }
 
-// selectTags returns the tags that name designates here ("" = every tag
-// this device has seen), or an error for an unknown name. A tag registered
-// in the process but never used on this device has nothing here to pause.
-func (a *Allocator) selectTags(name string) ([]*tagState, error) {
+// TagChoice is what a pause or a resume acts on: one tag that a region
+// registered, or (the empty name) every tag. ChooseTag resolves the name
+// once; the allocators then find the tag by its ID.
+type TagChoice struct {
+	name string
+	id   TagID // 0 for every tag
+}
+
+// ChooseTag resolves name ("" = every tag): a malformed or unknown name is
+// KnownTag's error.
+func ChooseTag(name string) (TagChoice, error) {
 	if name == "" {
+		return TagChoice{}, nil
+	}
+	id, err := KnownTag(name)
+	if err != nil {
+		return TagChoice{}, err
+	}
+	return TagChoice{name: name, id: id}, nil
+}
+
+// Name is the tag's name ("" for every tag).
+func (c TagChoice) Name() string { return c.name }
+
+// Every says whether c is every tag.
+func (c TagChoice) Every() bool { return c.name == "" }
+
+// selectTags returns the states here of what c names: every tag this
+// device has seen, or the one tag (made at first use: a tag registered in
+// the process but never used on this device has nothing here to pause).
+// a.mu held.
+func (a *Allocator) selectTags(c TagChoice) ([]*tagState, error) {
+	if c.Every() {
 		var out []*tagState
 		for _, t := range a.tags[1:] {
 			if t != nil {
@@ -220,11 +248,7 @@ func (a *Allocator) selectTags(name string) ([]*tagState, error) {
 		}
 		return out, nil
 	}
-	id, err := KnownTag(name)
-	if err != nil {
-		return nil, err
-	}
-	t, err := a.tagLocked(id)
+	t, err := a.tagLocked(c.id)
 	if err != nil {
 		return nil, err
 	}
@@ -249,19 +273,23 @@ func (a *Allocator) segmentsOf(tags []*tagState) []*segment {
 // TagSegments lists the segments of tag ("" = every tag used here) in heap
 // order, checking that every selected tag is paused (wantPaused) or live.
 func (a *Allocator) TagSegments(tag string, wantPaused bool) ([]SegmentInfo, error) {
-	a.lock()
-	defer a.mu.Unlock()
-	tags, err := a.selectTags(tag)
+	c, err := ChooseTag(tag)
 	if err != nil {
 		return nil, err
 	}
-	if tag != "" {
-		if err := a.checkTagState(tags[0], wantPaused); err != nil {
-			return nil, err
-		}
+	return a.ChosenSegments(c, wantPaused)
+}
+
+// ChosenSegments is TagSegments of a tag already resolved.
+func (a *Allocator) ChosenSegments(c TagChoice, wantPaused bool) ([]SegmentInfo, error) {
+	a.lock()
+	defer a.mu.Unlock()
+	tags, err := a.tagsToChange(c, wantPaused)
+	if err != nil {
+		return nil, err
 	}
 	var out []SegmentInfo
-	for _, seg := range a.segmentsOf(filterTags(tags, wantPaused)) {
+	for _, seg := range a.segmentsOf(tags) {
 		out = append(out, seg.info())
 	}
 	return out, nil
@@ -300,14 +328,14 @@ func filterTags(tags []*tagState, paused bool) []*tagState {
 }
 
 // tagsToChange returns the tags that a pause (paused false) or a resume
-// (paused true) of tag acts on: the named one, which must be in that state,
-// or ("") every tag used on this device that is (a.mu held).
-func (a *Allocator) tagsToChange(tag string, paused bool) ([]*tagState, error) {
-	tags, err := a.selectTags(tag)
+// (paused true) of c acts on: the named one, which must be in that state,
+// or every tag used on this device that is (a.mu held).
+func (a *Allocator) tagsToChange(c TagChoice, paused bool) ([]*tagState, error) {
+	tags, err := a.selectTags(c)
 	if err != nil {
 		return nil, err
 	}
-	if tag != "" {
+	if !c.Every() {
 		if err := a.checkTagState(tags[0], paused); err != nil {
 			return nil, err
 		}

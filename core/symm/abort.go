@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/lockrank"
 )
 
 // Note [Abort]
@@ -33,11 +34,11 @@ import (
 //     through the library's own stream, bounded by the group's timeout, so
 //     that a stuck stream of the caller's does not hold them up.
 //
-// Nothing here takes the group's collective lock or its memory lock, which
-// a stuck call may hold (a device synchronisation under gm.mu waits for
-// exactly the stream waits that the abort releases): the pad to write is
-// published in abortState.region under a lock of its own, which only the
-// pad's release takes besides.
+// Nothing here takes the group's collective lock or the locks of its
+// memory, which a stuck call may hold (a device synchronisation under one
+// of them waits for exactly the stream waits that the abort releases):
+// the pad to write is published in abortState.region under a lock of its
+// own, which only the pad's release takes besides.
 //
 // The abort is this rank's: peers learn of it as of any rank that stops
 // (their waits for it fail with TIMEOUT, or PEER once its process exits),
@@ -54,7 +55,7 @@ type abortState struct {
 	once sync.Once
 	why  string // written before set
 	// mu guards region, this rank's pad while the group has one.
-	mu     sync.Mutex
+	mu     lockrank.Mutex[lockrank.Abort]
 	region *pads
 }
 

@@ -2,11 +2,11 @@ package symm
 
 import (
 	"errors"
-	"sync"
 	"time"
 	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/lockrank"
 	"github.com/libsymmem/libsymmem/core/unmanaged"
 	"golang.org/x/sys/unix"
 )
@@ -78,7 +78,7 @@ type commGather struct {
 	name    string
 	timeout time.Duration
 
-	mu     sync.Mutex
+	mu     lockrank.Mutex[lockrank.CommGather]
 	stream core.Stream
 	sm     streamMaker // nil: stream 0
 	// dbuf is device staging (send bytes then world*send bytes), hbuf the

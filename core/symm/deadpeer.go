@@ -61,12 +61,12 @@ func (gm *groupMem) watchPeers(region uintptr) {
 // only then closes the pidfds, in one place (endLiveness), whether or not
 // the device synchronisation before the memory goes succeeds (pidfds are
 // not memory the device may use: they were leaked with the memory when it
-// failed). The wait happens without gm.mu: the watch may be in a copy to
+// failed). The wait happens without gm.life: the watch may be in a copy to
 // the device bounded by the group's timeout, and nothing should wait that
 // long for the memory lock. Callers that replace the pads (SetSignalPadSize)
-// stop and join the watch the same way before they take gm.mu for good.
+// stop and join the watch the same way before they take gm.life for good.
 
-// detachWatch takes the watch out of gm and asks it to end (gm.mu held);
+// detachWatch takes the watch out of gm and asks it to end (gm.life held);
 // join, without the lock, waits for it.
 func (gm *groupMem) detachWatch() *peerWatch {
 	w := gm.watch
@@ -89,12 +89,12 @@ func (w *peerWatch) join() {
 	unix.Close(w.stop)
 }
 
-// stopWatch ends the watch and waits for it (gm.mu held; a no-op where the
+// stopWatch ends the watch and waits for it (gm.life held; a no-op where the
 // caller already stopped it without the lock).
 func (gm *groupMem) stopWatch() { gm.detachWatch().join() }
 
-// stopWatchUnlocked stops and joins the watch with gm.mu released for the
-// wait (gm.mu held on entry and on return; nobody else may change gm
+// stopWatchUnlocked stops and joins the watch with gm.life released for the
+// wait (gm.life held on entry and on return; nobody else may change gm
 // meanwhile: the caller holds the group's collective lock, or the last
 // reference).
 func (gm *groupMem) stopWatchUnlocked() {
@@ -102,13 +102,13 @@ func (gm *groupMem) stopWatchUnlocked() {
 	if w == nil {
 		return
 	}
-	gm.mu.Unlock()
+	gm.life.Unlock()
 	w.join()
-	gm.mu.Lock()
+	gm.life.Lock()
 }
 
 // endLiveness stops the watch and closes the pidfds (Note [Who closes the
-// pidfds]); gm.mu held on entry and on return.
+// pidfds]); gm.life held on entry and on return.
 func (gm *groupMem) endLiveness() {
 	gm.stopWatchUnlocked()
 	gm.live.Close()

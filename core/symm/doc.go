@@ -31,8 +31,8 @@
 // Note [Lifetimes]
 //
 // A group's memory (its signal pads, its peers' mapped segments, the small
-// pointer arrays of its handles) lives in a groupMem that the group and each
-// of its handles hold a reference to: destroying the group closes its
+// pointer arrays of its handles: Note [Owners of the group's memory]) lives
+// in a groupMem that the group and each of its handles hold a reference to: destroying the group closes its
 // channel but leaves the memory to the handles, and the memory goes when the
 // last of them goes. Each peer mapping is further counted by the handles
 // that use it and is unmapped when none does (a rendezvous pins the mappings

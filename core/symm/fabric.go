@@ -56,7 +56,7 @@ func (g *Group) fabricGather(localErr error, exportPad bool, segs map[uint64]uin
 	}
 	if localErr == nil && exportPad {
 		var err error
-		if rec.pad, err = fb.ExportFabric(g.gm.pads.own); err != nil {
+		if rec.pad, err = fb.ExportFabric(g.gm.pads.current().own); err != nil {
 			localErr = core.Errorf(core.CodeOf(err), "rank %d: exporting its signal pad as a fabric handle: %v", g.rank, err)
 		}
 	}

@@ -53,9 +53,7 @@ func (x *exchangeCall) exchangeFabric() error {
 		return nil // ours is the failure the verdict reports
 	}
 	gm := g.gm
-	gm.mu.Lock()
-	defer gm.mu.Unlock()
-	p := gm.pads
+	p := gm.pads.current()
 	for src := 0; src < g.world; src++ {
 		if !g.crossTeam(me, src) {
 			continue
@@ -72,7 +70,7 @@ func (x *exchangeCall) exchangeFabric() error {
 			if err != nil {
 				return fmt.Errorf("mapping %s's signal pad through its fabric handle: %w", g.who(src), err)
 			}
-			p.addr[src], p.mem[src] = addr, mem
+			gm.pads.mapPeer(src, addr, mem)
 		}
 		if need(me, src) {
 			h := f.segs[info.Segment.HeapOff]
@@ -108,8 +106,6 @@ func (c *resumeCall) fabric() error {
 	if err != nil {
 		return err
 	}
-	gm.mu.Lock()
-	defer gm.mu.Unlock()
 	for src := 0; src < g.world && c.localErr == nil; src++ {
 		if !g.crossTeam(me, src) {
 			continue
@@ -122,13 +118,13 @@ func (c *resumeCall) fabric() error {
 			if !c.need(me, src, s) {
 				continue
 			}
-			m := gm.maps[mapKey{src, s.HeapOff}]
+			m := gm.peers.lookup(mapKey{src, s.HeapOff})
 			h := frs[src].segs[s.HeapOff]
 			var err error = core.Errorf(core.ErrPeer, "no fabric handle arrived")
 			if fb, ok := g.be.(fabricBackend); ok && len(h) > 0 {
 				var mem core.Memory
 				if mem, err = fb.ImportFabric(g.device, h); err == nil {
-					err = gm.remap(m, mem)
+					err = gm.peers.remap(m, mem)
 				}
 			}
 			if err != nil {

@@ -566,7 +566,7 @@ func testPointerArraysInPad(t *testing.T, resize bool) {
 			return fmt.Errorf("a rendezvous whose copy into the pointer arrays timed out: %v, want a TIMEOUT", err)
 		}
 		err = g.Destroy()
-		if err == nil || !strings.Contains(err.Error(), "signal pad") || !strings.Contains(err.Error(), "deliberately leaked") || g.gm.leaked == 0 {
+		if err == nil || !strings.Contains(err.Error(), "signal pad") || !strings.Contains(err.Error(), "deliberately leaked") || g.gm.leaked.Load() == 0 {
 			return fmt.Errorf("destroying the group after a timed-out copy into its pad: %v, want the pad declared leaked", err)
 		}
 		return nil

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/ipc"
+	"github.com/libsymmem/libsymmem/core/lockrank"
 )
 
 // DefaultSignalPadSize is the size of each rank's signal pad unless
@@ -96,7 +96,7 @@ type Group struct {
 	span *span
 
 	// coll serialises collective calls and guards the fields below.
-	coll sync.Mutex
+	coll lockrank.Mutex[lockrank.GroupCollective]
 	// padSize is the signal pad size the first rendezvous will use; fixed
 	// once gm.pads exists.
 	padSize   uintptr
@@ -253,8 +253,9 @@ func newGroup(o Options, rt *alloc.Runtime, alloc *alloc.Allocator, meet memberP
 	if localErr != nil {
 		localErr = core.Errorf(core.CodeOf(localErr), "rank %d: the backend's granularity: %v", o.Rank, localErr)
 	}
-	g.gm = &groupMem{be: g.be, device: o.Device, gran: gran, name: o.Name, rank: o.Rank, world: o.World,
-		timeout: o.Timeout, refs: 1, maps: map[mapKey]*peerMap{}, abort: newAbortState()}
+	g.gm = &groupMem{memOps: memOps{be: g.be, device: o.Device, gran: gran, name: o.Name, rank: o.Rank, world: o.World,
+		timeout: o.Timeout}, abort: newAbortState(), refs: 1}
+	g.gm.makeTables()
 	if localErr == nil {
 		g.gm.live, localErr = ipc.NewLiveness(o.Name, o.Rank, g.socketTeamPids())
 	}
@@ -409,12 +410,13 @@ func (g *Group) SetSignalPadSize(bytes uintptr) error {
 	// and exchanges pads of the new size (and fails with ErrMismatch on
 	// every rank if the ranks did not all set the same size).
 	gm := g.gm
-	gm.mu.Lock()
-	defer gm.mu.Unlock()
+	gm.life.Lock()
+	defer gm.life.Unlock()
 	gm.stopWatchUnlocked() // Note [Who closes the pidfds]
-	if gm.pads != nil {
-		err := gm.syncThen("the signal pads made with the group", gm.dropPadsLocked)
-		gm.pads, gm.dev = nil, nil // left mapped if the synchronisation failed
+	if gm.pads.current() != nil {
+		err := gm.syncThen(nil, "the signal pads made with the group", gm.dropPadsLocked)
+		gm.pads.forget() // left mapped if the synchronisation failed
+		gm.arrays.forgetDevice()
 		if err != nil {
 			return core.Errorf(core.CodeOf(err), "group %q: dropping the signal pads made with the group: %v", g.name, err)
 		}
@@ -432,22 +434,19 @@ func (g *Group) SetSignalPadSize(bytes uintptr) error {
 // pad and tells every rank, which all fail with it.
 func (g *Group) exchangePads(localErr error, tr *phaseTrace) error {
 	gm := g.gm
-	var p *pads
 	if localErr == nil {
-		gm.mu.Lock()
-		p, localErr = gm.makePads(g.padSize)
-		gm.pads = p
+		var p *pads
+		p, localErr = gm.pads.make(g.padSize)
 		if localErr != nil {
 			localErr = core.Errorf(core.CodeOf(localErr), "rank %d: cannot make its signal pad of %d bytes: %v", g.rank, g.padSize, localErr)
 		} else if g.be.Capabilities().DevicePointerArrays {
 			// Device memory for handles' pointer arrays, made with the
 			// group (the per-group step) rather than at the first
 			// rendezvous: Note [Pointer arrays in the pad].
-			if err := gm.makeDeviceSlab(p); err != nil {
+			if err := gm.arrays.seedDevice(p); err != nil {
 				localErr = core.Errorf(core.CodeOf(err), "rank %d: device memory for pointer arrays: %v", g.rank, err)
 			}
 		}
-		gm.mu.Unlock()
 		tr.mark("make-pad")
 	}
 	// Every rank learns whether every rank has a pad before descriptors move.
@@ -458,15 +457,15 @@ func (g *Group) exchangePads(localErr error, tr *phaseTrace) error {
 		x := &exchangeCall{g: g, gm: gm, needPads: true, need: none, fresh: make([]*peerMap, g.world), tr: tr}
 		err = x.run()
 	}
-	gm.mu.Lock()
-	defer gm.mu.Unlock()
+	gm.life.Lock()
+	defer gm.life.Unlock()
 	if err != nil {
 		gm.dropPadsLocked() // nothing on the device uses them yet; err says why
 		return err
 	}
-	gm.pads.ready = true
-	gm.abort.setRegion(gm.pads)
-	gm.watchPeers(gm.pads.addr[gm.rank] + gm.pads.size)
+	p := gm.pads.setReady()
+	gm.abort.setRegion(p)
+	gm.watchPeers(p.addr[gm.rank] + p.size)
 	return nil
 }
 
@@ -493,10 +492,10 @@ func (g *Group) Destroy() error {
 		err = errors.Join(err, core.Errorf(core.CodeOf(aerr), "group %q: %v", g.name, aerr))
 	}
 	err = errors.Join(err, g.wins.close())
-	g.gm.mu.Lock()
-	if uerr := g.gm.unrefLocked(); uerr != nil && err == nil {
+	g.gm.life.Lock()
+	if uerr := g.gm.unrefLocked(nil); uerr != nil && err == nil {
 		err = uerr
 	}
-	g.gm.mu.Unlock()
+	g.gm.life.Unlock()
 	return err
 }

@@ -25,7 +25,7 @@ type Handle struct {
 	// bufPtrs[r] is rank r's block mapped here; padPtrs[r] its signal pad.
 	bufPtrs []uintptr
 	padPtrs []uintptr
-	// arr is a slot of gm.host holding bufPtrs then padPtrs, for C;
+	// arr is a slot of gm.arrays' host slab holding bufPtrs then padPtrs, for C;
 	// devArr the same in device memory (arr on the host backend).
 	arr    uintptr
 	devArr uintptr
@@ -64,70 +64,23 @@ type Handle struct {
 }
 
 // allocArrays takes the handle's slots for the C-visible pointer arrays
-// (gm.mu held): host memory, and device memory where the backend's kernels
+// (from gm.arrays): host memory, and device memory where the backend's kernels
 // need it. Taken before the rendezvous's shared verdict, so that a rank
 // that cannot get them fails every rank (Note [Why every verdict is
 // shared]).
 func (h *Handle) allocArrays() error {
 	var err error
-	if h.arr, h.devArr, err = h.gm.takeArrays(h.world); err != nil {
+	if h.arr, h.devArr, err = h.gm.arrays.take(h.world); err != nil {
 		return err
 	}
 	if h.span != nil { // the team view's (Note [Team view] in core/symm/coll)
-		if h.teamArr, h.teamDevArr, err = h.gm.takeArrays(h.world); err != nil {
-			h.gm.giveArrays(h.arr, h.devArr)
+		if h.teamArr, h.teamDevArr, err = h.gm.arrays.take(h.world); err != nil {
+			h.gm.arrays.give(h.arr, h.devArr)
 			h.arr, h.devArr = 0, 0
 			return err
 		}
 	}
 	return nil
-}
-
-// takeArrays takes a host slot and, where the backend's kernels need it, a
-// device slot (else the host one again) for world-long pointer arrays
-// (gm.mu held).
-func (gm *groupMem) takeArrays(world int) (host, dev uintptr, err error) {
-	slot := uintptr(2 * world * 8)
-	if gm.host == nil {
-		gm.host = newHostSlab(slot)
-	}
-	a, err := gm.host.alloc()
-	if err != nil {
-		return 0, 0, err
-	}
-	if !gm.be.Capabilities().DevicePointerArrays {
-		return a, a, nil
-	}
-	if gm.dev == nil {
-		gm.dev = newDeviceSlab(gm.be, gm.device, gm.gran, slot)
-	}
-	d, err := gm.dev.alloc()
-	if err != nil {
-		gm.host.release(a)
-		return 0, 0, err
-	}
-	return a, d, nil
-}
-
-// giveArrays gives back slots takeArrays took (gm.mu held).
-func (gm *groupMem) giveArrays(host, dev uintptr) {
-	if gm.host != nil && host != 0 {
-		gm.host.release(host)
-	}
-	if gm.dev != nil && dev != host && dev != 0 {
-		gm.dev.release(dev)
-	}
-}
-
-// ptrArrays is a pair of filled pointer-array slots (host, device) that
-// handles with the same pointers share; refs counts them, guarded by
-// groupMem.mu. Invariant: every entry of groupMem.arrays has refs > 0.
-type ptrArrays struct {
-	key       string
-	host, dev uintptr
-	// teamHost, teamDev: the team view's arrays (0 on one machine).
-	teamHost, teamDev uintptr
-	refs              int
 }
 
 // Note [Shared pointer arrays]
@@ -142,14 +95,14 @@ type ptrArrays struct {
 // users (symmem.h).
 
 // fillArrays writes bufPtrs and padPtrs into the arrays (and copies them to
-// the device copy), or shares equal arrays already filled; gm.mu held.
+// the device copy), or shares equal arrays already filled. The group's
+// collective lock is held: no other handle fills arrays meanwhile.
 func (h *Handle) fillArrays() error {
 	gm := h.gm
 	var kb [16 * 8]byte // the key of up to 8 ranks without an allocation
 	key := arraysKey(kb[:0], h.bufPtrs, h.padPtrs)
-	if a := gm.arrays[string(key)]; a != nil {
+	if a := gm.arrays.share(key); a != nil {
 		h.freeArrays()
-		a.refs++
 		h.arrays, h.arr, h.devArr = a, a.host, a.dev
 		h.teamArr, h.teamDevArr = a.teamHost, a.teamDev
 		return nil
@@ -157,20 +110,17 @@ func (h *Handle) fillArrays() error {
 	arr := unsafe.Slice((*uintptr)(unmanaged.Pointer(h.arr)), 2*h.world)
 	copy(arr, h.bufPtrs)
 	copy(arr[h.world:], h.padPtrs)
-	if err := gm.copyArrays(h.devArr, h.arr, h.world); err != nil {
+	if err := gm.arrays.copyArrays(h.devArr, h.arr, h.world); err != nil {
 		return err
 	}
 	if h.teamArr != 0 {
 		h.teamPtrs(h.teamArr)
-		if err := gm.copyArrays(h.teamDevArr, h.teamArr, len(h.span.team)); err != nil {
+		if err := gm.arrays.copyArrays(h.teamDevArr, h.teamArr, len(h.span.team)); err != nil {
 			return err
 		}
 	}
-	if gm.arrays == nil {
-		gm.arrays = map[string]*ptrArrays{}
-	}
-	h.arrays = &ptrArrays{key: string(key), host: h.arr, dev: h.devArr, teamHost: h.teamArr, teamDev: h.teamDevArr, refs: 1}
-	gm.arrays[h.arrays.key] = h.arrays
+	h.arrays = &ptrArrays{key: string(key), host: h.arr, dev: h.devArr, teamHost: h.teamArr, teamDev: h.teamDevArr}
+	gm.arrays.publish(h.arrays)
 	return nil
 }
 
@@ -183,22 +133,7 @@ func (h *Handle) teamPtrs(a uintptr) {
 	}
 }
 
-// copyArrays copies world-long filled host arrays to their device slot
-// (nothing where they are one).
-func (gm *groupMem) copyArrays(dev, host uintptr, world int) error {
-	if dev == host {
-		return nil
-	}
-	if err := gm.copyOut(dev, host, uintptr(2*world*8)); err != nil {
-		if core.CodeOf(err) == core.ErrTimeout { // the copy may still land
-			gm.dev.tainted = true
-		}
-		return err
-	}
-	return nil
-}
-
-// arraysKey appends the key of gm.arrays for these pointers to b.
+// arraysKey appends the key of pointerArrays.byContent for these pointers to b.
 func arraysKey(b []byte, bufs, pads []uintptr) []byte {
 	for _, p := range bufs {
 		b = binary.LittleEndian.AppendUint64(b, uint64(p))
@@ -209,21 +144,16 @@ func arraysKey(b []byte, bufs, pads []uintptr) []byte {
 	return b
 }
 
-// freeArrays gives the slots back (gm.mu held): this handle's own, or its
-// reference to shared ones.
+// freeArrays gives the slots back: this handle's own, or its reference to
+// shared ones.
 func (h *Handle) freeArrays() {
-	gm := h.gm
 	if a := h.arrays; a != nil {
 		h.arrays = nil
-		h.arr, h.devArr, h.teamArr, h.teamDevArr = 0, 0, 0, 0
-		if a.refs--; a.refs > 0 {
-			return
-		}
-		delete(gm.arrays, a.key)
-		h.arr, h.devArr, h.teamArr, h.teamDevArr = a.host, a.dev, a.teamHost, a.teamDev // released below
+		h.gm.arrays.unshare(a)
+	} else {
+		h.gm.arrays.give(h.arr, h.devArr)
+		h.gm.arrays.give(h.teamArr, h.teamDevArr)
 	}
-	gm.giveArrays(h.arr, h.devArr)
-	gm.giveArrays(h.teamArr, h.teamDevArr)
 	h.arr, h.devArr, h.teamArr, h.teamDevArr = 0, 0, 0, 0
 }
 
@@ -242,24 +172,9 @@ func (h *Handle) Release() error {
 		return core.Errorf(core.ErrTimeout, "group %q: rank %d released a handle while %d call(s) on it were still in flight after %v; its memory is left mapped (deliberately leaked) so that they cannot fault",
 			h.name, h.rank, n, h.timeout)
 	}
-	gm := h.gm
-	gm.mu.Lock()
-	defer gm.mu.Unlock()
-	gm.startBatch()
-	defer gm.endBatch()
-	var first error
-	keep := func(err error) {
-		if first == nil {
-			first = err
-		}
-	}
-	for _, m := range h.maps {
-		keep(gm.putMapLocked(m))
-	}
+	maps := h.maps
 	h.maps = nil
-	h.freeArrays()
-	keep(gm.unrefLocked())
-	return first
+	return h.gm.release(maps, h.freeArrays)
 }
 
 // enter admits a call that touches the handle's memory (the caller defers

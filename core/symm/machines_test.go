@@ -880,15 +880,25 @@ func TestMachinesFabricResumeGatherFails(t *testing.T) {
 		if err := g.Resume(tag); err == nil {
 			return fmt.Errorf("rank %d: the resume succeeded without rank 4's fabric all-gather", r.rank)
 		}
-		gm := g.gm
-		gm.mu.Lock()
-		defer gm.mu.Unlock()
-		for k, m := range gm.maps {
+		return g.gm.peers.each(func(k mapKey, m *peerMap) error {
 			if !m.paused || m.mem != 0 {
 				return fmt.Errorf("rank %d: rank %d's segment at heap offset %#x is mapped (memory %d) after the failed resume", r.rank, k.peer, k.heapOff, m.mem)
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 	requireAllOK(t, errs)
+}
+
+// each calls f on every mapping of the table, under its lock, until f
+// fails.
+func (t *peerMappings) each(f func(k mapKey, m *peerMap) error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, m := range t.maps {
+		if err := f(k, m); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -154,6 +154,9 @@ type tagCall struct {
 	g         *Group
 	gm        *groupMem
 	tag, what string
+	// choice is tag resolved, once, by listSegments: the later phases
+	// hand it to the allocator as it is.
+	choice alloc.TagChoice
 
 	segs     []alloc.SegmentInfo // our segments of the tag, in heap order
 	localErr error               // this rank's failure, for the next verdict
@@ -197,7 +200,10 @@ func (c *tagCall) gather() error {
 // listSegments puts our segments of the tag (paused ones for a resume)
 // and this rank's failure to list them in c.rec.
 func (c *tagCall) listSegments(paused bool) {
-	c.segs, c.localErr = c.g.alloc.TagSegments(c.tag, paused)
+	c.choice, c.localErr = alloc.ChooseTag(c.tag)
+	if c.localErr == nil {
+		c.segs, c.localErr = c.g.alloc.ChosenSegments(c.choice, paused)
+	}
 	if c.localErr != nil {
 		c.localErr = core.Errorf(core.CodeOf(c.localErr), "rank %d: %v", c.g.rank, c.localErr)
 	}
@@ -209,7 +215,7 @@ func (c *tagCall) listSegments(paused bool) {
 // pause after a resume in the same call has no new way to fail but the
 // device's (then the memory stays mapped, which is safe).
 func (c *tagCall) repause() {
-	_, _ = c.g.alloc.Pause(c.tag, alloc.PauseOptions{Collective: true})
+	_, _ = c.g.alloc.PauseChosen(c.choice, alloc.PauseOptions{Collective: true})
 }
 
 // Pause releases the memory of tag ("" = every live tag of the group's
@@ -240,7 +246,7 @@ func (g *Group) Pause(tag string) error {
 //	                (alloc.PausePrepare), releasing nothing, and the
 //	                outcome shared. Leaves the copies to the allocator (the
 //	                next pause starts afresh).
-//	releaseImports  step 3, under gm.mu: our imports of the peers' segments
+//	releaseImports  step 3: our imports of the peers' segments
 //	                of the lists are unmapped and released, their ranges
 //	                kept. Nothing to undo: a failure is reported, what it
 //	                left is described in Note [Collective pause].
@@ -271,7 +277,7 @@ func (c *pauseCall) run() error {
 // releasing nothing; every rank learns whether every rank is ready.
 func (c *pauseCall) prepare() error {
 	g := c.g
-	if _, err := g.alloc.Pause(c.tag, alloc.PauseOptions{Collective: true, Stage: alloc.PausePrepare}); err != nil {
+	if _, err := g.alloc.PauseChosen(c.choice, alloc.PauseOptions{Collective: true, Stage: alloc.PausePrepare}); err != nil {
 		c.localErr = core.Errorf(core.CodeOf(err), "rank %d: %v", g.rank, err)
 	}
 	return g.shareVerdict(c.what+" (waiting for the device, host copies; nothing was released)", c.localErr)
@@ -280,28 +286,8 @@ func (c *pauseCall) prepare() error {
 // releaseImports unmaps and releases our imports of the peers' segments
 // of the lists.
 func (c *pauseCall) releaseImports() {
-	g, gm := c.g, c.gm
-	gm.mu.Lock()
-	defer gm.mu.Unlock()
-	for p := range c.recs {
-		for _, s := range c.recs[p].segs {
-			m := gm.maps[mapKey{p, s.HeapOff}]
-			if p == g.rank || m == nil || m.id != s.ID || m.paused {
-				continue
-			}
-			if err := g.be.Unmap(g.device, m.addr, m.size); err != nil {
-				// Still mapped, still valid to touch: not paused (a
-				// later pause tries again).
-				if c.localErr == nil {
-					c.localErr = core.Errorf(core.CodeOf(err), "rank %d: unmapping its mapping of rank %d's segment at heap offset %#x failed, so it is left mapped (not paused): %v", g.rank, p, s.HeapOff, err)
-				}
-				continue
-			}
-			if err := g.be.Release(m.mem); err != nil && c.localErr == nil {
-				c.localErr = core.Errorf(core.CodeOf(err), "rank %d: its mapping of rank %d's segment at heap offset %#x was unmapped, but the imported memory could not be released (leaked): %v", g.rank, p, s.HeapOff, err)
-			}
-			m.paused, m.mem = true, 0
-		}
+	if err := c.gm.peers.pauseImports(c.recs); err != nil && c.localErr == nil {
+		c.localErr = err
 	}
 }
 
@@ -312,7 +298,7 @@ func (c *pauseCall) releaseOwn() error {
 	// Each segment's window goes immediately before its memory does (Note
 	// [Window registration]); the resume registers them again.
 	err := g.wins.pause(c.segs, func() error {
-		_, err := g.alloc.Pause(c.tag, alloc.PauseOptions{Collective: true, Stage: alloc.PauseCommit})
+		_, err := g.alloc.PauseChosen(c.choice, alloc.PauseOptions{Collective: true, Stage: alloc.PauseCommit})
 		return err
 	})
 	switch {
@@ -355,7 +341,7 @@ func (g *Group) Resume(tag string) error {
 //
 //	list      our paused segments of the tag, the paused imports of the
 //	          peers' segments we hold (an import a failed pause left
-//	          mapped is dropped now, under gm.mu), the windows a pause
+//	          mapped is dropped now), the windows a pause
 //	          deregistered; a failure is kept for the record. Leaves
 //	          nothing to undo (what it dropped is paused, as it should
 //	          have been).
@@ -368,7 +354,7 @@ func (g *Group) Resume(tag string) error {
 //	          held a paused import of it, all to all; on a failure the
 //	          driver pauses our tag again. Leaves the descriptors that
 //	          arrived.
-//	remap     under gm.mu: each arrived descriptor imported and mapped into
+//	remap     each arrived descriptor imported and mapped into
 //	          its import's reserved range. Leaves remapped (undo).
 //	fabric    the same for peers of our team on other machines, through
 //	          fabric handles (Note [Fabric teams]). Leaves remapped (undo).
@@ -412,28 +398,18 @@ func (c *resumeCall) run() error {
 func (c *resumeCall) list() {
 	g, gm := c.g, c.gm
 	c.listSegments(true)
-	gm.mu.Lock()
 	tagOffs := map[uint64]bool{}
 	for _, s := range c.segs {
 		tagOffs[s.HeapOff] = true
 	}
-	for k, m := range gm.maps {
-		if !m.paused && k.peer != g.rank && tagOffs[k.heapOff] && c.localErr == nil {
-			// A pause whose unmap of this import failed left it mapped
-			// (Note [Collective pause]), on memory its peer has released:
-			// dropped now, and mapped again below like the paused ones.
-			if err := g.be.Unmap(g.device, m.addr, m.size); err != nil {
-				c.localErr = core.Errorf(core.CodeOf(err), "rank %d: its mapping of rank %d's segment at heap offset %#x, left mapped by a failed pause, cannot be unmapped: %v", g.rank, k.peer, k.heapOff, err)
-				continue
-			}
-			g.be.Release(m.mem) // a failure leaks it: the mapping is gone either way
-			m.paused, m.mem = true, 0
-		}
-		if m.paused {
-			c.rec.held = append(c.rec.held, k)
-		}
+	// A pause whose unmap of an import failed left it mapped (Note
+	// [Collective pause]), on memory its peer has released: dropped now,
+	// and mapped again below like the paused ones.
+	held, err := gm.peers.pausedImports(tagOffs, c.localErr == nil)
+	if err != nil && c.localErr == nil {
+		c.localErr = err
 	}
-	gm.mu.Unlock()
+	c.rec.held = held
 	c.rec.wins = g.wins.paused(c.segs)
 	slices.SortFunc(c.rec.held, func(a, b mapKey) int {
 		if a.peer != b.peer {
@@ -446,7 +422,7 @@ func (c *resumeCall) list() {
 // takeBack: every rank takes its own memory back, or all stay paused.
 func (c *resumeCall) takeBack() error {
 	g := c.g
-	_, c.localErr = g.alloc.Resume(c.tag)
+	_, c.localErr = g.alloc.ResumeChosen(c.choice, alloc.ResumeOptions{})
 	if c.localErr != nil {
 		c.localErr = core.Errorf(core.CodeOf(c.localErr), "rank %d: %v", g.rank, c.localErr)
 	}
@@ -467,35 +443,7 @@ func (c *resumeCall) need(r, p int, s alloc.SegmentInfo) bool {
 // undo undoes this rank's part of the resume: the peers mapped again are
 // unmapped, its own memory paused again. It returns err.
 func (c *resumeCall) undo(err error) error {
-	g, gm := c.g, c.gm
-	gm.mu.Lock()
-	for _, m := range c.remapped {
-		g.be.Unmap(g.device, m.addr, m.size)
-		g.be.Release(m.mem)
-		m.mem, m.paused = 0, true
-	}
-	gm.mu.Unlock()
+	c.gm.peers.repause(c.remapped)
 	c.repause()
 	return err
-}
-
-// remap maps imported memory mem into m's reserved range, which a pause
-// left unmapped, and marks m resumed; it releases mem if the map fails
-// (gm.mu held).
-func (gm *groupMem) remap(m *peerMap, mem core.Memory) error {
-	if err := gm.be.Map(gm.device, m.addr, m.size, mem); err != nil {
-		gm.be.Release(mem)
-		return err
-	}
-	m.mem, m.paused = mem, false
-	return nil
-}
-
-// dropPeerMap unmaps and releases a peer mapping and gives back its range;
-// a paused one has only its range left.
-func (gm *groupMem) dropPeerMap(m *peerMap) error {
-	if m.paused {
-		return gm.be.Unreserve(gm.device, m.addr, m.size)
-	}
-	return gm.unmapRelease(m.addr, m.size, m.mem)
 }

@@ -39,8 +39,8 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 //
 //	lookup      the block of ptr, the handle to be (its fields from the
 //	            block); a failure is kept for the record. Leaves nothing.
-//	pin         under gm.mu: our signal pad (made if SetSignalPadSize dropped
-//	            it), a reference on each peer mapping we hold of the block's
+//	pin         our signal pad (made if SetSignalPadSize dropped it), a
+//	            reference on each peer mapping we hold of the block's
 //	            segment (Note [Lifetimes]), the handle's pointer arrays, and
 //	            the arrays filled when we hold everything the handle needs;
 //	            a failure is kept for the record. Leaves the pins and the
@@ -158,36 +158,31 @@ func (c *rendezvousCall) lookup() {
 	c.pinned = sc.pinned
 }
 
-// pin takes what we have under gm.mu: our pad, the peers' segments we hold,
-// and the slots of the handle's pointer arrays (taken now so that a rank
-// that cannot get them fails every rank through the verdict).
+// pin takes what we have: our pad (made if SetSignalPadSize dropped it),
+// the peers' segments we hold, and the slots of the handle's pointer
+// arrays (taken now so that a rank that cannot get them fails every rank
+// through the verdict).
 func (c *rendezvousCall) pin() {
 	g, gm, me := c.g, c.gm, c.g.rank
-	gm.mu.Lock()
-	defer gm.mu.Unlock()
-	if gm.pads == nil && c.localErr == nil {
-		var err error
-		if gm.pads, err = gm.makePads(g.padSize); err != nil {
+	var ready bool
+	if c.localErr == nil {
+		p, made, padsReady, err := gm.pads.ensure(g.padSize)
+		ready = padsReady
+		if err != nil {
 			c.localErr = core.Errorf(core.CodeOf(err), "rank %d: cannot make its signal pad of %d bytes: %v", me, g.padSize, err)
-		} else if g.be.Capabilities().DevicePointerArrays && gm.dev == nil {
+		} else if made && g.be.Capabilities().DevicePointerArrays {
 			// A pad of a new size (SetSignalPadSize dropped the slab with
 			// the old pad): Note [Pointer arrays in the pad].
-			if err := gm.makeDeviceSlab(gm.pads); err != nil {
+			if err := gm.arrays.seedDevice(p); err != nil {
 				c.localErr = core.Errorf(core.CodeOf(err), "rank %d: device memory for pointer arrays: %v", me, err)
 			}
 		}
+	} else {
+		ready = gm.pads.isReady()
 	}
-	if gm.pads != nil {
-		c.rec.padsReady = gm.pads.ready
-	}
+	c.rec.padsReady = ready
 	if c.localErr == nil {
-		for p := 0; p < g.world; p++ {
-			if m := gm.maps[mapKey{p, c.info.Segment.HeapOff}]; m != nil && p != me && !m.paused {
-				m.refs++ // pinned until undo (Note [Lifetimes])
-				c.pinned[p] = m
-				c.rec.held[p] = m.id + 1
-			}
-		}
+		gm.peers.pin(c.info.Segment.HeapOff, c.pinned, c.rec.held)
 		if err := c.h.allocArrays(); err != nil {
 			c.localErr = core.Errorf(core.CodeOf(err), "rank %d: memory for the handle's pointer arrays: %v", me, err)
 		}
@@ -195,7 +190,7 @@ func (c *rendezvousCall) pin() {
 	// When we hold a mapping of every peer's segment and every pad, they
 	// are what the handle will use unless the verdict says that one is
 	// stale (then the exchange refills the arrays before its own verdict).
-	holdsAll := c.localErr == nil && gm.pads.ready
+	holdsAll := c.localErr == nil && ready
 	for p := 0; p < g.world && holdsAll; p++ {
 		holdsAll = p == me || c.pinned[p] != nil || !g.isLocal(p)
 	}
@@ -207,7 +202,7 @@ func (c *rendezvousCall) pin() {
 }
 
 // fill sets the handle's pointers from the mappings (fresh ones where this
-// call made them) and writes its arrays; gm.mu held.
+// call made them) and writes its arrays.
 func (c *rendezvousCall) fill() error {
 	h, info := c.h, c.info
 	for p := 0; p < c.g.world; p++ {
@@ -222,18 +217,16 @@ func (c *rendezvousCall) fill() error {
 			h.bufPtrs[p] = m.addr + uintptr(info.HeapOff-info.Segment.HeapOff)
 		}
 	}
-	copy(h.padPtrs, c.gm.pads.addr)
+	c.gm.pads.addrs(h.padPtrs)
 	return h.fillArrays()
 }
 
 // undo gives back the pins, and the handle's arrays unless the call
 // succeeded.
 func (c *rendezvousCall) undo() {
-	c.gm.mu.Lock()
-	defer c.gm.mu.Unlock()
 	for _, m := range c.pinned {
 		if m != nil {
-			c.gm.putMapLocked(m)
+			c.gm.peers.put(nil, m)
 		}
 	}
 	if !c.succeeded {
@@ -320,32 +313,16 @@ func (c *rendezvousCall) exchange() error {
 // succeeds.
 func (c *rendezvousCall) makeHandle() {
 	g, gm, h := c.g, c.gm, c.h
-	gm.mu.Lock()
-	defer gm.mu.Unlock()
+	gm.life.Lock()
+	defer gm.life.Unlock()
+	p := gm.pads.current()
 	if c.needPads {
-		gm.pads.ready = true
-		gm.abort.setRegion(gm.pads)
-		gm.watchPeers(gm.pads.addr[gm.rank] + gm.pads.size)
+		p = gm.pads.setReady()
+		gm.abort.setRegion(p)
+		gm.watchPeers(p.addr[gm.rank] + p.size)
 	}
-	h.padSize, h.sig, h.stopRead, h.stopMirror = gm.pads.size, gm.pads.sig, gm.pads.stopRead, gm.pads.stopMirror
-	for p := 0; p < g.world; p++ {
-		if p == g.rank || !g.isLocal(p) {
-			continue
-		}
-		var m *peerMap
-		if c.fresh != nil {
-			m = c.fresh[p]
-		}
-		if m != nil {
-			// A newer segment replaces the slot's cache entry; an older
-			// mapping there lives on for the handles that use it.
-			gm.maps[m.key] = m
-		} else {
-			m = c.pinned[p]
-		}
-		m.refs++
-		h.maps = append(h.maps, m)
-	}
+	h.padSize, h.sig, h.stopRead, h.stopMirror = p.size, p.sig, p.stopRead, p.stopMirror
+	h.maps = gm.peers.hold(c.fresh, c.pinned, func(p int) bool { return p != g.rank && g.isLocal(p) })
 	h.sym = h.describe(&g.attached)
 	c.tr.mark("handle")
 	gm.refs++
@@ -378,15 +355,9 @@ func (c *rendezvousCall) dropStalePeerPads() {
 	if same {
 		return
 	}
-	gm := c.gm
-	gm.mu.Lock()
-	defer gm.mu.Unlock()
-	if p := gm.pads; p != nil && p.ready {
-		// The error of the rendezvous is the one reported; a failure here
-		// leaves the peers' pads mapped (syncThen), and ready false.
-		gm.syncThen("the peers' signal pads", func() error { return gm.dropPeerPads(p) })
-		p.ready = false
-	}
+	// The error of the rendezvous is the one reported; a failure here
+	// leaves the peers' pads mapped (syncThen), and ready false.
+	c.gm.pads.dropReadyPeers()
 }
 
 // check is the verdict on the gathered records; every rank computes the
@@ -479,13 +450,13 @@ func boolWord(b bool) uint64 {
 //	            once unless this rank alone ran short of descriptors (then
 //	            the verdict tells every rank). Leaves the descriptors that
 //	            arrived, ours closed.
-//	mapArrived  under gm.mu: every descriptor that arrived is imported and
-//	            mapped (the pads into gm.pads, segments into fresh) or
+//	mapArrived  every descriptor that arrived is imported and mapped (the
+//	            pads into gm.pads, segments into fresh) or
 //	            closed. Leaves the mappings to undo.
 //	fabric      the same between the machines of a team, through fabric
 //	            handles (Note [Fabric teams]). Leaves its mappings to undo.
 //	prepare     the caller's step (a rendezvous fills the handle's arrays),
-//	            under gm.mu, if nothing failed. Leaves nothing.
+//	            if nothing failed. Leaves nothing.
 //	verdict     everyone succeeds or everyone undoes: an all-gather of the
 //	            outcome.
 //	undo        on a failed verdict: the fresh mappings and the peers' pads
@@ -502,7 +473,7 @@ type exchangeCall struct {
 	// fresh receives the segments this call maps, by peer.
 	fresh []*peerMap
 	// prepare, if set, runs once what arrived is mapped and before the
-	// final verdict (gm.mu held): its failure is this rank's failure,
+	// final verdict: its failure is this rank's failure,
 	// shared with all.
 	prepare func() error
 	tr      *phaseTrace
@@ -512,7 +483,6 @@ type exchangeCall struct {
 	in           [][]int // the descriptors that arrived, by sender
 	// fdErr is set when this rank alone ran out of descriptors receiving.
 	fdErr error
-	pads  *pads // gm.pads when mapArrived ran
 }
 
 // run is the driver of Note [Descriptor exchange phases].
@@ -522,7 +492,7 @@ func (x *exchangeCall) run() error {
 			return err
 		}
 	}
-	x.prepareLocked()
+	x.runPrepare()
 	if err := x.verdict(); err != nil {
 		x.undo()
 		return err
@@ -537,13 +507,11 @@ func (x *exchangeCall) note(err error) {
 	}
 }
 
-// prepareLocked runs the caller's step under gm.mu if nothing failed.
-func (x *exchangeCall) prepareLocked() {
-	x.gm.mu.Lock()
+// runPrepare runs the caller's step if nothing failed.
+func (x *exchangeCall) runPrepare() {
 	if x.localErr == nil && x.prepare != nil {
 		x.note(x.prepare())
 	}
-	x.gm.mu.Unlock()
 	x.tr.mark("import+map")
 }
 
@@ -561,16 +529,13 @@ func (x *exchangeCall) verdict() error {
 
 // undo unmaps and releases what this call mapped, after a failed verdict.
 func (x *exchangeCall) undo() {
-	gm := x.gm
-	gm.mu.Lock()
-	defer gm.mu.Unlock()
 	for i, m := range x.fresh {
 		if m != nil {
-			gm.unmapRelease(m.addr, m.size, m.mem)
+			x.gm.unmapRelease(m.addr, m.size, m.mem)
 			x.fresh[i] = nil
 		}
 	}
 	if x.needPads {
-		gm.dropPeerPads(x.pads)
+		x.gm.pads.dropPeers()
 	}
 }

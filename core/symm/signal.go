@@ -3,12 +3,12 @@ package symm
 import (
 	"fmt"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/ipc"
+	"github.com/libsymmem/libsymmem/core/lockrank"
 	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
@@ -59,7 +59,7 @@ type signalCounts struct {
 	// mu orders "take the next number, enqueue the operation" on the cuda
 	// backend and guards sent and seen there; the host backend uses atomics
 	// on seen and does not use sent.
-	mu sync.Mutex
+	mu lockrank.Mutex[lockrank.SignalCounts]
 	// sent[peer*channels+c]: signals put to peer on channel c;
 	// seen[peer*channels+c]: signals from peer on c waited for.
 	sent []uint32

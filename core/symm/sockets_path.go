@@ -41,7 +41,7 @@ func (x *exchangeCall) export() {
 	x.padFD, x.segFD = -1, -1
 	if x.needPads && len(g.sock) > 1 {
 		var err error
-		x.padFD, err = x.gm.be.Export(x.gm.pads.own)
+		x.padFD, err = x.gm.be.Export(x.gm.pads.current().own)
 		x.note(err)
 	}
 	sendSeg := false
@@ -97,9 +97,6 @@ func (x *exchangeCall) send() error {
 // Import on; the ones we do not get to are closed here.
 func (x *exchangeCall) mapArrived() {
 	g := x.g
-	x.gm.mu.Lock()
-	defer x.gm.mu.Unlock()
-	x.pads = x.gm.pads
 	for src := 0; src < g.world; src++ {
 		if src == g.rank || !g.bySocket(src) {
 			continue
@@ -108,9 +105,9 @@ func (x *exchangeCall) mapArrived() {
 	}
 }
 
-// mapFrom imports and maps the descriptors fds that src sent (gm.mu held).
+// mapFrom imports and maps the descriptors fds that src sent.
 func (x *exchangeCall) mapFrom(src int, fds []int) {
-	g, gm, p := x.g, x.gm, x.pads
+	g, gm := x.g, x.gm
 	want := 0
 	if x.needPads {
 		want++
@@ -128,7 +125,7 @@ func (x *exchangeCall) mapFrom(src int, fds []int) {
 		return
 	}
 	if x.needPads {
-		addr, mem, err := gm.importMap(fds[0], p.phys, g.who(src)+"'s signal pad")
+		addr, mem, err := gm.importMap(fds[0], gm.pads.current().phys, g.who(src)+"'s signal pad")
 		fds = fds[1:]
 		if err != nil {
 			x.note(fmt.Errorf("mapping %s's signal pad: %w", g.who(src), err))
@@ -137,7 +134,7 @@ func (x *exchangeCall) mapFrom(src int, fds []int) {
 			}
 			return
 		}
-		p.addr[src], p.mem[src] = addr, mem
+		gm.pads.mapPeer(src, addr, mem)
 	}
 	if x.need(g.rank, src) {
 		off := x.info.Segment.HeapOff
@@ -194,8 +191,6 @@ func (c *resumeCall) send() error {
 // remap maps the descriptors that arrived into the paused imports' ranges.
 func (c *resumeCall) remap() {
 	g := c.g
-	c.gm.mu.Lock()
-	defer c.gm.mu.Unlock()
 	for src := 0; src < g.world; src++ {
 		if src == g.rank || !g.bySocket(src) {
 			continue
@@ -204,13 +199,13 @@ func (c *resumeCall) remap() {
 	}
 }
 
-// remapFrom maps the descriptors got that src sent (gm.mu held).
+// remapFrom maps the descriptors got that src sent.
 func (c *resumeCall) remapFrom(src int, got []int) {
 	g, gm, me := c.g, c.gm, c.g.rank
 	var want []*peerMap
 	for _, s := range c.recs[src].segs {
 		if c.need(me, src, s) {
-			want = append(want, gm.maps[mapKey{src, s.HeapOff}])
+			want = append(want, gm.peers.lookup(mapKey{src, s.HeapOff}))
 		}
 	}
 	if len(got) != len(want) || c.localErr != nil {
@@ -225,7 +220,7 @@ func (c *resumeCall) remapFrom(src int, got []int) {
 	for i, m := range want {
 		mem, err := g.be.Import(g.device, got[i])
 		if err == nil {
-			err = gm.remap(m, mem)
+			err = gm.peers.remap(m, mem)
 		}
 		if err != nil {
 			if c.localErr == nil {

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/alloc"
+	"github.com/libsymmem/libsymmem/core/lockrank"
 )
 
 // Note [Window registration]
@@ -124,7 +124,7 @@ type ncclWindows struct {
 	cg   *commGather
 	name string
 	a    *alloc.Allocator // the group's, whose segments the windows hold
-	mu   sync.Mutex
+	mu   lockrank.Mutex[lockrank.Windows]
 	m    map[uint64]*window
 	// pausedWins holds the windows of segments that a pause deregistered
 	// with their memory (the release hook, told the release is a pause's),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/lockrank"
 	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
@@ -446,7 +447,7 @@ func (l local) runStreamCopyEngine(be core.Backend, ce core.CopyEngineRunner, de
 // channel of one group are ordered (one stream, or streams the caller
 // orders), so one scratch serves them.
 type ceState struct {
-	mu sync.Mutex // guards every field below, and orders enqueueing
+	mu lockrank.Mutex[lockrank.CopyEngine] // guards every field below, and orders enqueueing
 	// scratch is device memory of scratchBytes (0: none yet), mapped at
 	// scratch; it only grows (a captured graph may read the old one).
 	scratch, scratchBytes uintptr

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/lockrank"
 )
 
 // Port is what a collective needs of a rendezvous's handle besides its
@@ -88,7 +89,7 @@ type groupState struct {
 	// channels serialises the host reference runner's calls on one
 	// collective channel of the group (each channel's device sets take
 	// one barrier at a time).
-	channels [core.CollChannels]sync.Mutex
+	channels [core.CollChannels]lockrank.Mutex[lockrank.CollectiveChannel]
 	// split is the group's communicator split by local rank.
 	split splitComm
 }
