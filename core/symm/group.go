@@ -500,3 +500,84 @@ func (g *Group) Destroy() error {
 	g.gm.mu.Unlock()
 	return err
 }
+
+// Abort aborts this rank's member of the group (Note [Abort]). Safe from any
+// thread, at any time, any number of times; the first call does the work.
+func (g *Group) Abort() error {
+	return g.abortFor(fmt.Sprintf("symmem_group_abort on rank %d", g.rank))
+}
+
+func (g *Group) abortFor(why string) error {
+	first := g.gm.abort.mark(why)
+	g.meet.cancel()
+	if !first {
+		return nil
+	}
+	return g.gm.releaseDeviceWaits()
+}
+
+// usable fails a call on a destroyed or aborted group (g.coll held).
+func (g *Group) usable(what string) error {
+	if g.destroyed {
+		return core.Errorf(core.ErrInvalidState, "group %q is destroyed", g.name)
+	}
+	if g.gm.abort.aborted() {
+		return g.gm.abortedErr(what)
+	}
+	return nil
+}
+
+// settle is the outcome of a group collective that returned err: an
+// interrupted one aborts the group (Note [Interrupts] in core); one that
+// failed because the group was aborted meanwhile says so.
+func (g *Group) settle(what string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case core.CodeOf(err) == core.ErrInterrupted:
+		g.abortFor(fmt.Sprintf("a signal interrupted rank %d's %s", g.rank, what))
+		return err
+	case core.CodeOf(err) != core.ErrAborted && g.gm.abort.aborted():
+		return core.Errorf(core.ErrAborted, "group %q: rank %d: %s: the group was aborted meanwhile (%s): destroy it (the call saw: %v)", g.name, g.rank, what, g.gm.abort.why, err)
+	}
+	return err
+}
+
+// Communicator is the group's communicator, nil for socket groups.
+func (g *Group) Communicator() Communicator { return g.comm }
+
+// shareVerdict all-gathers local outcomes: every rank gets the first
+// failure, or nil.
+func (g *Group) shareVerdict(what string, localErr error) error {
+	raw, err := g.ex.AllGather(0, encodeStatus(statusOf(localErr)))
+	if err != nil {
+		return err
+	}
+	return g.verdictOf(what, raw)
+}
+
+// verdictOf decodes the all-gathered statuses of a step and returns the
+// first failure, the same on every rank, or nil.
+func (g *Group) verdictOf(what string, raw [][]byte) error {
+	sts := make([]status, g.world)
+	for r := range raw {
+		var err error
+		if sts[r], err = decodeStatus(raw[r]); err != nil {
+			return core.Errorf(core.ErrPeer, "group %q: %s: rank %d sent a malformed status: %v", g.name, what, r, err)
+		}
+	}
+	return firstFailure(g.name, what, sts)
+}
+
+// commOptions fills o's rank, world and device from o.Comm.
+func commOptions(o *Options) error {
+	c := o.Comm
+	if o.AllGather != nil {
+		return core.Errorf(core.ErrInvalidArgument, "group %q: a communicator and an all-gather function: give one", o.Name)
+	}
+	o.Rank, o.World, o.Device = c.Rank(), c.World(), c.Device()
+	if o.World < 1 || o.Rank < 0 || o.Rank >= o.World {
+		return core.Errorf(core.ErrInvalidArgument, "group %q: %s reports rank %d of %d", o.Name, c.Describe(), o.Rank, o.World)
+	}
+	return nil
+}
