@@ -2,7 +2,9 @@ package symm
 
 import "sync"
 
-// signalCounts is one rank's count of the signals through its group's pads.
+// signalCounts is one rank's count of the signals through its group's pads
+// (Note [Signals] in signal.go); the group's memory holds it, every handle
+// of the group and the abort share it.
 type signalCounts struct {
 	channels int
 	// mu orders "take the next number, enqueue the operation" on the cuda
