@@ -104,7 +104,7 @@ func formTeams(name string, self, world int, ms []memberRecord) (teams, error) {
 		if d := core.RanksByValue(len(ranks), func(k int) string {
 			return fmt.Sprintf("host %s (boot id %s)", ms[ranks[k]].hostname, ms[ranks[k]].bootID)
 		}); d != "" {
-			return t, core.Errorf(core.ErrMismatch, "group %q: ranks %s claim one machine, %s, but run under different kernels (in the order of those ranks: %s): SYMMEM_MACHINE_ID imitates machines on one host and cannot join two real ones; give each machine its own",
+			return teams{}, core.Errorf(core.ErrMismatch, "group %q: ranks %s claim one machine, %s, but run under different kernels (in the order of those ranks: %s): SYMMEM_MACHINE_ID imitates machines on one host and cannot join two real ones; give each machine its own",
 				name, core.RanksText(ranks), id, d)
 		}
 	}
