@@ -1,7 +1,6 @@
 package symm
 
 import (
-	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -92,21 +91,6 @@ func (gm *groupMem) abortedErr(what string) error {
 // rank (kernels record it in the error flag as a peer's exit).
 func devAbortWord(rank int) uint32 { return core.DevFlagFailed | 3<<29 | uint32(rank&0x1fff)<<16 }
 
-// Abort aborts this rank's member of the group (Note [Abort]). Safe from any
-// thread, at any time, any number of times; the first call does the work.
-func (g *Group) Abort() error {
-	return g.abortFor(fmt.Sprintf("symmem_group_abort on rank %d", g.rank))
-}
-
-func (g *Group) abortFor(why string) error {
-	first := g.gm.abort.mark(why)
-	g.meet.cancel()
-	if !first {
-		return nil
-	}
-	return g.gm.releaseDeviceWaits()
-}
-
 // abortFor marks the group's memory aborted and releases the stream waits;
 // for handle waits, which cannot reach the group (its channel is idle
 // then: group collectives and handle waits do not overlap on one thread).
@@ -169,31 +153,4 @@ func (gm *groupMem) releaseDeviceWaits() error {
 		return core.Errorf(core.CodeOf(err), "group %q: rank %d: the group is aborted, but writing its counts forward to release its stream waits failed: %v", gm.name, gm.rank, err)
 	}
 	return nil
-}
-
-// usable fails a call on a destroyed or aborted group (g.coll held).
-func (g *Group) usable(what string) error {
-	if g.destroyed {
-		return core.Errorf(core.ErrInvalidState, "group %q is destroyed", g.name)
-	}
-	if g.gm.abort.aborted() {
-		return g.gm.abortedErr(what)
-	}
-	return nil
-}
-
-// settle is the outcome of a group collective that returned err: an
-// interrupted one aborts the group (Note [Interrupts] in core); one that
-// failed because the group was aborted meanwhile says so.
-func (g *Group) settle(what string, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case core.CodeOf(err) == core.ErrInterrupted:
-		g.abortFor(fmt.Sprintf("a signal interrupted rank %d's %s", g.rank, what))
-		return err
-	case core.CodeOf(err) != core.ErrAborted && g.gm.abort.aborted():
-		return core.Errorf(core.ErrAborted, "group %q: rank %d: %s: the group was aborted meanwhile (%s): destroy it (the call saw: %v)", g.name, g.rank, what, g.gm.abort.why, err)
-	}
-	return err
 }

@@ -238,32 +238,6 @@ func (cg *commGather) close() error {
 	return err
 }
 
-// Communicator is the group's communicator, nil for socket groups.
-func (g *Group) Communicator() Communicator { return g.comm }
-
-// shareVerdict all-gathers local outcomes: every rank gets the first
-// failure, or nil.
-func (g *Group) shareVerdict(what string, localErr error) error {
-	raw, err := g.ex.AllGather(0, encodeStatus(statusOf(localErr)))
-	if err != nil {
-		return err
-	}
-	return g.verdictOf(what, raw)
-}
-
-// verdictOf decodes the all-gathered statuses of a step and returns the
-// first failure, the same on every rank, or nil.
-func (g *Group) verdictOf(what string, raw [][]byte) error {
-	sts := make([]status, g.world)
-	for r := range raw {
-		var err error
-		if sts[r], err = decodeStatus(raw[r]); err != nil {
-			return core.Errorf(core.ErrPeer, "group %q: %s: rank %d sent a malformed status: %v", g.name, what, r, err)
-		}
-	}
-	return firstFailure(g.name, what, sts)
-}
-
 // readBytes copies len(dst) bytes at addr (device memory) into dst.
 func (cg *commGather) readBytes(dst []byte, addr uintptr) error {
 	cg.mu.Lock()
@@ -275,18 +249,5 @@ func (cg *commGather) readBytes(dst []byte, addr uintptr) error {
 		return err
 	}
 	copy(dst, unsafe.Slice((*byte)(unmanaged.Pointer(cg.hbuf)), len(dst)))
-	return nil
-}
-
-// commOptions fills o's rank, world and device from o.Comm.
-func commOptions(o *Options) error {
-	c := o.Comm
-	if o.AllGather != nil {
-		return core.Errorf(core.ErrInvalidArgument, "group %q: a communicator and an all-gather function: give one", o.Name)
-	}
-	o.Rank, o.World, o.Device = c.Rank(), c.World(), c.Device()
-	if o.World < 1 || o.Rank < 0 || o.Rank >= o.World {
-		return core.Errorf(core.ErrInvalidArgument, "group %q: %s reports rank %d of %d", o.Name, c.Describe(), o.Rank, o.World)
-	}
 	return nil
 }

@@ -29,12 +29,3 @@ type descriptorPath interface {
 	// resume is this path's part of a resumeCall.
 	resume(c *resumeCall) error
 }
-
-// pathsFor is the descriptor paths of a group with teams t.
-func pathsFor(t *teams) []descriptorPath {
-	paths := []descriptorPath{socketPath{}}
-	if t.fabricSpan {
-		paths = append(paths, fabricPath{})
-	}
-	return paths
-}

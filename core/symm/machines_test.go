@@ -165,7 +165,7 @@ func checkLayout(g *Group, h *Handle, machines []int) error {
 			team = append(team, r)
 		}
 	}
-	if err := g.checkTeam(); err != nil {
+	if err := g.teams.check(g.rank, g.world, g.members); err != nil {
 		return err
 	}
 	if g.LocalSize() != len(team) || team[g.LocalRank()] != me {

@@ -13,25 +13,6 @@ import (
 // group's staging memory). This package knows nothing of collectives; the
 // collectives know the handle only through these.
 
-// describe makes the handle's description once its pointer arrays are
-// filled (makeHandle); attached is the group's place for the collectives'
-// state.
-func (h *Handle) describe(attached *core.Attachment) core.SymmetricBuffer {
-	d := core.SymmetricBuffer{GroupName: h.name, Rank: h.rank, World: h.world, Timeout: h.timeout,
-		BufferSize: h.bufSize, Offset: h.offset, SignalPadSize: h.padSize,
-		Buffers: h.bufPtrs, SignalPads: h.padPtrs, StopMirror: h.stopMirror,
-		Backend: h.gm.be, Device: h.gm.device, Attached: attached}
-	_, d.BufferArray = h.BufferPtrs()
-	_, d.PadArray = h.SignalPadPtrs()
-	if h.span != nil {
-		d.Span = &h.span.across
-		if h.teamDevArr != 0 {
-			d.TeamBufferArray, d.TeamPadArray = h.teamDevArr, h.teamDevArr+uintptr(8*len(h.span.team))
-		}
-	}
-	return d
-}
-
 // Symmetric is the handle's description, as the collectives take it.
 func (h *Handle) Symmetric() core.SymmetricBuffer { return h.sym }
 

@@ -8,7 +8,6 @@ import (
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/ipc"
-	"github.com/libsymmem/libsymmem/core/lockrank"
 	"github.com/libsymmem/libsymmem/core/unmanaged"
 )
 
@@ -52,25 +51,6 @@ import (
 // After a failed call (a driver error, a timeout on one of several waits) the
 // counts of the channel it used may disagree between ranks: use another
 // channel or another group.
-
-// signalCounts is one rank's count of the signals through its group's pads.
-type signalCounts struct {
-	channels int
-	// mu orders "take the next number, enqueue the operation" on the cuda
-	// backend and guards sent and seen there; the host backend uses atomics
-	// on seen and does not use sent.
-	mu lockrank.Mutex[lockrank.SignalCounts]
-	// sent[peer*channels+c]: signals put to peer on channel c;
-	// seen[peer*channels+c]: signals from peer on c waited for.
-	sent []uint32
-	seen []uint32
-}
-
-func newSignalCounts(world, channels int) *signalCounts {
-	return &signalCounts{channels: channels, sent: make([]uint32, world*channels), seen: make([]uint32, world*channels)}
-}
-
-func (c *signalCounts) index(peer, channel int) int { return peer*c.channels + channel }
 
 // slot is the address of the count for (receiver, sender, channel).
 func (h *Handle) slot(receiver, sender, channel int) uintptr {

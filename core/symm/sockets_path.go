@@ -234,3 +234,34 @@ func (c *resumeCall) remapFrom(src int, got []int) {
 		c.remapped = append(c.remapped, m)
 	}
 }
+
+// allToAllFDs passes descriptors inside the socket team: out[r] goes to
+// rank r (only ranks bySocket may have any), and in[r] came from rank r
+// (nil for the others). The channel numbers the socket team's ranks
+// 0..size-1.
+func (g *Group) allToAllFDs(out [][]int) ([][]int, error) {
+	lout := make([][]int, len(g.sock))
+	idx := make(map[int]int, len(g.sock))
+	for i, r := range g.sock {
+		idx[r] = i
+	}
+	for r, fds := range out {
+		if len(fds) == 0 {
+			continue
+		}
+		i, ok := idx[r]
+		if !ok {
+			return nil, core.Errorf(core.ErrInternal, "group %q: descriptors for rank %d, which is not on this machine's sockets", g.name, r)
+		}
+		lout[i] = fds
+	}
+	lin, err := g.ch.AllToAllFDs(0, lout)
+	if err != nil {
+		return nil, err
+	}
+	in := make([][]int, g.world)
+	for i, fds := range lin {
+		in[g.sock[i]] = fds
+	}
+	return in, nil
+}

@@ -41,7 +41,7 @@ import (
 
 // teams is how a group's ranks split over machines and teams, seen from
 // this process's rank (self) of the group named groupName; its methods
-// answer where a rank is (Group embeds it). Invariants (checkTeam):
+// answer where a rank is (Group embeds it). Invariants (teams.check):
 //
 //	len(machineOf) == len(teamOf) == world
 //	machines and teams are numbered in order of their lowest rank
@@ -65,12 +65,12 @@ type teams struct {
 	fabricSpan bool
 }
 
-// formTeams sets g.teams from g.members, refusing identities that do not
-// hold together: two ranks that claim one machine with different boot ids
+// formTeams is the teams of the members ms of the group named name, seen
+// from rank self of world, refusing identities that do not hold together:
+// two ranks that claim one machine with different boot ids
 // (SYMMEM_MACHINE_ID set alike on two real machines) are never one team.
-func (g *Group) formTeams() error {
-	ms := g.members
-	t := teams{groupName: g.name, self: g.rank, machineOf: make([]int, g.world), teamOf: make([]int, g.world)}
+func formTeams(name string, self, world int, ms []memberRecord) (teams, error) {
+	t := teams{groupName: name, self: self, machineOf: make([]int, world), teamOf: make([]int, world)}
 	byKey := map[string]int{}
 	teamKey := map[string]int{}
 	for r := range ms {
@@ -104,18 +104,18 @@ func (g *Group) formTeams() error {
 		if d := core.RanksByValue(len(ranks), func(k int) string {
 			return fmt.Sprintf("host %s (boot id %s)", ms[ranks[k]].hostname, ms[ranks[k]].bootID)
 		}); d != "" {
-			return core.Errorf(core.ErrMismatch, "group %q: ranks %s claim one machine, %s, but run under different kernels (in the order of those ranks: %s): SYMMEM_MACHINE_ID imitates machines on one host and cannot join two real ones; give each machine its own",
-				g.name, core.RanksText(ranks), id, d)
+			return teams{}, core.Errorf(core.ErrMismatch, "group %q: ranks %s claim one machine, %s, but run under different kernels (in the order of those ranks: %s): SYMMEM_MACHINE_ID imitates machines on one host and cannot join two real ones; give each machine its own",
+				name, core.RanksText(ranks), id, d)
 		}
 	}
 	for r := range ms {
-		if t.sameTeam(r, g.rank) {
-			if r == g.rank {
+		if t.sameTeam(r, self) {
+			if r == self {
 				t.localRank = len(t.team)
 			}
 			t.team = append(t.team, r)
-			if t.machineOf[r] == t.machineOf[g.rank] {
-				if r == g.rank {
+			if t.machineOf[r] == t.machineOf[self] {
+				if r == self {
 					t.sockRank = len(t.sock)
 				}
 				t.sock = append(t.sock, r)
@@ -125,18 +125,17 @@ func (g *Group) formTeams() error {
 			t.fabricSpan = t.fabricSpan || t.crossTeam(q, r)
 		}
 	}
-	g.teams = t
-	return g.checkTeam()
+	return t, t.check(self, world, ms)
 }
 
-// checkTeam checks the invariants of g.teams.
-func (g *Group) checkTeam() error {
-	t := &g.teams
+// check checks the invariants of t for rank rank of world, whose members
+// (when known) say which fabric domain each rank is in.
+func (t *teams) check(rank, world int, members []memberRecord) error {
 	bad := func(format string, args ...any) error {
-		return core.Errorf(core.ErrInternal, "group %q: local team: "+format, append([]any{g.name}, args...)...)
+		return core.Errorf(core.ErrInternal, "group %q: local team: "+format, append([]any{t.groupName}, args...)...)
 	}
-	if len(t.machineOf) != g.world || len(t.teamOf) != g.world {
-		return bad("%d machine entries and %d team entries for %d ranks", len(t.machineOf), len(t.teamOf), g.world)
+	if len(t.machineOf) != world || len(t.teamOf) != world {
+		return bad("%d machine entries and %d team entries for %d ranks", len(t.machineOf), len(t.teamOf), world)
 	}
 	nextM, nextT := 0, 0
 	for r := range t.machineOf {
@@ -151,19 +150,19 @@ func (g *Group) checkTeam() error {
 			nextT++
 		}
 		for q := 0; q < r; q++ {
-			if t.teamOf[q] == k && t.machineOf[q] != m && (g.members == nil || g.members[r].fabric == "" || g.members[q].fabric != g.members[r].fabric) {
+			if t.teamOf[q] == k && t.machineOf[q] != m && (members == nil || members[r].fabric == "" || members[q].fabric != members[r].fabric) {
 				return bad("ranks %d and %d are in one team on different machines without a common fabric domain", q, r)
 			}
 		}
 	}
 	k, s := 0, 0
 	for r := range t.teamOf {
-		if t.sameTeam(r, g.rank) {
+		if t.sameTeam(r, rank) {
 			if k >= len(t.team) || t.team[k] != r {
 				return bad("rank %d is in this team but not at index %d of the team %v", r, k, t.team)
 			}
 			k++
-			if t.machineOf[r] == t.machineOf[g.rank] {
+			if t.machineOf[r] == t.machineOf[rank] {
 				if s >= len(t.sock) || t.sock[s] != r {
 					return bad("rank %d is in this team on this machine but not at index %d of the socket team %v", r, s, t.sock)
 				}
@@ -171,9 +170,9 @@ func (g *Group) checkTeam() error {
 			}
 		}
 	}
-	if k != len(t.team) || s != len(t.sock) || t.localRank < 0 || t.localRank >= len(t.team) || t.team[t.localRank] != g.rank || t.self != g.rank ||
-		t.sockRank < 0 || t.sockRank >= len(t.sock) || t.sock[t.sockRank] != g.rank {
-		return bad("team %v (local rank %d), socket team %v (rank %d), rank %d", t.team, t.localRank, t.sock, t.sockRank, g.rank)
+	if k != len(t.team) || s != len(t.sock) || t.localRank < 0 || t.localRank >= len(t.team) || t.team[t.localRank] != rank || t.self != rank ||
+		t.sockRank < 0 || t.sockRank >= len(t.sock) || t.sock[t.sockRank] != rank {
+		return bad("team %v (local rank %d), socket team %v (rank %d), rank %d", t.team, t.localRank, t.sock, t.sockRank, rank)
 	}
 	return nil
 }
@@ -234,35 +233,4 @@ func (t *teams) bySocket(r int) bool {
 // machines: what passes between them are fabric handles.
 func (t *teams) crossTeam(a, b int) bool {
 	return t.sameTeam(a, b) && t.machineOf[a] != t.machineOf[b]
-}
-
-// allToAllFDs passes descriptors inside the socket team: out[r] goes to
-// rank r (only ranks bySocket may have any), and in[r] came from rank r
-// (nil for the others). The channel numbers the socket team's ranks
-// 0..size-1.
-func (g *Group) allToAllFDs(out [][]int) ([][]int, error) {
-	lout := make([][]int, len(g.sock))
-	idx := make(map[int]int, len(g.sock))
-	for i, r := range g.sock {
-		idx[r] = i
-	}
-	for r, fds := range out {
-		if len(fds) == 0 {
-			continue
-		}
-		i, ok := idx[r]
-		if !ok {
-			return nil, core.Errorf(core.ErrInternal, "group %q: descriptors for rank %d, which is not on this machine's sockets", g.name, r)
-		}
-		lout[i] = fds
-	}
-	lin, err := g.ch.AllToAllFDs(0, lout)
-	if err != nil {
-		return nil, err
-	}
-	in := make([][]int, g.world)
-	for i, fds := range lin {
-		in[g.sock[i]] = fds
-	}
-	return in, nil
 }
