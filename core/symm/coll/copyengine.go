@@ -14,7 +14,7 @@ import (
 // rather than with SM loads and stores, so that a collective beside a
 // matmul leaves the matmul its SMs, and an all-gather runs at the peer-copy
 // rate. Every rank pulls: it copies what it needs from the peers' blocks
-// (mapped in this process: View.Buffers) with one copy per peer chunk
+// (mapped in this process: the description's Buffers) with one copy per peer chunk
 // (CopyEngineRunner.CopyAsync, cuMemcpyAsync), and writes only its own
 // memory:
 //
