@@ -1,14 +1,15 @@
 package symm
 
 import (
+	"encoding/binary"
 	"errors"
 	"runtime"
-	"sync/atomic"
-	"time"
+	"unsafe"
 
 	"github.com/libsymmem/libsymmem/core"
 	"github.com/libsymmem/libsymmem/core/ipc"
 	"github.com/libsymmem/libsymmem/core/lockrank"
+	"golang.org/x/sys/unix"
 )
 
 // Note [Owners of the group's memory]
@@ -53,7 +54,7 @@ type groupMem struct {
 	// memory is released when it reaches 0.
 	refs int
 	// watch writes the abort word of our device region when a peer exits
-	// (cuda; deadpeer.go); nil on the host backend.
+	// (cuda; peerWatch below); nil on the host backend.
 	watch *peerWatch
 }
 
@@ -63,160 +64,6 @@ func (gm *groupMem) makeTables() {
 	gm.peers = peerMappings{ops: &gm.memOps, maps: map[mapKey]*peerMap{}}
 	gm.pads = padTable{ops: &gm.memOps}
 	gm.arrays = pointerArrays{ops: &gm.memOps}
-}
-
-// memOps is what the group's memory does with the device: import, map,
-// unmap, synchronise, bounded copies. Nothing in it changes after the group
-// is made but leaked.
-type memOps struct {
-	be      core.Backend
-	device  int
-	gran    uintptr
-	name    string
-	rank    int
-	world   int
-	timeout time.Duration // the group's: bounds memsets and copies (memsetZero, copyOut)
-	// leaked counts the times memory was left mapped because the device
-	// synchronisation before unmapping it failed (syncThen), or a copy or
-	// memset into it timed out.
-	leaked atomic.Int64
-}
-
-func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
-
-// importMap imports a peer's descriptor (the backend owns fd from here on)
-// and maps size bytes of it in a new reserved range. what names the memory
-// and its owner ("rank 1 (pid 42)'s signal pad") in messages. The peer is
-// not trusted: memory smaller than size is refused with ErrPeer where the
-// backend can tell (core.ImportedSizer).
-func (o *memOps) importMap(fd int, size uintptr, what string) (addr uintptr, mem core.Memory, err error) {
-	mem, err = o.be.Import(o.device, fd)
-	if err != nil {
-		return 0, 0, err
-	}
-	if sizer, ok := o.be.(core.ImportedSizer); ok {
-		got, err := sizer.ImportedSize(mem)
-		if got < uint64(size) {
-			err = core.Errorf(core.ErrPeer, "%s arrived as memory of %d bytes, %d were announced: refusing to map it (the peer is broken or lying)", what, got, size)
-		} else if err != nil {
-			err = core.Errorf(core.CodeOf(err), "%s: %v: refusing to map it", what, err)
-		}
-		if err != nil {
-			o.be.Release(mem)
-			return 0, 0, err
-		}
-	}
-	return o.mapImported(mem, size, what)
-}
-
-// mapImported maps size bytes of imported memory in a new reserved range
-// and registers the range (what names it); on failure it releases mem.
-func (o *memOps) mapImported(mem core.Memory, size uintptr, what string) (addr uintptr, _ core.Memory, err error) {
-	if addr, err = core.MapNew(o.be, o.device, mem, size); err != nil {
-		return 0, 0, err
-	}
-	core.RegisterRange(addr, size, what)
-	return addr, mem, nil
-}
-
-// unmapRelease undoes importMap (or a pad's create+map). If Unmap fails,
-// the memory stays mapped and reserved (still valid to touch); once it is
-// unmapped, a failed Release or Unreserve leaks the handle or the address
-// range, and the error says so.
-func (o *memOps) unmapRelease(addr, size uintptr, mem core.Memory) error {
-	core.UnregisterRange(addr)
-	return core.UnmapRelease(o.be, o.device, addr, size, mem)
-}
-
-// sync waits for all work on the device before memory that it may use is
-// unmapped (DESIGN invariant 4). A no-op on the host backend.
-func (o *memOps) sync() error { return o.be.SynchronizeDevice(o.device) }
-
-// deviceSync is one release's wait for the device: a release that may unmap
-// several things (a handle's peer mappings, then the group's memory) waits
-// once and every unmap shares the result (one wait per peer mapping took as
-// many waits, and as many timeouts on a stuck device). The zero value has
-// not waited yet.
-type deviceSync struct {
-	done bool
-	err  error
-}
-
-// syncThen runs unmap once the device is synchronised: through s, which
-// waits at most once, or (s nil) with a wait of its own. When the
-// synchronisation fails or times out (a peer died with a stream waiting for
-// its signal: the GPU may still read or write this memory), nothing is
-// unmapped: what is deliberately leaked, and the error says so.
-func (o *memOps) syncThen(s *deviceSync, what string, unmap func() error) error {
-	var err error
-	if s != nil {
-		if !s.done {
-			s.err, s.done = o.sync(), true
-		}
-		err = s.err
-	} else {
-		err = o.sync()
-	}
-	if err != nil {
-		o.leaked.Add(1)
-		return core.Errorf(core.CodeOf(err), "group %q: rank %d: %s left mapped (deliberately leaked): the device synchronisation before unmapping failed, so the GPU may still use it: %v",
-			o.name, o.rank, what, err)
-	}
-	return unmap()
-}
-
-// memsetZero zeroes our memory at addr, bounded by the group's timeout where
-// the backend waits for a device (core.BoundedMemOps). On ErrTimeout the
-// memset may still run: the caller must leak the memory.
-func (o *memOps) memsetZero(addr, size uintptr) error {
-	if b, ok := o.be.(core.BoundedMemOps); ok {
-		return b.MemsetWithin(o.device, addr, 0, size, o.timeout)
-	}
-	return o.be.Memset(o.device, 0, addr, 0, size)
-}
-
-// lateCopies keeps pinned the Go buffers of copies that timed out: the copy
-// may still land there, so they must never move or be reused.
-var lateCopies struct {
-	lockrank.Mutex[lockrank.LateCopies]
-	pins []*runtime.Pinner
-}
-
-// unpinUnlessLate unpins pin after a copy into or out of its buffer that
-// returned err, unless err is a timeout: then the buffer stays pinned and
-// alive for ever (leaked: the copy may still run).
-func unpinUnlessLate(pin *runtime.Pinner, err error) {
-	if core.CodeOf(err) != core.ErrTimeout {
-		pin.Unpin()
-		return
-	}
-	lateCopies.Lock()
-	lateCopies.pins = append(lateCopies.pins, pin)
-	lateCopies.Unlock()
-}
-
-// writeWords stores each op's word at its address from the device, bounded
-// like memsetZero (core.WordWriter; callers check that the backend is one).
-func (o *memOps) writeWords(ops []core.MemOp) error {
-	return o.be.(core.WordWriter).WriteWordsWithin(o.device, ops, o.timeout)
-}
-
-// copyOut copies size bytes from src to dst, bounded like memsetZero.
-func (o *memOps) copyOut(dst, src, size uintptr) error {
-	if b, ok := o.be.(core.BoundedMemOps); ok {
-		return b.CopyWithin(o.device, dst, src, size, o.timeout)
-	}
-	return o.be.Copy(o.device, 0, dst, src, size)
-}
-
-// padUsed is how much of a pad of size bytes the group uses: the users'
-// part, the library's device region, the all-to-all's exchange area and,
-// where the backend launches kernels, the low-latency buffers (Note [Pad partition] in core).
-func (o *memOps) padUsed(size uintptr) uintptr {
-	if _, ok := o.be.(core.CollectiveLauncher); ok && core.LowLatencyAreaBytes(o.world) > 0 {
-		return core.LowLatencyOffset(size, o.world) + core.LowLatencyAreaBytes(o.world)
-	}
-	return core.PadEnd(size, o.world)
 }
 
 // unrefLocked drops a reference (life held); the last one releases
@@ -264,4 +111,109 @@ func (gm *groupMem) release(maps []*peerMap, arrays func()) error {
 	defer gm.life.Unlock()
 	keep(gm.unrefLocked(&s))
 	return first
+}
+
+// peerWatch is the goroutine of Note [Dead peers] (core/ipc) on backends
+// whose waits run on the device: it sleeps in poll(2) on the peers' pidfds
+// and, when one exits, writes the abort word of this rank's device region
+// (Note [Pad partition] in core), which the kernels' waits read.
+type peerWatch struct {
+	stop int // an eventfd: readable once stopWatch asks the goroutine to end
+	done chan struct{}
+}
+
+// watchPeers starts the watch on the device region at region (this rank's
+// pad + pad size), where the backend's signals and collectives run on
+// streams; nothing on the host backend, whose waits check for themselves.
+func (gm *groupMem) watchPeers(region uintptr) {
+	if gm.live == nil || gm.world == 1 || !gm.be.Capabilities().StreamSignals {
+		return
+	}
+	gm.stopWatch() // pads made again: the region moved
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return // no watch: kernel waits end at their timeout
+	}
+	w := &peerWatch{stop: efd, done: make(chan struct{})}
+	gm.watch = w
+	go func() {
+		defer close(w.done)
+		r := gm.live.WaitAnyGone(efd)
+		if r < 0 {
+			return
+		}
+		word := core.DevFlag(core.DevCausePeerExited, r, 0)
+		if _, ok := gm.be.(core.WordWriter); ok { // stored by the device: Note [Abort]'s reason
+			gm.writeWords([]core.MemOp{{Addr: region + 4, Value: word}})
+			return
+		}
+		// Pinned: the copy reads v through its address as a uintptr, so v
+		// must not live on this goroutine's stack, which may move.
+		v := []uint32{word}
+		pin := new(runtime.Pinner)
+		pin.Pin(&v[0])
+		unpinUnlessLate(pin, gm.copyOut(region+4, uintptr(unsafe.Pointer(&v[0])), 4))
+	}()
+}
+
+// Note [Who closes the pidfds]
+//
+// The watch polls the pidfds of gm.live, which it copied when it started:
+// closing them under it would make it poll closed (or reused) descriptor
+// numbers. So gm.live has one owner, the last reference of the group's
+// memory (unrefLocked), which stops the watch, waits for it to end, and
+// only then closes the pidfds, in one place (endLiveness), whether or not
+// the device synchronisation before the memory goes succeeds (pidfds are
+// not memory the device may use: they were leaked with the memory when it
+// failed). The wait happens without gm.life: the watch may be in a copy to
+// the device bounded by the group's timeout, and nothing should wait that
+// long for the memory lock. Callers that replace the pads (SetSignalPadSize)
+// stop and join the watch the same way before they take gm.life for good.
+
+// detachWatch takes the watch out of gm and asks it to end (gm.life held);
+// join, without the lock, waits for it.
+func (gm *groupMem) detachWatch() *peerWatch {
+	w := gm.watch
+	if w == nil {
+		return nil
+	}
+	gm.watch = nil
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	unix.Write(w.stop, one[:])
+	return w
+}
+
+// join waits for a detached watch to end and frees its eventfd (nil: none).
+func (w *peerWatch) join() {
+	if w == nil {
+		return
+	}
+	<-w.done
+	unix.Close(w.stop)
+}
+
+// stopWatch ends the watch and waits for it (gm.life held; a no-op where the
+// caller already stopped it without the lock).
+func (gm *groupMem) stopWatch() { gm.detachWatch().join() }
+
+// stopWatchUnlocked stops and joins the watch with gm.life released for the
+// wait (gm.life held on entry and on return; nobody else may change gm
+// meanwhile: the caller holds the group's collective lock, or the last
+// reference).
+func (gm *groupMem) stopWatchUnlocked() {
+	w := gm.detachWatch()
+	if w == nil {
+		return
+	}
+	gm.life.Unlock()
+	w.join()
+	gm.life.Lock()
+}
+
+// endLiveness stops the watch and closes the pidfds (Note [Who closes the
+// pidfds]); gm.life held on entry and on return.
+func (gm *groupMem) endLiveness() {
+	gm.stopWatchUnlocked()
+	gm.live.Close()
 }
