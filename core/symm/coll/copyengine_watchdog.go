@@ -271,10 +271,6 @@ func (l local) ceGiveUp(st *ceState, call ceCall) {
 		flag = core.DevFlag(core.DevCauseTimeout, l.global(waited), set)
 	}
 	storeWordCAS(l.h.StopMirror, flag)
-	ww, ok := be.(core.WordWriter)
-	if !ok {
-		return
-	}
 	ops := []core.MemOp{{Addr: l.pads[l.rank] + ps + 4*core.DevStopWord, Value: flag}}
 	gaveUp := core.DevGaveUp(l.rank, core.DevCauseTimeout, set)
 	for p := 0; p < w; p++ {
@@ -282,17 +278,12 @@ func (l local) ceGiveUp(st *ceState, call ceCall) {
 			ops = append(ops, core.MemOp{Addr: l.pads[p] + ps + 4*core.DevStopWord, Value: gaveUp})
 		}
 	}
-	l.writeWords(ww, device, ops, "stopping the group's collectives")
+	l.writeWords(ops, "stopping the group's collectives")
 }
 
 // ceRelease stores into our flags of call's channel the values its waits
 // wait for, so that a stream stuck in them moves on.
 func (l local) ceRelease(call ceCall) {
-	be, device := l.h.Backend, l.h.Device
-	ww, ok := be.(core.WordWriter)
-	if !ok {
-		return
-	}
 	ps, w := l.h.SignalPadSize, l.world
 	var ops []core.MemOp
 	for phase := 0; phase < core.CopyEnginePhases; phase++ {
@@ -302,17 +293,12 @@ func (l local) ceRelease(call ceCall) {
 			}
 		}
 	}
-	l.writeWords(ww, device, ops, "releasing a stuck copy-engine collective")
+	l.writeWords(ops, "releasing a stuck copy-engine collective")
 }
 
 // cePoison stores ceGaveUpValue into our opening flag of channel in every
 // peer's pad (our stream has drained: none of our calls will store there).
 func (l local) cePoison(channel int) {
-	be, device := l.h.Backend, l.h.Device
-	ww, ok := be.(core.WordWriter)
-	if !ok {
-		return
-	}
 	ps, w := l.h.SignalPadSize, l.world
 	var ops []core.MemOp
 	for p := 0; p < w; p++ {
@@ -320,13 +306,18 @@ func (l local) cePoison(channel int) {
 			ops = append(ops, core.MemOp{Addr: l.pads[p] + core.CopyEngineFlag(ps, w, channel, ceOpen, l.rank), Value: ceGaveUpValue(l.rank)})
 		}
 	}
-	l.writeWords(ww, device, ops, "marking a given-up copy-engine collective in the peers' pads")
+	l.writeWords(ops, "marking a given-up copy-engine collective in the peers' pads")
 }
 
-// writeWords stores ops with the backend's WordWriter, bounded by the
-// group's timeout; a failure is printed (the watchdog has no caller).
-func (l local) writeWords(ww core.WordWriter, device int, ops []core.MemOp, what string) {
-	if err := ww.WriteWordsWithin(device, ops, l.h.Timeout); err != nil {
+// writeWords stores ops with the backend's WordWriter (nothing where it
+// has none), bounded by the group's timeout; a failure is printed (the
+// watchdog has no caller).
+func (l local) writeWords(ops []core.MemOp, what string) {
+	ww, ok := l.h.Backend.(core.WordWriter)
+	if !ok {
+		return
+	}
+	if err := ww.WriteWordsWithin(l.h.Device, ops, l.h.Timeout); err != nil {
 		fmt.Fprintf(os.Stderr, "libsymmem: group %q: rank %d: %s: %v\n", l.h.GroupName, l.global(l.rank), what, err)
 	}
 }
