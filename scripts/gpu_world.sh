@@ -50,7 +50,9 @@ step() { # step NAME SECONDS COMMAND...: runs a command under a time limit and l
   fi
 }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sort | uniq -c
-python3 buildsys/symmem_build.py calls python/symmem >/dev/null 2>&1
+# The call module, once: parts may run side by side, and none rebuilds it
+# while another has it loaded.
+ls python/symmem/_calls*.so >/dev/null 2>&1 || python3 buildsys/symmem_build.py calls python/symmem >/dev/null 2>&1
 python_half() { # python_half 0|1: every other test file, so both halves hold GPU files
   ls python/tests/test_*.py | awk -v h="$1" 'NR % 2 == h'
 }
