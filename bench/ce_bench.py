@@ -62,21 +62,25 @@ def ceiling(torch, nbytes):
     a1 = torch.ones(nbytes, dtype=torch.uint8, device=d1)
     b0 = torch.empty(nbytes, dtype=torch.uint8, device=d0)
     b1 = torch.empty(nbytes, dtype=torch.uint8, device=d1)
-    s0, s1 = torch.cuda.Stream(device=d0), torch.cuda.Stream(device=d1)
-
     # torch copies between devices on the source device's current stream,
-    # ordered with the destination's current stream by events (so the
-    # events on s0 and s1 below bracket the copies).
+    # after the destination's current stream and before it (events). Each
+    # copy gets a stream of its own on its source device (s0, s1) and a
+    # destination-side stream of its own (t0, t1): on a device's default
+    # stream, or on a stream that the other copy's ordering waits on, the
+    # two directions would run one after the other.
+    s0, s1 = torch.cuda.Stream(device=d0), torch.cuda.Stream(device=d1)
+    t0, t1 = torch.cuda.Stream(device=d0), torch.cuda.Stream(device=d1)
+
     def one():
-        with torch.cuda.stream(s0):
-            b0.copy_(a1, non_blocking=True)  # GPU 1 -> GPU 0
+        with torch.cuda.stream(s1), torch.cuda.stream(t0):
+            b0.copy_(a1, non_blocking=True)  # GPU 1 -> GPU 0, on s1
 
     def both():
         one()
-        with torch.cuda.stream(s1):
-            b1.copy_(a0, non_blocking=True)  # GPU 0 -> GPU 1, at the same time
+        with torch.cuda.stream(s0), torch.cuda.stream(t1):
+            b1.copy_(a0, non_blocking=True)  # GPU 0 -> GPU 1, on s0, at the same time
 
-    def timed(fn, two):
+    def timed(fn):
         torch.cuda.synchronize(d0)
         torch.cuda.synchronize(d1)
         start = torch.cuda.Event(enable_timing=True)
@@ -85,17 +89,16 @@ def ceiling(torch, nbytes):
         fn()
         end1 = torch.cuda.Event()
         end1.record(s1)
-        if two:
-            s0.wait_event(end1)
+        s0.wait_event(end1)  # s0: its own copy (both), then GPU 1's
         end = torch.cuda.Event(enable_timing=True)
         end.record(s0)
         end.synchronize()
         return start.elapsed_time(end) / 1e3
 
     out = {}
-    for name, fn, two in (("one direction", one, False), ("both directions", both, True)):
-        timed(fn, two)
-        t = statistics.median(timed(fn, two) for _ in range(REPS))
+    for name, fn in (("one direction", one), ("both directions", both)):
+        timed(fn)
+        t = statistics.median(timed(fn) for _ in range(REPS))
         out[name] = {"bytes": nbytes, "us": t * 1e6, "GBps_per_direction": nbytes / t / 1e9}
     return out
 

@@ -81,6 +81,7 @@ def parse_args(argv=None):
     ap.add_argument("--iters", type=int, default=20, help="calls per CUDA graph")
     ap.add_argument("--reps", type=int, default=11, help="timed replays per implementation and size")
     ap.add_argument("--colls", default=",".join(COLLS), help="comma-separated subset of " + ",".join(COLLS))
+    ap.add_argument("--impls", default="", help="comma-separated implementations to run (names as in the table; default every one)")
     ap.add_argument("--imitate", type=parse_layout, metavar="MxR",
                     help="launch M imitated machines of R ranks on this host (one GPU per rank)")
     ap.add_argument("--gpus", type=int, default=0, help="GPUs to use when imitating (default: all visible)")
@@ -315,6 +316,8 @@ def rank_main(args):
             if n % world:
                 continue
             impls = impls_for(coll, n)
+            if args.impls:
+                impls = {k: v for k, v in impls.items() if k in args.impls.split(",")}
             for name, (call, x, y) in impls.items():
                 err = check_one(torch, coll, call, x, y, rank, world)
                 if err:
@@ -348,6 +351,9 @@ def rank_main(args):
                 json.dump({"world": world, "ranks": gathered, "device": torch.cuda.get_device_name(dev),
                            "nccl": ".".join(map(str, torch.cuda.nccl.version()))}, f, indent=1)
     bad = any(g["failures"] for g in gathered)
+    # libsymmem's windows and split communicators go while torch's
+    # communicator lives (symmem.torch.destroy_group), then torch's.
+    st.destroy_group(pg)
     dist.barrier()
     dist.destroy_process_group()
     return 1 if bad else 0

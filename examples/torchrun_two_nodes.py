@@ -80,6 +80,7 @@ def main() -> None:
           f"mapped peers {h.handle.mapped_peers}, rows {rows_ok}, all_reduce {sum_ok}, "
           f"all_gather {gather_ok}, reduce_scatter {scatter_ok}", flush=True)
     h.release()
+    st.destroy_group()  # libsymmem's part of the group first, then torch's
     dist.barrier()
     dist.destroy_process_group()
     if not (rows_ok and sum_ok and gather_ok and scatter_ok):

@@ -472,12 +472,7 @@ def abort(group=None) -> None:
         return
     torch = _torch()
     dist = torch.distributed
-    if group is None:
-        pg = dist.group.WORLD
-    elif isinstance(group, str):
-        pg = dist.distributed_c10d._resolve_process_group(group)
-    else:
-        pg = group
+    pg = _process_group_of(dist, group)
     with _groups_lock:
         mine = [g for (p, g) in _groups.values() if p is pg]
     for g in mine:
@@ -489,6 +484,59 @@ def abort(group=None) -> None:
     c10d_abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
     if callable(c10d_abort):
         c10d_abort(pg)
+
+
+def _process_group_of(dist, group):
+    """The ProcessGroup that group names (None: the default group)."""
+    if group is None:
+        return dist.group.WORLD
+    if isinstance(group, str):
+        return dist.distributed_c10d._resolve_process_group(group)
+    return group
+
+
+def destroy_group(group=None) -> None:
+    """Collective: release what symmem.torch holds for a process group and
+    destroy the symmem Groups that :func:`group_for` made for it.
+
+    group: a ProcessGroup, a group name, or None for the default group.
+    Every rank calls it, at the same point, before
+    ``torch.distributed.destroy_process_group(group)``: the handles of the
+    tensors rendezvoused in the group (by :func:`rendezvous` or by a
+    collective), the group's staging workspace and the symmem Groups are
+    released in the order they were made, which deregisters their NCCL
+    windows and destroys the communicators split from the process group's
+    while that communicator still lives. TorchHandles of the group are
+    released with it (their calls raise afterwards); tensors stay valid.
+    A later collective or rendezvous on the group makes a new symmem Group.
+    """
+    torch = _torch()
+    pg = _process_group_of(torch.distributed, group)
+    with _groups_lock:
+        keys = [k for k, (p, _) in _groups.items() if p is pg]
+        mine = [_groups.pop(k)[1] for k in keys]
+    if not mine:
+        return
+    ids = {id(g) for g in mine}
+    with _staging_lock:
+        for k in [k for k, e in _staging.items() if id(e[2].group) in ids]:
+            del _staging[k]
+        for i in ids:
+            _workspaces.pop(i, None)
+    for k in [k for k, e in _fast.items() if e[4]._lease is not None and id(e[4]._lease[2]) in ids]:
+        _fast.pop(k, None)
+    for k in [k for k in _coll_handles if k[0] in ids]:
+        _coll_handles.pop(k, None)
+    with _rendezvous_lock:
+        leases = [(k, lease) for k, lease in _rendezvous_cache.items() if id(lease[2]) in ids]
+        for k, _ in leases:
+            del _rendezvous_cache[k]
+    for _, lease in leases:
+        lease[1] = 0  # the TorchHandles' own release() then releases nothing
+        if lease[0]._ptr is not None:
+            lease[0].release()
+    for g in mine:
+        g.destroy()
 
 
 class TorchHandle:

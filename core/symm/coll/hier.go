@@ -33,18 +33,16 @@ import "github.com/libsymmem/libsymmem/core"
 // collectives here (kernels loaded, by the first call that asks; the
 // stand-in driver has none), out lies inside the rendezvoused block at one
 // offset everywhere (step 3 reads the peers' out), and n >= HierMinBytes;
-// nccl otherwise. The threshold is modelled, not measured
-// (docs/measurements.md has no multi-machine figure): the two local phases
-// cost about what our reduce-scatter and all-gather cost
-// on one machine, 8.2 + 8.0 us at 1 MiB and 15.4 + 14.7 us at 4 MiB on 2
-// x H200 (docs/measurements.md, Collectives), while NCCL's own all-reduce
-// on one machine already takes 22-24 us up to 1 MiB and 29-33 us at 4 MiB
-// (docs/measurements.md, NCCL on libsymmem tensors): below a few MiB the
-// call is latency-bound and the extra launches and barriers do not pay
-// for the bytes they save between machines. HierMinBytes is 4 MiB; tune it
-// on real machines with bench/multihost_bench.py, timing algo
-// "hierarchical" against "nccl" across sizes and setting
-// SYMMEM_HIER_MIN_BYTES (the same on every rank) to where they cross.
+// nccl otherwise. HierMinBytes is 256 KiB, where the two cross on two
+// imitated machines of 2 x H200 each (bench/multihost_bench.py --imitate
+// 2x2, docs/measurements.md, "Two imitated machines"): NCCL alone 88-90
+// us against 118-120 us hierarchical at 64 KiB, 243-250 us against
+// 193-194 us at 256 KiB, 1478-1501 us against 843-852 us at 4 MiB. Between
+// those machines NCCL runs its socket transport (about 5 GB/s), so the
+// bytes that the local phases keep off the network count for more than
+// on a fast fabric; on real machines time algo "hierarchical" against
+// "nccl" with the same bench and set SYMMEM_HIER_MIN_BYTES (the same on
+// every rank) to where they cross.
 // algo "hierarchical" or "nccl" overrides the choice; "hierarchical" where
 // it cannot run (teams of different sizes, out outside the block, no
 // split) is an error naming the reason, never a silent fallback.
@@ -115,7 +113,7 @@ import "github.com/libsymmem/libsymmem/core"
 // that AlgoAuto runs hierarchically on a group that spans machines (Note
 // [Hierarchical all-reduce]); SYMMEM_HIER_MIN_BYTES overrides it (the same
 // on every rank).
-var HierMinBytes = uintptr(core.Current().Size("SYMMEM_HIER_MIN_BYTES", 4<<20))
+var HierMinBytes = uintptr(core.Current().Size("SYMMEM_HIER_MIN_BYTES", 256<<10))
 
 // hierPlan says whether a checked collective c runs hierarchically; for an
 // explicit AlgoHierarchical that cannot, why (an error).
