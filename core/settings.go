@@ -99,6 +99,7 @@ var settingSpecs = []settingSpec{
 	{name: "SYMMEM_HIER_MIN_BYTES", kind: kindSize, doc: "smallest all-reduce run hierarchically on a group that spans machines"},
 	{name: "SYMMEM_LL_MAX_BYTES", kind: kindSize, doc: "most data per rank and peer of a low-latency collective, and the size of its buffers (0: off)"},
 	{name: "SYMMEM_LEAVE_SMS", kind: kindBool, doc: "auto runs every collective on the copy engines (copy_engine), leaving the SMs to the model"},
+	{name: "SYMMEM_CE_ALL_GATHER_MIN_BYTES", kind: kindSize, doc: "smallest all-gather per rank that auto runs on the copy engines in a group of 2 ranks (128M)"},
 	{name: "SYMMEM_CE_REDUCE_BLOCKS", kind: kindChoice, choices: []string{"1", "2", "4", "8", "16", "32", "64"}, doc: "blocks of the copy-engine reduce-scatter's and all-reduce's reduction kernel (16)"},
 	{name: "SYMMEM_COLL_UNCHECKED", kind: kindBool, doc: "collectives skip the argument agreement (measuring its cost only: disagreeing ranks then compute wrong numbers)"},
 	{name: "SYMMEM_SIGNAL_KERNEL", kind: kindBool, doc: "stream signals and barriers run as one small kernel where NVRTC is found (off: cuStreamBatchMemOp)"},

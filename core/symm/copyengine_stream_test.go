@@ -218,3 +218,44 @@ func TestCopyEngineWatchdog(t *testing.T) {
 		})
 	}
 }
+
+// auto runs an all-gather of 2 ranks on the copy engines from
+// CopyEngineAllGatherMinBytes per rank (Note [Copy-engine collectives]).
+// The stand-in driver runs no kernels, so only the copy engines can give
+// these results.
+func TestAutoAllGatherOnCopyEngines(t *testing.T) {
+	defer func(v uintptr) { coll.CopyEngineAllGatherMinBytes = v }(coll.CopyEngineAllGatherMinBytes)
+	coll.CopyEngineAllGatherMinBytes = 1024
+	errs := onTwoStreamRanks(t, "ce-auto", 20*time.Second, func(e *rankEnv, be ceStreamBackend, s core.Stream, a *alloc.Allocator) error {
+		h, fin, err := joinRendezvous(e, a, 64<<10)
+		if err != nil {
+			return err
+		}
+		defer fin()
+		out, err := a.Alloc(64<<10, s)
+		if err != nil {
+			return err
+		}
+		const n = 1000 // 4000 bytes per rank
+		in := h.bufPtrs[e.rank] + h.offset
+		for i := 0; i < n; i++ {
+			storeBits(core.Int32, in+uintptr(4*i), inputBits(core.Int32, e.rank, i, 1))
+		}
+		if err := coll.Run(h, coll.Args{Kind: core.AllGather, DType: core.Int32, Algo: core.AlgoAuto, Count: n, Out: out, Stream: s}); err != nil {
+			return err
+		}
+		if err := be.Synchronize(e.device, s); err != nil {
+			return err
+		}
+		for p := 0; p < 2; p++ {
+			for i := 0; i < n; i++ {
+				if got, want := loadBits(core.Int32, out+uintptr(4*(p*n+i))), inputBits(core.Int32, p, i, 1); got != want {
+					return fmt.Errorf("rank %d: element %d of rank %d is %#x, want %#x", e.rank, i, p, got, want)
+				}
+			}
+		}
+		return nil
+	})
+	require.NoError(t, errs[0], "rank 0")
+	require.NoError(t, errs[1], "rank 1")
+}

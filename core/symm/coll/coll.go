@@ -389,7 +389,7 @@ func plan(h *target, a Args) (*core.Collective, error) {
 		// The group's engine or the hierarchical form runs it with the
 		// caller's algo: neither uses the fields below but Kind, DType,
 		// Op, Count, Out and OutOffset (runAcross decides).
-	case wantsCopyEngine(algo):
+	case wantsCopyEngine(algo) || autoCopyEngine(h, a, inBytes):
 		algo = core.AlgoCopyEngine // Note [Copy-engine collectives]
 	case world == 1:
 		algo = core.AlgoOneShot

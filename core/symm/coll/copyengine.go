@@ -87,10 +87,19 @@ import (
 // Cost and choice: every peer chunk is one copy, in stream order, so the
 // copies of one call run one after the other on the stream's copy engine;
 // peers pull from each other at once, which is what keeps both
-// directions of every link busy. auto does not pick the mode by itself
-// (the crossovers are measured on the GPU, bench/ce_bench.py);
-// SYMMEM_LEAVE_SMS=1 makes auto pick it for every call of a group of one
-// machine. The scratch of a (group, channel) only grows and is never
+// directions of every link busy. auto picks the mode for an all-gather
+// of at least CopyEngineAllGatherMinBytes per rank in a group of 2 ranks
+// of one machine, called outside CUDA-graph capture (autoCopyEngine),
+// where it is measured faster than the SM kernel (bench/ce_bench.py on 2
+// x H200: 874-875 us against 951 us at 256 MiB, even at 64 MiB); with more
+// ranks the copies from W-1 peers run one after the other, and the SM
+// kernel reads every link at once. Captured calls keep the SM kernel,
+// whose waits are bounded on the device: a captured copy-engine call has
+// no watchdog (above). The reductions on the copy engines are slower than
+// the SM kernels at every size (2.7x at 256 MiB: the kernel of a few
+// blocks reduces at a fraction of HBM speed), so auto never picks them.
+// SYMMEM_LEAVE_SMS=1 makes auto pick the mode for every call of a group
+// of one machine. The scratch of a (group, channel) only grows and is never
 // given back while the process lives: a captured graph may still read it.
 
 // LeaveSMs says whether AlgoAuto runs every collective of a group of one
@@ -100,6 +109,29 @@ var LeaveSMs = core.Current().Bool("SYMMEM_LEAVE_SMS", false)
 // wantsCopyEngine says whether algo a runs on the copy engines.
 func wantsCopyEngine(a core.Algo) bool {
 	return a == core.AlgoCopyEngine || a == core.AlgoAuto && LeaveSMs
+}
+
+// CopyEngineAllGatherMinBytes is the smallest all-gather (bytes of each
+// rank's input) that auto runs on the copy engines in a group of 2 ranks
+// (Note [Copy-engine collectives]).
+var CopyEngineAllGatherMinBytes = uintptr(core.Current().Size("SYMMEM_CE_ALL_GATHER_MIN_BYTES", 128<<20))
+
+// autoCopyEngine says whether auto runs a on the copy engines by size:
+// an all-gather of at least CopyEngineAllGatherMinBytes per rank in a
+// group of 2, on a backend with copy engines on streams, outside
+// CUDA-graph capture. Every rank decides alike (count and world are
+// agreed; a rank that captures where its peer does not meets the other
+// protocol, and both calls fail when their bounded waits end).
+func autoCopyEngine(h *target, a Args, inBytes uintptr) bool {
+	if a.Algo != core.AlgoAuto || a.Kind != core.AllGather || h.World != 2 || inBytes < CopyEngineAllGatherMinBytes {
+		return false
+	}
+	ce, ok := h.Backend.(core.CopyEngineRunner)
+	if !ok || !h.Backend.Capabilities().StreamSignals {
+		return false
+	}
+	capturing, err := ce.Capturing(h.Device, a.Stream)
+	return err == nil && !capturing
 }
 
 // ceMaxWorld is the most ranks of a copy-engine reduction (the reduction
