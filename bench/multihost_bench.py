@@ -49,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -208,13 +209,50 @@ def launch(args, argv):
         with tempfile.TemporaryDirectory(prefix="symmem-multihost-") as tmp:
             for m in range(machines):
                 os.makedirs(os.path.join(tmp, f"machine-{m}"), mode=0o700)
+            done = os.path.join(tmp, "done")
+            os.makedirs(done)
             procs = []
             for r in range(world):
                 env = rank_env(r, layout, os.environ, tmp, port, ngpus, smoke=args.smoke, transport=args.transport)
                 env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
+                env["MULTIHOST_BENCH_DONE"] = done
                 procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + argv, env=env))
-            for p in procs:
-                rc |= p.wait()
+            rc |= wait_ranks(procs, done)
+    return rc
+
+
+EXIT_GRACE_S = 60
+
+
+def wait_ranks(procs, done):
+    """Waits for the rank processes; the status of the run. A rank writes
+    its status into done/rank-R once its figures are reported (Note
+    [Teardown across imitated machines]); ranks still running
+    EXIT_GRACE_S seconds after every rank has done so are ended (SIGKILL),
+    and their reported status counts."""
+    all_done_at = None
+    while any(p.poll() is None for p in procs):
+        if all_done_at is None and len(os.listdir(done)) == len(procs):
+            all_done_at = time.monotonic()
+        if all_done_at is not None and time.monotonic() - all_done_at > EXIT_GRACE_S:
+            stuck = [r for r, p in enumerate(procs) if p.poll() is None]
+            print(f"multihost_bench: ranks {stuck} had reported and had not exited {EXIT_GRACE_S} s later "
+                  "(torch's NCCL shutdown); ended", file=sys.stderr, flush=True)
+            for r in stuck:
+                procs[r].kill()
+                procs[r].wait()
+            break
+        time.sleep(0.2)
+    rc = 0
+    for r, p in enumerate(procs):
+        reported = os.path.join(done, f"rank-{r}")
+        if p.returncode is not None and p.returncode >= 0:
+            rc |= p.returncode
+        elif os.path.exists(reported):
+            with open(reported) as f:
+                rc |= int(f.read().strip() or 1)
+        else:
+            rc |= 1
     return rc
 
 
@@ -351,12 +389,25 @@ def rank_main(args):
                 json.dump({"world": world, "ranks": gathered, "device": torch.cuda.get_device_name(dev),
                            "nccl": ".".join(map(str, torch.cuda.nccl.version()))}, f, indent=1)
     bad = any(g["failures"] for g in gathered)
-    # libsymmem's windows and split communicators go while torch's
-    # communicator lives (symmem.torch.destroy_group), then torch's.
+    # Note [Teardown across imitated machines]
+    #
+    # libsymmem's part of the group goes first (symmem.torch.destroy_group),
+    # then torch's. Across imitated machines (NCCL_HOSTID apart, so NCCL
+    # runs its socket transport between them), torch's NCCL shutdown after
+    # CUDA-graph-captured NCCL calls (destroy_process_group) did not return
+    # on any rank on 4 x H200, also when the only implementation timed was
+    # plain NCCL. So each rank reports its status
+    # to the launcher before the teardown, and the launcher ends ranks that
+    # have not exited a minute after every rank has reported (wait_ranks).
+    rc = 1 if bad else 0
+    done = os.environ.get("MULTIHOST_BENCH_DONE")
+    if done:
+        with open(os.path.join(done, f"rank-{rank}"), "w") as f:
+            f.write(str(rc))
     st.destroy_group(pg)
     dist.barrier()
     dist.destroy_process_group()
-    return 1 if bad else 0
+    return rc
 
 
 def nccl_pool_tensors(torch, dist, pg, maxb, dev):

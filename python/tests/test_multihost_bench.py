@@ -108,3 +108,38 @@ def test_table(mb):
     assert "1 MiB" in failed and "30.00" in failed and failed.rstrip().endswith("-")
     # all_reduce rows come before all_gather rows.
     assert lines.index(ours) < lines.index(failed)
+
+
+def test_ranks_that_reported_and_hang_are_ended(mb, tmp_path, monkeypatch):
+    """Note [Teardown across imitated machines]: a rank that reported its
+    status and then never exits is ended after the grace period, and its
+    reported status counts; a rank that exits keeps its own status."""
+    import subprocess
+    import sys
+    import time
+
+    monkeypatch.setattr(mb, "EXIT_GRACE_S", 0.5)
+    done = tmp_path / "done"
+    done.mkdir()
+
+    def rank(r, status, then):
+        code = f"open({str(done / f'rank-{r}')!r}, 'w').write('{status}'); {then}"
+        return subprocess.Popen([sys.executable, "-c", code])
+
+    t0 = time.monotonic()
+    procs = [rank(0, 0, "import time; time.sleep(600)"), rank(1, 0, "pass")]
+    assert mb.wait_ranks(procs, str(done)) == 0
+    assert time.monotonic() - t0 < 30
+    assert procs[0].returncode == -9 and procs[1].returncode == 0
+
+    for f in done.iterdir():
+        f.unlink()
+    procs = [rank(0, 1, "import time; time.sleep(600)"), rank(1, 0, "pass")]
+    assert mb.wait_ranks(procs, str(done)) == 1  # rank 0 reported a failure
+
+    for f in done.iterdir():
+        f.unlink()
+    # A rank that dies before reporting fails the run; nobody is ended
+    # before every rank has reported.
+    procs = [subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"]), rank(1, 0, "pass")]
+    assert mb.wait_ranks(procs, str(done)) == 3
