@@ -74,7 +74,7 @@ func New(o Options) (*Group, error) {
 	if cg != nil {
 		g.comm, g.cg = o.Comm, cg
 		if !o.NoWindows {
-			g.wins = newNCCLWindows(o.Comm, cg, o.Name, alloc)
+			g.wins = newNCCLWindows(o.Comm, cg, o.Name, g.rank, g.shareVerdict, alloc)
 		}
 	}
 	g.span = newSpan(&g.teams, g.comm, g.cg)
@@ -260,13 +260,4 @@ func (g *Group) exchangePads(localErr error, tr *phaseTrace) error {
 	gm.abort.setRegion(p)
 	gm.watchPeers(p.addr[gm.rank] + p.size)
 	return nil
-}
-
-// pathsFor is the descriptor paths of a group with teams t.
-func pathsFor(t *teams) []descriptorPath {
-	paths := []descriptorPath{socketPath{}}
-	if t.fabricSpan {
-		paths = append(paths, fabricPath{})
-	}
-	return paths
 }

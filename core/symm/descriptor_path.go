@@ -29,3 +29,22 @@ type descriptorPath interface {
 	// resume is this path's part of a resumeCall.
 	resume(c *resumeCall) error
 }
+
+// socketPath carries descriptors over this machine's Unix sockets
+// (SCM_RIGHTS), between the ranks of our team on our machine (bySocket);
+// every group has it. Its steps are in sockets_path.go.
+type socketPath struct{}
+
+// fabricPath carries fabric handles through the group's all-gather, between
+// the ranks of a team on different machines (crossTeam); groups where
+// t.fabricSpan have it, after socketPath. Its steps are in fabric_path.go.
+type fabricPath struct{}
+
+// pathsFor is the descriptor paths of a group with teams t.
+func pathsFor(t *teams) []descriptorPath {
+	paths := []descriptorPath{socketPath{}}
+	if t.fabricSpan {
+		paths = append(paths, fabricPath{})
+	}
+	return paths
+}

@@ -6,10 +6,8 @@ import (
 	"github.com/libsymmem/libsymmem/core"
 )
 
-// fabricPath carries fabric handles through the group's all-gather, between
-// the ranks of a team on different machines (crossTeam); groups where
-// g.fabricSpan have it, after socketPath (Note [Descriptor paths]).
-type fabricPath struct{}
+// fabricPath (Note [Descriptor paths]): fabric handles through the
+// group's all-gather.
 
 // exchange: the phase fabric of Note [Descriptor exchange phases]; this
 // rank's failure goes to the verdict.

@@ -104,9 +104,7 @@ type Group struct {
 	// is fixed from then on (a failed one, e.g. on a pad-size mismatch,
 	// leaves it open to be corrected).
 	rendezvoused bool
-	// rdv is the rendezvous in progress; scratch what rendezvous reuse
-	// (rendezvousScratch).
-	rdv     rendezvousCall
+	// scratch is what rendezvous reuse (rendezvousScratch).
 	scratch rendezvousScratch
 	// exchanges counts rendezvous that passed descriptors (tests check that
 	// a rendezvous on an already mapped segment does not).
@@ -326,3 +324,7 @@ func commOptions(o *Options) error {
 	}
 	return nil
 }
+
+// WindowCounts reports how many windows the group registered and
+// deregistered, and how many it holds.
+func (g *Group) WindowCounts() (registered, deregistered, live int) { return g.wins.counts() }

@@ -286,7 +286,11 @@ func (c *pauseCall) prepare() error {
 // releaseImports unmaps and releases our imports of the peers' segments
 // of the lists.
 func (c *pauseCall) releaseImports() {
-	if err := c.gm.peers.pauseImports(c.recs); err != nil && c.localErr == nil {
+	segs := make([][]alloc.SegmentInfo, len(c.recs))
+	for p := range c.recs {
+		segs[p] = c.recs[p].segs
+	}
+	if err := c.gm.peers.pauseImports(segs); err != nil && c.localErr == nil {
 		c.localErr = err
 	}
 }
@@ -390,7 +394,11 @@ func (c *resumeCall) run() error {
 	}
 	// The memory is back everywhere; a failure to register a window again
 	// leaves it so (the next rendezvous on the segment registers it).
-	return g.wins.resume(c)
+	wins := make([][]uint64, len(c.recs))
+	for r := range c.recs {
+		wins[r] = c.recs[r].wins
+	}
+	return g.wins.resume(what, c.segs, wins)
 }
 
 // list fills our record: the tag's paused segments, the paused imports we

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/alloc"
 	"github.com/libsymmem/libsymmem/core/lockrank"
 )
 
@@ -123,18 +124,19 @@ func (t *peerMappings) dropLocked(m *peerMap) error {
 }
 
 // pauseImports is step 3 of a collective pause for the peers' memory:
-// every live mapping of a peer's segment that a rank's record lists (same
-// ID) is unmapped and released, its range kept (Note [Collective pause]).
+// every live mapping of a peer's segment that segs[peer] lists (the
+// segments of the tag in that rank's record; same ID) is unmapped and
+// released, its range kept (Note [Collective pause]).
 // An unmap that fails leaves the mapping live (not paused); a release that
 // fails leaks the memory of a mapping that is paused all the same. The
 // first failure is returned; the others are tried.
-func (t *peerMappings) pauseImports(recs []tagRecord) error {
+func (t *peerMappings) pauseImports(segs [][]alloc.SegmentInfo) error {
 	o := t.ops
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var first error
-	for p := range recs {
-		for _, s := range recs[p].segs {
+	for p := range segs {
+		for _, s := range segs[p] {
 			m := t.maps[mapKey{p, s.HeapOff}]
 			if p == o.rank || m == nil || m.id != s.ID || m.paused {
 				continue

@@ -279,3 +279,27 @@ func firstFailure(group, what string, sts []status) error {
 	}
 	return &core.Error{Code: sts[r].code, Msg: msg}
 }
+
+// rendezvousScratch is what a rendezvous reuses from one call to the next,
+// so that a rendezvous again on the same buffer allocates little beyond its
+// handle: guarded by g.coll, and nothing in it outlives the call that
+// filled it (the handle copies what it keeps).
+type rendezvousScratch struct {
+	enc    []byte        // our record, encoded
+	raw    [][]byte      // every rank's record as it arrived (ipc.ReusingExchange)
+	recs   []blockRecord // every rank's record, decoded
+	held   []uint64      // the records' held arrays, world by world, then ours
+	pinned []*peerMap    // the call's pinned peer mappings
+}
+
+// reset sizes the scratch for world ranks and clears what a call reads
+// before it writes.
+func (sc *rendezvousScratch) reset(world int) *rendezvousScratch {
+	if len(sc.recs) != world {
+		*sc = rendezvousScratch{raw: make([][]byte, world), recs: make([]blockRecord, world),
+			held: make([]uint64, (world+1)*world), pinned: make([]*peerMap, world)}
+	}
+	clear(sc.held[world*world:])
+	clear(sc.pinned)
+	return sc
+}

@@ -22,12 +22,8 @@ func (g *Group) Rendezvous(ptr uintptr) (*Handle, error) {
 	if err := g.usable("rendezvous"); err != nil {
 		return nil, err
 	}
-	// The call's state is the group's, reused (g.coll held), and cleared
-	// after the call so that it keeps nothing alive.
-	c := &g.rdv
-	*c = rendezvousCall{g: g, gm: g.gm, ptr: ptr}
+	c := &rendezvousCall{g: g, gm: g.gm, ptr: ptr}
 	h, err := c.run()
-	*c = rendezvousCall{}
 	return h, g.settle("rendezvous", err)
 }
 
@@ -85,30 +81,6 @@ type rendezvousCall struct {
 	needPads  bool       // the pads were never exchanged: the exchange passes them
 	fresh     []*peerMap // segments mapped by this call
 	succeeded bool
-}
-
-// rendezvousScratch is what a rendezvous reuses from one call to the next,
-// so that a rendezvous again on the same buffer allocates little beyond its
-// handle: guarded by g.coll, and nothing in it outlives the call that
-// filled it (the handle copies what it keeps).
-type rendezvousScratch struct {
-	enc    []byte        // our record, encoded
-	raw    [][]byte      // every rank's record as it arrived (ipc.ReusingExchange)
-	recs   []blockRecord // every rank's record, decoded
-	held   []uint64      // the records' held arrays, world by world, then ours
-	pinned []*peerMap    // rendezvousCall.pinned
-}
-
-// reset sizes the scratch for world ranks and clears what a call reads
-// before it writes.
-func (sc *rendezvousScratch) reset(world int) *rendezvousScratch {
-	if len(sc.recs) != world {
-		*sc = rendezvousScratch{raw: make([][]byte, world), recs: make([]blockRecord, world),
-			held: make([]uint64, (world+1)*world), pinned: make([]*peerMap, world)}
-	}
-	clear(sc.held[world*world:])
-	clear(sc.pinned)
-	return sc
 }
 
 // run is the driver of Note [Rendezvous phases].
@@ -281,7 +253,11 @@ func (c *rendezvousCall) verdict() error {
 // window registers the segment as a window of the group's engine, where
 // its group has windows (Note [Window registration]), before anything is
 // mapped, so that a failure here leaves nothing to undo.
-func (c *rendezvousCall) window() error { return c.g.wins.register(c) }
+func (c *rendezvousCall) window() error {
+	x, err := c.g.wins.register(c.info.Segment, c.recs, c.tr)
+	c.win = x
+	return err
+}
 
 // need(r, p): rank r lacks peer p's current segment, and p is on r's
 // machine (Note [Local teams]: remote ranks are never mapped).
@@ -334,11 +310,15 @@ func (c *rendezvousCall) makeHandle() {
 // peers' windows (NCCL >= 2.29; Note [Window registration]): a collective
 // check whose failure releases the handle on every rank.
 func (c *rendezvousCall) checkPeers() (*Handle, error) {
-	if err := c.g.wins.attach(c); err != nil {
-		c.h.Release()
+	h, info := c.h, c.info
+	if c.win != nil {
+		h.window, h.windowOffset = c.win, c.ptr-info.Segment.Addr
+	}
+	if err := c.g.wins.checkPeers(c.win, info.Addr-info.Segment.Addr, h.bufPtrs, h.bufSize, c.tr); err != nil {
+		h.Release()
 		return nil, err
 	}
-	return c.h, nil
+	return h, nil
 }
 
 // dropStalePeerPads: when the ranks' pads differ in size or in whether they

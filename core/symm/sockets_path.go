@@ -8,10 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// socketPath carries descriptors over this machine's Unix sockets
-// (SCM_RIGHTS), between the ranks of our team on our machine (bySocket);
-// every group has it (Note [Descriptor paths]).
-type socketPath struct{}
+// socketPath (Note [Descriptor paths]): descriptors over Unix sockets.
 
 // exchange: the phases export, send and mapArrived of Note [Descriptor
 // exchange phases]; a failure of send that every rank saw ends the call.

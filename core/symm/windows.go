@@ -58,23 +58,28 @@ type windowRegistry interface {
 	// held is blockRecord.winHeld for seg: 1 + its ID where this rank holds
 	// the segment's window, else 0.
 	held(seg alloc.SegmentInfo) uint64
-	// register is the rendezvous' window phase (Note [Rendezvous phases]):
-	// every rank holds a window for the call's segment, or every rank
-	// fails alike. It sets c.win (nil where the group has no windows).
-	register(c *rendezvousCall) error
-	// attach gives the handle its window and checks NCCL's view of the
-	// peers (NCCL >= 2.29), collectively: the rendezvous' checkPeers phase.
-	attach(c *rendezvousCall) error
+	// register is the rendezvous' window phase (Note [Rendezvous phases])
+	// for seg, from every rank's record of the call: every rank holds a
+	// window for the segment, or every rank fails alike. It returns our
+	// window (nil where the group has no windows).
+	register(seg alloc.SegmentInfo, recs []blockRecord, tr *phaseTrace) (*window, error)
+	// checkPeers compares NCCL's view of the peers' blocks through window
+	// x (the block at blockOff in its segment) with the handle's mappings
+	// bufPtrs (NCCL >= 2.29), collectively: the rendezvous' checkPeers
+	// phase.
+	checkPeers(x *window, blockOff uintptr, bufPtrs []uintptr, bufSize uintptr, tr *phaseTrace) error
 	// pause runs commit, the release of the memory of segs; on a failure
 	// it returns commit's error with what became of each segment's window.
 	pause(segs []alloc.SegmentInfo, commit func() error) error
 	// paused lists the heap offsets of segs whose window a pause
-	// deregistered (tagRecord.wins).
+	// deregistered (the wins of our resume record).
 	paused(segs []alloc.SegmentInfo) []uint64
 	// resume registers again, collectively, what the pause deregistered
-	// on any rank (the resume's windows phase, Note [Resume phases]),
-	// replacing a window that a failed pause left registered on a rank.
-	resume(c *resumeCall) error
+	// on any rank (wins[r]: the heap offsets in rank r's resume record) of
+	// our segments segs (the resume's windows phase, Note [Resume
+	// phases]), replacing a window that a failed pause left registered on
+	// a rank; what names the call in errors.
+	resume(what string, segs []alloc.SegmentInfo, wins [][]uint64) error
 	// counts are Group.WindowCounts.
 	counts() (registered, deregistered, live int)
 	// close deregisters every window the group holds (Destroy).
@@ -84,18 +89,16 @@ type windowRegistry interface {
 // noWindows is the registry of groups without windows.
 type noWindows struct{}
 
-func (noWindows) held(alloc.SegmentInfo) uint64                          { return 0 }
-func (noWindows) register(*rendezvousCall) error                         { return nil }
-func (noWindows) attach(*rendezvousCall) error                           { return nil }
-func (noWindows) pause(_ []alloc.SegmentInfo, commit func() error) error { return commit() }
-func (noWindows) paused([]alloc.SegmentInfo) []uint64                    { return nil }
-func (noWindows) resume(*resumeCall) error                               { return nil }
-func (noWindows) counts() (registered, deregistered, live int)           { return 0, 0, 0 }
-func (noWindows) close() error                                           { return nil }
-
-// WindowCounts reports how many windows the group registered and
-// deregistered, and how many it holds.
-func (g *Group) WindowCounts() (registered, deregistered, live int) { return g.wins.counts() }
+func (noWindows) held(alloc.SegmentInfo) uint64 { return 0 }
+func (noWindows) register(alloc.SegmentInfo, []blockRecord, *phaseTrace) (*window, error) {
+	return nil, nil
+}
+func (noWindows) checkPeers(*window, uintptr, []uintptr, uintptr, *phaseTrace) error { return nil }
+func (noWindows) pause(_ []alloc.SegmentInfo, commit func() error) error             { return commit() }
+func (noWindows) paused([]alloc.SegmentInfo) []uint64                                { return nil }
+func (noWindows) resume(string, []alloc.SegmentInfo, [][]uint64) error               { return nil }
+func (noWindows) counts() (registered, deregistered, live int)                       { return 0, 0, 0 }
+func (noWindows) close() error                                                       { return nil }
 
 // window is a segment of ours registered with the communicator. win is
 // the ncclWindow_t, 0 while the segment is paused or once it is released
@@ -123,9 +126,13 @@ type ncclWindows struct {
 	comm Communicator
 	cg   *commGather
 	name string
-	a    *alloc.Allocator // the group's, whose segments the windows hold
-	mu   lockrank.Mutex[lockrank.Windows]
-	m    map[uint64]*window
+	rank int
+	// verdict shares a collective step's outcome with every rank
+	// (Group.shareVerdict).
+	verdict func(what string, localErr error) error
+	a       *alloc.Allocator // the group's, whose segments the windows hold
+	mu      lockrank.Mutex[lockrank.Windows]
+	m       map[uint64]*window
 	// pausedWins holds the windows of segments that a pause deregistered
 	// with their memory (the release hook, told the release is a pause's),
 	// by heap offset, until the resume registers them again in the same
@@ -138,8 +145,8 @@ type ncclWindows struct {
 
 // newNCCLWindows is the registry of a group over comm, whose windows go
 // before the memory that a's release hook is told about.
-func newNCCLWindows(comm Communicator, cg *commGather, name string, a *alloc.Allocator) *ncclWindows {
-	w := &ncclWindows{comm: comm, cg: cg, name: name, a: a, m: map[uint64]*window{}, pausedWins: map[uint64]*window{}}
+func newNCCLWindows(comm Communicator, cg *commGather, name string, rank int, verdict func(string, error) error, a *alloc.Allocator) *ncclWindows {
+	w := &ncclWindows{comm: comm, cg: cg, name: name, rank: rank, verdict: verdict, a: a, m: map[uint64]*window{}, pausedWins: map[uint64]*window{}}
 	w.removeHook = a.AddReleaseHook(w.onSegmentRelease)
 	return w
 }
@@ -253,21 +260,19 @@ func (w *ncclWindows) close() error {
 
 // register makes sure every rank holds a window for the rendezvous'
 // segment (Note [NCCL groups]), before anything is mapped, so that a
-// failure here leaves nothing to undo; collective, g.coll held. It sets
-// our window in c.win and shares the verdict.
-func (w *ncclWindows) register(c *rendezvousCall) error {
-	g, info, recs := c.g, c.info, c.recs
-	seg := info.Segment
+// failure here leaves nothing to undo; collective, g.coll held. It
+// shares the verdict and returns our window.
+func (w *ncclWindows) register(seg alloc.SegmentInfo, recs []blockRecord, tr *phaseTrace) (*window, error) {
 	need := false
 	for r := range recs {
 		need = need || recs[r].winHeld != recs[r].segID+1
 	}
 	if !need {
 		w.mu.Lock()
-		c.win = w.m[seg.HeapOff]
+		x := w.m[seg.HeapOff]
 		w.mu.Unlock()
-		c.tr.mark("nccl-window")
-		return nil
+		tr.mark("nccl-window")
+		return x, nil
 	}
 	var localErr error
 	w.mu.Lock()
@@ -282,10 +287,10 @@ func (w *ncclWindows) register(c *rendezvousCall) error {
 		return err
 	})
 	if core.CodeOf(err) == core.ErrTimeout {
-		return err
+		return nil, err
 	}
 	if localErr == nil && err != nil {
-		localErr = core.Errorf(core.CodeOf(err), "rank %d: registering its segment at %#x (%d bytes) as a window: %v", g.rank, seg.Addr, seg.Size, err)
+		localErr = core.Errorf(core.CodeOf(err), "rank %d: registering its segment at %#x (%d bytes) as a window: %v", w.rank, seg.Addr, seg.Size, err)
 	}
 	var x *window
 	if err == nil {
@@ -304,7 +309,7 @@ func (w *ncclWindows) register(c *rendezvousCall) error {
 		}
 		w.mu.Unlock()
 	}
-	if err := g.shareVerdict("rendezvous (NCCL window registration)", localErr); err != nil {
+	if err := w.verdict("rendezvous (NCCL window registration)", localErr); err != nil {
 		if x != nil && localErr == nil {
 			w.mu.Lock()
 			if w.m[seg.HeapOff] == x {
@@ -312,58 +317,50 @@ func (w *ncclWindows) register(c *rendezvousCall) error {
 			}
 			w.mu.Unlock()
 		}
-		return err
+		return nil, err
 	}
-	c.win = x
-	c.tr.mark("nccl-window")
-	return nil
+	tr.mark("nccl-window")
+	return x, nil
 }
 
-// attach gives the handle our window and compares, for every peer, the
-// first bytes of its block through NCCL's peer pointer with the same bytes
-// through our mapping (NCCL >= 2.29; Note [NCCL groups]). Collective when
-// supported.
-func (w *ncclWindows) attach(c *rendezvousCall) error {
-	h, info := c.h, c.info
-	if c.win == nil {
+// checkPeers compares, for every peer, the first bytes of its block
+// through NCCL's peer pointer of window x with the same bytes through our
+// mapping (NCCL >= 2.29; Note [NCCL groups]). Collective when supported.
+func (w *ncclWindows) checkPeers(x *window, blockOff uintptr, bufPtrs []uintptr, bufSize uintptr, tr *phaseTrace) error {
+	if x == nil {
 		return nil
 	}
-	h.window, h.windowOffset = c.win, c.ptr-info.Segment.Addr
-	if err := w.checkPeerPointers(c, c.win.win.Load(), info.Addr-info.Segment.Addr); err != nil {
-		return err
-	}
-	c.tr.mark("nccl-peer-check")
-	return nil
-}
-
-// checkPeerPointers is attach's check of NCCL's view of the peers.
-func (w *ncclWindows) checkPeerPointers(c *rendezvousCall, win, blockOff uintptr) error {
-	g, h := c.g, c.h
-	if _, ok, _ := w.comm.PeerPointer(win, blockOff, g.rank); !ok {
+	win := x.win.Load()
+	if _, ok, _ := w.comm.PeerPointer(win, blockOff, w.rank); !ok {
+		tr.mark("nccl-peer-check")
 		return nil
 	}
-	n := min(h.bufSize, 4096)
+	n := min(bufSize, 4096)
 	var localErr error
 	ours := make([]byte, n)
 	theirs := make([]byte, n)
-	for p := 0; p < g.world && localErr == nil; p++ {
+	for p := 0; p < len(bufPtrs) && localErr == nil; p++ {
 		ptr, _, err := w.comm.PeerPointer(win, blockOff, p)
 		if err != nil {
-			localErr = core.Errorf(core.CodeOf(err), "rank %d: NCCL's pointer to rank %d's window: %v", g.rank, p, err)
+			localErr = core.Errorf(core.CodeOf(err), "rank %d: NCCL's pointer to rank %d's window: %v", w.rank, p, err)
 			break
 		}
-		if ptr == 0 || h.bufPtrs[p] == 0 {
+		if ptr == 0 || bufPtrs[p] == 0 {
 			continue // not reachable by load/store in NCCL's view, or on another machine (Note [Local teams])
 		}
-		if err := errors.Join(w.cg.readBytes(ours, h.bufPtrs[p]), w.cg.readBytes(theirs, ptr)); err != nil {
-			localErr = core.Errorf(core.CodeOf(err), "rank %d: reading rank %d's block: %v", g.rank, p, err)
+		if err := errors.Join(w.cg.readBytes(ours, bufPtrs[p]), w.cg.readBytes(theirs, ptr)); err != nil {
+			localErr = core.Errorf(core.CodeOf(err), "rank %d: reading rank %d's block: %v", w.rank, p, err)
 			break
 		}
 		if !bytes.Equal(ours, theirs) {
-			localErr = core.Errorf(core.ErrMismatch, "rank %d: NCCL's view of rank %d's window (%#x) holds other bytes than libsymmem's mapping of its block (%#x): the window is not the rendezvoused buffer", g.rank, p, ptr, h.bufPtrs[p])
+			localErr = core.Errorf(core.ErrMismatch, "rank %d: NCCL's view of rank %d's window (%#x) holds other bytes than libsymmem's mapping of its block (%#x): the window is not the rendezvoused buffer", w.rank, p, ptr, bufPtrs[p])
 		}
 	}
-	return g.shareVerdict("rendezvous (checking NCCL's peer pointers)", localErr)
+	if err := w.verdict("rendezvous (checking NCCL's peer pointers)", localErr); err != nil {
+		return err
+	}
+	tr.mark("nccl-peer-check")
+	return nil
 }
 
 // resume registers again, collectively, the windows that the pause of our
@@ -371,11 +368,10 @@ func (w *ncclWindows) checkPeerPointers(c *rendezvousCall, win, blockOff uintptr
 // from the resume records), and shares the verdict. A rank whose failed
 // pause kept a segment's window registers it too (the window is
 // collective, and its peers' parts are gone) and deregisters the kept one.
-func (w *ncclWindows) resume(c *resumeCall) error {
-	g, what, segs, recs := c.g, c.what, c.segs, c.recs
+func (w *ncclWindows) resume(what string, segs []alloc.SegmentInfo, wins [][]uint64) error {
 	var offs []uint64
-	for _, r := range recs {
-		for _, off := range r.wins {
+	for _, r := range wins {
+		for _, off := range r {
 			if !slices.Contains(offs, off) {
 				offs = append(offs, off)
 			}
@@ -389,7 +385,7 @@ func (w *ncclWindows) resume(c *resumeCall) error {
 	for _, off := range offs {
 		i := slices.IndexFunc(segs, func(s alloc.SegmentInfo) bool { return s.HeapOff == off })
 		if i < 0 {
-			localErr = core.Errorf(core.ErrInternal, "rank %d: no segment of the tag at heap offset %#x to register", g.rank, off)
+			localErr = core.Errorf(core.ErrInternal, "rank %d: no segment of the tag at heap offset %#x to register", w.rank, off)
 			break // the verdict fails every rank before it registers more
 		}
 		s := segs[i]
@@ -401,7 +397,7 @@ func (w *ncclWindows) resume(c *resumeCall) error {
 		})
 		if err != nil {
 			if localErr == nil {
-				localErr = core.Errorf(core.CodeOf(err), "rank %d: registering its resumed segment at %#x (%d bytes) as a window again: %v", g.rank, s.Addr, s.Size, err)
+				localErr = core.Errorf(core.CodeOf(err), "rank %d: registering its resumed segment at %#x (%d bytes) as a window again: %v", w.rank, s.Addr, s.Size, err)
 			}
 			if core.CodeOf(err) == core.ErrTimeout {
 				return localErr
@@ -426,10 +422,10 @@ func (w *ncclWindows) resume(c *resumeCall) error {
 			// window replaces it, in the value the handles hold.
 			w.deregistered++
 			if err := w.comm.DeregisterWindow(old); err != nil && localErr == nil {
-				localErr = core.Errorf(core.CodeOf(err), "rank %d: its segment at %#x has its new window, but the one a failed pause left registered could not be deregistered (it stays registered, unused): %v", g.rank, s.Addr, err)
+				localErr = core.Errorf(core.CodeOf(err), "rank %d: its segment at %#x has its new window, but the one a failed pause left registered could not be deregistered (it stays registered, unused): %v", w.rank, s.Addr, err)
 			}
 		}
 		w.mu.Unlock()
 	}
-	return g.shareVerdict(what+" (NCCL windows)", localErr)
+	return w.verdict(what+" (NCCL windows)", localErr)
 }
