@@ -28,7 +28,10 @@ def _own_budget():
     yield
 
 
-def test_copy_engine_collectives_two_gpus(tmp_path):
+def test_copy_engine_collectives_two_gpus(tmp_path, monkeypatch):
+    # auto takes the copy engines for uncaptured all-gathers of 2 ranks
+    # from this size per rank on.
+    monkeypatch.setenv("SYMMEM_CE_ALL_GATHER_MIN_BYTES", "1M")
     records = tsg.launch("ce_check.py", "two_gpus", tmp_path, str(64 << 20))
     for rec in records:
         res = rec["result"]
@@ -50,6 +53,11 @@ def test_copy_engine_collectives_two_gpus(tmp_path):
         assert act["all_reduce"]["kernels"] == ["symmem_ce_reduce_bfloat16_sum"], act["all_reduce"]
         assert act["all_reduce"]["copies"] == world - 1, act["all_reduce"]
         assert act["all_gather_sm"]["kernels"] == ["symmem_all_gather"], act["all_gather_sm"]
+        auto = act["all_gather_auto"]
+        if world == 2:
+            assert auto["kernels"] == [] and auto["copies"] == world, auto
+        else:
+            assert auto["kernels"] == ["symmem_all_gather"], auto
 
 
 def test_fsdp_overlap_example_under_torchrun(tmp_path):

@@ -297,6 +297,9 @@ def body(ctx):
         "all_to_all": gpu_activity(lambda: h.all_to_all("bfloat16", m // W, local.data_ptr(), ctx.cur(), sm_free=True)),
         "all_reduce": gpu_activity(lambda: h.all_reduce("bfloat16", "sum", m, local.data_ptr(), ctx.cur(), sm_free=True)),
         "all_gather_sm": gpu_activity(lambda: h.all_gather("bfloat16", m, local.data_ptr(), ctx.cur(), algo="one_shot")),
+        # auto, uncaptured, from SYMMEM_CE_ALL_GATHER_MIN_BYTES per rank
+        # (the test sets it to 1 MiB): the copy engines at 2 ranks.
+        "all_gather_auto": gpu_activity(lambda: h.all_gather("bfloat16", m, local.data_ptr(), ctx.cur())),
     }
     ctx.wait_gpu("the end")
     out.update(checked=checked, failures=failures[:10], device_error=h.device_error(), kernels=info)
