@@ -57,8 +57,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
-NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-os.environ.update(NO_MULTICAST)
+from bench_common import NO_MULTICAST, environment, peer_copy  # noqa: E402 - multicast off for every process
 # torch's NVSHMEM heap holds its inputs, outputs and split tensors, and
 # the MoE case's: more than NVSHMEM's 1 GiB default.
 os.environ.setdefault("NVSHMEM_SYMMETRIC_SIZE", str(4 << 30))
@@ -141,28 +140,6 @@ def torch_symm(torch, dist, gname, rank):
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def peer_copy(torch, dist, rank, world, dev, nbytes):
-    """GB/s of a copy_ from GPU 1 into GPU 0 on rank 0 (cudaMemcpyPeer),
-    median of 5; None with fewer than 2 GPUs."""
-    result = None
-    if rank == 0 and world > 1 and torch.cuda.device_count() > 1:
-        src = torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", 1)).fill_(1)
-        dst = torch.empty(nbytes, dtype=torch.uint8, device=dev)
-        dst.copy_(src)
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(5):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            dst.copy_(src)
-            b.record()
-            b.synchronize()
-            ts.append(a.elapsed_time(b) / 1e3)
-        result = {"bytes": nbytes, "GBps": nbytes / statistics.median(ts) / 1e9}
-        print(f"peer copy (GPU 1 -> GPU 0, {kib(nbytes)}): {result['GBps']:.1f} GB/s", flush=True)
-        del src, dst
-    dist.barrier()
-    return result
 
 
 def size_rows(torch, dist, st, symm_mem, gname, rank, world, dev, max_mib, min_kib, eager_max_kib, only):
@@ -354,26 +331,6 @@ def _fmt(v):
     return "-" if v is None else (f"{v:.2f}" if v < 100 else f"{v:.1f}")
 
 
-def environment(torch):
-    def run(*cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd=ROOT).stdout.strip()
-        except Exception:  # noqa: BLE001
-            return ""
-
-    import symmem
-
-    nccl = torch.cuda.nccl.version() if hasattr(torch.cuda, "nccl") else None
-    return {
-        "commit": os.environ.get("BENCH_COMMIT") or run("git", "rev-parse", "--short", "HEAD") or "unknown",
-        "device": torch.cuda.get_device_name(0),
-        "devices": torch.cuda.device_count(),
-        "driver": run("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").splitlines()[:1],
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl),
-        "libsymmem": getattr(symmem, "__version__", "?"),
-    }
 
 
 def rank_main(rank, world, port, path, a):

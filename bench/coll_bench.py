@@ -38,8 +38,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
-NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-os.environ.update(NO_MULTICAST)
+from bench_common import environment, peer_copy  # noqa: E402 - also turns NVLink multicast off for every process
 
 ITERS = 20
 REPS = 21
@@ -117,52 +116,8 @@ def eager_rows(torch, dist, st, symm_mem, gname, rank, world, dev, max_kib):
     return rows
 
 
-def peer_copy_floor(torch, dist, rank, world, dev, nbytes):
-    """The pairwise peer-copy bandwidth (GB/s, one direction): rank 0 copies
-    nbytes from a buffer on GPU 1 into its own with copy_ (cudaMemcpyPeer),
-    median of 5 after a warm-up; None on one GPU."""
-    result = None
-    if rank == 0 and world > 1 and torch.cuda.device_count() > 1:
-        src = torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", 1)).fill_(1)
-        dst = torch.empty(nbytes, dtype=torch.uint8, device=dev)
-        dst.copy_(src)
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(5):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            dst.copy_(src)
-            b.record()
-            b.synchronize()
-            ts.append(a.elapsed_time(b) / 1e3)
-        result = {"bytes": nbytes, "GBps": nbytes / statistics.median(ts) / 1e9}
-        print(f"peer copy (GPU 1 -> GPU 0, {nbytes} B): {result['GBps']:.1f} GB/s", flush=True)
-        del src, dst
-    dist.barrier()
-    return result
 
 
-def environment(torch):
-    """What the figures were taken on: commit, device, driver, versions."""
-    def run(*cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd=ROOT).stdout.strip()
-        except Exception:  # noqa: BLE001
-            return ""
-
-    import symmem
-
-    nccl = torch.cuda.nccl.version() if hasattr(torch.cuda, "nccl") else None
-    return {
-        "commit": os.environ.get("BENCH_COMMIT") or run("git", "rev-parse", "--short", "HEAD") or "unknown",
-        "device": torch.cuda.get_device_name(0),
-        "devices": torch.cuda.device_count(),
-        "driver": run("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").splitlines()[:1],
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl),
-        "libsymmem": getattr(symmem, "__version__", "?"),
-    }
 
 
 def rank_main(rank, world, port, max_mib, out_path, min_kib=4, only="", eager_max_kib=0):
@@ -267,7 +222,7 @@ def rank_main(rank, world, port, max_mib, out_path, min_kib=4, only="", eager_ma
             if rank == 0 and us is not None:
                 print(f"{coll:15s} {impl:28s} {size:>10d} B {us:9.2f} us {rows[-1]['busbw_GBps']:8.1f} GB/s", flush=True)
     eager = eager_rows(torch, dist, st, symm_mem, gname, rank, world, dev, eager_max_kib) if eager_max_kib else []
-    floor = peer_copy_floor(torch, dist, rank, world, dev, maxb) if rank == 0 or world > 1 else None
+    floor = peer_copy(torch, dist, rank, world, dev, maxb) if rank == 0 or world > 1 else None
     err = h.device_error()
     h.release()
     if rank == 0:
