@@ -165,6 +165,41 @@ def first_mismatch(torch, got, want) -> Optional[Dict[str, Any]]:
     }
 
 
+def rank_inputs(torch, dev, world: int, dt, n: int, case: int) -> list:
+    """Every rank's input of a collective check: n elements of dt for each
+    of world ranks, the same on every rank (seeded by case and rank)."""
+    xs = []
+    for r in range(world):
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(case * 1000 + r)
+        if dt == torch.int32:
+            xs.append(torch.randint(-(2**31), 2**31 - 1, (n,), generator=gen, device=dev, dtype=torch.int32))
+        else:
+            xs.append((torch.randn(n, generator=gen, device=dev) * 3).to(dt))
+    return xs
+
+
+def reduce_reference(torch, xs: list, op: str, dt):
+    """The reduction of xs in rank order as the library's kernels compute it:
+    int32 sums wrap, 16-bit floats accumulate in fp32 and round once."""
+    if dt == torch.int32:
+        acc = xs[0].to(torch.int64)
+        for x in xs[1:]:
+            acc = {"sum": acc + x, "max": torch.maximum(acc, x.to(torch.int64)), "min": torch.minimum(acc, x.to(torch.int64))}[op]
+        if op == "sum":
+            acc = (acc + 2**31) % 2**32 - 2**31
+        return acc.to(torch.int32)
+    acc = xs[0].float()
+    for x in xs[1:]:
+        acc = {"sum": acc + x.float(), "max": torch.maximum(acc, x.float()), "min": torch.minimum(acc, x.float())}[op]
+    return acc.to(dt)
+
+
+def typed_view(torch, base, offset: int, dt, n: int):
+    """n elements of dt at byte offset of the uint8 tensor base."""
+    return base[offset : offset + n * torch.tensor([], dtype=dt).element_size()].view(dt)
+
+
 def pad_mismatches(ctx, h, me: int, world: int, counts: Dict[Tuple[int, int], int]) -> List[Dict[str, int]]:
     """Our signal pad against Note [Signals] (core/symm/signal.go): slot
     channel*world + sender holds how many signals sender put to us on

@@ -34,8 +34,9 @@ usage: ce_check.py MAX_BYTES
 from __future__ import annotations
 
 import sys
+from functools import partial
 
-from _symm_common import first_mismatch, run
+from _symm_common import first_mismatch, rank_inputs, reduce_reference, run, typed_view
 
 REPLAYS = 200
 
@@ -63,32 +64,9 @@ def body(ctx):
     dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "int32": torch.int32}
     ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
-    def inputs(dt, n, case):
-        xs = []
-        for r in range(W):
-            gen = torch.Generator(device=dev)
-            gen.manual_seed(case * 1000 + r)
-            if dt == torch.int32:
-                xs.append(torch.randint(-(2**31), 2**31 - 1, (n,), generator=gen, device=dev, dtype=torch.int32))
-            else:
-                xs.append((torch.randn(n, generator=gen, device=dev) * 3).to(dt))
-        return xs
-
-    def reduce(xs, op, dt):
-        if dt == torch.int32:
-            acc = xs[0].to(torch.int64)
-            for x in xs[1:]:
-                acc = {"sum": acc + x, "max": torch.maximum(acc, x.to(torch.int64)), "min": torch.minimum(acc, x.to(torch.int64))}[op]
-            if op == "sum":
-                acc = (acc + 2**31) % 2**32 - 2**31
-            return acc.to(torch.int32)
-        acc = xs[0].float()
-        for x in xs[1:]:
-            acc = {"sum": acc + x.float(), "max": torch.maximum(acc, x.float()), "min": torch.minimum(acc, x.float())}[op]
-        return acc.to(dt)
-
-    def view(base, offset, dt, n):
-        return base[offset : offset + n * torch.tensor([], dtype=dt).element_size()].view(dt)
+    inputs = partial(rank_inputs, torch, dev, W)
+    reduce = partial(reduce_reference, torch)
+    view = partial(typed_view, torch)
 
     def against_nccl(what, ours, theirs, dt, op):
         """ours against NCCL's result: bit for bit where the reduction's
