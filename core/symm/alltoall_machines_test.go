@@ -94,50 +94,11 @@ func (x *mmA2A) call(layout core.A2ALayout, experts, rowBytes int, table []int64
 // row, and that rows receiving nothing are untouched.
 func (x *mmA2A) run(n int, c a2aCase) error {
 	r, world := x.r.rank, x.r.world
-	S := world * c.experts
-	rows := a2aInputRows(c, world)
-	in := bytesOf(x.in, uintptr(rows*c.rowBytes))
-	for k := 0; k < rows; k++ {
-		for b := 0; b < c.rowBytes; b++ {
-			in[k*c.rowBytes+b] = a2aRow(n, r, k, b)
-		}
-	}
-	out := bytesOf(x.out, uintptr(c.outRows*c.rowBytes))
-	for i := range out {
-		out[i] = 0xee
-	}
-	so := int64sOf(x.s, 2*S)
-	for i := range so {
-		so[i] = -7
-	}
+	a2aPrepare(n, c, world, r, x.in, x.out, x.s)
 	if err := x.call(c.layout, c.experts, c.rowBytes, c.tables[r], c.outRows, c.align); err != nil {
 		return fmt.Errorf("call %d (%s, experts %d): %v", n, c.layout, c.experts, err)
 	}
-	want := a2aWant(c, world, r)
-	for i := range want {
-		if so[i] != want[i] {
-			return fmt.Errorf("call %d (%s): out_splits_offsets %v, want %v", n, c.layout, so, want)
-		}
-	}
-	written := make([]bool, c.outRows)
-	for i := 0; i < S; i++ {
-		s, start := a2aPieceSource(c, world, r, i)
-		for q := int64(0); q < want[i]; q++ {
-			row := want[S+i] + q
-			written[row] = true
-			for b := 0; b < c.rowBytes; b++ {
-				if got, w := out[int(row)*c.rowBytes+b], a2aRow(n, s, int(start+q), b); got != w {
-					return fmt.Errorf("call %d (%s): out row %d byte %d = %#x, want %#x (rank %d's row %d)", n, c.layout, row, b, got, w, s, start+q)
-				}
-			}
-		}
-	}
-	for row, w := range written {
-		if !w && !bytes.Equal(out[row*c.rowBytes:(row+1)*c.rowBytes], bytes.Repeat([]byte{0xee}, c.rowBytes)) {
-			return fmt.Errorf("call %d (%s): out row %d was written but receives nothing", n, c.layout, row)
-		}
-	}
-	return nil
+	return a2aCheck(n, c, world, r, x.out, x.s)
 }
 
 // mappedChunks says whether rank me's equal-split chunks for rank p move

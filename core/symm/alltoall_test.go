@@ -192,35 +192,50 @@ func int64sOf(addr uintptr, n int) []int64 {
 // run runs case c as call n and checks what this rank received.
 func (x *a2aRank) run(n int, c a2aCase) error {
 	r, world := x.e.rank, x.e.world
-	S := world * c.experts
-	rows := a2aInputRows(c, world)
-	in := bytesOf(x.in, uintptr(rows*c.rowBytes))
-	for k := 0; k < rows; k++ {
-		for b := 0; b < c.rowBytes; b++ {
-			in[k*c.rowBytes+b] = a2aRow(n, r, k, b)
-		}
-	}
+	a2aPrepare(n, c, world, r, x.in, x.out, x.so)
 	copy(int64sOf(x.splits, len(c.tables[r])), c.tables[r])
-	outBytes := bytesOf(x.out, uintptr(c.outRows*c.rowBytes))
-	for i := range outBytes {
-		outBytes[i] = 0xee
-	}
-	for i := range int64sOf(x.so, 2*S) {
-		int64sOf(x.so, 2*S)[i] = -7
-	}
 	err := coll.Run(x.h, coll.Args{Kind: core.AllToAll, Out: x.out, V: &coll.A2AArgs{Layout: c.layout, RowBytes: uintptr(c.rowBytes),
 		Experts: c.experts, InSplits: x.splits, OutRows: uintptr(c.outRows), OutSplitsOffsets: x.so, MajorAlign: c.align}})
 	if err != nil {
 		return fmt.Errorf("call %d (%s, experts %d): %v", n, c.layout, c.experts, err)
 	}
+	return a2aCheck(n, c, world, r, x.out, x.so)
+}
+
+// a2aPrepare fills rank r's input rows of call n of case c at in, out
+// with 0xee (a row that receives nothing must keep it) and the
+// out_splits_offsets at so with -7.
+func a2aPrepare(n int, c a2aCase, world, r int, in, out, so uintptr) {
+	rows := a2aInputRows(c, world)
+	inBytes := bytesOf(in, uintptr(rows*c.rowBytes))
+	for k := 0; k < rows; k++ {
+		for b := 0; b < c.rowBytes; b++ {
+			inBytes[k*c.rowBytes+b] = a2aRow(n, r, k, b)
+		}
+	}
+	outBytes := bytesOf(out, uintptr(c.outRows*c.rowBytes))
+	for i := range outBytes {
+		outBytes[i] = 0xee
+	}
+	splitsOffsets := int64sOf(so, 2*world*c.experts)
+	for i := range splitsOffsets {
+		splitsOffsets[i] = -7
+	}
+}
+
+// a2aCheck checks what rank r received in call n of case c: the
+// out_splits_offsets at so, every received piece at its offset in out,
+// and the rows that receive nothing untouched.
+func a2aCheck(n int, c a2aCase, world, r int, out, so uintptr) error {
+	S := world * c.experts
 	wantSO := a2aWant(c, world, r)
-	gotSO := int64sOf(x.so, 2*S)
+	gotSO := int64sOf(so, 2*S)
 	for i := range wantSO {
 		if gotSO[i] != wantSO[i] {
 			return fmt.Errorf("call %d (%s): out_splits_offsets %v, want %v", n, c.layout, gotSO, wantSO)
 		}
 	}
-	// Every received piece at its offset; padding rows untouched.
+	outBytes := bytesOf(out, uintptr(c.outRows*c.rowBytes))
 	written := make([]bool, c.outRows)
 	for i := 0; i < S; i++ {
 		s, start := a2aPieceSource(c, world, r, i)
