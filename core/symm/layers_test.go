@@ -84,7 +84,7 @@ func TestFilesStandInLayers(t *testing.T) {
 	require.Contains(t, arrows, "create.go") // the walk saw the package
 	for from, tos := range backArrows {
 		for _, to := range tos {
-			require.Contains(t, arrows[from], to, "an allowed back arrow that no longer exists: drop it from backArrows")
+			require.Contains(t, arrows[from], to, "an allowed back arrow that the code does not have: drop it from backArrows")
 			delete(arrows[from], to)
 		}
 	}
