@@ -506,8 +506,9 @@ def destroy_group(group=None) -> None:
     collective), the group's staging workspace and the symmem Groups are
     released in the order they were made, which deregisters their NCCL
     windows and destroys the communicators split from the process group's
-    while that communicator still lives. TorchHandles of the group are
-    released with it (their calls raise afterwards); tensors stay valid.
+    while that communicator still lives. TorchHandles of the group, and
+    the workspaces of its fused tensor-parallel operators, are released
+    with it (their calls raise afterwards); tensors stay valid.
     A later collective or rendezvous on the group makes a new symmem Group.
     """
     torch = _torch()
@@ -527,6 +528,8 @@ def destroy_group(group=None) -> None:
         _fast.pop(k, None)
     for k in [k for k in _coll_handles if k[0] in ids]:
         _coll_handles.pop(k, None)
+    for k in [k for k in _tp_workspaces if k[0] in ids]:
+        _tp_workspaces.pop(k, None)
     with _rendezvous_lock:
         leases = [(k, lease) for k, lease in _rendezvous_cache.items() if id(lease[2]) in ids]
         for k, _ in leases:

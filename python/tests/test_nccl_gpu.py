@@ -47,6 +47,10 @@ def test_nccl_groups_windows_and_collectives(mode, tmp_path):
         assert tuple(r["counts"]) == (1, 1, 0), (at, r)
     for rec, r in zip(recs, parts(recs, "pool")):
         assert r["all_reduce"] is None, (where(rec, "pool"), r)
+    for rec, r in zip(recs, parts(recs, "destroy")):
+        at = where(rec, "destroy")
+        assert r["sum_before"] and r["sum_after"] and r["new_group"], (at, r)
+        assert r["released_handle"] != "worked", f"{at}: a handle of the destroyed group still works: {r}"
 
 
 def test_nccl_lazy_communicator(tmp_path):

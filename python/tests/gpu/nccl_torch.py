@@ -206,6 +206,41 @@ def part_pool(ctx, dist):
     return out
 
 
+def part_destroy(ctx, dist):
+    """symmem.torch.destroy_group: what symmem.torch holds for the process
+    group goes, on every rank; a later collective makes a new Group."""
+    torch = ctx.torch
+    import symmem.torch as st
+
+    world, me = ctx.world, ctx.rank
+    want = float(world * (world + 1) // 2)
+    out = {}
+    ctx.stage("a collective and a rendezvous, then destroy_group")
+    x = st.empty(4096, dtype=torch.float32, device=ctx.dev)
+    x.fill_(me + 1)
+    st.all_reduce(x)
+    torch.cuda.synchronize(ctx.device)
+    out["sum_before"] = bool(torch.all(x == want))
+    h = st.rendezvous(x, dist.group.WORLD, timeout=ctx.timeout)
+    first = h.handle._group
+    st.destroy_group(dist.group.WORLD)
+    try:
+        h.barrier()
+        out["released_handle"] = "worked"
+    except Exception as exc:  # noqa: BLE001 - what the call raised is the result
+        out["released_handle"] = type(exc).__name__
+    ctx.stage("a collective on the same process group after destroy_group")
+    x.fill_(me + 1)
+    st.all_reduce(x)
+    torch.cuda.synchronize(ctx.device)
+    out["sum_after"] = bool(torch.all(x == want))
+    h2 = st.rendezvous(x, dist.group.WORLD, timeout=ctx.timeout)
+    out["new_group"] = h2.handle._group is not first
+    h2.release()
+    st.destroy_group(dist.group.WORLD)
+    return out
+
+
 def body_lazy(ctx):
     """A process group without device_id: its communicator does not exist
     until its first collective. rendezvous must then either raise an error
@@ -267,6 +302,7 @@ def body(ctx):
     res["torch"] = guarded(ctx, lambda: part_torch(ctx, dist))
     res["c_comm"] = guarded(ctx, lambda: part_c_comm(ctx, dist))
     res["pool"] = guarded(ctx, lambda: part_pool(ctx, dist))
+    res["destroy"] = guarded(ctx, lambda: part_destroy(ctx, dist))
     dist.barrier()
     dist.destroy_process_group()
     return res
