@@ -396,9 +396,12 @@ def rank_main(args):
     # runs its socket transport between them), torch's NCCL shutdown after
     # CUDA-graph-captured NCCL calls (destroy_process_group) did not return
     # on any rank on 4 x H200, also when the only implementation timed was
-    # plain NCCL. So each rank reports its status
-    # to the launcher before the teardown, and the launcher ends ranks that
-    # have not exited a minute after every rank has reported (wait_ranks).
+    # plain NCCL. So a rank of an imitated run reports its status to the
+    # launcher, and once every rank has passed the barrier (every call has
+    # finished) it ends its process without torch's shutdown (os._exit:
+    # the driver and the OS release what it holds); the launcher also ends
+    # ranks that have not exited a minute after every rank has reported
+    # (wait_ranks). Under torchrun the shutdown is torch's.
     rc = 1 if bad else 0
     done = os.environ.get("MULTIHOST_BENCH_DONE")
     if done:
@@ -406,6 +409,11 @@ def rank_main(args):
             f.write(str(rc))
     st.destroy_group(pg)
     dist.barrier()
+    if done:
+        torch.cuda.synchronize(dev)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
     dist.destroy_process_group()
     return rc
 
