@@ -364,15 +364,21 @@ func (c *Collective) KernelAlgo() uint32 {
 	return KernelOneShot
 }
 
+// Copy is one copy of CopyEngineRunner.CopiesAsync: N bytes from Src to
+// Dst.
+type Copy struct{ Dst, Src, N uintptr }
+
 // CopyEngineRunner is implemented by backends whose streams can move a
 // collective's bytes with the GPUs' copy engines (cuda): the pieces of
 // AlgoCopyEngine (Note [Copy-engine collectives] in
 // core/symm/coll/copyengine.go), ordered on s with StreamMemOps.
 type CopyEngineRunner interface {
-	// CopyAsync enqueues on s a copy of n bytes from src to dst (addresses
-	// of this process: its own device memory or a peer's mapped block) and
-	// returns; no kernel runs it.
-	CopyAsync(device int, s Stream, dst, src, n uintptr) error
+	// CopiesAsync enqueues copies as one step of s and returns: each
+	// moves N bytes from Src to Dst (addresses of this process: its own
+	// device memory or a peer's mapped block), no kernel runs them, they
+	// may run at once (on streams beside s, after the work queued on s so
+	// far), and work queued on s afterwards waits for all of them.
+	CopiesAsync(device int, s Stream, copies []Copy) error
 	// LaunchLocalReduce enqueues on s a small kernel that writes to out the
 	// reduction of count elements of dt at each of srcs, in their order,
 	// as the collectives reduce (fp32 accumulation for 16-bit types,

@@ -14,9 +14,10 @@ import (
 )
 
 // The copy-engine collectives' pieces (core.CopyEngineRunner; Note
-// [Copy-engine collectives] in core/symm/coll/copyengine.go): copies on
-// a stream (cuMemcpyAsync between this device's memory and the peers'
-// mapped blocks: the copy engines move them, no kernel), the local
+// [Copy-engine collectives] in core/symm/coll/copyengine.go): copies
+// beside a stream (cuMemcpyAsync between this device's memory and the
+// peers' mapped blocks, each on a stream of its own: the copy engines move
+// them, no kernel), the local
 // reduction of the pulled chunks (one kernel of a few blocks), and
 // whether a stream is being captured.
 
@@ -37,14 +38,60 @@ var ceReduceBlocks = func() uint32 {
 	return uint32(n)
 }()
 
-// CopyAsync is core.CopyEngineRunner: a copy of n bytes from src to dst
-// enqueued on s (cuMemcpyAsync).
-func (b *Backend) CopyAsync(dev int, s core.Stream, dst, src, n uintptr) error {
+// CopiesAsync is core.CopyEngineRunner: copies[0] on s, every other copy
+// on a stream of the library's own (device.copyStreams) that first waits
+// for what s holds so far; then s waits for every one of those streams
+// (an event recorded and waited for each way: smcu_stream_wait), so the
+// copies run at once and later work on s follows all of them. Inside a
+// CUDA-graph capture the waits fork the copy streams into the capture and
+// join them back, as a capture needs. A failure after some copies were
+// forked still joins those, so that s stays after them.
+func (b *Backend) CopiesAsync(dev int, s core.Stream, copies []core.Copy) error {
 	d, err := b.device(dev)
-	if err != nil || n == 0 {
+	if err != nil || len(copies) == 0 {
 		return err
 	}
-	return check(C.smcu_copy_async(d.ctx, C.uintptr_t(s), C.ulonglong(dst), C.ulonglong(src), C.size_t(n)), dev)
+	copyOn := func(st C.uintptr_t, c core.Copy) error {
+		if c.N == 0 {
+			return nil
+		}
+		return check(C.smcu_copy_async(d.ctx, st, C.ulonglong(c.Dst), C.ulonglong(c.Src), C.size_t(c.N)), dev)
+	}
+	if len(copies) == 1 {
+		return copyOn(C.uintptr_t(s), copies[0])
+	}
+	d.sideMu.Lock()
+	defer d.sideMu.Unlock()
+	for len(d.copyStreams) < len(copies)-1 {
+		var st C.uintptr_t
+		if err := check(C.smcu_stream_create(d.ctx, &st), dev); err != nil {
+			return core.Errorf(core.CodeOf(err), "cuda: a stream for copies beside the caller's on device %d: %v", dev, err)
+		}
+		d.copyStreams = append(d.copyStreams, st)
+	}
+	forked := 0
+	var first error
+	for i, c := range copies[1:] {
+		side := d.copyStreams[i]
+		if err := check(C.smcu_stream_wait(d.ctx, side, C.uintptr_t(s)), dev); err != nil {
+			first = err
+			break
+		}
+		forked++
+		if err := copyOn(side, c); err != nil {
+			first = err
+			break
+		}
+	}
+	if first == nil {
+		first = copyOn(C.uintptr_t(s), copies[0])
+	}
+	for i := 0; i < forked; i++ {
+		if err := check(C.smcu_stream_wait(d.ctx, C.uintptr_t(s), d.copyStreams[i]), dev); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // LaunchLocalReduce is core.CopyEngineRunner: the kernel

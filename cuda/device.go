@@ -51,6 +51,13 @@ type device struct {
 	// and CopyWithin (0 until first used); guarded by mu.
 	ownStream C.uintptr_t
 
+	// copyStreams are the library's non-blocking streams on which the
+	// copies of CopiesAsync run beside the caller's stream, made as calls
+	// need more and kept for the process's life; sideMu guards them and
+	// makes each call's fork and join one step.
+	sideMu      sync.Mutex
+	copyStreams []C.uintptr_t
+
 	fabric    atomic.Int32 // fabricUntried, fabricOn or fabricOff
 	fabricWhy atomic.Value // string: why fabric handles are off, for messages
 	// domain caches FabricDomain's answer once fabric handles are settled
@@ -153,6 +160,12 @@ func (d *device) release() error {
 		C.smcu_stream_destroy(d.ctx, d.ownStream)
 		d.ownStream = 0
 	}
+	d.sideMu.Lock()
+	for _, st := range d.copyStreams {
+		C.smcu_stream_destroy(d.ctx, st)
+	}
+	d.copyStreams = nil
+	d.sideMu.Unlock()
 	return check(C.smcu_primary_release(d.cu), d.ordinal)
 }
 

@@ -15,8 +15,9 @@ import (
 // matmul leaves the matmul its SMs, and an all-gather runs at the peer-copy
 // rate. Every rank pulls: it copies what it needs from the peers' blocks
 // (mapped in this process: the description's Buffers) with one copy per peer chunk
-// (CopyEngineRunner.CopyAsync, cuMemcpyAsync), and writes only its own
-// memory:
+// (CopyEngineRunner.CopiesAsync, cuMemcpyAsync; the copies of one call
+// run at once, each on a stream of its own beside the caller's), and
+// writes only its own memory:
 //
 //	all_gather      rank q's input to out + q*count, q = me, me+1, ...
 //	                (in place: our own part is not copied)
@@ -84,20 +85,23 @@ import (
 // the arguments are the same), or for good. The abort word, which kernels
 // read, does not reach a stream's wait.
 //
-// Cost and choice: every peer chunk is one copy, in stream order, so the
-// copies of one call run one after the other on the stream's copy engine;
-// peers pull from each other at once, which is what keeps both
-// directions of every link busy. auto picks the mode for an all-gather
-// of at least CopyEngineAllGatherMinBytes per rank in a group of 2 ranks
-// of one machine, called outside CUDA-graph capture (autoCopyEngine),
-// where it is measured faster than the SM kernel (bench/ce_bench.py on 2
-// x H200: 874-875 us against 951 us at 256 MiB, even at 64 MiB); with more
-// ranks the copies from W-1 peers run one after the other, and the SM
-// kernel reads every link at once. Captured calls keep the SM kernel,
-// whose waits are bounded on the device: a captured copy-engine call has
-// no watchdog (above). The reductions on the copy engines are slower than
-// the SM kernels at every size (2.7x at 256 MiB: the kernel of a few
-// blocks reduces at a fraction of HBM speed), so auto never picks them.
+// Cost and choice: every chunk is one copy, and the copies of one call run
+// at once, each on a stream of its own beside the caller's (forked after
+// the opening barrier and joined before what follows it: CopiesAsync), so
+// a rank's own chunk and every peer's cross at the same time, each link
+// on its own copy engine; peers pull from each other at once, which is
+// what keeps both directions of every link busy. auto picks the mode for
+// an all-gather of at least CopyEngineAllGatherMinBytes per rank in a
+// group of 2 ranks of one machine, called outside CUDA-graph capture
+// (autoCopyEngine), where it was measured faster than the SM kernel
+// (bench/ce_bench.py on 2 x H200, the copies then in stream order:
+// 874-875 us against 951 us at 256 MiB, even at 64 MiB); with more ranks
+// it keeps the SM kernel, which has no figure against the copy engines
+// there yet. Captured calls keep the SM kernel, whose waits are bounded
+// on the device: a captured copy-engine call has no watchdog (above). The
+// reductions on the copy engines are slower than the SM kernels at every
+// size (2.7x at 256 MiB: the kernel of a few blocks reduces at a fraction
+// of HBM speed), so auto never picks them.
 // SYMMEM_LEAVE_SMS=1 makes auto pick the mode for every call of a group
 // of one machine. The scratch of a (group, channel) only grows and is never
 // given back while the process lives: a captured graph may still read it.
@@ -430,9 +434,13 @@ func (l local) runStreamCopyEngine(be core.Backend, ce core.CopyEngineRunner, de
 	if err := barrier(ceOpen); err != nil {
 		return err
 	}
-	for _, q := range p.pulls {
-		if err := ce.CopyAsync(device, s, at(q.dst), q.src, q.n); err != nil {
-			return fail("a copy", err)
+	if len(p.pulls) > 0 {
+		copies := make([]core.Copy, len(p.pulls))
+		for i, q := range p.pulls {
+			copies[i] = core.Copy{Dst: at(q.dst), Src: q.src, N: q.n}
+		}
+		if err := ce.CopiesAsync(device, s, copies); err != nil {
+			return fail("the copies", err)
 		}
 		enqueued = true
 	}
