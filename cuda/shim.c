@@ -313,13 +313,24 @@ smcu_status smcu_ctx_synchronize(uintptr_t ctx) {
   SMCU_IN_CTX(ctx, "cuCtxSynchronize", smcu.cuCtxSynchronize());
 }
 
+/* Stream and event creation queue no work; they may run while this thread
+ * captures a CUDA graph (the copies beside a captured collective make their
+ * streams at its first call), so they run in the relaxed capture mode, the
+ * thread's own mode restored after. */
 smcu_status smcu_stream_create(uintptr_t ctx, uintptr_t *stream) {
   sm_CUstream s = NULL;
   smcu_scope sc;
   smcu_status st = smcu_enter(ctx, &sc);
   if (st.res != SM_CUDA_SUCCESS)
     return st;
-  sm_CUresult r = smcu.cuStreamCreate(&s, SM_CU_STREAM_NON_BLOCKING);
+  sm_CUstreamCaptureMode mode = SM_CU_STREAM_CAPTURE_MODE_RELAXED;
+  sm_CUresult r = smcu.cuThreadExchangeStreamCaptureMode(&mode);
+  if (r != SM_CUDA_SUCCESS) {
+    smcu_leave(&sc);
+    return SMCU_STATUS(r, "cuThreadExchangeStreamCaptureMode");
+  }
+  r = smcu.cuStreamCreate(&s, SM_CU_STREAM_NON_BLOCKING);
+  (void)smcu.cuThreadExchangeStreamCaptureMode(&mode);
   smcu_leave(&sc);
   *stream = (uintptr_t)s;
   return SMCU_STATUS(r, "cuStreamCreate");
@@ -335,7 +346,8 @@ smcu_status smcu_stream_synchronize(uintptr_t ctx, uintptr_t stream) {
 
 /* Later work on waiter waits for the work queued on other so far. The event
  * may be destroyed right after the wait is enqueued: the driver releases it
- * once the recorded work completes. */
+ * once the recorded work completes. In the relaxed capture mode (above):
+ * inside a capture the record and the wait fork or join a stream. */
 smcu_status smcu_stream_wait(uintptr_t ctx, uintptr_t waiter, uintptr_t other) {
   if (waiter == other)
     return SMCU_OK; /* stream order already guarantees it */
@@ -343,8 +355,14 @@ smcu_status smcu_stream_wait(uintptr_t ctx, uintptr_t waiter, uintptr_t other) {
   smcu_status st = smcu_enter(ctx, &sc);
   if (st.res != SM_CUDA_SUCCESS)
     return st;
+  sm_CUstreamCaptureMode mode = SM_CU_STREAM_CAPTURE_MODE_RELAXED;
+  sm_CUresult r = smcu.cuThreadExchangeStreamCaptureMode(&mode);
+  if (r != SM_CUDA_SUCCESS) {
+    smcu_leave(&sc);
+    return SMCU_STATUS(r, "cuThreadExchangeStreamCaptureMode");
+  }
   sm_CUevent ev = NULL;
-  sm_CUresult r = smcu.cuEventCreate(&ev, SM_CU_EVENT_DISABLE_TIMING);
+  r = smcu.cuEventCreate(&ev, SM_CU_EVENT_DISABLE_TIMING);
   if (r != SM_CUDA_SUCCESS) {
     st = SMCU_STATUS(r, "cuEventCreate");
     goto out;
@@ -365,6 +383,7 @@ smcu_status smcu_stream_wait(uintptr_t ctx, uintptr_t waiter, uintptr_t other) {
   if (r != SM_CUDA_SUCCESS)
     st = SMCU_STATUS(r, "cuEventDestroy_v2");
 out:
+  (void)smcu.cuThreadExchangeStreamCaptureMode(&mode);
   smcu_leave(&sc);
   return st;
 }
