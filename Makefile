@@ -94,7 +94,7 @@ suite-go: $(LIB)
 # cuda backend on the stand-in driver: its stream-ordered paths under faults.
 suite-go-fakecuda: $(FAKECUDA)
 	@$(RUN) go-fakecuda go -- sh -c '$(FAKE_ENV) $(GO) test -race -tags symmem_lockrank -count=1 -v \
-	  -run "UnderInjectedFaults|FailedSync|UnmappedSegment|PointerArraysLiveInThePad|AbortReleasesStuckWaits|CollectivePauseRollsBack|DeviceErrorWithAStuckStream|StopWordRefusesCollectives|UnmapFailureLeavesTheImportMapped|CopyEngineOnStreams|CopyEngineWatchdog" ./core/alloc ./core/symm'
+	  -run "UnderInjectedFaults|FailedSync|UnmappedSegment|PointerArraysLiveInThePad|AbortReleasesStuckWaits|CollectivePauseRollsBack|DeviceErrorWithAStuckStream|StopWordRefusesCollectives|UnmapFailureLeavesTheImportMapped|CopyEngineOnStreams|CopyEngineWatchdog|AutoAllGatherOnCopyEngines" ./core/alloc ./core/symm'
 
 suite-c: $(CTEST_BIN) $(FAKECUDA) $(FAKENCCL) $(FAKENCCL228)
 	@$(RUN) c c -- sh -c 'rc=0; for t in $(CTEST_BIN); do echo "== $$t"; \

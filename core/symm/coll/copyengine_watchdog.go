@@ -39,6 +39,7 @@ type ceState struct {
 	// call on failChannel.
 	fail        *ceFailure
 	failChannel int
+	failDigest  uint32 // the argument digest of the call given up
 }
 
 // ceCall is an eager call the watchdog waits for.
@@ -190,7 +191,7 @@ func (st *ceState) check() {
 	if f := st.fail; f != nil {
 		switch {
 		case len(st.pending) == 0:
-			f.l.cePoison(st.failChannel)
+			f.l.cePoison(st.failChannel, st.failDigest)
 		case time.Now().Before(f.until):
 			f.l.ceRelease(st.pending[0])
 			st.arm(time.Now().Add(ceDrainEvery))
@@ -219,17 +220,27 @@ func (st *ceState) check() {
 		return
 	}
 	st.fail = &ceFailure{l: oldest.l, leave: leave, until: time.Now().Add(timeout)}
-	st.failChannel = oldest.channel
+	st.failChannel, st.failDigest = oldest.channel, oldest.digest
 	oldest.l.ceGiveUp(st, oldest)
 	oldest.l.ceRelease(oldest)
 	st.arm(time.Now().Add(ceDrainEvery))
 }
 
-// ceGaveUpValue is what a rank whose watchdog gave up a call stores into
-// its opening flag in every peer's pad once its stream has drained: not a
-// value any call waits for (an opening value has bit 31 set), so a late
-// peer's opening wait never passes, and its own watchdog names us.
-func ceGaveUpValue(rank int) uint32 { return 0x7fff0000 | uint32(rank&0xffff) }
+// ceGaveUpValue is what a rank whose watchdog gave up a call with digest d
+// stores into its opening flag in every peer's pad once its stream has
+// drained: bit 30 and the digest's low 30 bits, not a value any call waits
+// for (an opening value has bit 31 set, the others are 1), so a late
+// peer's opening wait never passes, and its own watchdog names us. The
+// digest stays readable: a peer whose own call has other arguments is told
+// of a mismatch, not of a peer that gave up, whichever watchdog fired
+// first.
+func ceGaveUpValue(d uint32) uint32 { return 0x40000000 | d&0x3fffffff }
+
+// ceGaveUp says whether v, read from a peer's opening flag, is a given-up
+// mark, and if so whether the call given up had digest d's arguments.
+func ceGaveUp(v, d uint32) (gaveUp, same bool) {
+	return v&0xc0000000 == 0x40000000, v == ceGaveUpValue(d)
+}
 
 // ceGiveUp fails a copy-engine call that did not finish within the
 // group's timeout (Note [Copy-engine collectives]): it finds why, and
@@ -253,8 +264,10 @@ func (l local) ceGiveUp(st *ceState, call ceCall) {
 			open, silent := ceOpenValue(call.digest), -1
 			for k := 1; k < w && flag == 0; k++ {
 				p := (l.rank + k) % w
-				switch v := flagOf(ceOpen, p); {
-				case v == ceGaveUpValue(p):
+				v := flagOf(ceOpen, p)
+				gaveUp, same := ceGaveUp(v, call.digest)
+				switch {
+				case gaveUp && same:
 					flag = core.DevGaveUp(l.global(p), core.DevCauseTimeout, set)
 				case v != 0 && v != open:
 					flag = core.DevFlag(core.DevCauseMismatch, l.global(p), set)
@@ -296,14 +309,15 @@ func (l local) ceRelease(call ceCall) {
 	l.writeWords(ops, "releasing a stuck copy-engine collective")
 }
 
-// cePoison stores ceGaveUpValue into our opening flag of channel in every
-// peer's pad (our stream has drained: none of our calls will store there).
-func (l local) cePoison(channel int) {
+// cePoison stores ceGaveUpValue of the call given up (digest) into our
+// opening flag of channel in every peer's pad (our stream has drained:
+// none of our calls will store there).
+func (l local) cePoison(channel int, digest uint32) {
 	ps, w := l.h.SignalPadSize, l.world
 	var ops []core.MemOp
 	for p := 0; p < w; p++ {
 		if p != l.rank {
-			ops = append(ops, core.MemOp{Addr: l.pads[p] + core.CopyEngineFlag(ps, w, channel, ceOpen, l.rank), Value: ceGaveUpValue(l.rank)})
+			ops = append(ops, core.MemOp{Addr: l.pads[p] + core.CopyEngineFlag(ps, w, channel, ceOpen, l.rank), Value: ceGaveUpValue(digest)})
 		}
 	}
 	l.writeWords(ops, "marking a given-up copy-engine collective in the peers' pads")
