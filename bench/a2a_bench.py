@@ -144,7 +144,7 @@ def torch_symm(torch, dist, gname, rank):
 
 def size_rows(torch, dist, st, symm_mem, gname, rank, world, dev, max_mib, min_kib, eager_max_kib, only):
     """The rows of every size: graph replays, then eager up to eager_max_kib."""
-    from graph_timing import graph_timer
+    from graph_timing import graph_timer, replay_round_robin
 
     maxb = max_mib << 20
     H = ROW // 2
@@ -187,18 +187,11 @@ def size_rows(torch, dist, st, symm_mem, gname, rank, world, dev, max_mib, min_k
                 t_in[:nrows], t_out, t_sp, t_oso, gname)
         if only:
             impls = {k: f for k, f in impls.items() if any(w in k for w in only.split(","))}
-        graphs, times = {}, {}
-        for key, fn in impls.items():
-            try:
-                graphs[key] = capture(fn)
-                times[key] = []
-            except Exception as exc:  # noqa: BLE001 - reported, the others still run
-                if rank == 0 and not warm:
-                    print(f"{key} {kib(size)}: {type(exc).__name__}: {exc}", flush=True)
-        for _ in range(1 if warm else REPS):
-            for key, graph in graphs.items():
-                times[key].append(replay_us(graph))
-        del graphs
+        def report(key, exc, warm=warm):
+            if rank == 0 and not warm:
+                print(f"{key} {kib(size)}: {type(exc).__name__}: {exc}", flush=True)
+
+        times = replay_round_robin(capture, replay_us, impls, 1 if warm else REPS, report)
         if warm:
             warm = False
             continue

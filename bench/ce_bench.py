@@ -152,7 +152,7 @@ def rank_main(rank, port, a, out_path):
                 print(f"torch symmetric memory unavailable: {type(exc).__name__}: {exc}", flush=True)
             t_in = None
     stream = torch.cuda.Stream(device=dev)
-    from graph_timing import graph_timer
+    from graph_timing import graph_timer, replay_round_robin
 
     capture, replay_us = graph_timer(torch, dist, stream, ITERS)
     cur = lambda: torch.cuda.current_stream(dev).cuda_stream  # noqa: E731
@@ -177,18 +177,11 @@ def rank_main(rank, port, a, out_path):
             if size <= (16 << 20):
                 impls[("all_reduce", "torch one-shot")] = lambda: torch.ops.symm_mem.one_shot_all_reduce(t_in[:n], "sum", gname)
             impls[("all_reduce", "torch two-shot")] = lambda: torch.ops.symm_mem.two_shot_all_reduce_(t_in[:n], "sum", gname)
-        graphs, times = {}, {}
-        for key, fn in impls.items():
-            try:
-                graphs[key] = capture(fn)
-                times[key] = []
-            except Exception as exc:  # noqa: BLE001 - reported, the others still run
-                if rank == 0:
-                    print(f"{key[0]} {key[1]} {size}: {type(exc).__name__}: {exc}", flush=True)
-        for _ in range(REPS):
-            for key, graph in graphs.items():
-                times[key].append(replay_us(graph))
-        del graphs
+        def report(key, exc):
+            if rank == 0:
+                print(f"{key[0]} {key[1]} {size}: {type(exc).__name__}: {exc}", flush=True)
+
+        times = replay_round_robin(capture, replay_us, impls, REPS, report)
         for (coll, impl) in impls:
             us = statistics.median(times[(coll, impl)]) if (coll, impl) in times else None
             whole = size * world if coll == "all_gather" else size

@@ -161,7 +161,7 @@ def rank_main(rank, world, port, max_mib, out_path, min_kib=4, only="", eager_ma
     st_plain = torch.ones(staged_max // 2, dtype=torch.bfloat16, device=dev)
     stream = torch.cuda.Stream(device=dev)
 
-    from graph_timing import graph_timer
+    from graph_timing import graph_timer, replay_round_robin
 
     capture, replay_us = graph_timer(torch, dist, stream, ITERS)
 
@@ -195,22 +195,11 @@ def rank_main(rank, world, port, max_mib, out_path, min_kib=4, only="", eager_ma
             impls[("all_reduce", "torch two-shot")] = lambda: torch.ops.symm_mem.two_shot_all_reduce_(t_in[:n], "sum", gname)
         if only:  # --only: the rows whose "coll impl" holds one of these words
             impls = {k: f for k, f in impls.items() if any(w in " ".join(k) for w in only.split(","))}
-        # Every implementation of this size is captured first, then the
-        # replays go round-robin (rep k of every implementation before rep
-        # k+1 of any), so that clock or neighbour drift during the run
-        # weighs on all of them alike rather than on whichever ran first.
-        graphs, times = {}, {}
-        for key, fn in impls.items():
-            try:
-                graphs[key] = capture(fn)
-                times[key] = []
-            except Exception as exc:  # noqa: BLE001 - reported, the others still run
-                if rank == 0 and not warm:
-                    print(f"{key[0]} {key[1]} {size}: {type(exc).__name__}: {exc}", flush=True)
-        for _ in range(1 if warm else REPS):
-            for key, graph in graphs.items():
-                times[key].append(replay_us(graph))
-        del graphs
+        def report(key, exc, warm=warm):
+            if rank == 0 and not warm:
+                print(f"{key[0]} {key[1]} {size}: {type(exc).__name__}: {exc}", flush=True)
+
+        times = replay_round_robin(capture, replay_us, impls, 1 if warm else REPS, report)
         if warm:
             warm = False
             continue

@@ -1,6 +1,6 @@
-"""Timing collectives from CUDA-graph replays, shared by coll_bench.py and
-multihost_bench.py (each runs as a script from bench/, so this module is
-found beside it). torch is passed in: importing this imports nothing."""
+"""Timing collectives from CUDA-graph replays, shared by the GPU benches
+(each runs as a script from bench/, so this module is found beside it).
+torch is passed in: importing this imports nothing."""
 
 
 def graph_timer(torch, dist, stream, iters):
@@ -35,3 +35,23 @@ def graph_timer(torch, dist, stream, iters):
         return a.elapsed_time(b) * 1e3 / iters
 
     return capture, replay_us
+
+
+def replay_round_robin(capture, replay_us, impls, reps, report):
+    """Every implementation of impls (key -> fn) captured first, then reps
+    replays round-robin (replay k of every implementation before replay
+    k+1 of any), so that clock or neighbour drift during the run weighs on
+    all of them alike rather than on whichever ran first. Returns key ->
+    the µs per call of each replay; an implementation whose capture failed
+    is left out, and report(key, exc) is told why."""
+    graphs, times = {}, {}
+    for key, fn in impls.items():
+        try:
+            graphs[key] = capture(fn)
+            times[key] = []
+        except Exception as exc:  # noqa: BLE001 - reported, the others still run
+            report(key, exc)
+    for _ in range(reps):
+        for key, graph in graphs.items():
+            times[key].append(replay_us(graph))
+    return times
