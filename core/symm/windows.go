@@ -29,8 +29,11 @@ import (
 //	             deregistered with its memory by a collective pause's
 //	             commit and registered again by the resume.
 //
-// Each step keeps the phases' contract: register and resume are
-// collective and end with a shared verdict; pause runs the pause's commit,
+// The registry names no group and no call: its steps take the segments,
+// the records and the rank's verdict function (Group.shareVerdict, given
+// at New), so it stands below the Group that holds it. Each step keeps
+// the phases' contract: register and resume are collective and end with a
+// shared verdict; pause runs the pause's commit,
 // whose release hook deregisters each segment's window immediately before
 // that segment's unmap (Note [Releasing a paused tag] in core/alloc) and
 // keeps it, for the resume, as a paused window.
