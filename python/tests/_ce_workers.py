@@ -7,7 +7,7 @@ import struct
 from typing import Dict
 
 import symmem
-from _workers import TIMEOUT, _coll_inputs, device_of
+from _workers import TIMEOUT, _coll_inputs, device_of, outcomes
 
 
 def copy_engine(rank: int, world: int, name: str, count: int) -> Dict:
@@ -52,17 +52,10 @@ def copy_engine(rank: int, world: int, name: str, count: int) -> Dict:
                 put("i", per)
                 h.all_to_all("int32", count=per // world, out=local, sm_free=True)
                 out["a2a"] = get(local, per, "i")
-                errors = {}
-                for what, call in (
+                out["errors"] = outcomes((
                     ("contradiction", lambda: h.all_gather("int32", count=4, out=local, algo="one_shot", sm_free=True)),
                     ("not_bool", lambda: h.all_reduce("int32", count=4, sm_free="yes")),
-                ):
-                    try:
-                        call()
-                        errors[what] = None
-                    except symmem.SymmemError as exc:
-                        errors[what] = (type(exc).__name__, int(exc.code), str(exc))
-                out["errors"] = errors
+                ))
                 out["device_error"] = h.device_error()
     return out
 

@@ -9,7 +9,7 @@ from typing import Dict, List
 
 import symmem
 from _tp_ref import from_bits, to_bits
-from _workers import TIMEOUT, device_of
+from _workers import TIMEOUT, device_of, outcomes
 
 FMT = {"float32": ("I", 4), "bfloat16": ("H", 2), "float16": ("H", 2)}
 
@@ -60,7 +60,7 @@ def all_reduce_rmsnorm(rank: int, world: int, name: str, cases) -> Dict:
                         out, at = buf.ptr + nbytes // 2, (buf, nbytes // 2)
                     h.all_reduce_rmsnorm(dtype, tokens, hidden, res, wt, eps, out=out, algo=algo)
                     results.append((_read(res, 0, dtype, n), _read(at[0], at[1], dtype, n)))
-                for what, call in (
+                errors = outcomes((
                     ("int32", lambda: h.all_reduce_rmsnorm("int32", 1, 8, res, wt, 1e-6)),
                     ("hidden", lambda: h.all_reduce_rmsnorm("bfloat16", 1, 12, res, wt, 1e-6)),
                     ("eps", lambda: h.all_reduce_rmsnorm("bfloat16", 1, 8, res, wt, float("nan"))),
@@ -68,13 +68,6 @@ def all_reduce_rmsnorm(rank: int, world: int, name: str, cases) -> Dict:
                     ("overlap", lambda: h.all_reduce_rmsnorm("bfloat16", 4, 8, res, res.ptr + 16, 1e-6)),
                     ("tokens", lambda: h.all_reduce_rmsnorm("bfloat16", -1, 8, res, wt, 1e-6)),
                     ("algo", lambda: h.all_reduce_rmsnorm("bfloat16", 1, 8, res, wt, 1e-6, algo="fastest")),
-                ):
-                    try:
-                        call()
-                        errors[what] = None
-                    except symmem.SymmemError as exc:
-                        errors[what] = (type(exc).__name__, int(exc.code), str(exc))
-                    except TypeError as exc:
-                        errors[what] = ("TypeError", 0, str(exc))
+                ), also=(TypeError,))
                 device_error = h.device_error()
     return {"results": results, "errors": errors, "device_error": device_error}

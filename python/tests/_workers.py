@@ -18,6 +18,21 @@ from symmem import KeyValueAllGather
 TIMEOUT = 30.0
 
 
+def outcomes(calls, also=()) -> Dict:
+    """what -> None where call() returned, else (exception type, code,
+    message) for a SymmemError, or for an exception of also (code 0)."""
+    got = {}
+    for what, call in calls:
+        try:
+            call()
+            got[what] = None
+        except symmem.SymmemError as exc:
+            got[what] = (type(exc).__name__, int(exc.code), str(exc))
+        except also as exc:
+            got[what] = (type(exc).__name__, 0, str(exc))
+    return got
+
+
 def device_of(rank: int) -> int:
     """The device a rank uses: its own GPU where there are enough, else
     shared (SYMMEM_ALLOW_OVERLAPPING_DEVICES=1); the host backend has one."""
@@ -310,21 +325,14 @@ def collectives(rank: int, world: int, name: str, count: int) -> Dict:
                 h.all_reduce("int32")
                 whole = list(struct.unpack(f"<{n}i", h.get_buffer(rank).read(0, 4 * n)))
                 out["whole_ok"] = whole == [world * (world + 1) // 2] * n
-                errors = {}
-                for what, call in (
+                out["errors"] = outcomes((
                     ("dtype", lambda: h.all_reduce("complex64", count=4)),
                     ("op", lambda: h.all_reduce("int32", "prod", count=4)),
                     ("count", lambda: h.all_reduce("int32", count=(h.buffer_size - h.offset) // 4 + 1)),
                     ("misaligned", lambda: h.all_reduce("int32", count=4, out=local.ptr + 4)),
                     ("overlap", lambda: h.all_reduce("int32", count=64, out=buf.ptr + 16)),
                     ("no_out", lambda: h.all_gather("int32", count=4)),
-                ):
-                    try:
-                        call()
-                        errors[what] = None
-                    except symmem.SymmemError as exc:
-                        errors[what] = (type(exc).__name__, int(exc.code), str(exc))
-                out["errors"] = errors
+                ))
                 out["device_error"] = h.device_error()
     return out
 
