@@ -71,6 +71,21 @@ func onTwoStreamRanks(t *testing.T, name string, timeout time.Duration, body fun
 	return errs
 }
 
+// ceHandleAndOut is a rank's handle on a 64 KiB block and an output
+// buffer of the same size on stream s; fin releases the handle.
+func ceHandleAndOut(e *rankEnv, a *alloc.Allocator, s core.Stream) (*Handle, uintptr, func(), error) {
+	h, fin, err := joinRendezvous(e, a, 64<<10)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	out, err := a.Alloc(64<<10, s)
+	if err != nil {
+		fin()
+		return nil, 0, nil, err
+	}
+	return h, out, fin, nil
+}
+
 func TestCopyEngineOnStreams(t *testing.T) {
 	errs := onTwoStreamRanks(t, "ce-streams", 20*time.Second, func(e *rankEnv, be ceStreamBackend, s core.Stream, a *alloc.Allocator) error {
 		const size = 64 << 10
@@ -155,15 +170,11 @@ func TestCopyEngineWatchdog(t *testing.T) {
 			done := make(chan struct{})
 			var once sync.Once
 			errs := onTwoStreamRanks(t, "ce-watch-"+what, 2*time.Second, func(e *rankEnv, be ceStreamBackend, s core.Stream, a *alloc.Allocator) error {
-				h, fin, err := joinRendezvous(e, a, 64<<10)
+				h, out, fin, err := ceHandleAndOut(e, a, s)
 				if err != nil {
 					return err
 				}
 				defer fin()
-				out, err := a.Alloc(64<<10, s)
-				if err != nil {
-					return err
-				}
 				if e.rank == 1 && what == "late" {
 					<-done
 					// Rank 0's stream has drained and marked its opening
@@ -232,15 +243,11 @@ func TestAutoAllGatherOnCopyEngines(t *testing.T) {
 	defer func(v uintptr) { coll.CopyEngineAllGatherMinBytes = v }(coll.CopyEngineAllGatherMinBytes)
 	coll.CopyEngineAllGatherMinBytes = 1024
 	errs := onTwoStreamRanks(t, "ce-auto", 20*time.Second, func(e *rankEnv, be ceStreamBackend, s core.Stream, a *alloc.Allocator) error {
-		h, fin, err := joinRendezvous(e, a, 64<<10)
+		h, out, fin, err := ceHandleAndOut(e, a, s)
 		if err != nil {
 			return err
 		}
 		defer fin()
-		out, err := a.Alloc(64<<10, s)
-		if err != nil {
-			return err
-		}
 		const n = 1000 // 4000 bytes per rank
 		in := h.bufPtrs[e.rank] + h.offset
 		for i := 0; i < n; i++ {
