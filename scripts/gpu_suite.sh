@@ -11,7 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
 out=${OUT:-/tmp/symmem-gpu}
-logs=/tmp/symmem-gpu-logs     # one log per step; joined into $out/suite.log at the end
+logs=$(mktemp -d /tmp/symmem-gpu-logs.XXXXXX)  # one log per step, one directory per run (runs may go side by side); joined into $out/suite.log at the end
 mkdir -p "$out" "$logs"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export SYMMEM_REQUIRE_GPU=1 PYTHONUNBUFFERED=1
