@@ -8,6 +8,8 @@ same run, at the shapes of a decode step and of a Llama-70B-like layer.
 The decode step (bf16; tokens x hidden 1x4096, 8x4096, 32x8192, 128x8192):
   libsymmem fused            symmem.torch.all_reduce_rmsnorm (one kernel on the
                              low-latency path where it fits)
+  libsymmem fused, torch x   the same on an input of torch's memory (read where
+                             it lies on the low-latency path, else staged)
   libsymmem all_reduce+norm  libsymmem's all_reduce, then + residual and
                              torch.nn.functional.rms_norm
   torch two-shot+norm        torch.ops.symm_mem.two_shot_all_reduce_, + residual, rms_norm
@@ -144,6 +146,7 @@ def rank_main(rank, world, port, out_path, mm, eager):
     bf = torch.bfloat16
     for T, H in NORM_SHAPES:
         x = st.empty(T, H, dtype=bf, device=dev).normal_()
+        xt = torch.randn(T, H, device=dev).to(bf)  # torch's memory: read where it lies, or staged
         xa = st.empty(T, H, dtype=bf, device=dev).normal_()
         residual = torch.randn(T, H, device=dev).to(bf)
         weight = torch.ones(H, dtype=bf, device=dev)
@@ -151,6 +154,7 @@ def rank_main(rank, world, port, out_path, mm, eager):
         nin = torch.randn(T, H, device=dev).to(bf)
         impls = {
             "libsymmem fused": lambda: st.all_reduce_rmsnorm(x, residual, weight, EPS, out=out),
+            "libsymmem fused, torch x": lambda: st.all_reduce_rmsnorm(xt, residual, weight, EPS, out=out),
             "libsymmem all_reduce+norm": lambda: (st.all_reduce(xa), residual.add_(xa),
                                                   out.copy_(F.rms_norm(residual, (H,), weight, EPS))),
             "nccl+norm": lambda: (dist.all_reduce(nin), residual.add_(nin),

@@ -130,6 +130,11 @@ SYMMEM_FRONT(symmem_result, collective, UNAVAILABLE,
              (symmem_handle *handle, symmem_coll coll, symmem_dtype dtype, symmem_op op, size_t count, void *out,
               symmem_algo algo, int channel, symmem_stream_t stream),
              (handle, coll, dtype, op, count, out, algo, channel, stream))
+SYMMEM_FRONT(symmem_result, collective_from, UNAVAILABLE,
+             (symmem_handle *handle, symmem_coll coll, symmem_dtype dtype, symmem_op op, size_t count, const void *in,
+              void *out, symmem_algo algo, int channel, symmem_stream_t stream),
+             (handle, coll, dtype, op, count, (void *)in, out, algo, channel, stream))
+SYMMEM_FRONT(size_t, low_latency_max_bytes, 0, (symmem_handle *handle), (handle))
 SYMMEM_FRONT(symmem_result, all_to_all, UNAVAILABLE,
              (symmem_handle *handle, symmem_dtype dtype, size_t count, void *out, symmem_stream_t stream),
              (handle, dtype, count, out, stream))
@@ -149,6 +154,10 @@ SYMMEM_FRONT(symmem_result, all_reduce_rmsnorm, UNAVAILABLE,
              (symmem_handle *handle, symmem_dtype dtype, size_t tokens, size_t hidden, void *residual,
               const void *weight, float eps, void *out, symmem_algo algo, symmem_stream_t stream),
              (handle, dtype, tokens, hidden, residual, (void *)weight, eps, out, algo, stream))
+SYMMEM_FRONT(symmem_result, all_reduce_rmsnorm_from, UNAVAILABLE,
+             (symmem_handle *handle, symmem_dtype dtype, size_t tokens, size_t hidden, const void *in, void *residual,
+              const void *weight, float eps, void *out, symmem_algo algo, symmem_stream_t stream),
+             (handle, dtype, tokens, hidden, (void *)in, residual, (void *)weight, eps, out, algo, stream))
 SYMMEM_FRONT(symmem_result, handle_device_error, UNAVAILABLE, (const symmem_handle *handle, uint32_t *flag),
              (handle, flag))
 SYMMEM_FRONT(symmem_result, collectives_load, UNAVAILABLE, (int device, symmem_kernel_info *info), (device, info))

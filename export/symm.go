@@ -549,6 +549,24 @@ func symmemgo_collective(handle uintptr, kind, dtype, op C.int, count C.size_t, 
 		Algo: core.Algo(algo), Count: uintptr(count), Out: uintptr(out), Channel: int(channel), Stream: streamOf(stream)})
 }
 
+//export symmemgo_collective_from
+func symmemgo_collective_from(handle uintptr, kind, dtype, op C.int, count C.size_t, in, out unsafe.Pointer, algo, channel C.int, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_collective_from", &result, C.int(core.ErrInternal))
+	return collective("symmem_collective_from", handle, coll.Args{Kind: core.CollKind(kind), DType: core.DType(dtype), Op: core.ReduceOp(op),
+		Algo: core.Algo(algo), Count: uintptr(count), In: uintptr(in), Out: uintptr(out), Channel: int(channel), Stream: streamOf(stream)})
+}
+
+//export symmemgo_low_latency_max_bytes
+func symmemgo_low_latency_max_bytes(handle uintptr) (result C.size_t) {
+	defer recoverCall("symmem_low_latency_max_bytes", &result, 0)
+	h, err := handleOf(handle)
+	if err != nil {
+		setLastError("symmem_low_latency_max_bytes", err)
+		return 0
+	}
+	return C.size_t(coll.LowLatencyBytes(h))
+}
+
 //export symmemgo_all_to_all
 func symmemgo_all_to_all(handle uintptr, dtype C.int, count C.size_t, out unsafe.Pointer, stream *C.struct_CUstream_st) (result C.int) {
 	defer recoverCall("symmem_all_to_all", &result, C.int(core.ErrInternal))
@@ -560,16 +578,29 @@ func symmemgo_all_to_all(handle uintptr, dtype C.int, count C.size_t, out unsafe
 func symmemgo_all_reduce_rmsnorm(handle uintptr, dtype C.int, tokens, hidden C.size_t, residual, weight unsafe.Pointer, eps C.float,
 	out unsafe.Pointer, algo C.int, stream *C.struct_CUstream_st) (result C.int) {
 	defer recoverCall("symmem_all_reduce_rmsnorm", &result, C.int(core.ErrInternal))
+	return rmsnorm("symmem_all_reduce_rmsnorm", handle, coll.NormArgs{DType: core.DType(dtype), Algo: core.Algo(algo), Tokens: uintptr(tokens),
+		Hidden: uintptr(hidden), Residual: uintptr(residual), Weight: uintptr(weight), Eps: float32(eps), Out: uintptr(out),
+		Stream: streamOf(stream)})
+}
+
+//export symmemgo_all_reduce_rmsnorm_from
+func symmemgo_all_reduce_rmsnorm_from(handle uintptr, dtype C.int, tokens, hidden C.size_t, in, residual, weight unsafe.Pointer, eps C.float,
+	out unsafe.Pointer, algo C.int, stream *C.struct_CUstream_st) (result C.int) {
+	defer recoverCall("symmem_all_reduce_rmsnorm_from", &result, C.int(core.ErrInternal))
+	return rmsnorm("symmem_all_reduce_rmsnorm_from", handle, coll.NormArgs{DType: core.DType(dtype), Algo: core.Algo(algo), Tokens: uintptr(tokens),
+		Hidden: uintptr(hidden), In: uintptr(in), Residual: uintptr(residual), Weight: uintptr(weight), Eps: float32(eps), Out: uintptr(out),
+		Stream: streamOf(stream)})
+}
+
+func rmsnorm(call string, handle uintptr, a coll.NormArgs) C.int {
 	h, err := handleOf(handle)
 	if err == nil {
-		err = coll.RunRMSNorm(h, coll.NormArgs{DType: core.DType(dtype), Algo: core.Algo(algo), Tokens: uintptr(tokens),
-			Hidden: uintptr(hidden), Residual: uintptr(residual), Weight: uintptr(weight), Eps: float32(eps), Out: uintptr(out),
-			Stream: streamOf(stream)})
+		err = coll.RunRMSNorm(h, a)
 	}
 	if err == nil {
 		return 0
 	}
-	return setLastError(fmt.Sprintf("symmem_all_reduce_rmsnorm(dtype=%d, tokens=%d, hidden=%d, algo=%d)", int32(dtype), uint64(tokens), uint64(hidden), int32(algo)), err)
+	return setLastError(fmt.Sprintf("%s(dtype=%d, tokens=%d, hidden=%d, algo=%d)", call, int32(a.DType), uint64(a.Tokens), uint64(a.Hidden), int32(a.Algo)), err)
 }
 
 // allToAllV runs a split-driven all-to-all (Note [All-to-all] in

@@ -1159,6 +1159,34 @@ symmem_result symmem_collective(symmem_handle *handle, symmem_coll coll,
                                 void *out, symmem_algo algo, int channel,
                                 symmem_stream_t stream);
 
+/* symmem_collective with this rank's input at in instead of the handle's
+ * rendezvous pointer: any memory of the handle's device, 16-byte aligned
+ * (NULL or the rendezvous pointer: symmem_collective itself). Only the
+ * low-latency path reads nothing but this rank's own input, so such a call
+ * runs there; the handle then serves for its group's pads only, and its
+ * block is neither read nor written. all_reduce, all_gather and
+ * reduce_scatter; algo SYMMEM_ALGO_AUTO or SYMMEM_ALGO_LOW_LATENCY;
+ * channel 0; at most symmem_low_latency_max_bytes(handle) bytes per rank
+ * and peer (all_reduce and all_gather: count elements; reduce_scatter:
+ * count/W), a multiple of 8 for all_gather and reduce_scatter. Anything
+ * else is refused with SYMMEM_ERROR_INVALID_ARGUMENT, naming why, and
+ * nothing runs: then copy the input to the rendezvous pointer and call
+ * symmem_collective. all_reduce's out NULL: in place at in. Every rank's
+ * call must be the same collective with the same count, as always; where
+ * each rank's input lies is its own. */
+symmem_result symmem_collective_from(symmem_handle *handle, symmem_coll coll,
+                                     symmem_dtype dtype, symmem_op op,
+                                     size_t count, const void *in, void *out,
+                                     symmem_algo algo, int channel,
+                                     symmem_stream_t stream);
+
+/* The most bytes per rank and peer that the handle's group runs on the
+ * low-latency path (SYMMEM_LL_MAX_BYTES), so the most that
+ * symmem_collective_from takes; 0 where the group has none: the host
+ * backend, a group that spans machines, groups larger than the
+ * low-latency buffers serve, SYMMEM_LL_MAX_BYTES=0, or a bad handle. */
+size_t symmem_low_latency_max_bytes(symmem_handle *handle);
+
 /* ---------------------------------------------------------------------------
  * All-to-all (expert parallelism)
  *
@@ -1328,6 +1356,23 @@ symmem_result symmem_all_reduce_rmsnorm(symmem_handle *handle,
                                         const void *weight, float eps,
                                         void *out, symmem_algo algo,
                                         symmem_stream_t stream);
+
+/* symmem_all_reduce_rmsnorm with this rank's input x at in instead of the
+ * handle's rendezvous pointer: any memory of the handle's device, 16-byte
+ * aligned (NULL or the rendezvous pointer: symmem_all_reduce_rmsnorm
+ * itself). Only the fused low-latency call reads nothing but this rank's
+ * own input, so such a call must be one: at most
+ * symmem_low_latency_max_bytes(handle) bytes of x, a group of two or more
+ * ranks on one machine, algo SYMMEM_ALGO_AUTO or SYMMEM_ALGO_LOW_LATENCY;
+ * anything else is refused with SYMMEM_ERROR_INVALID_ARGUMENT, naming why,
+ * and nothing runs. out NULL: in place at in. */
+symmem_result symmem_all_reduce_rmsnorm_from(symmem_handle *handle,
+                                             symmem_dtype dtype, size_t tokens,
+                                             size_t hidden, const void *in,
+                                             void *residual, const void *weight,
+                                             float eps, void *out,
+                                             symmem_algo algo,
+                                             symmem_stream_t stream);
 
 /* Reads this rank's device error flag (the library's part of its signal pad,
  * include/symmem_device.cuh) into *flag: 0 while every kernel wait

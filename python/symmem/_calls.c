@@ -29,6 +29,7 @@ typedef int (*wait_signal_fn)(void *, int, int, int64_t, void *);
  * struct at least as large as symmem_pointer_info (include/symmem.h). */
 typedef int (*pointer_info_fn)(const void *, void *);
 typedef int (*all_to_all_fn)(void *, int, size_t, void *, void *);
+typedef int (*collective_from_fn)(void *, int, int, int, size_t, const void *, void *, int, int, void *);
 
 static collective_fn f_collective;
 static barrier_fn f_barrier;
@@ -36,6 +37,7 @@ static put_signal_fn f_put_signal;
 static wait_signal_fn f_wait_signal;
 static pointer_info_fn f_pointer_info;
 static all_to_all_fn f_all_to_all;
+static collective_from_fn f_collective_from;
 
 /* An address argument: an int, or None for NULL. */
 static int arg_ptr(PyObject *o, void **out) {
@@ -95,13 +97,13 @@ static int bound(const void *fn, const char *name) {
 }
 
 /* bind(collective, barrier, put_signal, wait_signal, pointer_get_info,
- * all_to_all): the library's functions by address. */
+ * all_to_all, collective_from): the library's functions by address. */
 static PyObject *py_bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  void *p[6];
+  void *p[7];
   (void)self;
-  if (nargs_are("bind", nargs, 6))
+  if (nargs_are("bind", nargs, 7))
     return NULL;
-  for (int i = 0; i < 6; i++) {
+  for (int i = 0; i < 7; i++) {
     if (arg_ptr(args[i], &p[i]))
       return NULL;
     if (p[i] == NULL) {
@@ -115,6 +117,7 @@ static PyObject *py_bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs
   f_wait_signal = (wait_signal_fn)p[3];
   f_pointer_info = (pointer_info_fn)p[4];
   f_all_to_all = (all_to_all_fn)p[5];
+  f_collective_from = (collective_from_fn)p[6];
   Py_RETURN_NONE;
 }
 
@@ -132,6 +135,25 @@ static PyObject *py_collective(PyObject *self, PyObject *const *args, Py_ssize_t
     return NULL;
   Py_BEGIN_ALLOW_THREADS
   rc = f_collective(h, coll, dtype, op, count, out, algo, channel, stream);
+  Py_END_ALLOW_THREADS
+  return PyLong_FromLong(rc);
+}
+
+/* collective_from(handle, coll, dtype, op, count, in, out, algo, channel,
+ * stream) -> rc */
+static PyObject *py_collective_from(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *h, *in, *out, *stream;
+  int coll, dtype, op, algo, channel, rc;
+  size_t count;
+  (void)self;
+  if (nargs_are("collective_from", nargs, 10) || bound((const void *)f_collective_from, "collective_from"))
+    return NULL;
+  if (arg_ptr(args[0], &h) || arg_int(args[1], &coll) || arg_int(args[2], &dtype) || arg_int(args[3], &op) ||
+      arg_size(args[4], &count) || arg_ptr(args[5], &in) || arg_ptr(args[6], &out) || arg_int(args[7], &algo) ||
+      arg_int(args[8], &channel) || arg_ptr(args[9], &stream))
+    return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  rc = f_collective_from(h, coll, dtype, op, count, in, out, algo, channel, stream);
   Py_END_ALLOW_THREADS
   return PyLong_FromLong(rc);
 }
@@ -219,8 +241,10 @@ static PyObject *py_is_symmem(PyObject *self, PyObject *const *args, Py_ssize_t 
 }
 
 static PyMethodDef methods[] = {
-    {"bind", (PyCFunction)(void (*)(void))py_bind, METH_FASTCALL, "bind(6 addresses): the library's functions"},
+    {"bind", (PyCFunction)(void (*)(void))py_bind, METH_FASTCALL, "bind(7 addresses): the library's functions"},
     {"collective", (PyCFunction)(void (*)(void))py_collective, METH_FASTCALL, "symmem_collective -> rc"},
+    {"collective_from", (PyCFunction)(void (*)(void))py_collective_from, METH_FASTCALL,
+     "symmem_collective_from -> rc"},
     {"barrier", (PyCFunction)(void (*)(void))py_barrier, METH_FASTCALL, "symmem_barrier -> rc"},
     {"put_signal", (PyCFunction)(void (*)(void))py_put_signal, METH_FASTCALL, "symmem_put_signal -> rc"},
     {"wait_signal", (PyCFunction)(void (*)(void))py_wait_signal, METH_FASTCALL, "symmem_wait_signal -> rc"},

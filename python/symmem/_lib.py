@@ -251,6 +251,11 @@ PROTOTYPES = {
         _result,
         [_handle_p, c_int, c_int, c_int, c_size_t, c_void_p, c_int, c_int, _stream_t],
     ),
+    "symmem_collective_from": (
+        _result,
+        [_handle_p, c_int, c_int, c_int, c_size_t, c_void_p, c_void_p, c_int, c_int, _stream_t],
+    ),
+    "symmem_low_latency_max_bytes": (c_size_t, [_handle_p]),
     # All-to-all
     "symmem_all_to_all": (_result, [_handle_p, c_int, c_size_t, c_void_p, _stream_t]),
     "symmem_all_to_all_v": (
@@ -269,6 +274,10 @@ PROTOTYPES = {
     "symmem_all_reduce_rmsnorm": (
         _result,
         [_handle_p, c_int, c_size_t, c_size_t, c_void_p, c_void_p, c_float, c_void_p, c_int, _stream_t],
+    ),
+    "symmem_all_reduce_rmsnorm_from": (
+        _result,
+        [_handle_p, c_int, c_size_t, c_size_t, c_void_p, c_void_p, c_void_p, c_float, c_void_p, c_int, _stream_t],
     ),
     "symmem_handle_device_error": (_result, [_handle_p, POINTER(c_uint32)]),
     "symmem_collectives_load": (_result, [c_int, POINTER(SymmemKernelInfo)]),
@@ -641,6 +650,7 @@ class _CtypesCalls:
 
     def __init__(self, library: "Library"):
         self.collective = library.symmem_collective
+        self.collective_from = library.symmem_collective_from
         self.barrier = library.symmem_barrier
         self.put_signal = library.symmem_put_signal
         self.wait_signal = library.symmem_wait_signal
@@ -664,6 +674,7 @@ class _ExtensionCalls:
         module.bind(*(library.address(n) for n in _CALLS))
         self.module = module
         self.collective = module.collective
+        self.collective_from = module.collective_from
         self.barrier = module.barrier
         self.put_signal = module.put_signal
         self.wait_signal = module.wait_signal
@@ -673,7 +684,7 @@ class _ExtensionCalls:
 
 # The functions bind() takes, in its order.
 _CALLS = ("symmem_collective", "symmem_barrier", "symmem_put_signal", "symmem_wait_signal",
-          "symmem_pointer_get_info", "symmem_all_to_all")
+          "symmem_pointer_get_info", "symmem_all_to_all", "symmem_collective_from")
 _call_table = None
 # Why the call module is not used, when it is not ("" when it is).
 calls_fallback_reason = ""

@@ -530,6 +530,8 @@ def destroy_group(group=None) -> None:
         _coll_handles.pop(k, None)
     for k in [k for k in _tp_workspaces if k[0] in ids]:
         _tp_workspaces.pop(k, None)
+    for k in [k for k, e in _groups_by_call.items() if id(e[2]) in ids]:
+        _groups_by_call.pop(k, None)
     with _rendezvous_lock:
         leases = [(k, lease) for k, lease in _rendezvous_cache.items() if id(lease[2]) in ids]
         for k, _ in leases:
@@ -938,8 +940,14 @@ def _run(what: str, coll: int, tensor, group, op: str, out, algo) -> None:
 #
 # A collective on a tensor that libsymmem did not allocate (x * 2, a
 # tensor of torch's allocator, the copy that functionalization makes under
-# torch.compile) cannot rendezvous on it. It goes through the group's
-# staging workspace instead, as the serving stacks' custom all-reduces do:
+# torch.compile) cannot rendezvous on it. A call that fits the
+# low-latency path (at most symmem_low_latency_max_bytes per rank and peer,
+# contiguous, 16-byte aligned, auto or low_latency) needs no copy at all:
+# that path reads each rank's input on that rank only, so the library takes
+# the tensor where it lies (symmem_collective_from; Note [Inputs outside
+# the block] in core/symm/coll), and the workspace serves only as a handle
+# of the group. Anything larger goes through the group's staging workspace,
+# as the serving stacks' custom all-reduces do:
 # one symmetric uint8 buffer per symmem Group, rendezvoused once, that the
 # call copies its input into (on the current stream) and runs on, writing
 # the result straight into the destination (all_reduce up to
@@ -965,7 +973,7 @@ class _Workspace:
     """A group's staging workspace: the uint8 tensor, its TorchHandle and
     handle pointer, its size, and the outgrown workspaces kept alive."""
 
-    __slots__ = ("group", "tensor", "handle", "hptr", "world", "nbytes", "outgrown", "views")
+    __slots__ = ("group", "tensor", "handle", "hptr", "world", "nbytes", "outgrown", "views", "ll_bytes")
 
     def __init__(self, group: Group, tensor, handle, outgrown: list):
         self.group = group
@@ -975,6 +983,9 @@ class _Workspace:
         self.world = handle.handle.world_size
         self.nbytes = tensor.numel()
         self.outgrown = outgrown
+        # Bytes per rank and peer that run from the caller's tensor with no
+        # copy (Note [Inputs outside the block] in core/symm/coll); 0: none.
+        self.ll_bytes = _ll_bytes(handle)
         self.views: Dict[Tuple[Any, Any], Any] = {}  # (dtype, shape) -> the workspace's start as such a tensor
 
     def view(self, dtype, shape, nbytes: int):
@@ -1003,24 +1014,27 @@ def staging_bytes() -> int:
     return env_size("SYMMEM_STAGING_BYTES", _STAGING_DEFAULT)
 
 
-def _workspace(torch, what: str, tensor, group, dev: int, nbytes: int) -> _Workspace:
+def _workspace(torch, what: str, tensor, group, dev: int, nbytes: int, need: Optional[int] = None) -> _Workspace:
     """The staging workspace of group on tensor's device holding at least
-    nbytes, made or grown here (collective) outside CUDA-graph capture."""
+    need bytes (default nbytes, the call's), made or grown here
+    (collective) outside CUDA-graph capture."""
+    if need is None:
+        need = nbytes
     gkey = group if group is None or isinstance(group, str) else id(group)
     e = _staging.get((gkey, dev))
     if e is not None and (e[0] is group or isinstance(group, str)) and (
             group is not None or e[1] is _world_pg(torch.distributed)):
-        if nbytes <= e[2].nbytes:
+        if need <= e[2].nbytes:
             return e[2]
     g = group_for(group, _symmem_device(tensor.device))
     with _staging_lock:
         ws = _workspaces.get(id(g))
         if ws is not None and ws.group is not g:
             ws = None
-        if ws is None or nbytes > ws.nbytes:
+        if ws is None or need > ws.nbytes:
             have = 0 if ws is None else ws.nbytes
             first = staging_bytes()
-            size = max(first, have, 1 << max(0, (nbytes - 1).bit_length()))
+            size = max(first, have, 1 << max(0, (need - 1).bit_length()))
             if tensor.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
                 raise RuntimeError(
                     f"symmem.torch.{what}: the tensor ({nbytes} bytes) is not libsymmem memory, so the call "
@@ -1054,10 +1068,22 @@ def _run_staged(torch, what: str, coll: int, tensor, group, op: str, out, algo, 
     algoc = 0 if algo is None else _coll.algo_code(algo, what)
     n = tensor.numel()
     nbytes = n * tensor.element_size()
-    ws = _workspace(torch, what, tensor, group, dev, nbytes)
+    ws = _workspace(torch, what, tensor, group, dev, nbytes, need=1)
+    stream = (_raw_stream or _raw_stream_fn(torch))(dev) if dev >= 0 else 0
+    if _reads_in_place(ws, coll, tensor, out, n, nbytes, algoc):
+        global _collective_from_fn
+        fn = _collective_from_fn
+        if fn is None:
+            fn = _collective_from_fn = _lib.calls().collective_from
+        rc = fn(ws.hptr, coll, code, opc, n, tensor.data_ptr(), None if out is None else out.data_ptr(), algoc, 0,
+                stream)
+        if rc:
+            _lib.check(rc, f"symmem.torch.{what}")
+        return
+    if nbytes > ws.nbytes:
+        ws = _workspace(torch, what, tensor, group, dev, nbytes)
     stage = ws.view(tensor.dtype, tensor.shape, nbytes)
     stage.copy_(tensor)
-    stream = (_raw_stream or _raw_stream_fn(torch))(dev) if dev >= 0 else 0
     fn = _collective_fn or _lib.calls().collective
     if coll == _coll.ALL_REDUCE:
         dst = tensor if out is None else out
@@ -1072,6 +1098,28 @@ def _run_staged(torch, what: str, coll: int, tensor, group, op: str, out, algo, 
     rc = fn(ws.hptr, coll, code, opc, n, out.data_ptr(), algoc, 0, stream)
     if rc:
         _lib.check(rc, f"symmem.torch.{what}")
+
+
+_collective_from_fn = None
+_LOW_LATENCY = _coll.ALGOS["low_latency"]
+
+
+def _reads_in_place(ws: _Workspace, coll: int, tensor, out, n: int, nbytes: int, algoc: int) -> bool:
+    """Whether a staged call can skip the copy: the low-latency path reads
+    the caller's tensor where it lies (Note [Inputs outside the block] in
+    core/symm/coll), for what fits its buffers, contiguous and 16-byte
+    aligned, with auto or low_latency; the library checks the same again
+    and refuses, naming why, if this guessed wrong."""
+    if algoc not in (0, _LOW_LATENCY) or not ws.ll_bytes or not tensor.is_contiguous() or tensor.data_ptr() % 16:
+        return False
+    per = nbytes
+    if coll == _coll.REDUCE_SCATTER:
+        if n % ws.world:
+            return False
+        per = nbytes // ws.world
+    if per > ws.ll_bytes or (coll != _coll.ALL_REDUCE and per % 8):
+        return False
+    return out is None or (out.is_contiguous() and out.data_ptr() % 16 == 0)
 
 
 _OPS = dict(_coll.OPS)
@@ -1901,20 +1949,64 @@ def _run_rmsnorm(x, residual, weight, eps: float, out, group, algo) -> None:
     stream = _a2a_stream(torch, dev)
     gkey = group if group is None or isinstance(group, str) else id(group)
     symmetric = (gkey, dev, x.data_ptr(), x.nbytes) in _fast or _is_symmem(x)
+    algoc = 0 if algo is None else _coll.algo_code(algo, "all_reduce_rmsnorm")
     if symmetric:
         hptr = _fast_entry(torch, x, group, dev)[2]
     else:
-        g = group_for(group, _symmem_device(x.device))
+        g = _group_of_call(torch, group, dev, x.device)
+        h, _ = _tp_workspace(torch, g, x.device, 1)
+        hptr = int(h.handle.ptr)
+        if (algoc in (0, _LOW_LATENCY) and h.handle.world_size > 1 and x.nbytes <= _ll_bytes(h)
+                and x.data_ptr() % 16 == 0):
+            # The fused call reads x where it lies (Note [Inputs outside
+            # the block] in core/symm/coll): no copy into the workspace.
+            rc = _a2a_fn("symmem_all_reduce_rmsnorm_from")(
+                hptr, _coll.DTYPES[name], tokens, hidden, x.data_ptr(), residual.data_ptr(), weight.data_ptr(),
+                float(eps), out.data_ptr(), algoc, stream)
+            if rc:
+                _lib.check(rc, what)
+            return
         h, _ = _tp_workspace(torch, g, x.device, x.nbytes)
         staged = h.get_buffer(g.rank, tuple(x.shape), x.dtype)
         staged.copy_(x)
         hptr = int(h.handle.ptr)
     outp = None if symmetric and out.data_ptr() == x.data_ptr() else out.data_ptr()
     rc = _a2a_fn("symmem_all_reduce_rmsnorm")(
-        hptr, _coll.DTYPES[name], tokens, hidden, residual.data_ptr(), weight.data_ptr(), float(eps), outp,
-        0 if algo is None else _coll.algo_code(algo, "all_reduce_rmsnorm"), stream)
+        hptr, _coll.DTYPES[name], tokens, hidden, residual.data_ptr(), weight.data_ptr(), float(eps), outp, algoc,
+        stream)
     if rc:
         _lib.check(rc, what)
+
+
+# (group argument as in _fast, device index) -> (group argument, the
+# default process group then or None, its symmem Group): group_for's answer
+# for a call's arguments, looked up without group_for's torch.distributed
+# queries (Note [Eager collectives]); destroy_group drops its entries.
+_groups_by_call: Dict[Tuple[Any, int], Tuple[Any, Any, Group]] = {}
+
+
+def _group_of_call(torch, group, dev: int, device) -> Group:
+    gkey = group if group is None or isinstance(group, str) else id(group)
+    e = _groups_by_call.get((gkey, dev))
+    if e is not None and (e[0] is group or isinstance(group, str)) and (
+            group is not None or e[1] is _world_pg(torch.distributed)):
+        return e[2]
+    g = group_for(group, _symmem_device(device))
+    _groups_by_call[(gkey, dev)] = (group, _world_pg(torch.distributed) if group is None else None, g)
+    return g
+
+
+# (id of a workspace's TorchHandle, its handle's address) ->
+# symmem_low_latency_max_bytes of its group, asked once per handle.
+_ll_bytes_of: Dict[Tuple[int, int], int] = {}
+
+
+def _ll_bytes(th) -> int:
+    key = (id(th), int(th.handle.ptr))
+    n = _ll_bytes_of.get(key)
+    if n is None:
+        n = _ll_bytes_of[key] = int(_lib.lib().symmem_low_latency_max_bytes(key[1]))
+    return n
 
 
 def all_reduce_rmsnorm(x, residual, weight, eps: float, out=None, group=None, algo: Optional[str] = None):

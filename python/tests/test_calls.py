@@ -84,7 +84,13 @@ def test_call_module_refuses_bad_arguments_without_crashing():
     with pytest.raises(OverflowError):
         _calls.put_signal(0, 1 << 40, 0, 0)
     with pytest.raises(ValueError, match="address 0 is NULL"):
-        _calls.bind(0, 1, 2, 3, 4, 5)
+        _calls.bind(0, 1, 2, 3, 4, 5, 6)
+    with pytest.raises(TypeError, match=r"collective_from takes 10 arguments \(9 given\)"):
+        _calls.collective_from(*range(9))
+    # An input outside the block on the host backend: the library's refusal,
+    # as through ctypes (a NULL handle first).
+    rc = _calls.collective_from(None, 0, 0, 0, 1, None, None, 0, 0, None)
+    assert rc == symmem.Result.INVALID_ARGUMENT, rc
     # A NULL handle is the library's error, as through ctypes.
     rc = _calls.barrier(None, 0, 0, None)
     assert rc == symmem.Result.INVALID_ARGUMENT, rc

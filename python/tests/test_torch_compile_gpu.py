@@ -43,6 +43,9 @@ def test_compile_patterns_in_every_mode_and_staging_on_two_gpus(tmp_path):
         assert res["cudagraph_skips"] == 0, res
         e = res["eager"]
         assert e["in_place"] is None and e["non_contiguous"] is None, e
+        for key in ("direct", "direct_all_gather", "direct_reduce_scatter", "direct_replay"):
+            assert e[key] is None, (key, e)
+        assert e["direct_untouched"] is True and e["direct_untouched_replay"] is True, e
         assert "cannot run inside CUDA-graph capture" in e["capture_growth"], e
         assert "SYMMEM_STAGING_BYTES" in e["capture_growth"], e
         assert e["grown"] is None and e["staged_replay"] is None, e

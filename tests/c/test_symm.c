@@ -484,6 +484,56 @@ static int rank_main(const char *mode, int rank, const char *name, int shm_fd) {
     for (int i = 0; i < N; i++)
       wrong += vals[i] != (WORLD * (WORLD + 1) / 2) * 1000 + WORLD * i;
     CHECK_EQ(wrong, 0, "every element of the copy-engine all-reduce is the sum over %d ranks", WORLD);
+    /* An input outside the block (symmem_collective_from): the low-latency
+     * path reads it where it lies on a GPU; the host backend has no such
+     * path and refuses, naming why; NULL is the rendezvous pointer. */
+    size_t ll_bytes = symmem_low_latency_max_bytes(h[0]);
+    const size_t out_at = (sizeof vals + 15) & ~(size_t)15; /* 16-byte aligned, as the kernels need */
+    void *elsewhere = symmem_alloc(out_at + sizeof vals, dev, NULL);
+    CHECK(elsewhere != NULL, "memory outside the block allocated");
+    for (int i = 0; i < N; i++)
+      vals[i] = (rank + 1) * 1000 + i;
+    CHECK(check_mem_write(elsewhere, vals, sizeof vals, dev) == 0, "input outside the block written");
+    if (host_memory) {
+      CHECK_EQ(ll_bytes, (size_t)0, "the host backend has no low-latency path");
+      CHECK_RESULT(symmem_collective_from(h[0], SYMMEM_ALL_REDUCE, SYMMEM_INT32, SYMMEM_SUM, N, elsewhere, NULL,
+                                          SYMMEM_ALGO_AUTO, 0, NULL),
+                   SYMMEM_ERROR_INVALID_ARGUMENT, "all_reduce from outside the block on the host backend");
+      CHECK(strstr(symmem_last_error_message(), "outside the rendezvoused block") &&
+                strstr(symmem_last_error_message(), "runs no kernels"),
+            "the refusal says why: %s", symmem_last_error_message());
+      CHECK(check_mem_write(p[0], vals, sizeof vals, dev) == 0, "input at the rendezvous pointer written");
+      CHECK_RESULT(symmem_collective_from(h[0], SYMMEM_ALL_REDUCE, SYMMEM_INT32, SYMMEM_SUM, N, NULL, NULL,
+                                          SYMMEM_ALGO_AUTO, 0, NULL),
+                   SYMMEM_SUCCESS, "collective_from with in NULL: the rendezvous pointer");
+      CHECK(check_mem_read(vals, p[0], sizeof vals, dev) == 0, "its result read");
+    } else {
+      CHECK(ll_bytes >= sizeof vals, "the low-latency path takes %zu bytes per peer", ll_bytes);
+      char *out2 = (char *)elsewhere + out_at;
+      CHECK_RESULT(symmem_collective_from(h[0], SYMMEM_ALL_REDUCE, SYMMEM_INT32, SYMMEM_SUM, N, elsewhere, out2,
+                                          SYMMEM_ALGO_AUTO, 0, NULL),
+                   SYMMEM_SUCCESS, "all_reduce(int32, sum, %d) from outside the block into another buffer", N);
+      CHECK_RESULT(symmem_collective_from(h[0], SYMMEM_ALL_REDUCE, SYMMEM_INT32, SYMMEM_SUM, N, elsewhere, NULL,
+                                          SYMMEM_ALGO_AUTO, 0, NULL),
+                   SYMMEM_SUCCESS, "all_reduce(int32, sum, %d) from outside the block, in place", N);
+      CHECK_RESULT(symmem_collective_from(h[0], SYMMEM_ALL_REDUCE, SYMMEM_INT32, SYMMEM_SUM, N, elsewhere, NULL,
+                                          SYMMEM_ALGO_ONE_SHOT, 0, NULL),
+                   SYMMEM_ERROR_INVALID_ARGUMENT, "one_shot from outside the block");
+      CHECK(strstr(symmem_last_error_message(), "reads the peers' inputs"), "the refusal says why: %s",
+            symmem_last_error_message());
+      static int32_t out_vals[N];
+      CHECK(check_mem_read(out_vals, out2, sizeof out_vals, dev) == 0, "the all-reduce into another buffer read");
+      CHECK(check_mem_read(vals, elsewhere, sizeof vals, dev) == 0, "the in-place all-reduce read");
+      wrong = 0;
+      for (int i = 0; i < N; i++)
+        wrong += out_vals[i] != (WORLD * (WORLD + 1) / 2) * 1000 + WORLD * i;
+      CHECK_EQ(wrong, 0, "every element of the all-reduce from outside the block is the sum over %d ranks", WORLD);
+    }
+    wrong = 0;
+    for (int i = 0; i < N; i++)
+      wrong += vals[i] != (WORLD * (WORLD + 1) / 2) * 1000 + WORLD * i;
+    CHECK_EQ(wrong, 0, "every element of the in-place all-reduce is the sum over %d ranks", WORLD);
+    symmem_free(elsewhere, out_at + sizeof vals, dev, NULL);
     CHECK_RESULT(symmem_collective(h[0], SYMMEM_ALL_REDUCE, SYMMEM_INT32, SYMMEM_SUM, N, NULL, (symmem_algo)7, 0, NULL),
                  SYMMEM_ERROR_INVALID_ARGUMENT, "all_reduce with an unknown algorithm");
     CHECK(strstr(symmem_last_error_message(), "unknown algorithm 7") &&

@@ -268,7 +268,11 @@ type Args struct {
 	Algo  core.Algo
 	Count uintptr
 	// Out is this rank's output; 0 means in place (all_reduce only).
-	Out     uintptr
+	Out uintptr
+	// In is this rank's input when it is not at the rendezvous pointer
+	// (0: it is there); only the low-latency path takes such an input
+	// (Note [Inputs outside the block]).
+	In      uintptr
 	Channel int
 	Stream  core.Stream
 	// V is an all-to-all's split-driven form (nil: equal splits of Count
@@ -292,6 +296,9 @@ func Run(p Port, a Args) error {
 
 // runEntered is Run once the call is admitted.
 func runEntered(h *target, a Args) error {
+	if a.Kind == core.AllToAll && a.In != 0 {
+		return core.Errorf(core.ErrInvalidArgument, "group %q: %s: the all-to-all reads every peer's input from its block, so its input must be at the rendezvous pointer (in must be NULL)", h.GroupName, a.Kind)
+	}
 	if a.Kind == core.AllToAll {
 		c, err := planAllToAll(h, a)
 		if err != nil || c == nil {
@@ -341,13 +348,19 @@ func plan(h *target, a Args) (*core.Collective, error) {
 	}
 	rank, world, bufSize, offset := h.Rank, h.World, h.BufferSize, h.Offset
 	es, w := a.DType.Size(), uintptr(world)
-	room := bufSize - offset
-	if a.Count > room/es {
-		return bad("count %d of %s (%d bytes) is past the buffer: %d bytes from the rendezvous offset %d to the block's end", a.Count, a.DType, a.Count*es, room, offset)
-	}
 	pads := h.SignalPads
 	base := h.Buffers[rank]
-	in, inBytes := base+offset, a.Count*es
+	in := base + offset
+	outside := a.In != 0 && a.In != in // Note [Inputs outside the block]
+	if outside {
+		if a.Count > core.LowLatencyMaxBytes*w/es {
+			return bad("the input %#x is outside the rendezvoused block, which only the low-latency path takes, and count %d of %s (%d bytes) is past its buffers (SYMMEM_LL_MAX_BYTES %d per rank and peer)", a.In, a.Count, a.DType, a.Count*es, core.LowLatencyMaxBytes)
+		}
+		in = a.In
+	} else if room := bufSize - offset; a.Count > room/es {
+		return bad("count %d of %s (%d bytes) is past the buffer: %d bytes from the rendezvous offset %d to the block's end", a.Count, a.DType, a.Count*es, room, offset)
+	}
+	inBytes := a.Count * es
 	out, outBytes := a.Out, inBytes
 	inPlace := false
 	switch a.Kind {
@@ -383,6 +396,16 @@ func plan(h *target, a Args) (*core.Collective, error) {
 	team := h.team()
 	ll, llWhy := lowLatencyFits(h, a, inBytes)
 	switch {
+	case outside && team != nil:
+		return bad("the input %#x is outside the rendezvoused block, which only the low-latency path takes, and this group spans machines (its engine and its team's kernels read the inputs from the blocks)", a.In)
+	case outside && algo != core.AlgoAuto && algo != core.AlgoLowLatency:
+		return bad("the input %#x is outside the rendezvoused block: %s reads the peers' inputs from their blocks; only low_latency (or auto) reads nothing but this rank's own input", a.In, algo)
+	case outside && world == 1 && launchesKernels(h):
+		algo = core.AlgoOneShot // one rank: the kernel reads its own input only
+	case outside && !ll:
+		return bad("the input %#x is outside the rendezvoused block, which only the low-latency path takes, and that path cannot run this call: %s", a.In, llWhy)
+	case outside:
+		algo = core.AlgoLowLatency
 	case team != nil && algo == core.AlgoCopyEngine:
 		return bad("copy_engine runs on a group of one machine (the copy engines reach the mapped peers only); use auto, hierarchical or nccl")
 	case team != nil:
@@ -414,8 +437,15 @@ func plan(h *target, a Args) (*core.Collective, error) {
 	pull := algo == core.AlgoTwoShot && inBytes >= TwoShotPullMinBytes
 	bufArr, padArr := h.BufferArray, h.PadArray // device arrays (the host ones on the host backend)
 	padSize := h.SignalPadSize
+	inOffset := offset
+	if outside {
+		// The kernel finds its input at its own block + InOffset: this
+		// offset (modulo 2^64) lands on a.In. No peer reads it on the
+		// low-latency path (Note [Inputs outside the block]).
+		inOffset = a.In - base
+	}
 	c := &core.Collective{Kind: a.Kind, DType: a.DType, Op: a.Op, Algo: algo, Pull: pull, Count: a.Count, Rank: rank, World: world,
-		Buffers: bufArr, Pads: padArr, PadSize: padSize, InOffset: offset, Out: out, OutOffset: outOff,
+		Buffers: bufArr, Pads: padArr, PadSize: padSize, InOffset: inOffset, Out: out, OutOffset: outOff,
 		Channel: a.Channel, TimeoutNs: uint64(h.Timeout.Nanoseconds()), Unchecked: collUnchecked}
 	if algo == core.AlgoLowLatency {
 		c.LLOffset, c.LLSlot, c.PadAddrs = core.LowLatencyOffset(padSize, world), core.LowLatencySlotBytes(), pads

@@ -37,6 +37,43 @@ import (
 // need a multiple of 8 bytes per rank and peer. The crossover was measured
 // with bench/coll_bench.py (README, "Collectives").
 
+// Note [Inputs outside the block]
+//
+// The low-latency path reads a rank's input on that rank only: the rank
+// stores its own lines into its peers' buffers, and nobody reads a peer's
+// block. So its input may lie anywhere in the rank's device memory, not
+// only at the rendezvous pointer: a tensor that torch allocated (x * 2, the
+// copy that functionalization makes under torch.compile) all-reduces with
+// no copy into a symmetric workspace (Note [Staging] in python/symmem/
+// torch.py). Args.In (symmem_collective_from) names such an input. The
+// handle then serves for its group's pads only; its block is neither read
+// nor written. plan runs such a call on the low-latency path (on a group of
+// one rank, the one-shot kernel, which reads its own input only) and
+// refuses, naming why, what cannot run there: an explicit algo other than
+// low_latency, a call past the buffers, a group across machines, a backend
+// without kernels (the host backend's runner reads its peers' blocks). The
+// kernels find their input at their own block + in_offset, so plan sets
+// InOffset to In - block (modulo 2^64), which lands on In; nothing else
+// changes, and the argument agreement is the same call's (the digest holds
+// the path, not the input's place). LowLatencyBytes tells a caller in
+// advance what fits, so that it stages only what must be staged.
+
+// LowLatencyBytes is the most bytes per rank and peer that a call on the
+// group behind p runs on the low-latency path, and so the most an input
+// outside the block may hold per peer (Note [Inputs outside the block]):
+// an all-reduce's or all-gather's input, a reduce-scatter's input / world;
+// all-gathers and reduce-scatters also need a multiple of 8 bytes per
+// peer. 0 where the group has no such path: a backend without kernels, a
+// group across machines, more than core.LowLatencyMaxWorld ranks,
+// SYMMEM_LL_MAX_BYTES 0.
+func LowLatencyBytes(p Port) uintptr {
+	h := target{p.Symmetric(), p}
+	if !launchesKernels(&h) || h.team() != nil || h.World > core.LowLatencyMaxWorld {
+		return 0
+	}
+	return core.LowLatencyMaxBytes
+}
+
 // collUnchecked turns the argument agreement off, for measuring its cost
 // only (SYMMEM_COLL_UNCHECKED).
 var collUnchecked = core.Current().Bool("SYMMEM_COLL_UNCHECKED", false)

@@ -1,6 +1,7 @@
 package coll
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/libsymmem/libsymmem/core"
@@ -66,7 +67,11 @@ type NormArgs struct {
 	Tokens, Hidden   uintptr
 	Residual, Weight uintptr
 	// Out is this rank's output; 0 means in place (the input).
-	Out    uintptr
+	Out uintptr
+	// In is this rank's input when it is not at the rendezvous pointer (0:
+	// it is there); only the fused low-latency call takes such an input
+	// (Note [Inputs outside the block]).
+	In     uintptr
 	Eps    float32
 	Stream core.Stream
 }
@@ -129,12 +134,19 @@ func planNorm(h *target, a NormArgs) (c *core.Collective, ar Args, err error) {
 		return bad("residual %#x and weight %#x must be 16-byte aligned (the kernels move 16 bytes at a time)", a.Residual, a.Weight)
 	}
 	es := a.DType.Size()
-	if a.Tokens > (h.BufferSize-h.Offset)/es/a.Hidden {
+	in := h.Buffers[h.Rank] + h.Offset
+	outside := a.In != 0 && a.In != in // Note [Inputs outside the block]
+	if outside {
+		if a.Tokens > core.LowLatencyMaxBytes/es/a.Hidden {
+			return bad("the input %#x is outside the rendezvoused block, which only the fused low-latency call takes, and %d tokens x hidden %d of %s (%d bytes) are past its buffers (SYMMEM_LL_MAX_BYTES %d)",
+				a.In, a.Tokens, a.Hidden, a.DType, a.Tokens*a.Hidden*es, core.LowLatencyMaxBytes)
+		}
+		in = a.In
+	} else if a.Tokens > (h.BufferSize-h.Offset)/es/a.Hidden {
 		return bad("%d tokens x hidden %d of %s (%d bytes) is past the buffer: %d bytes from the rendezvous offset %d to the block's end",
 			a.Tokens, a.Hidden, a.DType, a.Tokens*a.Hidden*es, h.BufferSize-h.Offset, h.Offset)
 	}
 	n, row := a.Tokens*a.Hidden*es, a.Hidden*es
-	in := h.Buffers[h.Rank] + h.Offset
 	out := a.Out
 	if out == 0 {
 		out = in
@@ -157,6 +169,17 @@ func planNorm(h *target, a NormArgs) (c *core.Collective, ar Args, err error) {
 	team := h.team()
 	ll, why := lowLatencyFits(h, ar, n)
 	fused := team == nil && h.World > 1 && ll && (a.Algo == core.AlgoAuto || a.Algo == core.AlgoLowLatency)
+	if outside && !fused {
+		switch {
+		case team != nil:
+			why = "the group spans machines"
+		case h.World == 1:
+			why = "a group of one rank has no low-latency buffers"
+		case ll:
+			why = fmt.Sprintf("algo %s runs the all-reduce apart, which reads the peers' blocks", a.Algo)
+		}
+		return bad("the input %#x is outside the rendezvoused block, which only the fused low-latency call takes, and it cannot run this call: %s", a.In, why)
+	}
 	if a.Algo == core.AlgoLowLatency && !fused && launchesKernels(h) && h.World > 1 {
 		if team != nil {
 			why = "the group spans machines"
@@ -171,7 +194,7 @@ func planNorm(h *target, a NormArgs) (c *core.Collective, ar Args, err error) {
 		return &core.Collective{Kind: core.AllReduce, DType: a.DType, Algo: core.AlgoOneShot, Count: ar.Count, Rank: h.Rank,
 			World: h.World, Out: out, OutOffset: -1, Norm: norm}, ar, nil
 	}
-	c, err = plan(h, Args{Kind: core.AllReduce, DType: a.DType, Op: core.OpSum, Algo: core.AlgoLowLatency, Count: ar.Count, Out: out})
+	c, err = plan(h, Args{Kind: core.AllReduce, DType: a.DType, Op: core.OpSum, Algo: core.AlgoLowLatency, Count: ar.Count, In: a.In, Out: out})
 	if err != nil {
 		return nil, Args{}, err
 	}

@@ -14,8 +14,9 @@ CUDA-graph recording, replay), every result against the eager one:
 in modes default, reduce-overhead (torch._inductor.config.triton.
 cudagraph_or_error: a "skipping cudagraphs" raises, with its reason) and
 max-autotune-no-cudagraphs. Then eager staging: any tensor, a
-non-contiguous one, growth of the workspace, and the error inside CUDA-graph
-capture when it would have to grow.
+non-contiguous one, small calls that read the tensor where it lies (the
+workspace untouched, eager and replayed), growth of the workspace, and the
+error inside CUDA-graph capture when it would have to grow.
 """
 
 from __future__ import annotations
@@ -127,6 +128,40 @@ def body(ctx):
     eager["non_contiguous"] = first_mismatch(torch, m, torch.stack([sum(v.float() for v in xs)[:64]] * 4).t()
                                              .to(torch.bfloat16))
     g = st.group_for(None, ctx.dev)
+    # Small calls take the tensor where it lies (Note [Inputs outside the
+    # block] in core/symm/coll): no copy, so the workspace keeps what it
+    # held, eager and in a replayed CUDA graph.
+    ws = st._workspaces[id(g)]
+    ws.tensor.fill_(0x5A)
+    xs = inp(6)
+    total = sum(v.float() for v in xs).to(torch.bfloat16)
+    y = xs[me].clone()
+    st.all_reduce(y)
+    ag = st.all_gather(xs[me][:256] * 1)
+    rs = st.reduce_scatter(xs[me] * 1)
+    torch.cuda.synchronize(dev)
+    eager["direct"] = first_mismatch(torch, y, total)
+    eager["direct_all_gather"] = first_mismatch(torch, ag, torch.cat([v[:256] for v in xs]))
+    eager["direct_reduce_scatter"] = first_mismatch(torch, rs, total[me * (n // W):(me + 1) * (n // W)])
+    eager["direct_untouched"] = bool((ws.tensor == 0x5A).all().item())
+    z = torch.zeros(n, dtype=torch.bfloat16, device=dev)
+    cs = torch.cuda.Stream(device=dev)
+    cs.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(cs):
+        st.all_reduce(z)
+        torch.cuda.synchronize(dev)
+        zg = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(zg, stream=cs):
+            st.all_reduce(z)
+    xs = inp(7)
+    z.copy_(xs[me])
+    torch.cuda.synchronize(dev)
+    dist.barrier()
+    zg.replay()
+    ctx.wait_gpu("direct replay")
+    eager["direct_replay"] = first_mismatch(torch, z, sum(v.float() for v in xs).to(torch.bfloat16))
+    eager["direct_untouched_replay"] = bool((ws.tensor == 0x5A).all().item())
+    dist.barrier()
     big_n = (st._workspaces[id(g)].nbytes // 2) * 4
     big = torch.ones(big_n, dtype=torch.bfloat16, device=dev)
     # Inside capture, a call that needs a bigger workspace raises and says what to do.
