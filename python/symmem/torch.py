@@ -1967,8 +1967,11 @@ def _run_rmsnorm(x, residual, weight, eps: float, out, group, algo) -> None:
                 _lib.check(rc, what)
             return
         h, _ = _tp_workspace(torch, g, x.device, x.nbytes)
-        staged = h.get_buffer(g.rank, tuple(x.shape), x.dtype)
-        staged.copy_(x)
+        # The workspace's own tensor is this rank's block at the rendezvous
+        # pointer: a slice of it, rather than a new tensor of get_buffer's
+        # per call.
+        t = _tp_workspaces[(id(g), _symmem_device(x.device))][0]
+        t[:x.nbytes].view(x.dtype).view(x.shape).copy_(x)
         hptr = int(h.handle.ptr)
     outp = None if symmetric and out.data_ptr() == x.data_ptr() else out.data_ptr()
     rc = _a2a_fn("symmem_all_reduce_rmsnorm")(
