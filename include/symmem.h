@@ -460,7 +460,11 @@ symmem_result symmem_pointer_get_info(const void *ptr, symmem_pointer_info *info
  * SYMMEM_ERROR_INVALID_ARGUMENT before anything is touched. Other pointers
  * are the caller's: on the host backend the copy runs in Go and a fault on
  * them is SYMMEM_ERROR_INVALID_ARGUMENT naming the address, not a crash; on
- * cuda the driver checks device pointers, and host pointers must be valid. */
+ * cuda the driver checks device pointers, and host pointers must be valid.
+ * The wait for stream has no time limit (work queued there before the copy,
+ * such as a barrier whose peer died, delays it as long): a copy given up
+ * while the device may still carry it out could write into memory the
+ * caller has moved on from. */
 symmem_result symmem_copy(void *dst, const void *src, size_t n, int device,
                           symmem_stream_t stream);
 
