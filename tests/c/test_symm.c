@@ -642,6 +642,13 @@ static int rank_main(const char *mode, int rank, const char *name, int shm_fd) {
     symmem_handle_desc d = {.rank = -7};
     CHECK_RESULT(symmem_handle_describe(h[2], &d), SYMMEM_ERROR_INVALID_ARGUMENT, "describe a released handle");
     CHECK(d.rank == -7, "a failed describe leaves desc untouched");
+    CHECK_EQ(symmem_low_latency_max_bytes(h[2]), (size_t)0, "low_latency_max_bytes of a released handle");
+    CHECK(symmem_last_error() == SYMMEM_ERROR_INVALID_ARGUMENT, "and the last error says so: %s",
+          symmem_last_error_message());
+    int32_t one = 1;
+    CHECK_RESULT(symmem_collective_from(h[2], SYMMEM_ALL_REDUCE, SYMMEM_INT32, SYMMEM_SUM, 1, &one, NULL,
+                                        SYMMEM_ALGO_AUTO, 0, NULL),
+                 SYMMEM_ERROR_INVALID_ARGUMENT, "collective_from on a released handle");
   }
   h[2] = NULL;
 
