@@ -46,7 +46,7 @@ def run(rank: int, world: int, init_file: str) -> Dict:
         weight = (1 + torch.randn(H, generator=torch.Generator().manual_seed(8)) / 4).to(dtype)
         x = st.empty(T, H, dtype=dtype, device=dev) if symmetric else torch.empty(T, H, dtype=dtype, device=dev)
         x.copy_(xs[rank])
-        residual = residual0.to(dev)
+        residual = residual0.to(dev, copy=True)  # on the CPU .to(dev) would be residual0 itself, which the call updates
         out, r2 = st.all_reduce_rmsnorm(x, residual, weight.to(dev), 1e-6)
         check(f"{dtype} returns residual itself", r2 is residual)
         name = str(dtype).replace("torch.", "")

@@ -25,24 +25,30 @@ def allocated() -> int:
 
 @host_only
 def test_empty_is_on_the_heap_and_freed_with_the_tensor(clean_device):
+    # What earlier tests of this process still hold (a group's staging
+    # workspace lives as long as its group) is the baseline.
+    gc.collect()
+    base = allocated()
     t = st.empty(4, 8, dtype=torch.float32)
     assert t.shape == (4, 8) and t.dtype == torch.float32 and t.device.type == "cpu"
     info = symmem.pointer_info(t.data_ptr())
     assert info.requested_size == 4 * 8 * 4 and info.offset == 0
-    assert allocated() >= 128
+    assert allocated() >= base + 128
     t.fill_(3.0)
     v = t[1:3]  # a view keeps the memory alive
     del t
     gc.collect()
-    assert allocated() > 0 and float(v.sum()) == 3.0 * 16
+    assert allocated() > base and float(v.sum()) == 3.0 * 16
     del v
     gc.collect()
-    assert allocated() == 0
+    assert allocated() == base
 
 
 @host_only
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int64", "bool", "uint8", "complex64"])
 def test_empty_dtypes_and_shapes(dtype, clean_device):
+    gc.collect()
+    base = allocated()
     dt = getattr(torch, dtype)
     for shape in [(), (0,), (5,), (2, 0, 3), (3, 7)]:
         t = st.empty(shape, dtype=dt)
@@ -51,7 +57,7 @@ def test_empty_dtypes_and_shapes(dtype, clean_device):
         assert tuple(t2.shape) == shape
     del t, t2
     gc.collect()
-    assert allocated() == 0
+    assert allocated() == base
 
 
 @host_only
