@@ -706,7 +706,8 @@ def memory_stats(device=None) -> Dict[str, int]:
         idx = 0
         if _alloc.backend_name() == "cuda":
             torch = _torch()
-            idx = torch.cuda.current_device()
+            if torch.cuda.is_available():  # else device 0 (a torch built without CUDA, or none visible to it)
+                idx = torch.cuda.current_device()
     elif isinstance(device, int):
         idx = device
     else:
