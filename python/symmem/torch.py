@@ -532,6 +532,8 @@ def destroy_group(group=None) -> None:
         _tp_workspaces.pop(k, None)
     for k in [k for k, e in _groups_by_call.items() if id(e[2]) in ids]:
         _groups_by_call.pop(k, None)
+    for k in [k for k, e in _in_place.items() if id(e[2].group) in ids]:
+        _in_place.pop(k, None)
     with _rendezvous_lock:
         leases = [(k, lease) for k, lease in _rendezvous_cache.items() if id(lease[2]) in ids]
         for k, _ in leases:
@@ -835,8 +837,11 @@ def _current_stream(tensor) -> int:
 # and the slow path runs again (which finds the process group anew). An
 # entry lives as long as the tensor that owns the memory (a view's base:
 # _owner), so a fresh view of one buffer at every call (buf[:n]) finds it,
-# also inside a CUDA-graph capture, where no rendezvous can run. Under
-# torch.compile the same calls go
+# also inside a CUDA-graph capture, where no rendezvous can run. A tensor
+# of torch's memory that a call on the default group read in place (Note
+# [Staging]) is kept the same way in _in_place, so that its next call of
+# that collective skips the pointer lookup and the workspace's checks.
+# Under torch.compile the same calls go
 # through the torch.library operators below instead.
 
 # (group argument: None, a name, or the id of a process group; device
@@ -906,18 +911,26 @@ def _run(what: str, coll: int, tensor, group, op: str, out, algo) -> None:
     and calls that resolve it (Note [Eager collectives]); a tensor that
     libsymmem did not allocate, or that is not contiguous, goes through
     the group's staging workspace (Note [Staging])."""
-    global _collective_fn
+    global _collective_fn, _collective_from_fn
     torch = _torch_module or _torch()
     dev = tensor.get_device()
-    e = None
+    e = d = None
     if group is None:  # the common case, inline: the default group
-        e = _fast.get((None, dev, tensor.data_ptr(), tensor.nbytes))
+        ptr = tensor.data_ptr()
+        e = _fast.get((None, dev, ptr, tensor.nbytes))
         if e is not None and e[1] is not _world_pg(torch.distributed):
             e = None
+        if e is None and algo is None:
+            # A tensor of torch's memory read in place at an earlier call
+            # of this collective (Note [Staging]): its workspace handle.
+            d = _in_place.get((dev, ptr, tensor.nbytes, coll))
+            if d is not None and (d[1] is not _world_pg(torch.distributed) or not tensor.is_contiguous() or (
+                    out is not None and (not out.is_contiguous() or out.data_ptr() % 16))):
+                d = None
     fn = _collective_fn
     if fn is None:
         fn = _collective_fn = _lib.calls().collective
-    if e is None:
+    if e is None and d is None:
         if tensor.numel() and (not tensor.is_contiguous() or not _lib.calls().is_symmem(tensor.data_ptr())):
             _run_staged(torch, what, coll, tensor, group, op, out, algo, dev)
             return
@@ -930,9 +943,15 @@ def _run(what: str, coll: int, tensor, group, op: str, out, algo) -> None:
     opc = _OPS.get(op)
     if opc is None:
         opc = _coll.op_code(op, what)
-    algoc = 0 if algo is None else _coll.algo_code(algo, what)
-    rc = fn(e[2], coll, code, opc, tensor.numel(), None if out is None else out.data_ptr(), algoc, 0,
-            (_raw_stream or _raw_stream_fn(torch))(dev) if dev >= 0 else 0)
+    stream = (_raw_stream or _raw_stream_fn(torch))(dev) if dev >= 0 else 0
+    if d is not None:
+        frm = _collective_from_fn
+        if frm is None:
+            frm = _collective_from_fn = _lib.calls().collective_from
+        rc = frm(d[0], coll, code, opc, tensor.numel(), ptr, None if out is None else out.data_ptr(), 0, 0, stream)
+    else:
+        algoc = 0 if algo is None else _coll.algo_code(algo, what)
+        rc = fn(e[2], coll, code, opc, tensor.numel(), None if out is None else out.data_ptr(), algoc, 0, stream)
     if rc:
         _lib.check(rc, f"symmem.torch.{what}")
 
@@ -1080,6 +1099,8 @@ def _run_staged(torch, what: str, coll: int, tensor, group, op: str, out, algo, 
                 stream)
         if rc:
             _lib.check(rc, f"symmem.torch.{what}")
+        if group is None and algo is None:
+            _remember_in_place(torch, (dev, tensor.data_ptr(), nbytes, coll), ws)
         return
     if nbytes > ws.nbytes:
         ws = _workspace(torch, what, tensor, group, dev, nbytes)
@@ -1103,6 +1124,22 @@ def _run_staged(torch, what: str, coll: int, tensor, group, op: str, out, algo, 
 
 _collective_from_fn = None
 _LOW_LATENCY = _coll.ALGOS["low_latency"]
+# (device, address, bytes, collective) of a tensor of torch's memory that a
+# call on the default group read in place -> (its workspace's handle
+# address, the default process group then, the workspace): _run's lookup,
+# which skips the checks that placed it. An address outside libsymmem's
+# heap never becomes libsymmem memory, and the rest of what decided it
+# (the byte count, the collective) is the key; contiguity and out are
+# checked again at every call. Bounded: cleared when it grows past
+# _IN_PLACE_MAX entries; destroy_group drops its group's.
+_in_place: Dict[Tuple[int, int, int, int], Tuple[int, Any, "_Workspace"]] = {}
+_IN_PLACE_MAX = 4096
+
+
+def _remember_in_place(torch, key, ws: "_Workspace") -> None:
+    if len(_in_place) >= _IN_PLACE_MAX:
+        _in_place.clear()
+    _in_place[key] = (ws.hptr, _world_pg(torch.distributed), ws)
 
 
 def _reads_in_place(ws: _Workspace, coll: int, tensor, out, n: int, nbytes: int, algoc: int) -> bool:

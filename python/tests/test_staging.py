@@ -109,3 +109,60 @@ def test_small_calls_read_the_tensor_where_it_lies_and_larger_ones_stage():
     assert not _reads_in_place(ws, RS, t, _Like(0x20000), 4, 8, 0), "4 bytes per peer"
     assert not _reads_in_place(SimpleNamespace(ll_bytes=0, world=2), AR, t, None, 2048, 4096, 0), \
         "the host backend has no low-latency path"
+
+
+def test_a_tensor_read_in_place_is_looked_up_at_its_next_call(host_torch, tmp_path, monkeypatch):
+    """symmem.torch's eager path (Note [Eager collectives]): once a call on
+    the default group has read a tensor of torch's memory in place, the
+    next call of that collective on it goes straight to
+    symmem_collective_from with the same workspace handle; a view with the
+    same address and size that is not contiguous, an algo, or another
+    collective does not take that shortcut, and destroy_group forgets it.
+    The host backend has no low-latency path, so the workspace is told it
+    has one and the library's two calls are recorded instead of run."""
+    import torch
+    import torch.distributed as dist
+
+    from symmem import torch as stm
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        x = torch.ones(64, 8, dtype=torch.bfloat16)
+        stm.all_reduce(x)  # the first call: the group and its workspace (staged, for real)
+        ws = next(w for w in stm._workspaces.values() if w.group is stm.group_for(None, 0))
+        monkeypatch.setattr(ws, "ll_bytes", 256 << 10)
+        calls = []
+
+        def record(kind):
+            def fn(*args):
+                calls.append((kind,) + args)
+                return 0
+            return fn
+
+        monkeypatch.setattr(stm, "_collective_from_fn", record("from"))
+        monkeypatch.setattr(stm, "_collective_fn", record("plain"))
+        stm.all_reduce(x)  # read in place: through _run_staged, then remembered
+        stm.all_reduce(x)  # the shortcut
+        assert [c[0] for c in calls] == ["from", "from"], calls
+        assert calls[0][1:] == calls[1][1:], calls
+        assert calls[1][1] == ws.hptr and calls[1][6] == x.data_ptr() and calls[1][5] == x.numel(), calls
+        key = (x.get_device(), x.data_ptr(), x.nbytes, stm._coll.ALL_REDUCE)
+        assert key in stm._in_place
+
+        calls.clear()
+        stm.all_reduce(x.t())  # same address and size, not contiguous: staged
+        assert [c[0] for c in calls] == ["plain"], calls
+        calls.clear()
+        stm.all_reduce(x, algo="one_shot")  # an algo: no shortcut, and one_shot is staged
+        assert [c[0] for c in calls] == ["plain"], calls
+        calls.clear()
+        out = torch.empty(64, 8, dtype=torch.bfloat16)
+        stm.all_gather(x, out=out)  # another collective: decided afresh, then remembered
+        stm.all_gather(x, out=out)
+        assert [c[0] for c in calls] == ["from", "from"], calls
+        assert (x.get_device(), x.data_ptr(), x.nbytes, stm._coll.ALL_GATHER) in stm._in_place
+
+        stm.destroy_group()
+        assert key not in stm._in_place
+    finally:
+        dist.destroy_process_group()
