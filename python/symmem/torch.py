@@ -1146,9 +1146,11 @@ def _reads_in_place(ws: _Workspace, coll: int, tensor, out, n: int, nbytes: int,
     """Whether a staged call can skip the copy: the low-latency path reads
     the caller's tensor where it lies (Note [Inputs outside the block] in
     core/symm/coll), for what fits its buffers, contiguous and 16-byte
-    aligned, with auto or low_latency; the library checks the same again
-    and refuses, naming why, if this guessed wrong."""
-    if algoc not in (0, _LOW_LATENCY) or not ws.ll_bytes or not tensor.is_contiguous() or tensor.data_ptr() % 16:
+    aligned, with auto or low_latency, in a group of two or more (a group
+    of one stages: its copy is the whole call anyway); the library checks
+    the same again and refuses, naming why, if this guessed wrong."""
+    if (algoc not in (0, _LOW_LATENCY) or not ws.ll_bytes or ws.world < 2 or not tensor.is_contiguous()
+            or tensor.data_ptr() % 16):
         return False
     per = nbytes
     if coll == _coll.REDUCE_SCATTER:

@@ -109,6 +109,8 @@ def test_small_calls_read_the_tensor_where_it_lies_and_larger_ones_stage():
     assert not _reads_in_place(ws, RS, t, _Like(0x20000), 4, 8, 0), "4 bytes per peer"
     assert not _reads_in_place(SimpleNamespace(ll_bytes=0, world=2), AR, t, None, 2048, 4096, 0), \
         "the host backend has no low-latency path"
+    assert not _reads_in_place(SimpleNamespace(ll_bytes=256 << 10, world=1), AR, t, None, 2048, 4096, 0), \
+        "a group of one stages"
 
 
 def test_a_tensor_read_in_place_is_looked_up_at_its_next_call(host_torch, tmp_path, monkeypatch):
@@ -131,6 +133,7 @@ def test_a_tensor_read_in_place_is_looked_up_at_its_next_call(host_torch, tmp_pa
         stm.all_reduce(x)  # the first call: the group and its workspace (staged, for real)
         ws = next(w for w in stm._workspaces.values() if w.group is stm.group_for(None, 0))
         monkeypatch.setattr(ws, "ll_bytes", 256 << 10)
+        monkeypatch.setattr(ws, "world", 2)  # a group of one stages
         calls = []
 
         def record(kind):
