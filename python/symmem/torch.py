@@ -1963,11 +1963,9 @@ _NORM_DTYPES = ("bfloat16", "float16", "float32")
 
 
 def _is_symmem(t) -> bool:
-    try:
-        _alloc.pointer_info(int(t.data_ptr()))
-        return True
-    except Exception:  # noqa: BLE001 - any refusal: not libsymmem memory
-        return False
+    """Whether t's memory is libsymmem's: the call module's lookup, which
+    answers without building the error that pointer_info would raise."""
+    return _lib.calls().is_symmem(int(t.data_ptr()))
 
 
 def _run_rmsnorm(x, residual, weight, eps: float, out, group, algo) -> None:
