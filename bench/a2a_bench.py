@@ -57,7 +57,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
-from bench_common import NO_MULTICAST, environment, peer_copy  # noqa: E402 - multicast off for every process
+from bench_common import NO_MULTICAST, environment, latency_plot, peer_copy  # noqa: E402 - multicast off for every process
 # torch's NVSHMEM heap holds its inputs, outputs and split tensors, and
 # the MoE case's: more than NVSHMEM's 1 GiB default.
 os.environ.setdefault("NVSHMEM_SYMMETRIC_SIZE", str(4 << 30))
@@ -430,29 +430,11 @@ def goals(res):
 
 
 def plot(res, path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except Exception as exc:  # noqa: BLE001
-        return f"no plot: {exc}"
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
-    for ax, (title, rows) in zip(axes, (("graph replay", res["rows"]), ("eager", res.get("eager") or []))):
-        for impl in SIZE_IMPLS:
-            pts = [(r["bytes"], r["us"]) for r in rows if r["impl"] == impl and r["us"]]
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("bytes per rank")
-        ax.set_ylabel("GPU time per call (us), slowest rank")
-        ax.set_title(f"all-to-all, {title}, {res['world']} x {res.get('env', {}).get('device', 'GPU')}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    panels = []
+    for title, rows in (("graph replay", res["rows"]), ("eager", res.get("eager") or [])):
+        series = {impl: [(r["bytes"], r["us"]) for r in rows if r["impl"] == impl and r["us"]] for impl in SIZE_IMPLS}
+        panels.append((f"all-to-all, {title}, {res['world']} x {res.get('env', {}).get('device', 'GPU')}", series))
+    return latency_plot(path, panels, "bytes per rank", "GPU time per call (us), slowest rank")
 
 
 def parser():

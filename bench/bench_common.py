@@ -1,6 +1,6 @@
 """What the GPU benchmarks share: NVLink multicast off for every process
-they start, the pairwise peer-copy floor of a run, and the environment the
-figures were taken on. Imported by the bench scripts (bench/ is their
+they start, the pairwise peer-copy floor of a run, the environment the
+figures were taken on, and the latency plots. Imported by the bench scripts (bench/ is their
 first sys.path entry)."""
 import os
 import statistics
@@ -65,3 +65,33 @@ def environment(torch):
         "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl),
         "libsymmem": getattr(symmem, "__version__", "?"),
     }
+
+
+def latency_plot(path, panels, xlabel, ylabel):
+    """Time per call against size on log-log axes, one panel per (title,
+    {label: [(bytes, us), ...]}) of panels side by side, saved to path.
+    Returns path, or why there is no plot (matplotlib missing)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as exc:  # noqa: BLE001
+        return f"no plot: {exc}"
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 5), squeeze=False)
+    for ax, (title, series) in zip(axes[0], panels):
+        for label, pts in series.items():
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        if any(series.values()):
+            ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -38,7 +38,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
-from bench_common import environment, peer_copy  # noqa: E402 - also turns NVLink multicast off for every process
+from bench_common import environment, latency_plot, peer_copy  # noqa: E402 - also turns NVLink multicast off for every process
 
 ITERS = 20
 REPS = 21
@@ -261,31 +261,13 @@ def kernel_load_times():
 
 
 def plot(res, path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except Exception as exc:  # noqa: BLE001
-        return f"no plot: {exc}"
-    colls = ["all_reduce", "all_gather", "reduce_scatter"]
-    fig, axes = plt.subplots(1, 3, figsize=(18, 5))
-    for ax, coll in zip(axes, colls):
-        impls = sorted({r["impl"] for r in res["rows"] if r["coll"] == coll})
-        for impl in impls:
-            pts = [(r["bytes"], r["us"]) for r in res["rows"] if r["coll"] == coll and r["impl"] == impl and r["us"]]
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("bytes")
-        ax.set_ylabel("GPU time per call (us)")
-        ax.set_title(f"{coll}, bf16, {res['world']} x {res.get('device', 'GPU')}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    panels = []
+    for coll in ("all_reduce", "all_gather", "reduce_scatter"):
+        rows = [r for r in res["rows"] if r["coll"] == coll and r["us"]]
+        series = {impl: [(r["bytes"], r["us"]) for r in rows if r["impl"] == impl]
+                  for impl in sorted({r["impl"] for r in rows})}
+        panels.append((f"{coll}, bf16, {res['world']} x {res.get('device', 'GPU')}", series))
+    return latency_plot(path, panels, "bytes", "GPU time per call (us)")
 
 
 # The rows the goals judge: libsymmem's automatic choice (every call as a
