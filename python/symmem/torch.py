@@ -532,7 +532,7 @@ def destroy_group(group=None) -> None:
         _tp_workspaces.pop(k, None)
     for k in [k for k, e in _groups_by_call.items() if id(e[2]) in ids]:
         _groups_by_call.pop(k, None)
-    for k in [k for k, e in _in_place.items() if id(e[2].group) in ids]:
+    for k in [k for k, e in _in_place.items() if id(e[0].group) in ids]:
         _in_place.pop(k, None)
     with _rendezvous_lock:
         leases = [(k, lease) for k, lease in _rendezvous_cache.items() if id(lease[2]) in ids]
@@ -906,6 +906,12 @@ def _fast_entry(torch, tensor, group, dev=None):
     return e
 
 
+def _is_symmem(t) -> bool:
+    """Whether t's memory is libsymmem's: the call module's lookup, which
+    answers without building the error that pointer_info would raise."""
+    return _lib.calls().is_symmem(t.data_ptr())
+
+
 def _run(what: str, coll: int, tensor, group, op: str, out, algo) -> None:
     """One collective call on the eager path: the fewest attribute reads
     and calls that resolve it (Note [Eager collectives]); a tensor that
@@ -931,7 +937,7 @@ def _run(what: str, coll: int, tensor, group, op: str, out, algo) -> None:
     if fn is None:
         fn = _collective_fn = _lib.calls().collective
     if e is None and d is None:
-        if tensor.numel() and (not tensor.is_contiguous() or not _lib.calls().is_symmem(tensor.data_ptr())):
+        if tensor.numel() and (not tensor.is_contiguous() or not _is_symmem(tensor)):
             _run_staged(torch, what, coll, tensor, group, op, out, algo, dev)
             return
         if not tensor.is_contiguous():
@@ -948,7 +954,7 @@ def _run(what: str, coll: int, tensor, group, op: str, out, algo) -> None:
         frm = _collective_from_fn
         if frm is None:
             frm = _collective_from_fn = _lib.calls().collective_from
-        rc = frm(d[0], coll, code, opc, tensor.numel(), ptr, None if out is None else out.data_ptr(), 0, 0, stream)
+        rc = frm(d[0].hptr, coll, code, opc, tensor.numel(), ptr, None if out is None else out.data_ptr(), 0, 0, stream)
     else:
         algoc = 0 if algo is None else _coll.algo_code(algo, what)
         rc = fn(e[2], coll, code, opc, tensor.numel(), None if out is None else out.data_ptr(), algoc, 0, stream)
@@ -1125,21 +1131,21 @@ def _run_staged(torch, what: str, coll: int, tensor, group, op: str, out, algo, 
 _collective_from_fn = None
 _LOW_LATENCY = _coll.ALGOS["low_latency"]
 # (device, address, bytes, collective) of a tensor of torch's memory that a
-# call on the default group read in place -> (its workspace's handle
-# address, the default process group then, the workspace): _run's lookup,
-# which skips the checks that placed it. An address outside libsymmem's
+# call on the default group read in place -> (its workspace, the default
+# process group then): _run's lookup, which skips the checks that placed
+# it. An address outside libsymmem's
 # heap never becomes libsymmem memory, and the rest of what decided it
 # (the byte count, the collective) is the key; contiguity and out are
 # checked again at every call. Bounded: cleared when it grows past
 # _IN_PLACE_MAX entries; destroy_group drops its group's.
-_in_place: Dict[Tuple[int, int, int, int], Tuple[int, Any, "_Workspace"]] = {}
+_in_place: Dict[Tuple[int, int, int, int], Tuple["_Workspace", Any]] = {}
 _IN_PLACE_MAX = 4096
 
 
 def _remember_in_place(torch, key, ws: "_Workspace") -> None:
     if len(_in_place) >= _IN_PLACE_MAX:
         _in_place.clear()
-    _in_place[key] = (ws.hptr, _world_pg(torch.distributed), ws)
+    _in_place[key] = (ws, _world_pg(torch.distributed))
 
 
 def _reads_in_place(ws: _Workspace, coll: int, tensor, out, n: int, nbytes: int, algoc: int) -> bool:
@@ -1241,7 +1247,7 @@ def _world_of(torch, what: str, tensor, group) -> int:
         e = _fast.get((None, tensor.get_device(), tensor.data_ptr(), tensor.nbytes))
         if e is not None and e[1] is _world_pg(torch.distributed):
             return e[3]
-    if tensor.is_contiguous() and _lib.calls().is_symmem(tensor.data_ptr()):
+    if tensor.is_contiguous() and _is_symmem(tensor):
         return _fast_entry(torch, tensor, group)[3]
     return _workspace(torch, what, tensor, group, tensor.get_device(), tensor.numel() * tensor.element_size()).world
 
@@ -1337,7 +1343,7 @@ def _a2a_entry(torch, what: str, input, group):
         if e is not None and e[1] is not _world_pg(torch.distributed):
             e = None
     if e is None:
-        if input.numel() and not _lib.calls().is_symmem(input.data_ptr()):
+        if input.numel() and not _is_symmem(input):
             # Note [Staging]: the input goes to the workspace, where the
             # call runs; out and the splits are the caller's as always.
             nbytes = input.numel() * input.element_size()
@@ -1960,12 +1966,6 @@ def fused_matmul_reduce_scatter(a, b, reduce_op: str, scatter_dim: int, group=No
 
 
 _NORM_DTYPES = ("bfloat16", "float16", "float32")
-
-
-def _is_symmem(t) -> bool:
-    """Whether t's memory is libsymmem's: the call module's lookup, which
-    answers without building the error that pointer_info would raise."""
-    return _lib.calls().is_symmem(int(t.data_ptr()))
 
 
 def _run_rmsnorm(x, residual, weight, eps: float, out, group, algo) -> None:
