@@ -26,6 +26,7 @@ Symmetric tensors::
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 
 import math
 import os
@@ -2329,3 +2330,12 @@ def register_ops() -> None:
     (torch.ops.symmem.*) now; symmem.torch does it at its first use of
     torch otherwise (Note [Collectives as torch operators])."""
     _register_ops(_torch())
+
+
+# Registered at import where torch can be imported: a function compiled
+# before any eager call of symmem.torch would otherwise meet the first
+# registration (and its lock) while Dynamo traces it, which is a graph
+# break. Without torch, importing this module still works; its functions
+# say that torch is missing.
+if importlib.util.find_spec("torch") is not None:
+    _torch()

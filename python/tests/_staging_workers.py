@@ -144,3 +144,23 @@ def compiled(rank: int, world: int, init_file: str, backend: str) -> Dict:
     dist.barrier()
     dist.destroy_process_group()
     return res
+
+
+def compiled_first(rank: int, world: int, init_file: str) -> Dict:
+    """A compiled function that is the process's first use of
+    symmem.torch: the operators were registered when the module was
+    imported, so tracing the call meets no registration (and no graph
+    break)."""
+    torch, dist = _init(rank, world, init_file)
+    import symmem.torch as st
+
+    xs = _inputs(torch, world, 256, torch.float32)
+
+    def step(x):
+        return st.all_reduce(x * 2, inplace=False) + 1
+
+    got = torch.compile(step, fullgraph=True, backend="aot_eager")(xs[rank])
+    res = {"first_call_compiled": bool(torch.equal(got, sum(xs) * 2 + 1))}
+    dist.barrier()
+    dist.destroy_process_group()
+    return res

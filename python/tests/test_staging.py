@@ -67,6 +67,16 @@ def test_torch_compile_patterns_match_eager(host_torch, tmp_path, backend):
         assert all(v is True for v in res.values()), res
 
 
+def test_a_compiled_function_may_be_the_first_use_of_symmem_torch(host_torch, tmp_path):
+    """torch.compile(fullgraph=True) of a function that calls symmem.torch
+    before anything else in the process has: no graph break."""
+    import _staging_workers as sw
+    from _mp import run_ranks
+
+    for res in run_ranks(sw.compiled_first, 2, str(tmp_path / "pg"), timeout=300):
+        assert res == {"first_call_compiled": True}, res
+
+
 class _Like:
     """What _reads_in_place reads of a tensor."""
 
