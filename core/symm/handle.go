@@ -58,6 +58,10 @@ type Handle struct {
 	// made when the rendezvous completes and never changed after.
 	sym core.SymmetricBuffer
 
+	// barrierDsts and barrierSrcs are barrierRounds(), made with the
+	// handle: every barrier's rounds.
+	barrierDsts, barrierSrcs [][]int
+
 	// life counts the calls in flight that touch the pads, so that Release
 	// never unmaps under them (Note [Calls in flight]).
 	life lifetime
@@ -294,4 +298,26 @@ func (h *Handle) describe(attached *core.Attachment) core.SymmetricBuffer {
 		}
 	}
 	return d
+}
+
+// barrierDissemination selects the dissemination barrier (read once).
+var barrierDissemination = core.Current().Text("SYMMEM_BARRIER", "linear") == "dissemination"
+
+// barrierRounds returns the (dst, src) pairs of each step of a barrier:
+// one step of every peer (linear) or one per dissemination round.
+func (h *Handle) barrierRounds() (dsts, srcs [][]int) {
+	if !barrierDissemination || h.world <= 2 {
+		d, s := make([]int, h.world-1), make([]int, h.world-1)
+		// Puts to the next rank first, so that ranks do not all hit rank 0
+		// first; waits in the reverse order.
+		for i := 1; i < h.world; i++ {
+			d[i-1], s[i-1] = (h.rank+i)%h.world, (h.rank+h.world-i)%h.world
+		}
+		return [][]int{d}, [][]int{s}
+	}
+	for dist := 1; dist < h.world; dist *= 2 {
+		dsts = append(dsts, []int{(h.rank + dist) % h.world})
+		srcs = append(srcs, []int{(h.rank + h.world - dist%h.world) % h.world})
+	}
+	return dsts, srcs
 }

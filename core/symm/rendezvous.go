@@ -125,6 +125,7 @@ func (c *rendezvousCall) lookup() {
 	ptrs := make([]uintptr, 2*g.world) // bufPtrs then padPtrs
 	c.h = &Handle{gm: c.gm, name: g.name, rank: me, world: g.world, bufSize: c.info.Size, offset: c.ptr - c.info.Addr,
 		timeout: g.timeout, bufPtrs: ptrs[:g.world:g.world], padPtrs: ptrs[g.world:], span: g.span}
+	c.h.barrierDsts, c.h.barrierSrcs = c.h.barrierRounds()
 	sc := g.scratch.reset(g.world)
 	c.rec = blockRecord{held: sc.held[g.world*g.world:], padSize: uint64(g.padSize)}
 	c.pinned = sc.pinned

@@ -140,7 +140,7 @@ func (h *Handle) streamSignals(s core.Stream, timeout time.Duration, channel int
 	c := h.sig
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ops := make([]core.MemOp, len(dsts)+len(srcs))
+	ops := c.scratchOps(len(dsts) + len(srcs))
 	puts, waits := ops[:len(dsts)], ops[len(dsts):]
 	for i, dst := range dsts {
 		puts[i] = core.MemOp{Addr: h.slot(dst, h.rank, channel), Value: c.sent[c.index(dst, channel)] + 1}
@@ -149,7 +149,8 @@ func (h *Handle) streamSignals(s core.Stream, timeout time.Duration, channel int
 		waits[i] = core.MemOp{Addr: h.slot(h.rank, src, channel), Value: c.seen[c.index(src, channel)] + 1, Wait: true, AtLeast: true}
 	}
 	if k, ok := h.gm.be.(core.KernelMemOps); ok && signalKernels {
-		peers := append(append(make([]int, 0, len(ops)), dsts...), srcs...)
+		peers := append(append(c.peers[:0], dsts...), srcs...)
+		c.peers = peers
 		err := k.LaunchMemOps(h.gm.device, s, ops, core.MemOpWatch{TimeoutNs: uint64(timeout.Nanoseconds()),
 			Flag: h.padPtrs[h.rank] + h.padSize, Abort: h.padPtrs[h.rank] + h.padSize + 4, Peers: peers})
 		if err == nil {
@@ -322,28 +323,6 @@ func (h *Handle) releasedDuring(what string) error {
 // world-1 remote adds and a single wait, not available on the 13.0 driver
 // of the machines measured so far.)
 
-// barrierDissemination selects the dissemination barrier (read once).
-var barrierDissemination = core.Current().Text("SYMMEM_BARRIER", "linear") == "dissemination"
-
-// barrierRounds returns the (dst, src) pairs of each step of a barrier:
-// one step of every peer (linear) or one per dissemination round.
-func (h *Handle) barrierRounds() (dsts, srcs [][]int) {
-	if !barrierDissemination || h.world <= 2 {
-		d, s := make([]int, h.world-1), make([]int, h.world-1)
-		// Puts to the next rank first, so that ranks do not all hit rank 0
-		// first; waits in the reverse order.
-		for i := 1; i < h.world; i++ {
-			d[i-1], s[i-1] = (h.rank+i)%h.world, (h.rank+h.world-i)%h.world
-		}
-		return [][]int{d}, [][]int{s}
-	}
-	for dist := 1; dist < h.world; dist *= 2 {
-		dsts = append(dsts, []int{(h.rank + dist) % h.world})
-		srcs = append(srcs, []int{(h.rank + h.world - dist%h.world) % h.world})
-	}
-	return dsts, srcs
-}
-
 // Barrier returns (or, on a stream, lets the stream go on) once every rank
 // has entered it: a signal to every peer on channel and one from every
 // peer, directly or through the dissemination rounds (Note [Barrier at more
@@ -357,7 +336,7 @@ func (h *Handle) Barrier(channel int, s core.Stream, timeout time.Duration) erro
 	if h.span != nil {
 		return h.spanBarrier(channel, s, timeout)
 	}
-	steps, froms := h.barrierRounds()
+	steps, froms := h.barrierDsts, h.barrierSrcs
 	if h.onStreams() {
 		for i := range steps {
 			if err := h.streamSignals(s, timeout, channel, steps[i], froms[i]); err != nil {

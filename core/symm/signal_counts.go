@@ -1,6 +1,9 @@
 package symm
 
-import "github.com/libsymmem/libsymmem/core/lockrank"
+import (
+	"github.com/libsymmem/libsymmem/core"
+	"github.com/libsymmem/libsymmem/core/lockrank"
+)
 
 // signalCounts is one rank's count of the signals through its group's pads
 // (Note [Signals] in signal.go); the group's memory holds it, every handle
@@ -15,6 +18,10 @@ type signalCounts struct {
 	// seen[peer*channels+c]: signals from peer on c waited for.
 	sent []uint32
 	seen []uint32
+	// ops and peers are the stream signals' scratch (streamSignals), used
+	// under mu: the backend reads them during the call and keeps nothing.
+	ops   []core.MemOp
+	peers []int
 }
 
 func newSignalCounts(world, channels int) *signalCounts {
@@ -22,3 +29,13 @@ func newSignalCounts(world, channels int) *signalCounts {
 }
 
 func (c *signalCounts) index(peer, channel int) int { return peer*c.channels + channel }
+
+// scratchOps is ops with n zeroed entries; under mu.
+func (c *signalCounts) scratchOps(n int) []core.MemOp {
+	if cap(c.ops) < n {
+		c.ops = make([]core.MemOp, n)
+	}
+	c.ops = c.ops[:n]
+	clear(c.ops)
+	return c.ops
+}

@@ -514,6 +514,14 @@ class Handle:
 
     def barrier(self, channel: int = 0, timeout: Optional[float] = None, stream=0) -> None:
         """put_signal to every peer, then wait_signal from every peer."""
+        if (timeout is None and type(channel) is int and type(stream) is int and 0 <= channel <= C_INT.hi
+                and 0 <= stream <= C_PTR.hi and not _lib._forked_child):
+            # The loop's call (a channel, the group's timeout, a raw stream):
+            # the checks below in three comparisons; 0 is NULL to the C side.
+            rc = self._barrier(self._ptr or self.ptr, channel, 0, stream)
+            if rc:
+                check(rc, "symmem_barrier")
+            return
         if _lib._forked_child:
             _lib._refuse_forked_child()
         channel = int_arg(channel, "channel", "symmem.Handle.barrier", C_INT)

@@ -539,6 +539,8 @@ def destroy_group(group=None) -> None:
         leases = [(k, lease) for k, lease in _rendezvous_cache.items() if id(lease[2]) in ids]
         for k, _ in leases:
             del _rendezvous_cache[k]
+        for k in [k for k, e in _rendezvous_fast.items() if id(e[2][2]) in ids]:
+            del _rendezvous_fast[k]
     for _, lease in leases:
         lease[1] = 0  # the TorchHandles' own release() then releases nothing
         if lease[0]._ptr is not None:
@@ -568,8 +570,9 @@ class TorchHandle:
         if stream is not None:
             return stream
         if self.device.type == "cuda":
-            torch = _torch()
-            return torch.cuda.current_stream(self.device).cuda_stream
+            torch = _torch_module or _torch()
+            index = self.device.index
+            return (_raw_stream or _raw_stream_fn(torch))(torch.cuda.current_device() if index is None else index)
         return 0
 
     def get_buffer(self, rank: int, sizes: Union[int, Sequence[int]] = None, dtype=None, storage_offset: int = 0):
@@ -622,10 +625,12 @@ class TorchHandle:
             self.handle.release()
             return
         self._released = True
-        lease[1] -= 1
-        if lease[1] == 0:
-            if _rendezvous_cache.get(lease[3]) is lease:
+        with _rendezvous_lock:
+            lease[1] -= 1
+            last = lease[1] == 0
+            if last and _rendezvous_cache.get(lease[3]) is lease:
                 del _rendezvous_cache[lease[3]]
+        if last:
             lease[0].release()
 
     def __enter__(self) -> "TorchHandle":
@@ -660,7 +665,22 @@ def rendezvous(
         h = symmem.torch.rendezvous(t)      # window registered
         dist.all_reduce(t)                  # NCCL's symmetric kernels
     """
-    _torch()
+    torch = _torch_module or _torch()
+    plain = timeout is None and nccl is None and nccl_windows is True
+    if plain:
+        # Again, with the handle held (Note [Rendezvous again]): the lease
+        # found under the arguments themselves, as _fast finds a
+        # collective's handle, without resolving the process group again.
+        gkey = group if group is None or isinstance(group, str) else id(group)
+        fkey = (gkey, tensor.get_device(), tensor.data_ptr(), tensor.nbytes)
+        e = _rendezvous_fast.get(fkey)
+        if e is not None and (e[0] is group or isinstance(group, str)) and (
+                group is not None or e[1] is _world_pg(torch.distributed)):
+            lease = e[2]
+            with _rendezvous_lock:
+                if _rendezvous_cache.get(lease[3]) is lease and lease[0]._ptr is not None:
+                    lease[1] += 1
+                    return TorchHandle(lease[0], tensor.device, lease)
     device = tensor.device
     if device.type not in ("cuda", "cpu"):
         raise RuntimeError(f"symmem.torch.rendezvous: unsupported device {brief(device)}")
@@ -668,15 +688,21 @@ def rendezvous(
     key = (id(g), int(tensor.data_ptr()), tensor.numel() * tensor.element_size())
     with _rendezvous_lock:
         lease = _rendezvous_cache.get(key)
-        if lease is not None and lease[2] is g and lease[0]._ptr is not None:
+        if lease is None or lease[2] is not g or lease[0]._ptr is None:
+            lease = None
+        else:
             lease[1] += 1
-            return TorchHandle(lease[0], device, lease)
-    h = _rendezvous(key[1], g)
-    lease = [h, 1, g, key]
-    with _rendezvous_lock:
-        _rendezvous_cache[key] = lease
-    weakref.finalize(tensor, _forget_rendezvous, key, lease)
-    return TorchHandle(h, device, lease)
+    if lease is None:
+        h = _rendezvous(key[1], g)
+        lease = [h, 1, g, key]
+        with _rendezvous_lock:
+            _rendezvous_cache[key] = lease
+        weakref.finalize(tensor, _forget_rendezvous, key, lease)
+    if plain:
+        pg = _world_pg(torch.distributed) if group is None else None
+        _rendezvous_fast[fkey] = (group, pg, lease)
+        weakref.finalize(tensor, _forget_rendezvous_fast, fkey, lease)
+    return TorchHandle(lease[0], device, lease)
 
 
 # Note [Rendezvous again]
@@ -694,12 +720,25 @@ def rendezvous(
 # does; leases still held keep the handle.
 _rendezvous_cache: Dict[Tuple[int, int, int], list] = {}
 _rendezvous_lock = threading.Lock()
+# A rendezvous again with the default arguments finds its lease here, under
+# (group argument: None, a name, a Group or the id of a process group;
+# device index, data_ptr, nbytes) -> (group argument, the default process
+# group then or None, lease): the lookups of _fast (Note [Eager
+# collectives]), so that a re-created default group is noticed. The lease
+# is used only while it is the cache's entry and its handle is live.
+_rendezvous_fast: Dict[Tuple[Any, int, int, int], Tuple[Any, Any, list]] = {}
 
 
 def _forget_rendezvous(key, lease) -> None:
     with _rendezvous_lock:
         if _rendezvous_cache.get(key) is lease:
             del _rendezvous_cache[key]
+
+
+def _forget_rendezvous_fast(key, lease) -> None:
+    e = _rendezvous_fast.get(key)
+    if e is not None and e[2] is lease:
+        del _rendezvous_fast[key]
 
 
 def memory_stats(device=None) -> Dict[str, int]:

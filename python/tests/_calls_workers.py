@@ -75,6 +75,21 @@ def rendezvous_again(rank: int, world: int, init_file: str) -> Dict:
     res["fresh_after_release"] = h3.handle is not h1.handle
     h3.barrier(timeout=30)
     h3.release()
+    # By the process group object and by its name: the lease of the default
+    # group's rendezvous, found without an exchange.
+    h4 = st.rendezvous(t)
+    h5 = st.rendezvous(t, dist.group.WORLD)
+    h6 = st.rendezvous(t, dist.group.WORLD.group_name)
+    res["again_by_group"] = h5.handle is h4.handle and h6.handle is h4.handle
+    for h in (h6, h5):
+        h.release()
+    # destroy_group ends the leases: the next rendezvous is an exchange on
+    # a new symmem Group, and the handle held before is released.
+    st.destroy_group()
+    h7 = st.rendezvous(t)
+    res["fresh_after_destroy_group"] = h7.handle is not h4.handle and h4.handle._ptr is None
+    h7.barrier(timeout=30)
+    h7.release()
     dist.barrier()
     dist.destroy_process_group()
     return res

@@ -111,3 +111,4 @@ def test_torch_rendezvous_again_returns_the_agreed_handle(tmp_path):
     assert r0["alive_after_one_release"] is True, r0
     for res in results:
         assert res["released_with_the_last"] is True and res["fresh_after_release"] is True, res
+        assert res["again_by_group"] is True and res["fresh_after_destroy_group"] is True, res
