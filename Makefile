@@ -28,7 +28,7 @@ LINK_LIB    := -L$(BUILD) -lsymmem -Wl,-rpath,$(ROOT)/$(BUILD) -pthread
 FAKECUDA    := $(BUILD)/libcuda_fake.so
 FAKE_ENV    := SYMMEM_BACKEND=cuda SYMMEM_LIBCUDA=$(ROOT)/$(FAKECUDA)
 
-.PHONY: all build help test test-go test-c test-python test-fakecuda test-install demo bench \
+.PHONY: all build torch-ops help test test-go test-c test-python test-fakecuda test-install demo bench \
   install uninstall clean fuzz gpu-artifacts wheel info check-toolchain
 
 # The Python package's call module (python/symmem/_calls.c, Note [The call
@@ -38,7 +38,15 @@ FAKE_ENV    := SYMMEM_BACKEND=cuda SYMMEM_LIBCUDA=$(ROOT)/$(FAKECUDA)
 CALLS := python/symmem/_calls$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX') or '.so')")
 
 all: build
-build: $(LIB) $(BUILD)/symmem-info $(CALLS)
+build: $(LIB) $(BUILD)/symmem-info $(CALLS) torch-ops
+
+# The all-reduce operators' C++ kernels (Note [Operators in C++] in
+# python/symmem/torch.py), built for the torch installed here into
+# $SYMMEM_TORCH_OPS_DIR (default: ~/.cache/symmem/torch-ops) where torch
+# imports; a file already built for this torch and source is kept.
+torch-ops:
+	@if $(PYTHON) -c "import torch" >/dev/null 2>&1; then PYTHONPATH=python $(PYTHON) -m symmem build-torch-ops; \
+	else echo "symmem: torch does not import here: the operators' C++ kernels are not built"; fi
 
 $(CALLS): python/symmem/_calls.c buildsys/symmem_build.py
 	@$(PYTHON) buildsys/symmem_build.py calls python/symmem
@@ -83,7 +91,7 @@ RUN    := $(PYTHON) scripts/run_suite.py
 test: ## every suite (what CI runs), ending with a table
 	@rm -rf $(BUILD)/results
 	@$(RUN) build plain -- $(MAKE) --no-print-directory $(LIB) $(CTEST_BIN) $(FAKECUDA) $(BUILD)/demo \
-	  $(BUILD)/symmem-info $(FAKENCCL) $(FAKENCCL228) $(CALLS) || true
+	  $(BUILD)/symmem-info $(FAKENCCL) $(FAKENCCL228) $(CALLS) torch-ops || true
 	@$(MAKE) --no-print-directory -k -j2 $(addprefix suite-,$(SUITES)) || true
 	@$(PYTHON) scripts/summary.py build $(SUITES)
 

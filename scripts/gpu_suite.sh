@@ -37,6 +37,11 @@ for m in python/symmem/_calls*.so; do
   [ -f "$m" ] || continue
   if ldd "$m" | grep -Eq 'libcuda|libcudart|libsymmem'; then echo "FAIL: $m links CUDA or libsymmem"; status=1; fi
 done
+# The operators' C++ kernels, for this machine's torch (Note [Operators in
+# C++] in python/symmem/torch.py); test_torch_ops.py fails without them.
+if python3 -c "import torch" >/dev/null 2>&1; then
+  PYTHONPATH=python python3 -m symmem build-torch-ops | tail -n 1 || status=1
+fi
 
 # PARTS chooses parts of the tests (to split a run between calls): any of
 # abi go c demo python; every part by default.

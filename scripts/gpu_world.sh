@@ -54,6 +54,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sort | uniq -
 # The call module, once: parts may run side by side, and none rebuilds it
 # while another has it loaded.
 ls python/symmem/_calls*.so >/dev/null 2>&1 || python3 buildsys/symmem_build.py calls python/symmem >/dev/null 2>&1
+PYTHONPATH=python python3 -m symmem build-torch-ops >/dev/null 2>&1 || echo "the operators' C++ kernels did not build"
 python_half() { # python_half 0|1: every other test file, so both halves hold GPU files
   ls python/tests/test_*.py | awk -v h="$1" 'NR % 2 == h'
 }

@@ -1,4 +1,6 @@
 """``python -m symmem``: what libsymmem finds here, then a self-test.
+``python -m symmem build-torch-ops`` builds the all-reduce operators' C++
+kernels for the installed torch (symmem/_torch_ops.py says where).
 
 Options: ``--json`` prints the report (and the self-test's results) as JSON;
 ``--no-self-test`` skips the self-test. The exit status is 0 when the library
@@ -95,4 +97,8 @@ def run(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["build-torch-ops"]:
+        from ._torch_ops import main as _build_torch_ops
+
+        sys.exit(_build_torch_ops(sys.argv[2:]))
     sys.exit(run())

@@ -26,6 +26,7 @@ Symmetric tensors::
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 
 import math
@@ -535,6 +536,7 @@ def destroy_group(group=None) -> None:
         _groups_by_call.pop(k, None)
     for k in [k for k, e in _in_place.items() if id(e[0].group) in ids]:
         _in_place.pop(k, None)
+    _cpp_forget(0)
     with _rendezvous_lock:
         leases = [(k, lease) for k, lease in _rendezvous_cache.items() if id(lease[2]) in ids]
         for k, _ in leases:
@@ -952,11 +954,14 @@ def _is_symmem(t) -> bool:
     return _lib.calls().is_symmem(t.data_ptr())
 
 
-def _run(what: str, coll: int, tensor, group, op: str, out, algo) -> None:
+def _run(what: str, coll: int, tensor, group, op: str, out, algo, cpp_group: Optional[str] = None) -> None:
     """One collective call on the eager path: the fewest attribute reads
     and calls that resolve it (Note [Eager collectives]); a tensor that
     libsymmem did not allocate, or that is not contiguous, goes through
-    the group's staging workspace (Note [Staging])."""
+    the group's staging workspace (Note [Staging]). cpp_group: the
+    operator's group name when the C++ kernel passed the call here, which
+    then enters what served it in the kernel's table (Note [Operators in
+    C++])."""
     global _collective_fn, _collective_from_fn
     torch = _torch_module or _torch()
     dev = tensor.get_device()
@@ -978,7 +983,7 @@ def _run(what: str, coll: int, tensor, group, op: str, out, algo) -> None:
         fn = _collective_fn = _lib.calls().collective
     if e is None and d is None:
         if tensor.numel() and (not tensor.is_contiguous() or not _is_symmem(tensor)):
-            _run_staged(torch, what, coll, tensor, group, op, out, algo, dev)
+            _run_staged(torch, what, coll, tensor, group, op, out, algo, dev, cpp_group)
             return
         if not tensor.is_contiguous():
             raise ValueError(f"symmem.torch.{what} needs a contiguous tensor")
@@ -1000,6 +1005,11 @@ def _run(what: str, coll: int, tensor, group, op: str, out, algo) -> None:
         rc = fn(e[2], coll, code, opc, tensor.numel(), None if out is None else out.data_ptr(), algoc, 0, stream)
     if rc:
         _lib.check(rc, f"symmem.torch.{what}")
+    if cpp_group is not None and tensor.numel():
+        if d is not None:
+            _cpp_remember(cpp_group, tensor, coll, d[0].hptr, _CPP_READ_IN_PLACE)
+        else:
+            _cpp_remember(cpp_group, tensor, coll, e[2], _CPP_ZERO_COPY)
 
 
 # Note [Staging]
@@ -1125,7 +1135,8 @@ def _staged_code(torch, tensor, what: str) -> int:
     return code
 
 
-def _run_staged(torch, what: str, coll: int, tensor, group, op: str, out, algo, dev: int) -> None:
+def _run_staged(torch, what: str, coll: int, tensor, group, op: str, out, algo, dev: int,
+                cpp_group: Optional[str] = None) -> None:
     """_run through the group's staging workspace (Note [Staging])."""
     code = _staged_code(torch, tensor, what)
     opc = _OPS.get(op)
@@ -1147,6 +1158,8 @@ def _run_staged(torch, what: str, coll: int, tensor, group, op: str, out, algo, 
             _lib.check(rc, f"symmem.torch.{what}")
         if group is None and algo is None:
             _remember_in_place(torch, (dev, tensor.data_ptr(), nbytes, coll), ws)
+        if cpp_group is not None and algo is None:
+            _cpp_remember(cpp_group, tensor, coll, ws.hptr, _CPP_READ_IN_PLACE)
         return
     if nbytes > ws.nbytes:
         ws = _workspace(torch, what, tensor, group, dev, nbytes)
@@ -2117,6 +2130,100 @@ def all_reduce_rmsnorm(x, residual, weight, eps: float, out=None, group=None, al
     return out, residual
 
 
+# Note [Operators in C++]
+#
+# In compiled code every operator call goes through torch's dispatcher;
+# a Python kernel there costs the crossing back into Python (the
+# arguments boxed and wrapped, the GIL) and its own lines, more than the
+# collective's launch. So the all-reduce operators (_CPP_KERNELS) have C++
+# kernels where `python -m symmem build-torch-ops` built them for the
+# installed torch (symmem/_torch_ops.cpp; symmem/_torch_ops.py says where
+# the module lives; SYMMEM_TORCH_OPS=0 leaves it unloaded). A C++ kernel
+# answers from a table of (group name, device, address, bytes,
+# collective) -> (library handle, zero-copy or read in place) and calls
+# symmem_collective or symmem_collective_from itself on torch's current
+# stream. What the table does not hold it passes to the Python kernel,
+# defined as symmem::_py_<name>, which runs _run and enters what served
+# the call (_cpp_remember): a libsymmem tensor's handle, dropped when the
+# tensor's memory is (its _fast entry goes then too), or the group's
+# workspace for a tensor of torch's memory that the low-latency path read
+# in place, under the auto algorithm (as _in_place keeps them: an address
+# outside libsymmem's heap never becomes libsymmem memory). Staged calls
+# are not entered: they stay in Python. destroy_group empties the table,
+# so no entry outlives the handle it names. A failed library call is
+# raised through symmem::_py_raise, which names the error as _run does.
+# Where the module is missing, stale (another torch, another source) or
+# fails to load, the Python kernels serve every operator, as before.
+_CPP_KERNELS = frozenset(("all_reduce_", "all_reduce_out", "all_reduce"))
+_CPP_ZERO_COPY, _CPP_READ_IN_PLACE = 0, 1
+_cpp_ops = None  # the loaded module's path, or None
+_cpp_ops_error: Optional[str] = None  # why it was not loaded, where it was found
+_cpp_watched: set = set()  # handles whose entries are dropped with their tensor's memory
+
+
+def _load_cpp_ops(torch) -> None:
+    """Loads the C++ kernels (Note [Operators in C++]) if they were built
+    for this torch; says nothing where they were not."""
+    global _cpp_ops, _cpp_ops_error
+    from . import _torch_ops
+
+    if not _torch_ops.enabled():
+        return
+    try:
+        path = _torch_ops.path(torch)
+    except Exception as exc:  # noqa: BLE001 - an unreadable source: the Python kernels
+        _cpp_ops_error = f"{type(exc).__name__}: {exc}"
+        return
+    if not path.exists():
+        return
+    try:
+        torch.ops.load_library(str(path))
+        library = _lib.lib()
+        dtypes = [(getattr(torch, n), c) for n, c in _coll.DTYPES.items() if hasattr(torch, n)]
+        torch.ops.symmem._cpp_bind(
+            library.address("symmem_collective"), library.address("symmem_collective_from"),
+            [torch.empty(0, dtype=dt) for dt, _ in dtypes], [c for _, c in dtypes],
+            list(_OPS), list(_OPS.values()), list(_coll.ALGOS), list(_coll.ALGOS.values()))
+    except Exception as exc:  # noqa: BLE001 - reported by cpp_ops_info; the Python kernels serve
+        _cpp_ops_error = f"{path}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return
+    _cpp_ops = str(path)
+    _library.define("_py_raise(Tensor tensor, int rc, str what) -> ()")
+    for key in ("CPU", "CUDA"):
+        _library.impl("_py_raise", lambda tensor, rc, what: _lib.check(rc, what), key)
+
+
+def _cpp_remember(group: str, tensor, coll: int, hptr: int, mode: int) -> None:
+    """Enters a call that _run served into the C++ kernels' table."""
+    torch = _torch_module
+    torch.ops.symmem._cpp_remember(group, tensor, coll, hptr, mode)
+    if mode == _CPP_ZERO_COPY and hptr not in _cpp_watched:
+        _cpp_watched.add(hptr)
+        weakref.finalize(_owner(tensor), _cpp_forget, hptr)
+
+
+def _cpp_forget(hptr: int) -> None:
+    """Drops the table's entries of hptr (0: all of them)."""
+    if _cpp_ops is None:
+        return
+    if hptr:
+        _cpp_watched.discard(hptr)
+    else:
+        _cpp_watched.clear()
+    _torch_module.ops.symmem._cpp_forget(hptr)
+
+
+def cpp_ops_info() -> Dict[str, Any]:
+    """Whether the operators' C++ kernels serve this process (Note
+    [Operators in C++]): loaded (the module's path or None), why a module
+    found was not loaded, and the calls the table answered and passed on."""
+    info: Dict[str, Any] = {"loaded": _cpp_ops, "error": _cpp_ops_error}
+    if _cpp_ops is not None:
+        hits, misses, entries = _torch_module.ops.symmem._cpp_stats()
+        info.update(answered=hits, passed_to_python=misses, entries=entries)
+    return info
+
+
 # Note [Collectives as torch operators]
 #
 # Under torch.compile, symmem.torch's collectives are torch operators
@@ -2169,8 +2276,16 @@ def _operator(torch, qualname: str, schema: str):
 
     def wrap(fn):
         _library.define(name + schema)
-        for key in ("CPU", "CUDA"):
-            _library.impl(name, fn, key)
+        if name in _CPP_KERNELS and _cpp_ops is not None:
+            # The C++ kernels serve name (Note [Operators in C++]); fn is
+            # what they call for what their table does not hold.
+            name_py = "_py_" + name
+            _library.define(name_py + schema)
+            for key in ("CPU", "CUDA"):
+                _library.impl(name_py, functools.partial(fn, cpp=True), key)
+        else:
+            for key in ("CPU", "CUDA"):
+                _library.impl(name, fn, key)
 
         class Registered:
             @staticmethod
@@ -2187,6 +2302,7 @@ def _define_ops(torch) -> None:
     """Defines the operators and their fake implementations."""
     global _library
     _library = torch.library.Library("symmem", "FRAGMENT")
+    _load_cpp_ops(torch)
 
     def op(qualname: str, schema: str):
         return _operator(torch, qualname, schema)
@@ -2195,16 +2311,18 @@ def _define_ops(torch) -> None:
         return torch.distributed.get_world_size(None if group == "" else _resolve_pg(torch, group))
 
     @op("symmem::all_reduce_", "(Tensor(a!) tensor, str op, str group, str algo) -> ()")
-    def all_reduce_(tensor: Tensor, op: str, group: str, algo: str) -> None:
-        _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, None, None if algo == "auto" else algo)
+    def all_reduce_(tensor: Tensor, op: str, group: str, algo: str, cpp: bool = False) -> None:
+        _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, None, None if algo == "auto" else algo,
+             group if cpp else None)
 
     @all_reduce_.register_fake
     def _(tensor, op, group, algo):
         return None
 
     @op("symmem::all_reduce_out", "(Tensor tensor, Tensor(a!) out, str op, str group, str algo) -> ()")
-    def all_reduce_out(tensor: Tensor, out: Tensor, op: str, group: str, algo: str) -> None:
-        _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, out, None if algo == "auto" else algo)
+    def all_reduce_out(tensor: Tensor, out: Tensor, op: str, group: str, algo: str, cpp: bool = False) -> None:
+        _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, out, None if algo == "auto" else algo,
+             group if cpp else None)
 
     @all_reduce_out.register_fake
     def _(tensor, out, op, group, algo):
@@ -2215,9 +2333,10 @@ def _define_ops(torch) -> None:
     # mode="reduce-overhead" captures it (mutated graph inputs would make
     # cudagraph trees skip the graph).
     @op("symmem::all_reduce", "(Tensor tensor, str op, str group, str algo) -> Tensor")
-    def all_reduce_op(tensor: Tensor, op: str, group: str, algo: str) -> Tensor:
+    def all_reduce_op(tensor: Tensor, op: str, group: str, algo: str, cpp: bool = False) -> Tensor:
         out = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
-        _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, out, None if algo == "auto" else algo)
+        _run("all_reduce", _coll.ALL_REDUCE, tensor, _group_arg(group), op, out, None if algo == "auto" else algo,
+             group if cpp else None)
         return out
 
     @all_reduce_op.register_fake

@@ -164,3 +164,98 @@ def compiled_first(rank: int, world: int, init_file: str) -> Dict:
     dist.barrier()
     dist.destroy_process_group()
     return res
+
+
+def cpp_kernels(rank: int, world: int, init_file: str) -> Dict:
+    """The all-reduce operators' C++ kernels (Note [Operators in C++] in
+    symmem/torch.py): the first call on a tensor passes to Python, later
+    ones are answered from the table; staged calls stay in Python; a
+    tensor's entries go with its memory and every entry with destroy_group;
+    the library's failures are raised with their own error."""
+    import gc
+
+    torch, dist = _init(rank, world, init_file)
+    import symmem.torch as st
+
+    ops = torch.ops.symmem
+    res: Dict = {"loaded": st.cpp_ops_info()["loaded"] is not None}
+    xs = _inputs(torch, world, 256, torch.float32)
+    want = sum(xs)
+
+    def stats():
+        i = st.cpp_ops_info()
+        return i["answered"], i["passed_to_python"], i["entries"]
+
+    a0, p0, _ = stats()
+    t = st.empty(256)
+    ok = True
+    for _ in range(3):
+        t.copy_(xs[rank])
+        ops.all_reduce_(t, "sum", "", "auto")
+        ok = ok and bool(torch.equal(t, want))
+    a1, p1, e1 = stats()
+    res["in_place"] = ok
+    res["in_place_counts"] = (a1 - a0, p1 - p0, e1)
+    # out= and the functional form on the same tensor: the same entry.
+    out = torch.empty(256)
+    t.copy_(xs[rank])
+    ops.all_reduce_out(t, out, "max", "", "auto")
+    f = ops.all_reduce(t, "sum", "", "one_shot")
+    a2, p2, _ = stats()
+    res["out_max"] = bool(torch.equal(out, torch.stack(xs).max(0).values))
+    res["functional"] = bool(torch.equal(f, want)) and bool(torch.equal(t, xs[rank]))
+    res["out_functional_counts"] = (a2 - a1, p2 - p1)
+    # A tensor of torch's memory: staged on the host backend, so every call
+    # passes to Python and none is entered.
+    x = xs[rank].clone()
+    g = [ops.all_reduce(x, "sum", "", "auto") for _ in range(2)]
+    a3, p3, e3 = stats()
+    res["staged"] = all(bool(torch.equal(v, want)) for v in g)
+    res["staged_counts"] = (a3 - a2, p3 - p2, e3 - e1)
+    # An unknown op is refused with the Python side's error.
+    try:
+        ops.all_reduce_(t, "bogus", "", "auto")
+        res["bogus"] = "no error"
+    except Exception as exc:  # noqa: BLE001 - the message is the result
+        res["bogus"] = f"{type(exc).__name__}: {exc}"
+    # The tensor's entries go with its memory.
+    del t, f
+    gc.collect()
+    res["entries_after_free"] = stats()[2]
+    # destroy_group empties the table; a new tensor enters it again.
+    t2 = st.empty(256)
+    t2.copy_(xs[rank])
+    ops.all_reduce_(t2, "sum", "", "auto")
+    res["entries_before_destroy"] = stats()[2]
+    st.destroy_group()
+    res["entries_after_destroy"] = stats()[2]
+    t3 = st.empty(256)
+    t3.copy_(xs[rank])
+    ops.all_reduce_(t3, "sum", "", "auto")
+    ops.all_reduce_(t3, "sum", "", "auto")
+    res["after_destroy"] = bool(torch.equal(t3, want * world))
+    # A failure of the library on a call from the table: abort makes the
+    # next call fail, raised as AbortedError by the Python side.
+    dist.barrier()
+    st.abort()
+    try:
+        ops.all_reduce_(t3, "sum", "", "auto")
+        res["aborted"] = "no error"
+    except Exception as exc:  # noqa: BLE001 - the message is the result
+        res["aborted"] = f"{type(exc).__name__}: {exc}"
+    return res
+
+
+def cpp_kernels_off(rank: int, world: int, init_file: str) -> Dict:
+    """SYMMEM_TORCH_OPS=0: the Python kernels serve the operators."""
+    torch, dist = _init(rank, world, init_file)
+    import symmem.torch as st
+
+    xs = _inputs(torch, world, 256, torch.float32)
+    t = st.empty(256)
+    t.copy_(xs[rank])
+    torch.ops.symmem.all_reduce_(t, "sum", "", "auto")
+    res = {"loaded": st.cpp_ops_info()["loaded"], "sum": bool(torch.equal(t, sum(xs)))}
+    dist.barrier()
+    dist.destroy_process_group()
+    return res

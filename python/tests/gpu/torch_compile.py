@@ -115,6 +115,9 @@ def body(ctx):
     from torch._dynamo.utils import counters
 
     out["cudagraph_skips"] = int(counters["inductor"].get("cudagraph_skips", 0))
+    # The operators' C++ kernels (Note [Operators in C++]): the compiled
+    # steps' repeated calls are answered from their table.
+    out["cpp_ops"] = st.cpp_ops_info()
 
     # Eager staging.
     ctx.stage("eager staging")

@@ -1,0 +1,278 @@
+// symmem._torch_ops: the CPU and CUDA kernels of the all-reduce operators
+// (torch.ops.symmem.all_reduce_, all_reduce_out, all_reduce) in C++, so
+// that compiled code reaches the library without entering Python (Note
+// [Operators in C++] in symmem/torch.py).
+//
+// symmem/torch.py defines the operators' schemas and fake implementations;
+// this file registers their kernels. A kernel answers from its table,
+// which maps (group name, device, address, bytes, collective) to the
+// library handle that serves the call and how: zero-copy (the tensor lies
+// in a rendezvoused block; symmem_collective on its handle) or read in
+// place (a tensor of torch's memory that the low-latency path reads where
+// it lies; symmem_collective_from on the group's staging workspace). A
+// call not in the table goes to the Python kernel (symmem::_py_<name>),
+// which resolves it as the eager path does and enters what it resolved
+// here (_cpp_remember). A failed library call is raised by the Python side
+// (symmem::_py_raise), which names the error as every other call does.
+//
+// The module links neither libsymmem nor CUDA's libraries: Python hands
+// _cpp_bind the addresses of the library functions of the library it
+// loaded, and the codes of the dtypes, ops and algorithms
+// (include/symmem.h's enums, from symmem._enums). Built against the
+// installed torch by `python -m symmem build-torch-ops`, for that torch
+// only (the file's name carries torch's version and this source's hash).
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+#ifdef SYMMEM_TORCH_OPS_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+// include/symmem.h's symmem_collective and symmem_collective_from.
+using collective_fn = int (*)(void *, int, int, int, size_t, void *, int, int, void *);
+using collective_from_fn = int (*)(void *, int, int, int, size_t, const void *, void *, int, int, void *);
+
+std::atomic<collective_fn> f_collective{nullptr};
+std::atomic<collective_from_fn> f_collective_from{nullptr};
+
+constexpr int kAllReduce = 0;  // SYMMEM_COLL_ALL_REDUCE
+
+// Codes by name, set once by _cpp_bind before any kernel runs.
+struct Codes {
+  std::array<int, static_cast<size_t>(c10::ScalarType::NumOptions)> dtype{};  // -1: not a library dtype
+  std::unordered_map<std::string, int> op, algo;
+};
+Codes codes;
+std::atomic<bool> bound{false};
+
+enum Mode : int64_t { kZeroCopy = 0, kReadInPlace = 1 };
+
+struct Key {
+  std::string group;
+  int64_t device, address, nbytes, coll;
+  bool operator==(const Key &o) const {
+    return device == o.device && address == o.address && nbytes == o.nbytes && coll == o.coll && group == o.group;
+  }
+};
+
+struct KeyHash {
+  size_t operator()(const Key &k) const {
+    size_t h = std::hash<std::string>()(k.group);
+    for (int64_t v : {k.device, k.address, k.nbytes, k.coll})
+      h = h * 1000003u ^ std::hash<int64_t>()(v);
+    return h;
+  }
+};
+
+struct Entry {
+  void *handle;
+  int64_t mode;
+};
+
+// Bounded as symmem.torch's own table of tensors read in place: cleared
+// when it would pass kMaxEntries.
+constexpr size_t kMaxEntries = 4096;
+std::shared_mutex table_mu;
+std::unordered_map<Key, Entry, KeyHash> table;
+std::atomic<int64_t> hits{0}, misses{0};
+
+int64_t key_device(const at::Tensor &t) { return t.is_cuda() ? t.get_device() : -1; }
+
+void *stream_of(const at::Tensor &t) {
+#ifdef SYMMEM_TORCH_OPS_CUDA
+  if (t.is_cuda())
+    return c10::cuda::getCurrentCUDAStream(t.get_device()).stream();
+#endif
+  return nullptr;
+}
+
+bool aligned16(const at::Tensor &t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+// Runs the call from the table: 1 done, 0 not in the table (or not a call
+// the table may answer), <0 the library's failure (-rc).
+int from_table(int coll, const at::Tensor &t, const at::Tensor *out, std::string_view op, std::string_view group,
+               std::string_view algo) {
+  if (!bound.load(std::memory_order_acquire) || !t.is_contiguous() || t.numel() == 0 ||
+      (out != nullptr && !out->is_contiguous()))
+    return 0;
+  const int dtype = codes.dtype[static_cast<size_t>(t.scalar_type())];
+  auto opc = codes.op.find(std::string(op));
+  auto algoc = codes.algo.find(std::string(algo));
+  if (dtype < 0 || opc == codes.op.end() || algoc == codes.algo.end())
+    return 0;
+  Entry e;
+  {
+    std::shared_lock<std::shared_mutex> lock(table_mu);
+    auto it = table.find(Key{std::string(group), key_device(t), reinterpret_cast<int64_t>(t.data_ptr()),
+                             static_cast<int64_t>(t.nbytes()), coll});
+    if (it == table.end())
+      return 0;
+    e = it->second;
+  }
+  void *dst = out == nullptr ? nullptr : out->data_ptr();
+  int rc;
+  if (e.mode == kZeroCopy) {
+    rc = f_collective.load(std::memory_order_relaxed)(e.handle, coll, dtype, opc->second,
+                                                      static_cast<size_t>(t.numel()), dst, algoc->second, 0,
+                                                      stream_of(t));
+  } else {
+    // Read in place: the auto algorithm, 16-byte aligned input and output,
+    // as symmem.torch decided when it entered the call.
+    if (algoc->second != 0 || !aligned16(t) || (out != nullptr && !aligned16(*out)))
+      return 0;
+    rc = f_collective_from.load(std::memory_order_relaxed)(e.handle, coll, dtype, opc->second,
+                                                           static_cast<size_t>(t.numel()), t.data_ptr(), dst, 0, 0,
+                                                           stream_of(t));
+  }
+  if (rc != 0)
+    return -rc;
+  hits.fetch_add(1, std::memory_order_relaxed);
+  return 1;
+}
+
+c10::OperatorHandle python_op(const char *name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
+}
+
+// The library's failure rc, raised by Python with the library's message.
+[[noreturn]] void raise_failure(const at::Tensor &t, int rc, const char *what) {
+  static const auto op =
+      python_op("symmem::_py_raise").typed<void(const at::Tensor &, int64_t, c10::string_view)>();
+  op.call(t, rc, what);
+  TORCH_CHECK(false, what, ": libsymmem returned ", rc);  // _py_raise raises; this is its backstop
+}
+
+void all_reduce_(const at::Tensor &tensor, c10::string_view op, c10::string_view group, c10::string_view algo) {
+  const int r = from_table(kAllReduce, tensor, nullptr, op, group, algo);
+  if (r == 1)
+    return;
+  if (r < 0)
+    raise_failure(tensor, -r, "symmem.torch.all_reduce");
+  misses.fetch_add(1, std::memory_order_relaxed);
+  static const auto py = python_op("symmem::_py_all_reduce_")
+                             .typed<void(const at::Tensor &, c10::string_view, c10::string_view, c10::string_view)>();
+  py.call(tensor, op, group, algo);
+}
+
+void all_reduce_out(const at::Tensor &tensor, const at::Tensor &out, c10::string_view op, c10::string_view group,
+                    c10::string_view algo) {
+  const int r = from_table(kAllReduce, tensor, &out, op, group, algo);
+  if (r == 1)
+    return;
+  if (r < 0)
+    raise_failure(tensor, -r, "symmem.torch.all_reduce");
+  misses.fetch_add(1, std::memory_order_relaxed);
+  static const auto py =
+      python_op("symmem::_py_all_reduce_out")
+          .typed<void(const at::Tensor &, const at::Tensor &, c10::string_view, c10::string_view, c10::string_view)>();
+  py.call(tensor, out, op, group, algo);
+}
+
+at::Tensor all_reduce(const at::Tensor &tensor, c10::string_view op, c10::string_view group,
+                      c10::string_view algo) {
+  at::Tensor out = at::empty(tensor.sizes(), tensor.options());
+  const int r = from_table(kAllReduce, tensor, &out, op, group, algo);
+  if (r == 1)
+    return out;
+  if (r < 0)
+    raise_failure(tensor, -r, "symmem.torch.all_reduce");
+  misses.fetch_add(1, std::memory_order_relaxed);
+  static const auto py =
+      python_op("symmem::_py_all_reduce_out")
+          .typed<void(const at::Tensor &, const at::Tensor &, c10::string_view, c10::string_view, c10::string_view)>();
+  py.call(tensor, out, op, group, algo);
+  return out;
+}
+
+// The control operators, called by symmem/torch.py.
+
+void cpp_bind(int64_t collective, int64_t collective_from, const std::vector<at::Tensor> &dtype_samples,
+              std::vector<int64_t> dtype_codes, std::vector<std::string> op_names, std::vector<int64_t> op_codes,
+              std::vector<std::string> algo_names, std::vector<int64_t> algo_codes) {
+  TORCH_CHECK(collective != 0 && collective_from != 0, "symmem::_cpp_bind: a function address is 0");
+  TORCH_CHECK(dtype_samples.size() == dtype_codes.size() && op_names.size() == op_codes.size() &&
+                  algo_names.size() == algo_codes.size(),
+              "symmem::_cpp_bind: names and codes differ in number");
+  std::unique_lock<std::shared_mutex> lock(table_mu);
+  if (bound.load(std::memory_order_relaxed))
+    return;  // bound once: the kernels read the codes without the lock
+  codes.dtype.fill(-1);
+  for (size_t i = 0; i < dtype_samples.size(); i++)
+    codes.dtype[static_cast<size_t>(dtype_samples[i].scalar_type())] = static_cast<int>(dtype_codes[i]);
+  for (size_t i = 0; i < op_names.size(); i++)
+    codes.op[op_names[i]] = static_cast<int>(op_codes[i]);
+  for (size_t i = 0; i < algo_names.size(); i++)
+    codes.algo[algo_names[i]] = static_cast<int>(algo_codes[i]);
+  f_collective.store(reinterpret_cast<collective_fn>(collective), std::memory_order_relaxed);
+  f_collective_from.store(reinterpret_cast<collective_from_fn>(collective_from), std::memory_order_relaxed);
+  bound.store(true, std::memory_order_release);
+}
+
+void cpp_remember(c10::string_view group, const at::Tensor &tensor, int64_t coll, int64_t handle, int64_t mode) {
+  TORCH_CHECK(handle != 0 && (mode == kZeroCopy || mode == kReadInPlace), "symmem::_cpp_remember: handle ", handle,
+              ", mode ", mode);
+  std::unique_lock<std::shared_mutex> lock(table_mu);
+  if (table.size() >= kMaxEntries)
+    table.clear();
+  table[Key{std::string(group), key_device(tensor), reinterpret_cast<int64_t>(tensor.data_ptr()),
+            static_cast<int64_t>(tensor.nbytes()), coll}] = Entry{reinterpret_cast<void *>(handle), mode};
+}
+
+// Drops the entries of handle (0: every entry).
+void cpp_forget(int64_t handle) {
+  std::unique_lock<std::shared_mutex> lock(table_mu);
+  if (handle == 0) {
+    table.clear();
+    return;
+  }
+  for (auto it = table.begin(); it != table.end();)
+    it = reinterpret_cast<int64_t>(it->second.handle) == handle ? table.erase(it) : std::next(it);
+}
+
+// [calls answered from the table, calls passed to Python, entries].
+std::vector<int64_t> cpp_stats() {
+  std::shared_lock<std::shared_mutex> lock(table_mu);
+  return {hits.load(), misses.load(), static_cast<int64_t>(table.size())};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(symmem, m) {
+  m.def("_cpp_bind(int collective, int collective_from, Tensor[] dtype_samples, int[] dtype_codes, "
+        "str[] op_names, int[] op_codes, str[] algo_names, int[] algo_codes) -> ()",
+        &cpp_bind);
+  m.def("_cpp_remember(str group, Tensor tensor, int coll, int handle, int mode) -> ()", &cpp_remember);
+  m.def("_cpp_forget(int handle) -> ()", &cpp_forget);
+  m.def("_cpp_stats() -> int[]", &cpp_stats);
+}
+
+TORCH_LIBRARY_IMPL(symmem, CPU, m) {
+  m.impl("all_reduce_", &all_reduce_);
+  m.impl("all_reduce_out", &all_reduce_out);
+  m.impl("all_reduce", &all_reduce);
+}
+
+#ifdef SYMMEM_TORCH_OPS_CUDA
+TORCH_LIBRARY_IMPL(symmem, CUDA, m) {
+  m.impl("all_reduce_", &all_reduce_);
+  m.impl("all_reduce_out", &all_reduce_out);
+  m.impl("all_reduce", &all_reduce);
+}
+#endif

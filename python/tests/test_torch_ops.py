@@ -1,0 +1,62 @@
+"""The all-reduce operators' C++ kernels (Note [Operators in C++] in
+symmem/torch.py), on the host backend's CPU tensors (test_torch_compile_gpu.py
+runs their CUDA kernels): built by `make` (or
+`python -m symmem build-torch-ops`) wherever torch imports, so where torch
+is installed and the module is missing the test fails, naming the command."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: the operators' kernels need it")
+
+from _mp import run_ranks  # noqa: E402
+
+import _staging_workers as sw  # noqa: E402
+
+
+def _built() -> Path:
+    import symmem._torch_ops as to
+
+    p = to.path(torch)
+    if not p.exists():
+        pytest.fail(f"the operators' C++ kernels are not built for torch {torch.__version__} ({p} is missing): "
+                    "run `make` or `python -m symmem build-torch-ops`")
+    return p
+
+
+def test_the_kernels_answer_repeated_calls_from_their_table(host_backend, tmp_path):
+    _built()
+    for res in run_ranks(sw.cpp_kernels, 2, str(tmp_path / "pg"), timeout=300, allow_errors=False):
+        assert res["loaded"] is True, res
+        # One call passed to Python, which entered the tensor; two answered.
+        assert res["in_place"] is True and res["in_place_counts"] == (2, 1, 1), res
+        assert res["out_max"] is True and res["functional"] is True, res
+        assert res["out_functional_counts"] == (2, 0), res
+        # Staged calls stay in Python and enter nothing.
+        assert res["staged"] is True and res["staged_counts"] == (0, 2, 0), res
+        assert res["bogus"].startswith("InvalidArgumentError") and 'unknown op "bogus"' in res["bogus"], res
+        assert res["entries_after_free"] == 0, res
+        assert res["entries_before_destroy"] == 1 and res["entries_after_destroy"] == 0, res
+        assert res["after_destroy"] is True, res
+        assert res["aborted"].startswith("AbortedError"), res
+
+
+def test_symmem_torch_ops_off_keeps_the_python_kernels(host_backend, tmp_path):
+    _built()
+    results = run_ranks(sw.cpp_kernels_off, 2, str(tmp_path / "pg"), timeout=300,
+                        env=lambda r: {"SYMMEM_TORCH_OPS": "0"})
+    assert results == [{"loaded": None, "sum": True}] * 2
+
+
+def test_the_module_is_named_for_its_torch_and_source():
+    import symmem._torch_ops as to
+
+    name = to.filename(torch)
+    assert name.startswith("_torch_ops-torch") and name.endswith(".so")
+    assert torch.__version__.split("+")[0] in name
+    out = subprocess.run([sys.executable, "-m", "symmem", "build-torch-ops", "--print-path"], capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0 and out.stdout.strip() == str(to.path(torch)), out
