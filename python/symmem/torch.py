@@ -117,6 +117,7 @@ def _torch():
             f"({exc}); install torch to use these helpers"
         ) from exc
     _torch_module = torch
+    _compiling(torch)  # keeps torch.compiler.is_compiling before anything is traced
     _register_ops(torch)
     return torch
 
@@ -1237,9 +1238,18 @@ def _group_arg(name: str):
     return None if name == "" else name
 
 
+_is_compiling = None
+
+
 def _compiling(torch) -> bool:
-    compiler = getattr(torch, "compiler", None)
-    return compiler is not None and compiler.is_compiling()
+    """torch.compiler.is_compiling(), the function kept (Dynamo knows it by
+    identity, so tracing still reads True here)."""
+    global _is_compiling
+    fn = _is_compiling
+    if fn is None:
+        compiler = getattr(torch, "compiler", None)
+        fn = _is_compiling = compiler.is_compiling if compiler is not None else (lambda: False)
+    return fn()
 
 
 def _sm_free_compiled(torch, what: str, sm_free) -> None:
@@ -1273,8 +1283,9 @@ def all_reduce(tensor, op: str = "sum", group=None, out=None, algo: Optional[str
     Under torch.compile it is the functional operator
     torch.ops.symmem.all_reduce (the in-place form copies its result back,
     which Inductor folds away for an intermediate), or all_reduce_out."""
-    torch = _torch()
-    algo = _coll.sm_free_algo(algo, sm_free, "all_reduce")
+    torch = _torch_module or _torch()
+    if sm_free is not False:
+        algo = _coll.sm_free_algo(algo, sm_free, "all_reduce")
     if _compiling(torch):
         if out is None:
             result = torch.ops.symmem.all_reduce(tensor, op, _group_name(group), algo or "auto")
@@ -1324,8 +1335,9 @@ def all_gather(tensor, group=None, out=None, *, sm_free: bool = False):
     the copy engines, no kernel (algo "copy_engine"), for an all-gather
     beside a matmul on another stream. Under torch.compile it is
     torch.ops.symmem.all_gather (or all_gather_out)."""
-    torch = _torch()
-    _sm_free_compiled(torch, "all_gather", sm_free)
+    torch = _torch_module or _torch()
+    if sm_free is not False:
+        _sm_free_compiled(torch, "all_gather", sm_free)
     if _compiling(torch):
         if out is None:
             return torch.ops.symmem.all_gather(tensor, _group_name(group))
@@ -1348,8 +1360,9 @@ def reduce_scatter(tensor, op: str = "sum", group=None, out=None, *, sm_free: bo
     small reduction kernel (algo "copy_engine").
     Under torch.compile it is torch.ops.symmem.reduce_scatter (or
     reduce_scatter_out)."""
-    torch = _torch()
-    _sm_free_compiled(torch, "reduce_scatter", sm_free)
+    torch = _torch_module or _torch()
+    if sm_free is not False:
+        _sm_free_compiled(torch, "reduce_scatter", sm_free)
     if _compiling(torch):
         if out is None:
             return torch.ops.symmem.reduce_scatter(tensor, op, _group_name(group))
