@@ -40,7 +40,7 @@ CALLS := python/symmem/_calls$(shell $(PYTHON) -c "import sysconfig; print(sysco
 all: build
 build: $(LIB) $(BUILD)/symmem-info $(CALLS) torch-ops
 
-# The all-reduce operators' C++ kernels (Note [Operators in C++] in
+# The collectives' operators' C++ kernels (Note [Operators in C++] in
 # python/symmem/torch.py), built for the torch installed here into
 # $SYMMEM_TORCH_OPS_DIR (default: ~/.cache/symmem/torch-ops) where torch
 # imports; a file already built for this torch and source is kept.

@@ -77,7 +77,7 @@ var settingSpecs = []settingSpec{
 	{name: "SYMMEM_PYTHON_INTERRUPTS", kind: kindBool, reader: "python", doc: "the Python package lets signals (Ctrl-C) end the library's waits (on)"},
 	{name: "SYMMEM_STAGING_BYTES", kind: kindSize, reader: "python", doc: "first size of each group's staging workspace, through which symmem.torch's collectives take tensors libsymmem did not allocate (1M; grown on demand)"},
 	{name: "SYMMEM_PYTHON_EXTENSION", kind: kindBool, reader: "python", doc: "the Python package calls the library through its compiled call module where it was built (on; off: ctypes only)"},
-	{name: "SYMMEM_TORCH_OPS", kind: kindBool, reader: "python", doc: "symmem.torch loads the all-reduce operators' C++ kernels where python -m symmem build-torch-ops built them for the installed torch (on; off: the Python kernels)"},
+	{name: "SYMMEM_TORCH_OPS", kind: kindBool, reader: "python", doc: "symmem.torch loads the collectives' operators' C++ kernels where python -m symmem build-torch-ops built them for the installed torch (on; off: the Python kernels)"},
 	{name: "SYMMEM_TORCH_OPS_DIR", kind: kindText, reader: "python", doc: "where python -m symmem build-torch-ops puts the operators' C++ kernels and symmem.torch looks for them (symmem/torch-ops in $XDG_CACHE_HOME, else ~/.cache)"},
 	{name: "SYMMEM_VLLM_ALLOCATOR", kind: kindBool, reader: "python", doc: "the vLLM plugin makes vLLM's CuMemAllocator.get_instance() return libsymmem's"},
 	{name: "SYMMEM_STRICT", kind: kindBool, doc: "abort on an invalid or double-freed pointer"},

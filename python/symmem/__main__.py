@@ -1,5 +1,5 @@
 """``python -m symmem``: what libsymmem finds here, then a self-test.
-``python -m symmem build-torch-ops`` builds the all-reduce operators' C++
+``python -m symmem build-torch-ops`` builds the collectives' operators' C++
 kernels for the installed torch (symmem/_torch_ops.py says where).
 
 Options: ``--json`` prints the report (and the self-test's results) as JSON;

@@ -1,12 +1,13 @@
-// symmem._torch_ops: the CPU and CUDA kernels of the all-reduce operators
-// (torch.ops.symmem.all_reduce_, all_reduce_out, all_reduce) in C++, so
-// that compiled code reaches the library without entering Python (Note
+// symmem._torch_ops: the CPU and CUDA kernels of the collectives'
+// operators (torch.ops.symmem.all_reduce_, all_reduce_out, all_reduce,
+// all_gather, all_gather_out, reduce_scatter, reduce_scatter_out) in C++,
+// so that compiled code reaches the library without entering Python (Note
 // [Operators in C++] in symmem/torch.py).
 //
 // symmem/torch.py defines the operators' schemas and fake implementations;
 // this file registers their kernels. A kernel answers from its table,
 // which maps (group name, device, address, bytes, collective) to the
-// library handle that serves the call and how: zero-copy (the tensor lies
+// library handle that serves the call, the group's size, and how: zero-copy (the tensor lies
 // in a rendezvoused block; symmem_collective on its handle) or read in
 // place (a tensor of torch's memory that the low-latency path reads where
 // it lies; symmem_collective_from on the group's staging workspace). A
@@ -37,6 +38,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -52,7 +54,8 @@ using collective_from_fn = int (*)(void *, int, int, int, size_t, const void *, 
 std::atomic<collective_fn> f_collective{nullptr};
 std::atomic<collective_from_fn> f_collective_from{nullptr};
 
-constexpr int kAllReduce = 0;  // SYMMEM_COLL_ALL_REDUCE
+// include/symmem.h's enum symmem_coll.
+constexpr int kAllReduce = 0, kAllGather = 1, kReduceScatter = 2;
 
 // Codes by name, set once by _cpp_bind before any kernel runs.
 struct Codes {
@@ -84,6 +87,7 @@ struct KeyHash {
 struct Entry {
   void *handle;
   int64_t mode;
+  int64_t world;
 };
 
 // Bounded as symmem.torch's own table of tensors read in place: cleared
@@ -105,46 +109,59 @@ void *stream_of(const at::Tensor &t) {
 
 bool aligned16(const at::Tensor &t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
-// Runs the call from the table: 1 done, 0 not in the table (or not a call
-// the table may answer), <0 the library's failure (-rc).
-int from_table(int coll, const at::Tensor &t, const at::Tensor *out, std::string_view op, std::string_view group,
-               std::string_view algo) {
-  if (!bound.load(std::memory_order_acquire) || !t.is_contiguous() || t.numel() == 0 ||
-      (out != nullptr && !out->is_contiguous()))
-    return 0;
+// A call the table may answer: its entry and codes.
+struct Call {
+  Entry entry;
+  int dtype, op, algo;
+};
+
+// The table's answer for the call, or nothing (not in the table, or not a
+// call the table may answer: Python decides those).
+std::optional<Call> look_up(int coll, const at::Tensor &t, std::string_view op, std::string_view group,
+                            std::string_view algo) {
+  if (!bound.load(std::memory_order_acquire) || !t.is_contiguous() || t.numel() == 0)
+    return std::nullopt;
   const int dtype = codes.dtype[static_cast<size_t>(t.scalar_type())];
   auto opc = codes.op.find(std::string(op));
   auto algoc = codes.algo.find(std::string(algo));
   if (dtype < 0 || opc == codes.op.end() || algoc == codes.algo.end())
+    return std::nullopt;
+  std::shared_lock<std::shared_mutex> lock(table_mu);
+  auto it = table.find(Key{std::string(group), key_device(t), reinterpret_cast<int64_t>(t.data_ptr()),
+                           static_cast<int64_t>(t.nbytes()), coll});
+  if (it == table.end())
+    return std::nullopt;
+  // Read in place: only the auto algorithm, with a 16-byte aligned input,
+  // as symmem.torch decided when it entered the call.
+  if (it->second.mode == kReadInPlace && (algoc->second != 0 || !aligned16(t)))
+    return std::nullopt;
+  return Call{it->second, dtype, opc->second, algoc->second};
+}
+
+// Runs a looked-up call into out (nullptr: in place): 1 done, 0 passed
+// back (out not as the table's call needs it), <0 the library's failure.
+int run(int coll, const Call &c, const at::Tensor &t, const at::Tensor *out) {
+  if (out != nullptr && (!out->is_contiguous() || (c.entry.mode == kReadInPlace && !aligned16(*out))))
     return 0;
-  Entry e;
-  {
-    std::shared_lock<std::shared_mutex> lock(table_mu);
-    auto it = table.find(Key{std::string(group), key_device(t), reinterpret_cast<int64_t>(t.data_ptr()),
-                             static_cast<int64_t>(t.nbytes()), coll});
-    if (it == table.end())
-      return 0;
-    e = it->second;
-  }
   void *dst = out == nullptr ? nullptr : out->data_ptr();
   int rc;
-  if (e.mode == kZeroCopy) {
-    rc = f_collective.load(std::memory_order_relaxed)(e.handle, coll, dtype, opc->second,
-                                                      static_cast<size_t>(t.numel()), dst, algoc->second, 0,
-                                                      stream_of(t));
-  } else {
-    // Read in place: the auto algorithm, 16-byte aligned input and output,
-    // as symmem.torch decided when it entered the call.
-    if (algoc->second != 0 || !aligned16(t) || (out != nullptr && !aligned16(*out)))
-      return 0;
-    rc = f_collective_from.load(std::memory_order_relaxed)(e.handle, coll, dtype, opc->second,
+  if (c.entry.mode == kZeroCopy)
+    rc = f_collective.load(std::memory_order_relaxed)(c.entry.handle, coll, c.dtype, c.op,
+                                                      static_cast<size_t>(t.numel()), dst, c.algo, 0, stream_of(t));
+  else
+    rc = f_collective_from.load(std::memory_order_relaxed)(c.entry.handle, coll, c.dtype, c.op,
                                                            static_cast<size_t>(t.numel()), t.data_ptr(), dst, 0, 0,
                                                            stream_of(t));
-  }
   if (rc != 0)
     return -rc;
   hits.fetch_add(1, std::memory_order_relaxed);
   return 1;
+}
+
+int from_table(int coll, const at::Tensor &t, const at::Tensor *out, std::string_view op, std::string_view group,
+               std::string_view algo) {
+  auto c = look_up(coll, t, op, group, algo);
+  return c ? run(coll, *c, t, out) : 0;
 }
 
 c10::OperatorHandle python_op(const char *name) {
@@ -183,6 +200,88 @@ void all_reduce_out(const at::Tensor &tensor, const at::Tensor &out, c10::string
       python_op("symmem::_py_all_reduce_out")
           .typed<void(const at::Tensor &, const at::Tensor &, c10::string_view, c10::string_view, c10::string_view)>();
   py.call(tensor, out, op, group, algo);
+}
+
+// The gathered shape: world times the rows (symmem/torch.py's _gather_shape).
+std::vector<int64_t> gather_shape(const at::Tensor &t, int64_t world) {
+  if (t.dim() == 0)
+    return {world};
+  std::vector<int64_t> s(t.sizes().begin(), t.sizes().end());
+  s[0] *= world;
+  return s;
+}
+
+// The scattered shape: a world's share of the rows where they divide, else
+// of the elements (symmem/torch.py's _scatter_shape); empty where the
+// elements do not divide (Python raises, naming it).
+std::vector<int64_t> scatter_shape(const at::Tensor &t, int64_t world) {
+  if (world <= 0 || t.numel() % world != 0)
+    return {};
+  if (t.dim() > 0 && t.size(0) % world == 0) {
+    std::vector<int64_t> s(t.sizes().begin(), t.sizes().end());
+    s[0] /= world;
+    return s;
+  }
+  return {t.numel() / world};
+}
+
+at::Tensor all_gather(const at::Tensor &tensor, c10::string_view group) {
+  if (auto c = look_up(kAllGather, tensor, "sum", group, "auto")) {
+    at::Tensor out = at::empty(gather_shape(tensor, c->entry.world), tensor.options());
+    const int r = run(kAllGather, *c, tensor, &out);
+    if (r == 1)
+      return out;
+    if (r < 0)
+      raise_failure(tensor, -r, "symmem.torch.all_gather");
+  }
+  misses.fetch_add(1, std::memory_order_relaxed);
+  static const auto py =
+      python_op("symmem::_py_all_gather").typed<at::Tensor(const at::Tensor &, c10::string_view)>();
+  return py.call(tensor, group);
+}
+
+void all_gather_out(const at::Tensor &tensor, const at::Tensor &out, c10::string_view group) {
+  const int r = from_table(kAllGather, tensor, &out, "sum", group, "auto");
+  if (r == 1)
+    return;
+  if (r < 0)
+    raise_failure(tensor, -r, "symmem.torch.all_gather");
+  misses.fetch_add(1, std::memory_order_relaxed);
+  static const auto py = python_op("symmem::_py_all_gather_out")
+                             .typed<void(const at::Tensor &, const at::Tensor &, c10::string_view)>();
+  py.call(tensor, out, group);
+}
+
+at::Tensor reduce_scatter(const at::Tensor &tensor, c10::string_view op, c10::string_view group) {
+  if (auto c = look_up(kReduceScatter, tensor, op, group, "auto")) {
+    const auto shape = scatter_shape(tensor, c->entry.world);
+    if (!shape.empty()) {
+      at::Tensor out = at::empty(shape, tensor.options());
+      const int r = run(kReduceScatter, *c, tensor, &out);
+      if (r == 1)
+        return out;
+      if (r < 0)
+        raise_failure(tensor, -r, "symmem.torch.reduce_scatter");
+    }
+  }
+  misses.fetch_add(1, std::memory_order_relaxed);
+  static const auto py = python_op("symmem::_py_reduce_scatter")
+                             .typed<at::Tensor(const at::Tensor &, c10::string_view, c10::string_view)>();
+  return py.call(tensor, op, group);
+}
+
+void reduce_scatter_out(const at::Tensor &tensor, const at::Tensor &out, c10::string_view op,
+                        c10::string_view group) {
+  const int r = from_table(kReduceScatter, tensor, &out, op, group, "auto");
+  if (r == 1)
+    return;
+  if (r < 0)
+    raise_failure(tensor, -r, "symmem.torch.reduce_scatter");
+  misses.fetch_add(1, std::memory_order_relaxed);
+  static const auto py =
+      python_op("symmem::_py_reduce_scatter_out")
+          .typed<void(const at::Tensor &, const at::Tensor &, c10::string_view, c10::string_view)>();
+  py.call(tensor, out, op, group);
 }
 
 at::Tensor all_reduce(const at::Tensor &tensor, c10::string_view op, c10::string_view group,
@@ -225,14 +324,15 @@ void cpp_bind(int64_t collective, int64_t collective_from, const std::vector<at:
   bound.store(true, std::memory_order_release);
 }
 
-void cpp_remember(c10::string_view group, const at::Tensor &tensor, int64_t coll, int64_t handle, int64_t mode) {
-  TORCH_CHECK(handle != 0 && (mode == kZeroCopy || mode == kReadInPlace), "symmem::_cpp_remember: handle ", handle,
-              ", mode ", mode);
+void cpp_remember(c10::string_view group, const at::Tensor &tensor, int64_t coll, int64_t handle, int64_t mode,
+                  int64_t world) {
+  TORCH_CHECK(handle != 0 && (mode == kZeroCopy || mode == kReadInPlace) && world > 0,
+              "symmem::_cpp_remember: handle ", handle, ", mode ", mode, ", world ", world);
   std::unique_lock<std::shared_mutex> lock(table_mu);
   if (table.size() >= kMaxEntries)
     table.clear();
   table[Key{std::string(group), key_device(tensor), reinterpret_cast<int64_t>(tensor.data_ptr()),
-            static_cast<int64_t>(tensor.nbytes()), coll}] = Entry{reinterpret_cast<void *>(handle), mode};
+            static_cast<int64_t>(tensor.nbytes()), coll}] = Entry{reinterpret_cast<void *>(handle), mode, world};
 }
 
 // Drops the entries of handle (0: every entry).
@@ -258,7 +358,7 @@ TORCH_LIBRARY_FRAGMENT(symmem, m) {
   m.def("_cpp_bind(int collective, int collective_from, Tensor[] dtype_samples, int[] dtype_codes, "
         "str[] op_names, int[] op_codes, str[] algo_names, int[] algo_codes) -> ()",
         &cpp_bind);
-  m.def("_cpp_remember(str group, Tensor tensor, int coll, int handle, int mode) -> ()", &cpp_remember);
+  m.def("_cpp_remember(str group, Tensor tensor, int coll, int handle, int mode, int world) -> ()", &cpp_remember);
   m.def("_cpp_forget(int handle) -> ()", &cpp_forget);
   m.def("_cpp_stats() -> int[]", &cpp_stats);
 }
@@ -267,6 +367,10 @@ TORCH_LIBRARY_IMPL(symmem, CPU, m) {
   m.impl("all_reduce_", &all_reduce_);
   m.impl("all_reduce_out", &all_reduce_out);
   m.impl("all_reduce", &all_reduce);
+  m.impl("all_gather", &all_gather);
+  m.impl("all_gather_out", &all_gather_out);
+  m.impl("reduce_scatter", &reduce_scatter);
+  m.impl("reduce_scatter_out", &reduce_scatter_out);
 }
 
 #ifdef SYMMEM_TORCH_OPS_CUDA
@@ -274,5 +378,9 @@ TORCH_LIBRARY_IMPL(symmem, CUDA, m) {
   m.impl("all_reduce_", &all_reduce_);
   m.impl("all_reduce_out", &all_reduce_out);
   m.impl("all_reduce", &all_reduce);
+  m.impl("all_gather", &all_gather);
+  m.impl("all_gather_out", &all_gather_out);
+  m.impl("reduce_scatter", &reduce_scatter);
+  m.impl("reduce_scatter_out", &reduce_scatter_out);
 }
 #endif

@@ -1,4 +1,4 @@
-"""The all-reduce operators' kernels in C++ (symmem/_torch_ops.cpp; Note
+"""The collectives' operators' kernels in C++ (symmem/_torch_ops.cpp; Note
 [Operators in C++] in symmem/torch.py): where the file lives, how
 `python -m symmem build-torch-ops` builds it against the installed torch,
 and whether symmem.torch loads it.

@@ -1008,9 +1008,9 @@ def _run(what: str, coll: int, tensor, group, op: str, out, algo, cpp_group: Opt
         _lib.check(rc, f"symmem.torch.{what}")
     if cpp_group is not None and tensor.numel():
         if d is not None:
-            _cpp_remember(cpp_group, tensor, coll, d[0].hptr, _CPP_READ_IN_PLACE)
+            _cpp_remember(cpp_group, tensor, coll, d[0].hptr, _CPP_READ_IN_PLACE, d[0].world)
         else:
-            _cpp_remember(cpp_group, tensor, coll, e[2], _CPP_ZERO_COPY)
+            _cpp_remember(cpp_group, tensor, coll, e[2], _CPP_ZERO_COPY, e[3])
 
 
 # Note [Staging]
@@ -1160,7 +1160,7 @@ def _run_staged(torch, what: str, coll: int, tensor, group, op: str, out, algo, 
         if group is None and algo is None:
             _remember_in_place(torch, (dev, tensor.data_ptr(), nbytes, coll), ws)
         if cpp_group is not None and algo is None:
-            _cpp_remember(cpp_group, tensor, coll, ws.hptr, _CPP_READ_IN_PLACE)
+            _cpp_remember(cpp_group, tensor, coll, ws.hptr, _CPP_READ_IN_PLACE, ws.world)
         return
     if nbytes > ws.nbytes:
         ws = _workspace(torch, what, tensor, group, dev, nbytes)
@@ -1343,10 +1343,15 @@ def all_gather(tensor, group=None, out=None, *, sm_free: bool = False):
             return torch.ops.symmem.all_gather(tensor, _group_name(group))
         torch.ops.symmem.all_gather_out(tensor, out, _group_name(group))
         return out
+    return _all_gather(torch, tensor, group, out, "copy_engine" if sm_free else None)
+
+
+def _all_gather(torch, tensor, group, out, algo, cpp_group: Optional[str] = None):
+    """all_gather's eager call (also the operators' Python kernels)."""
     if out is None:
         w = _world_of(torch, "all_gather", tensor, group)
         out = torch.empty(_gather_shape(tensor, w), dtype=tensor.dtype, device=tensor.device)
-    _run("all_gather", _coll.ALL_GATHER, tensor, group, "sum", out, "copy_engine" if sm_free else None)
+    _run("all_gather", _coll.ALL_GATHER, tensor, group, "sum", out, algo, cpp_group)
     return out
 
 
@@ -1368,12 +1373,17 @@ def reduce_scatter(tensor, op: str = "sum", group=None, out=None, *, sm_free: bo
             return torch.ops.symmem.reduce_scatter(tensor, op, _group_name(group))
         torch.ops.symmem.reduce_scatter_out(tensor, out, op, _group_name(group))
         return out
+    return _reduce_scatter(torch, tensor, op, group, out, "copy_engine" if sm_free else None)
+
+
+def _reduce_scatter(torch, tensor, op: str, group, out, algo, cpp_group: Optional[str] = None):
+    """reduce_scatter's eager call (also the operators' Python kernels)."""
     w = _world_of(torch, "reduce_scatter", tensor, group)
     if tensor.numel() % w:
         raise ValueError(f"symmem.torch.reduce_scatter: {tensor.numel()} elements do not split over {w} ranks")
     if out is None:
         out = torch.empty(_scatter_shape(tensor, w), dtype=tensor.dtype, device=tensor.device)
-    _run("reduce_scatter", _coll.REDUCE_SCATTER, tensor, group, op, out, "copy_engine" if sm_free else None)
+    _run("reduce_scatter", _coll.REDUCE_SCATTER, tensor, group, op, out, algo, cpp_group)
     return out
 
 
@@ -2148,12 +2158,14 @@ def all_reduce_rmsnorm(x, residual, weight, eps: float, out=None, group=None, al
 # In compiled code every operator call goes through torch's dispatcher;
 # a Python kernel there costs the crossing back into Python (the
 # arguments boxed and wrapped, the GIL) and its own lines, more than the
-# collective's launch. So the all-reduce operators (_CPP_KERNELS) have C++
-# kernels where `python -m symmem build-torch-ops` built them for the
+# collective's launch. So the collectives' operators (_CPP_KERNELS: the
+# all-reduce, all-gather and reduce-scatter forms) have C++ kernels where
+# `python -m symmem build-torch-ops` built them for the
 # installed torch (symmem/_torch_ops.cpp; symmem/_torch_ops.py says where
 # the module lives; SYMMEM_TORCH_OPS=0 leaves it unloaded). A C++ kernel
 # answers from a table of (group name, device, address, bytes,
-# collective) -> (library handle, zero-copy or read in place) and calls
+# collective) -> (library handle, zero-copy or read in place, the group's
+# size, which gives a functional form its output's shape) and calls
 # symmem_collective or symmem_collective_from itself on torch's current
 # stream. What the table does not hold it passes to the Python kernel,
 # defined as symmem::_py_<name>, which runs _run and enters what served
@@ -2166,8 +2178,9 @@ def all_reduce_rmsnorm(x, residual, weight, eps: float, out=None, group=None, al
 # so no entry outlives the handle it names. A failed library call is
 # raised through symmem::_py_raise, which names the error as _run does.
 # Where the module is missing, stale (another torch, another source) or
-# fails to load, the Python kernels serve every operator, as before.
-_CPP_KERNELS = frozenset(("all_reduce_", "all_reduce_out", "all_reduce"))
+# fails to load, the Python kernels serve every operator.
+_CPP_KERNELS = frozenset(("all_reduce_", "all_reduce_out", "all_reduce", "all_gather", "all_gather_out",
+                          "reduce_scatter", "reduce_scatter_out"))
 _CPP_ZERO_COPY, _CPP_READ_IN_PLACE = 0, 1
 _cpp_ops = None  # the loaded module's path, or None
 _cpp_ops_error: Optional[str] = None  # why it was not loaded, where it was found
@@ -2206,10 +2219,10 @@ def _load_cpp_ops(torch) -> None:
         _library.impl("_py_raise", lambda tensor, rc, what: _lib.check(rc, what), key)
 
 
-def _cpp_remember(group: str, tensor, coll: int, hptr: int, mode: int) -> None:
+def _cpp_remember(group: str, tensor, coll: int, hptr: int, mode: int, world: int) -> None:
     """Enters a call that _run served into the C++ kernels' table."""
     torch = _torch_module
-    torch.ops.symmem._cpp_remember(group, tensor, coll, hptr, mode)
+    torch.ops.symmem._cpp_remember(group, tensor, coll, hptr, mode, world)
     if mode == _CPP_ZERO_COPY and hptr not in _cpp_watched:
         _cpp_watched.add(hptr)
         weakref.finalize(_owner(tensor), _cpp_forget, hptr)
@@ -2357,32 +2370,32 @@ def _define_ops(torch) -> None:
         return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
 
     @op("symmem::all_gather", "(Tensor tensor, str group) -> Tensor")
-    def all_gather_op(tensor: Tensor, group: str) -> Tensor:
-        return all_gather(tensor, _group_arg(group))
+    def all_gather_op(tensor: Tensor, group: str, cpp: bool = False) -> Tensor:
+        return _all_gather(torch, tensor, _group_arg(group), None, None, group if cpp else None)
 
     @all_gather_op.register_fake
     def _(tensor, group):
         return tensor.new_empty(_gather_shape(tensor, world(group)))
 
     @op("symmem::all_gather_out", "(Tensor tensor, Tensor(a!) out, str group) -> ()")
-    def all_gather_out(tensor: Tensor, out: Tensor, group: str) -> None:
-        all_gather(tensor, _group_arg(group), out)
+    def all_gather_out(tensor: Tensor, out: Tensor, group: str, cpp: bool = False) -> None:
+        _all_gather(torch, tensor, _group_arg(group), out, None, group if cpp else None)
 
     @all_gather_out.register_fake
     def _(tensor, out, group):
         return None
 
     @op("symmem::reduce_scatter", "(Tensor tensor, str op, str group) -> Tensor")
-    def reduce_scatter_op(tensor: Tensor, op: str, group: str) -> Tensor:
-        return reduce_scatter(tensor, op, _group_arg(group))
+    def reduce_scatter_op(tensor: Tensor, op: str, group: str, cpp: bool = False) -> Tensor:
+        return _reduce_scatter(torch, tensor, op, _group_arg(group), None, None, group if cpp else None)
 
     @reduce_scatter_op.register_fake
     def _(tensor, op, group):
         return tensor.new_empty(_scatter_shape(tensor, world(group)))
 
     @op("symmem::reduce_scatter_out", "(Tensor tensor, Tensor(a!) out, str op, str group) -> ()")
-    def reduce_scatter_out(tensor: Tensor, out: Tensor, op: str, group: str) -> None:
-        reduce_scatter(tensor, op, _group_arg(group), out)
+    def reduce_scatter_out(tensor: Tensor, out: Tensor, op: str, group: str, cpp: bool = False) -> None:
+        _reduce_scatter(torch, tensor, op, _group_arg(group), out, None, group if cpp else None)
 
     @reduce_scatter_out.register_fake
     def _(tensor, out, op, group):

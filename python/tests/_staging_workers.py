@@ -205,6 +205,27 @@ def cpp_kernels(rank: int, world: int, init_file: str) -> Dict:
     res["out_max"] = bool(torch.equal(out, torch.stack(xs).max(0).values))
     res["functional"] = bool(torch.equal(f, want)) and bool(torch.equal(t, xs[rank]))
     res["out_functional_counts"] = (a2 - a1, p2 - p1)
+    # all_gather and reduce_scatter, functional and out=: the first call of
+    # each form's collective passes to Python, the rest are answered.
+    ag_in = st.empty(2, 8)
+    ag_in.copy_(xs[rank][:16].view(2, 8))
+    ag_want = torch.cat([x[:16].view(2, 8) for x in xs])
+    rs_in = st.empty(4 * world, 4)
+    rs_in.copy_(xs[rank][:16 * world].view(4 * world, 4))
+    rs_want = sum(x[:16 * world].view(4 * world, 4) for x in xs)[4 * rank:4 * rank + 4]
+    b0 = stats()
+    gathered = [ops.all_gather(ag_in, "") for _ in range(2)]
+    ag_out = torch.empty(2 * world, 8)
+    ops.all_gather_out(ag_in, ag_out, "")
+    scattered = [ops.reduce_scatter(rs_in, "sum", "") for _ in range(2)]
+    rs_out = torch.empty(4, 4)
+    ops.reduce_scatter_out(rs_in, rs_out, "sum", "")
+    b1 = stats()
+    res["all_gather"] = all(bool(torch.equal(g, ag_want)) for g in gathered + [ag_out])
+    res["reduce_scatter"] = all(bool(torch.equal(r, rs_want)) for r in scattered + [rs_out])
+    res["ag_rs_counts"] = (b1[0] - b0[0], b1[1] - b0[1], b1[2] - b0[2])
+    del ag_in, rs_in, gathered, scattered
+    a2, p2, _ = stats()
     # A tensor of torch's memory: staged on the host backend, so every call
     # passes to Python and none is entered.
     x = xs[rank].clone()

@@ -35,6 +35,9 @@ def test_the_kernels_answer_repeated_calls_from_their_table(host_backend, tmp_pa
         assert res["in_place"] is True and res["in_place_counts"] == (2, 1, 1), res
         assert res["out_max"] is True and res["functional"] is True, res
         assert res["out_functional_counts"] == (2, 0), res
+        # Each collective's first call passes to Python; four answered.
+        assert res["all_gather"] is True and res["reduce_scatter"] is True, res
+        assert res["ag_rs_counts"] == (4, 2, 2), res
         # Staged calls stay in Python and enter nothing.
         assert res["staged"] is True and res["staged_counts"] == (0, 2, 0), res
         assert res["bogus"].startswith("InvalidArgumentError") and 'unknown op "bogus"' in res["bogus"], res
