@@ -1,14 +1,15 @@
 // symmem._torch_ops: the CPU and CUDA kernels of the collectives'
 // operators (torch.ops.symmem.all_reduce_, all_reduce_out, all_reduce,
-// all_gather, all_gather_out, reduce_scatter, reduce_scatter_out) in C++,
-// so that compiled code reaches the library without entering Python (Note
-// [Operators in C++] in symmem/torch.py).
+// all_gather, all_gather_out, reduce_scatter, reduce_scatter_out,
+// all_reduce_rmsnorm) in C++, so that compiled code reaches the library
+// without entering Python (Note [Operators in C++] in symmem/torch.py).
 //
 // symmem/torch.py defines the operators' schemas and fake implementations;
 // this file registers their kernels. A kernel answers from its table,
 // which maps (group name, device, address, bytes, collective) to the
-// library handle that serves the call, the group's size, and how: zero-copy (the tensor lies
-// in a rendezvoused block; symmem_collective on its handle) or read in
+// library handle that serves the call, the group's size, and how:
+// zero-copy (the tensor lies in a rendezvoused block; symmem_collective
+// on its handle) or read in
 // place (a tensor of torch's memory that the low-latency path reads where
 // it lies; symmem_collective_from on the group's staging workspace). A
 // call not in the table goes to the Python kernel (symmem::_py_<name>),
@@ -17,7 +18,7 @@
 // (symmem::_py_raise), which names the error as every other call does.
 //
 // The module links neither libsymmem nor CUDA's libraries: Python hands
-// _cpp_bind the addresses of the library functions of the library it
+// _cpp_bind the addresses of the functions of the library it
 // loaded, and the codes of the dtypes, ops and algorithms
 // (include/symmem.h's enums, from symmem._enums). Built against the
 // installed torch by `python -m symmem build-torch-ops`, for that torch
@@ -47,15 +48,22 @@
 
 namespace {
 
-// include/symmem.h's symmem_collective and symmem_collective_from.
+// include/symmem.h's symmem_collective, symmem_collective_from,
+// symmem_all_reduce_rmsnorm and symmem_all_reduce_rmsnorm_from.
 using collective_fn = int (*)(void *, int, int, int, size_t, void *, int, int, void *);
 using collective_from_fn = int (*)(void *, int, int, int, size_t, const void *, void *, int, int, void *);
+using rmsnorm_fn = int (*)(void *, int, size_t, size_t, void *, const void *, float, void *, int, void *);
+using rmsnorm_from_fn = int (*)(void *, int, size_t, size_t, const void *, void *, const void *, float, void *, int,
+                                void *);
 
 std::atomic<collective_fn> f_collective{nullptr};
 std::atomic<collective_from_fn> f_collective_from{nullptr};
+std::atomic<rmsnorm_fn> f_rmsnorm{nullptr};
+std::atomic<rmsnorm_from_fn> f_rmsnorm_from{nullptr};
 
-// include/symmem.h's enum symmem_coll.
-constexpr int kAllReduce = 0, kAllGather = 1, kReduceScatter = 2;
+// include/symmem.h's enum symmem_coll; kNorm, the all-reduce with RMSNorm,
+// is the table's own (symmem/torch.py's _CPP_NORM).
+constexpr int kAllReduce = 0, kAllGather = 1, kReduceScatter = 2, kNorm = -1;
 
 // Codes by name, set once by _cpp_bind before any kernel runs.
 struct Codes {
@@ -300,12 +308,65 @@ at::Tensor all_reduce(const at::Tensor &tensor, c10::string_view op, c10::string
   return out;
 }
 
+// The all-reduce with RMSNorm from the table: 1 done, 0 not a call the
+// table answers (Python checks it and says what is wrong), <0 the
+// library's failure. x is [..., hidden]; residual and out have its shape,
+// weight is (hidden,); one dtype and device, every tensor contiguous.
+int norm_from_table(const at::Tensor &x, const at::Tensor &residual, const at::Tensor &weight, double eps,
+                    const at::Tensor &out, std::string_view group, std::string_view algo) {
+  if (x.dim() < 1 || residual.sizes() != x.sizes() || out.sizes() != x.sizes() || weight.dim() != 1 ||
+      weight.size(0) != x.size(-1) || x.size(-1) == 0)
+    return 0;
+  for (const at::Tensor *t : {&residual, &weight, &out})
+    if (t->scalar_type() != x.scalar_type() || t->device() != x.device() || !t->is_contiguous())
+      return 0;
+  auto c = look_up(kNorm, x, "sum", group, algo);
+  if (!c)
+    return 0;
+  const size_t hidden = static_cast<size_t>(x.size(-1)), tokens = static_cast<size_t>(x.numel()) / hidden;
+  int rc;
+  if (c->entry.mode == kZeroCopy) {
+    void *dst = out.data_ptr() == x.data_ptr() ? nullptr : out.data_ptr();
+    rc = f_rmsnorm.load(std::memory_order_relaxed)(c->entry.handle, c->dtype, tokens, hidden, residual.data_ptr(),
+                                                   weight.data_ptr(), static_cast<float>(eps), dst, c->algo,
+                                                   stream_of(x));
+  } else {
+    if (!aligned16(out))
+      return 0;
+    rc = f_rmsnorm_from.load(std::memory_order_relaxed)(c->entry.handle, c->dtype, tokens, hidden, x.data_ptr(),
+                                                        residual.data_ptr(), weight.data_ptr(),
+                                                        static_cast<float>(eps), out.data_ptr(), c->algo,
+                                                        stream_of(x));
+  }
+  if (rc != 0)
+    return -rc;
+  hits.fetch_add(1, std::memory_order_relaxed);
+  return 1;
+}
+
+void all_reduce_rmsnorm(const at::Tensor &x, const at::Tensor &residual, const at::Tensor &weight, double eps,
+                        const at::Tensor &out, c10::string_view group, c10::string_view algo) {
+  const int r = norm_from_table(x, residual, weight, eps, out, group, algo);
+  if (r == 1)
+    return;
+  if (r < 0)
+    raise_failure(x, -r, "symmem.torch.all_reduce_rmsnorm");
+  misses.fetch_add(1, std::memory_order_relaxed);
+  static const auto py =
+      python_op("symmem::_py_all_reduce_rmsnorm")
+          .typed<void(const at::Tensor &, const at::Tensor &, const at::Tensor &, double, const at::Tensor &,
+                      c10::string_view, c10::string_view)>();
+  py.call(x, residual, weight, eps, out, group, algo);
+}
+
 // The control operators, called by symmem/torch.py.
 
-void cpp_bind(int64_t collective, int64_t collective_from, const std::vector<at::Tensor> &dtype_samples,
+void cpp_bind(int64_t collective, int64_t collective_from, int64_t rmsnorm, int64_t rmsnorm_from,
+              const std::vector<at::Tensor> &dtype_samples,
               std::vector<int64_t> dtype_codes, std::vector<std::string> op_names, std::vector<int64_t> op_codes,
               std::vector<std::string> algo_names, std::vector<int64_t> algo_codes) {
-  TORCH_CHECK(collective != 0 && collective_from != 0, "symmem::_cpp_bind: a function address is 0");
+  TORCH_CHECK(collective != 0 && collective_from != 0 && rmsnorm != 0 && rmsnorm_from != 0,
+              "symmem::_cpp_bind: a function address is 0");
   TORCH_CHECK(dtype_samples.size() == dtype_codes.size() && op_names.size() == op_codes.size() &&
                   algo_names.size() == algo_codes.size(),
               "symmem::_cpp_bind: names and codes differ in number");
@@ -321,6 +382,8 @@ void cpp_bind(int64_t collective, int64_t collective_from, const std::vector<at:
     codes.algo[algo_names[i]] = static_cast<int>(algo_codes[i]);
   f_collective.store(reinterpret_cast<collective_fn>(collective), std::memory_order_relaxed);
   f_collective_from.store(reinterpret_cast<collective_from_fn>(collective_from), std::memory_order_relaxed);
+  f_rmsnorm.store(reinterpret_cast<rmsnorm_fn>(rmsnorm), std::memory_order_relaxed);
+  f_rmsnorm_from.store(reinterpret_cast<rmsnorm_from_fn>(rmsnorm_from), std::memory_order_relaxed);
   bound.store(true, std::memory_order_release);
 }
 
@@ -355,7 +418,8 @@ std::vector<int64_t> cpp_stats() {
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(symmem, m) {
-  m.def("_cpp_bind(int collective, int collective_from, Tensor[] dtype_samples, int[] dtype_codes, "
+  m.def("_cpp_bind(int collective, int collective_from, int rmsnorm, int rmsnorm_from, Tensor[] dtype_samples, "
+        "int[] dtype_codes, "
         "str[] op_names, int[] op_codes, str[] algo_names, int[] algo_codes) -> ()",
         &cpp_bind);
   m.def("_cpp_remember(str group, Tensor tensor, int coll, int handle, int mode, int world) -> ()", &cpp_remember);
@@ -371,6 +435,7 @@ TORCH_LIBRARY_IMPL(symmem, CPU, m) {
   m.impl("all_gather_out", &all_gather_out);
   m.impl("reduce_scatter", &reduce_scatter);
   m.impl("reduce_scatter_out", &reduce_scatter_out);
+  m.impl("all_reduce_rmsnorm", &all_reduce_rmsnorm);
 }
 
 #ifdef SYMMEM_TORCH_OPS_CUDA
@@ -382,5 +447,6 @@ TORCH_LIBRARY_IMPL(symmem, CUDA, m) {
   m.impl("all_gather_out", &all_gather_out);
   m.impl("reduce_scatter", &reduce_scatter);
   m.impl("reduce_scatter_out", &reduce_scatter_out);
+  m.impl("all_reduce_rmsnorm", &all_reduce_rmsnorm);
 }
 #endif

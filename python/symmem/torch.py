@@ -2044,7 +2044,8 @@ def fused_matmul_reduce_scatter(a, b, reduce_op: str, scatter_dim: int, group=No
 _NORM_DTYPES = ("bfloat16", "float16", "float32")
 
 
-def _run_rmsnorm(x, residual, weight, eps: float, out, group, algo) -> None:
+def _run_rmsnorm(x, residual, weight, eps: float, out, group, algo, cpp_group: Optional[str] = None) -> None:
+    """One all_reduce_rmsnorm; cpp_group as _run's."""
     from . import _tp
 
     torch = _torch_module or _torch()
@@ -2065,7 +2066,8 @@ def _run_rmsnorm(x, residual, weight, eps: float, out, group, algo) -> None:
     symmetric = (gkey, dev, x.data_ptr(), x.nbytes) in _fast or _is_symmem(x)
     algoc = 0 if algo is None else _coll.algo_code(algo, "all_reduce_rmsnorm")
     if symmetric:
-        hptr = _fast_entry(torch, x, group, dev)[2]
+        entry = _fast_entry(torch, x, group, dev)
+        hptr = entry[2]
     else:
         g = _group_of_call(torch, group, dev, x.device)
         h, _ = _tp_workspace(torch, g, x.device, 1)
@@ -2079,6 +2081,8 @@ def _run_rmsnorm(x, residual, weight, eps: float, out, group, algo) -> None:
                 float(eps), out.data_ptr(), algoc, stream)
             if rc:
                 _lib.check(rc, what)
+            if cpp_group is not None and algo is None and tokens:
+                _cpp_remember(cpp_group, x, _CPP_NORM, hptr, _CPP_READ_IN_PLACE, h.handle.world_size)
             return
         h, _ = _tp_workspace(torch, g, x.device, x.nbytes)
         # The workspace's own tensor is this rank's block at the rendezvous
@@ -2093,6 +2097,8 @@ def _run_rmsnorm(x, residual, weight, eps: float, out, group, algo) -> None:
         stream)
     if rc:
         _lib.check(rc, what)
+    if cpp_group is not None and symmetric and tokens:
+        _cpp_remember(cpp_group, x, _CPP_NORM, hptr, _CPP_ZERO_COPY, entry[3])
 
 
 # (group argument as in _fast, device index) -> (group argument, the
@@ -2159,7 +2165,8 @@ def all_reduce_rmsnorm(x, residual, weight, eps: float, out=None, group=None, al
 # a Python kernel there costs the crossing back into Python (the
 # arguments boxed and wrapped, the GIL) and its own lines, more than the
 # collective's launch. So the collectives' operators (_CPP_KERNELS: the
-# all-reduce, all-gather and reduce-scatter forms) have C++ kernels where
+# all-reduce, all-gather and reduce-scatter forms and the all-reduce with
+# RMSNorm) have C++ kernels where
 # `python -m symmem build-torch-ops` built them for the
 # installed torch (symmem/_torch_ops.cpp; symmem/_torch_ops.py says where
 # the module lives; SYMMEM_TORCH_OPS=0 leaves it unloaded). A C++ kernel
@@ -2180,8 +2187,9 @@ def all_reduce_rmsnorm(x, residual, weight, eps: float, out=None, group=None, al
 # Where the module is missing, stale (another torch, another source) or
 # fails to load, the Python kernels serve every operator.
 _CPP_KERNELS = frozenset(("all_reduce_", "all_reduce_out", "all_reduce", "all_gather", "all_gather_out",
-                          "reduce_scatter", "reduce_scatter_out"))
+                          "reduce_scatter", "reduce_scatter_out", "all_reduce_rmsnorm"))
 _CPP_ZERO_COPY, _CPP_READ_IN_PLACE = 0, 1
+_CPP_NORM = -1  # the table's collective for all_reduce_rmsnorm (_torch_ops.cpp's kNorm)
 _cpp_ops = None  # the loaded module's path, or None
 _cpp_ops_error: Optional[str] = None  # why it was not loaded, where it was found
 _cpp_watched: set = set()  # handles whose entries are dropped with their tensor's memory
@@ -2208,6 +2216,7 @@ def _load_cpp_ops(torch) -> None:
         dtypes = [(getattr(torch, n), c) for n, c in _coll.DTYPES.items() if hasattr(torch, n)]
         torch.ops.symmem._cpp_bind(
             library.address("symmem_collective"), library.address("symmem_collective_from"),
+            library.address("symmem_all_reduce_rmsnorm"), library.address("symmem_all_reduce_rmsnorm_from"),
             [torch.empty(0, dtype=dt) for dt, _ in dtypes], [c for _, c in dtypes],
             list(_OPS), list(_OPS.values()), list(_coll.ALGOS), list(_coll.ALGOS.values()))
     except Exception as exc:  # noqa: BLE001 - reported by cpp_ops_info; the Python kernels serve
@@ -2461,12 +2470,12 @@ def _define_ops(torch) -> None:
 
     # The tensor-parallel operators. The fused matmuls' real results are
     # made contiguous so that they match their fakes' strides.
-    @torch.library.custom_op(
-        "symmem::all_reduce_rmsnorm", mutates_args=("residual", "out"),
-        schema="(Tensor x, Tensor(a!) residual, Tensor weight, float eps, Tensor(b!) out, str group, str algo) -> ()")
+    @op("symmem::all_reduce_rmsnorm",
+        "(Tensor x, Tensor(a!) residual, Tensor weight, float eps, Tensor(b!) out, str group, str algo) -> ()")
     def all_reduce_rmsnorm_op(x: Tensor, residual: Tensor, weight: Tensor, eps: float, out: Tensor, group: str,
-                              algo: str) -> None:
-        _run_rmsnorm(x, residual, weight, eps, out, _group_arg(group), None if algo == "auto" else algo)
+                              algo: str, cpp: bool = False) -> None:
+        _run_rmsnorm(x, residual, weight, eps, out, _group_arg(group), None if algo == "auto" else algo,
+                     group if cpp else None)
 
     @all_reduce_rmsnorm_op.register_fake
     def _(x, residual, weight, eps, out, group, algo):

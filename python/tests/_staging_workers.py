@@ -141,6 +141,29 @@ def compiled(rank: int, world: int, init_file: str, backend: str) -> Dict:
     # A second call of each compiled function: the same results again.
     t.copy_(xs[rank])
     res["argument_again"] = bool(torch.equal(torch.compile(argument, fullgraph=True, backend=backend)(t), want * 2 + 1))
+
+    # all_reduce_rmsnorm (mutating residual and out) on a libsymmem x: the
+    # compiled call gives eager's bits, residual updated as eagerly.
+    def norm(x, residual, weight):
+        out, res2 = st.all_reduce_rmsnorm(x, residual, weight, 1e-6)
+        return out * 2, res2 + 0
+
+    gen = torch.Generator().manual_seed(11)
+    x0 = torch.randn(4, 64, generator=gen) * (rank + 1)
+    r0, w0 = torch.randn(4, 64, generator=gen), torch.rand(64, generator=gen) + 0.5
+    nx = st.empty(4, 64)
+    nx.copy_(x0)
+    r_eager = r0.clone()
+    want_out, want_res = norm(nx, r_eager, w0)
+    compiled_norm = torch.compile(norm, fullgraph=True, backend=backend)
+    ok = True
+    for _ in range(2):
+        nx.copy_(x0)
+        r_c = r0.clone()
+        got_out, got_res = compiled_norm(nx, r_c, w0)
+        ok = ok and bool(torch.equal(got_out, want_out)) and bool(torch.equal(got_res, want_res))
+        ok = ok and bool(torch.equal(r_c, r_eager))
+    res["rmsnorm"] = ok
     dist.barrier()
     dist.destroy_process_group()
     return res
@@ -225,6 +248,27 @@ def cpp_kernels(rank: int, world: int, init_file: str) -> Dict:
     res["reduce_scatter"] = all(bool(torch.equal(r, rs_want)) for r in scattered + [rs_out])
     res["ag_rs_counts"] = (b1[0] - b0[0], b1[1] - b0[1], b1[2] - b0[2])
     del ag_in, rs_in, gathered, scattered
+    a2, p2, _ = stats()
+    # all_reduce_rmsnorm on a libsymmem x: the same bits as the Python
+    # kernel's, the first call passed on, the next ones answered.
+    nx = st.empty(2, 64)
+    gen = torch.Generator().manual_seed(7)
+    x0 = torch.randn(2, 64, generator=gen) * (rank + 1)
+    r0, w0 = torch.randn(2, 64, generator=gen), torch.rand(64, generator=gen) + 0.5
+    n0 = stats()
+    norm_ok = True
+    for _ in range(3):
+        nx.copy_(x0)
+        r_cpp, r_py = r0.clone(), r0.clone()
+        o_cpp, o_py = torch.empty(2, 64), torch.empty(2, 64)
+        ops.all_reduce_rmsnorm(nx, r_cpp, w0, 1e-6, o_cpp, "", "auto")
+        nx.copy_(x0)
+        ops._py_all_reduce_rmsnorm(nx, r_py, w0, 1e-6, o_py, "", "auto")
+        norm_ok = norm_ok and bool(torch.equal(o_cpp, o_py)) and bool(torch.equal(r_cpp, r_py))
+    n1 = stats()
+    res["norm"] = norm_ok
+    res["norm_counts"] = (n1[0] - n0[0], n1[1] - n0[1])
+    del nx
     a2, p2, _ = stats()
     # A tensor of torch's memory: staged on the host backend, so every call
     # passes to Python and none is entered.
