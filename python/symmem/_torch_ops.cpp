@@ -427,7 +427,10 @@ TORCH_LIBRARY_FRAGMENT(symmem, m) {
   m.def("_cpp_stats() -> int[]", &cpp_stats);
 }
 
-TORCH_LIBRARY_IMPL(symmem, CPU, m) {
+namespace {
+
+// The kernels, for CPU tensors (the host backend) and CUDA ones alike.
+void register_kernels(torch::Library &m) {
   m.impl("all_reduce_", &all_reduce_);
   m.impl("all_reduce_out", &all_reduce_out);
   m.impl("all_reduce", &all_reduce);
@@ -438,15 +441,10 @@ TORCH_LIBRARY_IMPL(symmem, CPU, m) {
   m.impl("all_reduce_rmsnorm", &all_reduce_rmsnorm);
 }
 
+}  // namespace
+
+TORCH_LIBRARY_IMPL(symmem, CPU, m) { register_kernels(m); }
+
 #ifdef SYMMEM_TORCH_OPS_CUDA
-TORCH_LIBRARY_IMPL(symmem, CUDA, m) {
-  m.impl("all_reduce_", &all_reduce_);
-  m.impl("all_reduce_out", &all_reduce_out);
-  m.impl("all_reduce", &all_reduce);
-  m.impl("all_gather", &all_gather);
-  m.impl("all_gather_out", &all_gather_out);
-  m.impl("reduce_scatter", &reduce_scatter);
-  m.impl("reduce_scatter_out", &reduce_scatter_out);
-  m.impl("all_reduce_rmsnorm", &all_reduce_rmsnorm);
-}
+TORCH_LIBRARY_IMPL(symmem, CUDA, m) { register_kernels(m); }
 #endif
