@@ -30,7 +30,7 @@ def directory() -> Path:
     symmem/torch-ops in $XDG_CACHE_HOME (~/.cache)."""
     d = os.environ.get("SYMMEM_TORCH_OPS_DIR")
     if d:
-        return Path(d)
+        return Path(d).expanduser()
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(cache) / "symmem" / "torch-ops"
 
@@ -128,7 +128,13 @@ def build(quiet: bool = False) -> Path:
 
 
 def main(argv: List[str]) -> int:
-    """python -m symmem build-torch-ops [--print-path]"""
+    """python -m symmem build-torch-ops [--print-path]: builds the module
+    (or finds it built) and says where; --print-path only says where."""
+    unknown = [a for a in argv if a != "--print-path"]
+    if unknown:
+        print(f"python -m symmem build-torch-ops: unknown argument {unknown[0]!r} (usage: "
+              "python -m symmem build-torch-ops [--print-path])", file=sys.stderr)
+        return 2
     try:
         import torch
     except ImportError as exc:
