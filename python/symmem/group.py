@@ -489,6 +489,12 @@ class Handle:
         :meth:`wait_signal` of the receiver consumes one. On cuda it is
         enqueued on stream, after the work queued there before it.
         """
+        if (type(dst_rank) is int and type(channel) is int and type(stream) is int and 0 <= dst_rank <= C_INT.hi
+                and 0 <= channel <= C_INT.hi and 0 <= stream <= C_PTR.hi and not _lib._forked_child):
+            rc = self._put_signal(self._ptr or self.ptr, dst_rank, channel, stream)  # as barrier's loop call
+            if rc:
+                check(rc, "symmem_put_signal")
+            return
         if _lib._forked_child:
             _lib._refuse_forked_child()
         w = "symmem.Handle.put_signal"
@@ -504,6 +510,13 @@ class Handle:
         (None: the group's timeout); on cuda it is enqueued on stream and
         later work on stream waits for it.
         """
+        if (timeout is None and type(src_rank) is int and type(channel) is int and type(stream) is int
+                and 0 <= src_rank <= C_INT.hi and 0 <= channel <= C_INT.hi and 0 <= stream <= C_PTR.hi
+                and not _lib._forked_child):
+            rc = self._wait_signal(self._ptr or self.ptr, src_rank, channel, 0, stream)  # as barrier's loop call
+            if rc:
+                check(rc, "symmem_wait_signal")
+            return
         if _lib._forked_child:
             _lib._refuse_forked_child()
         w = "symmem.Handle.wait_signal"
