@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
-
 import math
 import os
 import re
@@ -724,8 +723,8 @@ def rendezvous(
 _rendezvous_cache: Dict[Tuple[int, int, int], list] = {}
 _rendezvous_lock = threading.Lock()
 # A rendezvous again with the default arguments finds its lease here, under
-# (group argument: None, a name, a Group or the id of a process group;
-# device index, data_ptr, nbytes) -> (group argument, the default process
+# (group argument: None, a name, or the id of the group object; device
+# index, data_ptr, nbytes) -> (group argument, the default process
 # group then or None, lease): the lookups of _fast (Note [Eager
 # collectives]), so that a re-created default group is noticed. The lease
 # is used only while it is the cache's entry and its handle is live.
@@ -2234,7 +2233,9 @@ def _cpp_remember(group: str, tensor, coll: int, hptr: int, mode: int, world: in
     torch.ops.symmem._cpp_remember(group, tensor, coll, hptr, mode, world)
     if mode == _CPP_ZERO_COPY and hptr not in _cpp_watched:
         _cpp_watched.add(hptr)
-        weakref.finalize(_owner(tensor), _cpp_forget, hptr)
+        # Not at exit: the table goes with the process, and torch may be
+        # half torn down by then.
+        weakref.finalize(_owner(tensor), _cpp_forget, hptr).atexit = False
 
 
 def _cpp_forget(hptr: int) -> None:
