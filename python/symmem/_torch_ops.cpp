@@ -1,7 +1,8 @@
 // symmem._torch_ops: the CPU and CUDA kernels of the collectives'
 // operators (torch.ops.symmem.all_reduce_, all_reduce_out, all_reduce,
 // all_gather, all_gather_out, reduce_scatter, reduce_scatter_out,
-// all_reduce_rmsnorm) in C++, so that compiled code reaches the library
+// all_reduce_rmsnorm, all_to_all_v, all_to_all_v_2d,
+// all_to_all_v_2d_offset) in C++, so that compiled code reaches the library
 // without entering Python (Note [Operators in C++] in symmem/torch.py).
 //
 // symmem/torch.py defines the operators' schemas and fake implementations;
@@ -38,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
@@ -56,14 +58,24 @@ using rmsnorm_fn = int (*)(void *, int, size_t, size_t, void *, const void *, fl
 using rmsnorm_from_fn = int (*)(void *, int, size_t, size_t, const void *, void *, const void *, float, void *, int,
                                 void *);
 
+// symmem_all_to_all_v, symmem_all_to_all_v_2d, symmem_all_to_all_v_2d_offset.
+using a2a_v_fn = int (*)(void *, size_t, const int64_t *, void *, size_t, int64_t *, void *);
+using a2a_v_2d_fn = int (*)(void *, size_t, int, const int64_t *, void *, size_t, int64_t *, int64_t, void *);
+using a2a_v_2d_offset_fn = int (*)(void *, size_t, int, const int64_t *, void *, size_t, int64_t *, void *);
+
 std::atomic<collective_fn> f_collective{nullptr};
+std::atomic<a2a_v_fn> f_a2a_v{nullptr};
+std::atomic<a2a_v_2d_fn> f_a2a_v_2d{nullptr};
+std::atomic<a2a_v_2d_offset_fn> f_a2a_v_2d_offset{nullptr};
 std::atomic<collective_from_fn> f_collective_from{nullptr};
 std::atomic<rmsnorm_fn> f_rmsnorm{nullptr};
 std::atomic<rmsnorm_from_fn> f_rmsnorm_from{nullptr};
 
-// include/symmem.h's enum symmem_coll; kNorm, the all-reduce with RMSNorm,
-// is the table's own (symmem/torch.py's _CPP_NORM).
-constexpr int kAllReduce = 0, kAllGather = 1, kReduceScatter = 2, kNorm = -1;
+// include/symmem.h's enum symmem_coll; the negative ones are the table's
+// own (symmem/torch.py's _CPP_NORM and _CPP_A2A_*): the all-reduce with
+// RMSNorm and the split-driven all-to-alls.
+constexpr int kAllReduce = 0, kAllGather = 1, kReduceScatter = 2, kNorm = -1, kA2aV = -2, kA2aV2d = -3,
+              kA2aV2dOffset = -4;
 
 // Codes by name, set once by _cpp_bind before any kernel runs.
 struct Codes {
@@ -123,27 +135,33 @@ struct Call {
   int dtype, op, algo;
 };
 
-// The table's answer for the call, or nothing (not in the table, or not a
-// call the table may answer: Python decides those).
-std::optional<Call> look_up(int coll, const at::Tensor &t, std::string_view op, std::string_view group,
-                            std::string_view algo) {
+// t's entry for coll in group, if the table holds one.
+std::optional<Entry> find_entry(int coll, const at::Tensor &t, std::string_view group) {
   if (!bound.load(std::memory_order_acquire) || !t.is_contiguous() || t.numel() == 0)
-    return std::nullopt;
-  const int dtype = codes.dtype[static_cast<size_t>(t.scalar_type())];
-  auto opc = codes.op.find(std::string(op));
-  auto algoc = codes.algo.find(std::string(algo));
-  if (dtype < 0 || opc == codes.op.end() || algoc == codes.algo.end())
     return std::nullopt;
   std::shared_lock<std::shared_mutex> lock(table_mu);
   auto it = table.find(Key{std::string(group), key_device(t), reinterpret_cast<int64_t>(t.data_ptr()),
                            static_cast<int64_t>(t.nbytes()), coll});
   if (it == table.end())
     return std::nullopt;
+  return it->second;
+}
+
+// The table's answer for the call, or nothing (not in the table, or not a
+// call the table may answer: Python decides those).
+std::optional<Call> look_up(int coll, const at::Tensor &t, std::string_view op, std::string_view group,
+                            std::string_view algo) {
+  const int dtype = codes.dtype[static_cast<size_t>(t.scalar_type())];
+  auto opc = codes.op.find(std::string(op));
+  auto algoc = codes.algo.find(std::string(algo));
+  if (dtype < 0 || opc == codes.op.end() || algoc == codes.algo.end())
+    return std::nullopt;
+  auto e = find_entry(coll, t, group);
   // Read in place: only the auto algorithm, with a 16-byte aligned input,
   // as symmem.torch decided when it entered the call.
-  if (it->second.mode == kReadInPlace && (algoc->second != 0 || !aligned16(t)))
+  if (!e || (e->mode == kReadInPlace && (algoc->second != 0 || !aligned16(t))))
     return std::nullopt;
-  return Call{it->second, dtype, opc->second, algoc->second};
+  return Call{*e, dtype, opc->second, algoc->second};
 }
 
 // Runs a looked-up call into out (nullptr: in place): 1 done, 0 passed
@@ -359,13 +377,114 @@ void all_reduce_rmsnorm(const at::Tensor &x, const at::Tensor &residual, const a
   py.call(x, residual, weight, eps, out, group, algo);
 }
 
+// What the split-driven all-to-alls need of their tensors, checked as
+// symmem/torch.py's _a2a_check does (anything else goes to Python, which
+// says what is wrong): out beside input (rows of the same bytes, one
+// dtype and device, contiguous), each split tensor int64, contiguous, on
+// input's device, of the shape given.
+bool a2a_ok(const at::Tensor &input, const at::Tensor &out,
+            std::initializer_list<std::pair<const at::Tensor *, std::vector<int64_t>>> splits) {
+  if (input.dim() < 1 || out.dim() < 1 || out.scalar_type() != input.scalar_type() ||
+      out.stride(0) != input.stride(0) || !out.is_contiguous() || out.device() != input.device())
+    return false;
+  for (const auto &[t, shape] : splits)
+    if (t->scalar_type() != at::kLong || !t->is_contiguous() || t->device() != input.device() ||
+        t->sizes() != c10::IntArrayRef(shape))
+      return false;
+  return true;
+}
+
+// A split-driven all-to-all from the table: run(entry, row bytes) gives
+// the library's result, or nothing where its tensors are not as the call
+// needs; 1 done, 0 not answered, <0 the library's failure.
+template <typename Run>
+int a2a_from_table(int coll, const at::Tensor &input, std::string_view group, Run run) {
+  auto e = find_entry(coll, input, group);
+  if (!e || e->mode != kZeroCopy)
+    return 0;
+  const std::optional<int> rc = run(*e, static_cast<size_t>(input.stride(0) * input.element_size()));
+  if (!rc)
+    return 0;
+  if (*rc != 0)
+    return -*rc;
+  hits.fetch_add(1, std::memory_order_relaxed);
+  return 1;
+}
+
+void all_to_all_v(const at::Tensor &input, const at::Tensor &out, const at::Tensor &in_splits,
+                  const at::Tensor &out_splits_offsets, c10::string_view group) {
+  const int r = a2a_from_table(kA2aV, input, group, [&](const Entry &e, size_t row_bytes) -> std::optional<int> {
+    if (!a2a_ok(input, out, {{&in_splits, {e.world}}, {&out_splits_offsets, {2, e.world}}}))
+      return std::nullopt;
+    return f_a2a_v.load(std::memory_order_relaxed)(e.handle, row_bytes, in_splits.const_data_ptr<int64_t>(),
+                                                   out.data_ptr(), static_cast<size_t>(out.size(0)),
+                                                   out_splits_offsets.data_ptr<int64_t>(), stream_of(input));
+  });
+  if (r == 1)
+    return;
+  if (r < 0)
+    raise_failure(input, -r, "symmem.torch.all_to_all_v");
+  misses.fetch_add(1, std::memory_order_relaxed);
+  static const auto py = python_op("symmem::_py_all_to_all_v")
+                             .typed<void(const at::Tensor &, const at::Tensor &, const at::Tensor &,
+                                         const at::Tensor &, c10::string_view)>();
+  py.call(input, out, in_splits, out_splits_offsets, group);
+}
+
+// experts per rank of n splits in a group of world ranks, or 0.
+int64_t experts_of(int64_t n, int64_t world) { return n >= 1 && world > 0 && n % world == 0 ? n / world : 0; }
+
+void all_to_all_v_2d(const at::Tensor &input, const at::Tensor &out, const at::Tensor &in_splits,
+                     const at::Tensor &out_splits_offsets, c10::string_view group, int64_t major_align) {
+  const int r = a2a_from_table(kA2aV2d, input, group, [&](const Entry &e, size_t row_bytes) -> std::optional<int> {
+    const int64_t n = in_splits.dim() == 1 ? in_splits.size(0) : 0, experts = experts_of(n, e.world);
+    if (experts == 0 || major_align < 1 || !a2a_ok(input, out, {{&in_splits, {n}}, {&out_splits_offsets, {2, n}}}))
+      return std::nullopt;
+    return f_a2a_v_2d.load(std::memory_order_relaxed)(
+        e.handle, row_bytes, static_cast<int>(experts), in_splits.const_data_ptr<int64_t>(), out.data_ptr(),
+        static_cast<size_t>(out.size(0)), out_splits_offsets.data_ptr<int64_t>(), major_align, stream_of(input));
+  });
+  if (r == 1)
+    return;
+  if (r < 0)
+    raise_failure(input, -r, "symmem.torch.all_to_all_v_2d");
+  misses.fetch_add(1, std::memory_order_relaxed);
+  static const auto py = python_op("symmem::_py_all_to_all_v_2d")
+                             .typed<void(const at::Tensor &, const at::Tensor &, const at::Tensor &,
+                                         const at::Tensor &, c10::string_view, int64_t)>();
+  py.call(input, out, in_splits, out_splits_offsets, group, major_align);
+}
+
+void all_to_all_v_2d_offset(const at::Tensor &input, const at::Tensor &out, const at::Tensor &in_splits_offsets,
+                            const at::Tensor &out_splits_offsets, c10::string_view group) {
+  const int r = a2a_from_table(kA2aV2dOffset, input, group, [&](const Entry &e, size_t row_bytes) -> std::optional<int> {
+    const int64_t n = in_splits_offsets.dim() == 2 ? in_splits_offsets.size(1) : 0, experts = experts_of(n, e.world);
+    if (experts == 0 ||
+        !a2a_ok(input, out, {{&in_splits_offsets, {2, n}}, {&out_splits_offsets, {2, n}}}))
+      return std::nullopt;
+    return f_a2a_v_2d_offset.load(std::memory_order_relaxed)(
+        e.handle, row_bytes, static_cast<int>(experts), in_splits_offsets.const_data_ptr<int64_t>(), out.data_ptr(),
+        static_cast<size_t>(out.size(0)), out_splits_offsets.data_ptr<int64_t>(), stream_of(input));
+  });
+  if (r == 1)
+    return;
+  if (r < 0)
+    raise_failure(input, -r, "symmem.torch.all_to_all_v_2d_offset");
+  misses.fetch_add(1, std::memory_order_relaxed);
+  static const auto py = python_op("symmem::_py_all_to_all_v_2d_offset")
+                             .typed<void(const at::Tensor &, const at::Tensor &, const at::Tensor &,
+                                         const at::Tensor &, c10::string_view)>();
+  py.call(input, out, in_splits_offsets, out_splits_offsets, group);
+}
+
 // The control operators, called by symmem/torch.py.
 
-void cpp_bind(int64_t collective, int64_t collective_from, int64_t rmsnorm, int64_t rmsnorm_from,
-              const std::vector<at::Tensor> &dtype_samples,
+void cpp_bind(int64_t collective, int64_t collective_from, int64_t rmsnorm, int64_t rmsnorm_from, int64_t a2a_v,
+              int64_t a2a_v_2d, int64_t a2a_v_2d_offset, const std::vector<at::Tensor> &dtype_samples,
               std::vector<int64_t> dtype_codes, std::vector<std::string> op_names, std::vector<int64_t> op_codes,
               std::vector<std::string> algo_names, std::vector<int64_t> algo_codes) {
-  TORCH_CHECK(collective != 0 && collective_from != 0 && rmsnorm != 0 && rmsnorm_from != 0,
+  TORCH_CHECK(collective != 0 && collective_from != 0 && rmsnorm != 0 && rmsnorm_from != 0 && a2a_v != 0 &&
+                  a2a_v_2d != 0 && a2a_v_2d_offset != 0,
               "symmem::_cpp_bind: a function address is 0");
   TORCH_CHECK(dtype_samples.size() == dtype_codes.size() && op_names.size() == op_codes.size() &&
                   algo_names.size() == algo_codes.size(),
@@ -384,6 +503,9 @@ void cpp_bind(int64_t collective, int64_t collective_from, int64_t rmsnorm, int6
   f_collective_from.store(reinterpret_cast<collective_from_fn>(collective_from), std::memory_order_relaxed);
   f_rmsnorm.store(reinterpret_cast<rmsnorm_fn>(rmsnorm), std::memory_order_relaxed);
   f_rmsnorm_from.store(reinterpret_cast<rmsnorm_from_fn>(rmsnorm_from), std::memory_order_relaxed);
+  f_a2a_v.store(reinterpret_cast<a2a_v_fn>(a2a_v), std::memory_order_relaxed);
+  f_a2a_v_2d.store(reinterpret_cast<a2a_v_2d_fn>(a2a_v_2d), std::memory_order_relaxed);
+  f_a2a_v_2d_offset.store(reinterpret_cast<a2a_v_2d_offset_fn>(a2a_v_2d_offset), std::memory_order_relaxed);
   bound.store(true, std::memory_order_release);
 }
 
@@ -418,9 +540,9 @@ std::vector<int64_t> cpp_stats() {
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(symmem, m) {
-  m.def("_cpp_bind(int collective, int collective_from, int rmsnorm, int rmsnorm_from, Tensor[] dtype_samples, "
-        "int[] dtype_codes, "
-        "str[] op_names, int[] op_codes, str[] algo_names, int[] algo_codes) -> ()",
+  m.def("_cpp_bind(int collective, int collective_from, int rmsnorm, int rmsnorm_from, int a2a_v, int a2a_v_2d, "
+        "int a2a_v_2d_offset, Tensor[] dtype_samples, int[] dtype_codes, str[] op_names, int[] op_codes, "
+        "str[] algo_names, int[] algo_codes) -> ()",
         &cpp_bind);
   m.def("_cpp_remember(str group, Tensor tensor, int coll, int handle, int mode, int world) -> ()", &cpp_remember);
   m.def("_cpp_forget(int handle) -> ()", &cpp_forget);
@@ -439,6 +561,9 @@ void register_kernels(torch::Library &m) {
   m.impl("reduce_scatter", &reduce_scatter);
   m.impl("reduce_scatter_out", &reduce_scatter_out);
   m.impl("all_reduce_rmsnorm", &all_reduce_rmsnorm);
+  m.impl("all_to_all_v", &all_to_all_v);
+  m.impl("all_to_all_v_2d", &all_to_all_v_2d);
+  m.impl("all_to_all_v_2d_offset", &all_to_all_v_2d_offset);
 }
 
 }  // namespace

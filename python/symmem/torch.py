@@ -1499,7 +1499,7 @@ def _run_all_to_all(input, out, group, sm_free: bool = False) -> None:
         _lib.check(rc, "symmem.torch.all_to_all")
 
 
-def _run_all_to_all_v(input, out, in_splits, out_splits_offsets, group) -> None:
+def _run_all_to_all_v(input, out, in_splits, out_splits_offsets, group, cpp_group: Optional[str] = None) -> None:
     torch = _torch_module or _torch()
     what = "all_to_all_v"
     e, dev = _a2a_entry(torch, what, input, group)
@@ -1510,9 +1510,12 @@ def _run_all_to_all_v(input, out, in_splits, out_splits_offsets, group) -> None:
         out_splits_offsets.data_ptr(), _a2a_stream(torch, dev))
     if rc:
         _lib.check(rc, f"symmem.torch.{what}")
+    if cpp_group is not None and e[4] is not None:  # not staged: the input's own handle
+        _cpp_remember(cpp_group, input, _CPP_A2A_V, e[2], _CPP_ZERO_COPY, w)
 
 
-def _run_all_to_all_v_2d(input, out, in_splits, out_splits_offsets, group, major_align: int) -> None:
+def _run_all_to_all_v_2d(input, out, in_splits, out_splits_offsets, group, major_align: int,
+                         cpp_group: Optional[str] = None) -> None:
     torch = _torch_module or _torch()
     what = "all_to_all_v_2d"
     e, dev = _a2a_entry(torch, what, input, group)
@@ -1530,9 +1533,12 @@ def _run_all_to_all_v_2d(input, out, in_splits, out_splits_offsets, group, major
         out_splits_offsets.data_ptr(), major_align, _a2a_stream(torch, dev))
     if rc:
         _lib.check(rc, f"symmem.torch.{what}")
+    if cpp_group is not None and e[4] is not None:  # not staged: the input's own handle
+        _cpp_remember(cpp_group, input, _CPP_A2A_V_2D, e[2], _CPP_ZERO_COPY, w)
 
 
-def _run_all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offsets, group) -> None:
+def _run_all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offsets, group,
+                                cpp_group: Optional[str] = None) -> None:
     torch = _torch_module or _torch()
     what = "all_to_all_v_2d_offset"
     e, dev = _a2a_entry(torch, what, input, group)
@@ -1549,6 +1555,8 @@ def _run_all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offset
         out.shape[0], out_splits_offsets.data_ptr(), _a2a_stream(torch, dev))
     if rc:
         _lib.check(rc, f"symmem.torch.{what}")
+    if cpp_group is not None and e[4] is not None:  # not staged: the input's own handle
+        _cpp_remember(cpp_group, input, _CPP_A2A_V_2D_OFFSET, e[2], _CPP_ZERO_COPY, w)
 
 
 def all_to_all(input, out=None, group=None, *, sm_free: bool = False):
@@ -2164,8 +2172,8 @@ def all_reduce_rmsnorm(x, residual, weight, eps: float, out=None, group=None, al
 # a Python kernel there costs the crossing back into Python (the
 # arguments boxed and wrapped, the GIL) and its own lines, more than the
 # collective's launch. So the collectives' operators (_CPP_KERNELS: the
-# all-reduce, all-gather and reduce-scatter forms and the all-reduce with
-# RMSNorm) have C++ kernels where
+# all-reduce, all-gather and reduce-scatter forms, the all-reduce with
+# RMSNorm and the split-driven all-to-alls) have C++ kernels where
 # `python -m symmem build-torch-ops` built them for the
 # installed torch (symmem/_torch_ops.cpp; symmem/_torch_ops.py says where
 # the module lives; SYMMEM_TORCH_OPS=0 leaves it unloaded). A C++ kernel
@@ -2186,9 +2194,11 @@ def all_reduce_rmsnorm(x, residual, weight, eps: float, out=None, group=None, al
 # Where the module is missing, stale (another torch, another source) or
 # fails to load, the Python kernels serve every operator.
 _CPP_KERNELS = frozenset(("all_reduce_", "all_reduce_out", "all_reduce", "all_gather", "all_gather_out",
-                          "reduce_scatter", "reduce_scatter_out", "all_reduce_rmsnorm"))
+                          "reduce_scatter", "reduce_scatter_out", "all_reduce_rmsnorm", "all_to_all_v",
+                          "all_to_all_v_2d", "all_to_all_v_2d_offset"))
 _CPP_ZERO_COPY, _CPP_READ_IN_PLACE = 0, 1
-_CPP_NORM = -1  # the table's collective for all_reduce_rmsnorm (_torch_ops.cpp's kNorm)
+# The table's collectives of its own (_torch_ops.cpp's kNorm, kA2aV, ...).
+_CPP_NORM, _CPP_A2A_V, _CPP_A2A_V_2D, _CPP_A2A_V_2D_OFFSET = -1, -2, -3, -4
 _cpp_ops = None  # the loaded module's path, or None
 _cpp_ops_error: Optional[str] = None  # why it was not loaded, where it was found
 _cpp_watched: set = set()  # handles whose entries are dropped with their tensor's memory
@@ -2216,6 +2226,8 @@ def _load_cpp_ops(torch) -> None:
         torch.ops.symmem._cpp_bind(
             library.address("symmem_collective"), library.address("symmem_collective_from"),
             library.address("symmem_all_reduce_rmsnorm"), library.address("symmem_all_reduce_rmsnorm_from"),
+            library.address("symmem_all_to_all_v"), library.address("symmem_all_to_all_v_2d"),
+            library.address("symmem_all_to_all_v_2d_offset"),
             [torch.empty(0, dtype=dt) for dt, _ in dtypes], [c for _, c in dtypes],
             list(_OPS), list(_OPS.values()), list(_coll.ALGOS), list(_coll.ALGOS.values()))
     except Exception as exc:  # noqa: BLE001 - reported by cpp_ops_info; the Python kernels serve
@@ -2430,8 +2442,9 @@ def _define_ops(torch) -> None:
     # The v forms mutate out and out_splits_offsets; their fakes check the
     # shapes, as the eager calls do, so that a mistake shows when tracing.
     @op("symmem::all_to_all_v", "(Tensor input, Tensor(a!) out, Tensor in_splits, Tensor(b!) out_splits_offsets, str group) -> ()")
-    def all_to_all_v_op(input: Tensor, out: Tensor, in_splits: Tensor, out_splits_offsets: Tensor, group: str) -> None:
-        _run_all_to_all_v(input, out, in_splits, out_splits_offsets, _group_arg(group))
+    def all_to_all_v_op(input: Tensor, out: Tensor, in_splits: Tensor, out_splits_offsets: Tensor, group: str,
+                        cpp: bool = False) -> None:
+        _run_all_to_all_v(input, out, in_splits, out_splits_offsets, _group_arg(group), group if cpp else None)
 
     @all_to_all_v_op.register_fake
     def _(input, out, in_splits, out_splits_offsets, group):
@@ -2444,8 +2457,9 @@ def _define_ops(torch) -> None:
         "(Tensor input, Tensor(a!) out, Tensor in_splits, Tensor(b!) out_splits_offsets, str group, "
         "int major_align) -> ()")
     def all_to_all_v_2d_op(input: Tensor, out: Tensor, in_splits: Tensor, out_splits_offsets: Tensor, group: str,
-                           major_align: int) -> None:
-        _run_all_to_all_v_2d(input, out, in_splits, out_splits_offsets, _group_arg(group), major_align)
+                           major_align: int, cpp: bool = False) -> None:
+        _run_all_to_all_v_2d(input, out, in_splits, out_splits_offsets, _group_arg(group), major_align,
+                             group if cpp else None)
 
     @all_to_all_v_2d_op.register_fake
     def _(input, out, in_splits, out_splits_offsets, group, major_align):
@@ -2458,8 +2472,9 @@ def _define_ops(torch) -> None:
         "(Tensor input, Tensor(a!) out, Tensor in_splits_offsets, Tensor(b!) out_splits_offsets, "
         "str group) -> ()")
     def all_to_all_v_2d_offset_op(input: Tensor, out: Tensor, in_splits_offsets: Tensor, out_splits_offsets: Tensor,
-                                  group: str) -> None:
-        _run_all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offsets, _group_arg(group))
+                                  group: str, cpp: bool = False) -> None:
+        _run_all_to_all_v_2d_offset(input, out, in_splits_offsets, out_splits_offsets, _group_arg(group),
+                                    group if cpp else None)
 
     @all_to_all_v_2d_offset_op.register_fake
     def _(input, out, in_splits_offsets, out_splits_offsets, group):
