@@ -54,6 +54,7 @@ def rank_main(rank, world, port, calls):
     lib.register_fake("symmem::_py_reduce_scatter",
                       lambda t, op, g: t.new_empty((t.shape[0] // world,) + tuple(t.shape[1:])))
     lib.register_fake("symmem::_py_all_reduce_rmsnorm", lambda x, r, w, e, o, g, a: None)
+    lib.register_fake("symmem::_py_all_to_all_v", lambda i, o, s, so, g: None)
     ops = torch.ops.symmem
     gen = torch.Generator(device=dev).manual_seed(3 + rank)
     x = torch.randn(8, 256, device=dev, generator=gen).to(torch.bfloat16)
@@ -74,6 +75,32 @@ def rank_main(rank, world, port, calls):
         outs.append((r, o))
     same["all_reduce_rmsnorm"] = all(torch.equal(a[0], outs[1][0]) and torch.equal(a[1], outs[1][1])
                                      for a in (outs[0], outs[2]))
+    # The split-driven all-to-alls: 8 rows to each rank (2 per expert).
+    splits = torch.full((world,), 8 // world, dtype=torch.int64, device=dev)
+    splits2d = torch.full((2 * world,), 8 // world // 2, dtype=torch.int64, device=dev)
+    offs2d = torch.stack([splits2d, torch.arange(2 * world, device=dev) * (8 // world // 2)])
+
+    def a2a(fn, splits_arg, *extra):
+        o = torch.zeros_like(t)
+        so = torch.zeros((2, splits_arg.shape[-1]), dtype=torch.int64, device=dev)
+        fn(t, o, splits_arg, so, "", *extra)
+        return o, so
+
+    for name, cpp, py, sp, extra in (("all_to_all_v", ops.all_to_all_v, ops._py_all_to_all_v, splits, ()),
+                                     ("all_to_all_v_2d", ops.all_to_all_v_2d, ops._py_all_to_all_v_2d, splits2d, (1,)),
+                                     ("all_to_all_v_2d_offset", ops.all_to_all_v_2d_offset,
+                                      ops._py_all_to_all_v_2d_offset, offs2d, ())):
+        want = a2a(py, sp, *extra)
+        same[name] = all(torch.equal(g[0], want[0]) and torch.equal(g[1], want[1])
+                         for g in (a2a(cpp, sp, *extra), a2a(cpp, sp, *extra)))
+
+    def a2a_step(fn):
+        def step(a):
+            o = torch.empty_like(a)
+            so = torch.empty((2, world), dtype=torch.int64, device=dev)
+            fn(a, o, splits, so, "")
+            return o * 2 + 1
+        return step
 
     def norm_step(fn):
         def step(a):
@@ -91,6 +118,8 @@ def rank_main(rank, world, port, calls):
         "reduce_scatter, Python kernel": lambda a: ops._py_reduce_scatter(a, "sum", "") * 2 + 1,
         "all_reduce_rmsnorm, C++ kernel": norm_step(ops.all_reduce_rmsnorm),
         "all_reduce_rmsnorm, Python kernel": norm_step(ops._py_all_reduce_rmsnorm),
+        "all_to_all_v, C++ kernel": a2a_step(ops.all_to_all_v),
+        "all_to_all_v, Python kernel": a2a_step(ops._py_all_to_all_v),
         "torch one_shot_all_reduce": lambda a: torch.ops.symm_mem.one_shot_all_reduce(a * 1, "sum", gname) * 2 + 1,
         "no collective": lambda a: (a * 1).relu() * 2 + 1,
     }
@@ -117,7 +146,7 @@ def rank_main(rank, world, port, calls):
         print(f"C++ kernel == Python kernel, bit for bit: {same}", flush=True)
         for k, v in times.items():
             print(f"step {k:36s} {statistics.median(v):8.2f} us  ({min(v):.2f}-{max(v):.2f})", flush=True)
-        for name in ("all_reduce", "all_gather", "reduce_scatter", "all_reduce_rmsnorm"):
+        for name in ("all_reduce", "all_gather", "reduce_scatter", "all_reduce_rmsnorm", "all_to_all_v"):
             c, p = statistics.median(times[f"{name}, C++ kernel"]), statistics.median(times[f"{name}, Python kernel"])
             print(f"RATIO {name:20s} C++ / Python kernel {c / p:.3f}", flush=True)
         print(f"kernels: {st.cpp_ops_info()}", flush=True)
