@@ -202,13 +202,22 @@ c10::OperatorHandle python_op(const char *name) {
   TORCH_CHECK(false, what, ": libsymmem returned ", rc);  // _py_raise raises; this is its backstop
 }
 
+// Whether the table answered the call (r: 1 answered, 0 not, <0 the
+// library's failure, which is raised); a call not answered is counted as
+// passed to Python, which the caller then does.
+bool answered(int r, const at::Tensor &t, const char *what) {
+  if (r == 1)
+    return true;
+  if (r < 0)
+    raise_failure(t, -r, what);
+  misses.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
 void all_reduce_(const at::Tensor &tensor, c10::string_view op, c10::string_view group, c10::string_view algo) {
   const int r = from_table(kAllReduce, tensor, nullptr, op, group, algo);
-  if (r == 1)
+  if (answered(r, tensor, "symmem.torch.all_reduce"))
     return;
-  if (r < 0)
-    raise_failure(tensor, -r, "symmem.torch.all_reduce");
-  misses.fetch_add(1, std::memory_order_relaxed);
   static const auto py = python_op("symmem::_py_all_reduce_")
                              .typed<void(const at::Tensor &, c10::string_view, c10::string_view, c10::string_view)>();
   py.call(tensor, op, group, algo);
@@ -217,11 +226,8 @@ void all_reduce_(const at::Tensor &tensor, c10::string_view op, c10::string_view
 void all_reduce_out(const at::Tensor &tensor, const at::Tensor &out, c10::string_view op, c10::string_view group,
                     c10::string_view algo) {
   const int r = from_table(kAllReduce, tensor, &out, op, group, algo);
-  if (r == 1)
+  if (answered(r, tensor, "symmem.torch.all_reduce"))
     return;
-  if (r < 0)
-    raise_failure(tensor, -r, "symmem.torch.all_reduce");
-  misses.fetch_add(1, std::memory_order_relaxed);
   static const auto py =
       python_op("symmem::_py_all_reduce_out")
           .typed<void(const at::Tensor &, const at::Tensor &, c10::string_view, c10::string_view, c10::string_view)>();
@@ -268,11 +274,8 @@ at::Tensor all_gather(const at::Tensor &tensor, c10::string_view group) {
 
 void all_gather_out(const at::Tensor &tensor, const at::Tensor &out, c10::string_view group) {
   const int r = from_table(kAllGather, tensor, &out, "sum", group, "auto");
-  if (r == 1)
+  if (answered(r, tensor, "symmem.torch.all_gather"))
     return;
-  if (r < 0)
-    raise_failure(tensor, -r, "symmem.torch.all_gather");
-  misses.fetch_add(1, std::memory_order_relaxed);
   static const auto py = python_op("symmem::_py_all_gather_out")
                              .typed<void(const at::Tensor &, const at::Tensor &, c10::string_view)>();
   py.call(tensor, out, group);
@@ -299,11 +302,8 @@ at::Tensor reduce_scatter(const at::Tensor &tensor, c10::string_view op, c10::st
 void reduce_scatter_out(const at::Tensor &tensor, const at::Tensor &out, c10::string_view op,
                         c10::string_view group) {
   const int r = from_table(kReduceScatter, tensor, &out, op, group, "auto");
-  if (r == 1)
+  if (answered(r, tensor, "symmem.torch.reduce_scatter"))
     return;
-  if (r < 0)
-    raise_failure(tensor, -r, "symmem.torch.reduce_scatter");
-  misses.fetch_add(1, std::memory_order_relaxed);
   static const auto py =
       python_op("symmem::_py_reduce_scatter_out")
           .typed<void(const at::Tensor &, const at::Tensor &, c10::string_view, c10::string_view)>();
@@ -314,11 +314,8 @@ at::Tensor all_reduce(const at::Tensor &tensor, c10::string_view op, c10::string
                       c10::string_view algo) {
   at::Tensor out = at::empty(tensor.sizes(), tensor.options());
   const int r = from_table(kAllReduce, tensor, &out, op, group, algo);
-  if (r == 1)
+  if (answered(r, tensor, "symmem.torch.all_reduce"))
     return out;
-  if (r < 0)
-    raise_failure(tensor, -r, "symmem.torch.all_reduce");
-  misses.fetch_add(1, std::memory_order_relaxed);
   static const auto py =
       python_op("symmem::_py_all_reduce_out")
           .typed<void(const at::Tensor &, const at::Tensor &, c10::string_view, c10::string_view, c10::string_view)>();
@@ -365,11 +362,8 @@ int norm_from_table(const at::Tensor &x, const at::Tensor &residual, const at::T
 void all_reduce_rmsnorm(const at::Tensor &x, const at::Tensor &residual, const at::Tensor &weight, double eps,
                         const at::Tensor &out, c10::string_view group, c10::string_view algo) {
   const int r = norm_from_table(x, residual, weight, eps, out, group, algo);
-  if (r == 1)
+  if (answered(r, x, "symmem.torch.all_reduce_rmsnorm"))
     return;
-  if (r < 0)
-    raise_failure(x, -r, "symmem.torch.all_reduce_rmsnorm");
-  misses.fetch_add(1, std::memory_order_relaxed);
   static const auto py =
       python_op("symmem::_py_all_reduce_rmsnorm")
           .typed<void(const at::Tensor &, const at::Tensor &, const at::Tensor &, double, const at::Tensor &,
@@ -420,11 +414,8 @@ void all_to_all_v(const at::Tensor &input, const at::Tensor &out, const at::Tens
                                                    out.data_ptr(), static_cast<size_t>(out.size(0)),
                                                    out_splits_offsets.data_ptr<int64_t>(), stream_of(input));
   });
-  if (r == 1)
+  if (answered(r, input, "symmem.torch.all_to_all_v"))
     return;
-  if (r < 0)
-    raise_failure(input, -r, "symmem.torch.all_to_all_v");
-  misses.fetch_add(1, std::memory_order_relaxed);
   static const auto py = python_op("symmem::_py_all_to_all_v")
                              .typed<void(const at::Tensor &, const at::Tensor &, const at::Tensor &,
                                          const at::Tensor &, c10::string_view)>();
@@ -444,11 +435,8 @@ void all_to_all_v_2d(const at::Tensor &input, const at::Tensor &out, const at::T
         e.handle, row_bytes, static_cast<int>(experts), in_splits.const_data_ptr<int64_t>(), out.data_ptr(),
         static_cast<size_t>(out.size(0)), out_splits_offsets.data_ptr<int64_t>(), major_align, stream_of(input));
   });
-  if (r == 1)
+  if (answered(r, input, "symmem.torch.all_to_all_v_2d"))
     return;
-  if (r < 0)
-    raise_failure(input, -r, "symmem.torch.all_to_all_v_2d");
-  misses.fetch_add(1, std::memory_order_relaxed);
   static const auto py = python_op("symmem::_py_all_to_all_v_2d")
                              .typed<void(const at::Tensor &, const at::Tensor &, const at::Tensor &,
                                          const at::Tensor &, c10::string_view, int64_t)>();
@@ -466,11 +454,8 @@ void all_to_all_v_2d_offset(const at::Tensor &input, const at::Tensor &out, cons
         e.handle, row_bytes, static_cast<int>(experts), in_splits_offsets.const_data_ptr<int64_t>(), out.data_ptr(),
         static_cast<size_t>(out.size(0)), out_splits_offsets.data_ptr<int64_t>(), stream_of(input));
   });
-  if (r == 1)
+  if (answered(r, input, "symmem.torch.all_to_all_v_2d_offset"))
     return;
-  if (r < 0)
-    raise_failure(input, -r, "symmem.torch.all_to_all_v_2d_offset");
-  misses.fetch_add(1, std::memory_order_relaxed);
   static const auto py = python_op("symmem::_py_all_to_all_v_2d_offset")
                              .typed<void(const at::Tensor &, const at::Tensor &, const at::Tensor &,
                                          const at::Tensor &, c10::string_view)>();
