@@ -1,9 +1,10 @@
 // symmem._torch_ops: the CPU and CUDA kernels of the collectives'
 // operators (torch.ops.symmem.all_reduce_, all_reduce_out, all_reduce,
 // all_gather, all_gather_out, reduce_scatter, reduce_scatter_out,
-// all_reduce_rmsnorm, all_to_all_v, all_to_all_v_2d,
-// all_to_all_v_2d_offset) in C++, so that compiled code reaches the library
-// without entering Python (Note [Operators in C++] in symmem/torch.py).
+// all_reduce_rmsnorm, all_to_all, all_to_all_out, all_to_all_v,
+// all_to_all_v_2d, all_to_all_v_2d_offset) in C++, so that compiled code
+// reaches the library without entering Python (Note [Operators in C++] in
+// symmem/torch.py).
 //
 // symmem/torch.py defines the operators' schemas and fake implementations;
 // this file registers their kernels. A kernel answers from its table,
@@ -58,12 +59,15 @@ using rmsnorm_fn = int (*)(void *, int, size_t, size_t, void *, const void *, fl
 using rmsnorm_from_fn = int (*)(void *, int, size_t, size_t, const void *, void *, const void *, float, void *, int,
                                 void *);
 
-// symmem_all_to_all_v, symmem_all_to_all_v_2d, symmem_all_to_all_v_2d_offset.
+// symmem_all_to_all, symmem_all_to_all_v, symmem_all_to_all_v_2d,
+// symmem_all_to_all_v_2d_offset.
+using all_to_all_fn = int (*)(void *, int, size_t, void *, void *);
 using a2a_v_fn = int (*)(void *, size_t, const int64_t *, void *, size_t, int64_t *, void *);
 using a2a_v_2d_fn = int (*)(void *, size_t, int, const int64_t *, void *, size_t, int64_t *, int64_t, void *);
 using a2a_v_2d_offset_fn = int (*)(void *, size_t, int, const int64_t *, void *, size_t, int64_t *, void *);
 
 std::atomic<collective_fn> f_collective{nullptr};
+std::atomic<all_to_all_fn> f_all_to_all{nullptr};
 std::atomic<a2a_v_fn> f_a2a_v{nullptr};
 std::atomic<a2a_v_2d_fn> f_a2a_v_2d{nullptr};
 std::atomic<a2a_v_2d_offset_fn> f_a2a_v_2d_offset{nullptr};
@@ -74,8 +78,8 @@ std::atomic<rmsnorm_from_fn> f_rmsnorm_from{nullptr};
 // include/symmem.h's enum symmem_coll; the negative ones are the table's
 // own (symmem/torch.py's _CPP_NORM and _CPP_A2A_*): the all-reduce with
 // RMSNorm and the split-driven all-to-alls.
-constexpr int kAllReduce = 0, kAllGather = 1, kReduceScatter = 2, kNorm = -1, kA2aV = -2, kA2aV2d = -3,
-              kA2aV2dOffset = -4;
+constexpr int kAllReduce = 0, kAllGather = 1, kReduceScatter = 2, kAllToAll = 3, kNorm = -1, kA2aV = -2,
+              kA2aV2d = -3, kA2aV2dOffset = -4;
 
 // Codes by name, set once by _cpp_bind before any kernel runs.
 struct Codes {
@@ -422,6 +426,56 @@ void all_to_all_v(const at::Tensor &input, const at::Tensor &out, const at::Tens
   py.call(input, out, in_splits, out_splits_offsets, group);
 }
 
+// The all-to-all of equal splits into out from the table: 1 done, 0 not
+// answered, <0 the library's failure. Any dtype: the bytes are moved, as
+// the library's dtype where it has it, else as int32 or bfloat16 words
+// (symmem/torch.py's _A2A_WORDS).
+int all_to_all_from_table(const at::Tensor &input, const at::Tensor &out, std::string_view group) {
+  auto e = find_entry(kAllToAll, input, group);
+  if (!e || e->mode != kZeroCopy || out.scalar_type() != input.scalar_type() || out.numel() != input.numel() ||
+      !out.is_contiguous() || out.device() != input.device() || input.numel() % e->world != 0)
+    return 0;
+  size_t count = static_cast<size_t>(input.numel() / e->world);
+  int dtype = codes.dtype[static_cast<size_t>(input.scalar_type())];
+  if (dtype < 0) {
+    const size_t chunk = count * input.element_size();
+    const int as_int32 = codes.dtype[static_cast<size_t>(at::kInt)];
+    const int as_bf16 = codes.dtype[static_cast<size_t>(at::kBFloat16)];
+    if (chunk % 4 == 0 && as_int32 >= 0)
+      dtype = as_int32, count = chunk / 4;
+    else if (chunk % 2 == 0 && as_bf16 >= 0)
+      dtype = as_bf16, count = chunk / 2;
+    else
+      return 0;
+  }
+  const int rc = f_all_to_all.load(std::memory_order_relaxed)(e->handle, dtype, count, out.data_ptr(),
+                                                              stream_of(input));
+  if (rc != 0)
+    return -rc;
+  hits.fetch_add(1, std::memory_order_relaxed);
+  return 1;
+}
+
+at::Tensor all_to_all(const at::Tensor &input, c10::string_view group) {
+  at::Tensor out = at::empty(input.sizes(), input.options());
+  const int r = all_to_all_from_table(input, out, group);
+  if (answered(r, input, "symmem.torch.all_to_all"))
+    return out;
+  static const auto py = python_op("symmem::_py_all_to_all_out")
+                             .typed<void(const at::Tensor &, const at::Tensor &, c10::string_view)>();
+  py.call(input, out, group);
+  return out;
+}
+
+void all_to_all_out(const at::Tensor &input, const at::Tensor &out, c10::string_view group) {
+  const int r = all_to_all_from_table(input, out, group);
+  if (answered(r, input, "symmem.torch.all_to_all"))
+    return;
+  static const auto py = python_op("symmem::_py_all_to_all_out")
+                             .typed<void(const at::Tensor &, const at::Tensor &, c10::string_view)>();
+  py.call(input, out, group);
+}
+
 // experts per rank of n splits in a group of world ranks, or 0.
 int64_t experts_of(int64_t n, int64_t world) { return n >= 1 && world > 0 && n % world == 0 ? n / world : 0; }
 
@@ -464,12 +518,12 @@ void all_to_all_v_2d_offset(const at::Tensor &input, const at::Tensor &out, cons
 
 // The control operators, called by symmem/torch.py.
 
-void cpp_bind(int64_t collective, int64_t collective_from, int64_t rmsnorm, int64_t rmsnorm_from, int64_t a2a_v,
-              int64_t a2a_v_2d, int64_t a2a_v_2d_offset, const std::vector<at::Tensor> &dtype_samples,
+void cpp_bind(int64_t collective, int64_t collective_from, int64_t rmsnorm, int64_t rmsnorm_from, int64_t all_to_all,
+              int64_t a2a_v, int64_t a2a_v_2d, int64_t a2a_v_2d_offset, const std::vector<at::Tensor> &dtype_samples,
               std::vector<int64_t> dtype_codes, std::vector<std::string> op_names, std::vector<int64_t> op_codes,
               std::vector<std::string> algo_names, std::vector<int64_t> algo_codes) {
-  TORCH_CHECK(collective != 0 && collective_from != 0 && rmsnorm != 0 && rmsnorm_from != 0 && a2a_v != 0 &&
-                  a2a_v_2d != 0 && a2a_v_2d_offset != 0,
+  TORCH_CHECK(collective != 0 && collective_from != 0 && rmsnorm != 0 && rmsnorm_from != 0 && all_to_all != 0 &&
+                  a2a_v != 0 && a2a_v_2d != 0 && a2a_v_2d_offset != 0,
               "symmem::_cpp_bind: a function address is 0");
   TORCH_CHECK(dtype_samples.size() == dtype_codes.size() && op_names.size() == op_codes.size() &&
                   algo_names.size() == algo_codes.size(),
@@ -488,6 +542,7 @@ void cpp_bind(int64_t collective, int64_t collective_from, int64_t rmsnorm, int6
   f_collective_from.store(reinterpret_cast<collective_from_fn>(collective_from), std::memory_order_relaxed);
   f_rmsnorm.store(reinterpret_cast<rmsnorm_fn>(rmsnorm), std::memory_order_relaxed);
   f_rmsnorm_from.store(reinterpret_cast<rmsnorm_from_fn>(rmsnorm_from), std::memory_order_relaxed);
+  f_all_to_all.store(reinterpret_cast<all_to_all_fn>(all_to_all), std::memory_order_relaxed);
   f_a2a_v.store(reinterpret_cast<a2a_v_fn>(a2a_v), std::memory_order_relaxed);
   f_a2a_v_2d.store(reinterpret_cast<a2a_v_2d_fn>(a2a_v_2d), std::memory_order_relaxed);
   f_a2a_v_2d_offset.store(reinterpret_cast<a2a_v_2d_offset_fn>(a2a_v_2d_offset), std::memory_order_relaxed);
@@ -525,9 +580,9 @@ std::vector<int64_t> cpp_stats() {
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(symmem, m) {
-  m.def("_cpp_bind(int collective, int collective_from, int rmsnorm, int rmsnorm_from, int a2a_v, int a2a_v_2d, "
-        "int a2a_v_2d_offset, Tensor[] dtype_samples, int[] dtype_codes, str[] op_names, int[] op_codes, "
-        "str[] algo_names, int[] algo_codes) -> ()",
+  m.def("_cpp_bind(int collective, int collective_from, int rmsnorm, int rmsnorm_from, int all_to_all, int a2a_v, "
+        "int a2a_v_2d, int a2a_v_2d_offset, Tensor[] dtype_samples, int[] dtype_codes, str[] op_names, "
+        "int[] op_codes, str[] algo_names, int[] algo_codes) -> ()",
         &cpp_bind);
   m.def("_cpp_remember(str group, Tensor tensor, int coll, int handle, int mode, int world) -> ()", &cpp_remember);
   m.def("_cpp_forget(int handle) -> ()", &cpp_forget);
@@ -546,6 +601,8 @@ void register_kernels(torch::Library &m) {
   m.impl("reduce_scatter", &reduce_scatter);
   m.impl("reduce_scatter_out", &reduce_scatter_out);
   m.impl("all_reduce_rmsnorm", &all_reduce_rmsnorm);
+  m.impl("all_to_all", &all_to_all);
+  m.impl("all_to_all_out", &all_to_all_out);
   m.impl("all_to_all_v", &all_to_all_v);
   m.impl("all_to_all_v_2d", &all_to_all_v_2d);
   m.impl("all_to_all_v_2d_offset", &all_to_all_v_2d_offset);

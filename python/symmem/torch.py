@@ -1468,7 +1468,7 @@ def _a2a_stream(torch, dev: int) -> int:
     return (_raw_stream or _raw_stream_fn(torch))(dev) if dev >= 0 else 0
 
 
-def _run_all_to_all(input, out, group, sm_free: bool = False) -> None:
+def _run_all_to_all(input, out, group, sm_free: bool = False, cpp_group: Optional[str] = None) -> None:
     torch = _torch_module or _torch()
     what = "all_to_all"
     e, dev = _a2a_entry(torch, what, input, group)
@@ -1497,6 +1497,8 @@ def _run_all_to_all(input, out, group, sm_free: bool = False) -> None:
         rc = _lib.calls().all_to_all(e[2], code, count, out.data_ptr(), _a2a_stream(torch, dev))
     if rc:
         _lib.check(rc, "symmem.torch.all_to_all")
+    if cpp_group is not None and e[4] is not None and not sm_free:  # not staged: the input's own handle
+        _cpp_remember(cpp_group, input, _coll.ALL_TO_ALL, e[2], _CPP_ZERO_COPY, w)
 
 
 def _run_all_to_all_v(input, out, in_splits, out_splits_offsets, group, cpp_group: Optional[str] = None) -> None:
@@ -2173,7 +2175,7 @@ def all_reduce_rmsnorm(x, residual, weight, eps: float, out=None, group=None, al
 # arguments boxed and wrapped, the GIL) and its own lines, more than the
 # collective's launch. So the collectives' operators (_CPP_KERNELS: the
 # all-reduce, all-gather and reduce-scatter forms, the all-reduce with
-# RMSNorm and the split-driven all-to-alls) have C++ kernels where
+# RMSNorm and the all-to-alls) have C++ kernels where
 # `python -m symmem build-torch-ops` built them for the
 # installed torch (symmem/_torch_ops.cpp; symmem/_torch_ops.py says where
 # the module lives; SYMMEM_TORCH_OPS=0 leaves it unloaded). A C++ kernel
@@ -2194,8 +2196,8 @@ def all_reduce_rmsnorm(x, residual, weight, eps: float, out=None, group=None, al
 # Where the module is missing, stale (another torch, another source) or
 # fails to load, the Python kernels serve every operator.
 _CPP_KERNELS = frozenset(("all_reduce_", "all_reduce_out", "all_reduce", "all_gather", "all_gather_out",
-                          "reduce_scatter", "reduce_scatter_out", "all_reduce_rmsnorm", "all_to_all_v",
-                          "all_to_all_v_2d", "all_to_all_v_2d_offset"))
+                          "reduce_scatter", "reduce_scatter_out", "all_reduce_rmsnorm", "all_to_all",
+                          "all_to_all_out", "all_to_all_v", "all_to_all_v_2d", "all_to_all_v_2d_offset"))
 _CPP_ZERO_COPY, _CPP_READ_IN_PLACE = 0, 1
 # The table's collectives of its own (_torch_ops.cpp's kNorm, kA2aV, ...).
 _CPP_NORM, _CPP_A2A_V, _CPP_A2A_V_2D, _CPP_A2A_V_2D_OFFSET = -1, -2, -3, -4
@@ -2226,7 +2228,8 @@ def _load_cpp_ops(torch) -> None:
         torch.ops.symmem._cpp_bind(
             library.address("symmem_collective"), library.address("symmem_collective_from"),
             library.address("symmem_all_reduce_rmsnorm"), library.address("symmem_all_reduce_rmsnorm_from"),
-            library.address("symmem_all_to_all_v"), library.address("symmem_all_to_all_v_2d"),
+            library.address("symmem_all_to_all"), library.address("symmem_all_to_all_v"),
+            library.address("symmem_all_to_all_v_2d"),
             library.address("symmem_all_to_all_v_2d_offset"),
             [torch.empty(0, dtype=dt) for dt, _ in dtypes], [c for _, c in dtypes],
             list(_OPS), list(_OPS.values()), list(_coll.ALGOS), list(_coll.ALGOS.values()))
@@ -2424,16 +2427,18 @@ def _define_ops(torch) -> None:
         return None
 
     @op("symmem::all_to_all", "(Tensor input, str group) -> Tensor")
-    def all_to_all_op(input: Tensor, group: str) -> Tensor:
-        return all_to_all(input, None, _group_arg(group))
+    def all_to_all_op(input: Tensor, group: str, cpp: bool = False) -> Tensor:
+        out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+        _run_all_to_all(input, out, _group_arg(group), False, group if cpp else None)
+        return out
 
     @all_to_all_op.register_fake
     def _(input, group):
         return input.new_empty(input.shape)
 
     @op("symmem::all_to_all_out", "(Tensor input, Tensor(a!) out, str group) -> ()")
-    def all_to_all_out(input: Tensor, out: Tensor, group: str) -> None:
-        _run_all_to_all(input, out, _group_arg(group))
+    def all_to_all_out(input: Tensor, out: Tensor, group: str, cpp: bool = False) -> None:
+        _run_all_to_all(input, out, _group_arg(group), False, group if cpp else None)
 
     @all_to_all_out.register_fake
     def _(input, out, group):

@@ -40,8 +40,9 @@ def test_the_kernels_answer_repeated_calls_from_their_table(host_backend, tmp_pa
         assert res["ag_rs_counts"] == (4, 2, 2), res
         # The norm: bit for bit the Python kernel's; one call passed on.
         assert res["norm"] is True and res["norm_counts"] == (2, 1), res
-        # The three all-to-alls, twice each: the first of each passed on.
-        assert res["a2a"] is True and res["a2a_counts"] == (3, 3), res
+        # The split-driven all-to-alls, twice each: the first of each passed
+        # on; all_to_all in two dtypes, entered by the Python kernel first.
+        assert res["a2a"] is True and res["a2a_counts"] == (3 + 6, 3), res
         # Staged calls stay in Python and enter nothing.
         assert res["staged"] is True and res["staged_counts"] == (0, 2, 0), res
         assert res["bogus"].startswith("InvalidArgumentError") and 'unknown op "bogus"' in res["bogus"], res
