@@ -2222,16 +2222,17 @@ def _load_cpp_ops(torch) -> None:
     if not path.exists():
         return
     try:
-        torch.ops.load_library(str(path))
+        # The library's functions first: without them the module is not
+        # loaded at all (its kernels would displace the Python ones).
         library = _lib.lib()
+        fns = [library.address(n) for n in (
+            "symmem_collective", "symmem_collective_from", "symmem_all_reduce_rmsnorm",
+            "symmem_all_reduce_rmsnorm_from", "symmem_all_to_all", "symmem_all_to_all_v", "symmem_all_to_all_v_2d",
+            "symmem_all_to_all_v_2d_offset")]
         dtypes = [(getattr(torch, n), c) for n, c in _coll.DTYPES.items() if hasattr(torch, n)]
+        torch.ops.load_library(str(path))
         torch.ops.symmem._cpp_bind(
-            library.address("symmem_collective"), library.address("symmem_collective_from"),
-            library.address("symmem_all_reduce_rmsnorm"), library.address("symmem_all_reduce_rmsnorm_from"),
-            library.address("symmem_all_to_all"), library.address("symmem_all_to_all_v"),
-            library.address("symmem_all_to_all_v_2d"),
-            library.address("symmem_all_to_all_v_2d_offset"),
-            [torch.empty(0, dtype=dt) for dt, _ in dtypes], [c for _, c in dtypes],
+            *fns, [torch.empty(0, dtype=dt) for dt, _ in dtypes], [c for _, c in dtypes],
             list(_OPS), list(_OPS.values()), list(_coll.ALGOS), list(_coll.ALGOS.values()))
     except Exception as exc:  # noqa: BLE001 - reported by cpp_ops_info; the Python kernels serve
         _cpp_ops_error = f"{path}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
