@@ -11,20 +11,20 @@
 // which maps (group name, device, address, bytes, collective) to the
 // library handle that serves the call, the group's size, and how:
 // zero-copy (the tensor lies in a rendezvoused block; symmem_collective
-// on its handle) or read in
-// place (a tensor of torch's memory that the low-latency path reads where
-// it lies; symmem_collective_from on the group's staging workspace). A
-// call not in the table goes to the Python kernel (symmem::_py_<name>),
-// which resolves it as the eager path does and enters what it resolved
-// here (_cpp_remember). A failed library call is raised by the Python side
-// (symmem::_py_raise), which names the error as every other call does.
+// on its handle) or read in place (a tensor of torch's memory that the
+// low-latency path reads where it lies; symmem_collective_from on the
+// group's staging workspace). A call not in the table goes to the Python
+// kernel (symmem::_py_<name>), which resolves it as the eager path does
+// and enters what it resolved here (_cpp_remember). A failed library call
+// is raised by the Python side (symmem::_py_raise), which names the error
+// as every other call does.
 //
 // The module links neither libsymmem nor CUDA's libraries: Python hands
-// _cpp_bind the addresses of the functions of the library it
-// loaded, and the codes of the dtypes, ops and algorithms
-// (include/symmem.h's enums, from symmem._enums). Built against the
-// installed torch by `python -m symmem build-torch-ops`, for that torch
-// only (the file's name carries torch's version and this source's hash).
+// _cpp_bind the addresses of the functions of the library it loaded, and
+// the codes of the dtypes, ops and algorithms (include/symmem.h's enums,
+// from symmem._enums). Built against the installed torch by
+// `python -m symmem build-torch-ops`, for that torch only (the file's
+// name carries torch's version and this source's hash).
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
