@@ -73,6 +73,7 @@ __all__ = [
     "all_to_all_v_2d",
     "all_to_all_v_2d_offset",
     "register_ops",
+    "cpp_ops_info",
 ]
 
 # torch's CUDAPluggableAllocator hooks and the symmem.h functions made for them.
