@@ -39,8 +39,12 @@ def filename(torch) -> str:
     """The module's file name for this torch and this source."""
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
     version = re.sub(r"[^A-Za-z0-9.]", "_", torch.__version__)
-    abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
-    return f"_torch_ops-torch{version}-abi{abi}-{digest}.so"
+    return f"_torch_ops-torch{version}-abi{_abi(torch)}-{digest}.so"
+
+
+def _abi(torch) -> int:
+    """torch's C++ ABI flag (_GLIBCXX_USE_CXX11_ABI)."""
+    return int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
 
 
 def path(torch) -> Path:
@@ -80,8 +84,7 @@ def command(torch, out: Path) -> List[str]:
     from torch.utils import cpp_extension
 
     cxx = os.environ.get("CXX", "c++").split()
-    abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
-    cmd = cxx + ["-shared", "-fPIC", "-O2", "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-Wall", "-Wextra",
+    cmd = cxx + ["-shared", "-fPIC", "-O2", "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={_abi(torch)}", "-Wall", "-Wextra",
                  "-Wno-unused-parameter"]
     cmd += [f"-isystem{p}" for p in cpp_extension.include_paths()]
     libs = ["-lc10", "-ltorch_cpu"]

@@ -674,11 +674,10 @@ def rendezvous(
         # Again, with the handle held (Note [Rendezvous again]): the lease
         # found under the arguments themselves, as _fast finds a
         # collective's handle, without resolving the process group again.
-        gkey = group if group is None or isinstance(group, str) else id(group)
+        gkey = _group_key(group)
         fkey = (gkey, tensor.get_device(), tensor.data_ptr(), tensor.nbytes)
         e = _rendezvous_fast.get(fkey)
-        if e is not None and (e[0] is group or isinstance(group, str)) and (
-                group is not None or e[1] is _world_pg(torch.distributed)):
+        if e is not None and _entry_current(e, group, torch):
             lease = e[2]
             with _rendezvous_lock:
                 if _rendezvous_cache.get(lease[3]) is lease and lease[0]._ptr is not None:
@@ -930,16 +929,30 @@ def _world_pg(dist):
     return dist.group.WORLD if dist.is_initialized() else None
 
 
+def _group_key(group):
+    """The key a group argument is kept under in the per-call tables: None,
+    a name, or the id of the group object (whose entry keeps the object,
+    so the id is not reused meanwhile)."""
+    return group if group is None or isinstance(group, str) else id(group)
+
+
+def _entry_current(e, group, torch) -> bool:
+    """Whether e, an entry kept under _group_key(group) as (group argument,
+    the default process group then or None, ...), is still this group's:
+    the same object (a name stands for itself), and for the default group
+    the same default process group (a re-created one is noticed)."""
+    return (e[0] is group or isinstance(group, str)) and (group is not None or e[1] is _world_pg(torch.distributed))
+
+
 def _fast_entry(torch, tensor, group, dev=None):
     """The _fast entry of (group, tensor), made on first use (Note [Eager
     collectives])."""
     if dev is None:
         dev = tensor.get_device()
-    gkey = group if group is None or isinstance(group, str) else id(group)
+    gkey = _group_key(group)
     key = (gkey, dev, tensor.data_ptr(), tensor.nbytes)
     e = _fast.get(key)
-    if e is not None and (e[0] is group or isinstance(group, str)) and (
-            group is not None or e[1] is _world_pg(torch.distributed)):
+    if e is not None and _entry_current(e, group, torch):
         return e
     th = _coll_handle(tensor, group)
     pg = _world_pg(torch.distributed) if group is None else None
@@ -1097,10 +1110,9 @@ def _workspace(torch, what: str, tensor, group, dev: int, nbytes: int, need: Opt
     (collective) outside CUDA-graph capture."""
     if need is None:
         need = nbytes
-    gkey = group if group is None or isinstance(group, str) else id(group)
+    gkey = _group_key(group)
     e = _staging.get((gkey, dev))
-    if e is not None and (e[0] is group or isinstance(group, str)) and (
-            group is not None or e[1] is _world_pg(torch.distributed)):
+    if e is not None and _entry_current(e, group, torch):
         if need <= e[2].nbytes:
             return e[2]
     g = group_for(group, _symmem_device(tensor.device))
@@ -2072,7 +2084,7 @@ def _run_rmsnorm(x, residual, weight, eps: float, out, group, algo, cpp_group: O
         raise ValueError(f"{what}: out has shape {tuple(out.shape)}, x {tuple(x.shape)}")
     dev = x.get_device()
     stream = _a2a_stream(torch, dev)
-    gkey = group if group is None or isinstance(group, str) else id(group)
+    gkey = _group_key(group)
     symmetric = (gkey, dev, x.data_ptr(), x.nbytes) in _fast or _is_symmem(x)
     algoc = 0 if algo is None else _coll.algo_code(algo, "all_reduce_rmsnorm")
     if symmetric:
@@ -2119,10 +2131,9 @@ _groups_by_call: Dict[Tuple[Any, int], Tuple[Any, Any, Group]] = {}
 
 
 def _group_of_call(torch, group, dev: int, device) -> Group:
-    gkey = group if group is None or isinstance(group, str) else id(group)
+    gkey = _group_key(group)
     e = _groups_by_call.get((gkey, dev))
-    if e is not None and (e[0] is group or isinstance(group, str)) and (
-            group is not None or e[1] is _world_pg(torch.distributed)):
+    if e is not None and _entry_current(e, group, torch):
         return e[2]
     g = group_for(group, _symmem_device(device))
     _groups_by_call[(gkey, dev)] = (group, _world_pg(torch.distributed) if group is None else None, g)
