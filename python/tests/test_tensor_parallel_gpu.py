@@ -63,6 +63,10 @@ def test_fused_matmuls_against_torch_symm_mem(tmp_path):
     them, the reason."""
     recs = _tp_check(tmp_path)
     why = recs[0]["result"]["torch_unavailable"]
+    if why and len({rec["device"] for rec in recs}) < len(recs):
+        # torch's symmetric memory refuses ranks that share a GPU, as the
+        # two_gpus layouts are skipped on a machine of one GPU
+        pytest.skip(f"torch.ops.symm_mem's fused operators need a GPU per rank, the ranks shared one: {why}")
     if why:
         msg = f"torch.ops.symm_mem's fused operators cannot run here: {why}"
         if tsg.REQUIRE_GPU:
