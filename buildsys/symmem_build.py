@@ -6,8 +6,10 @@ writes a platform wheel holding the `symmem` package with
 `symmem/libsymmem.so` inside, and the call module `symmem/_calls*.so` (a
 small CPython extension, Note [The call module] in python/symmem/_lib.py)
 where it builds: tagged cpXY-cpXY-<platform> with it, py3-none-<platform>
-without (the library is loaded with ctypes, so any Python 3 can use it).
-The version comes from the VERSION file.
+without (the library is loaded with ctypes, so any Python 3 can use it);
+and where torch imports in the build's Python, the operators' C++ kernels
+built against it (see _build_torch_ops). The version comes from the
+VERSION file.
 
 Hooks: build_wheel, build_editable (`pip install -e .`), build_sdist,
 get_requires_for_build_wheel/editable/sdist. pip calls them with the
@@ -171,6 +173,68 @@ def _build_calls(out_dir: Path):
     return out
 
 
+# The collectives' operators' C++ kernels (python/symmem/_torch_ops.cpp;
+# Note [Operators in C++] in python/symmem/torch.py), built against the torch
+# that the build's Python imports (`pip install --no-build-isolation .` in an
+# environment with torch) and carried in the package, so that where it is
+# installed no compiler is needed. The module's name carries the torch it
+# was built for: another torch finds none and runs the Python kernels, or
+# builds its own with `python -m symmem build-torch-ops`. The config setting
+# torch-ops (`pip install . --config-settings torch-ops=VALUE`) says whether:
+# auto (the default: where torch imports, a failure being a note), require
+# (a failure fails the build) or skip.
+TORCH_OPS_SETTINGS = ("auto", "require", "skip")
+TORCH_OPS_COMPILE = """
+import importlib.util, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("symmem_torch_ops", sys.argv[1])
+ops = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ops)
+import torch
+dest = Path(sys.argv[2]) / ops.filename(torch)
+try:
+    ops.compile_into(torch, dest)
+except RuntimeError as exc:
+    sys.exit(str(exc))
+print(dest)
+"""
+
+
+def _torch_ops_setting(config_settings) -> str:
+    value = (config_settings or {}).get("torch-ops", "auto")
+    if value not in TORCH_OPS_SETTINGS:
+        raise BuildError(f"config setting torch-ops={value!r}: one of {', '.join(TORCH_OPS_SETTINGS)}")
+    return value
+
+
+def _build_torch_ops(out_dir: Path, setting: str):
+    """Builds the operators' C++ kernels into out_dir for the torch that
+    this Python imports; returns the module's path, or None (and says why)
+    where there is none."""
+    if setting == "skip":
+        return None
+    probe = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        why = (probe.stderr.strip().splitlines() or ["?"])[-1]
+        if setting == "require":
+            raise BuildError(f"torch-ops=require: torch does not import in the build's Python ({why}); "
+                             "pip install --no-build-isolation builds in the environment's own Python")
+        print(f"symmem: torch does not import in the build's Python ({why}): the operators' C++ kernels are "
+              "not in the package (`python -m symmem build-torch-ops` builds them where torch is)", flush=True)
+        return None
+    p = subprocess.run([sys.executable, "-c", TORCH_OPS_COMPILE, str(ROOT / "python" / NAME / "_torch_ops.py"),
+                        str(out_dir)], cwd=ROOT, capture_output=True, text=True)
+    sys.stdout.write(p.stdout)
+    if p.returncode != 0:
+        why = p.stderr.strip()[-4000:]
+        if setting == "require":
+            raise BuildError(f"torch-ops=require: {why}")
+        print(f"{why}\nsymmem: the package goes without the operators' C++ kernels; its operators run their "
+              "Python kernels", flush=True)
+        return None
+    return Path(p.stdout.strip().splitlines()[-1])
+
+
 def _python_tag() -> str:
     """This interpreter's wheel tag (cp311), for a wheel holding the call module."""
     return f"cp{sys.version_info[0]}{sys.version_info[1]}"
@@ -245,6 +309,9 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         ext = _build_calls(Path(tmp))
         if ext is not None:
             files.append((f"{NAME}/{ext.name}", ext.read_bytes()))
+        ops = _build_torch_ops(Path(tmp), _torch_ops_setting(config_settings))
+        if ops is not None:
+            files.append((f"{NAME}/{ops.name}", ops.read_bytes()))
     python_tag = "py3-none" if ext is None else f"{_python_tag()}-{_python_tag()}"
     return _write_wheel(wheel_directory, files, python_tag)
 
@@ -262,6 +329,7 @@ def build_editable(wheel_directory, config_settings=None, metadata_directory=Non
     build.mkdir(exist_ok=True)
     _build_library(build)
     _build_calls(ROOT / "python" / NAME)
+    _build_torch_ops(ROOT / "python" / NAME, _torch_ops_setting(config_settings))
     return _write_wheel(wheel_directory, [(EDITABLE_PTH, (str(ROOT / "python") + "\n").encode())])
 
 

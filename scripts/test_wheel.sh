@@ -46,8 +46,40 @@ assert _lib.calls().extension is headers, _lib.calls_fallback_reason
 print("wheel tag:", [l for l in wheel.splitlines() if l.startswith("Tag")][0],
       "; calls through", "symmem._calls" if headers else "ctypes")
 PY
-# Without the package's copy: the system loader's path, then the error.
+# The operators' C++ kernels go into the wheel where torch imports in the
+# build's Python, and are loaded from the package (not from the command's
+# directory, empty here). The venv above sees no torch: its package has none.
 site=$("$py" -c "import symmem, os; print(os.path.dirname(symmem.__file__))")
+if ls "$site"/_torch_ops-*.so >/dev/null 2>&1; then echo "a package built without torch holds the C++ kernels"; exit 1; fi
+if python3 -c "import torch" >/dev/null 2>&1; then
+  python3 -m venv --without-pip --system-site-packages "$t/venv-torch"
+  python3 -m pip --python "$t/venv-torch/bin/python" install -q --no-index --no-build-isolation --no-deps "$root"
+  mkdir -p "$t/no-ops"
+  SYMMEM_TORCH_OPS_DIR=$t/no-ops SYMMEM_BACKEND=host "$t/venv-torch/bin/python" - <<'PY'
+import os, torch
+import symmem._torch_ops as ops
+import symmem.torch as st
+info = st.cpp_ops_info()
+pkg = os.path.dirname(ops.__file__)
+assert "site-packages" in pkg and info["loaded"] == os.path.join(pkg, ops.filename(torch)), (info, pkg)
+assert not os.listdir(os.environ["SYMMEM_TORCH_OPS_DIR"])
+print("pip install --no-build-isolation with torch", torch.__version__, ": the package's C++ kernels are loaded")
+PY
+else
+  echo "torch does not import here: the wheel's C++ kernels are not checked"
+fi
+python3 -c "
+import sys; sys.path.insert(0, '$root/buildsys'); import symmem_build as b
+assert b._torch_ops_setting(None) == 'auto' and b._torch_ops_setting({'torch-ops': 'skip'}) == 'skip'
+assert b._build_torch_ops(None, 'skip') is None
+try:
+    b._torch_ops_setting({'torch-ops': 'maybe'})
+except b.BuildError as e:
+    assert 'auto, require, skip' in str(e), e
+else:
+    raise SystemExit('torch-ops=maybe was taken')
+print('config setting torch-ops: auto by default, skip builds nothing, other values refused')"
+# Without the package's copy: the system loader's path, then the error.
 rm "$site/libsymmem.so"
 LD_LIBRARY_PATH=$root/build "$py" -c "
 import symmem

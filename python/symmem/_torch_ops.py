@@ -6,8 +6,11 @@ and whether symmem.torch loads it.
 The module is built for one torch: its file name carries torch's version,
 the C++ ABI flag and the source's hash, so a torch upgraded or a source
 changed finds no file and symmem.torch runs the Python kernels, as it does
-where the module was never built. Nothing here compiles at import: only
-the command does.
+where the module was never built. It is looked for in the package first
+(where `pip install --no-build-isolation .` put it, built against the
+torch of the install's environment), then in directory(), where the command
+puts it. Nothing here compiles at import: only the command and the
+package's build do.
 """
 
 from __future__ import annotations
@@ -47,8 +50,16 @@ def _abi(torch) -> int:
     return int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
 
 
+def packaged(torch) -> Path:
+    """Where a wheel holds the module: beside this file."""
+    return SOURCE.with_name(filename(torch))
+
+
 def path(torch) -> Path:
-    return directory() / filename(torch)
+    """The module for this torch: the package's copy where there is one,
+    else directory()'s (which may not exist yet)."""
+    p = packaged(torch)
+    return p if p.exists() else directory() / filename(torch)
 
 
 def enabled() -> bool:
@@ -107,6 +118,13 @@ def build(quiet: bool = False) -> Path:
     dest = path(torch)
     if dest.exists():
         return dest
+    compile_into(torch, dest, quiet)
+    return dest
+
+
+def compile_into(torch, dest: Path, quiet: bool = False) -> None:
+    """Compiles the module for torch at dest (the package's build calls
+    this too); raises RuntimeError saying why it could not."""
     cxx = os.environ.get("CXX", "c++").split()[0]
     if shutil.which(cxx) is None:
         raise RuntimeError(f"symmem: build-torch-ops needs a C++ compiler ({cxx!r} is not found; set CXX)")
@@ -127,7 +145,6 @@ def build(quiet: bool = False) -> Path:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return dest
 
 
 def main(argv: List[str]) -> int:

@@ -68,3 +68,20 @@ def test_the_module_is_named_for_its_torch_and_source():
     out = subprocess.run([sys.executable, "-m", "symmem", "build-torch-ops", "--print-path"], capture_output=True,
                          text=True, cwd=Path(__file__).resolve().parents[1])
     assert out.returncode == 0 and out.stdout.strip() == str(to.path(torch)), out
+
+
+def test_the_packages_module_comes_before_the_command_s(tmp_path, monkeypatch):
+    """A module in the package (a wheel built where torch imported) is the
+    one loaded; without it, the one the command builds in its directory."""
+    import shutil
+
+    import symmem._torch_ops as to
+
+    pkg = tmp_path / "symmem"
+    pkg.mkdir()
+    shutil.copy(to.SOURCE, pkg / "_torch_ops.cpp")
+    monkeypatch.setattr(to, "SOURCE", pkg / "_torch_ops.cpp")
+    monkeypatch.setenv("SYMMEM_TORCH_OPS_DIR", str(tmp_path / "cache"))
+    assert to.path(torch) == tmp_path / "cache" / to.filename(torch)
+    (pkg / to.filename(torch)).write_bytes(b"")
+    assert to.path(torch) == to.packaged(torch) == pkg / to.filename(torch)
