@@ -1,5 +1,6 @@
 """A compiled training step: write a 4 KiB bf16 input into a symmetric
-buffer, all-reduce it, multiply, add, on 2 GPUs, with libsymmem
+buffer, all-reduce it, multiply, add, on --world GPUs (2; 1 times the
+host path and the kernels with no peer), with libsymmem
 (symmem.torch) beside torch's one_shot_all_reduce in the same run:
 uncompiled, torch.compile default mode, and mode="reduce-overhead" (CUDA
 graphs), each with fullgraph=True (a graph break fails the run).
