@@ -8,11 +8,14 @@ collective beside them.
 
 Needs the C++ kernels built for the installed torch (`python -m symmem
 build-torch-ops`). Each step is torch.compile(fullgraph=True), default
-mode, of "collective on a libsymmem tensor of 8 x 256 bf16, then * 2 + 1";
+mode, of "collective on a libsymmem tensor of 8 x 256 bf16, then * 2 + 1",
+and an all-reduce staged through the workspace (a tensor of torch's
+memory, 512 x 1024 bf16);
 the rows run interleaved, REPS times, each the slowest rank's wall time
 per call over --calls calls in a Python loop ending with a synchronize;
 the median is printed with the range. Before timing, every operator's C++
-result is compared bit for bit with its Python kernel's. --world 1 runs one
+result is compared bit for bit with its Python kernel's, the staged
+all-reduce also in a CUDA graph and with two_shot. --world 1 runs one
 process (a group of one rank: the kernels and the host path, no peer).
 NVLink multicast stays off.
 """
@@ -98,6 +101,26 @@ def rank_main(rank, world, port, calls):
     ops._py_all_to_all_out(t, a2a_eq, "")
     same["all_to_all"] = torch.equal(ops.all_to_all(t, ""), a2a_eq)
 
+    # Staged: 1 MiB of torch's memory per rank (past the low-latency path's
+    # buffers at two ranks; a group of one stages everything). The first
+    # C++ call passes to Python, which enters it; the next ones, replays of
+    # a CUDA graph included, are staged in C++.
+    big = torch.randn(512, 1024, device=dev, generator=gen).to(torch.bfloat16)
+    want = ops._py_all_reduce(big, "sum", "", "auto")
+    got = [ops.all_reduce(big, "sum", "", "auto") for _ in range(2)]
+    got.append(ops.all_reduce(big, "sum", "", "two_shot"))
+    graph, got_g = torch.cuda.CUDAGraph(), torch.empty_like(big)
+    with torch.cuda.graph(graph):
+        ops.all_reduce_out(big, got_g, "sum", "", "auto")
+    got_g.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    same["all_reduce, staged"] = all(torch.equal(g, want) for g in got + [got_g])
+    same["all_gather, staged"] = all(torch.equal(ops.all_gather(big, ""), ops._py_all_gather(big, ""))
+                                     for _ in range(2))
+    same["reduce_scatter, staged"] = all(
+        torch.equal(ops.reduce_scatter(big, "sum", ""), ops._py_reduce_scatter(big, "sum", "")) for _ in range(2))
+
     def a2a_step(fn):
         def step(a):
             o = torch.empty_like(a)
@@ -124,11 +147,13 @@ def rank_main(rank, world, port, calls):
         "all_reduce_rmsnorm, Python kernel": norm_step(ops._py_all_reduce_rmsnorm),
         "all_to_all_v, C++ kernel": a2a_step(ops.all_to_all_v),
         "all_to_all_v, Python kernel": a2a_step(ops._py_all_to_all_v),
+        "staged all_reduce 1 MiB, C++ kernel": lambda a: ops.all_reduce(a, "sum", "", "auto") * 2 + 1,
+        "staged all_reduce 1 MiB, Python kernel": lambda a: ops._py_all_reduce(a, "sum", "", "auto") * 2 + 1,
         "torch one_shot_all_reduce": lambda a: torch.ops.symm_mem.one_shot_all_reduce(a * 1, "sum", gname) * 2 + 1,
         "no collective": lambda a: (a * 1).relu() * 2 + 1,
     }
     compiled = {k: torch.compile(f, fullgraph=True) for k, f in steps.items()}
-    arg = {k: (x if k.startswith("torch") else t) for k in steps}
+    arg = {k: (x if k.startswith("torch") else big if k.startswith("staged") else t) for k in steps}
     for k, c in compiled.items():
         for _ in range(20):
             c(arg[k])
@@ -150,7 +175,8 @@ def rank_main(rank, world, port, calls):
         print(f"C++ kernel == Python kernel, bit for bit: {same}", flush=True)
         for k, v in times.items():
             print(f"step {k:36s} {statistics.median(v):8.2f} us  ({min(v):.2f}-{max(v):.2f})", flush=True)
-        for name in ("all_reduce", "all_gather", "reduce_scatter", "all_reduce_rmsnorm", "all_to_all_v"):
+        for name in ("all_reduce", "all_gather", "reduce_scatter", "all_reduce_rmsnorm", "all_to_all_v",
+                     "staged all_reduce 1 MiB"):
             c, p = statistics.median(times[f"{name}, C++ kernel"]), statistics.median(times[f"{name}, Python kernel"])
             print(f"RATIO {name:20s} C++ / Python kernel {c / p:.3f}", flush=True)
         print(f"kernels: {st.cpp_ops_info()}", flush=True)

@@ -11,9 +11,11 @@
 // which maps (group name, device, address, bytes, collective) to the
 // library handle that serves the call, the group's size, and how:
 // zero-copy (the tensor lies in a rendezvoused block; symmem_collective
-// on its handle) or read in place (a tensor of torch's memory that the
+// on its handle), read in place (a tensor of torch's memory that the
 // low-latency path reads where it lies; symmem_collective_from on the
-// group's staging workspace). A call not in the table goes to the Python
+// group's staging workspace) or staged (a tensor of torch's memory copied
+// into the group's staging workspace, the collective run there). A call
+// not in the table goes to the Python
 // kernel (symmem::_py_<name>), which resolves it as the eager path does
 // and enters what it resolved here (_cpp_remember). A failed library call
 // is raised by the Python side (symmem::_py_raise), which names the error
@@ -89,7 +91,17 @@ struct Codes {
 Codes codes;
 std::atomic<bool> bound{false};
 
-enum Mode : int64_t { kZeroCopy = 0, kReadInPlace = 1 };
+enum Mode : int64_t { kZeroCopy = 0, kReadInPlace = 1, kStaged = 2 };
+
+// What a staged all-reduce needs beside the codes (set by _cpp_bind): up
+// to how many bytes it writes its result straight into the destination,
+// and the algorithms that never do (symmem/torch.py's _STAGED_DIRECT_MAX
+// and _run_staged).
+struct Staging {
+  int64_t direct_max = 0;
+  int two_shot = -1, hierarchical = -1;
+};
+Staging staging;
 
 struct Key {
   std::string group;
@@ -112,6 +124,7 @@ struct Entry {
   void *handle;
   int64_t mode;
   int64_t world;
+  at::Tensor workspace;  // kStaged: the workspace (uint8) that handle rendezvoused, kept alive here
 };
 
 // Bounded as symmem.torch's own table of tensors read in place: cleared
@@ -168,11 +181,41 @@ std::optional<Call> look_up(int coll, const at::Tensor &t, std::string_view op, 
   return Call{*e, dtype, opc->second, algoc->second};
 }
 
+// A staged call, as symmem/torch.py's _run_staged runs it: t copied to the
+// workspace's start on the current stream, the collective run there,
+// writing its result straight into the destination (every all-gather and
+// reduce-scatter; an all-reduce up to the direct bytes, unless two-shot or
+// hierarchical) or in place in the workspace, copied back. 1 done, 0
+// passed back, <0 the library's failure.
+int run_staged(int coll, const Call &c, const at::Tensor &t, const at::Tensor *out) {
+  const at::Tensor &ws = c.entry.workspace;
+  const int64_t nbytes = static_cast<int64_t>(t.nbytes());
+  if (!ws.defined() || nbytes > ws.numel() || (coll != kAllReduce && out == nullptr))
+    return 0;
+  const at::Tensor &dst = out == nullptr ? t : *out;
+  at::Tensor stage = ws.narrow(0, 0, nbytes).view(t.scalar_type()).view(t.sizes());
+  stage.copy_(t);
+  const bool direct = coll != kAllReduce || (nbytes <= staging.direct_max && c.algo != staging.two_shot &&
+                                             c.algo != staging.hierarchical);
+  const int rc = f_collective.load(std::memory_order_relaxed)(c.entry.handle, coll, c.dtype, c.op,
+                                                              static_cast<size_t>(t.numel()),
+                                                              direct ? dst.data_ptr() : nullptr, c.algo, 0,
+                                                              stream_of(t));
+  if (rc != 0)
+    return -rc;
+  if (!direct)
+    dst.copy_(stage);
+  hits.fetch_add(1, std::memory_order_relaxed);
+  return 1;
+}
+
 // Runs a looked-up call into out (nullptr: in place): 1 done, 0 passed
 // back (out not as the table's call needs it), <0 the library's failure.
 int run(int coll, const Call &c, const at::Tensor &t, const at::Tensor *out) {
   if (out != nullptr && (!out->is_contiguous() || (c.entry.mode == kReadInPlace && !aligned16(*out))))
     return 0;
+  if (c.entry.mode == kStaged)
+    return run_staged(coll, c, t, out);
   void *dst = out == nullptr ? nullptr : out->data_ptr();
   int rc;
   if (c.entry.mode == kZeroCopy)
@@ -340,7 +383,7 @@ int norm_from_table(const at::Tensor &x, const at::Tensor &residual, const at::T
     if (t->scalar_type() != x.scalar_type() || t->device() != x.device() || !t->is_contiguous())
       return 0;
   auto c = look_up(kNorm, x, "sum", group, algo);
-  if (!c)
+  if (!c || c->entry.mode == kStaged)
     return 0;
   const size_t hidden = static_cast<size_t>(x.size(-1)), tokens = static_cast<size_t>(x.numel()) / hidden;
   int rc;
@@ -521,7 +564,7 @@ void all_to_all_v_2d_offset(const at::Tensor &input, const at::Tensor &out, cons
 void cpp_bind(int64_t collective, int64_t collective_from, int64_t rmsnorm, int64_t rmsnorm_from, int64_t all_to_all,
               int64_t a2a_v, int64_t a2a_v_2d, int64_t a2a_v_2d_offset, const std::vector<at::Tensor> &dtype_samples,
               std::vector<int64_t> dtype_codes, std::vector<std::string> op_names, std::vector<int64_t> op_codes,
-              std::vector<std::string> algo_names, std::vector<int64_t> algo_codes) {
+              std::vector<std::string> algo_names, std::vector<int64_t> algo_codes, int64_t staged_direct_max) {
   TORCH_CHECK(collective != 0 && collective_from != 0 && rmsnorm != 0 && rmsnorm_from != 0 && all_to_all != 0 &&
                   a2a_v != 0 && a2a_v_2d != 0 && a2a_v_2d_offset != 0,
               "symmem::_cpp_bind: a function address is 0");
@@ -538,6 +581,12 @@ void cpp_bind(int64_t collective, int64_t collective_from, int64_t rmsnorm, int6
     codes.op[op_names[i]] = static_cast<int>(op_codes[i]);
   for (size_t i = 0; i < algo_names.size(); i++)
     codes.algo[algo_names[i]] = static_cast<int>(algo_codes[i]);
+  staging.direct_max = staged_direct_max;
+  for (auto &[name, code] : {std::pair<const char *, int *>{"two_shot", &staging.two_shot},
+                             std::pair<const char *, int *>{"hierarchical", &staging.hierarchical}}) {
+    auto it = codes.algo.find(name);
+    *code = it == codes.algo.end() ? -1 : it->second;
+  }
   f_collective.store(reinterpret_cast<collective_fn>(collective), std::memory_order_relaxed);
   f_collective_from.store(reinterpret_cast<collective_from_fn>(collective_from), std::memory_order_relaxed);
   f_rmsnorm.store(reinterpret_cast<rmsnorm_fn>(rmsnorm), std::memory_order_relaxed);
@@ -550,14 +599,23 @@ void cpp_bind(int64_t collective, int64_t collective_from, int64_t rmsnorm, int6
 }
 
 void cpp_remember(c10::string_view group, const at::Tensor &tensor, int64_t coll, int64_t handle, int64_t mode,
-                  int64_t world) {
-  TORCH_CHECK(handle != 0 && (mode == kZeroCopy || mode == kReadInPlace) && world > 0,
+                  int64_t world, const std::optional<at::Tensor> &workspace) {
+  TORCH_CHECK(handle != 0 && (mode == kZeroCopy || mode == kReadInPlace || mode == kStaged) && world > 0,
               "symmem::_cpp_remember: handle ", handle, ", mode ", mode, ", world ", world);
+  const bool staged = mode == kStaged;
+  TORCH_CHECK(staged == (workspace.has_value() && workspace->defined()),
+              "symmem::_cpp_remember: a workspace goes with the staged mode, and only with it");
+  TORCH_CHECK(!staged || ((coll == kAllReduce || coll == kAllGather || coll == kReduceScatter) &&
+                          workspace->scalar_type() == at::kByte && workspace->dim() == 1 &&
+                          workspace->is_contiguous() && workspace->device() == tensor.device()),
+              "symmem::_cpp_remember: a staged call is an all-reduce, all-gather or reduce-scatter, its workspace "
+              "contiguous uint8 on the tensor's device");
   std::unique_lock<std::shared_mutex> lock(table_mu);
   if (table.size() >= kMaxEntries)
     table.clear();
   table[Key{std::string(group), key_device(tensor), reinterpret_cast<int64_t>(tensor.data_ptr()),
-            static_cast<int64_t>(tensor.nbytes()), coll}] = Entry{reinterpret_cast<void *>(handle), mode, world};
+            static_cast<int64_t>(tensor.nbytes()), coll}] =
+      Entry{reinterpret_cast<void *>(handle), mode, world, staged ? *workspace : at::Tensor()};
 }
 
 // Drops the entries of handle (0: every entry).
@@ -582,9 +640,11 @@ std::vector<int64_t> cpp_stats() {
 TORCH_LIBRARY_FRAGMENT(symmem, m) {
   m.def("_cpp_bind(int collective, int collective_from, int rmsnorm, int rmsnorm_from, int all_to_all, int a2a_v, "
         "int a2a_v_2d, int a2a_v_2d_offset, Tensor[] dtype_samples, int[] dtype_codes, str[] op_names, "
-        "int[] op_codes, str[] algo_names, int[] algo_codes) -> ()",
+        "int[] op_codes, str[] algo_names, int[] algo_codes, int staged_direct_max) -> ()",
         &cpp_bind);
-  m.def("_cpp_remember(str group, Tensor tensor, int coll, int handle, int mode, int world) -> ()", &cpp_remember);
+  m.def("_cpp_remember(str group, Tensor tensor, int coll, int handle, int mode, int world, Tensor? workspace=None) "
+        "-> ()",
+        &cpp_remember);
   m.def("_cpp_forget(int handle) -> ()", &cpp_forget);
   m.def("_cpp_stats() -> int[]", &cpp_stats);
 }

@@ -1188,10 +1188,12 @@ def _run_staged(torch, what: str, coll: int, tensor, group, op: str, out, algo, 
             _lib.check(rc, f"symmem.torch.{what}")
         if not direct:
             dst.copy_(stage)
-        return
-    rc = fn(ws.hptr, coll, code, opc, n, out.data_ptr(), algoc, 0, stream)
-    if rc:
-        _lib.check(rc, f"symmem.torch.{what}")
+    else:
+        rc = fn(ws.hptr, coll, code, opc, n, out.data_ptr(), algoc, 0, stream)
+        if rc:
+            _lib.check(rc, f"symmem.torch.{what}")
+    if cpp_group is not None and algo is None and tensor.is_contiguous():
+        _cpp_remember(cpp_group, tensor, coll, ws.hptr, _CPP_STAGED, ws.world, ws.tensor)
 
 
 _collective_from_fn = None
@@ -2192,25 +2194,31 @@ def all_reduce_rmsnorm(x, residual, weight, eps: float, out=None, group=None, al
 # installed torch (symmem/_torch_ops.cpp; symmem/_torch_ops.py says where
 # the module lives; SYMMEM_TORCH_OPS=0 leaves it unloaded). A C++ kernel
 # answers from a table of (group name, device, address, bytes,
-# collective) -> (library handle, zero-copy or read in place, the group's
-# size, which gives a functional form its output's shape) and calls
+# collective) -> (library handle, zero-copy, read in place or staged, the
+# group's size, which gives a functional form its output's shape) and calls
 # symmem_collective or symmem_collective_from itself on torch's current
 # stream. What the table does not hold it passes to the Python kernel,
 # defined as symmem::_py_<name>, which runs _run and enters what served
 # the call (_cpp_remember): a libsymmem tensor's handle, dropped when the
-# tensor's memory is (its _fast entry goes then too), or the group's
-# workspace for a tensor of torch's memory that the low-latency path read
-# in place, under the auto algorithm (as _in_place keeps them: an address
-# outside libsymmem's heap never becomes libsymmem memory). Staged calls
-# are not entered: they stay in Python. destroy_group empties the table,
-# so no entry outlives the handle it names. A failed library call is
+# tensor's memory is (its _fast entry goes then too), or, for a tensor of
+# torch's memory under the auto algorithm, the group's workspace that the
+# low-latency path read it in place beside or that it was staged through
+# (as _in_place keeps them: an address outside libsymmem's heap never
+# becomes libsymmem memory, and the bytes and the collective, which decided
+# the path, are the key). A staged all-reduce, all-gather or reduce-scatter
+# runs in C++ as _run_staged does (the copy into the workspace on the
+# current stream, the collective, the copy back where the result is not
+# written straight); the entry holds the workspace it was staged through,
+# which fits the call by construction (a grown workspace leaves the old one
+# allocated and rendezvoused). destroy_group empties the table, so no entry
+# outlives the handle it names. A failed library call is
 # raised through symmem::_py_raise, which names the error as _run does.
 # Where the module is missing, stale (another torch, another source) or
 # fails to load, the Python kernels serve every operator.
 _CPP_KERNELS = frozenset(("all_reduce_", "all_reduce_out", "all_reduce", "all_gather", "all_gather_out",
                           "reduce_scatter", "reduce_scatter_out", "all_reduce_rmsnorm", "all_to_all",
                           "all_to_all_out", "all_to_all_v", "all_to_all_v_2d", "all_to_all_v_2d_offset"))
-_CPP_ZERO_COPY, _CPP_READ_IN_PLACE = 0, 1
+_CPP_ZERO_COPY, _CPP_READ_IN_PLACE, _CPP_STAGED = 0, 1, 2
 # The table's collectives of its own (_torch_ops.cpp's kNorm, kA2aV, ...).
 _CPP_NORM, _CPP_A2A_V, _CPP_A2A_V_2D, _CPP_A2A_V_2D_OFFSET = -1, -2, -3, -4
 _cpp_ops = None  # the loaded module's path, or None
@@ -2245,7 +2253,7 @@ def _load_cpp_ops(torch) -> None:
         torch.ops.load_library(str(path))
         torch.ops.symmem._cpp_bind(
             *fns, [torch.empty(0, dtype=dt) for dt, _ in dtypes], [c for _, c in dtypes],
-            list(_OPS), list(_OPS.values()), list(_coll.ALGOS), list(_coll.ALGOS.values()))
+            list(_OPS), list(_OPS.values()), list(_coll.ALGOS), list(_coll.ALGOS.values()), _STAGED_DIRECT_MAX)
     except Exception as exc:  # noqa: BLE001 - reported by cpp_ops_info; the Python kernels serve
         _cpp_ops_error = f"{path}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return
@@ -2255,10 +2263,11 @@ def _load_cpp_ops(torch) -> None:
         _library.impl("_py_raise", lambda tensor, rc, what: _lib.check(rc, what), key)
 
 
-def _cpp_remember(group: str, tensor, coll: int, hptr: int, mode: int, world: int) -> None:
-    """Enters a call that _run served into the C++ kernels' table."""
+def _cpp_remember(group: str, tensor, coll: int, hptr: int, mode: int, world: int, workspace=None) -> None:
+    """Enters a call that _run served into the C++ kernels' table
+    (workspace: a staged call's, whose handle hptr is)."""
     torch = _torch_module
-    torch.ops.symmem._cpp_remember(group, tensor, coll, hptr, mode, world)
+    torch.ops.symmem._cpp_remember(group, tensor, coll, hptr, mode, world, workspace)
     if mode == _CPP_ZERO_COPY and hptr not in _cpp_watched:
         _cpp_watched.add(hptr)
         # Not at exit: the table goes with the process, and torch may be

@@ -192,7 +192,7 @@ def compiled_first(rank: int, world: int, init_file: str) -> Dict:
 def cpp_kernels(rank: int, world: int, init_file: str) -> Dict:
     """The all-reduce operators' C++ kernels (Note [Operators in C++] in
     symmem/torch.py): the first call on a tensor passes to Python, later
-    ones are answered from the table; staged calls stay in Python; a
+    ones are answered from the table, staged calls included; a libsymmem
     tensor's entries go with its memory and every entry with destroy_group;
     the library's failures are raised with their own error."""
     import gc
@@ -313,13 +313,33 @@ def cpp_kernels(rank: int, world: int, init_file: str) -> Dict:
     del a2a_in
     gc.collect()
     a2, p2, _ = stats()
-    # A tensor of torch's memory: staged on the host backend, so every call
-    # passes to Python and none is entered.
+    # Tensors of torch's memory: staged on the host backend (no low-latency
+    # path). The first call of each passes to Python, which enters it with
+    # the workspace; the later ones are staged by the C++ kernel: the
+    # functional, in-place and out= all-reduces (two_shot: the result
+    # reduced in the workspace and copied back), all_gather and
+    # reduce_scatter, each equal to the Python kernel's result.
+    e2 = stats()[2]
     x = xs[rank].clone()
     g = [ops.all_reduce(x, "sum", "", "auto") for _ in range(2)]
+    y = torch.empty(256)
+    for algo in ("auto", "auto", "two_shot"):
+        y.copy_(xs[rank])
+        ops.all_reduce_(y, "sum", "", algo)
+        g.append(y.clone())
+    y_out = torch.full((256,), -1.0)
+    for _ in range(2):
+        ops.all_reduce_out(x, y_out, "max", "", "auto")
+    ag_x = ag_want[2 * rank:2 * rank + 2].clone()
+    rs_x = xs[rank][:16 * world].view(4 * world, 4).clone()
+    staged_ag = [ops.all_gather(ag_x, "") for _ in range(2)]
+    staged_rs = [ops.reduce_scatter(rs_x, "sum", "") for _ in range(2)]
     a3, p3, e3 = stats()
-    res["staged"] = all(bool(torch.equal(v, want)) for v in g)
-    res["staged_counts"] = (a3 - a2, p3 - p2, e3 - e1)
+    res["staged"] = (all(bool(torch.equal(v, want)) for v in g) and bool(torch.equal(x, xs[rank]))
+                     and bool(torch.equal(y_out, torch.stack(xs).max(0).values))
+                     and all(bool(torch.equal(v, ag_want)) for v in staged_ag)
+                     and all(bool(torch.equal(v, rs_want)) for v in staged_rs))
+    res["staged_counts"] = (a3 - a2, p3 - p2, e3 - e2)
     # An unknown op is refused with the Python side's error.
     try:
         ops.all_reduce_(t, "bogus", "", "auto")
