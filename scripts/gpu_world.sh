@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The runs at a world size of 4 or 8 GPUs, in parts of under ten minutes
+# The GPU runs at a world size of N GPUs, in parts of under ten minutes
 # each, on a machine with that many GPUs, CUDA and PyTorch but no Go: the
 # library is built beforehand (`make build`) and carried in build/; the Go
 # test binaries of `make gpu-artifacts` too where the "suite" part runs them
 # (as build/gotests/, or packed as build/gotests.tar.xz, which is unpacked).
-# Nothing is compiled on the device but the C tests, the demo and Python's
-# call module.
+# Nothing is compiled on the device but the C tests, the demo, Python's
+# call module and the operators' C++ kernels.
 #
-#   bash scripts/gpu_world.sh N PART     N: 4 or 8; PART: one of
+#   bash scripts/gpu_world.sh N PART     N: 1, 2, 4 or 8; PART: one of
 #     suite     the Go, C, ABI and demo parts of scripts/gpu_suite.sh, and
 #               examples/demo.c at N ranks
 #     python1   the first half of the Python test files (SYMMEM_REQUIRE_GPU=1)
