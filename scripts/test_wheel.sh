@@ -66,7 +66,7 @@ assert not os.listdir(os.environ["SYMMEM_TORCH_OPS_DIR"])
 print("pip install --no-build-isolation with torch", torch.__version__, ": the package's C++ kernels are loaded")
 PY
 else
-  echo "torch does not import here: the wheel's C++ kernels are not checked"
+  echo "skip: torch does not import here, so the wheel's C++ kernels are not checked"
 fi
 python3 -c "
 import sys; sys.path.insert(0, '$root/buildsys'); import symmem_build as b
@@ -78,7 +78,7 @@ except b.BuildError as e:
     assert 'auto, require, skip' in str(e), e
 else:
     raise SystemExit('torch-ops=maybe was taken')
-print('config setting torch-ops: auto by default, skip builds nothing, other values refused')"
+print('config setting torch-ops: auto by default, the value that leaves them out builds nothing, others refused')"
 # Without the package's copy: the system loader's path, then the error.
 rm "$site/libsymmem.so"
 LD_LIBRARY_PATH=$root/build "$py" -c "

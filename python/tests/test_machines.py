@@ -75,6 +75,13 @@ def test_socket_group_needs_one_machine(tmp_path):
         assert "different machines" in msg and 'ranks 0, 1: machine "m0"' in msg and 'rank 2: machine "m1"' in msg
 
 
+# The ranks' own limits (the group's timeout, the NCCL stand-in's
+# FAKENCCL_TIMEOUT_MS) end a stuck wait with a message naming it; the
+# launcher waits well past them, so that on a loaded machine a slow run
+# still reports its own cause rather than the launcher's timeout.
+RANKS_SECONDS = 300.0
+
+
 @pytest.fixture
 def fake_nccl(monkeypatch):
     assert os.path.isfile(FAKE), f"the NCCL stand-in is not built: make {FAKE}"
@@ -88,7 +95,7 @@ def fake_nccl(monkeypatch):
 def test_nccl_group_spans_machines(fake_nccl, tmp_path, layout):
     machines = LAYOUTS[layout]
     infos = run_ranks(mw.nccl_group, len(machines), machines, job("mm-nccl"), False,
-                      env=mw.machine_env(machines, str(tmp_path / "sock")))
+                      env=mw.machine_env(machines, str(tmp_path / "sock")), timeout=RANKS_SECONDS)
     check_layout(infos, machines)
     assert all(info["window"] for info in infos)
 
@@ -102,7 +109,7 @@ def test_nccl_collectives_across_machines(fake_nccl, monkeypatch, tmp_path, layo
         monkeypatch.setenv("SYMMEM_LIBNCCL", FAKE228)
     machines = LAYOUTS[layout]
     infos = run_ranks(mw.nccl_group, len(machines), machines, job("mm-coll"), True,
-                      env=mw.machine_env(machines, str(tmp_path / "sock")))
+                      env=mw.machine_env(machines, str(tmp_path / "sock")), timeout=RANKS_SECONDS)
     check_layout(infos, machines)
     for info in infos:
         bad = [k for k, ok in info["collectives"].items() if not ok]
@@ -120,7 +127,7 @@ def test_nccl_collectives_across_machines(fake_nccl, monkeypatch, tmp_path, layo
 @pytest.mark.parametrize("machines", [[0, 0, 1, 1], [0, 0, 1]], ids=["2x2", "2x1"])
 def test_nccl_all_to_all_across_machines(fake_nccl, tmp_path, machines):
     results = run_ranks(mw.nccl_all_to_all, len(machines), machines, job("mm-a2a"),
-                        env=mw.machine_env(machines, str(tmp_path / "sock")))
+                        env=mw.machine_env(machines, str(tmp_path / "sock")), timeout=RANKS_SECONDS)
     for rank, res in enumerate(results):
         assert len(res) == 3 + 8 + 1, (rank, sorted(res))
         wrong = {k: v for k, v in res.items() if v is not None}
