@@ -14,8 +14,12 @@
 // on its handle), read in place (a tensor of torch's memory that the
 // low-latency path reads where it lies; symmem_collective_from on the
 // group's staging workspace) or staged (a tensor of torch's memory copied
-// into the group's staging workspace, the collective run there). A call
-// not in the table goes to the Python
+// into the group's staging workspace, the collective run there). An
+// all-reduce, all-gather or reduce-scatter on a tensor the table does not
+// hold is decided from the group's workspace, once Python has entered it,
+// as Python decides it: libsymmem memory goes to Python (its first call
+// rendezvouses, collectively), torch's memory is read in place or staged.
+// Any other call not in the table goes to the Python
 // kernel (symmem::_py_<name>), which resolves it as the eager path does
 // and enters what it resolved here (_cpp_remember). A failed library call
 // is raised by the Python side (symmem::_py_raise), which names the error
@@ -67,6 +71,8 @@ using all_to_all_fn = int (*)(void *, int, size_t, void *, void *);
 using a2a_v_fn = int (*)(void *, size_t, const int64_t *, void *, size_t, int64_t *, void *);
 using a2a_v_2d_fn = int (*)(void *, size_t, int, const int64_t *, void *, size_t, int64_t *, int64_t, void *);
 using a2a_v_2d_offset_fn = int (*)(void *, size_t, int, const int64_t *, void *, size_t, int64_t *, void *);
+// symmem_pointer_get_info (the struct is 48 bytes on LP64).
+using pointer_info_fn = int (*)(const void *, void *);
 
 std::atomic<collective_fn> f_collective{nullptr};
 std::atomic<all_to_all_fn> f_all_to_all{nullptr};
@@ -76,6 +82,7 @@ std::atomic<a2a_v_2d_offset_fn> f_a2a_v_2d_offset{nullptr};
 std::atomic<collective_from_fn> f_collective_from{nullptr};
 std::atomic<rmsnorm_fn> f_rmsnorm{nullptr};
 std::atomic<rmsnorm_from_fn> f_rmsnorm_from{nullptr};
+std::atomic<pointer_info_fn> f_pointer_info{nullptr};
 
 // include/symmem.h's enum symmem_coll; the negative ones are the table's
 // own (symmem/torch.py's _CPP_NORM and _CPP_A2A_*): the all-reduce with
@@ -134,6 +141,26 @@ std::shared_mutex table_mu;
 std::unordered_map<Key, Entry, KeyHash> table;
 std::atomic<int64_t> hits{0}, misses{0};
 
+// A group's staging workspace on a device, as symmem/torch.py's _Workspace
+// holds it: its handle, the uint8 tensor, the group's size and the bytes
+// per rank and peer that the low-latency path reads in place (0: none).
+struct Workspace {
+  void *handle;
+  at::Tensor tensor;
+  int64_t world, ll_bytes;
+};
+struct GroupDevice {
+  std::string group;
+  int64_t device;
+  bool operator==(const GroupDevice &o) const { return device == o.device && group == o.group; }
+};
+struct GroupDeviceHash {
+  size_t operator()(const GroupDevice &k) const {
+    return std::hash<std::string>()(k.group) * 1000003u ^ std::hash<int64_t>()(k.device);
+  }
+};
+std::unordered_map<GroupDevice, Workspace, GroupDeviceHash> workspaces;  // under table_mu
+
 int64_t key_device(const at::Tensor &t) { return t.is_cuda() ? t.get_device() : -1; }
 
 void *stream_of(const at::Tensor &t) {
@@ -164,6 +191,41 @@ std::optional<Entry> find_entry(int coll, const at::Tensor &t, std::string_view 
   return it->second;
 }
 
+// An entry for a call on a tensor the table does not hold, decided from
+// the group's workspace as symmem/torch.py's _run decides it under the auto
+// algorithm: none where the workspace is not entered, the tensor is
+// libsymmem memory (its first call rendezvouses, which Python does) or
+// does not fit the workspace (which Python grows); read in place where
+// _reads_in_place says so, else staged.
+std::optional<Entry> workspace_entry(int coll, const at::Tensor &t, std::string_view group, int algo) {
+  if (algo != 0 || !(coll == kAllReduce || coll == kAllGather || coll == kReduceScatter) ||
+      !bound.load(std::memory_order_acquire) || !t.is_contiguous() || t.numel() == 0)
+    return std::nullopt;
+  Workspace w;
+  {
+    std::shared_lock<std::shared_mutex> lock(table_mu);
+    auto it = workspaces.find(GroupDevice{std::string(group), key_device(t)});
+    if (it == workspaces.end())
+      return std::nullopt;
+    w = it->second;
+  }
+  std::array<uint64_t, 16> info{};
+  if (f_pointer_info.load(std::memory_order_relaxed)(t.data_ptr(), info.data()) == 0)
+    return std::nullopt;
+  int64_t per = static_cast<int64_t>(t.nbytes());
+  bool divides = true;
+  if (coll == kReduceScatter) {
+    divides = t.numel() % w.world == 0;
+    per /= w.world;
+  }
+  if (w.ll_bytes > 0 && w.world >= 2 && aligned16(t) && divides && per <= w.ll_bytes &&
+      (coll == kAllReduce || per % 8 == 0))
+    return Entry{w.handle, kReadInPlace, w.world, at::Tensor()};
+  if (static_cast<int64_t>(t.nbytes()) > w.tensor.numel())
+    return std::nullopt;
+  return Entry{w.handle, kStaged, w.world, w.tensor};
+}
+
 // The table's answer for the call, or nothing (not in the table, or not a
 // call the table may answer: Python decides those).
 std::optional<Call> look_up(int coll, const at::Tensor &t, std::string_view op, std::string_view group,
@@ -174,6 +236,8 @@ std::optional<Call> look_up(int coll, const at::Tensor &t, std::string_view op, 
   if (dtype < 0 || opc == codes.op.end() || algoc == codes.algo.end())
     return std::nullopt;
   auto e = find_entry(coll, t, group);
+  if (!e)
+    e = workspace_entry(coll, t, group, algoc->second);
   // Read in place: only the auto algorithm, with a 16-byte aligned input,
   // as symmem.torch decided when it entered the call.
   if (!e || (e->mode == kReadInPlace && (algoc->second != 0 || !aligned16(t))))
@@ -562,11 +626,12 @@ void all_to_all_v_2d_offset(const at::Tensor &input, const at::Tensor &out, cons
 // The control operators, called by symmem/torch.py.
 
 void cpp_bind(int64_t collective, int64_t collective_from, int64_t rmsnorm, int64_t rmsnorm_from, int64_t all_to_all,
-              int64_t a2a_v, int64_t a2a_v_2d, int64_t a2a_v_2d_offset, const std::vector<at::Tensor> &dtype_samples,
+              int64_t a2a_v, int64_t a2a_v_2d, int64_t a2a_v_2d_offset, int64_t pointer_info,
+              const std::vector<at::Tensor> &dtype_samples,
               std::vector<int64_t> dtype_codes, std::vector<std::string> op_names, std::vector<int64_t> op_codes,
               std::vector<std::string> algo_names, std::vector<int64_t> algo_codes, int64_t staged_direct_max) {
   TORCH_CHECK(collective != 0 && collective_from != 0 && rmsnorm != 0 && rmsnorm_from != 0 && all_to_all != 0 &&
-                  a2a_v != 0 && a2a_v_2d != 0 && a2a_v_2d_offset != 0,
+                  a2a_v != 0 && a2a_v_2d != 0 && a2a_v_2d_offset != 0 && pointer_info != 0,
               "symmem::_cpp_bind: a function address is 0");
   TORCH_CHECK(dtype_samples.size() == dtype_codes.size() && op_names.size() == op_codes.size() &&
                   algo_names.size() == algo_codes.size(),
@@ -595,6 +660,7 @@ void cpp_bind(int64_t collective, int64_t collective_from, int64_t rmsnorm, int6
   f_a2a_v.store(reinterpret_cast<a2a_v_fn>(a2a_v), std::memory_order_relaxed);
   f_a2a_v_2d.store(reinterpret_cast<a2a_v_2d_fn>(a2a_v_2d), std::memory_order_relaxed);
   f_a2a_v_2d_offset.store(reinterpret_cast<a2a_v_2d_offset_fn>(a2a_v_2d_offset), std::memory_order_relaxed);
+  f_pointer_info.store(reinterpret_cast<pointer_info_fn>(pointer_info), std::memory_order_relaxed);
   bound.store(true, std::memory_order_release);
 }
 
@@ -618,11 +684,25 @@ void cpp_remember(c10::string_view group, const at::Tensor &tensor, int64_t coll
       Entry{reinterpret_cast<void *>(handle), mode, world, staged ? *workspace : at::Tensor()};
 }
 
-// Drops the entries of handle (0: every entry).
+// Enters a group's staging workspace on tensor's device (replacing the
+// one entered before, which a larger call outgrew).
+void cpp_workspace(c10::string_view group, const at::Tensor &workspace, int64_t handle, int64_t world,
+                   int64_t ll_bytes) {
+  TORCH_CHECK(handle != 0 && world > 0 && ll_bytes >= 0 && workspace.scalar_type() == at::kByte &&
+                  workspace.dim() == 1 && workspace.is_contiguous(),
+              "symmem::_cpp_workspace: handle ", handle, ", world ", world, ", ll_bytes ", ll_bytes,
+              ", a contiguous uint8 workspace");
+  std::unique_lock<std::shared_mutex> lock(table_mu);
+  workspaces[GroupDevice{std::string(group), key_device(workspace)}] =
+      Workspace{reinterpret_cast<void *>(handle), workspace, world, ll_bytes};
+}
+
+// Drops the entries of handle (0: every entry and workspace).
 void cpp_forget(int64_t handle) {
   std::unique_lock<std::shared_mutex> lock(table_mu);
   if (handle == 0) {
     table.clear();
+    workspaces.clear();
     return;
   }
   for (auto it = table.begin(); it != table.end();)
@@ -639,12 +719,14 @@ std::vector<int64_t> cpp_stats() {
 
 TORCH_LIBRARY_FRAGMENT(symmem, m) {
   m.def("_cpp_bind(int collective, int collective_from, int rmsnorm, int rmsnorm_from, int all_to_all, int a2a_v, "
-        "int a2a_v_2d, int a2a_v_2d_offset, Tensor[] dtype_samples, int[] dtype_codes, str[] op_names, "
+        "int a2a_v_2d, int a2a_v_2d_offset, int pointer_info, Tensor[] dtype_samples, int[] dtype_codes, "
+        "str[] op_names, "
         "int[] op_codes, str[] algo_names, int[] algo_codes, int staged_direct_max) -> ()",
         &cpp_bind);
   m.def("_cpp_remember(str group, Tensor tensor, int coll, int handle, int mode, int world, Tensor? workspace=None) "
         "-> ()",
         &cpp_remember);
+  m.def("_cpp_workspace(str group, Tensor workspace, int handle, int world, int ll_bytes) -> ()", &cpp_workspace);
   m.def("_cpp_forget(int handle) -> ()", &cpp_forget);
   m.def("_cpp_stats() -> int[]", &cpp_stats);
 }

@@ -1160,6 +1160,8 @@ def _run_staged(torch, what: str, coll: int, tensor, group, op: str, out, algo, 
     nbytes = n * tensor.element_size()
     ws = _workspace(torch, what, tensor, group, dev, nbytes, need=1)
     stream = (_raw_stream or _raw_stream_fn(torch))(dev) if dev >= 0 else 0
+    if cpp_group is not None and _cpp_workspaces.get((cpp_group, dev)) is not ws:
+        _cpp_workspace(cpp_group, dev, ws)
     if _reads_in_place(ws, coll, tensor, out, n, nbytes, algoc):
         global _collective_from_fn
         fn = _collective_from_fn
@@ -1176,6 +1178,8 @@ def _run_staged(torch, what: str, coll: int, tensor, group, op: str, out, algo, 
         return
     if nbytes > ws.nbytes:
         ws = _workspace(torch, what, tensor, group, dev, nbytes)
+        if cpp_group is not None:
+            _cpp_workspace(cpp_group, dev, ws)
     stage = ws.view(tensor.dtype, tensor.shape, nbytes)
     stage.copy_(tensor)
     fn = _collective_fn or _lib.calls().collective
@@ -2210,8 +2214,16 @@ def all_reduce_rmsnorm(x, residual, weight, eps: float, out=None, group=None, al
 # current stream, the collective, the copy back where the result is not
 # written straight); the entry holds the workspace it was staged through,
 # which fits the call by construction (a grown workspace leaves the old one
-# allocated and rendezvoused). destroy_group empties the table, so no entry
-# outlives the handle it names. A failed library call is
+# allocated and rendezvoused). A staged call also enters the group's
+# workspace (_cpp_workspace): from then on an all-reduce, all-gather or
+# reduce-scatter under the auto algorithm on a tensor the table does not
+# hold (compiled code's intermediates move between calls) is decided in
+# C++ as _run decides it: libsymmem memory (symmem_pointer_get_info) goes
+# to Python, whose first call rendezvouses it on every rank; torch's
+# memory is read in place where _reads_in_place would, else staged where
+# it fits the workspace, else passed to Python, which grows it.
+# destroy_group empties the table and the workspaces, so no entry outlives
+# the handle it names. A failed library call is
 # raised through symmem::_py_raise, which names the error as _run does.
 # Where the module is missing, stale (another torch, another source) or
 # fails to load, the Python kernels serve every operator.
@@ -2224,6 +2236,7 @@ _CPP_NORM, _CPP_A2A_V, _CPP_A2A_V_2D, _CPP_A2A_V_2D_OFFSET = -1, -2, -3, -4
 _cpp_ops = None  # the loaded module's path, or None
 _cpp_ops_error: Optional[str] = None  # why it was not loaded, where it was found
 _cpp_watched: set = set()  # handles whose entries are dropped with their tensor's memory
+_cpp_workspaces: Dict[Tuple[str, int], "_Workspace"] = {}  # (group name, device) -> the workspace entered
 
 
 def _load_cpp_ops(torch) -> None:
@@ -2248,7 +2261,7 @@ def _load_cpp_ops(torch) -> None:
         fns = [library.address(n) for n in (
             "symmem_collective", "symmem_collective_from", "symmem_all_reduce_rmsnorm",
             "symmem_all_reduce_rmsnorm_from", "symmem_all_to_all", "symmem_all_to_all_v", "symmem_all_to_all_v_2d",
-            "symmem_all_to_all_v_2d_offset")]
+            "symmem_all_to_all_v_2d_offset", "symmem_pointer_get_info")]
         dtypes = [(getattr(torch, n), c) for n, c in _coll.DTYPES.items() if hasattr(torch, n)]
         torch.ops.load_library(str(path))
         torch.ops.symmem._cpp_bind(
@@ -2275,14 +2288,23 @@ def _cpp_remember(group: str, tensor, coll: int, hptr: int, mode: int, world: in
         weakref.finalize(_owner(tensor), _cpp_forget, hptr).atexit = False
 
 
+def _cpp_workspace(group: str, dev: int, ws: "_Workspace") -> None:
+    """Enters group's staging workspace on dev, from which the C++ kernels
+    decide the calls on tensors of torch's memory they have not seen."""
+    _torch_module.ops.symmem._cpp_workspace(group, ws.tensor, ws.hptr, ws.world, ws.ll_bytes)
+    _cpp_workspaces[(group, dev)] = ws
+
+
 def _cpp_forget(hptr: int) -> None:
-    """Drops the table's entries of hptr (0: all of them)."""
+    """Drops the table's entries of hptr (0: all of them, and the
+    workspaces)."""
     if _cpp_ops is None:
         return
     if hptr:
         _cpp_watched.discard(hptr)
     else:
         _cpp_watched.clear()
+        _cpp_workspaces.clear()
     _torch_module.ops.symmem._cpp_forget(hptr)
 
 

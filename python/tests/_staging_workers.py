@@ -314,18 +314,22 @@ def cpp_kernels(rank: int, world: int, init_file: str) -> Dict:
     gc.collect()
     a2, p2, _ = stats()
     # Tensors of torch's memory: staged on the host backend (no low-latency
-    # path). The first call of each passes to Python, which enters it with
-    # the workspace; the later ones are staged by the C++ kernel: the
-    # functional, in-place and out= all-reduces (two_shot: the result
-    # reduced in the workspace and copied back), all_gather and
-    # reduce_scatter, each equal to the Python kernel's result.
+    # path). The first staged call passes to Python, which enters it and
+    # the group's workspace; every later one is staged by the C++ kernel,
+    # on tensors it has not seen too (decided from the workspace): the
+    # functional, in-place and out= all-reduces (two_shot on an entered
+    # tensor: the result reduced in the workspace and copied back),
+    # all_gather and reduce_scatter, each equal to the Python kernel's
+    # result. A libsymmem tensor it has not seen still passes to Python,
+    # whose first call rendezvouses it.
     e2 = stats()[2]
     x = xs[rank].clone()
     g = [ops.all_reduce(x, "sum", "", "auto") for _ in range(2)]
+    g.append(ops.all_reduce(x, "sum", "", "two_shot"))
     y = torch.empty(256)
-    for algo in ("auto", "auto", "two_shot"):
+    for _ in range(2):
         y.copy_(xs[rank])
-        ops.all_reduce_(y, "sum", "", algo)
+        ops.all_reduce_(y, "sum", "", "auto")
         g.append(y.clone())
     y_out = torch.full((256,), -1.0)
     for _ in range(2):
@@ -334,6 +338,10 @@ def cpp_kernels(rank: int, world: int, init_file: str) -> Dict:
     rs_x = xs[rank][:16 * world].view(4 * world, 4).clone()
     staged_ag = [ops.all_gather(ag_x, "") for _ in range(2)]
     staged_rs = [ops.reduce_scatter(rs_x, "sum", "") for _ in range(2)]
+    fresh = st.empty(256)
+    fresh.copy_(xs[rank])
+    ops.all_reduce_(fresh, "sum", "", "auto")
+    res["fresh_symmem"] = bool(torch.equal(fresh, want))
     a3, p3, e3 = stats()
     res["staged"] = (all(bool(torch.equal(v, want)) for v in g) and bool(torch.equal(x, xs[rank]))
                      and bool(torch.equal(y_out, torch.stack(xs).max(0).values))

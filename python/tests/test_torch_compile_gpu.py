@@ -14,10 +14,10 @@ import test_symm_gpu as tsg
 pytestmark = pytest.mark.gpu
 
 MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
-PATTERNS = ("argument", "argument_functional", "module_buffer", "intermediate")
+PATTERNS = ("argument", "argument_functional", "module_buffer", "intermediate", "intermediate_staged")
 
 
-# Twelve compilations (four patterns, three modes) take minutes, beyond the
+# Fifteen compilations (five patterns, three modes) take minutes, beyond the
 # launcher's usual limits: this file's launch gets at least these.
 COMPILE_SECONDS = 900
 
@@ -46,6 +46,15 @@ def test_compile_patterns_in_every_mode_and_staging_on_two_gpus(tmp_path):
         cpp = res["cpp_ops"]
         assert cpp["loaded"] and cpp["error"] is None, ("python -m symmem build-torch-ops builds them", cpp)
         assert cpp["answered"] > 0 and cpp["passed_to_python"] > 0, cpp
+        # Staged calls too: in the modes that run the kernels at every call,
+        # the C++ kernels stage the four calls of every step after the first
+        # at least, wherever their intermediates lie (decided from the
+        # group's workspace, entered by the patterns before).
+        for mode in ("default", "max-autotune-no-cudagraphs"):
+            answered, passed = res[f"{mode}/intermediate_staged/cpp"]
+            assert answered >= 8, (mode, answered, passed)
+        print(f"rank {rec['rank']}: {cpp}; staged pattern (answered, passed on) per mode:",
+              {m: res[f"{m}/intermediate_staged/cpp"] for m in MODES})
         e = res["eager"]
         assert e["in_place"] is None and e["non_contiguous"] is None, e
         for key in ("direct", "direct_all_gather", "direct_reduce_scatter", "direct_replay"):

@@ -43,14 +43,18 @@ def test_the_kernels_answer_repeated_calls_from_their_table(host_backend, tmp_pa
         # The split-driven all-to-alls, twice each: the first of each passed
         # on; all_to_all in two dtypes, entered by the Python kernel first.
         assert res["a2a"] is True and res["a2a_counts"] == (3 + 6, 3), res
-        # Staged calls: the first on each tensor and collective passes to
-        # Python, which enters it (four entries); seven are staged in C++.
-        assert res["staged"] is True and res["staged_counts"] == (7, 4, 4), res
+        # Staged calls: the first passes to Python, which enters it and the
+        # workspace; the other ten are staged in C++, six of them on
+        # tensors it had not seen (two_shot only on the entered one: the
+        # workspace decides the auto algorithm's calls alone). A libsymmem tensor not seen passes to
+        # Python (an entry of its own).
+        assert res["staged"] is True and res["fresh_symmem"] is True, res
+        assert res["staged_counts"] == (10, 2, 2), res
         assert res["bogus"].startswith("InvalidArgumentError") and 'unknown op "bogus"' in res["bogus"], res
-        # A libsymmem tensor's entries go with its memory; the staged ones,
-        # of torch's memory, stay until destroy_group.
-        assert res["entries_after_free"] == 4, res
-        assert res["entries_before_destroy"] == 5 and res["entries_after_destroy"] == 0, res
+        # A libsymmem tensor's entries go with its memory; the staged one,
+        # of torch's memory, stays until destroy_group.
+        assert res["entries_after_free"] == 2, res
+        assert res["entries_before_destroy"] == 3 and res["entries_after_destroy"] == 0, res
         assert res["after_destroy"] is True, res
         assert res["aborted"].startswith("AbortedError"), res
 

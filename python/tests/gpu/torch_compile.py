@@ -9,7 +9,10 @@ CUDA-graph recording, replay), every result against the eager one:
 - module buffer: a module keeps a symmem.torch.empty buffer, copies the
   input into it and all-reduces it in place;
 - plain intermediate: all_reduce (functional and in place), all_gather and
-  reduce_scatter of x * 2 (torch's memory: staged);
+  reduce_scatter of x * 2 (torch's memory: 4 KiB, read where it lies);
+- the same on 512 KiB per rank (intermediate_staged: past the low-latency
+  buffers, copied through the staging workspace), where the operators'
+  C++ kernels stage the calls they have seen (counted per mode);
 
 in modes default, reduce-overhead (torch._inductor.config.triton.
 cudagraph_or_error: a "skipping cudagraphs" raises, with its reason) and
@@ -39,8 +42,10 @@ def body(ctx):
     # A "skipping cudagraphs" raises (with its reason) instead of a warning.
     torch._inductor.config.triton.cudagraph_or_error = True
 
-    def inp(step):  # every rank's input of a step: small integers, exact in bf16 sums
-        return [((torch.arange(n, device=dev) * (r + 1) + step) % 9).to(torch.bfloat16) for r in range(W)]
+    def inp(step, count=n):  # every rank's input of a step: small integers, exact in bf16 sums
+        return [((torch.arange(count, device=dev) * (r + 1) + step) % 9).to(torch.bfloat16) for r in range(W)]
+
+    n_staged = 256 * 1024  # 512 KiB of bf16 per rank: past the low-latency buffers (256 KiB)
 
     class Buffered(torch.nn.Module):
         def __init__(self):
@@ -70,9 +75,13 @@ def body(ctx):
     def want_of(xs, pattern):
         s = sum(x.float() for x in xs)
         if pattern == "intermediate":
-            return (s * 2 + (s + W), torch.cat([x * 3 for x in xs]),
-                    (s - W)[me * (n // W):(me + 1) * (n // W)])
+            k = xs[0].numel() // W
+            return (s * 2 + (s + W), torch.cat([x * 3 for x in xs]), (s - W)[me * k:(me + 1) * k])
         return s * 2 + 1
+
+    def cpp_counts():
+        i = st.cpp_ops_info()
+        return (i.get("answered", 0), i.get("passed_to_python", 0))
 
     out = {}
     for mode in ("default", "reduce-overhead", "max-autotune-no-cudagraphs"):
@@ -86,14 +95,16 @@ def body(ctx):
             "argument_functional": torch.compile(argument_functional, fullgraph=True, mode=mode),
             "module_buffer": torch.compile(mod, fullgraph=True, mode=mode),
             "intermediate": torch.compile(intermediate, fullgraph=True, mode=mode),
+            "intermediate_staged": torch.compile(intermediate, fullgraph=True, mode=mode),
         }
         for pattern, fn in fns.items():
             key = f"{mode}/{pattern}"
             ctx.stage(key)
             got_all = []
+            before = cpp_counts()
             try:
                 for step in range(3):
-                    xs = inp(step)
+                    xs = inp(step, n_staged if pattern == "intermediate_staged" else n)
                     if pattern.startswith("argument"):
                         t_arg.copy_(xs[me])
                         got = fn(t_arg)
@@ -101,7 +112,7 @@ def body(ctx):
                         got = fn(xs[me])
                     got = tuple(g.float().clone() for g in got) if isinstance(got, tuple) else (got.float().clone(),)
                     ctx.wait_gpu(key)
-                    want = want_of(xs, "intermediate" if pattern == "intermediate" else "step")
+                    want = want_of(xs, "intermediate" if pattern.startswith("intermediate") else "step")
                     want = want if isinstance(want, tuple) else (want,)
                     got_all.append([first_mismatch(torch, g, w.float()) for g, w in zip(got, want)])
                     if pattern == "argument":  # in place: the argument holds the sum
@@ -109,6 +120,8 @@ def body(ctx):
                     if pattern == "module_buffer":
                         got_all[-1].append(first_mismatch(torch, mod.buf.float(), sum(x.float() for x in xs)))
                 out[key] = got_all
+                after = cpp_counts()
+                out[f"{key}/cpp"] = (after[0] - before[0], after[1] - before[1])
             except Exception as exc:  # noqa: BLE001 - reported per pattern
                 out[key] = f"{type(exc).__name__}: {exc}"[:2000]
             dist.barrier()
