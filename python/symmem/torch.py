@@ -2214,7 +2214,8 @@ def all_reduce_rmsnorm(x, residual, weight, eps: float, out=None, group=None, al
 # current stream, the collective, the copy back where the result is not
 # written straight); the entry holds the workspace it was staged through,
 # which fits the call by construction (a grown workspace leaves the old one
-# allocated and rendezvoused). A staged call also enters the group's
+# allocated and rendezvoused). A call on torch's memory that the Python
+# kernel served (read in place or staged) also enters the group's
 # workspace (_cpp_workspace): from then on an all-reduce, all-gather or
 # reduce-scatter under the auto algorithm on a tensor the table does not
 # hold (compiled code's intermediates move between calls) is decided in
