@@ -370,6 +370,16 @@ def cpp_kernels(rank: int, world: int, init_file: str) -> Dict:
     ops.all_reduce_(t3, "sum", "", "auto")
     ops.all_reduce_(t3, "sum", "", "auto")
     res["after_destroy"] = bool(torch.equal(t3, want * world))
+    # The workspaces went with it: a tensor of torch's memory not seen
+    # before passes to Python again (which makes the group's new
+    # workspace and enters it); the next one is staged in C++.
+    d0 = stats()
+    u, v = xs[rank].clone(), xs[rank].clone()
+    ops.all_reduce_(u, "sum", "", "auto")
+    ops.all_reduce_(v, "sum", "", "auto")
+    d1 = stats()
+    res["torch_memory_after_destroy"] = bool(torch.equal(u, want) and torch.equal(v, want))
+    res["torch_memory_after_destroy_counts"] = (d1[0] - d0[0], d1[1] - d0[1])
     # A failure of the library on a call from the table: abort makes the
     # next call fail, raised as AbortedError by the Python side.
     dist.barrier()

@@ -56,6 +56,8 @@ def test_the_kernels_answer_repeated_calls_from_their_table(host_backend, tmp_pa
         assert res["entries_after_free"] == 2, res
         assert res["entries_before_destroy"] == 3 and res["entries_after_destroy"] == 0, res
         assert res["after_destroy"] is True, res
+        assert res["torch_memory_after_destroy"] is True, res
+        assert res["torch_memory_after_destroy_counts"] == (1, 1), res
         assert res["aborted"].startswith("AbortedError"), res
 
 
